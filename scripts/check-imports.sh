@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Enforces the layering of DESIGN.md with `go list`:
+#   - the pure scheduling core never imports the Nomad adapter, net/http or nomad/api;
+#   - only scheduler/nomad imports github.com/hashicorp/nomad/api;
+#   - only device/gpu/nvml imports github.com/NVIDIA/go-nvml;
+#   - nothing depends on the github.com/hashicorp/nomad module itself (licence).
+set -euo pipefail
+mod=github.com/impact-sched/nomad-impact
+fail=0
+
+pure=(scheduler/cluster scheduler/policy scheduler/placement scheduler/preempt scheduler/engine)
+for p in "${pure[@]}"; do
+	[ -d "$p" ] || continue
+	deps=$(go list -deps "./$p/..." 2>/dev/null)
+	for bad in net/http github.com/hashicorp/nomad/api "$mod/scheduler/nomad"; do
+		if grep -qx "$bad" <<<"$deps"; then
+			echo "import rule: $p must not depend on $bad"; fail=1
+		fi
+	done
+done
+
+# Direct importers of restricted packages.
+while read -r pkg imports; do
+	case "$imports" in
+	*"github.com/hashicorp/nomad/api"*)
+		case "$pkg" in "$mod/scheduler/nomad"|"$mod/scheduler/nomad/"*|"$mod/e2e"*) ;;
+		*) echo "import rule: only scheduler/nomad may import nomad/api, not $pkg"; fail=1;; esac;;
+	esac
+	case "$imports" in
+	*"github.com/NVIDIA/go-nvml"*)
+		case "$pkg" in "$mod/device/gpu/nvml"|"$mod/device/gpu/nvml/"*) ;;
+		*) echo "import rule: only device/gpu/nvml may import go-nvml, not $pkg"; fail=1;; esac;;
+	esac
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}}' ./...)
+
+if grep -Eq '^\s*github.com/hashicorp/nomad v' go.mod; then
+	echo "import rule: go.mod must not require github.com/hashicorp/nomad (licence)"; fail=1
+fi
+exit $fail
