@@ -1,0 +1,363 @@
+// Package config is the `impact agent` configuration: an HCL file, the
+// NOMAD_* / CONSUL_HTTP_* environment and command-line flags, combined with
+// the Default -> Merge -> Validate pattern.
+//
+// Precedence, lowest to highest: built-in defaults, the environment, the
+// config file(s) in the order given, command-line flags. The file beats the
+// environment on purpose: a service's config file is the operator's explicit,
+// reviewed statement of where it connects, while the environment is ambient
+// (a shell with NOMAD_ADDR exported for the nomad CLI must not silently
+// redirect a configured scheduler). The environment still fills every field
+// the file leaves out, so a minimal file (or none) works with the variables
+// the nomad CLI uses, including the NOMAD_ADDR/NOMAD_TOKEN that Nomad's
+// workload identity injects when the agent itself runs as a Nomad job.
+//
+// Every field remembers where its value came from (file:line, environment
+// variable, flag or default), so a validation error names the exact place to
+// fix.
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Defaults that operators see documented in example/impact.hcl.
+const (
+	DefaultNomadAddress      = "http://127.0.0.1:4646"
+	DefaultParkingPool       = "impact-queue"
+	DefaultTargetPool        = "default"
+	DefaultCycleInterval     = 10 * time.Second
+	DefaultCycleDebounce     = 500 * time.Millisecond
+	DefaultAdmissionDeadline = 5 * time.Minute
+	DefaultHTTPListen        = "127.0.0.1:4680"
+	DefaultLogLevel          = "info"
+	DefaultConsulService     = "impact-scheduler"
+	DefaultConsulAddress     = "127.0.0.1:8500"
+	DefaultLockTTL           = 15 * time.Second
+	DefaultStatePrefix       = "impact"
+)
+
+// Config is the complete, merged configuration of one `impact agent`.
+type Config struct {
+	Nomad  Nomad
+	Consul Consul
+	HTTP   HTTP
+	Cycle  Cycle
+	HA     HA
+
+	// ParkingPool is the node pool (with no nodes) that managed jobs are
+	// submitted to; the agent creates it at start-up.
+	ParkingPool string
+	// DefaultPool is where an admitted job runs when its meta names no
+	// impact_pool.
+	DefaultPool string
+	// PolicyFile is the path of the scheduling policy (tiers, projects,
+	// aging, preemption limits). Relative paths are resolved against the
+	// directory of the config file that set them.
+	PolicyFile string
+	// LogLevel is one of trace, debug, info, warn, error.
+	LogLevel string
+	// LogJSON switches the log to JSON lines.
+	LogJSON *bool
+	// Name identifies this agent among several (leader election, logs);
+	// defaults to the host name.
+	Name string
+
+	// origins maps a field path (as written in the file, e.g.
+	// "nomad.address") to where its current value came from.
+	origins map[string]string
+}
+
+// Nomad is how the agent reaches Nomad's HTTP API.
+type Nomad struct {
+	Address       string
+	Token         string
+	Region        string
+	Namespace     string
+	CACert        string
+	CAPath        string
+	ClientCert    string
+	ClientKey     string
+	TLSServerName string
+	TLSSkipVerify *bool
+}
+
+// Consul is the optional service registration. It is enabled when an
+// address is configured (in the file, or CONSUL_HTTP_ADDR together with a
+// consul block).
+type Consul struct {
+	Enabled     *bool
+	Address     string
+	Token       string
+	ServiceName string
+	// CheckInterval is how often Consul polls /v1/health.
+	CheckInterval time.Duration
+}
+
+// HTTP is the agent's own API listener.
+type HTTP struct {
+	Listen string
+	// Advertise is the address registered in Consul; defaults to Listen.
+	Advertise string
+}
+
+// Cycle controls when the scheduler decides.
+type Cycle struct {
+	// Interval is the timer: a cycle runs at least this often.
+	Interval time.Duration
+	// Debounce collects a burst of Nomad events into one cycle.
+	Debounce time.Duration
+	// AdmissionDeadline is how long an admitted gang has to be fully
+	// running before it is rolled back into the parking pool.
+	AdmissionDeadline time.Duration
+}
+
+// HA is leader election and durable state.
+type HA struct {
+	// LockTTL is the TTL of the Nomad Variables lock; a dead leader is
+	// replaced after at most about this long.
+	LockTTL time.Duration
+	// StatePrefix is the Nomad Variables path prefix for the leader lock
+	// and durable state.
+	StatePrefix string
+}
+
+// Default returns the built-in defaults. Fields that have no sensible
+// default (token, TLS files, policy file) stay empty.
+func Default() *Config {
+	c := &Config{
+		Nomad: Nomad{Address: DefaultNomadAddress, Namespace: "default"},
+		Consul: Consul{
+			ServiceName:   DefaultConsulService,
+			Address:       DefaultConsulAddress,
+			CheckInterval: 10 * time.Second,
+		},
+		HTTP: HTTP{Listen: DefaultHTTPListen},
+		Cycle: Cycle{
+			Interval:          DefaultCycleInterval,
+			Debounce:          DefaultCycleDebounce,
+			AdmissionDeadline: DefaultAdmissionDeadline,
+		},
+		HA:          HA{LockTTL: DefaultLockTTL, StatePrefix: DefaultStatePrefix},
+		ParkingPool: DefaultParkingPool,
+		DefaultPool: DefaultTargetPool,
+		LogLevel:    DefaultLogLevel,
+	}
+	for _, f := range c.fields() {
+		if !f.isZero() {
+			c.setOrigin(f.path, "default")
+		}
+	}
+	return c
+}
+
+// Origin says where the value of a field (by its file path, e.g.
+// "nomad.token") came from: "default", "env NOMAD_TOKEN", "impact.hcl:4",
+// "flag -log-level", or "" when it is unset.
+func (c *Config) Origin(path string) string {
+	return c.origins[path]
+}
+
+func (c *Config) setOrigin(path, origin string) {
+	if c.origins == nil {
+		c.origins = map[string]string{}
+	}
+	c.origins[path] = origin
+}
+
+// Merge returns c overridden by every field that o sets (non-zero), keeping
+// each field's origin. Neither input is modified.
+func (c *Config) Merge(o *Config) *Config {
+	out := c.clone()
+	if o == nil {
+		return out
+	}
+	src := o.fields()
+	dst := out.fields()
+	for i, f := range src {
+		if f.isZero() {
+			continue
+		}
+		dst[i].copyFrom(f)
+		if org := o.origins[f.path]; org != "" {
+			out.setOrigin(f.path, org)
+		}
+	}
+	return out
+}
+
+func (c *Config) clone() *Config {
+	out := *c
+	if c.LogJSON != nil {
+		v := *c.LogJSON
+		out.LogJSON = &v
+	}
+	if c.Nomad.TLSSkipVerify != nil {
+		v := *c.Nomad.TLSSkipVerify
+		out.Nomad.TLSSkipVerify = &v
+	}
+	if c.Consul.Enabled != nil {
+		v := *c.Consul.Enabled
+		out.Consul.Enabled = &v
+	}
+	out.origins = make(map[string]string, len(c.origins))
+	for k, v := range c.origins {
+		out.origins[k] = v
+	}
+	return &out
+}
+
+// ConsulEnabled reports whether Consul registration is on.
+func (c *Config) ConsulEnabled() bool {
+	return c.Consul.Enabled != nil && *c.Consul.Enabled
+}
+
+// JSONLogs reports whether logs are JSON lines.
+func (c *Config) JSONLogs() bool { return c.LogJSON != nil && *c.LogJSON }
+
+// SkipVerify reports whether TLS verification of Nomad is disabled.
+func (c *Config) SkipVerify() bool {
+	return c.Nomad.TLSSkipVerify != nil && *c.Nomad.TLSSkipVerify
+}
+
+// FieldError is one invalid field, with where its value came from.
+type FieldError struct {
+	Origin string // "impact.hcl:12", "env NOMAD_ADDR", "flag -config", "default"
+	Field  string // "nomad.address"
+	Msg    string
+}
+
+func (e *FieldError) Error() string {
+	if e.Origin == "" {
+		return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s: %s", e.Origin, e.Field, e.Msg)
+}
+
+var logLevels = map[string]bool{"trace": true, "debug": true, "info": true, "warn": true, "error": true, "off": true}
+
+// Validate checks the merged config and returns every problem at once (one
+// *FieldError per line, reachable with errors.As), so an operator fixes them
+// in one pass.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Origin: c.origins[field], Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+
+	if c.Nomad.Address == "" {
+		bad("nomad.address", "must be set (an http://, https:// or unix:// URL)")
+	} else if u, err := url.Parse(c.Nomad.Address); err != nil {
+		bad("nomad.address", "not a URL: %v", err)
+	} else {
+		switch u.Scheme {
+		case "http", "https":
+			if u.Host == "" {
+				bad("nomad.address", "%q has no host", c.Nomad.Address)
+			}
+		case "unix":
+		default:
+			bad("nomad.address", "%q: scheme must be http, https or unix", c.Nomad.Address)
+		}
+	}
+	if (c.Nomad.ClientCert == "") != (c.Nomad.ClientKey == "") {
+		f := "nomad.client_key"
+		if c.Nomad.ClientCert == "" {
+			f = "nomad.client_cert"
+		}
+		bad(f, "client_cert and client_key must be set together")
+	}
+	if c.ParkingPool == "" {
+		bad("parking_pool", "must be set")
+	}
+	if c.DefaultPool == "" {
+		bad("default_pool", "must be set")
+	}
+	if c.ParkingPool != "" && c.ParkingPool == c.DefaultPool {
+		bad("default_pool", "must differ from parking_pool %q: admitted jobs would never leave the queue", c.ParkingPool)
+	}
+	for _, p := range []struct{ field, v string }{{"parking_pool", c.ParkingPool}, {"default_pool", c.DefaultPool}} {
+		if p.v == "all" {
+			bad(p.field, `"all" is reserved by Nomad`)
+		}
+	}
+	if c.Cycle.Interval <= 0 {
+		bad("cycle.interval", "must be positive, got %s", c.Cycle.Interval)
+	}
+	if c.Cycle.Debounce < 0 {
+		bad("cycle.debounce", "must not be negative, got %s", c.Cycle.Debounce)
+	}
+	if c.Cycle.Interval > 0 && c.Cycle.Debounce >= c.Cycle.Interval {
+		bad("cycle.debounce", "%s must be shorter than cycle.interval %s", c.Cycle.Debounce, c.Cycle.Interval)
+	}
+	if c.Cycle.AdmissionDeadline <= 0 {
+		bad("cycle.admission_deadline", "must be positive, got %s", c.Cycle.AdmissionDeadline)
+	}
+	if c.HA.LockTTL < time.Second {
+		bad("ha.lock_ttl", "must be at least 1s, got %s", c.HA.LockTTL)
+	}
+	if c.HA.StatePrefix == "" || strings.HasPrefix(c.HA.StatePrefix, "/") || strings.HasSuffix(c.HA.StatePrefix, "/") {
+		bad("ha.state_prefix", "%q must be a non-empty Variables path without leading or trailing '/'", c.HA.StatePrefix)
+	}
+	if c.PolicyFile == "" {
+		bad("policy", "must name the policy file (tiers, projects, preemption limits)")
+	}
+	if c.HTTP.Listen == "" {
+		bad("http.listen", "must be set (host:port)")
+	} else if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+		bad("http.listen", "%q is not host:port: %v", c.HTTP.Listen, err)
+	}
+	if c.HTTP.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Advertise); err != nil {
+			bad("http.advertise", "%q is not host:port: %v", c.HTTP.Advertise, err)
+		}
+	}
+	if !logLevels[strings.ToLower(c.LogLevel)] {
+		bad("log_level", "%q: must be one of trace, debug, info, warn, error, off", c.LogLevel)
+	}
+	if c.ConsulEnabled() {
+		if c.Consul.Address == "" {
+			bad("consul.address", "must be set when consul is enabled")
+		}
+		if c.Consul.ServiceName == "" {
+			bad("consul.service_name", "must not be empty")
+		}
+		if c.Consul.CheckInterval < time.Second {
+			bad("consul.check_interval", "must be at least 1s, got %s", c.Consul.CheckInterval)
+		}
+		if c.HTTP.Advertise == "" {
+			if h, _, err := net.SplitHostPort(c.HTTP.Listen); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
+				bad("http.advertise", "must be set when http.listen %q is a wildcard: Consul needs an address to check", c.HTTP.Listen)
+			}
+		}
+	}
+	sort.SliceStable(errs, func(i, j int) bool {
+		return errs[i].(*FieldError).Field < errs[j].(*FieldError).Field
+	})
+	return joinErrs(errs)
+}
+
+// AdvertiseAddr is the host:port other processes (Consul) reach the API on.
+func (c *Config) AdvertiseAddr() string {
+	if c.HTTP.Advertise != "" {
+		return c.HTTP.Advertise
+	}
+	return c.HTTP.Listen
+}
+
+// Redacted returns a copy safe to log or print: tokens are replaced.
+func (c *Config) Redacted() *Config {
+	out := c.clone()
+	if out.Nomad.Token != "" {
+		out.Nomad.Token = "<redacted>"
+	}
+	if out.Consul.Token != "" {
+		out.Consul.Token = "<redacted>"
+	}
+	return out
+}
