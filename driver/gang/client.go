@@ -1,0 +1,303 @@
+package gang
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to a rendezvous endpoint (an impact agent or a Server).
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// APIError is a non-2xx answer of the endpoint.
+type APIError struct {
+	Code    int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("rendezvous: HTTP %d: %s", e.Code, e.Message) }
+
+// NewClient returns a client for the endpoint at baseURL (scheme://host:port,
+// optionally with a path prefix in front of /v1/gang/).
+func NewClient(baseURL string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("rendezvous address %q: want scheme://host:port", baseURL)
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 0}
+	}
+	return &Client{base: strings.TrimSuffix(baseURL, "/"), http: hc}, nil
+}
+
+func (c *Client) memberPath(gangID, member string) string {
+	return PathPrefix + url.PathEscape(gangID) + "/members/" + url.PathEscape(member)
+}
+
+// Join registers this member.
+func (c *Client) Join(ctx context.Context, gangID, member string, req JoinRequest) (Status, error) {
+	return c.do(ctx, http.MethodPut, c.memberPath(gangID, member), req)
+}
+
+// Heartbeat refreshes this member's TTL and returns the gang's status.
+func (c *Client) Heartbeat(ctx context.Context, gangID, member string) (Status, error) {
+	return c.do(ctx, http.MethodPut, c.memberPath(gangID, member)+"/heartbeat", nil)
+}
+
+// Exit reports the end of this member's process.
+func (c *Client) Exit(ctx context.Context, gangID, member string, req ExitRequest) (Status, error) {
+	return c.do(ctx, http.MethodPut, c.memberPath(gangID, member)+"/exit", req)
+}
+
+// Leave withdraws a member that has not started.
+func (c *Client) Leave(ctx context.Context, gangID, member string) (Status, error) {
+	return c.do(ctx, http.MethodDelete, c.memberPath(gangID, member), nil)
+}
+
+// Stop asks every member of the gang to checkpoint and stop.
+func (c *Client) Stop(ctx context.Context, gangID, reason string) (Status, error) {
+	return c.do(ctx, http.MethodPut, PathPrefix+url.PathEscape(gangID)+"/stop", StopRequest{Reason: reason})
+}
+
+// Get returns the gang's status; with index > 0 it blocks until the status
+// changes past index or wait passes.
+func (c *Client) Get(ctx context.Context, gangID string, index uint64, wait time.Duration) (Status, error) {
+	p := PathPrefix + url.PathEscape(gangID)
+	if index > 0 {
+		p += "?index=" + strconv.FormatUint(index, 10) + "&wait=" + wait.String()
+	}
+	return c.do(ctx, http.MethodGet, p, nil)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any) (Status, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return Status{}, fmt.Errorf("encoding %T: %w", body, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return Status{}, fmt.Errorf("rendezvous request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Status{}, fmt.Errorf("rendezvous %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return Status{}, fmt.Errorf("rendezvous %s %s: reading reply: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e ErrorResponse
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return Status{}, &APIError{Code: resp.StatusCode, Message: e.Error}
+	}
+	var st Status
+	if err := json.Unmarshal(data, &st); err != nil {
+		return Status{}, fmt.Errorf("rendezvous %s %s: decoding reply: %w", method, path, err)
+	}
+	return st, nil
+}
+
+// Assignment is what a member learns when its gang is complete.
+type Assignment struct {
+	Gang           string
+	Generation     int
+	WorldSize      int
+	Rank           int
+	NodeRank       int
+	NNodes         int
+	LocalRank      int
+	LocalWorldSize int
+	MasterAddr     string
+	MasterPort     int
+}
+
+// Env is the rendezvous environment injected into the task.
+func (a Assignment) Env() map[string]string {
+	return map[string]string{
+		"WORLD_SIZE":        strconv.Itoa(a.WorldSize),
+		"RANK":              strconv.Itoa(a.Rank),
+		"NODE_RANK":         strconv.Itoa(a.NodeRank),
+		"NNODES":            strconv.Itoa(a.NNodes),
+		"LOCAL_RANK":        strconv.Itoa(a.LocalRank),
+		"LOCAL_WORLD_SIZE":  strconv.Itoa(a.LocalWorldSize),
+		"MASTER_ADDR":       a.MasterAddr,
+		"MASTER_PORT":       strconv.Itoa(a.MasterPort),
+		"IMPACT_GANG_ID":    a.Gang,
+		"IMPACT_GANG_EPOCH": strconv.Itoa(a.Generation),
+	}
+}
+
+// AssignmentFor extracts a member's assignment from a ready gang's status.
+func AssignmentFor(st Status, member string) (Assignment, error) {
+	m, ok := st.Member(member)
+	if !ok {
+		return Assignment{}, fmt.Errorf("member %q is not in gang %q", member, st.ID)
+	}
+	if st.State == StateForming || m.Rank < 0 {
+		return Assignment{}, fmt.Errorf("gang %q is not complete (%d of %d arrived)", st.ID, st.Arrived, st.Size)
+	}
+	return Assignment{Gang: st.ID, Generation: st.Generation, WorldSize: st.Size, Rank: m.Rank,
+		NodeRank: m.NodeRank, NNodes: st.NNodes, LocalRank: m.LocalRank,
+		LocalWorldSize: m.LocalWorldSize, MasterAddr: st.MasterAddr, MasterPort: st.MasterPort}, nil
+}
+
+// TimeoutError is returned by Barrier when the gang did not complete in time.
+type TimeoutError struct {
+	Gang    string
+	Arrived int
+	Size    int
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("gang %s: barrier timed out after %s: %d of %d members arrived", e.Gang, e.Timeout, e.Arrived, e.Size)
+}
+
+// StoppedError is returned by Barrier when the gang failed or was stopped
+// while this member waited.
+type StoppedError struct {
+	Gang   string
+	State  State
+	Reason string
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("gang %s is %s while waiting at the barrier: %s", e.Gang, e.State, e.Reason)
+}
+
+// BarrierConfig configures one member's wait at the barrier.
+type BarrierConfig struct {
+	Gang    string
+	Member  string
+	Join    JoinRequest
+	Timeout time.Duration
+	// Heartbeat is the period of heartbeats while waiting (default TTL/3).
+	Heartbeat time.Duration
+	// Progress is called whenever the number of arrived members changes.
+	Progress func(Status)
+}
+
+// Barrier joins the gang and blocks until it is complete, returning this
+// member's assignment. It retries transient failures (transport errors,
+// 409 while a previous run of the gang is still stopping) until the
+// timeout; on timeout it leaves the gang and returns a *TimeoutError; on
+// ctx cancellation it leaves and returns ctx's error.
+func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, error) {
+	if cfg.Timeout <= 0 {
+		return Assignment{}, fmt.Errorf("gang %s: barrier timeout must be positive", cfg.Gang)
+	}
+	hb := cfg.Heartbeat
+	if hb <= 0 {
+		hb = 5 * time.Second
+	}
+	deadline := time.Now().Add(cfg.Timeout)
+	bctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	last := Status{ID: cfg.Gang, Size: cfg.Join.Size}
+	leave := func() {
+		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer lcancel()
+		_, _ = c.Leave(lctx, cfg.Gang, cfg.Member)
+	}
+	fail := func(err error) (Assignment, error) {
+		leave()
+		if ctx.Err() != nil {
+			return Assignment{}, ctx.Err()
+		}
+		if bctx.Err() != nil {
+			return Assignment{}, &TimeoutError{Gang: cfg.Gang, Arrived: last.Arrived, Size: last.Size, Timeout: cfg.Timeout}
+		}
+		return Assignment{}, err
+	}
+	arrived := -1
+	report := func(st Status) {
+		last = st
+		if st.Arrived != arrived && cfg.Progress != nil {
+			cfg.Progress(st)
+		}
+		arrived = st.Arrived
+	}
+
+	// Join, retrying transient failures with backoff.
+	backoff := 200 * time.Millisecond
+	for {
+		st, err := c.Join(bctx, cfg.Gang, cfg.Member, cfg.Join)
+		if err == nil {
+			report(st)
+			break
+		}
+		var apiErr *APIError
+		if errors.As(err, &apiErr) && apiErr.Code != http.StatusConflict && apiErr.Code/100 == 4 {
+			return fail(fmt.Errorf("joining gang: %w", err))
+		}
+		if ge, gerr := c.Get(bctx, cfg.Gang, 0, 0); gerr == nil {
+			last.Arrived, last.Size = ge.Arrived, ge.Size
+		}
+		select {
+		case <-bctx.Done():
+			return fail(err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+
+	nextHB := time.Now().Add(hb)
+	for {
+		switch {
+		case last.State == StateReady:
+			a, err := AssignmentFor(last, cfg.Member)
+			if err != nil {
+				return fail(err)
+			}
+			return a, nil
+		case last.State.Terminal():
+			return fail(&StoppedError{Gang: cfg.Gang, State: last.State, Reason: last.Reason})
+		}
+		if time.Now().After(nextHB) {
+			st, err := c.Heartbeat(bctx, cfg.Gang, cfg.Member)
+			if err != nil {
+				return fail(fmt.Errorf("heartbeat: %w", err))
+			}
+			report(st)
+			nextHB = time.Now().Add(hb)
+			continue
+		}
+		st, err := c.Get(bctx, cfg.Gang, last.Index, time.Until(nextHB))
+		if err != nil {
+			var apiErr *APIError
+			if errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {
+				return fail(fmt.Errorf("gang vanished from the rendezvous server: %w", err))
+			}
+			select {
+			case <-bctx.Done():
+				return fail(err)
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		report(st)
+	}
+}

@@ -1,0 +1,312 @@
+package gang
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func join(i int, node string, size int) JoinRequest {
+	return JoinRequest{Size: size, Namespace: "default", JobID: "train", AllocID: fmt.Sprintf("alloc%d", i),
+		AllocIndex: i, Group: "workers", Task: "trainer", NodeID: node, Addr: "10.0.0." + node, Port: 29500 + i}
+}
+
+func TestRegistryRanksAndStates(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	reg := NewRegistry(RegistryConfig{Clock: clk.Now})
+	ctx := context.Background()
+	// Join out of order; ranks follow alloc index; nodes 1,1,2 -> node ranks 0,0,1.
+	nodes := []string{"1", "1", "2"}
+	for _, i := range []int{2, 0, 1} {
+		st, err := reg.Join(ctx, "g", MemberID(fmt.Sprintf("alloc%d", i), "trainer"), join(i, nodes[i], 3))
+		if err != nil {
+			t.Fatalf("join %d: %v", i, err)
+		}
+		want := StateForming
+		if i == 1 {
+			want = StateReady
+		}
+		if st.State != want {
+			t.Fatalf("after join %d: state %s, want %s", i, st.State, want)
+		}
+	}
+	st, _, err := reg.Get("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MasterAddr != "10.0.0.1" || st.MasterPort != 29500 || st.NNodes != 2 {
+		t.Fatalf("master %s:%d nnodes %d", st.MasterAddr, st.MasterPort, st.NNodes)
+	}
+	wants := []struct{ rank, nodeRank, localRank, localWorld int }{{0, 0, 0, 2}, {1, 0, 1, 2}, {2, 1, 0, 1}}
+	for i, w := range wants {
+		a, err := AssignmentFor(st, MemberID(fmt.Sprintf("alloc%d", i), "trainer"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Rank != w.rank || a.NodeRank != w.nodeRank || a.LocalRank != w.localRank || a.LocalWorldSize != w.localWorld || a.WorldSize != 3 {
+			t.Errorf("member %d: got %+v, want %+v", i, a, w)
+		}
+	}
+	// A fourth member is refused: the gang is full.
+	if _, err := reg.Join(ctx, "g", "extra", join(3, "3", 3)); !errors.Is(err, ErrConflict) {
+		t.Fatalf("join to full gang: %v, want conflict", err)
+	}
+	// A clean exit keeps the gang ready; a failure fails it.
+	if st, _ = reg.Exit("g", MemberID("alloc0", "trainer"), ExitRequest{}); st.State != StateReady {
+		t.Fatalf("after clean exit: %s", st.State)
+	}
+	st, _ = reg.Exit("g", MemberID("alloc2", "trainer"), ExitRequest{ExitCode: 3})
+	if st.State != StateFailed || !strings.Contains(st.Reason, "alloc2.trainer exited with code 3") {
+		t.Fatalf("after failure: %s %q", st.State, st.Reason)
+	}
+	// A rejoin while a member still runs is refused...
+	if _, err := reg.Join(ctx, "g", MemberID("alloc2", "trainer"), join(2, "2", 3)); !errors.Is(err, ErrConflict) {
+		t.Fatalf("rejoin while stopping: %v", err)
+	}
+	// ...and accepted as a new generation once everyone has exited.
+	reg.Exit("g", MemberID("alloc1", "trainer"), ExitRequest{Stopped: true})
+	st, err = reg.Join(ctx, "g", MemberID("alloc2", "trainer"), join(2, "2", 3))
+	if err != nil || st.Generation != 2 || st.State != StateForming || st.Arrived != 1 {
+		t.Fatalf("new generation: %+v %v", st, err)
+	}
+}
+
+func TestRegistryTTL(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	reg := NewRegistry(RegistryConfig{Clock: clk.Now, DefaultTTL: 10 * time.Second})
+	ctx := context.Background()
+	if _, err := reg.Join(ctx, "g", "a", join(0, "1", 2)); err != nil {
+		t.Fatal(err)
+	}
+	// While forming, an expired member is removed (not counted as arrived).
+	clk.Advance(11 * time.Second)
+	if _, _, err := reg.Get("g"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("forming gang with its only member expired: %v, want not found", err)
+	}
+	reg.Join(ctx, "g", "a", join(0, "1", 2))
+	reg.Join(ctx, "g", "b", join(1, "2", 2))
+	clk.Advance(6 * time.Second)
+	if _, err := reg.Heartbeat("g", "a"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(6 * time.Second) // b is now 12s silent
+	st, err := reg.Heartbeat("g", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != StateFailed || !strings.Contains(st.Reason, "b missed its heartbeats") {
+		t.Fatalf("after b expired: %s %q", st.State, st.Reason)
+	}
+	if _, err := reg.Heartbeat("g", "b"); !errors.Is(err, ErrConflict) {
+		t.Fatalf("heartbeat of a lost member: %v", err)
+	}
+}
+
+func TestRegistrySizeResolution(t *testing.T) {
+	ctx := context.Background()
+	reg := NewRegistry(RegistryConfig{})
+	if _, err := reg.Join(ctx, "g", "a", join(0, "1", 0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "size unknown") {
+		t.Fatalf("no size, no resolver: %v", err)
+	}
+	reg = NewRegistry(RegistryConfig{SizeResolver: func(_ context.Context, ns, job string) (int, error) {
+		if ns != "default" || job != "train" {
+			return 0, fmt.Errorf("unexpected job %s/%s", ns, job)
+		}
+		return 2, nil
+	}})
+	st, err := reg.Join(ctx, "g", "a", join(0, "1", 0))
+	if err != nil || st.Size != 2 {
+		t.Fatalf("resolved size: %+v %v", st, err)
+	}
+	if _, err := reg.Join(ctx, "g", "b", join(1, "1", 5)); !errors.Is(err, ErrConflict) {
+		t.Fatalf("size mismatch: %v", err)
+	}
+	bad := join(1, "1", 2)
+	bad.Port = 0
+	if _, err := reg.Join(ctx, "g", "b", bad); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "port") {
+		t.Fatalf("bad port: %v", err)
+	}
+}
+
+func startServer(t *testing.T) *Server {
+	t.Helper()
+	s, err := StartServer("127.0.0.1:0", RegistryConfig{}, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// Several members rendezvous through a test server and get consistent ranks.
+func TestBarrierRendezvous(t *testing.T) {
+	s := startServer(t)
+	const n = 4
+	var wg sync.WaitGroup
+	got := make([]Assignment, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _ := NewClient(s.URL, nil)
+			got[i], errs[i] = c.Barrier(context.Background(), BarrierConfig{
+				Gang: "default:train", Member: MemberID(fmt.Sprintf("alloc%d", i), "trainer"),
+				Join: join(i, fmt.Sprint(i/2), n), Timeout: 10 * time.Second, Heartbeat: time.Second,
+			})
+		}()
+	}
+	wg.Wait()
+	ranks := map[int]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("member %d: %v", i, errs[i])
+		}
+		a := got[i]
+		if a.WorldSize != n || a.MasterAddr != "10.0.0.0" || a.MasterPort != 29500 || a.NNodes != 2 {
+			t.Errorf("member %d: %+v", i, a)
+		}
+		if a.Rank != i || a.NodeRank != i/2 || a.LocalRank != i%2 || a.LocalWorldSize != 2 {
+			t.Errorf("member %d ranks: %+v", i, a)
+		}
+		ranks[a.Rank] = true
+		env := a.Env()
+		if env["RANK"] != fmt.Sprint(i) || env["WORLD_SIZE"] != "4" || env["MASTER_PORT"] != "29500" {
+			t.Errorf("member %d env: %v", i, env)
+		}
+	}
+	if len(ranks) != n {
+		t.Fatalf("ranks not distinct: %v", ranks)
+	}
+}
+
+// A missing member makes the barrier time out with the arrived count, and
+// the member that gave up is removed from the gang.
+func TestBarrierTimeout(t *testing.T) {
+	s := startServer(t)
+	c, _ := NewClient(s.URL, nil)
+	var progress []int
+	start := time.Now()
+	_, err := c.Barrier(context.Background(), BarrierConfig{
+		Gang: "g", Member: "a", Join: join(0, "1", 2), Timeout: 300 * time.Millisecond,
+		Progress: func(st Status) { progress = append(progress, st.Arrived) },
+	})
+	var te *TimeoutError
+	if !errors.As(err, &te) {
+		t.Fatalf("want TimeoutError, got %v", err)
+	}
+	if te.Arrived != 1 || te.Size != 2 || !strings.Contains(err.Error(), "1 of 2 members arrived") {
+		t.Fatalf("timeout error: %v", err)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond || el > 5*time.Second {
+		t.Fatalf("barrier returned after %s", el)
+	}
+	if len(progress) == 0 || progress[0] != 1 {
+		t.Fatalf("progress: %v", progress)
+	}
+	if _, err := c.Get(context.Background(), "g", 0, 0); err == nil {
+		t.Fatalf("gang should be gone after its only member left")
+	}
+}
+
+// A member that fails while others wait or run makes the gang failed, and
+// the waiting members' barriers return a StoppedError.
+func TestBarrierPeerFailure(t *testing.T) {
+	s := startServer(t)
+	c, _ := NewClient(s.URL, nil)
+	ctx := context.Background()
+	// Member a joins and fails before b arrives: a stop while forming.
+	if _, err := c.Join(ctx, "g", "a", join(0, "1", 3)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Barrier(ctx, BarrierConfig{Gang: "g", Member: "b", Join: join(1, "1", 3), Timeout: 10 * time.Second})
+		done <- err
+	}()
+	// Wait until b has arrived, then stop the gang.
+	waitFor(t, 5*time.Second, func() bool {
+		st, err := c.Get(ctx, "g", 0, 0)
+		return err == nil && st.Arrived == 2
+	})
+	if _, err := c.Stop(ctx, "g", "preempted by job urgent"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var se *StoppedError
+		if !errors.As(err, &se) || se.State != StateStopping || !strings.Contains(se.Reason, "preempted") {
+			t.Fatalf("want StoppedError, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("barrier did not return after the gang was stopped")
+	}
+}
+
+func TestHandlerErrors(t *testing.T) {
+	h := NewHandler(NewRegistry(RegistryConfig{}), nil)
+	cases := []struct {
+		method, path, body string
+		code               int
+		contains           string
+	}{
+		{"GET", "/v1/gang/nope", "", 404, "gang"},
+		{"PUT", "/v1/gang/g/members/m", `{"size":2}`, 400, "job_id is required"},
+		{"PUT", "/v1/gang/g/members/m", `{"size":"x"}`, 400, "decoding"},
+		{"PUT", "/v1/gang/g/members/m", `{"bogus":1}`, 400, "unknown field"},
+		{"POST", "/v1/gang/", "", 405, "not allowed"},
+		{"GET", "/v1/gang/g/what", "", 404, "no such endpoint"},
+		{"GET", "/v1/gang/g?index=x", "", 400, "index"},
+		{"PUT", "/v1/gang/g/members/m/heartbeat", "", 404, "gang"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.contains) {
+				t.Fatalf("got %d %s, want %d containing %q", rec.Code, rec.Body.String(), tc.code, tc.contains)
+			}
+		})
+	}
+	// Mounted under a mux with the escaped gang ID containing a slash.
+	mux := http.NewServeMux()
+	mux.Handle(PathPrefix, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, _ := NewClient(srv.URL, nil)
+	st, err := c.Join(context.Background(), "ns/job:x", "a.t", join(0, "1", 1))
+	if err != nil || st.ID != "ns/job:x" || st.State != StateReady {
+		t.Fatalf("escaped gang id: %+v %v", st, err)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,257 @@
+package gang
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// PathPrefix is where the handler expects to be mounted.
+const PathPrefix = "/v1/gang/"
+
+const (
+	defaultWait = 30 * time.Second
+	maxWait     = 5 * time.Minute
+	maxBody     = 64 << 10
+)
+
+// Handler serves the rendezvous endpoint (see the package documentation)
+// over a Registry. Mount it at PathPrefix:
+//
+//	mux.Handle(gang.PathPrefix, gang.NewHandler(reg, logger))
+type Handler struct {
+	reg    *Registry
+	logger hclog.Logger
+}
+
+// NewHandler returns the HTTP handler of a registry.
+func NewHandler(reg *Registry, logger hclog.Logger) *Handler {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Handler{reg: reg, logger: logger.Named("gang")}
+}
+
+// ServeHTTP routes /v1/gang/... requests.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), PathPrefix)
+	if !ok {
+		// Also accept being mounted with the prefix stripped.
+		rest = strings.TrimPrefix(r.URL.EscapedPath(), "/")
+	}
+	var segs []string
+	if rest != "" {
+		for _, s := range strings.Split(strings.TrimSuffix(rest, "/"), "/") {
+			u, err := url.PathUnescape(s)
+			if err != nil {
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("bad path segment %q: %w", s, err))
+				return
+			}
+			segs = append(segs, u)
+		}
+	}
+	switch {
+	case len(segs) == 0:
+		if !method(w, r, http.MethodGet) {
+			return
+		}
+		writeJSON(w, http.StatusOK, h.reg.List())
+	case len(segs) == 1:
+		if !method(w, r, http.MethodGet) {
+			return
+		}
+		h.get(w, r, segs[0])
+	case len(segs) == 2 && segs[1] == "stop":
+		if !method(w, r, http.MethodPut, http.MethodPost) {
+			return
+		}
+		var req StopRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		h.reply(w, "stop", segs[0], "")(h.reg.Stop(segs[0], req))
+	case len(segs) == 3 && segs[1] == "members":
+		gangID, member := segs[0], segs[2]
+		switch r.Method {
+		case http.MethodPut, http.MethodPost:
+			var req JoinRequest
+			if !decode(w, r, &req) {
+				return
+			}
+			h.reply(w, "join", gangID, member)(h.reg.Join(r.Context(), gangID, member, req))
+		case http.MethodDelete:
+			h.reply(w, "leave", gangID, member)(h.reg.Leave(gangID, member))
+		default:
+			method(w, r, http.MethodPut, http.MethodDelete)
+		}
+	case len(segs) == 4 && segs[1] == "members" && segs[3] == "heartbeat":
+		if !method(w, r, http.MethodPut, http.MethodPost) {
+			return
+		}
+		h.reply(w, "heartbeat", segs[0], segs[2])(h.reg.Heartbeat(segs[0], segs[2]))
+	case len(segs) == 4 && segs[1] == "members" && segs[3] == "exit":
+		if !method(w, r, http.MethodPut, http.MethodPost) {
+			return
+		}
+		var req ExitRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		h.reply(w, "exit", segs[0], segs[2])(h.reg.Exit(segs[0], segs[2], req))
+	default:
+		writeErr(w, http.StatusNotFound, fmt.Errorf("no such endpoint: %s", r.URL.Path))
+	}
+}
+
+// get serves a gang's status, blocking while ?index= is current.
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, gangID string) {
+	q := r.URL.Query()
+	var index uint64
+	if v := q.Get("index"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("index %q: %w", v, err))
+			return
+		}
+		index = n
+	}
+	wait := defaultWait
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("wait %q: not a non-negative duration", v))
+			return
+		}
+		wait = min(d, maxWait)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		st, changed, err := h.reg.Get(gangID)
+		if err != nil || index == 0 || st.Index > index {
+			h.reply(w, "get", gangID, "")(st, err)
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			writeJSON(w, http.StatusOK, st)
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (h *Handler) reply(w http.ResponseWriter, op, gangID, member string) func(Status, error) {
+	return func(st Status, err error) {
+		if err != nil {
+			code := http.StatusInternalServerError
+			switch {
+			case errors.Is(err, ErrInvalid):
+				code = http.StatusBadRequest
+			case errors.Is(err, ErrNotFound):
+				code = http.StatusNotFound
+			case errors.Is(err, ErrConflict):
+				code = http.StatusConflict
+			}
+			h.logger.Debug("request refused", "op", op, "gang", gangID, "member", member, "error", err)
+			writeErr(w, code, err)
+			return
+		}
+		if op != "get" && op != "heartbeat" {
+			h.logger.Debug("gang changed", "op", op, "gang", gangID, "member", member,
+				"state", st.State, "arrived", st.Arrived, "size", st.Size)
+		}
+		writeJSON(w, http.StatusOK, st)
+	}
+}
+
+func method(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
+	for _, m := range allowed {
+		if r.Method == m {
+			return true
+		}
+	}
+	w.Header().Set("Allow", strings.Join(allowed, ", "))
+	writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s", r.Method, r.URL.Path))
+	return false
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("reading body: %w", err))
+		return false
+	}
+	if len(body) > maxBody {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("body larger than %d bytes", maxBody))
+		return false
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return true
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("decoding %T: %w", v, err))
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, ErrorResponse{Error: err.Error()})
+}
+
+// Server is the tiny standalone rendezvous server: a Registry and its
+// Handler on their own listener. Used by tests, the e2e suite and
+// `impact-exec gang-server` when no impact agent runs.
+type Server struct {
+	Registry *Registry
+	URL      string // base URL, e.g. http://127.0.0.1:4321
+	srv      *http.Server
+	ln       net.Listener
+}
+
+// StartServer listens on addr (e.g. "127.0.0.1:0") and serves in the
+// background until Close.
+func StartServer(addr string, cfg RegistryConfig, logger hclog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("gang server: listen on %s: %w", addr, err)
+	}
+	reg := NewRegistry(cfg)
+	mux := http.NewServeMux()
+	mux.Handle(PathPrefix, NewHandler(reg, logger))
+	s := &Server{Registry: reg, URL: "http://" + ln.Addr().String(), ln: ln,
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the server.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return s.srv.Close()
+	}
+	return nil
+}
