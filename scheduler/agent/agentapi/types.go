@@ -1,0 +1,129 @@
+// Package agentapi is the wire contract of the `impact agent` HTTP API: the
+// JSON bodies of /v1/health, /v1/queue and /v1/explain/<job>, and a small
+// client the `impact queue` / `impact explain` commands (and scripts written
+// in Go) use. It holds no logic of the agent, so the CLI can import it
+// without pulling the agent's dependencies.
+package agentapi
+
+import "time"
+
+// DefaultAddress is where `impact agent` listens unless configured
+// otherwise, and where the CLI looks unless IMPACT_ADDR or -address says.
+const DefaultAddress = "http://127.0.0.1:4680"
+
+// AddressEnv is the environment variable naming the agent's address.
+const AddressEnv = "IMPACT_ADDR"
+
+// Health is GET /v1/health. Status is "ok" when the agent can do its job
+// (connected to Nomad, cycles succeeding or it is a healthy follower) and
+// "degraded" otherwise, with the reasons in Problems; the HTTP status is 200
+// for ok and 503 for degraded, so a Consul HTTP check can use it directly.
+type Health struct {
+	Status   string   `json:"status"`
+	Name     string   `json:"name"`
+	Version  string   `json:"version"`
+	Leader   bool     `json:"leader"`
+	Problems []string `json:"problems,omitempty"`
+	// LastCycle is when the last scheduling cycle finished, if any.
+	LastCycle *time.Time `json:"last_cycle,omitempty"`
+	// LastCycleError is the error of the last cycle, empty when it worked.
+	LastCycleError string `json:"last_cycle_error,omitempty"`
+	// Cycles counts scheduling cycles since start.
+	Cycles uint64 `json:"cycles"`
+	// EventIndex is the Nomad index the agent's model is current to.
+	EventIndex uint64 `json:"event_index"`
+}
+
+// Health states.
+const (
+	StatusOK       = "ok"
+	StatusDegraded = "degraded"
+)
+
+// Job states in the queue.
+const (
+	StateWaiting   = "waiting"   // parked, waiting for its turn or for capacity
+	StateAdmitting = "admitting" // admitted, its allocations not all running yet
+	StateRunning   = "running"   // admitted and running
+	StateInvalid   = "invalid"   // parked because its impact_* meta is bad
+)
+
+// Queue is GET /v1/queue: every job the scheduler manages, waiting ones
+// first in the order they will be admitted.
+type Queue struct {
+	// GeneratedAt is when the cycle that produced this view ran.
+	GeneratedAt time.Time `json:"generated_at"`
+	// Leader is false when this agent is a standby: the view is computed
+	// the same way but not acted on.
+	Leader bool    `json:"leader"`
+	Jobs   []Entry `json:"jobs"`
+	// Cluster is the four-layer summary at GeneratedAt.
+	Cluster ClusterSummary `json:"cluster"`
+}
+
+// ClusterSummary is the pyramid's bottom layers at a glance.
+type ClusterSummary struct {
+	HealthyGPUs   int `json:"healthy_gpus"`
+	AllocatedGPUs int `json:"allocated_gpus"`
+	WaitingJobs   int `json:"waiting_jobs"`
+	WaitingGPUs   int `json:"waiting_gpus"`
+}
+
+// Entry is one managed job.
+type Entry struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	// Position is the 1-based place in the waiting queue; 0 when the job is
+	// not waiting (admitting or running).
+	Position int    `json:"position"`
+	State    string `json:"state"`
+	Tier     string `json:"tier,omitempty"`
+	Project  string `json:"project,omitempty"`
+	// GPUs is the job's total GPU ask over all its allocations.
+	GPUs int `json:"gpus"`
+	// Allocations is the number of allocations of the gang.
+	Allocations int `json:"allocations"`
+	// Score is the impact score (higher is admitted first); Terms is its
+	// breakdown, which sums to Score.
+	Score float64 `json:"score"`
+	Terms []Term  `json:"terms,omitempty"`
+	// Since is when the job started waiting (or was admitted).
+	Since time.Time `json:"since"`
+	// WaitSeconds is GeneratedAt - Since for waiting jobs.
+	WaitSeconds float64 `json:"wait_seconds"`
+	// Reason says in words why the job is where it is.
+	Reason string `json:"reason,omitempty"`
+	// Errors lists problems with the job's impact_* meta; a job with errors
+	// stays parked until they are fixed.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Term is one additive part of an impact score.
+type Term struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Detail string  `json:"detail,omitempty"`
+}
+
+// Explanation is GET /v1/explain/<job>: the job's entry plus the last
+// decision about it, the same content the agent writes to the Nomad
+// Variable nomad/jobs/<job>/impact.
+type Explanation struct {
+	Entry
+	GeneratedAt time.Time `json:"generated_at"`
+	Leader      bool      `json:"leader"`
+	// Decision is the last action the scheduler chose for the job:
+	// "admit", "preempt", "wait" or "none".
+	Decision string `json:"decision"`
+	// Nodes is where an admitted job was placed, per task group.
+	Nodes map[string][]string `json:"nodes,omitempty"`
+	// PreemptedBy names the job whose admission preempted this one.
+	PreemptedBy string `json:"preempted_by,omitempty"`
+	// Victims names the jobs this job's admission preempts.
+	Victims []string `json:"victims,omitempty"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+}

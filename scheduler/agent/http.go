@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+)
+
+// ViewSource is what the HTTP API reads: the agent's health and the view of
+// the last cycle. The agent implements it; tests use a static one.
+type ViewSource interface {
+	Health() agentapi.Health
+	Queue() agentapi.Queue
+	// Explain returns the explanation of one job; namespace "" means the
+	// agent's own namespace. ok is false when the job is not managed.
+	Explain(namespace, job string) (e agentapi.Explanation, ok bool)
+}
+
+// HandlerOptions are the optional parts of the API.
+type HandlerOptions struct {
+	// Metrics serves /metrics; nil leaves it out.
+	Metrics http.Handler
+	// Gang is the task driver's rendezvous API (driver/gang), mounted under
+	// /v1/gang/ so the impact-exec tasks of a gang meet at the scheduler;
+	// nil leaves it out.
+	Gang http.Handler
+}
+
+// NewHandler returns the agent's HTTP API.
+func NewHandler(src ViewSource, opts HandlerOptions, log hclog.Logger) http.Handler {
+	h := &handler{src: src, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/health", h.health)
+	mux.HandleFunc("/v1/queue", h.queue)
+	mux.HandleFunc("/v1/explain/", h.explain)
+	if opts.Metrics != nil {
+		mux.Handle("/metrics", getOnly(opts.Metrics))
+	}
+	if opts.Gang != nil {
+		mux.Handle("/v1/gang/", opts.Gang)
+		mux.Handle("/v1/gang", opts.Gang)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path+
+			" (the API serves /v1/health, /v1/queue, /v1/explain/<job>, /metrics)")
+	})
+	return mux
+}
+
+type handler struct {
+	src ViewSource
+	log hclog.Logger
+}
+
+func (h *handler) health(w http.ResponseWriter, r *http.Request) {
+	if !allowGet(w, r) {
+		return
+	}
+	hl := h.src.Health()
+	code := http.StatusOK
+	if hl.Status != agentapi.StatusOK {
+		code = http.StatusServiceUnavailable
+	}
+	h.writeJSON(w, code, hl)
+}
+
+func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
+	if !allowGet(w, r) {
+		return
+	}
+	q := h.src.Queue()
+	if q.Jobs == nil {
+		q.Jobs = []agentapi.Entry{}
+	}
+	h.writeJSON(w, http.StatusOK, q)
+}
+
+func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
+	if !allowGet(w, r) {
+		return
+	}
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/explain/")
+	job, err := url.PathUnescape(raw)
+	if err != nil || job == "" {
+		writeError(w, http.StatusBadRequest, "want /v1/explain/<job>, with the job ID path-escaped")
+		return
+	}
+	ns := r.URL.Query().Get("namespace")
+	e, ok := h.src.Explain(ns, job)
+	if !ok {
+		msg := "job " + job + " is not managed by the impact scheduler (not in its parking pool, or not seen yet)"
+		if ns != "" {
+			msg = "job " + job + " in namespace " + ns + " is not managed by the impact scheduler (not in its parking pool, or not seen yet)"
+		}
+		writeError(w, http.StatusNotFound, msg)
+		return
+	}
+	h.writeJSON(w, http.StatusOK, e)
+}
+
+func (h *handler) writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := encodeJSON(v, true)
+	if err != nil {
+		h.log.Error("encoding response", "error", err)
+		writeError(w, http.StatusInternalServerError, "encoding response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	body, _ := encodeJSON(agentapi.Error{Error: msg}, false)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+func allowGet(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed; use GET")
+	return false
+}
+
+func getOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allowGet(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// encodeJSON encodes without HTML escaping: the API is read by terminals
+// and scripts, where "\u003cjob\u003e" helps nobody.
+func encodeJSON(v any, indent bool) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	metrics "github.com/armon/go-metrics"
+	metricsprom "github.com/armon/go-metrics/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metric names (without the "impact_" service prefix the sink adds). They
+// follow the pyramid of DESIGN.md bottom-up: availability (healthy GPUs),
+// occupancy (allocated GPUs), impact (waiting jobs and time per tier,
+// preemptions, lost work), utilisation (GPU use from device stats), plus the
+// scheduler's own health (decision latency, event lag, leadership).
+var (
+	mGPUsTotal       = []string{"gpus", "total"}
+	mGPUsHealthy     = []string{"gpus", "healthy"}
+	mGPUsAllocated   = []string{"gpus", "allocated"}
+	mGPUUtilization  = []string{"gpus", "utilization_percent"}
+	mOccupancy       = []string{"occupancy", "ratio"}
+	mWaitingJobs     = []string{"queue", "waiting_jobs"}
+	mWaitingGPUs     = []string{"queue", "waiting_gpus"}
+	mWaitMax         = []string{"queue", "wait_max_seconds"}
+	mAdmittedWait    = []string{"queue", "admitted_wait_seconds"}
+	mInvalidJobs     = []string{"queue", "invalid_jobs"}
+	mAdmissions      = []string{"admissions", "total"}
+	mRollbacks       = []string{"admissions", "rollbacks_total"}
+	mPreemptions     = []string{"preemptions", "total"}
+	mLostGPUHours    = []string{"preemptions", "lost_gpu_hours_total"}
+	mDecisionLatency = []string{"cycle", "decision_ms"}
+	mCycleDuration   = []string{"cycle", "duration_ms"}
+	mCycles          = []string{"cycle", "total"}
+	mCycleErrors     = []string{"cycle", "errors_total"}
+	mActionErrors    = []string{"cycle", "action_errors_total"}
+	mEventLag        = []string{"events", "lag_seconds"}
+	mEventIndex      = []string{"events", "index"}
+	mLeader          = []string{"leader"}
+)
+
+// Metrics is the agent's instrumentation: an armon/go-metrics instance
+// writing to a Prometheus sink on a private registry (no global state, so
+// several agents can run in one test process).
+type Metrics struct {
+	m        *metrics.Metrics
+	registry *prometheus.Registry
+
+	mu        sync.Mutex
+	seenTiers map[string]bool
+}
+
+// NewMetrics builds the sink and registry. The gauges never expire: a gauge
+// that vanished from /metrics because nothing changed for a minute would
+// read as "no data" on a dashboard.
+func NewMetrics() (*Metrics, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("registering go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("registering process collector: %w", err)
+	}
+	gauge := func(name []string, help string) metricsprom.GaugeDefinition {
+		return metricsprom.GaugeDefinition{Name: append([]string{"impact"}, name...), Help: help}
+	}
+	counter := func(name []string, help string) metricsprom.CounterDefinition {
+		return metricsprom.CounterDefinition{Name: append([]string{"impact"}, name...), Help: help}
+	}
+	summary := func(name []string, help string) metricsprom.SummaryDefinition {
+		return metricsprom.SummaryDefinition{Name: append([]string{"impact"}, name...), Help: help}
+	}
+	sink, err := metricsprom.NewPrometheusSinkFrom(metricsprom.PrometheusOpts{
+		Name:       "impact_agent",
+		Registerer: reg,
+		GaugeDefinitions: []metricsprom.GaugeDefinition{
+			gauge(mGPUsTotal, "GPUs Nomad reports on eligible nodes."),
+			gauge(mGPUsHealthy, "Healthy GPUs (availability layer)."),
+			gauge(mGPUsAllocated, "GPUs held by allocations (occupancy layer)."),
+			gauge(mGPUUtilization, "Mean utilisation of allocated GPUs from device stats, percent (utilisation layer)."),
+			gauge(mOccupancy, "Allocated / healthy GPUs."),
+			gauge(mInvalidJobs, "Jobs parked because their impact_* meta is invalid."),
+			gauge(mEventLag, "Seconds from the oldest unapplied Nomad event's arrival to the cycle that used it."),
+			gauge(mEventIndex, "Nomad index the agent's model is current to."),
+			gauge(mLeader, "1 when this agent is the leader."),
+		},
+		CounterDefinitions: []metricsprom.CounterDefinition{
+			counter(mCycles, "Scheduling cycles run."),
+			counter(mCycleErrors, "Cycles that failed before acting."),
+			counter(mActionErrors, "Admissions, preemptions or explanations that failed."),
+			counter(mRollbacks, "Admissions rolled back because the gang did not fully start in time."),
+			counter(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
+		},
+		SummaryDefinitions: []metricsprom.SummaryDefinition{
+			summary(mDecisionLatency, "Time engine.Decide took, milliseconds."),
+			summary(mCycleDuration, "Time a whole cycle took (snapshot, decide, act), milliseconds."),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("prometheus sink: %w", err)
+	}
+	conf := metrics.DefaultConfig("impact")
+	conf.EnableHostname = false
+	conf.EnableRuntimeMetrics = false // the Go collector above covers it, without a goroutine
+	m, err := metrics.New(conf, sink)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return &Metrics{m: m, registry: reg, seenTiers: map[string]bool{}}, nil
+}
+
+// Handler serves /metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Gatherer exposes the registry to tests.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.registry }
+
+// TierStats is the waiting queue of one tier.
+type TierStats struct {
+	Jobs    int
+	GPUs    int
+	MaxWait time.Duration
+}
+
+// ClusterStats is one cycle's view of the four layers.
+type ClusterStats struct {
+	TotalGPUs     int
+	HealthyGPUs   int
+	AllocatedGPUs int
+	// Utilization is the mean device utilisation of allocated GPUs in
+	// percent; negative when no device stats are available.
+	Utilization float64
+	Tiers       map[string]TierStats
+	InvalidJobs int
+}
+
+// RecordCluster publishes the layer gauges. Tiers seen before but now empty
+// are set to zero rather than left at their last value.
+func (m *Metrics) RecordCluster(s ClusterStats) {
+	m.m.SetGauge(mGPUsTotal, float32(s.TotalGPUs))
+	m.m.SetGauge(mGPUsHealthy, float32(s.HealthyGPUs))
+	m.m.SetGauge(mGPUsAllocated, float32(s.AllocatedGPUs))
+	if s.HealthyGPUs > 0 {
+		m.m.SetGauge(mOccupancy, float32(s.AllocatedGPUs)/float32(s.HealthyGPUs))
+	} else {
+		m.m.SetGauge(mOccupancy, 0)
+	}
+	if s.Utilization >= 0 {
+		m.m.SetGauge(mGPUUtilization, float32(s.Utilization))
+	}
+	m.m.SetGauge(mInvalidJobs, float32(s.InvalidJobs))
+
+	m.mu.Lock()
+	for t := range s.Tiers {
+		m.seenTiers[t] = true
+	}
+	tiers := make([]string, 0, len(m.seenTiers))
+	for t := range m.seenTiers {
+		tiers = append(tiers, t)
+	}
+	m.mu.Unlock()
+	sort.Strings(tiers)
+	for _, t := range tiers {
+		st := s.Tiers[t]
+		l := []metrics.Label{{Name: "tier", Value: t}}
+		m.m.SetGaugeWithLabels(mWaitingJobs, float32(st.Jobs), l)
+		m.m.SetGaugeWithLabels(mWaitingGPUs, float32(st.GPUs), l)
+		m.m.SetGaugeWithLabels(mWaitMax, float32(st.MaxWait.Seconds()), l)
+	}
+}
+
+// RecordAdmission counts an admission and how long the job waited.
+func (m *Metrics) RecordAdmission(tier string, waited time.Duration) {
+	l := []metrics.Label{{Name: "tier", Value: tierLabel(tier)}}
+	m.m.IncrCounterWithLabels(mAdmissions, 1, l)
+	m.m.AddSampleWithLabels(mAdmittedWait, float32(waited.Seconds()), l)
+}
+
+// RecordPreemption counts a preempted job (by its tier) and the GPU-hours
+// of work it lost.
+func (m *Metrics) RecordPreemption(tier string, lostGPUHours float64) {
+	m.m.IncrCounterWithLabels(mPreemptions, 1, []metrics.Label{{Name: "tier", Value: tierLabel(tier)}})
+	if lostGPUHours > 0 {
+		m.m.IncrCounter(mLostGPUHours, float32(lostGPUHours))
+	}
+}
+
+// RecordRollback counts an admission rolled back.
+func (m *Metrics) RecordRollback() { m.m.IncrCounter(mRollbacks, 1) }
+
+// RecordCycle records one cycle: how long deciding and the whole cycle
+// took, and whether it failed.
+func (m *Metrics) RecordCycle(decide, total time.Duration, failed bool) {
+	m.m.IncrCounter(mCycles, 1)
+	if failed {
+		m.m.IncrCounter(mCycleErrors, 1)
+		return
+	}
+	m.m.AddSample(mDecisionLatency, float32(decide.Seconds()*1000))
+	m.m.AddSample(mCycleDuration, float32(total.Seconds()*1000))
+}
+
+// RecordActionError counts a failed action, by kind.
+func (m *Metrics) RecordActionError(kind string) {
+	m.m.IncrCounterWithLabels(mActionErrors, 1, []metrics.Label{{Name: "action", Value: kind}})
+}
+
+// RecordEvents publishes how far behind the model is.
+func (m *Metrics) RecordEvents(lag time.Duration, index uint64) {
+	m.m.SetGauge(mEventLag, float32(lag.Seconds()))
+	m.m.SetGauge(mEventIndex, float32(index))
+}
+
+// RecordLeader publishes leadership.
+func (m *Metrics) RecordLeader(leader bool) {
+	v := float32(0)
+	if leader {
+		v = 1
+	}
+	m.m.SetGauge(mLeader, v)
+}
+
+func tierLabel(t string) string {
+	if t == "" {
+		return "none"
+	}
+	return t
+}

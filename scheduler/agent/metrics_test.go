@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMetricsExposeTheFourLayers(t *testing.T) {
+	m, err := NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12, Utilization: 71.5,
+		Tiers: map[string]TierStats{"high": {Jobs: 2, GPUs: 8, MaxWait: 90 * time.Second}}, InvalidJobs: 1})
+	m.RecordAdmission("high", 30*time.Second)
+	m.RecordPreemption("scavenger", 1.5)
+	m.RecordCycle(3*time.Millisecond, 20*time.Millisecond, false)
+	m.RecordEvents(250*time.Millisecond, 1234)
+	m.RecordLeader(true)
+	// A tier that empties must read zero, not its last value.
+	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12, Utilization: -1,
+		Tiers: map[string]TierStats{"normal": {Jobs: 1, GPUs: 1}}})
+
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	out := string(b)
+	for _, want := range []string{
+		"impact_gpus_healthy 15",
+		"impact_gpus_allocated 12",
+		"impact_gpus_utilization_percent 71.5",
+		"impact_occupancy_ratio 0.8",
+		`impact_queue_waiting_jobs{tier="high"} 0`,
+		`impact_queue_waiting_jobs{tier="normal"} 1`,
+		`impact_admissions_total{tier="high"} 1`,
+		`impact_preemptions_total{tier="scavenger"} 1`,
+		"impact_preemptions_lost_gpu_hours_total 1.5",
+		"impact_cycle_decision_ms_count 1",
+		"impact_events_lag_seconds 0.25",
+		"impact_events_index 1234",
+		"impact_leader 1",
+		"# HELP impact_gpus_healthy Healthy GPUs",
+		"go_goroutines",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// Two metric instances must not collide (no global registry).
+	if _, err := NewMetrics(); err != nil {
+		t.Errorf("second NewMetrics: %v", err)
+	}
+}
