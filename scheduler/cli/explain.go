@@ -1,17 +1,139 @@
 package cli
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 
-// explainCommand is a placeholder until the explain subcommand lands.
-func explainCommand() Command {
+const explainHelp = `Usage: impact explain [options] JOB
+
+  Explains what the impact scheduler decided about one job and why: its
+  place in the queue, its impact score and the terms it is made of, the
+  reason it waits (or where it was placed, or what preempted it), and any
+  problem with its impact_* meta. Reads GET /v1/explain/JOB of an impact
+  agent; the same content is in the Nomad Variable nomad/jobs/JOB/impact.
+
+Options:
+
+  -address=<addr>     The impact agent's HTTP address. Defaults to the
+                      IMPACT_ADDR environment variable, else %s.
+  -namespace=<ns>     The job's Nomad namespace (default: the agent's).
+  -json               Print the agent's JSON answer, for scripts.
+`
+
+func explainCommand() Command { return explainCmd(os.Getenv) }
+
+func explainCmd(getenv func(string) string) Command {
 	return Command{
-		Synopsis: "(not built yet)",
-		Run: func(_ []string, _, stderr io.Writer) int {
-			fmt.Fprintln(stderr, "impact explain: not implemented yet")
-			return 1
+		Synopsis: "Explain the scheduler's decision about a job (table, or -json)",
+		Run: func(args []string, stdout, stderr io.Writer) int {
+			fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			address := fs.String("address", "", "")
+			namespace := fs.String("namespace", "", "")
+			asJSON := fs.Bool("json", false, "")
+			help := fmt.Sprintf(explainHelp, agentapi.DefaultAddress)
+			if code, done := parseFlags(fs, args, stdout, stderr, help); done {
+				return code
+			}
+			if fs.NArg() != 1 {
+				fmt.Fprintf(stderr, "impact explain: want exactly one JOB, got %d arguments\n\n%s", fs.NArg(), help)
+				return 1
+			}
+			c, err := agentClient(*address, getenv)
+			if err != nil {
+				fmt.Fprintf(stderr, "impact explain: %v\n", err)
+				return 1
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			e, err := c.Explain(ctx, *namespace, fs.Arg(0))
+			if err != nil {
+				fmt.Fprintf(stderr, "impact explain: %v\n", err)
+				return 1
+			}
+			if *asJSON {
+				return printJSON(stdout, stderr, e)
+			}
+			printExplanation(stdout, e)
+			return 0
 		},
+	}
+}
+
+func printExplanation(w io.Writer, e agentapi.Explanation) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("Job", e.Namespace+"/"+e.Job)
+	state := e.State
+	if e.Position > 0 {
+		state = fmt.Sprintf("%s (position %d in the queue)", e.State, e.Position)
+	}
+	row("State", state)
+	row("Tier", dash(e.Tier))
+	row("Project", dash(e.Project))
+	row("GPUs", fmt.Sprintf("%d in %d allocation(s)", e.GPUs, e.Allocations))
+	since := "-"
+	if !e.Since.IsZero() {
+		since = e.Since.UTC().Format(time.RFC3339)
+		if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
+			since += fmt.Sprintf(" (waiting %s)", formatDuration(time.Duration(e.WaitSeconds*float64(time.Second))))
+		}
+	}
+	row("Since", since)
+	row("Decision", dash(e.Decision))
+	row("Reason", dash(e.Reason))
+	if e.PreemptedBy != "" {
+		row("Preempted by", e.PreemptedBy)
+	}
+	if len(e.Victims) > 0 {
+		row("Preempts", strings.Join(e.Victims, ", "))
+	}
+	if len(e.Nodes) > 0 {
+		groups := make([]string, 0, len(e.Nodes))
+		for g := range e.Nodes {
+			groups = append(groups, g)
+		}
+		sort.Strings(groups)
+		for i, g := range groups {
+			k := ""
+			if i == 0 {
+				k = "Placement"
+			}
+			row(k, g+": "+strings.Join(e.Nodes[g], ", "))
+		}
+	}
+	role := "leader"
+	if !e.Leader {
+		role = "standby"
+	}
+	row("Decided", e.GeneratedAt.UTC().Format(time.RFC3339)+" by the "+role)
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nImpact score %.3f", e.Score)
+	if len(e.Terms) == 0 {
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, " =")
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		for _, t := range e.Terms {
+			fmt.Fprintf(tw, "  %s\t%+9.3f\t%s\n", t.Name, t.Value, t.Detail)
+		}
+		tw.Flush()
+	}
+	if len(e.Errors) > 0 {
+		fmt.Fprintln(w, "\nThe job stays parked until its impact_* meta is fixed:")
+		for _, msg := range e.Errors {
+			fmt.Fprintf(w, "  - %s\n", msg)
+		}
 	}
 }

@@ -1,17 +1,185 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 
-// queueCommand is a placeholder until the queue subcommand lands.
-func queueCommand() Command {
+const queueHelp = `Usage: impact queue [options]
+
+  Shows the jobs the impact scheduler manages: waiting jobs first, in the
+  order they will be admitted (highest impact score first), then jobs being
+  admitted and running. Reads GET /v1/queue of an impact agent.
+
+Options:
+
+  -address=<addr>   The impact agent's HTTP address. Defaults to the
+                    IMPACT_ADDR environment variable, else %s.
+  -json             Print the agent's JSON answer, for scripts.
+  -waiting          Only list waiting jobs.
+`
+
+func queueCommand() Command { return queueCmd(os.Getenv) }
+
+func queueCmd(getenv func(string) string) Command {
 	return Command{
-		Synopsis: "(not built yet)",
-		Run: func(_ []string, _, stderr io.Writer) int {
-			fmt.Fprintln(stderr, "impact queue: not implemented yet")
-			return 1
+		Synopsis: "List the impact scheduler's queue (table, or -json)",
+		Run: func(args []string, stdout, stderr io.Writer) int {
+			fs := flag.NewFlagSet("queue", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			address := fs.String("address", "", "")
+			asJSON := fs.Bool("json", false, "")
+			waiting := fs.Bool("waiting", false, "")
+			if code, done := parseFlags(fs, args, stdout, stderr, fmt.Sprintf(queueHelp, agentapi.DefaultAddress)); done {
+				return code
+			}
+			if fs.NArg() > 0 {
+				fmt.Fprintf(stderr, "impact queue: unexpected argument %q (see impact queue -h)\n", fs.Arg(0))
+				return 1
+			}
+			c, err := agentClient(*address, getenv)
+			if err != nil {
+				fmt.Fprintf(stderr, "impact queue: %v\n", err)
+				return 1
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			q, err := c.Queue(ctx)
+			if err != nil {
+				fmt.Fprintf(stderr, "impact queue: %v\n", err)
+				return 1
+			}
+			if *waiting {
+				kept := q.Jobs[:0]
+				for _, e := range q.Jobs {
+					if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
+						kept = append(kept, e)
+					}
+				}
+				q.Jobs = kept
+			}
+			if *asJSON {
+				return printJSON(stdout, stderr, q)
+			}
+			printQueue(stdout, q)
+			return 0
 		},
+	}
+}
+
+func printQueue(w io.Writer, q agentapi.Queue) {
+	role := "leader"
+	if !q.Leader {
+		role = "standby (view computed, not acted on)"
+	}
+	fmt.Fprintf(w, "Cluster: %d/%d healthy GPUs allocated, %d jobs waiting for %d GPUs (as of %s, %s)\n\n",
+		q.Cluster.AllocatedGPUs, q.Cluster.HealthyGPUs, q.Cluster.WaitingJobs, q.Cluster.WaitingGPUs,
+		q.GeneratedAt.UTC().Format(time.RFC3339), role)
+	if len(q.Jobs) == 0 {
+		fmt.Fprintln(w, "No managed jobs.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "POS\tJOB\tSTATE\tTIER\tPROJECT\tGPUS\tALLOCS\tSCORE\tWAITED\tREASON")
+	for _, e := range q.Jobs {
+		pos := "-"
+		if e.Position > 0 {
+			pos = fmt.Sprint(e.Position)
+		}
+		waited := "-"
+		if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
+			waited = formatDuration(time.Duration(e.WaitSeconds * float64(time.Second)))
+		}
+		reason := e.Reason
+		if len(e.Errors) > 0 {
+			reason = "invalid meta: " + strings.Join(e.Errors, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%s\t%s\n",
+			pos, jobName(e), e.State, dash(e.Tier), dash(e.Project), e.GPUs, e.Allocations, e.Score, waited, dash(reason))
+	}
+	tw.Flush()
+}
+
+// parseFlags parses flags that may come before or after positional
+// arguments ("impact explain JOB -json" works as people type it). done is
+// true when the command must return code now (help or a flag error).
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help string) (code int, done bool) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				io.WriteString(stdout, help)
+				return 0, true
+			}
+			fmt.Fprintf(stderr, "impact %s: %v\n\n%s", fs.Name(), err, help)
+			return 1, true
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	// Re-parse only the positionals so fs.Args() returns them.
+	_ = fs.Parse(append([]string{"--"}, positional...))
+	return 0, false
+}
+
+func agentClient(flagAddr string, getenv func(string) string) (*agentapi.Client, error) {
+	addr := flagAddr
+	if addr == "" {
+		addr = getenv(agentapi.AddressEnv)
+	}
+	return agentapi.NewClient(addr, nil)
+}
+
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "impact: encoding JSON: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func jobName(e agentapi.Entry) string {
+	if e.Namespace == "" || e.Namespace == "default" {
+		return e.Job
+	}
+	return e.Namespace + "/" + e.Job
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// formatDuration rounds to what a person wants to read: 45s, 12m30s, 3h20m, 2d4h.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
 }

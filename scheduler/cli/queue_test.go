@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent"
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+)
+
+type fixedView struct {
+	q agentapi.Queue
+	e map[string]agentapi.Explanation
+}
+
+func (f fixedView) Health() agentapi.Health { return agentapi.Health{Status: agentapi.StatusOK} }
+func (f fixedView) Queue() agentapi.Queue   { return f.q }
+func (f fixedView) Explain(ns, job string) (agentapi.Explanation, bool) {
+	if ns == "" {
+		ns = "default"
+	}
+	e, ok := f.e[ns+"/"+job]
+	return e, ok
+}
+
+func testAgent(t *testing.T) string {
+	t.Helper()
+	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	a := agentapi.Entry{Namespace: "default", Job: "train-a", Position: 1, State: agentapi.StateWaiting,
+		Tier: "high", Project: "olmo", GPUs: 8, Allocations: 2, Score: 12.5, Since: now.Add(-750 * time.Second),
+		WaitSeconds: 750, Reason: "needs 8 GPUs, 4 free",
+		Terms: []agentapi.Term{{Name: "tier", Value: 10, Detail: "tier high"}, {Name: "fair_share", Value: 2.5}}}
+	bad := agentapi.Entry{Namespace: "research", Job: "bad-meta", Position: 0, State: agentapi.StateInvalid,
+		Since: now.Add(-time.Minute), WaitSeconds: 60, Errors: []string{`impact_tier "urgent" is not a tier of the policy`}}
+	run := agentapi.Entry{Namespace: "default", Job: "eval", State: agentapi.StateRunning, Tier: "normal", Project: "tulu",
+		GPUs: 1, Allocations: 1, Since: now.Add(-time.Hour)}
+	v := fixedView{
+		q: agentapi.Queue{GeneratedAt: now, Leader: true, Jobs: []agentapi.Entry{a, bad, run},
+			Cluster: agentapi.ClusterSummary{HealthyGPUs: 16, AllocatedGPUs: 12, WaitingJobs: 1, WaitingGPUs: 8}},
+		e: map[string]agentapi.Explanation{
+			"default/train-a":   {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait"},
+			"research/bad-meta": {Entry: bad, GeneratedAt: now, Leader: true, Decision: "none"},
+			"default/eval":      {Entry: run, GeneratedAt: now, Leader: false, Decision: "admit", Nodes: map[string][]string{"w": {"node-1", "node-2"}}},
+		},
+	}
+	srv := httptest.NewServer(agent.NewHandler(v, agent.HandlerOptions{}, hclog.NewNullLogger()))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func run(cmd Command, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := cmd.Run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func noEnv(string) string { return "" }
+
+func TestQueueTable(t *testing.T) {
+	addr := testAgent(t)
+	code, out, errs := run(queueCmd(noEnv), "-address", addr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.Contains(lines[0], "12/16 healthy GPUs allocated, 1 jobs waiting for 8 GPUs") {
+		t.Errorf("summary line: %q", lines[0])
+	}
+	want := [][]string{
+		{"POS", "JOB", "STATE", "TIER", "PROJECT", "GPUS", "ALLOCS", "SCORE", "WAITED", "REASON"},
+		{"1", "train-a", "waiting", "high", "olmo", "8", "2", "12.50", "12m30s", "needs"},
+		{"-", "research/bad-meta", "invalid", "-", "-", "0", "0", "0.00", "1m00s", "invalid", "meta:"},
+		{"-", "eval", "running", "normal", "tulu", "1", "1", "0.00", "-", "-"},
+	}
+	for i, w := range want {
+		got := strings.Fields(lines[2+i])
+		for j := range w {
+			if j >= len(got) || got[j] != w[j] {
+				t.Errorf("row %d: got %q, want prefix %q", i, got, w)
+				break
+			}
+		}
+	}
+}
+
+func TestQueueJSONAndEnvAddress(t *testing.T) {
+	addr := testAgent(t)
+	env := func(k string) string {
+		if k == agentapi.AddressEnv {
+			return addr
+		}
+		return ""
+	}
+	code, out, errs := run(queueCmd(env), "-json", "-waiting")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var q agentapi.Queue
+	if err := json.Unmarshal([]byte(out), &q); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if len(q.Jobs) != 2 || q.Jobs[0].Job != "train-a" || q.Jobs[1].Job != "bad-meta" {
+		t.Errorf("-waiting must keep waiting and invalid jobs in order: %+v", q.Jobs)
+	}
+}
+
+func TestQueueErrors(t *testing.T) {
+	code, _, errs := run(queueCmd(noEnv), "-address", "http://127.0.0.1:1")
+	if code != 1 || !strings.Contains(errs, "reaching impact agent") || !strings.Contains(errs, "IMPACT_ADDR") {
+		t.Errorf("unreachable agent: exit %d, %q", code, errs)
+	}
+	code, out, _ := run(queueCmd(noEnv), "-h")
+	if code != 0 || !strings.Contains(out, "Usage: impact queue") || !strings.Contains(out, "IMPACT_ADDR") {
+		t.Errorf("-h: exit %d, %q", code, out)
+	}
+	code, _, errs = run(queueCmd(noEnv), "-bogus")
+	if code != 1 || !strings.Contains(errs, "flag provided but not defined: -bogus") {
+		t.Errorf("bad flag: exit %d, %q", code, errs)
+	}
+	code, _, errs = run(queueCmd(noEnv), "extra")
+	if code != 1 || !strings.Contains(errs, `unexpected argument "extra"`) {
+		t.Errorf("extra arg: exit %d, %q", code, errs)
+	}
+}
+
+func TestExplainTable(t *testing.T) {
+	addr := testAgent(t)
+	// Flags after the job, as people type them.
+	code, out, errs := run(explainCmd(noEnv), "train-a", "-address", addr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"Job       default/train-a",
+		"State     waiting (position 1 in the queue)",
+		"GPUs      8 in 2 allocation(s)",
+		"(waiting 12m30s)",
+		"Reason    needs 8 GPUs, 4 free",
+		"Impact score 12.500 =",
+		"tier",
+		"+10.000",
+		"fair_share",
+		"+2.500",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = run(explainCmd(noEnv), "-address", addr, "-namespace", "research", "bad-meta")
+	if code != 0 || !strings.Contains(out, "stays parked until its impact_* meta is fixed") || !strings.Contains(out, `"urgent" is not a tier`) {
+		t.Errorf("invalid meta explanation: %d\n%s", code, out)
+	}
+	code, out, _ = run(explainCmd(noEnv), "-address", addr, "eval")
+	if code != 0 || !strings.Contains(out, "Placement  w: node-1, node-2") || !strings.Contains(out, "by the standby") {
+		t.Errorf("placement explanation: %d\n%s", code, out)
+	}
+}
+
+func TestExplainJSONAndErrors(t *testing.T) {
+	addr := testAgent(t)
+	code, out, errs := run(explainCmd(noEnv), "-json", "-address", addr, "train-a")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var e agentapi.Explanation
+	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Job != "train-a" || e.Decision != "wait" || len(e.Terms) != 2 {
+		t.Errorf("json: %v %+v", err, e)
+	}
+	code, _, errs = run(explainCmd(noEnv), "-address", addr, "ghost")
+	if code != 1 || !strings.Contains(errs, "404") || !strings.Contains(errs, "not managed") {
+		t.Errorf("unknown job: %d %q", code, errs)
+	}
+	code, _, errs = run(explainCmd(noEnv), "-address", addr)
+	if code != 1 || !strings.Contains(errs, "want exactly one JOB") {
+		t.Errorf("no job: %d %q", code, errs)
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0s"}, {45 * time.Second, "45s"}, {750 * time.Second, "12m30s"},
+		{3*time.Hour + 20*time.Minute, "3h20m"}, {52 * time.Hour, "2d04h"},
+	} {
+		if got := formatDuration(tc.d); got != tc.want {
+			t.Errorf("%s: got %s, want %s", tc.d, got, tc.want)
+		}
+	}
+}
