@@ -1,0 +1,366 @@
+package fake
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/device/gpu"
+)
+
+const twoGPUs = `
+control_file = "ctl"
+gpu "a" {
+  uuid = "GPU-aaaa"
+  model = "Test GPU"
+  memory_mib = 1000
+  numa_node = 0
+  compute_capability = "8.0"
+}
+gpu "b" {
+  uuid = "GPU-bbbb"
+  model = "Test GPU"
+  memory_mib = 1000
+  numa_node = 1
+  compute_capability = "8.0"
+}
+nvlink {
+  gpus = ["a", "b"]
+  links = 2
+}
+`
+
+func TestExampleTopologies(t *testing.T) {
+	cases := map[string]struct {
+		gpus, mig, p2pPairs int
+		nvswitch            bool
+	}{
+		"nvswitch-8x-h100.hcl":    {8, 0, 28, true},
+		"two-islands-8x-a100.hcl": {8, 0, 12, false},
+		"pcie-2numa-4x-l40s.hcl":  {4, 0, 0, false},
+		"mig-4x-a100.hcl":         {4, 9, 6, true},
+	}
+	files, err := filepath.Glob("../../../example/topologies/*.hcl")
+	if err != nil || len(files) != len(cases) {
+		t.Fatalf("example topologies: %v %v, want %d files", files, err, len(cases))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			want, ok := cases[filepath.Base(f)]
+			if !ok {
+				t.Fatalf("no expectation for %s", f)
+			}
+			top, err := LoadTopology(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv := top.Inventory
+			mig, p2p := 0, 0
+			for _, d := range inv.Devices {
+				mig += len(d.MIG)
+				if strings.ContainsRune(d.PCIBusID, 0) || d.NUMANode < 0 || d.PowerLimitW <= 0 {
+					t.Errorf("device %+v", d)
+				}
+			}
+			for _, l := range inv.Links {
+				if l.NVLinkP2P {
+					p2p++
+				}
+			}
+			if len(inv.Devices) != want.gpus || mig != want.mig || p2p != want.p2pPairs || inv.NVSwitch != want.nvswitch {
+				t.Fatalf("gpus=%d mig=%d p2p=%d nvswitch=%v, want %+v", len(inv.Devices), mig, p2p, inv.NVSwitch, want)
+			}
+		})
+	}
+}
+
+func TestTwoIslandsBandwidth(t *testing.T) {
+	top, err := LoadTopology("../../../example/topologies/two-islands-8x-a100.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := top.Inventory.Devices[0]
+	if d.NVLinkLinks != 12 || d.NVLinkBandwidthGBps != 600 {
+		t.Fatalf("gpu0 links=%d bw=%d, want 12 links, 600 GB/s", d.NVLinkLinks, d.NVLinkBandwidthGBps)
+	}
+	if !strings.HasSuffix(top.ControlFile, "example/topologies/two-islands.ctl") {
+		t.Fatalf("control file %q not resolved next to the topology", top.ControlFile)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name, src, want string
+	}{
+		{"no gpus", `driver_version = "1"`, "no gpu blocks"},
+		{"bad uuid", `gpu "a" {
+uuid = "xyz"
+model = "m"
+memory_mib = 1
+}`, `gpu "a": uuid "xyz"`},
+		{"missing model", `gpu "a" {
+uuid = "GPU-1"
+memory_mib = 1
+}`, `"model" is required`},
+		{"dup uuid", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+}
+gpu "b" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+}`, "also used by"},
+		{"dup index", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+}
+gpu "b" {
+uuid = "GPU-2"
+model = "m"
+memory_mib = 1
+index = 0
+}`, "index 0 also used"},
+		{"bad bus", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+pci_bus_id = "3b"
+}`, "pci_bus_id"},
+		{"negative numa", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+numa_node = -1
+}`, "numa_node"},
+		{"unknown attr", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+colour = "red"
+}`, "colour"},
+		{"unknown link gpu", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+}
+nvlink {
+gpus = ["a", "z"]
+}`, `unknown GPU "z"`},
+		{"mig too big", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 10
+mig "1g" {
+uuid = "MIG-1"
+memory_mib = 20
+}
+}`, "memory_mib must be in 1..10"},
+		{"event two actions", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+}
+event {
+after = "1s"
+gpu = "a"
+xid = 79
+lost = true
+}`, "exactly one"},
+		{"event bad after", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+}
+event {
+after = "soon"
+gpu = "a"
+xid = 79
+}`, `after "soon"`},
+		{"stats out of range", `gpu "a" {
+uuid = "GPU-1"
+model = "m"
+memory_mib = 1
+}
+stats "a" {
+utilization = 140
+}`, "utilization must be 0..100"},
+		{"syntax", `gpu "a" {`, "Unclosed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseTopology("t.hcl", []byte(tc.src))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "t.hcl") {
+				t.Fatalf("err = %v, want it to name t.hcl and contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestControlLines(t *testing.T) {
+	top, err := ParseTopology("t.hcl", []byte(twoGPUs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		line string
+		want Action
+		ok   bool
+		err  string
+	}{
+		{"xid a 79", Action{Kind: ActXID, UUID: "GPU-aaaa", XID: 79}, true, ""},
+		{"lost GPU-bbbb", Action{Kind: ActLost, UUID: "GPU-bbbb"}, true, ""},
+		{"recover 1", Action{Kind: ActRecover, UUID: "GPU-bbbb"}, true, ""},
+		{"  # comment", Action{}, false, ""},
+		{"", Action{}, false, ""},
+		{"xid a", Action{}, false, "want xid <gpu> <code>"},
+		{"xid a -3", Action{}, false, "not a positive integer"},
+		{"reboot a", Action{}, false, "unknown verb"},
+		{"xid q 79", Action{}, false, `unknown GPU "q"`},
+		{"stats a utilization=x", Action{}, false, "not an integer"},
+		{"stats a speed=3", Action{}, false, "unknown stat"},
+		{"stats a utilization=101", Action{}, false, "0..100"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.line, func(t *testing.T) {
+			got, ok, err := top.ParseControlLine(tc.line)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || ok != tc.ok || got.Kind != tc.want.Kind || got.UUID != tc.want.UUID || got.XID != tc.want.XID {
+				t.Fatalf("got %+v ok=%v err=%v, want %+v ok=%v", got, ok, err, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// waitEvent waits for one health event with a deadline.
+func waitEvent(t *testing.T, ch <-chan gpu.HealthEvent) gpu.HealthEvent {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no health event within 5s")
+		return gpu.HealthEvent{}
+	}
+}
+
+func TestBackendControlFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.hcl")
+	if err := os.WriteFile(path, []byte(twoGPUs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	top, err := LoadTopology(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := New(top, hclog.NewNullLogger(), Options{PollInterval: 10 * time.Millisecond})
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan gpu.HealthEvent, 10)
+	go b.WatchHealth(ctx, events)
+
+	ctl := filepath.Join(dir, "ctl")
+	appendLine := func(s string) {
+		f, err := os.OpenFile(ctl, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendLine("bogus line\nxid a 79\n")
+	if ev := waitEvent(t, events); ev.Kind != gpu.EventXID || ev.XID != 79 || ev.UUID != "GPU-aaaa" {
+		t.Fatalf("event %+v", ev)
+	}
+	appendLine("lost b\n")
+	if ev := waitEvent(t, events); ev.Kind != gpu.EventLost || ev.UUID != "GPU-bbbb" {
+		t.Fatalf("event %+v", ev)
+	}
+	inv, _ := b.Inventory(ctx)
+	if len(inv.Devices) != 1 || len(inv.Links) != 0 {
+		t.Fatalf("after lost: %d devices %d links, want 1 and 0", len(inv.Devices), len(inv.Links))
+	}
+	// A partial line is not applied until it is complete.
+	appendLine("recover b")
+	b.Step()
+	if inv, _ := b.Inventory(ctx); len(inv.Devices) != 1 {
+		t.Fatalf("partial line applied")
+	}
+	appendLine("\nstats a utilization=85 memory_used_mib=512 power_w=250.5 temperature_c=70 ecc_uncorrected=2\n")
+	if ev := waitEvent(t, events); ev.Kind != gpu.EventRecovered || ev.UUID != "GPU-bbbb" {
+		t.Fatalf("event %+v", ev)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := b.Stats(ctx, []string{"GPU-aaaa", "GPU-bbbb"})
+		if len(st) == 2 && st[0].UtilizationPct == 85 {
+			s := st[0]
+			if s.MemoryUsedMiB != 512 || s.MemoryTotalMiB != 1000 || s.PowerW != 250.5 || s.TemperatureC != 70 || s.ECCUncorrected != 2 {
+				t.Fatalf("stats %+v", s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats never updated: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestBackendScriptedEvents(t *testing.T) {
+	src := twoGPUs + `
+event {
+  after = "0s"
+  gpu   = "a"
+  xid   = 48
+}
+event {
+  after = "1h"
+  gpu   = "b"
+  lost  = true
+}
+stats "b" {
+  utilization = 33
+}
+`
+	top, err := ParseTopology("t.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	top.ControlFile = ""
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	b := New(top, hclog.NewNullLogger(), Options{PollInterval: time.Hour, Now: clock})
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan gpu.HealthEvent, 10)
+	go b.WatchHealth(ctx, events)
+	if ev := waitEvent(t, events); ev.Kind != gpu.EventXID || ev.XID != 48 {
+		t.Fatalf("event %+v", ev)
+	}
+	if st, _ := b.Stats(ctx, []string{"GPU-bbbb"}); len(st) != 1 || st[0].UtilizationPct != 33 {
+		t.Fatalf("initial stats %+v", st)
+	}
+	now = now.Add(time.Hour)
+	b.Step()
+	if ev := waitEvent(t, events); ev.Kind != gpu.EventLost || ev.UUID != "GPU-bbbb" {
+		t.Fatalf("event %+v", ev)
+	}
+}
