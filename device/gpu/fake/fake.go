@@ -68,7 +68,7 @@
 package fake
 
 import (
-		"bytes"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
