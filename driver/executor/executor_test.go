@@ -1,0 +1,343 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/driver/gang"
+)
+
+// The test binary doubles as the supervisor: Launch runs `<test> supervise DIR`.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "supervise" {
+		os.Exit(Supervise(os.Args[2], hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Debug})))
+	}
+	os.Exit(m.Run())
+}
+
+func testSpec(t *testing.T, script string) (Spec, string) {
+	t.Helper()
+	dir := t.TempDir()
+	task := filepath.Join(dir, "task")
+	os.MkdirAll(task, 0o755)
+	return Spec{
+		Version: SpecVersion, TaskID: "a/t/1", Command: "/bin/sh", Args: []string{"-c", script},
+		Dir: task, Env: map[string]string{"PATH": "/usr/bin:/bin", "GREETING": "hello"},
+		StdoutPath: filepath.Join(dir, "stdout"), StderrPath: filepath.Join(dir, "stderr"),
+		KillSignal: "SIGTERM", KillTimeout: 2 * time.Second,
+	}, filepath.Join(dir, "state")
+}
+
+func launch(t *testing.T, spec Spec, state string) *Process {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Launch(context.Background(), exe, state, spec, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Stop(syscall.SIGKILL, 0) })
+	return p
+}
+
+func wait(t *testing.T, p *Process, d time.Duration) Exit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	ex, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	return ex
+}
+
+func waitFile(t *testing.T, path string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written within %s", path, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestExitCodeEnvAndLogs(t *testing.T) {
+	spec, state := testSpec(t, `echo "$GREETING from $(pwd)"; echo oops >&2; exit 3`)
+	p := launch(t, spec, state)
+	ex := wait(t, p, 10*time.Second)
+	if ex.ExitCode != 3 || ex.Signal != 0 || ex.Stopped {
+		t.Fatalf("exit: %+v", ex)
+	}
+	out, _ := os.ReadFile(spec.StdoutPath)
+	if got := strings.TrimSpace(string(out)); got != "hello from "+spec.Dir {
+		t.Fatalf("stdout %q", got)
+	}
+	errOut, _ := os.ReadFile(spec.StderrPath)
+	if strings.TrimSpace(string(errOut)) != "oops" {
+		t.Fatalf("stderr %q", errOut)
+	}
+	// Waiting again returns the same result at once.
+	if ex2 := wait(t, p, time.Second); ex2.ExitCode != 3 {
+		t.Fatalf("second wait: %+v", ex2)
+	}
+}
+
+func TestStopEscalatesToSIGKILL(t *testing.T) {
+	ready := "ready"
+	spec, state := testSpec(t, `trap 'echo got-term > term' TERM; echo x > `+ready+`; while true; do sleep 0.05; done`)
+	p := launch(t, spec, state)
+	waitFile(t, filepath.Join(spec.Dir, ready), 10*time.Second)
+	start := time.Now()
+	if err := p.Stop(syscall.SIGTERM, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("stop returned after %s, before the kill timeout", el)
+	}
+	ex := wait(t, p, 5*time.Second)
+	if ex.Signal != int(syscall.SIGKILL) || ex.ExitCode != 137 || !ex.Stopped {
+		t.Fatalf("exit: %+v", ex)
+	}
+	if got := waitFile(t, filepath.Join(spec.Dir, "term"), time.Second); !strings.Contains(got, "got-term") {
+		t.Fatalf("term file: %q", got)
+	}
+}
+
+func TestStopWithSignalBeforeTimeout(t *testing.T) {
+	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
+	p := launch(t, spec, state)
+	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	if err := p.Stop(syscall.SIGINT, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ex := wait(t, p, time.Second)
+	if ex.Signal != int(syscall.SIGINT) || ex.ExitCode != 130 {
+		t.Fatalf("exit: %+v", ex)
+	}
+}
+
+func TestSignalForwarded(t *testing.T) {
+	spec, state := testSpec(t, `trap 'echo usr1 > got; exit 0' USR1; echo x > ready; while true; do sleep 0.05; done`)
+	p := launch(t, spec, state)
+	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	sig, err := ParseSignal("SIGUSR1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if ex := wait(t, p, 10*time.Second); ex.ExitCode != 0 || ex.Signal != 0 {
+		t.Fatalf("exit: %+v", ex)
+	}
+	if got := waitFile(t, filepath.Join(spec.Dir, "got"), time.Second); strings.TrimSpace(got) != "usr1" {
+		t.Fatalf("got %q", got)
+	}
+	if err := p.Signal(sig); err == nil {
+		t.Fatal("signalling an exited task should fail")
+	}
+}
+
+func TestAttachAfterPluginLoss(t *testing.T) {
+	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
+	p := launch(t, spec, state)
+	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	// A new plugin process only has the persisted state.
+	q, err := Attach(p.State(), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Status()
+	if err != nil || st.Phase != PhaseRunning || st.ChildPID <= 0 {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	s := NewStatsTracker().Sample(st.ChildPID)
+	if s.Agg.RSS == 0 || len(s.ByPID) == 0 {
+		t.Fatalf("stats of the recovered task: %+v", s)
+	}
+	if err := q.Stop(syscall.SIGTERM, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ex := wait(t, q, 5*time.Second); ex.Signal != int(syscall.SIGTERM) {
+		t.Fatalf("exit: %+v", ex)
+	}
+	// Attaching to an exited task works and reports its exit; a bogus pid does not.
+	if r, err := Attach(p.State(), hclog.NewNullLogger()); err != nil || !r.Exited() {
+		t.Fatalf("attach to exited: %v", err)
+	}
+	bad := p.State()
+	os.Remove(filepath.Join(bad.Dir, ExitFile))
+	bad.SupervisorStart++
+	if _, err := Attach(bad, hclog.NewNullLogger()); err == nil {
+		t.Fatal("attach with a mismatched start time should fail")
+	}
+}
+
+func TestBadCommand(t *testing.T) {
+	spec, state := testSpec(t, "")
+	spec.Command, spec.Args = "no-such-command-xyz", nil
+	p := launch(t, spec, state)
+	ex := wait(t, p, 10*time.Second)
+	if ex.ExitCode == 0 || !strings.Contains(ex.Err, "not found") {
+		t.Fatalf("exit: %+v", ex)
+	}
+}
+
+func gangSpec(t *testing.T, url string, i, size int, script string) (Spec, string) {
+	spec, state := testSpec(t, script)
+	spec.Gang = &GangSpec{URL: url, ID: "default:train", Member: gang.MemberID(fmt.Sprintf("alloc%d", i), "t"),
+		Join: gang.JoinRequest{Size: size, Namespace: "default", JobID: "train", AllocID: fmt.Sprintf("alloc%d", i),
+			AllocIndex: i, Task: "t", NodeID: "n1", Addr: "127.0.0.1", Port: 29500 + i},
+		Timeout: 10 * time.Second, Heartbeat: 200 * time.Millisecond, Propagate: true,
+		CheckpointSignal: "SIGUSR1", Grace: 2 * time.Second}
+	return spec, state
+}
+
+func events(t *testing.T, p *Process) string {
+	evs, _, err := p.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, e := range evs {
+		msgs = append(msgs, e.Message)
+	}
+	return strings.Join(msgs, "\n")
+}
+
+func TestGangRendezvousEnv(t *testing.T) {
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const n = 3
+	procs := make([]*Process, n)
+	specs := make([]Spec, n)
+	for i := range n {
+		var state string
+		specs[i], state = gangSpec(t, srv.URL, i, n, `echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT"`)
+		procs[i] = launch(t, specs[i], state)
+	}
+	for i := range n {
+		if ex := wait(t, procs[i], 20*time.Second); ex.ExitCode != 0 {
+			t.Fatalf("member %d: %+v", i, ex)
+		}
+		out, _ := os.ReadFile(specs[i].StdoutPath)
+		want := fmt.Sprintf("%d 3 %d 3 127.0.0.1 29500", i, i)
+		if strings.TrimSpace(string(out)) != want {
+			t.Errorf("member %d printed %q, want %q", i, out, want)
+		}
+		if ev := events(t, procs[i]); !strings.Contains(ev, fmt.Sprintf("rank %d of 3", i)) {
+			t.Errorf("member %d events: %s", i, ev)
+		}
+	}
+}
+
+func TestGangBarrierTimeout(t *testing.T) {
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	spec, state := gangSpec(t, srv.URL, 0, 2, `echo started > started`)
+	spec.Gang.Timeout = 500 * time.Millisecond
+	p := launch(t, spec, state)
+	ex := wait(t, p, 10*time.Second)
+	if ex.ExitCode != 1 || !strings.Contains(ex.Err, "1 of 2 members arrived") {
+		t.Fatalf("exit: %+v", ex)
+	}
+	if ev := events(t, p); !strings.Contains(ev, "Gang barrier timed out after 500ms: 1 of 2 members arrived") {
+		t.Fatalf("events: %s", ev)
+	}
+	if fileExists(filepath.Join(spec.Dir, "started")) {
+		t.Fatal("the command ran although the gang never completed")
+	}
+}
+
+func TestGangStopWhileWaiting(t *testing.T) {
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	spec, state := gangSpec(t, srv.URL, 0, 2, `echo started > started`)
+	p := launch(t, spec, state)
+	// Nomad's default kill signal SIGINT arrives while the member waits.
+	if err := p.Stop(syscall.SIGUSR2, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ex := wait(t, p, time.Second)
+	if !ex.Stopped || !strings.Contains(ex.Err, "barrier") {
+		t.Fatalf("exit: %+v", ex)
+	}
+	if fileExists(filepath.Join(spec.Dir, "started")) {
+		t.Fatal("command ran")
+	}
+}
+
+// A failing member makes its running peers checkpoint and stop.
+func TestGangFailurePropagates(t *testing.T) {
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	peer := `trap 'echo ckpt > checkpointed' USR1; trap 'exit 143' TERM; echo x > ready; while true; do sleep 0.05; done`
+	var wg sync.WaitGroup
+	specs := make([]Spec, 3)
+	procs := make([]*Process, 3)
+	for i := range 3 {
+		script := peer
+		if i == 2 {
+			script = `while [ ! -f ../go ]; do sleep 0.05; done; exit 7`
+		}
+		var state string
+		specs[i], state = gangSpec(t, srv.URL, i, 3, script)
+		specs[i].Gang.Grace = 300 * time.Millisecond
+		procs[i] = launch(t, specs[i], state)
+	}
+	for i := range 2 {
+		waitFile(t, filepath.Join(specs[i].Dir, "ready"), 20*time.Second)
+	}
+	os.WriteFile(filepath.Join(filepath.Dir(specs[2].Dir), "go"), []byte("1"), 0o644)
+	if ex := wait(t, procs[2], 10*time.Second); ex.ExitCode != 7 {
+		t.Fatalf("failing member: %+v", ex)
+	}
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ex := wait(t, procs[i], 20*time.Second)
+			if !ex.Stopped || ex.ExitCode != 143 || !strings.Contains(ex.Err, "gang") {
+				t.Errorf("peer %d: %+v", i, ex)
+			}
+			if got := waitFile(t, filepath.Join(specs[i].Dir, "checkpointed"), time.Second); strings.TrimSpace(got) != "ckpt" {
+				t.Errorf("peer %d checkpoint: %q", i, got)
+			}
+			if ev := events(t, procs[i]); !strings.Contains(ev, "sending checkpoint signal SIGUSR1") || !strings.Contains(ev, "exited with code 7") {
+				t.Errorf("peer %d events: %s", i, ev)
+			}
+		}()
+	}
+	wg.Wait()
+	st, err := srv.Registry.List(), error(nil)
+	if len(st) != 1 || st[0].State != gang.StateFailed {
+		t.Fatalf("gang: %+v %v", st, err)
+	}
+}

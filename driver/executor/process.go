@@ -1,0 +1,321 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// State is what the driver keeps in its task handle to find a task again
+// after a plugin restart. It is small and versioned with the handle.
+type State struct {
+	Dir           string `json:"dir"`
+	SupervisorPID int    `json:"supervisor_pid"`
+	// SupervisorStart is the process start time in clock ticks since boot
+	// (/proc/PID/stat field 22), guarding against PID reuse.
+	SupervisorStart uint64 `json:"supervisor_start"`
+}
+
+// Process is the plugin's view of one supervised task.
+type Process struct {
+	state  State
+	logger hclog.Logger
+	exited chan struct{} // closed once the supervisor is gone
+	once   sync.Once
+}
+
+// PollInterval is how often an attached (not our child) supervisor is
+// checked for liveness.
+var PollInterval = 100 * time.Millisecond
+
+// Launch writes spec into dir and starts `exe supervise dir` in its own
+// session, so it survives the plugin. It returns once the supervisor has
+// installed its signal handlers.
+func Launch(ctx context.Context, exe, dir string, spec Spec, logger hclog.Logger) (*Process, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("task spec: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	if err := writeJSONAtomic(dir, SpecFile, spec); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening supervisor log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, "supervise", dir)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting supervisor %s: %w", exe, err)
+	}
+	p := &Process{logger: logger, exited: make(chan struct{})}
+	p.state = State{Dir: dir, SupervisorPID: cmd.Process.Pid}
+	go func() {
+		_ = cmd.Wait()
+		p.markExited()
+	}()
+	if st, err := procStat(cmd.Process.Pid); err == nil {
+		p.state.SupervisorStart = st.start
+	}
+	// Wait until the supervisor reports (its signal handlers are set).
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !fileExists(filepath.Join(dir, StatusFile)) && !fileExists(filepath.Join(dir, ExitFile)) {
+		select {
+		case <-p.exited:
+			if fileExists(filepath.Join(dir, ExitFile)) {
+				return p, nil
+			}
+			return nil, fmt.Errorf("supervisor exited at start-up (see %s)", filepath.Join(dir, LogFile))
+		case <-deadline.C:
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("supervisor did not start within 30s (see %s)", filepath.Join(dir, LogFile))
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return p, nil
+}
+
+// ErrLost means the supervisor is gone without leaving an exit status.
+var ErrLost = errors.New("task supervisor is gone and left no exit status")
+
+// Attach re-finds a task from its state after a plugin restart.
+func Attach(state State, logger hclog.Logger) (*Process, error) {
+	if state.Dir == "" || state.SupervisorPID <= 0 {
+		return nil, fmt.Errorf("task state is incomplete: dir %q, pid %d", state.Dir, state.SupervisorPID)
+	}
+	if _, err := os.Stat(filepath.Join(state.Dir, SpecFile)); err != nil {
+		return nil, fmt.Errorf("task state dir: %w", err)
+	}
+	p := &Process{state: state, logger: logger, exited: make(chan struct{})}
+	if fileExists(filepath.Join(state.Dir, ExitFile)) {
+		p.markExited()
+		return p, nil
+	}
+	if !alive(state) {
+		return nil, fmt.Errorf("supervisor pid %d: %w", state.SupervisorPID, ErrLost)
+	}
+	go func() {
+		t := time.NewTicker(PollInterval)
+		defer t.Stop()
+		for range t.C {
+			if !alive(state) {
+				p.markExited()
+				return
+			}
+		}
+	}()
+	return p, nil
+}
+
+func (p *Process) markExited() { p.once.Do(func() { close(p.exited) }) }
+
+// State returns what to persist in the task handle.
+func (p *Process) State() State { return p.state }
+
+// Done is closed once the supervisor has exited.
+func (p *Process) Done() <-chan struct{} { return p.exited }
+
+// Exited reports whether the supervisor has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait blocks until the task has ended and returns how.
+func (p *Process) Wait(ctx context.Context) (Exit, error) {
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		return Exit{}, ctx.Err()
+	}
+	var ex Exit
+	if err := readJSON(p.state.Dir, ExitFile, &ex); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Exit{}, ErrLost
+		}
+		return Exit{}, err
+	}
+	return ex, nil
+}
+
+// Status reads the supervisor's status file.
+func (p *Process) Status() (Status, error) {
+	var st Status
+	err := readJSON(p.state.Dir, StatusFile, &st)
+	return st, err
+}
+
+// Signal sends sig to the task: through the supervisor, which forwards it
+// to the task's process group (SIGKILL goes to the group directly).
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.Exited() {
+		return fmt.Errorf("task has exited")
+	}
+	if sig == syscall.SIGKILL {
+		st, err := p.Status()
+		if err == nil && st.ChildPID > 0 {
+			return syscall.Kill(-st.ChildPID, sig)
+		}
+	}
+	if err := syscall.Kill(p.state.SupervisorPID, sig); err != nil {
+		return fmt.Errorf("signalling supervisor %d: %w", p.state.SupervisorPID, err)
+	}
+	return nil
+}
+
+// Stop stops the task: sig to its process group, SIGKILL after timeout.
+// It returns once the task has ended (or the supervisor had to be killed).
+func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) error {
+	if p.Exited() {
+		return nil
+	}
+	if f, err := os.Create(filepath.Join(p.state.Dir, StopFile)); err == nil {
+		f.Close()
+	}
+	if st, err := p.Status(); err == nil && st.ChildPID == 0 && st.Phase != PhaseExited {
+		// Not started yet (gang barrier): any stop aborts the wait.
+		sig = syscall.SIGTERM
+	}
+	if err := p.Signal(sig); err != nil && !p.Exited() {
+		p.logger.Warn("sending stop signal", "signal", sig, "error", err)
+	}
+	if p.waitExited(timeout) {
+		return nil
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	if p.waitExited(5 * time.Second) {
+		return nil
+	}
+	// The supervisor itself is stuck: kill it and record the stop.
+	_ = syscall.Kill(p.state.SupervisorPID, syscall.SIGKILL)
+	if !fileExists(filepath.Join(p.state.Dir, ExitFile)) {
+		_ = writeJSONAtomic(p.state.Dir, ExitFile, Exit{ExitCode: 137, Signal: int(syscall.SIGKILL), Stopped: true,
+			Err: "supervisor did not stop in time and was killed", ExitedAt: time.Now()})
+	}
+	if !p.waitExited(5 * time.Second) {
+		return fmt.Errorf("task supervisor %d did not exit after SIGKILL", p.state.SupervisorPID)
+	}
+	return nil
+}
+
+func (p *Process) waitExited(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Destroy kills the task if it still runs and removes its state dir.
+func (p *Process) Destroy() error {
+	if !p.Exited() {
+		if err := p.Stop(syscall.SIGKILL, 0); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(p.state.Dir)
+}
+
+// Events returns the complete event lines after byte offset off, and the
+// offset to continue from.
+func (p *Process) Events(off int64) ([]Event, int64, error) {
+	f, err := os.Open(filepath.Join(p.state.Dir, EventsFile))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, off, nil
+		}
+		return nil, off, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return nil, off, err
+	}
+	var out []Event
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			break // partial line: read it next time
+		}
+		off += int64(len(line))
+		var ev Event
+		if jerr := jsonUnmarshal(line, &ev); jerr != nil {
+			p.logger.Warn("skipping malformed event line", "error", jerr)
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out, off, nil
+}
+
+type procInfo struct {
+	ppid, pgrp int
+	state      byte
+	start      uint64
+}
+
+// procStat reads /proc/PID/stat.
+func procStat(pid int) (procInfo, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return procInfo{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+2:])
+	// f[0]=state f[1]=ppid f[2]=pgrp ... f[19]=starttime (field 22 overall)
+	if len(f) < 20 {
+		return procInfo{}, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgrp, _ := strconv.Atoi(f[2])
+	start, _ := strconv.ParseUint(f[19], 10, 64)
+	return procInfo{ppid: ppid, pgrp: pgrp, state: f[0][0], start: start}, nil
+}
+
+// alive: the supervisor process exists, is not a zombie and is the same
+// process (same start time) as when launched.
+func alive(s State) bool {
+	st, err := procStat(s.SupervisorPID)
+	if err != nil {
+		return false
+	}
+	if st.state == 'Z' || st.state == 'X' {
+		return false
+	}
+	return s.SupervisorStart == 0 || st.start == s.SupervisorStart
+}

@@ -1,0 +1,177 @@
+// Package executor runs one task of the impact-exec driver under a small
+// supervisor process (`impact-exec supervise DIR`) that is detached from the
+// plugin (its own session), so tasks outlive plugin and agent restarts.
+//
+// The plugin and the supervisor talk only through files in the task's
+// state directory and through signals:
+//
+//	spec.json      written by the plugin: what to run, gang settings
+//	status.json    written by the supervisor: phase, child pid (atomic rename)
+//	events.jsonl   appended by the supervisor: task events for Nomad
+//	stop           created by the plugin before a stop, so the exit counts as a stop
+//	exit.json      written by the supervisor as its last act (atomic rename)
+//	supervisor.log the supervisor's own log
+//
+// Signals sent to the supervisor are forwarded to the task's process
+// group; a termination signal received while waiting at the gang barrier
+// aborts the wait instead. Deciding (what to signal when) lives in the
+// supervisor's loop; the plugin side only launches, attaches, signals and
+// reads files, so a new plugin process can take over at any time.
+package executor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/driver/gang"
+)
+
+// SpecVersion is the version of Spec and of the files in the state dir.
+const SpecVersion = 1
+
+// File names inside the state directory.
+const (
+	SpecFile   = "spec.json"
+	StatusFile = "status.json"
+	EventsFile = "events.jsonl"
+	StopFile   = "stop"
+	ExitFile   = "exit.json"
+	LogFile    = "supervisor.log"
+)
+
+// Spec is everything the supervisor needs to run a task.
+type Spec struct {
+	Version    int               `json:"version"`
+	TaskID     string            `json:"task_id"`
+	Command    string            `json:"command"`
+	Args       []string          `json:"args"`
+	Dir        string            `json:"dir"`
+	Env        map[string]string `json:"env"`
+	User       string            `json:"user,omitempty"`
+	StdoutPath string            `json:"stdout_path"`
+	StderrPath string            `json:"stderr_path"`
+	// KillSignal and KillTimeout are used when the supervisor itself stops
+	// the task (gang failure propagation).
+	KillSignal  string        `json:"kill_signal"`
+	KillTimeout time.Duration `json:"kill_timeout"`
+	Gang        *GangSpec     `json:"gang,omitempty"`
+}
+
+// GangSpec configures the barrier and failure propagation of one member.
+type GangSpec struct {
+	URL       string           `json:"url"`
+	ID        string           `json:"id"`
+	Member    string           `json:"member"`
+	Join      gang.JoinRequest `json:"join"`
+	Timeout   time.Duration    `json:"timeout"`
+	Heartbeat time.Duration    `json:"heartbeat"`
+	// Propagate stops this member when a peer fails or is stopped.
+	Propagate bool `json:"propagate"`
+	// CheckpointSignal is sent first when a peer fails ("" = none), then
+	// the task gets Grace before its kill signal.
+	CheckpointSignal string        `json:"checkpoint_signal,omitempty"`
+	Grace            time.Duration `json:"grace"`
+}
+
+// Validate names the first missing field.
+func (s *Spec) Validate() error {
+	switch {
+	case s.Version != SpecVersion:
+		return fmt.Errorf("spec version %d, this binary understands %d", s.Version, SpecVersion)
+	case s.Command == "":
+		return fmt.Errorf("command is required")
+	case s.Dir == "":
+		return fmt.Errorf("dir is required")
+	}
+	if g := s.Gang; g != nil {
+		switch {
+		case g.URL == "":
+			return fmt.Errorf("gang: rendezvous url is required")
+		case g.ID == "" || g.Member == "":
+			return fmt.Errorf("gang: id and member are required")
+		case g.Timeout <= 0:
+			return fmt.Errorf("gang: timeout must be positive")
+		}
+	}
+	return nil
+}
+
+// Phase is where the supervisor is in a task's life.
+type Phase string
+
+// Phases, in order.
+const (
+	PhaseStarting Phase = "starting"
+	PhaseBarrier  Phase = "barrier"
+	PhaseRunning  Phase = "running"
+	PhaseExited   Phase = "exited"
+)
+
+// Status is the supervisor's status file.
+type Status struct {
+	Phase         Phase             `json:"phase"`
+	SupervisorPID int               `json:"supervisor_pid"`
+	ChildPID      int               `json:"child_pid,omitempty"`
+	StartedAt     time.Time         `json:"started_at,omitzero"`
+	GangEnv       map[string]string `json:"gang_env,omitempty"`
+}
+
+// Exit is the supervisor's exit file: how the task ended.
+type Exit struct {
+	ExitCode  int       `json:"exit_code"`
+	Signal    int       `json:"signal"`
+	OOMKilled bool      `json:"oom_killed"`
+	Err       string    `json:"err,omitempty"`
+	Stopped   bool      `json:"stopped"`
+	ExitedAt  time.Time `json:"exited_at"`
+}
+
+// Event is one line of the events file.
+type Event struct {
+	Time        time.Time         `json:"time"`
+	Message     string            `json:"message"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// writeJSONAtomic writes v to dir/name through a temporary file and a
+// rename, so readers never see a partial file.
+func writeJSONAtomic(dir, name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", name, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("syncing %s: %w", name, err)
+	}
+	tmp.Close()
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("renaming %s: %w", name, err)
+	}
+	return nil
+}
+
+func readJSON(dir, name string, v any) error {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decoding %s: %w", filepath.Join(dir, name), err)
+	}
+	return nil
+}

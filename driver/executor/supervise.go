@@ -1,0 +1,495 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/driver/gang"
+)
+
+// forwarded are the signals the supervisor relays to the task's process
+// group (SIGKILL and SIGSTOP cannot be caught; the plugin sends SIGKILL to
+// the group directly).
+var forwarded = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
+	syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGWINCH,
+	syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGPROF, syscall.SIGVTALRM,
+}
+
+// terminating signals abort a wait at the gang barrier.
+func terminating(s os.Signal) bool {
+	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGQUIT || s == syscall.SIGHUP
+}
+
+type supervisor struct {
+	dir    string
+	spec   Spec
+	logger hclog.Logger
+	now    func() time.Time
+
+	evMu   sync.Mutex
+	events *os.File
+
+	mu          sync.Mutex
+	pgid        int // 0 until the child runs
+	stopSig     os.Signal
+	gangStopped bool
+	childDone   chan struct{}
+}
+
+// Supervise is the body of `impact-exec supervise DIR`: it runs the task
+// described by DIR/spec.json to completion and writes DIR/exit.json. It
+// returns the supervisor's own exit code (0 once exit.json is written).
+func Supervise(dir string, logger hclog.Logger) int {
+	s := &supervisor{dir: dir, logger: logger.Named("supervisor"), now: time.Now, childDone: make(chan struct{})}
+	ev, err := os.OpenFile(filepath.Join(dir, EventsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.logger.Error("cannot open events file", "error", err)
+		return 1
+	}
+	s.events = ev
+	defer ev.Close()
+	if err := readJSON(dir, SpecFile, &s.spec); err != nil {
+		return s.finish(Exit{ExitCode: 1, Err: fmt.Sprintf("reading task spec: %v", err)})
+	}
+	if err := s.spec.Validate(); err != nil {
+		return s.finish(Exit{ExitCode: 1, Err: fmt.Sprintf("invalid task spec: %v", err)})
+	}
+	return s.run()
+}
+
+func (s *supervisor) run() int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	// A broken stderr must not kill the supervisor (see protocol ref 10.1/15).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+
+	barrierCtx, cancelBarrier := context.WithCancel(context.Background())
+	defer cancelBarrier()
+	go s.relaySignals(sigs, cancelBarrier)
+
+	// Tell the plugin the signal handlers are in place.
+	if err := writeJSONAtomic(s.dir, StatusFile, Status{Phase: PhaseStarting, SupervisorPID: os.Getpid()}); err != nil {
+		return s.finish(Exit{ExitCode: 1, Err: err.Error()})
+	}
+
+	env := make(map[string]string, len(s.spec.Env)+10)
+	for k, v := range s.spec.Env {
+		env[k] = v
+	}
+	st := Status{Phase: PhaseRunning, SupervisorPID: os.Getpid()}
+
+	var client *gang.Client
+	if g := s.spec.Gang; g != nil {
+		st.Phase = PhaseBarrier
+		if err := writeJSONAtomic(s.dir, StatusFile, st); err != nil {
+			return s.finish(Exit{ExitCode: 1, Err: err.Error()})
+		}
+		var err error
+		client, err = gang.NewClient(g.URL, nil)
+		if err != nil {
+			return s.finish(Exit{ExitCode: 1, Err: err.Error()})
+		}
+		size := "all of the job's"
+		if g.Join.Size > 0 {
+			size = strconv.Itoa(g.Join.Size)
+		}
+		s.event(fmt.Sprintf("Waiting at gang barrier %s for %s members (timeout %s)", g.ID, size, g.Timeout), nil)
+		a, err := client.Barrier(barrierCtx, gang.BarrierConfig{
+			Gang: g.ID, Member: g.Member, Join: g.Join, Timeout: g.Timeout, Heartbeat: g.Heartbeat,
+			Progress: func(gs gang.Status) {
+				if gs.Arrived < gs.Size {
+					s.event(fmt.Sprintf("Gang %s: %d of %d members arrived", g.ID, gs.Arrived, gs.Size),
+						map[string]string{"gang_arrived": strconv.Itoa(gs.Arrived), "gang_size": strconv.Itoa(gs.Size)})
+				}
+			},
+		})
+		if err != nil {
+			return s.barrierFailed(err)
+		}
+		for k, v := range a.Env() {
+			env[k] = v
+		}
+		st.GangEnv = a.Env()
+		s.event(fmt.Sprintf("Gang %s complete: rank %d of %d (node rank %d of %d, local rank %d of %d), master %s:%d",
+			g.ID, a.Rank, a.WorldSize, a.NodeRank, a.NNodes, a.LocalRank, a.LocalWorldSize, a.MasterAddr, a.MasterPort),
+			map[string]string{"rank": strconv.Itoa(a.Rank), "world_size": strconv.Itoa(a.WorldSize)})
+	}
+
+	cmd, err := s.command(env)
+	if err != nil {
+		s.reportGangExit(client, gang.ExitRequest{ExitCode: 1, Reason: err.Error()})
+		return s.finish(Exit{ExitCode: 1, Err: err.Error()})
+	}
+	s.mu.Lock()
+	if s.stopSig != nil {
+		// Stopped between the barrier and the start.
+		sig := s.stopSig
+		s.mu.Unlock()
+		s.reportGangExit(client, gang.ExitRequest{Stopped: true, Reason: "stopped before start"})
+		return s.finish(Exit{ExitCode: 128 + sigNum(sig), Signal: sigNum(sig), Stopped: true})
+	}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		msg := fmt.Sprintf("starting %s: %v", s.spec.Command, err)
+		s.reportGangExit(client, gang.ExitRequest{ExitCode: 1, Reason: msg})
+		return s.finish(Exit{ExitCode: 1, Err: msg})
+	}
+	s.pgid = cmd.Process.Pid
+	s.mu.Unlock()
+	closeFiles(cmd)
+
+	st.Phase, st.ChildPID, st.StartedAt = PhaseRunning, cmd.Process.Pid, s.now()
+	if err := writeJSONAtomic(s.dir, StatusFile, st); err != nil {
+		s.logger.Error("writing status", "error", err)
+	}
+	s.logger.Info("task started", "pid", cmd.Process.Pid)
+
+	if client != nil {
+		go s.monitorGang(client)
+	}
+	werr := cmd.Wait()
+	close(s.childDone)
+	// Clean up whatever else is left in the task's process group.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+
+	ex := Exit{}
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+	case errors.As(werr, &ee):
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			ex.Signal = int(ws.Signal())
+			ex.ExitCode = 128 + ex.Signal
+		} else {
+			ex.ExitCode = ws.ExitStatus()
+		}
+	default:
+		ex.ExitCode, ex.Err = 1, fmt.Sprintf("waiting for task: %v", werr)
+	}
+	s.mu.Lock()
+	ex.Stopped = s.gangStopped || fileExists(filepath.Join(s.dir, StopFile))
+	gangStopped := s.gangStopped
+	s.mu.Unlock()
+	if gangStopped {
+		ex.Err = "stopped because its gang failed or was stopped"
+	}
+	s.reportGangExit(client, gang.ExitRequest{ExitCode: ex.ExitCode, Signal: ex.Signal, Stopped: ex.Stopped})
+	return s.finish(ex)
+}
+
+// relaySignals forwards signals to the task's process group, or aborts the
+// barrier wait on a terminating signal before the task has started.
+func (s *supervisor) relaySignals(sigs <-chan os.Signal, cancelBarrier context.CancelFunc) {
+	for sig := range sigs {
+		s.mu.Lock()
+		pgid := s.pgid
+		if pgid == 0 && terminating(sig) && s.stopSig == nil {
+			s.stopSig = sig
+		}
+		s.mu.Unlock()
+		if pgid == 0 {
+			if terminating(sig) {
+				s.logger.Info("stop requested before the task started", "signal", sig)
+				cancelBarrier()
+			}
+			continue
+		}
+		if err := syscall.Kill(-pgid, sig.(syscall.Signal)); err != nil {
+			s.logger.Warn("forwarding signal", "signal", sig, "error", err)
+		}
+	}
+}
+
+func (s *supervisor) barrierFailed(err error) int {
+	var te *gang.TimeoutError
+	var se *gang.StoppedError
+	s.mu.Lock()
+	stopSig := s.stopSig
+	s.mu.Unlock()
+	switch {
+	case stopSig != nil:
+		s.event("Stopped while waiting at the gang barrier", nil)
+		return s.finish(Exit{ExitCode: 128 + sigNum(stopSig), Signal: sigNum(stopSig), Stopped: true,
+			Err: "stopped while waiting at the gang barrier"})
+	case errors.As(err, &te):
+		s.event(fmt.Sprintf("Gang barrier timed out after %s: %d of %d members arrived", te.Timeout, te.Arrived, te.Size),
+			map[string]string{"gang_arrived": strconv.Itoa(te.Arrived), "gang_size": strconv.Itoa(te.Size)})
+	case errors.As(err, &se):
+		s.event(fmt.Sprintf("Gang %s was %s while waiting: %s", se.Gang, se.State, se.Reason), nil)
+	default:
+		s.event(fmt.Sprintf("Gang barrier failed: %v", err), nil)
+	}
+	return s.finish(Exit{ExitCode: 1, Err: err.Error()})
+}
+
+// monitorGang heartbeats while the task runs and, when the gang fails or is
+// stopped, checkpoints and stops the task (if propagation is on).
+func (s *supervisor) monitorGang(client *gang.Client) {
+	g := s.spec.Gang
+	hb := g.Heartbeat
+	if hb <= 0 {
+		hb = 5 * time.Second
+	}
+	ticker := time.NewTicker(hb)
+	defer ticker.Stop()
+	var index uint64
+	warned := false
+	for {
+		// Block on the gang's status until it changes or the next heartbeat.
+		ctx, cancel := context.WithTimeout(context.Background(), hb+10*time.Second)
+		var st gang.Status
+		var err error
+		if index == 0 {
+			st, err = client.Heartbeat(ctx, g.ID, g.Member)
+		} else {
+			st, err = client.Get(ctx, g.ID, index, hb)
+		}
+		cancel()
+		var apiErr *gang.APIError
+		switch {
+		case err != nil && errors.As(err, &apiErr) && (apiErr.Code == 404 || apiErr.Code == 409):
+			st = gang.Status{State: gang.StateFailed, Reason: apiErr.Message}
+		case err != nil:
+			if !warned {
+				s.event(fmt.Sprintf("Rendezvous server unreachable, task keeps running: %v", err), nil)
+				warned = true
+			}
+			select {
+			case <-s.childDone:
+				return
+			case <-ticker.C:
+			}
+			index = 0
+			continue
+		default:
+			warned = false
+			index = st.Index
+		}
+		if st.State == gang.StateFailed || st.State == gang.StateStopping {
+			if g.Propagate {
+				s.propagateStop(st)
+			}
+			return
+		}
+		select {
+		case <-s.childDone:
+			return
+		case <-ticker.C:
+			index = 0 // heartbeat next
+		default:
+		}
+	}
+}
+
+// propagateStop sends the checkpoint signal, waits the grace period, then
+// the kill signal and finally SIGKILL after the kill timeout.
+func (s *supervisor) propagateStop(st gang.Status) {
+	g := s.spec.Gang
+	s.mu.Lock()
+	s.gangStopped = true
+	pgid := s.pgid
+	s.mu.Unlock()
+	msg := fmt.Sprintf("Gang %s is %s (%s): stopping this member", g.ID, st.State, st.Reason)
+	if g.CheckpointSignal != "" {
+		msg = fmt.Sprintf("Gang %s is %s (%s): sending checkpoint signal %s, stopping in %s", g.ID, st.State, st.Reason, g.CheckpointSignal, g.Grace)
+	}
+	s.event(msg, map[string]string{"gang_state": string(st.State)})
+	if g.CheckpointSignal != "" {
+		if sig, err := ParseSignal(g.CheckpointSignal); err == nil {
+			_ = syscall.Kill(-pgid, sig)
+			if s.waitChild(g.Grace) {
+				return
+			}
+		}
+	}
+	sig, err := ParseSignal(s.spec.KillSignal)
+	if err != nil {
+		sig = syscall.SIGINT
+	}
+	_ = syscall.Kill(-pgid, sig)
+	if s.waitChild(s.spec.KillTimeout) {
+		return
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+func (s *supervisor) waitChild(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.childDone:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (s *supervisor) reportGangExit(client *gang.Client, req gang.ExitRequest) {
+	if client == nil {
+		return
+	}
+	g := s.spec.Gang
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		_, err := client.Exit(ctx, g.ID, g.Member, req)
+		var apiErr *gang.APIError
+		if err == nil || errors.As(err, &apiErr) {
+			if err != nil {
+				s.logger.Warn("reporting exit to the gang", "error", err)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.logger.Warn("could not report exit to the gang", "error", err)
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// command builds the task's process: own process group, task env, dir,
+// user and log FIFOs.
+func (s *supervisor) command(env map[string]string) (*exec.Cmd, error) {
+	sp := s.spec
+	path := sp.Command
+	if !strings.Contains(path, "/") {
+		if p, ok := env["PATH"]; ok {
+			os.Setenv("PATH", p)
+		}
+		lp, err := exec.LookPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("command %q not found in PATH: %w", path, err)
+		}
+		path = lp
+	} else if !filepath.IsAbs(path) {
+		path = filepath.Join(sp.Dir, path)
+	}
+	cmd := exec.Command(path, sp.Args...)
+	cmd.Args[0] = sp.Command
+	cmd.Dir = sp.Dir
+	cmd.Env = envList(env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if sp.User != "" {
+		cred, err := credential(sp.User)
+		if err != nil {
+			return nil, err
+		}
+		cmd.SysProcAttr.Credential = cred
+	}
+	var err error
+	if cmd.Stdout, err = openLog(sp.StdoutPath); err != nil {
+		return nil, err
+	}
+	if cmd.Stderr, err = openLog(sp.StderrPath); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+func closeFiles(cmd *exec.Cmd) {
+	for _, w := range []any{cmd.Stdout, cmd.Stderr} {
+		if f, ok := w.(*os.File); ok {
+			f.Close()
+		}
+	}
+}
+
+// openLog opens a log destination (usually a FIFO read by Nomad's logmon)
+// for writing; empty means /dev/null.
+func openLog(p string) (*os.File, error) {
+	if p == "" {
+		p = os.DevNull
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening log %s: %w", p, err)
+	}
+	return f, nil
+}
+
+func credential(name string) (*syscall.Credential, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("task user %q: %w", name, err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	if os.Geteuid() != 0 {
+		if uint64(os.Geteuid()) == uid {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("task user %q: running as another user needs the plugin to run as root", name)
+	}
+	var groups []uint32
+	if gids, err := u.GroupIds(); err == nil {
+		for _, g := range gids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				groups = append(groups, uint32(n))
+			}
+		}
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}, nil
+}
+
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// event appends one task event for the plugin to forward to Nomad.
+func (s *supervisor) event(msg string, ann map[string]string) {
+	s.logger.Info("event", "message", msg)
+	b, _ := jsonMarshal(Event{Time: s.now(), Message: msg, Annotations: ann})
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	if _, err := s.events.Write(append(b, '\n')); err != nil {
+		s.logger.Error("writing event", "error", err)
+	}
+}
+
+// finish writes the exit file; it is the supervisor's last act.
+func (s *supervisor) finish(ex Exit) int {
+	ex.ExitedAt = s.now()
+	if err := writeJSONAtomic(s.dir, ExitFile, ex); err != nil {
+		s.logger.Error("writing exit file", "error", err)
+		return 1
+	}
+	st := Status{Phase: PhaseExited, SupervisorPID: os.Getpid()}
+	_ = writeJSONAtomic(s.dir, StatusFile, st)
+	s.logger.Info("task exited", "exit_code", ex.ExitCode, "signal", ex.Signal, "err", ex.Err)
+	return 0
+}
+
+func sigNum(s os.Signal) int {
+	if ss, ok := s.(syscall.Signal); ok {
+		return int(ss)
+	}
+	return 0
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
