@@ -1,0 +1,278 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// Store is the mutable model of the cluster: it applies upserts and deletes
+// of nodes, jobs and allocations (from Nomad's event stream or from the
+// simulator) and hands out immutable Snapshots. Taking a snapshot is O(1);
+// the first write after a snapshot copies only the small shard it touches.
+//
+// A Store is safe for concurrent use. Objects passed to Upsert* belong to
+// the store afterwards and must not be modified by the caller: snapshots
+// share them.
+type Store struct {
+	mu      sync.Mutex
+	version uint64
+	nodes   cowMap[*Node]
+	jobs    cowMap[*Job]
+	allocs  cowMap[*Alloc]
+	// byJob indexes allocation IDs per job ID; each value is replaced, never
+	// modified in place, so snapshots can share it.
+	byJob cowMap[[]string]
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store { return &Store{} }
+
+// ErrInvalid wraps every rejected update.
+var ErrInvalid = errors.New("invalid cluster update")
+
+// UpsertNode adds or replaces a node.
+func (s *Store) UpsertNode(n *Node) error {
+	if n == nil || n.ID == "" {
+		return fmt.Errorf("%w: node without ID", ErrInvalid)
+	}
+	seen := make(map[string]struct{}, len(n.GPUs))
+	for i, g := range n.GPUs {
+		if g.ID == "" {
+			return fmt.Errorf("%w: node %s: GPU %d has no instance ID", ErrInvalid, n.ID, i)
+		}
+		if _, dup := seen[g.ID]; dup {
+			return fmt.Errorf("%w: node %s: GPU instance ID %s listed twice", ErrInvalid, n.ID, g.ID)
+		}
+		seen[g.ID] = struct{}{}
+	}
+	s.mu.Lock()
+	s.nodes.set(n.ID, n)
+	s.version++
+	s.mu.Unlock()
+	return nil
+}
+
+// DeleteNode removes a node; it reports whether the node was known.
+func (s *Store) DeleteNode(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ok := s.nodes.del(id)
+	if ok {
+		s.version++
+	}
+	return ok
+}
+
+// UpsertJob adds or replaces a job.
+func (s *Store) UpsertJob(j *Job) error {
+	if j == nil || j.ID == "" {
+		return fmt.Errorf("%w: job without ID", ErrInvalid)
+	}
+	for _, g := range j.Groups {
+		if g.Count < 0 || g.GPUs < 0 {
+			return fmt.Errorf("%w: job %s group %q: negative count or GPUs", ErrInvalid, j.ID, g.Name)
+		}
+	}
+	s.mu.Lock()
+	s.jobs.set(j.ID, j)
+	s.version++
+	s.mu.Unlock()
+	return nil
+}
+
+// DeleteJob removes a job (its allocations are removed separately, as
+// their own events arrive); it reports whether the job was known.
+func (s *Store) DeleteJob(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ok := s.jobs.del(id)
+	if ok {
+		s.version++
+	}
+	return ok
+}
+
+// UpsertAlloc adds or replaces a running allocation.
+func (s *Store) UpsertAlloc(a *Alloc) error {
+	if a == nil || a.ID == "" {
+		return fmt.Errorf("%w: allocation without ID", ErrInvalid)
+	}
+	if a.JobID == "" || a.NodeID == "" {
+		return fmt.Errorf("%w: allocation %s without job or node", ErrInvalid, a.ID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.allocs.get(a.ID); ok && old.JobID != a.JobID {
+		s.unindex(old)
+	}
+	s.allocs.set(a.ID, a)
+	ids, _ := s.byJob.get(a.JobID)
+	found := false
+	for _, id := range ids {
+		if id == a.ID {
+			found = true
+			break
+		}
+	}
+	if !found {
+		next := make([]string, len(ids), len(ids)+1)
+		copy(next, ids)
+		s.byJob.set(a.JobID, append(next, a.ID))
+	}
+	s.version++
+	return nil
+}
+
+// DeleteAlloc removes an allocation (it stopped); it reports whether the
+// allocation was known.
+func (s *Store) DeleteAlloc(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.allocs.get(id)
+	if !ok {
+		return false
+	}
+	s.allocs.del(id)
+	s.unindex(old)
+	s.version++
+	return true
+}
+
+func (s *Store) unindex(a *Alloc) {
+	ids, _ := s.byJob.get(a.JobID)
+	next := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if id != a.ID {
+			next = append(next, id)
+		}
+	}
+	if len(next) == 0 {
+		s.byJob.del(a.JobID)
+	} else {
+		s.byJob.set(a.JobID, next)
+	}
+}
+
+// Version counts the updates applied so far.
+func (s *Store) Version() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// Snapshot returns an immutable view of the current state.
+func (s *Store) Snapshot() *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &Snapshot{
+		version: s.version,
+		nodes:   s.nodes.freeze(),
+		jobs:    s.jobs.freeze(),
+		allocs:  s.allocs.freeze(),
+		byJob:   s.byJob.freeze(),
+	}
+}
+
+// Snapshot is an immutable view of the cluster. Its lists are sorted by ID,
+// computed on first use and cached, so every consumer sees the same
+// deterministic order.
+type Snapshot struct {
+	version uint64
+	nodes   frozen[*Node]
+	jobs    frozen[*Job]
+	allocs  frozen[*Alloc]
+	byJob   frozen[[]string]
+
+	nodesOnce  sync.Once
+	nodeList   []*Node
+	jobsOnce   sync.Once
+	jobList    []*Job
+	allocsOnce sync.Once
+	allocList  []*Alloc
+}
+
+// Version is the store version the snapshot was taken at.
+func (s *Snapshot) Version() uint64 { return s.version }
+
+// Node returns a node by ID.
+func (s *Snapshot) Node(id string) (*Node, bool) { return s.nodes.get(id) }
+
+// Job returns a job by ID.
+func (s *Snapshot) Job(id string) (*Job, bool) { return s.jobs.get(id) }
+
+// Alloc returns an allocation by ID.
+func (s *Snapshot) Alloc(id string) (*Alloc, bool) { return s.allocs.get(id) }
+
+// NumNodes, NumJobs and NumAllocs count the tables.
+func (s *Snapshot) NumNodes() int  { return s.nodes.n }
+func (s *Snapshot) NumJobs() int   { return s.jobs.n }
+func (s *Snapshot) NumAllocs() int { return s.allocs.n }
+
+// Nodes returns all nodes sorted by ID. The slice is shared: do not modify.
+func (s *Snapshot) Nodes() []*Node {
+	s.nodesOnce.Do(func() {
+		s.nodeList = make([]*Node, 0, s.nodes.n)
+		s.nodes.each(func(_ string, n *Node) { s.nodeList = append(s.nodeList, n) })
+		sort.Slice(s.nodeList, func(i, j int) bool { return s.nodeList[i].ID < s.nodeList[j].ID })
+	})
+	return s.nodeList
+}
+
+// Jobs returns all jobs sorted by ID. The slice is shared: do not modify.
+func (s *Snapshot) Jobs() []*Job {
+	s.jobsOnce.Do(func() {
+		s.jobList = make([]*Job, 0, s.jobs.n)
+		s.jobs.each(func(_ string, j *Job) { s.jobList = append(s.jobList, j) })
+		sort.Slice(s.jobList, func(i, j int) bool { return s.jobList[i].ID < s.jobList[j].ID })
+	})
+	return s.jobList
+}
+
+// Allocs returns all allocations sorted by ID. The slice is shared: do not
+// modify.
+func (s *Snapshot) Allocs() []*Alloc {
+	s.allocsOnce.Do(func() {
+		s.allocList = make([]*Alloc, 0, s.allocs.n)
+		s.allocs.each(func(_ string, a *Alloc) { s.allocList = append(s.allocList, a) })
+		sort.Slice(s.allocList, func(i, j int) bool { return s.allocList[i].ID < s.allocList[j].ID })
+	})
+	return s.allocList
+}
+
+// JobAllocs returns the allocations of a job (its running gang), sorted by
+// ID.
+func (s *Snapshot) JobAllocs(jobID string) []*Alloc {
+	ids, _ := s.byJob.get(jobID)
+	out := make([]*Alloc, 0, len(ids))
+	for _, id := range ids {
+		if a, ok := s.allocs.get(id); ok {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Build returns a snapshot of the given objects: a shorthand for tests and
+// for the simulator's initial state.
+func Build(nodes []*Node, jobs []*Job, allocs []*Alloc) (*Snapshot, error) {
+	s := NewStore()
+	for _, n := range nodes {
+		if err := s.UpsertNode(n); err != nil {
+			return nil, err
+		}
+	}
+	for _, j := range jobs {
+		if err := s.UpsertJob(j); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range allocs {
+		if err := s.UpsertAlloc(a); err != nil {
+			return nil, err
+		}
+	}
+	return s.Snapshot(), nil
+}

@@ -1,0 +1,164 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// MaxGPUsPerNode is the most GPUs (device instances, MIG slices included)
+// the scheduler considers on one node; placement keeps a node's GPUs in a
+// 64-bit mask so that best-fit search stays cheap. GPUs beyond it are
+// ignored, and said so in explanations.
+const MaxGPUsPerNode = 64
+
+// GPU is one schedulable GPU device instance of a node.
+type GPU struct {
+	// ID is the device instance ID Nomad uses (the GPU UUID or MIG UUID).
+	ID string
+	// Index is the device's index on the node (as NVML numbers it).
+	Index int
+	// Island is the NVLink island: GPUs with the same island on the same
+	// node are NVLink-connected.
+	Island int
+	// NUMA is the NUMA node the GPU is attached to (-1 when unknown).
+	NUMA int
+	// Model is the product name (e.g. "NVIDIA H100 80GB HBM3").
+	Model string
+	// Healthy is false when the device plugin reports the GPU unhealthy.
+	Healthy bool
+}
+
+// Node is a client node that may run GPU work.
+type Node struct {
+	// ID is Nomad's node ID (used in placement pins).
+	ID string
+	// Name is the node's name, for people.
+	Name string
+	// Pool is the node pool the node belongs to.
+	Pool string
+	// Labels hold locality facts such as "rack" and "switch" (from node
+	// meta); multi-node gangs prefer nodes sharing them.
+	Labels map[string]string
+	// Eligible is Nomad's scheduling eligibility.
+	Eligible bool
+	// Ready is false when the node is down, draining or disconnected.
+	Ready bool
+	// GPUs of the node, in index order.
+	GPUs []GPU
+}
+
+// Schedulable reports whether new work may be placed on the node.
+func (n *Node) Schedulable() bool { return n.Eligible && n.Ready }
+
+// JobState says where a managed job is in its life.
+type JobState int
+
+const (
+	// JobQueued: parked in the parking pool, waiting for admission.
+	JobQueued JobState = iota
+	// JobRunning: admitted; its allocations are in the snapshot.
+	JobRunning
+)
+
+func (s JobState) String() string {
+	switch s {
+	case JobQueued:
+		return "queued"
+	case JobRunning:
+		return "running"
+	}
+	return "unknown"
+}
+
+// TaskGroup is one task group of a job: Count allocations, each wanting
+// GPUs GPUs on one node.
+type TaskGroup struct {
+	Name string
+	// Count is the number of allocations (gang members) of the group.
+	Count int
+	// GPUs per allocation (0 for groups that need no GPU; they are not
+	// placed by the scheduler).
+	GPUs int
+	// Spec is the group's effective impact contract (job meta with the
+	// group's overrides, policy.ParseGroupMeta).
+	Spec policy.Spec
+}
+
+// Job is a job the scheduler manages.
+type Job struct {
+	// ID identifies the job uniquely across namespaces; use JobKey.
+	ID string
+	// Namespace and Name as Nomad knows them.
+	Namespace string
+	Name      string
+	// Priority is Nomad's job priority; it breaks score ties.
+	Priority int
+	// Submit is when the job (this version) entered the queue; aging counts
+	// from here.
+	Submit time.Time
+	// State of the job.
+	State JobState
+	// Groups of the job; a job is admitted only when every group with
+	// GPUs > 0 is placed.
+	Groups []TaskGroup
+	// Spec is the job's impact contract (policy.ParseMeta(jobMeta, nil)).
+	Spec policy.Spec
+	// SpecErr, when not nil, is why the job's metadata is unusable; the job
+	// stays parked and explain shows the error.
+	SpecErr error
+	// ModifyIndex is Nomad's JobModifyIndex when the model read the job;
+	// plans carry it so that the adapter can enforce it on re-register.
+	ModifyIndex uint64
+}
+
+// GPUs is the total number of GPUs the job asks for.
+func (j *Job) GPUs() int {
+	n := 0
+	for _, g := range j.Groups {
+		n += g.Count * g.GPUs
+	}
+	return n
+}
+
+// Group returns the named task group, or nil.
+func (j *Job) Group(name string) *TaskGroup {
+	for i := range j.Groups {
+		if j.Groups[i].Name == name {
+			return &j.Groups[i]
+		}
+	}
+	return nil
+}
+
+// JobKey builds the Job.ID the model uses for a Nomad job.
+func JobKey(namespace, id string) string {
+	if namespace == "" {
+		namespace = "default"
+	}
+	return namespace + "/" + id
+}
+
+// Alloc is a running allocation holding GPUs. Allocations whose job is not
+// in the snapshot (jobs outside the parking pool) count as used capacity and
+// are never preempted.
+type Alloc struct {
+	// ID is Nomad's allocation ID.
+	ID string
+	// JobID is the Job.ID of the allocation's job.
+	JobID string
+	// Group is the task group name.
+	Group string
+	// NodeID is where it runs.
+	NodeID string
+	// GPUs are the device instance IDs it holds.
+	GPUs []string
+	// Start is when it started running (for min runtime and work lost).
+	Start time.Time
+	// LastCheckpoint is the last time the job saved its work (zero: never;
+	// work lost then counts from Start).
+	LastCheckpoint time.Time
+	// Stopping is true once the allocation has been told to stop (a
+	// preemption under way); its GPUs are about to be freed.
+	Stopping bool
+}

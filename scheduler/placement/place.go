@@ -1,0 +1,444 @@
+package placement
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// Group asks for Count allocations of GPUs GPUs each.
+type Group struct {
+	Name     string
+	Count    int
+	GPUs     int
+	Topology policy.Topology
+}
+
+// Request is an all-or-nothing placement of every group of one job.
+type Request struct {
+	// Pool restricts the nodes ("" = any pool).
+	Pool   string
+	Groups []Group
+	// AllowReserved lets the placement use reserved GPUs (a backfill job
+	// that cannot delay the reservation).
+	AllowReserved bool
+	// LocalityLabels are the node labels a multi-node gang tries to share,
+	// tightest first.
+	LocalityLabels []string
+}
+
+// GPUs is the total GPUs asked.
+func (r Request) GPUs() int {
+	n := 0
+	for _, g := range r.Groups {
+		n += g.Count * g.GPUs
+	}
+	return n
+}
+
+// Result holds the slots of each group, in request order.
+type Result struct {
+	Groups [][]Slot
+}
+
+// Rejections counts nodes by the reason they could not take a job (for
+// explain). Keys are short sentences.
+type Rejections map[string]int
+
+func (r Rejections) add(reason string, n int) {
+	if r != nil && n > 0 {
+		r[reason] += n
+	}
+}
+
+// Place finds an all-or-nothing placement for every group and takes the
+// GPUs. On failure the state is unchanged and rej (if not nil) says why
+// nodes were rejected.
+func (s *State) Place(req Request, rej Rejections) (Result, bool) {
+	ix := s.indexFor(req.Pool)
+	if ix == nil {
+		rej.add(fmt.Sprintf("no node in pool %q", req.Pool), s.all.total)
+		return Result{}, false
+	}
+	cp := s.Checkpoint()
+	var restore []Slot
+	if req.AllowReserved {
+		restore = s.unreserveAll(req.Pool)
+	}
+	need := req.GPUs()
+	if need > ix.free {
+		s.reject(req, ix, rej)
+		s.Rollback(cp)
+		return Result{}, false
+	}
+	// Largest groups first: they are the hardest to fit.
+	order := make([]int, len(req.Groups))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ga, gb := req.Groups[order[a]], req.Groups[order[b]]
+		if ga.GPUs != gb.GPUs {
+			return ga.GPUs > gb.GPUs
+		}
+		return ga.Count*ga.GPUs > gb.Count*gb.GPUs
+	})
+	res := Result{Groups: make([][]Slot, len(req.Groups))}
+	for _, gi := range order {
+		g := req.Groups[gi]
+		if g.Count == 0 || g.GPUs == 0 {
+			continue
+		}
+		slots, ok := s.placeGroup(ix, g, req.LocalityLabels)
+		if !ok {
+			s.rejectGroup(g, ix, req.Pool, rej)
+			s.Rollback(cp)
+			return Result{}, false
+		}
+		res.Groups[gi] = slots
+	}
+	if req.AllowReserved {
+		// Give back to the reservation what this job did not take.
+		for _, sl := range restore {
+			if m := sl.Mask &^ s.nodes[sl.Node].used; m != 0 {
+				s.Reserve(Slot{Node: sl.Node, Mask: m})
+			}
+		}
+	}
+	return res, true
+}
+
+func (s *State) unreserveAll(pool string) []Slot {
+	var out []Slot
+	for _, ord := range s.reservedNodes {
+		ns := &s.nodes[ord]
+		if ns.reserved == 0 || (pool != "" && ns.node.Pool != pool) {
+			continue
+		}
+		sl := Slot{Node: ord, Mask: ns.reserved}
+		out = append(out, sl)
+		s.Unreserve(sl)
+	}
+	return out
+}
+
+// placeGroup places Count allocations of one group and takes their GPUs.
+func (s *State) placeGroup(ix *index, g Group, labels []string) ([]Slot, bool) {
+	if g.GPUs > cluster.MaxGPUsPerNode {
+		return nil, false
+	}
+	if g.Count == 1 {
+		ord, mask, ok := s.bestFitOne(ix, g)
+		if !ok {
+			return nil, false
+		}
+		sl := Slot{Node: ord, Mask: mask}
+		s.Take(sl)
+		return []Slot{sl}, true
+	}
+	return s.placeGang(ix, g, labels)
+}
+
+// bestFitOne finds the node whose free GPU count is the smallest that
+// fits (so fragments stay small) and picks GPUs there.
+func (s *State) bestFitOne(ix *index, g Group) (int, uint64, bool) {
+	for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
+		best, bestMask, bestLeft := -1, uint64(0), 1<<30
+		for _, o := range ix.buckets[k] {
+			ord := int(o)
+			mask, left, ok := s.pick(ord, s.nodes[ord].free(), g.GPUs, g.Topology)
+			if !ok {
+				continue
+			}
+			// Prefer the island left with the fewest free GPUs, then the
+			// lowest node ordinal (deterministic).
+			if left < bestLeft || (left == bestLeft && ord < best) {
+				best, bestMask, bestLeft = ord, mask, left
+			}
+			if left == 0 && best == ord {
+				break
+			}
+		}
+		if best >= 0 {
+			return best, bestMask, true
+		}
+	}
+	return 0, 0, false
+}
+
+// pick chooses n GPUs from a node's free mask honouring topology. It returns
+// the mask and the free GPUs left in the island used (the fragment size, the
+// smaller the better) when the set lies in one island.
+func (s *State) pick(ord int, free uint64, n int, topo policy.Topology) (uint64, int, bool) {
+	ns := &s.nodes[ord]
+	if bits.OnesCount64(free) < n {
+		return 0, 0, false
+	}
+	// Best-fit island: the one with the fewest free GPUs that still fits.
+	bestIsl, bestFree := -1, 1<<30
+	for i, m := range ns.islands {
+		f := bits.OnesCount64(m & free)
+		if f >= n && f < bestFree {
+			bestIsl, bestFree = i, f
+		}
+	}
+	if bestIsl >= 0 && topo != policy.TopologyAny {
+		return lowest(ns.islands[bestIsl]&free, n), bestFree - n, true
+	}
+	if topo == policy.TopologyNVLink {
+		return 0, 0, false
+	}
+	// Spread: for "any", fill the most fragmented islands first (keeping
+	// whole islands whole); otherwise span as few islands as possible.
+	type isl struct{ i, f int }
+	list := make([]isl, 0, len(ns.islands))
+	for i, m := range ns.islands {
+		if f := bits.OnesCount64(m & free); f > 0 {
+			list = append(list, isl{i, f})
+		}
+	}
+	sort.SliceStable(list, func(a, b int) bool {
+		if topo == policy.TopologyAny {
+			return list[a].f < list[b].f
+		}
+		return list[a].f > list[b].f
+	})
+	var mask uint64
+	left := n
+	for _, it := range list {
+		take := min(left, it.f)
+		mask |= lowest(ns.islands[it.i]&free, take)
+		left -= take
+		if left == 0 {
+			break
+		}
+	}
+	return mask, 1 << 20, true
+}
+
+// lowest returns the n lowest set bits of m.
+func lowest(m uint64, n int) uint64 {
+	var out uint64
+	for ; n > 0 && m != 0; n-- {
+		b := m & -m
+		out |= b
+		m &^= b
+	}
+	return out
+}
+
+// capacity is how many allocations of n GPUs fit on a node now.
+func (s *State) capacity(ord, n int, topo policy.Topology) int {
+	ns := &s.nodes[ord]
+	free := ns.free()
+	if topo == policy.TopologyNVLink {
+		c := 0
+		for _, m := range ns.islands {
+			c += bits.OnesCount64(m&free) / n
+		}
+		return c
+	}
+	return bits.OnesCount64(free) / n
+}
+
+type cand struct {
+	ord, cap, free int
+	label          string
+}
+
+// placeGang places a multi-allocation group on the fewest nodes, preferring
+// nodes that share a locality label, best fit on the last node.
+func (s *State) placeGang(ix *index, g Group, labels []string) ([]Slot, bool) {
+	var cands []cand
+	total := 0
+	for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
+		for _, o := range ix.buckets[k] {
+			ord := int(o)
+			if c := s.capacity(ord, g.GPUs, g.Topology); c > 0 {
+				cands = append(cands, cand{ord: ord, cap: min(c, g.Count), free: k})
+				total += min(c, g.Count)
+			}
+		}
+	}
+	if total < g.Count {
+		return nil, false
+	}
+	sort.Slice(cands, func(a, b int) bool {
+		if cands[a].cap != cands[b].cap {
+			return cands[a].cap > cands[b].cap
+		}
+		if cands[a].free != cands[b].free {
+			return cands[a].free < cands[b].free
+		}
+		return cands[a].ord < cands[b].ord
+	})
+	minNodes := nodesNeeded(cands, g.Count)
+	chosen := cands
+	for _, label := range labels {
+		if sub, ok := s.bestDomain(cands, label, g.Count, minNodes); ok {
+			chosen = sub
+			break
+		}
+	}
+	picked := selectNodes(chosen, g.Count)
+	var slots []Slot
+	for _, c := range picked {
+		for range c.cap {
+			mask, _, ok := s.pick(c.ord, s.nodes[c.ord].free(), g.GPUs, g.Topology)
+			if !ok {
+				return nil, false // cannot happen: capacity said it fits
+			}
+			sl := Slot{Node: c.ord, Mask: mask}
+			s.Take(sl)
+			slots = append(slots, sl)
+		}
+	}
+	return slots, len(slots) == g.Count
+}
+
+// nodesNeeded: how many of the (capacity-sorted) candidates cover count.
+func nodesNeeded(cands []cand, count int) int {
+	sum := 0
+	for i, c := range cands {
+		sum += c.cap
+		if sum >= count {
+			return i + 1
+		}
+	}
+	return len(cands) + 1
+}
+
+// bestDomain returns the candidates of the label value (rack, switch) that
+// covers the gang with the fewest nodes, if that is the global minimum.
+func (s *State) bestDomain(cands []cand, label string, count, minNodes int) ([]cand, bool) {
+	domains := map[string][]cand{}
+	var names []string
+	for _, c := range cands {
+		v, ok := s.nodes[c.ord].node.Labels[label]
+		if !ok || v == "" {
+			continue
+		}
+		if _, seen := domains[v]; !seen {
+			names = append(names, v)
+		}
+		domains[v] = append(domains[v], c)
+	}
+	sort.Strings(names)
+	bestName, bestN, bestLeft := "", 1<<30, 1<<30
+	for _, name := range names {
+		d := domains[name]
+		n := nodesNeeded(d, count)
+		if n > len(d) || n > minNodes {
+			continue
+		}
+		left := 0
+		for _, c := range d[:n] {
+			left += c.free
+		}
+		if n < bestN || (n == bestN && left < bestLeft) {
+			bestName, bestN, bestLeft = name, n, left
+		}
+	}
+	if bestName == "" {
+		return nil, false
+	}
+	return domains[bestName], true
+}
+
+// selectNodes picks nodes from capacity-sorted candidates: while the rest
+// does not fit one node, take the largest; then the smallest node that
+// holds the rest (best fit).
+func selectNodes(cands []cand, count int) []cand {
+	var out []cand
+	used := make([]bool, len(cands))
+	left := count
+	for left > 0 {
+		best := -1
+		for i, c := range cands {
+			if used[i] || c.cap < left {
+				continue
+			}
+			if best < 0 || c.cap < cands[best].cap || (c.cap == cands[best].cap && c.free < cands[best].free) {
+				best = i
+			}
+		}
+		if best < 0 {
+			for i := range cands {
+				if !used[i] {
+					best = i
+					break
+				}
+			}
+			if best < 0 {
+				return out
+			}
+		}
+		used[best] = true
+		c := cands[best]
+		c.cap = min(c.cap, left)
+		left -= c.cap
+		out = append(out, c)
+	}
+	return out
+}
+
+// reject summarises, cheaply (from the index, not per node), why the pool
+// cannot take the whole request.
+func (s *State) reject(req Request, ix *index, rej Rejections) {
+	if rej == nil {
+		return
+	}
+	s.rejectPool(req.Pool, ix, rej)
+	rej.add(fmt.Sprintf("pool has %d free GPUs, job needs %d", ix.free, req.GPUs()), ix.nodes)
+}
+
+func (s *State) rejectPool(pool string, ix *index, rej Rejections) {
+	if pool != "" {
+		rej.add(fmt.Sprintf("not in node pool %q", pool), s.all.total-ix.total)
+	}
+	rej.add("node ineligible, down or draining", ix.total-ix.nodes)
+}
+
+func (s *State) rejectGroup(g Group, ix *index, pool string, rej Rejections) {
+	if rej == nil {
+		return
+	}
+	s.rejectPool(pool, ix, rej)
+	small := 0
+	for k := 0; k < g.GPUs && k <= cluster.MaxGPUsPerNode; k++ {
+		small += len(ix.buckets[k])
+	}
+	rej.add(fmt.Sprintf("fewer than %d free GPUs", g.GPUs), small)
+	big := ix.nodes - small
+	if big == 0 {
+		return
+	}
+	if g.Topology == policy.TopologyNVLink {
+		noIsland := 0
+		for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
+			for _, o := range ix.buckets[k] {
+				if s.capacity(int(o), g.GPUs, g.Topology) == 0 {
+					noIsland++
+				}
+			}
+		}
+		rej.add(fmt.Sprintf("no %d free GPUs in one NVLink island", g.GPUs), noIsland)
+		big -= noIsland
+	}
+	if g.Count > 1 {
+		rej.add(fmt.Sprintf("gang of %d x %d GPUs does not fit on the nodes with room", g.Count, g.GPUs), big)
+	}
+}
+
+// Pick chooses n GPUs among free on a node honouring topology (see Place);
+// preemption uses it to test a node with a victim's GPUs added.
+func (s *State) Pick(ord int, free uint64, n int, topo policy.Topology) (uint64, bool) {
+	m, _, ok := s.pick(ord, free, n, topo)
+	return m, ok
+}
+
+// PoolOf returns a node's pool.
+func (s *State) PoolOf(ord int) string { return s.nodes[ord].node.Pool }

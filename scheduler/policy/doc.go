@@ -1,0 +1,18 @@
+// Package policy holds what the operator and the job author say about
+// importance, and the arithmetic that turns it into an order.
+//
+// Three things live here, all pure (no I/O beyond reading the policy file,
+// no clock reads: every function that needs the time takes it):
+//
+//   - Spec, the impact contract of a job, parsed from its `impact_*` meta
+//     keys by ParseMeta. Malformed metadata yields a *MetaError naming the
+//     key, so the caller can keep the job parked and say why; nothing is
+//     defaulted silently.
+//   - Policy, the operator's policy file (tiers, projects, aging, fair-share
+//     half-life, preemption limits, backfill), built with the
+//     Default -> Merge -> Validate pattern. Parse errors and validation
+//     errors name the file, line and field.
+//   - Score and Usage: the impact score of a waiting job with every term kept
+//     for explain, and per-project GPU-hour usage decayed with a half-life,
+//     from which the fair-share deficit is computed.
+package policy

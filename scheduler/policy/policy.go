@@ -1,0 +1,515 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Policy is the operator's scheduling policy. Build it with Default, Merge
+// the parsed file on top, then Validate (Load does all three).
+type Policy struct {
+	// DefaultTier is the tier of jobs that set no impact_tier. Naming it in
+	// the policy (rather than guessing) keeps the default explicit.
+	DefaultTier string
+	// DefaultProject is charged for jobs that set no impact_project.
+	DefaultProject string
+	// Tiers by name.
+	Tiers map[string]*Tier
+	// Projects by name. Jobs of a project not listed here get share 1,
+	// weight 1 and no quota (see Project).
+	Projects map[string]*Project
+	// Aging raises a waiting job's score with its age, so nothing starves.
+	Aging Aging
+	// FairShare steers projects towards their share of GPU-hours.
+	FairShare FairShare
+	// Deadline raises urgency as a job's impact_deadline nears.
+	Deadline Deadline
+	// Preemption bounds how much work may be thrown away.
+	Preemption Preemption
+	// Backfill governs the reservation of the head of the queue.
+	Backfill Backfill
+
+	// pos records where each field was set (file:line), by field path such
+	// as `tier "critical" weight`, so Validate can point at it. Fields set
+	// by Default have no entry. set records which fields a parsed file set,
+	// for Merge.
+	pos map[string]Pos
+}
+
+// Tier is a class of importance.
+type Tier struct {
+	Name string
+	// Weight is the tier's term in the impact score and its impact per
+	// GPU in preemption gain and cost.
+	Weight float64
+	// MayPreempt lists the tiers whose preemptible jobs this tier may
+	// preempt.
+	MayPreempt []string
+	// Preemptible is the default for jobs of this tier that do not set
+	// impact_preemptible.
+	Preemptible bool
+}
+
+// Project is a team or budget that is charged for GPU-hours.
+type Project struct {
+	Name string
+	// Share is the project's relative entitlement (normalised over all
+	// projects with work in the cluster).
+	Share float64
+	// Weight multiplies the impact of the project's jobs (tier weight x
+	// project weight).
+	Weight float64
+	// GPUQuota caps the GPUs the project may hold at once; 0 = no cap.
+	GPUQuota int
+}
+
+// Aging: score term = min(WeightPerHour x hours waited, Max).
+type Aging struct {
+	WeightPerHour float64
+	Max           float64
+}
+
+// FairShare: score term = Weight x (entitled fraction - used fraction of
+// decayed GPU-hours), in [-Weight, +Weight].
+type FairShare struct {
+	HalfLife time.Duration
+	Weight   float64
+}
+
+// Deadline: score term = Weight x urgency, urgency rising linearly from 0
+// at Horizon before the deadline to 1 at the deadline (and staying 1 after).
+type Deadline struct {
+	Weight  float64
+	Horizon time.Duration
+}
+
+// Preemption limits.
+type Preemption struct {
+	// Enabled switches preemption on.
+	Enabled bool
+	// MaxGPUHoursLostPerHour caps the work thrown away (GPU-hours since
+	// the victims' last checkpoint) over any sliding hour; 0 = no cap.
+	MaxGPUHoursLostPerHour float64
+	// MinRuntime protects every job for its first MinRuntime (a job's
+	// impact_min_runtime may raise it).
+	MinRuntime time.Duration
+	// RestartCost is the work a restart wastes (loading, warm-up) in time
+	// per GPU, added to the work lost.
+	RestartCost time.Duration
+	// GainHorizon is how much earlier start a preemption buys the
+	// preemptor, valuing the gain: preemptor impact x GPUs x GainHorizon.
+	GainHorizon time.Duration
+	// MaxPerCycle bounds the number of jobs that may preempt in one cycle,
+	// so one cycle never tears down the cluster.
+	MaxPerCycle int
+}
+
+// Backfill governs the reservation for blocked jobs at the head of the
+// queue.
+type Backfill struct {
+	// Enabled lets later jobs start before a blocked head job when they
+	// cannot delay it. When false the queue is strict: nothing starts
+	// before a blocked head job except what fits beside its reservation.
+	Enabled bool
+	// Reservations is the number of blocked jobs, from the head, that get a
+	// reservation.
+	Reservations int
+}
+
+// Pos is a position in a policy file.
+type Pos struct {
+	File string
+	Line int
+}
+
+func (p Pos) String() string {
+	if p.File == "" {
+		return "policy default"
+	}
+	return fmt.Sprintf("%s:%d", p.File, p.Line)
+}
+
+// FieldError is a policy error that names the file, line and field.
+type FieldError struct {
+	Pos    Pos
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Pos, e.Field, e.Reason)
+}
+
+// Default returns the built-in policy: four tiers, a "default" project,
+// preemption on with conservative limits, backfill with one reservation.
+func Default() *Policy {
+	return &Policy{
+		DefaultTier:    "normal",
+		DefaultProject: "default",
+		Tiers: map[string]*Tier{
+			"critical":  {Name: "critical", Weight: 1000, MayPreempt: []string{"high", "normal", "scavenger"}},
+			"high":      {Name: "high", Weight: 100, MayPreempt: []string{"normal", "scavenger"}},
+			"normal":    {Name: "normal", Weight: 10, MayPreempt: []string{"scavenger"}},
+			"scavenger": {Name: "scavenger", Weight: 1, Preemptible: true},
+		},
+		Projects: map[string]*Project{
+			"default": {Name: "default", Share: 1, Weight: 1},
+		},
+		Aging:     Aging{WeightPerHour: 1, Max: 50},
+		FairShare: FairShare{HalfLife: 24 * time.Hour, Weight: 8},
+		Deadline:  Deadline{Weight: 50, Horizon: 24 * time.Hour},
+		Preemption: Preemption{
+			Enabled:                true,
+			MaxGPUHoursLostPerHour: 64,
+			MinRuntime:             10 * time.Minute,
+			RestartCost:            5 * time.Minute,
+			GainHorizon:            time.Hour,
+			MaxPerCycle:            8,
+		},
+		Backfill: Backfill{Enabled: true, Reservations: 1},
+		pos:      map[string]Pos{},
+	}
+}
+
+// Clone returns a deep copy.
+func (p *Policy) Clone() *Policy {
+	c := *p
+	c.Tiers = make(map[string]*Tier, len(p.Tiers))
+	for k, t := range p.Tiers {
+		tt := *t
+		tt.MayPreempt = append([]string(nil), t.MayPreempt...)
+		c.Tiers[k] = &tt
+	}
+	c.Projects = make(map[string]*Project, len(p.Projects))
+	for k, pr := range p.Projects {
+		pp := *pr
+		c.Projects[k] = &pp
+	}
+	c.pos = make(map[string]Pos, len(p.pos))
+	for k, v := range p.pos {
+		c.pos[k] = v
+	}
+	return &c
+}
+
+// Merge returns p with every field that o set (o came from a file: a field
+// is set when the file wrote it) laid on top. Tiers and projects merge by
+// name: a block in o changes only the fields it writes of the same-named
+// entry of p, or adds an entry.
+func (p *Policy) Merge(o *Policy) *Policy {
+	c := p.Clone()
+	if o == nil {
+		return c
+	}
+	set := func(field string) bool { _, ok := o.pos[field]; return ok }
+	take := func(field string) { c.pos[field] = o.pos[field] }
+	if set("default_tier") {
+		c.DefaultTier = o.DefaultTier
+		take("default_tier")
+	}
+	if set("default_project") {
+		c.DefaultProject = o.DefaultProject
+		take("default_project")
+	}
+	for _, name := range sortedKeys(o.Tiers) {
+		ot := o.Tiers[name]
+		ct, ok := c.Tiers[name]
+		if !ok {
+			ct = &Tier{Name: name}
+			c.Tiers[name] = ct
+		}
+		prefix := fmt.Sprintf("tier %q ", name)
+		take(prefix[:len(prefix)-1])
+		if f := prefix + "weight"; set(f) {
+			ct.Weight = ot.Weight
+			take(f)
+		}
+		if f := prefix + "may_preempt"; set(f) {
+			ct.MayPreempt = append([]string(nil), ot.MayPreempt...)
+			take(f)
+		}
+		if f := prefix + "preemptible"; set(f) {
+			ct.Preemptible = ot.Preemptible
+			take(f)
+		}
+	}
+	for _, name := range sortedKeys(o.Projects) {
+		op := o.Projects[name]
+		cp, ok := c.Projects[name]
+		if !ok {
+			cp = &Project{Name: name, Share: 1, Weight: 1}
+			c.Projects[name] = cp
+		}
+		prefix := fmt.Sprintf("project %q ", name)
+		take(prefix[:len(prefix)-1])
+		if f := prefix + "share"; set(f) {
+			cp.Share = op.Share
+			take(f)
+		}
+		if f := prefix + "weight"; set(f) {
+			cp.Weight = op.Weight
+			take(f)
+		}
+		if f := prefix + "gpu_quota"; set(f) {
+			cp.GPUQuota = op.GPUQuota
+			take(f)
+		}
+	}
+	mergeF := func(field string, dst *float64, src float64) {
+		if set(field) {
+			*dst = src
+			take(field)
+		}
+	}
+	mergeD := func(field string, dst *time.Duration, src time.Duration) {
+		if set(field) {
+			*dst = src
+			take(field)
+		}
+	}
+	mergeB := func(field string, dst *bool, src bool) {
+		if set(field) {
+			*dst = src
+			take(field)
+		}
+	}
+	mergeI := func(field string, dst *int, src int) {
+		if set(field) {
+			*dst = src
+			take(field)
+		}
+	}
+	mergeF("aging weight_per_hour", &c.Aging.WeightPerHour, o.Aging.WeightPerHour)
+	mergeF("aging max", &c.Aging.Max, o.Aging.Max)
+	mergeD("fair_share half_life", &c.FairShare.HalfLife, o.FairShare.HalfLife)
+	mergeF("fair_share weight", &c.FairShare.Weight, o.FairShare.Weight)
+	mergeF("deadline weight", &c.Deadline.Weight, o.Deadline.Weight)
+	mergeD("deadline horizon", &c.Deadline.Horizon, o.Deadline.Horizon)
+	mergeB("preemption enabled", &c.Preemption.Enabled, o.Preemption.Enabled)
+	mergeF("preemption max_gpu_hours_lost_per_hour", &c.Preemption.MaxGPUHoursLostPerHour, o.Preemption.MaxGPUHoursLostPerHour)
+	mergeD("preemption min_runtime", &c.Preemption.MinRuntime, o.Preemption.MinRuntime)
+	mergeD("preemption restart_cost", &c.Preemption.RestartCost, o.Preemption.RestartCost)
+	mergeD("preemption gain_horizon", &c.Preemption.GainHorizon, o.Preemption.GainHorizon)
+	mergeI("preemption max_per_cycle", &c.Preemption.MaxPerCycle, o.Preemption.MaxPerCycle)
+	mergeB("backfill enabled", &c.Backfill.Enabled, o.Backfill.Enabled)
+	mergeI("backfill reservations", &c.Backfill.Reservations, o.Backfill.Reservations)
+	return c
+}
+
+// Validate checks the policy as a whole. It returns every problem found,
+// joined, each a *FieldError naming file, line and field.
+func (p *Policy) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		pos, ok := p.pos[field]
+		if !ok {
+			// Point at the enclosing block when the field itself was not
+			// written (e.g. a tier block without a weight).
+			for f := field; !ok && f != ""; {
+				if i := lastSpace(f); i > 0 {
+					f = f[:i]
+					pos, ok = p.pos[f]
+				} else {
+					break
+				}
+			}
+		}
+		errs = append(errs, &FieldError{Pos: pos, Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+	if len(p.Tiers) == 0 {
+		bad("tier", "at least one tier is required")
+	}
+	if _, ok := p.Tiers[p.DefaultTier]; !ok {
+		bad("default_tier", "names tier %q, which is not defined (tiers: %s)", p.DefaultTier, joinKeys(p.Tiers))
+	}
+	if p.DefaultProject == "" {
+		bad("default_project", "must not be empty")
+	}
+	for _, name := range sortedKeys(p.Tiers) {
+		t := p.Tiers[name]
+		prefix := fmt.Sprintf("tier %q ", name)
+		if !finite(t.Weight) || t.Weight < 0 {
+			bad(prefix+"weight", "must be a number >= 0, got %v", t.Weight)
+		}
+		for _, v := range t.MayPreempt {
+			if _, ok := p.Tiers[v]; !ok {
+				bad(prefix+"may_preempt", "names tier %q, which is not defined (tiers: %s)", v, joinKeys(p.Tiers))
+			} else if v == name {
+				bad(prefix+"may_preempt", "a tier may not preempt itself")
+			}
+		}
+	}
+	for _, name := range sortedKeys(p.Projects) {
+		pr := p.Projects[name]
+		prefix := fmt.Sprintf("project %q ", name)
+		if !finite(pr.Share) || pr.Share <= 0 {
+			bad(prefix+"share", "must be a number > 0, got %v", pr.Share)
+		}
+		if !finite(pr.Weight) || pr.Weight <= 0 {
+			bad(prefix+"weight", "must be a number > 0, got %v", pr.Weight)
+		}
+		if pr.GPUQuota < 0 {
+			bad(prefix+"gpu_quota", "must be >= 0 (0 = no quota), got %d", pr.GPUQuota)
+		}
+	}
+	if !finite(p.Aging.WeightPerHour) || p.Aging.WeightPerHour < 0 {
+		bad("aging weight_per_hour", "must be >= 0, got %v", p.Aging.WeightPerHour)
+	}
+	if !finite(p.Aging.Max) || p.Aging.Max < 0 {
+		bad("aging max", "must be >= 0, got %v", p.Aging.Max)
+	}
+	if p.FairShare.HalfLife <= 0 {
+		bad("fair_share half_life", "must be > 0, got %s", p.FairShare.HalfLife)
+	}
+	if !finite(p.FairShare.Weight) || p.FairShare.Weight < 0 {
+		bad("fair_share weight", "must be >= 0, got %v", p.FairShare.Weight)
+	}
+	if !finite(p.Deadline.Weight) || p.Deadline.Weight < 0 {
+		bad("deadline weight", "must be >= 0, got %v", p.Deadline.Weight)
+	}
+	if p.Deadline.Horizon <= 0 {
+		bad("deadline horizon", "must be > 0, got %s", p.Deadline.Horizon)
+	}
+	if !finite(p.Preemption.MaxGPUHoursLostPerHour) || p.Preemption.MaxGPUHoursLostPerHour < 0 {
+		bad("preemption max_gpu_hours_lost_per_hour", "must be >= 0 (0 = no cap), got %v", p.Preemption.MaxGPUHoursLostPerHour)
+	}
+	if p.Preemption.MinRuntime < 0 {
+		bad("preemption min_runtime", "must not be negative")
+	}
+	if p.Preemption.RestartCost < 0 {
+		bad("preemption restart_cost", "must not be negative")
+	}
+	if p.Preemption.GainHorizon <= 0 {
+		bad("preemption gain_horizon", "must be > 0, got %s", p.Preemption.GainHorizon)
+	}
+	if p.Preemption.MaxPerCycle < 1 {
+		bad("preemption max_per_cycle", "must be >= 1, got %d", p.Preemption.MaxPerCycle)
+	}
+	if p.Backfill.Reservations < 0 {
+		bad("backfill reservations", "must be >= 0, got %d", p.Backfill.Reservations)
+	}
+	return errors.Join(errs...)
+}
+
+// TierOf resolves the tier of a spec (the default tier when unset); nil
+// when the tier is not defined.
+func (p *Policy) TierOf(s Spec) *Tier {
+	name := s.Tier
+	if name == "" {
+		name = p.DefaultTier
+	}
+	return p.Tiers[name]
+}
+
+// ProjectName resolves the project charged for a spec.
+func (p *Policy) ProjectName(s Spec) string {
+	if s.Project == "" {
+		return p.DefaultProject
+	}
+	return s.Project
+}
+
+// ProjectOf returns the project's settings; an unlisted project gets share
+// 1, weight 1 and no quota (projects are open: listing one only changes its
+// settings).
+func (p *Policy) ProjectOf(s Spec) Project {
+	name := p.ProjectName(s)
+	if pr, ok := p.Projects[name]; ok {
+		return *pr
+	}
+	return Project{Name: name, Share: 1, Weight: 1}
+}
+
+// CheckSpec reports a spec that this policy cannot honour (an unknown
+// tier), as a *MetaError naming the key.
+func (p *Policy) CheckSpec(s Spec) error {
+	if p.TierOf(s) == nil {
+		return &MetaError{Key: MetaTier, Value: s.Tier, Reason: fmt.Sprintf("unknown tier (policy tiers: %s)", joinKeys(p.Tiers))}
+	}
+	return nil
+}
+
+// IsPreemptible resolves a spec's preemptibility: the job's own answer, else
+// its tier's default.
+func (p *Policy) IsPreemptible(s Spec) bool {
+	if s.PreemptibleSet {
+		return s.Preemptible
+	}
+	if t := p.TierOf(s); t != nil {
+		return t.Preemptible
+	}
+	return false
+}
+
+// MayPreempt reports whether a job of tier `by` may preempt one of tier
+// `victim` (the victim's own preemptibility is checked separately).
+func (p *Policy) MayPreempt(by, victim string) bool {
+	t := p.Tiers[by]
+	if t == nil {
+		return false
+	}
+	for _, v := range t.MayPreempt {
+		if v == victim {
+			return true
+		}
+	}
+	return false
+}
+
+// Impact is the value per GPU of running a job: tier weight x project
+// weight. Preemption weighs gain and cost with it.
+func (p *Policy) Impact(s Spec) float64 {
+	t := p.TierOf(s)
+	if t == nil {
+		return 0
+	}
+	return t.Weight * p.ProjectOf(s).Weight
+}
+
+// MinRuntime is how long a job is protected from preemption after it
+// starts: the larger of the policy's and the job's.
+func (p *Policy) MinRuntime(s Spec) time.Duration {
+	return max(p.Preemption.MinRuntime, s.MinRuntime)
+}
+
+// TierNames returns the tier names ordered by weight, heaviest first.
+func (p *Policy) TierNames() []string {
+	names := sortedKeys(p.Tiers)
+	sort.SliceStable(names, func(i, j int) bool { return p.Tiers[names[i]].Weight > p.Tiers[names[j]].Weight })
+	return names
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func joinKeys[V any](m map[string]V) string {
+	keys := sortedKeys(m)
+	s := ""
+	for i, k := range keys {
+		if i > 0 {
+			s += ", "
+		}
+		s += k
+	}
+	return s
+}
+
+func lastSpace(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == ' ' {
+			return i
+		}
+	}
+	return -1
+}

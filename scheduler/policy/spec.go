@@ -1,0 +1,312 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Meta keys of the jobspec contract (see DESIGN.md, "Impact metadata").
+const (
+	MetaTier             = "impact_tier"
+	MetaProject          = "impact_project"
+	MetaDeadline         = "impact_deadline"
+	MetaPreemptible      = "impact_preemptible"
+	MetaGrace            = "impact_grace"
+	MetaCheckpointSignal = "impact_checkpoint_signal"
+	MetaMinRuntime       = "impact_min_runtime"
+	MetaWalltime         = "impact_walltime"
+	MetaTopology         = "impact_topology"
+	MetaPool             = "impact_pool"
+
+	// MetaPrefix marks a meta key as belonging to this contract; an unknown
+	// key with this prefix is an error (most likely a typo that would
+	// otherwise be ignored silently).
+	MetaPrefix = "impact_"
+)
+
+// groupOverridable lists the keys a task group's meta may set to a value
+// different from the job's. The others describe the job as a whole (who pays,
+// how important, where it runs) and must not differ between groups.
+var groupOverridable = map[string]bool{
+	MetaTopology:         true,
+	MetaGrace:            true,
+	MetaCheckpointSignal: true,
+}
+
+// Topology says how tightly the GPUs of one allocation must be connected.
+type Topology string
+
+const (
+	// TopologyUnset means the job did not say; placement treats it like
+	// TopologyNode (one island preferred, not required).
+	TopologyUnset Topology = ""
+	// TopologyNVLink requires every allocation's GPUs to sit in one NVLink
+	// island.
+	TopologyNVLink Topology = "nvlink"
+	// TopologyNode keeps an allocation on one node (always true) and
+	// prefers one island.
+	TopologyNode Topology = "node"
+	// TopologyAny takes any free GPUs of a node, packing islands only to
+	// keep fragments small.
+	TopologyAny Topology = "any"
+)
+
+// Spec is the impact contract of a job (or of one of its task groups), as
+// written in its `impact_*` meta. Zero values mean "not given"; what a
+// missing value resolves to is decided by the Policy (DefaultTier,
+// DefaultProject, the tier's preemptibility, Preemption.MinRuntime), never
+// here.
+type Spec struct {
+	// Tier names a tier of the policy file; "" means the policy's default.
+	Tier string
+	// Project is charged for the job's GPU-hours; "" means the policy's
+	// default project.
+	Project string
+	// Deadline, when not zero, raises urgency as it nears.
+	Deadline time.Time
+	// Preemptible is the job's own answer when PreemptibleSet; otherwise
+	// the tier's default applies.
+	Preemptible    bool
+	PreemptibleSet bool
+	// Grace is the time between the checkpoint signal and the stop.
+	Grace time.Duration
+	// CheckpointSignal is sent to the allocations before a preemption
+	// ("" sends none).
+	CheckpointSignal string
+	// MinRuntime: not preempted before it has run this long.
+	MinRuntime time.Duration
+	// Walltime is the expected run time; 0 means unknown (the job then
+	// cannot be proven to end before a reservation).
+	Walltime time.Duration
+	// Topology of each allocation's GPU set.
+	Topology Topology
+	// Pool is the node pool to run in once admitted; "" means the
+	// scheduler's default pool.
+	Pool string
+}
+
+// MetaError is a malformed `impact_*` meta value. It names the key so that
+// explain and logs can say exactly what to fix.
+type MetaError struct {
+	// Key is the meta key at fault.
+	Key string
+	// Value is the offending value as written.
+	Value string
+	// InGroup is true when the key was read from a task group's meta.
+	InGroup bool
+	// Group names that task group when the caller knew it (ParseGroupMeta).
+	Group string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *MetaError) Error() string {
+	where := "job meta"
+	switch {
+	case e.Group != "":
+		where = fmt.Sprintf("group %q meta", e.Group)
+	case e.InGroup:
+		where = "group meta"
+	}
+	return fmt.Sprintf("%s %s = %q: %s", where, e.Key, e.Value, e.Reason)
+}
+
+// ParseMeta parses the impact contract of a job, or of one task group when
+// groupMeta is given (pass nil for the job itself). Group meta may override
+// impact_topology, impact_grace and impact_checkpoint_signal; other impact
+// keys in group meta must repeat the job's value. The first error found, in
+// key order, is returned as a *MetaError (the Spec is then meaningless).
+// ParseGroupMeta does the same and names the group in errors.
+func ParseMeta(jobMeta, groupMeta map[string]string) (Spec, error) {
+	var s Spec
+	if err := parseInto(&s, jobMeta, false); err != nil {
+		return Spec{}, err
+	}
+	if groupMeta == nil {
+		return s, nil
+	}
+	for _, k := range sortedImpactKeys(groupMeta) {
+		v := groupMeta[k]
+		if !groupOverridable[k] {
+			if jv, ok := jobMeta[k]; !ok || jv != v {
+				if _, known := metaParsers[k]; known {
+					return Spec{}, &MetaError{Key: k, Value: v, InGroup: true,
+						Reason: "may only be set in job meta (group meta may override impact_topology, impact_grace, impact_checkpoint_signal)"}
+				}
+			}
+		}
+	}
+	if err := parseInto(&s, groupMeta, true); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+// ParseGroupMeta is ParseMeta for a named task group: errors name the group.
+func ParseGroupMeta(jobMeta, groupMeta map[string]string, group string) (Spec, error) {
+	s, err := ParseMeta(jobMeta, groupMeta)
+	if me, ok := err.(*MetaError); ok && me.InGroup {
+		me.Group = group
+	}
+	return s, err
+}
+
+type metaParser func(s *Spec, v string) string
+
+// metaParsers maps each key to a parser returning "" or the reason it failed.
+var metaParsers = map[string]metaParser{
+	MetaTier: func(s *Spec, v string) string {
+		if !validName(v) {
+			return "must be a tier name (letters, digits, '-', '_')"
+		}
+		s.Tier = v
+		return ""
+	},
+	MetaProject: func(s *Spec, v string) string {
+		if !validName(v) {
+			return "must be a project name (letters, digits, '-', '_', '.')"
+		}
+		s.Project = v
+		return ""
+	},
+	MetaDeadline: func(s *Spec, v string) string {
+		t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
+		if err != nil {
+			return "must be an RFC 3339 time such as 2026-12-05T00:00:00Z"
+		}
+		s.Deadline = t.UTC()
+		return ""
+	},
+	MetaPreemptible: func(s *Spec, v string) string {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return "must be true or false"
+		}
+		s.Preemptible, s.PreemptibleSet = b, true
+		return ""
+	},
+	MetaGrace: func(s *Spec, v string) string {
+		d, why := parseDuration(v)
+		if why != "" {
+			return why
+		}
+		s.Grace = d
+		return ""
+	},
+	MetaCheckpointSignal: func(s *Spec, v string) string {
+		sig := strings.TrimSpace(v)
+		if !validSignal(sig) {
+			return "must be a signal name such as SIGUSR1 or SIGTERM"
+		}
+		s.CheckpointSignal = sig
+		return ""
+	},
+	MetaMinRuntime: func(s *Spec, v string) string {
+		d, why := parseDuration(v)
+		if why != "" {
+			return why
+		}
+		s.MinRuntime = d
+		return ""
+	},
+	MetaWalltime: func(s *Spec, v string) string {
+		d, why := parseDuration(v)
+		if why != "" {
+			return why
+		}
+		if d == 0 {
+			return "must be greater than zero (omit the key when unknown)"
+		}
+		s.Walltime = d
+		return ""
+	},
+	MetaTopology: func(s *Spec, v string) string {
+		switch t := Topology(strings.TrimSpace(v)); t {
+		case TopologyNVLink, TopologyNode, TopologyAny:
+			s.Topology = t
+			return ""
+		}
+		return `must be one of "nvlink", "node", "any"`
+	},
+	MetaPool: func(s *Spec, v string) string {
+		if !validName(v) {
+			return "must be a node pool name"
+		}
+		s.Pool = v
+		return ""
+	},
+}
+
+func parseInto(s *Spec, meta map[string]string, inGroup bool) error {
+	for _, k := range sortedImpactKeys(meta) {
+		v := meta[k]
+		p, ok := metaParsers[k]
+		if !ok {
+			return &MetaError{Key: k, Value: v, InGroup: inGroup, Reason: "unknown impact key (known: " + knownKeys() + ")"}
+		}
+		if why := p(s, v); why != "" {
+			return &MetaError{Key: k, Value: v, InGroup: inGroup, Reason: why}
+		}
+	}
+	return nil
+}
+
+func sortedImpactKeys(meta map[string]string) []string {
+	var keys []string
+	for k := range meta {
+		if strings.HasPrefix(k, MetaPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func knownKeys() string {
+	keys := make([]string, 0, len(metaParsers))
+	for k := range metaParsers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
+}
+
+func parseDuration(v string) (time.Duration, string) {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return 0, "must be a duration such as 90s, 10m or 6h"
+	}
+	if d < 0 {
+		return 0, "must not be negative"
+	}
+	return d, ""
+}
+
+func validName(v string) bool {
+	if v == "" || len(v) > 128 {
+		return false
+	}
+	for _, r := range v {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validSignal(v string) bool {
+	if !strings.HasPrefix(v, "SIG") || len(v) < 5 || len(v) > 16 {
+		return false
+	}
+	for _, r := range v[3:] {
+		if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '+' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
