@@ -1,0 +1,181 @@
+package nomadfake
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// wireEvent is one event as Nomad writes it on the stream (keys in the
+// order of testdata/events.ndjson).
+type wireEvent struct {
+	FilterKeys []string
+	Index      uint64
+	Key        string
+	Namespace  string
+	Payload    json.RawMessage
+	Topic      string
+	Type       string
+}
+
+type bufferedEvent struct {
+	wire wireEvent
+}
+
+type wireBatch struct {
+	Events []wireEvent
+	Index  uint64
+}
+
+// emit records an event whose payload is {payloadKey: obj}, serialised
+// now so that later changes to obj do not alter it.
+func (s *Server) emit(idx uint64, topic, typ, key, ns string, filterKeys []string, payloadKey string, obj any) {
+	s.emitRaw(idx, topic, typ, key, ns, filterKeys, map[string]any{payloadKey: obj})
+}
+
+func (s *Server) emitRaw(idx uint64, topic, typ, key, ns string, filterKeys []string, payload any) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		b = []byte(`{}`)
+	}
+	s.events = append(s.events, bufferedEvent{wire: wireEvent{
+		FilterKeys: filterKeys, Index: idx, Key: key, Namespace: ns, Payload: b, Topic: topic, Type: typ,
+	}})
+	if over := len(s.events) - s.opts.EventBufferSize; over > 0 {
+		s.events = append(s.events[:0:0], s.events[over:]...)
+	}
+}
+
+type topicFilter map[string][]string // topic -> keys ("*" = all)
+
+func parseTopics(vals []string) topicFilter {
+	f := topicFilter{}
+	if len(vals) == 0 {
+		f["*"] = []string{"*"}
+		return f
+	}
+	for _, v := range vals {
+		topic, key, ok := strings.Cut(v, ":")
+		if !ok {
+			key = "*"
+		}
+		f[topic] = append(f[topic], key)
+	}
+	return f
+}
+
+func (f topicFilter) match(e *wireEvent) bool {
+	for _, topic := range []string{e.Topic, "*"} {
+		for _, k := range f[topic] {
+			if k == "*" || k == e.Key {
+				return true
+			}
+			for _, fk := range e.FilterKeys {
+				if fk == k {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// serveStream implements /v1/event/stream: NDJSON, one line per index with
+// the matching events of that index, `{}` heartbeats while idle. ?index=N
+// resumes after N; an index older than the buffer resumes at the oldest
+// buffered event, as Nomad does.
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after, _ := strconv.ParseUint(q.Get("index"), 10, 64)
+	filter := parseTopics(q["topic"])
+	fl, _ := w.(http.Flusher)
+
+	s.mu.Lock()
+	kill := make(chan struct{})
+	sid := s.nextSID
+	s.nextSID++
+	s.streams[sid] = kill
+	epoch := s.epoch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if ch, ok := s.streams[sid]; ok && ch == kill {
+			delete(s.streams, sid)
+		}
+		s.mu.Unlock()
+	}()
+
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	if fl != nil {
+		fl.Flush()
+	}
+	hb := time.NewTicker(s.opts.HeartbeatInterval)
+	defer hb.Stop()
+	for {
+		s.mu.Lock()
+		if s.epoch != epoch {
+			s.mu.Unlock()
+			return
+		}
+		var batches []wireBatch
+		for i := range s.events {
+			e := &s.events[i].wire
+			if e.Index <= after {
+				continue
+			}
+			if !filter.match(e) {
+				continue
+			}
+			if n := len(batches); n > 0 && batches[n-1].Index == e.Index {
+				batches[n-1].Events = append(batches[n-1].Events, *e)
+			} else {
+				batches = append(batches, wireBatch{Events: []wireEvent{*e}, Index: e.Index})
+			}
+		}
+		// Whole indexes only: every write emits all its events under the
+		// lock, so what is buffered now is complete.
+		wake := s.wake
+		s.mu.Unlock()
+		for _, b := range batches {
+			line, _ := json.Marshal(b)
+			_, _ = bw.Write(line)
+			_ = bw.WriteByte('\n')
+			after = b.Index
+		}
+		if len(batches) > 0 {
+			if bw.Flush() != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		select {
+		case <-wake:
+		case <-hb.C:
+			_, _ = bw.WriteString("{}\n")
+			if bw.Flush() != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		case <-kill:
+			// An abrupt drop: the connection is hijacked and closed so the
+			// client sees a broken stream, not a clean end.
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					_ = conn.Close()
+				}
+			}
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
