@@ -1,0 +1,651 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
+)
+
+// maxPreemptAttempts bounds the victim searches of one cycle (successful
+// or not), so a long queue of jobs that may preempt but cannot gain enough
+// does not turn a cycle into a scan of the cluster per job.
+const maxPreemptAttemptsPerSuccess = 4
+
+type queued struct {
+	job     *cluster.Job
+	tier    string
+	project string
+	score   policy.Score
+	gpus    int
+	parked  string
+	pool    string
+}
+
+type reservation struct {
+	jobID string
+	tier  string
+	until time.Time // zero: unknown (running work without walltime)
+}
+
+// victimInfo is what the cycle knows about a running gang as a possible
+// victim.
+type victimInfo struct {
+	ok     bool // preemptible at all (policy, min runtime, not stopping)
+	tier   string
+	cost   float64
+	lost   float64
+	grace  time.Duration
+	signal string
+}
+
+type cycle struct {
+	e    *Engine
+	pol  *policy.Policy
+	snap *cluster.Snapshot
+	now  time.Time
+	st   *placement.State
+	plan *Plan
+
+	projectGPUs  map[string]int
+	reservations []reservation
+	// claimed: holders already chosen as victims (or stopping ones counted
+	// for a preemptor) in this cycle.
+	claimed         map[int]bool
+	victims         []victimInfo
+	preemptors      int
+	preemptAttempts int
+	endOrder        []int // holders by expected end, for reservations
+	poolMax         map[string][2]int
+}
+
+func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
+	return &cycle{
+		e:    e,
+		pol:  e.pol,
+		snap: snap,
+		now:  now,
+		plan: &Plan{
+			Now:             now,
+			SnapshotVersion: snap.Version(),
+			Explanations:    map[string]*Explanation{},
+		},
+		projectGPUs: map[string]int{},
+		claimed:     map[int]bool{},
+		poolMax:     map[string][2]int{},
+	}
+}
+
+func (c *cycle) run() {
+	c.e.accrue(c.snap, c.now)
+	c.e.expireInflight(c.snap, c.now)
+	c.st = placement.New(c.snap, func(a *cluster.Alloc) bool {
+		_, ok := c.e.inflight[a.ID]
+		return ok
+	})
+	c.assessHolders()
+	queue := c.buildQueue()
+	for i := range queue {
+		c.decide(&queue[i], i+1)
+	}
+	c.st.Commit()
+}
+
+// assessHolders charges running gangs to their projects (for quotas) and
+// works out, once per cycle, which may be victims and at what cost.
+func (c *cycle) assessHolders() {
+	holders := c.st.Holders()
+	c.victims = make([]victimInfo, len(holders))
+	for h, hd := range holders {
+		if hd.Job == nil {
+			continue
+		}
+		c.projectGPUs[c.pol.ProjectName(hd.Job.Spec)] += hd.GPUs
+		j := hd.Job
+		if hd.Stopping || j.SpecErr != nil || j.State != cluster.JobRunning || c.pol.CheckSpec(j.Spec) != nil {
+			continue
+		}
+		if !c.pol.IsPreemptible(j.Spec) {
+			continue
+		}
+		start := earliestStart(hd.Allocs)
+		if c.now.Sub(start) < c.pol.MinRuntime(j.Spec) {
+			continue
+		}
+		lost := preempt.WorkLost(hd.Allocs, c.now)
+		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
+		c.victims[h] = victimInfo{
+			ok:     true,
+			tier:   c.pol.TierOf(j.Spec).Name,
+			cost:   c.pol.Impact(j.Spec) * (lost + restart),
+			lost:   lost,
+			grace:  j.Spec.Grace,
+			signal: j.Spec.CheckpointSignal,
+		}
+	}
+}
+
+func earliestStart(allocs []*cluster.Alloc) time.Time {
+	var t time.Time
+	for _, a := range allocs {
+		if t.IsZero() || a.Start.Before(t) {
+			t = a.Start
+		}
+	}
+	return t
+}
+
+// buildQueue scores the queued jobs and sorts them: score, then Nomad
+// priority, then submit time, then ID (so equal input gives equal order).
+func (c *cycle) buildQueue() []queued {
+	var q []queued
+	active := map[string]bool{}
+	for _, j := range c.snap.Jobs() {
+		if j.SpecErr == nil {
+			active[c.pol.ProjectName(j.Spec)] = true
+		}
+		if j.State != cluster.JobQueued {
+			continue
+		}
+		e := queued{job: j, gpus: j.GPUs()}
+		switch {
+		case j.SpecErr != nil:
+			e.parked = "bad impact metadata: " + j.SpecErr.Error()
+		case c.pol.CheckSpec(j.Spec) != nil:
+			e.parked = "bad impact metadata: " + c.pol.CheckSpec(j.Spec).Error()
+		default:
+			e.tier = c.pol.TierOf(j.Spec).Name
+			e.project = c.pol.ProjectName(j.Spec)
+			e.pool = j.Spec.Pool
+			if e.pool == "" {
+				e.pool = c.e.opts.defaultPool
+			}
+		}
+		q = append(q, e)
+	}
+	names := make([]string, 0, len(active))
+	for p := range active {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	scorer := c.pol.NewScorer(c.e.usage, c.now, names)
+	for i := range q {
+		if q[i].parked == "" {
+			q[i].score = scorer.Score(q[i].job.Spec, q[i].job.Submit)
+		}
+	}
+	sort.SliceStable(q, func(a, b int) bool {
+		x, y := &q[a], &q[b]
+		if (x.parked == "") != (y.parked == "") {
+			return x.parked == ""
+		}
+		if x.score.Total != y.score.Total {
+			return x.score.Total > y.score.Total
+		}
+		if x.job.Priority != y.job.Priority {
+			return x.job.Priority > y.job.Priority
+		}
+		if !x.job.Submit.Equal(y.job.Submit) {
+			return x.job.Submit.Before(y.job.Submit)
+		}
+		return x.job.ID < y.job.ID
+	})
+	return q
+}
+
+func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
+	req := placement.Request{Pool: q.pool, AllowReserved: allowReserved, LocalityLabels: c.e.opts.localityLabels}
+	for _, g := range q.job.Groups {
+		topo := g.Spec.Topology
+		if topo == policy.TopologyUnset {
+			topo = q.job.Spec.Topology
+		}
+		req.Groups = append(req.Groups, placement.Group{Name: g.Name, Count: g.Count, GPUs: g.GPUs, Topology: topo})
+	}
+	return req
+}
+
+func (c *cycle) decide(q *queued, pos int) {
+	j := q.job
+	exp := &Explanation{JobID: j.ID, Position: pos, Score: q.score, Tier: q.tier, Project: q.project, GPUs: q.gpus}
+	c.plan.Explanations[j.ID] = exp
+	c.plan.Queue = append(c.plan.Queue, j.ID)
+	if q.parked != "" {
+		exp.Status, exp.Reason = StatusParked, q.parked
+		return
+	}
+	if why := c.tooBig(q); why != "" {
+		exp.Status, exp.Reason = StatusParked, why
+		return
+	}
+	if pr := c.pol.ProjectOf(j.Spec); pr.GPUQuota > 0 && c.projectGPUs[q.project]+q.gpus > pr.GPUQuota {
+		exp.Status = StatusWaiting
+		exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], pr.GPUQuota, q.gpus)
+		return
+	}
+	backfill := c.mayBackfill(q)
+	free := c.st.FreeGPUs(q.pool)
+	if backfill {
+		free += c.st.ReservedFreeGPUs(q.pool)
+	}
+	if q.gpus <= free {
+		rej := placement.Rejections{}
+		if res, ok := c.st.Place(c.request(q, backfill), rej); ok {
+			c.admit(q, exp, res, backfill && len(c.reservations) > 0)
+			return
+		}
+		exp.Rejected = rej
+		exp.Reason = fmt.Sprintf("no placement for the whole gang (%d GPUs) on free GPUs", q.gpus)
+	} else {
+		exp.Reason = fmt.Sprintf("needs %d GPUs, %d free%s", q.gpus, free, poolSuffix(q.pool))
+	}
+	exp.Status = StatusWaiting
+	if c.tryPreempt(q, exp) {
+		return
+	}
+	if len(c.reservations) < c.pol.Backfill.Reservations {
+		c.reserve(q, exp)
+	}
+}
+
+func poolSuffix(pool string) string {
+	if pool == "" {
+		return ""
+	}
+	return fmt.Sprintf(" in pool %q", pool)
+}
+
+// tooBig parks a job no node set of its pool could ever hold.
+func (c *cycle) tooBig(q *queued) string {
+	mx, ok := c.poolMax[q.pool]
+	if !ok {
+		n, isl := c.st.MaxNodeGPUs(q.pool)
+		mx = [2]int{n, isl}
+		c.poolMax[q.pool] = mx
+	}
+	for _, g := range q.job.Groups {
+		if g.GPUs == 0 || g.Count == 0 {
+			continue
+		}
+		topo := g.Spec.Topology
+		if topo == policy.TopologyUnset {
+			topo = q.job.Spec.Topology
+		}
+		if g.GPUs > mx[0] {
+			return fmt.Sprintf("group %q asks %d GPUs per allocation; the largest schedulable node%s has %d", g.Name, g.GPUs, poolSuffix(q.pool), mx[0])
+		}
+		if topo == policy.TopologyNVLink && g.GPUs > mx[1] {
+			return fmt.Sprintf("group %q asks %d NVLink-connected GPUs; the largest NVLink island%s has %d", g.Name, g.GPUs, poolSuffix(q.pool), mx[1])
+		}
+	}
+	return ""
+}
+
+// mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
+// Only if, for every reservation, it ends (by walltime) before the
+// reservation is needed, or it is preemptible by the reserving job.
+func (c *cycle) mayBackfill(q *queued) bool {
+	if len(c.reservations) == 0 || !c.pol.Backfill.Enabled {
+		return false
+	}
+	wall := q.job.Spec.Walltime
+	pre := c.pol.IsPreemptible(q.job.Spec)
+	for _, r := range c.reservations {
+		endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until)
+		preemptibleByIt := pre && c.pol.MayPreempt(r.tier, q.tier)
+		if !endsBefore && !preemptibleByIt {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfilled bool) {
+	j := q.job
+	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: q.score, Backfilled: backfilled}
+	pools := map[string]bool{}
+	for gi, g := range j.Groups {
+		gp := GroupPlacement{Group: g.Name}
+		for _, sl := range res.Groups[gi] {
+			n := c.st.Node(sl.Node)
+			pools[n.Pool] = true
+			gp.Allocs = append(gp.Allocs, AllocPlacement{NodeID: n.ID, GPUs: c.st.GPUIDs(sl)})
+		}
+		adm.Groups = append(adm.Groups, gp)
+	}
+	if adm.Pool == "" {
+		if len(pools) == 1 {
+			for p := range pools {
+				adm.Pool = p
+			}
+		} else if len(pools) > 1 {
+			adm.Pool = "all"
+		}
+	}
+	c.plan.Admissions = append(c.plan.Admissions, adm)
+	c.projectGPUs[q.project] += q.gpus
+	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
+	if backfilled {
+		exp.Reason = "backfilled ahead of a reservation"
+	}
+}
+
+// tryPreempt looks for victims for a job that does not fit. It first
+// counts the GPUs of gangs already stopping (preemptions under way): if
+// they suffice, the job waits for them instead of preempting more.
+func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
+	tier := c.pol.Tiers[q.tier]
+	if tier == nil || len(tier.MayPreempt) == 0 {
+		return false
+	}
+	holders := c.st.Holders()
+	req := c.request(q, false)
+
+	// Preemptions under way.
+	cp := c.st.Checkpoint()
+	var stopping []int
+	for h, hd := range holders {
+		if hd.Stopping && !c.claimed[h] {
+			stopping = append(stopping, h)
+			c.st.ReleaseHolder(h)
+		}
+	}
+	if len(stopping) > 0 {
+		if res, ok := c.st.Place(req, nil); ok {
+			c.st.Rollback(cp)
+			c.reserveSlots(res)
+			used := c.slotsUse(res, stopping)
+			for _, h := range used {
+				c.claimed[h] = true
+				exp.Victims = append(exp.Victims, holders[h].JobID)
+			}
+			exp.Status = StatusPreempting
+			exp.Reason = "waiting for preempted gangs to stop"
+			exp.Rejected = nil
+			return true
+		}
+	}
+	c.st.Rollback(cp)
+
+	if !c.pol.Preemption.Enabled {
+		return false
+	}
+	if c.preemptors >= c.pol.Preemption.MaxPerCycle {
+		exp.Reason += "; preemption budget of this cycle spent"
+		return false
+	}
+	if c.preemptAttempts >= maxPreemptAttemptsPerSuccess*c.pol.Preemption.MaxPerCycle {
+		return false
+	}
+	var cands []preempt.Candidate
+	avail := c.st.FreeGPUs(q.pool)
+	for h, v := range c.victims {
+		if !v.ok || c.claimed[h] || !c.pol.MayPreempt(q.tier, v.tier) {
+			continue
+		}
+		if q.pool != "" && !c.holderInPool(h, q.pool) {
+			continue
+		}
+		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.cost})
+		avail += holders[h].GPUs
+	}
+	if avail < q.gpus {
+		return false
+	}
+	c.preemptAttempts++
+	cp = c.st.Checkpoint()
+	victims, res, ok := preempt.Select(c.st, req, cands)
+	c.st.Rollback(cp)
+	if !ok {
+		exp.Reason += "; preempting eligible gangs would not make room"
+		return false
+	}
+	cost, lost := 0.0, 0.0
+	for _, h := range victims {
+		cost += c.victims[h].cost
+		lost += c.victims[h].lost
+	}
+	gain := c.pol.Impact(q.job.Spec) * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
+	if gain <= cost {
+		exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
+		return false
+	}
+	if mx := c.pol.Preemption.MaxGPUHoursLostPerHour; mx > 0 {
+		if already := c.e.LostGPUHours(c.now); already+lost > mx {
+			exp.Reason += fmt.Sprintf("; preemption limit: %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", already, lost, mx)
+			return false
+		}
+	}
+	c.preemptors++
+	c.reserveSlots(res)
+	for _, h := range victims {
+		c.claimed[h] = true
+		hd := holders[h]
+		v := c.victims[h]
+		p := Preemption{
+			JobID:            hd.JobID,
+			GPUs:             hd.GPUs,
+			Grace:            v.grace,
+			CheckpointSignal: v.signal,
+			Preemptor:        q.job.ID,
+			Cost:             v.cost,
+			LostGPUHours:     v.lost,
+			Reason: fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f",
+				q.job.ID, q.tier, q.score.Total, gain, cost),
+		}
+		for _, a := range hd.Allocs {
+			p.Allocs = append(p.Allocs, a.ID)
+			c.e.inflight[a.ID] = c.now.Add(v.grace)
+		}
+		c.plan.Preemptions = append(c.plan.Preemptions, p)
+		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost})
+		exp.Victims = append(exp.Victims, hd.JobID)
+	}
+	exp.Status = StatusPreempting
+	exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
+	exp.Rejected = nil
+	return true
+}
+
+func (c *cycle) holderInPool(h int, pool string) bool {
+	for _, sl := range c.st.Holders()[h].Slots {
+		if c.st.PoolOf(sl.Node) == pool {
+			return true
+		}
+	}
+	return false
+}
+
+// slotsUse returns the holders among hs whose GPUs the result uses.
+func (c *cycle) slotsUse(res placement.Result, hs []int) []int {
+	var out []int
+	holders := c.st.Holders()
+	for _, h := range hs {
+		hit := false
+		for _, hsl := range holders[h].Slots {
+			for _, g := range res.Groups {
+				for _, sl := range g {
+					if sl.Node == hsl.Node && sl.Mask&hsl.Mask != 0 {
+						hit = true
+					}
+				}
+			}
+		}
+		if hit {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func (c *cycle) reserveSlots(res placement.Result) {
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			c.st.Reserve(sl)
+		}
+	}
+}
+
+// reserve gives a blocked job a reservation: the GPUs it would get at the
+// earliest time running work is expected to end (by walltime). It releases
+// running gangs in order of expected end in a scratch transaction until the
+// job fits; the GPUs of that placement are withheld from later jobs unless
+// they may backfill.
+func (c *cycle) reserve(q *queued, exp *Explanation) {
+	if c.endOrder == nil {
+		c.endOrder = c.holdersByEnd()
+	}
+	holders := c.st.Holders()
+	req := c.request(q, false)
+	cp := c.st.Checkpoint()
+	next := q.gpus
+	var found placement.Result
+	var until time.Time
+	ok := false
+	for _, h := range c.endOrder {
+		if c.claimed[h] {
+			continue
+		}
+		c.st.ReleaseHolder(h)
+		free := c.st.FreeGPUs(q.pool)
+		if free < next {
+			continue
+		}
+		if res, fit := c.st.Place(req, nil); fit {
+			found, ok = res, true
+			until = c.expectedEnd(&holders[h])
+			break
+		}
+		// Fragmented: try again only once noticeably more is free, so the
+		// shadow schedule costs a few placements, not one per gang.
+		next = free + max(1, q.gpus/4)
+	}
+	c.st.Rollback(cp)
+	if !ok {
+		exp.Reason += "; no reservation possible (running work outside the scheduler's reach)"
+		return
+	}
+	c.reserveSlots(found)
+	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.tier, until: until})
+	exp.Status = StatusReserved
+	exp.ReservedUntil = until
+	if until.IsZero() {
+		exp.Reason += "; GPUs reserved (time unknown: running work has no walltime)"
+	} else {
+		exp.Reason += fmt.Sprintf("; GPUs reserved, expected free by %s", until.UTC().Format(time.RFC3339))
+	}
+}
+
+// expectedEnd of a gang: now when stopping, start + walltime when known
+// (never before now), zero when unknown.
+func (c *cycle) expectedEnd(hd *placement.Holder) time.Time {
+	if hd.Stopping {
+		return c.now
+	}
+	if hd.Job == nil || hd.Job.Spec.Walltime <= 0 {
+		return time.Time{}
+	}
+	end := earliestStart(hd.Allocs).Add(hd.Job.Spec.Walltime)
+	if end.Before(c.now) {
+		return c.now
+	}
+	return end
+}
+
+func (c *cycle) holdersByEnd() []int {
+	holders := c.st.Holders()
+	order := make([]int, len(holders))
+	ends := make([]time.Time, len(holders))
+	for i := range holders {
+		order[i] = i
+		ends[i] = c.expectedEnd(&holders[i])
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ea, eb := ends[order[a]], ends[order[b]]
+		if ea.IsZero() != eb.IsZero() {
+			return !ea.IsZero()
+		}
+		if !ea.Equal(eb) {
+			if ea.IsZero() {
+				return false
+			}
+			return ea.Before(eb)
+		}
+		// Unknown ends: oldest first is the best guess.
+		sa, sb := earliestStart(holders[order[a]].Allocs), earliestStart(holders[order[b]].Allocs)
+		if !sa.Equal(sb) {
+			return sa.Before(sb)
+		}
+		return holders[order[a]].JobID < holders[order[b]].JobID
+	})
+	return order
+}
+
+// accrue charges each project the GPU time its running allocations used
+// since the previous cycle. The first cycle charges nothing: usage before
+// it is what WithUsage restored.
+func (e *Engine) accrue(snap *cluster.Snapshot, now time.Time) {
+	last := e.lastCycle
+	if last.IsZero() {
+		e.lastCycle = now
+		return
+	}
+	if !now.After(last) {
+		return
+	}
+	type key struct {
+		project string
+		from    int64
+	}
+	sums := map[key]int{}
+	for _, a := range snap.Allocs() {
+		j, ok := snap.Job(a.JobID)
+		if !ok || j.SpecErr != nil {
+			continue
+		}
+		from := last
+		if a.Start.After(from) {
+			from = a.Start
+		}
+		if !now.After(from) {
+			continue
+		}
+		sums[key{e.pol.ProjectName(j.Spec), from.UnixNano()}] += len(a.GPUs)
+	}
+	keys := make([]key, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		if keys[a].project != keys[b].project {
+			return keys[a].project < keys[b].project
+		}
+		return keys[a].from < keys[b].from
+	})
+	for _, k := range keys {
+		e.usage.AddInterval(k.project, sums[k], time.Unix(0, k.from), now)
+	}
+	e.lastCycle = now
+}
+
+// expireInflight forgets ordered preemptions whose allocations are gone, or
+// that the adapter never carried out within the TTL.
+func (e *Engine) expireInflight(snap *cluster.Snapshot, now time.Time) {
+	for id, at := range e.inflight {
+		if _, ok := snap.Alloc(id); !ok || now.Sub(at) > e.opts.inflightTTL {
+			delete(e.inflight, id)
+		}
+	}
+	keep := e.losses[:0]
+	for _, l := range e.losses {
+		if now.Sub(l.at) < time.Hour {
+			keep = append(keep, l)
+		}
+	}
+	e.losses = keep
+}

@@ -1,0 +1,32 @@
+// Package engine runs the scheduling cycle: snapshot -> ordered decisions
+// -> plan. It is the one entry point the live service (scheduler/agent via
+// scheduler/nomad) and the simulator (scheduler/sim) share.
+//
+// One Decide(snapshot, now):
+//
+//  1. Charge fair-share usage for the GPU time running allocations used
+//     since the previous cycle (decayed with the policy's half-life).
+//  2. Build the cycle's capacity (placement.State) from the snapshot.
+//  3. Order the queued jobs by impact score (tier x project weight,
+//     fair-share deficit, deadline urgency, age), keeping every term; jobs
+//     with bad metadata are parked with the error as the reason.
+//  4. For each job in order: place every group all-or-nothing on free GPUs
+//     (topology-aware, best fit). If it does not fit and its tier may
+//     preempt, choose the cheapest whole gangs to stop (preemptible, of a
+//     tier it may preempt, past min runtime), only if the gain exceeds the
+//     cost and the policy's limits allow; the preemptor then holds a
+//     reservation on the GPUs being freed and is admitted by a later cycle.
+//     Otherwise the first blocked jobs (Backfill.Reservations of them) get a
+//     reservation on the GPUs they will get when running work ends; later
+//     jobs may use reserved GPUs only if they end (by walltime) before the
+//     reservation is needed, or are preemptible by the reserving job.
+//  5. Return the plan: admissions with node and GPU choices, preemptions
+//     with grace and checkpoint signal, and an explanation per queued job.
+//
+// Cost is bounded: a full pool rejects a job in O(1) from the free-capacity
+// index, victim searches per cycle are capped, and the shadow schedule of a
+// reservation tries a handful of placements, not one per running gang.
+//
+// The engine reads no clock: `now` is an argument, so the simulator can
+// replay months in seconds and tests are exact.
+package engine

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// Engine runs the scheduling cycle. It is pure apart from the memory it
+// keeps between cycles, all of it driven by the `now` each Decide gets:
+// decayed fair-share usage (charged from the running allocations between
+// cycles), the sliding hour of work lost to preemption, and the preemptions
+// it has ordered that have not yet taken effect. Equal sequences of
+// (snapshot, now) give equal plans.
+//
+// An Engine is not safe for concurrent Decide calls; one cycle runs at a
+// time.
+type Engine struct {
+	pol    *policy.Policy
+	opts   options
+	logger hclog.Logger
+
+	usage     *policy.Usage
+	lastCycle time.Time
+	// losses records the GPU-hours of work lost to each preemption, for the
+	// policy's max_gpu_hours_lost_per_hour.
+	losses []loss
+	// inflight: allocation ID -> when this engine ordered it stopped. The
+	// adapter takes a grace period to act; until the allocation disappears
+	// (or reports Stopping) the engine must neither pick it again nor
+	// treat its GPUs as free.
+	inflight map[string]time.Time
+}
+
+type loss struct {
+	at       time.Time
+	gpuHours float64
+}
+
+type options struct {
+	logger         hclog.Logger
+	defaultPool    string
+	localityLabels []string
+	usage          *policy.Usage
+	inflightTTL    time.Duration
+}
+
+// Option configures an Engine.
+type Option func(*options)
+
+// WithLogger sets the parent logger; the engine logs as its "engine"
+// sub-logger.
+func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithDefaultPool sets the node pool of jobs that set no impact_pool. ""
+// (the default) lets such jobs run in any pool.
+func WithDefaultPool(pool string) Option { return func(o *options) { o.defaultPool = pool } }
+
+// WithLocalityLabels sets the node labels multi-node gangs try to share,
+// tightest first. Default: "switch", then "rack".
+func WithLocalityLabels(labels ...string) Option {
+	return func(o *options) { o.localityLabels = append([]string(nil), labels...) }
+}
+
+// WithUsage starts the engine from saved fair-share usage (after a restart
+// or a leader change). The engine takes ownership.
+func WithUsage(u *policy.Usage) Option { return func(o *options) { o.usage = u } }
+
+// WithInflightTTL sets how long a preemption the engine ordered is assumed
+// to be under way without the snapshot showing it (default 15 minutes plus
+// the victim's grace). After that the engine trusts the snapshot again.
+func WithInflightTTL(d time.Duration) Option { return func(o *options) { o.inflightTTL = d } }
+
+// New builds an engine for a validated policy.
+func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
+	if pol == nil {
+		return nil, fmt.Errorf("engine: nil policy")
+	}
+	if err := pol.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: invalid policy: %w", err)
+	}
+	o := options{
+		logger:         hclog.NewNullLogger(),
+		localityLabels: []string{"switch", "rack"},
+		inflightTTL:    15 * time.Minute,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	u := o.usage
+	if u == nil {
+		u = policy.NewUsage(pol.FairShare.HalfLife)
+	}
+	return &Engine{
+		pol:      pol,
+		opts:     o,
+		logger:   o.logger.Named("engine"),
+		usage:    u,
+		inflight: map[string]time.Time{},
+	}, nil
+}
+
+// Policy returns the engine's policy.
+func (e *Engine) Policy() *policy.Policy { return e.pol }
+
+// Usage returns a copy of the decayed per-project usage, for persistence
+// and reports.
+func (e *Engine) Usage() *policy.Usage { return e.usage.Clone() }
+
+// LostGPUHours returns the GPU-hours of work lost to preemptions ordered in
+// the hour before now.
+func (e *Engine) LostGPUHours(now time.Time) float64 {
+	sum := 0.0
+	for _, l := range e.losses {
+		if now.Sub(l.at) < time.Hour {
+			sum += l.gpuHours
+		}
+	}
+	return sum
+}
+
+// Decide runs one cycle on snap at instant now and returns the plan. See
+// the package documentation for the steps.
+func (e *Engine) Decide(snap *cluster.Snapshot, now time.Time) *Plan {
+	c := newCycle(e, snap, now)
+	c.run()
+	return c.plan
+}

@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// Plan is the outcome of one cycle: what to start, what to stop, and why
+// every waiting job waits. Only the adapter (or the simulator) acts on it.
+type Plan struct {
+	// Now is the instant the plan was decided for.
+	Now time.Time `json:"now"`
+	// SnapshotVersion is the version of the snapshot decided on.
+	SnapshotVersion uint64 `json:"snapshot_version"`
+	// Admissions: jobs to start now, with every group fully placed.
+	Admissions []Admission `json:"admissions"`
+	// Preemptions: whole gangs to checkpoint and stop. The preemptor is not
+	// admitted in the same plan: it keeps a reservation on the GPUs being
+	// freed and is admitted by a later cycle once they are free.
+	Preemptions []Preemption `json:"preemptions"`
+	// Explanations of every queued job (admitted ones included), by job ID.
+	Explanations map[string]*Explanation `json:"explanations"`
+	// Queue is the queued job IDs in decision order (highest score first).
+	Queue []string `json:"queue"`
+}
+
+// Admission starts one job: every group with GPUs is fully placed.
+type Admission struct {
+	JobID string `json:"job_id"`
+	// ModifyIndex is the job's ModifyIndex in the snapshot (for the
+	// adapter's EnforceIndex re-register).
+	ModifyIndex uint64 `json:"modify_index"`
+	// Pool is the node pool to move the job to.
+	Pool string `json:"pool"`
+	// Groups in the job's group order.
+	Groups []GroupPlacement `json:"groups"`
+	// Score the job was admitted with.
+	Score policy.Score `json:"score"`
+	// Backfilled is true when the job started ahead of a blocked job with a
+	// reservation (it ends before the reservation is needed or is
+	// preemptible).
+	Backfilled bool `json:"backfilled,omitempty"`
+}
+
+// GroupPlacement places every allocation of one task group.
+type GroupPlacement struct {
+	Group  string           `json:"group"`
+	Allocs []AllocPlacement `json:"allocs"`
+}
+
+// AllocPlacement is one allocation: a node and the GPU instance IDs it gets.
+type AllocPlacement struct {
+	NodeID string   `json:"node_id"`
+	GPUs   []string `json:"gpus"`
+}
+
+// Nodes returns the distinct node IDs of a group placement, in order of
+// first use.
+func (g GroupPlacement) Nodes() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, a := range g.Allocs {
+		if !seen[a.NodeID] {
+			seen[a.NodeID] = true
+			out = append(out, a.NodeID)
+		}
+	}
+	return out
+}
+
+// Preemption stops one whole gang (every allocation of the victim job).
+type Preemption struct {
+	// JobID of the victim.
+	JobID string `json:"job_id"`
+	// Allocs are the victim's allocation IDs (all of them).
+	Allocs []string `json:"allocs"`
+	// GPUs freed.
+	GPUs int `json:"gpus"`
+	// Grace between the checkpoint signal and the stop.
+	Grace time.Duration `json:"grace"`
+	// CheckpointSignal to send first ("" sends none).
+	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
+	// Preemptor is the job the GPUs are freed for.
+	Preemptor string `json:"preemptor"`
+	// Reason, for people and the job's explain.
+	Reason string `json:"reason"`
+	// Cost is the victim's impact x (work lost + restart) in impact GPU-hours.
+	Cost float64 `json:"cost"`
+	// LostGPUHours is the work thrown away since the last checkpoint.
+	LostGPUHours float64 `json:"lost_gpu_hours"`
+}
+
+// Status of a queued job after a cycle.
+type Status string
+
+const (
+	// StatusAdmitted: in Plan.Admissions.
+	StatusAdmitted Status = "admitted"
+	// StatusWaiting: valid, waiting for capacity or its turn.
+	StatusWaiting Status = "waiting"
+	// StatusPreempting: victims are being stopped for it.
+	StatusPreempting Status = "preempting"
+	// StatusReserved: holds a reservation (head of the queue, blocked).
+	StatusReserved Status = "reserved"
+	// StatusParked: cannot be scheduled as written (bad metadata, unknown
+	// tier, a group larger than any node); only a change of the job helps.
+	StatusParked Status = "parked"
+)
+
+// Explanation says where a queued job stands and why.
+type Explanation struct {
+	JobID string `json:"job_id"`
+	// Position in the queue, 1-based, in decision order.
+	Position int    `json:"position"`
+	Status   Status `json:"status"`
+	// Score with each term.
+	Score policy.Score `json:"score"`
+	// Tier and Project resolved by the policy.
+	Tier    string `json:"tier"`
+	Project string `json:"project"`
+	// GPUs the job asks for in total.
+	GPUs int `json:"gpus"`
+	// Reason in one sentence (empty when admitted).
+	Reason string `json:"reason,omitempty"`
+	// Rejected summarises why nodes could not take the job: reason ->
+	// number of nodes. Filled for jobs placement was attempted for.
+	Rejected map[string]int `json:"rejected,omitempty"`
+	// ReservedUntil is when the reservation's GPUs are expected free (zero
+	// when none or unknown).
+	ReservedUntil time.Time `json:"reserved_until,omitzero"`
+	// Victims are the jobs being preempted for it.
+	Victims []string `json:"victims,omitempty"`
+}

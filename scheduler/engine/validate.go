@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// ValidatePlan checks a plan against the snapshot it was decided on and the
+// policy: every admitted gang complete (every group, every allocation, the
+// right GPU count), on existing healthy GPUs of schedulable nodes of the
+// right pool, NVLink islands respected where required, no GPU given twice
+// or given while held; every preemption a whole gang of a preemptible job.
+// The simulator and the property tests run it on every plan; the adapter
+// may run it before acting.
+func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	type gpuKey struct{ node, gpu string }
+	held := map[gpuKey]string{}
+	for _, a := range snap.Allocs() {
+		for _, g := range a.GPUs {
+			held[gpuKey{a.NodeID, g}] = "allocation " + a.ID
+		}
+	}
+	preempted := map[string]bool{}
+	for _, p := range plan.Preemptions {
+		preempted[p.JobID] = true
+		j, ok := snap.Job(p.JobID)
+		if !ok {
+			bad("preemption of unknown job %s", p.JobID)
+			continue
+		}
+		if j.State != cluster.JobRunning {
+			bad("preemption of %s, which is not running", p.JobID)
+		}
+		if !pol.IsPreemptible(j.Spec) {
+			bad("preemption of %s, which is not preemptible", p.JobID)
+		}
+		want := snap.JobAllocs(p.JobID)
+		if len(want) != len(p.Allocs) {
+			bad("preemption of %s stops %d of its %d allocations: gangs are preempted whole", p.JobID, len(p.Allocs), len(want))
+		}
+		if pj, ok := snap.Job(p.Preemptor); ok {
+			if !pol.MayPreempt(pol.TierOf(pj.Spec).Name, pol.TierOf(j.Spec).Name) {
+				bad("preemption of %s by %s: tier %s may not preempt tier %s", p.JobID, p.Preemptor, pol.TierOf(pj.Spec).Name, pol.TierOf(j.Spec).Name)
+			}
+		} else {
+			bad("preemption of %s for unknown job %s", p.JobID, p.Preemptor)
+		}
+	}
+	for _, adm := range plan.Admissions {
+		j, ok := snap.Job(adm.JobID)
+		if !ok {
+			bad("admission of unknown job %s", adm.JobID)
+			continue
+		}
+		if j.State != cluster.JobQueued || j.SpecErr != nil {
+			bad("admission of %s, which is not a valid queued job", adm.JobID)
+		}
+		if preempted[adm.JobID] {
+			bad("job %s both admitted and preempted", adm.JobID)
+		}
+		if len(adm.Groups) != len(j.Groups) {
+			bad("admission of %s places %d groups, job has %d", adm.JobID, len(adm.Groups), len(j.Groups))
+			continue
+		}
+		for gi, g := range j.Groups {
+			gp := adm.Groups[gi]
+			want := g.Count
+			if g.GPUs == 0 {
+				want = 0
+			}
+			if gp.Group != g.Name || len(gp.Allocs) != want {
+				bad("admission of %s group %q: %d allocations placed, want %d", adm.JobID, g.Name, len(gp.Allocs), want)
+				continue
+			}
+			topo := g.Spec.Topology
+			if topo == policy.TopologyUnset {
+				topo = j.Spec.Topology
+			}
+			for _, al := range gp.Allocs {
+				n, ok := snap.Node(al.NodeID)
+				if !ok {
+					bad("admission of %s on unknown node %s", adm.JobID, al.NodeID)
+					continue
+				}
+				if !n.Schedulable() {
+					bad("admission of %s on unschedulable node %s", adm.JobID, n.ID)
+				}
+				if j.Spec.Pool != "" && n.Pool != j.Spec.Pool {
+					bad("admission of %s on node %s of pool %q, job wants %q", adm.JobID, n.ID, n.Pool, j.Spec.Pool)
+				}
+				if len(al.GPUs) != g.GPUs {
+					bad("admission of %s group %q: allocation with %d GPUs, want %d", adm.JobID, g.Name, len(al.GPUs), g.GPUs)
+				}
+				islands := map[int]bool{}
+				for _, id := range al.GPUs {
+					gpu := findGPU(n, id)
+					if gpu == nil {
+						bad("admission of %s: node %s has no GPU %s", adm.JobID, n.ID, id)
+						continue
+					}
+					if !gpu.Healthy {
+						bad("admission of %s: GPU %s on %s is unhealthy", adm.JobID, id, n.ID)
+					}
+					islands[gpu.Island] = true
+					k := gpuKey{n.ID, id}
+					if by, dup := held[k]; dup {
+						bad("GPU %s on %s given to %s but held by %s", id, n.ID, adm.JobID, by)
+					}
+					held[k] = "admission of " + adm.JobID
+				}
+				if topo == policy.TopologyNVLink && len(islands) > 1 {
+					bad("admission of %s group %q spans %d NVLink islands on %s", adm.JobID, g.Name, len(islands), n.ID)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func findGPU(n *cluster.Node, id string) *cluster.GPU {
+	for i := range n.GPUs {
+		if n.GPUs[i].ID == id {
+			return &n.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// Apply carries out a plan on a store the way an ideal executor would,
+// instantly: victims' allocations are deleted and their jobs queued again;
+// admitted jobs become running with one allocation per placement (IDs
+// "<job>/<group>/<n>", started at now). The simulator and tests use it; the
+// live adapter acts through Nomad instead.
+func Apply(store *cluster.Store, snap *cluster.Snapshot, plan *Plan, now time.Time) error {
+	for _, p := range plan.Preemptions {
+		for _, id := range p.Allocs {
+			store.DeleteAlloc(id)
+		}
+		if j, ok := snap.Job(p.JobID); ok {
+			cp := *j
+			cp.State = cluster.JobQueued
+			if err := store.UpsertJob(&cp); err != nil {
+				return fmt.Errorf("requeue %s: %w", p.JobID, err)
+			}
+		}
+	}
+	for _, adm := range plan.Admissions {
+		j, ok := snap.Job(adm.JobID)
+		if !ok {
+			return fmt.Errorf("admit unknown job %s", adm.JobID)
+		}
+		cp := *j
+		cp.State = cluster.JobRunning
+		if err := store.UpsertJob(&cp); err != nil {
+			return fmt.Errorf("admit %s: %w", adm.JobID, err)
+		}
+		for _, g := range adm.Groups {
+			for i, al := range g.Allocs {
+				a := &cluster.Alloc{
+					ID:     fmt.Sprintf("%s/%s/%d", adm.JobID, g.Group, i),
+					JobID:  adm.JobID,
+					Group:  g.Group,
+					NodeID: al.NodeID,
+					GPUs:   append([]string(nil), al.GPUs...),
+					Start:  now,
+				}
+				if err := store.UpsertAlloc(a); err != nil {
+					return fmt.Errorf("admit %s: %w", adm.JobID, err)
+				}
+			}
+		}
+	}
+	return nil
+}
