@@ -1,17 +1,8 @@
 package cli
 
-import (
-	"fmt"
-	"io"
-)
+import "github.com/impact-sched/nomad-impact/scheduler/sim/simcmd"
 
-// simCommand is a placeholder until the sim subcommand lands.
+// simCommand is `impact sim`, the trace simulator (scheduler/sim/simcmd).
 func simCommand() Command {
-	return Command{
-		Synopsis: "(not built yet)",
-		Run: func(_ []string, _, stderr io.Writer) int {
-			fmt.Fprintln(stderr, "impact sim: not implemented yet")
-			return 1
-		},
-	}
+	return Command{Synopsis: simcmd.Synopsis, Run: simcmd.Main}
 }

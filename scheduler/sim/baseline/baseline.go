@@ -1,0 +1,229 @@
+package baseline
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+// Names of the baseline policies.
+const (
+	NomadNative = "nomad-native"
+	FIFOGang    = "fifo-gang"
+	Backfill    = "backfill"
+)
+
+// New returns the baseline called name.
+func New(name string) (sim.Scheduler, error) {
+	switch name {
+	case NomadNative:
+		return nomadNative{}, nil
+	case FIFOGang:
+		return fifoGang{}, nil
+	case Backfill:
+		return &backfill{Depth: DefaultBackfillDepth}, nil
+	}
+	return nil, fmt.Errorf("unknown baseline %q", name)
+}
+
+type nomadNative struct{}
+
+func (nomadNative) Name() string { return NomadNative }
+
+// Schedule walks evaluations in priority order and places each unplaced
+// allocation independently: what fits is placed, the rest stays blocked.
+func (nomadNative) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
+	if st.MaxNodeFree == 0 {
+		return sim.Actions{}, nil
+	}
+	s := newScratch(st)
+	maxFree := st.MaxNodeFree
+	for _, j := range byPriority(st.Queue(), len(trace.Tiers)) {
+		if maxFree == 0 {
+			break
+		}
+		placed := false
+		for m, need := range j.Members {
+			if j.Allocs[m].Node >= 0 {
+				continue
+			}
+			if need > maxFree {
+				break
+			}
+			i := s.bestFit(need, nil, nil)
+			if i < 0 {
+				break // the rest of this job's allocations stay blocked
+			}
+			s.take(j, m, i, need)
+			placed = true
+		}
+		if placed {
+			maxFree = s.maxFree()
+		}
+	}
+	return sim.Actions{Place: s.place}, nil
+}
+
+type fifoGang struct{}
+
+func (fifoGang) Name() string { return FIFOGang }
+
+// Schedule starts jobs from the head of the queue, all-or-nothing, and stops
+// at the first that does not fit.
+func (fifoGang) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
+	if st.MaxNodeFree == 0 {
+		return sim.Actions{}, nil
+	}
+	s := newScratch(st)
+	for _, j := range st.Queue() {
+		nodes := s.gangNodes(j, nil)
+		if nodes == nil {
+			break // the head blocks
+		}
+		s.placeGang(j, nodes)
+	}
+	return sim.Actions{Place: s.place}, nil
+}
+
+// DefaultBackfillDepth bounds how many queued jobs one backfill pass looks
+// at, as Slurm's bf_max_job_test does.
+const DefaultBackfillDepth = 1000
+
+type backfill struct {
+	Depth int
+}
+
+func (*backfill) Name() string { return Backfill }
+
+// Schedule is priority order with EASY backfill (one reservation, for the
+// first job that does not fit).
+func (b *backfill) Schedule(st *sim.State, now int64) (sim.Actions, error) {
+	if st.MaxNodeFree == 0 {
+		return sim.Actions{}, nil
+	}
+	s := newScratch(st)
+	order := byPriority(st.Queue(), len(trace.Tiers))
+	k := 0
+	for ; k < len(order); k++ {
+		j := order[k]
+		nodes := s.gangNodes(j, nil)
+		if nodes == nil {
+			break
+		}
+		s.placeGang(j, nodes)
+	}
+	if k >= len(order) {
+		return sim.Actions{Place: s.place}, nil
+	}
+	head := order[k]
+	shadow, extra := b.reservation(st, s, head, now)
+	tested := 0
+	maxFree := s.maxFree()
+	for _, j := range order[k+1:] {
+		if maxFree == 0 || tested >= b.Depth {
+			break
+		}
+		tested++
+		if j.Members[0] > maxFree {
+			continue
+		}
+		if now+j.Walltime-j.Saved <= shadow {
+			// Ends before the reservation is needed: anything free will do.
+			if nodes := s.gangNodes(j, nil); nodes != nil {
+				s.placeGang(j, nodes)
+				maxFree = s.maxFree()
+			}
+			continue
+		}
+		// Runs past the reservation: only on GPUs the head will not need.
+		if nodes := s.gangNodes(j, extra); nodes != nil {
+			for m, i := range nodes {
+				extra[i] -= j.Members[m]
+			}
+			s.placeGang(j, nodes)
+			maxFree = s.maxFree()
+		}
+	}
+	return sim.Actions{Place: s.place}, nil
+}
+
+// reservation finds when head can start if running jobs end at their
+// walltimes, and the GPUs per node left over once head takes its share then
+// (extra). A head that can never fit reserves nothing.
+func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int64) (int64, []int) {
+	type end struct {
+		t    int64
+		node int
+		gpus int
+	}
+	var ends []end
+	for _, j := range st.Active() {
+		t := j.WalltimeEnd(st.Model)
+		if j.State == sim.Stopping {
+			t = j.StopAt
+		}
+		t = max(t, now)
+		for _, a := range j.Allocs {
+			if a.Node >= 0 {
+				ends = append(ends, end{t, a.Node, len(a.GPUs)})
+			}
+		}
+	}
+	sort.Slice(ends, func(a, b int) bool {
+		if ends[a].t != ends[b].t {
+			return ends[a].t < ends[b].t
+		}
+		return ends[a].node < ends[b].node
+	})
+	pf := append([]int(nil), s.free...)
+	need, count := head.Members[0], len(head.Members)
+	ok := 0
+	for _, f := range pf {
+		if f >= need {
+			ok++
+		}
+	}
+	shadow := int64(-1)
+	if ok >= count {
+		shadow = now // fits on free GPUs, but not as placed this cycle
+	}
+	for _, e := range ends {
+		if shadow >= 0 && e.t > shadow {
+			break
+		}
+		before := pf[e.node] >= need
+		pf[e.node] += e.gpus
+		if !before && pf[e.node] >= need {
+			ok++
+		}
+		if ok >= count && shadow < 0 {
+			shadow = e.t // keep adding the releases at this same time
+		}
+	}
+	extra := make([]int, len(pf))
+	if shadow < 0 {
+		// Never fits (not even on an empty cluster): no reservation.
+		copy(extra, s.free)
+		return 1<<62 - 1, extra
+	}
+	// The head takes the fullest-fitting nodes at the shadow time.
+	var cand []int
+	for i, f := range pf {
+		if f >= need {
+			cand = append(cand, i)
+		}
+	}
+	sort.SliceStable(cand, func(a, b int) bool { return pf[cand[a]] < pf[cand[b]] })
+	for i := range pf {
+		extra[i] = pf[i]
+	}
+	for _, i := range cand[:count] {
+		extra[i] -= need
+	}
+	for i := range extra {
+		extra[i] = min(extra[i], s.free[i])
+	}
+	return shadow, extra
+}

@@ -1,0 +1,186 @@
+// Package baseline holds the policies `impact sim` compares the impact core
+// with, each a sim.Scheduler:
+//
+//   - nomad-native: what plain Nomad does for batch jobs. Evaluations are
+//     handled in priority order (then submit order); every allocation is
+//     placed on its own with binpacking, so a gang is placed partially when
+//     only some members fit, and the placed members hold their GPUs idle
+//     until the rest are placed. No preemption (Nomad's default for batch).
+//     Lower-priority jobs are placed whenever a higher one is blocked.
+//   - fifo-gang: strict first-in first-out with all-or-nothing gangs; the
+//     head of the queue blocks everything behind it until it fits.
+//   - backfill: Slurm-like priority scheduling with EASY backfill: jobs start
+//     in priority order while they fit; the first that does not gets a
+//     reservation at the earliest time the running jobs' walltimes free
+//     enough GPUs, and later jobs start now only if they fit and either end
+//     (by walltime) before that time or use GPUs the reservation does not
+//     need. No preemption.
+//
+// Priority is the job's tier (trace.Tiers order).
+package baseline
+
+import (
+	"sort"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+)
+
+// scratch is a cycle's working copy of free GPUs: placements decided
+// earlier in the same cycle are taken out of it.
+type scratch struct {
+	st    *sim.State
+	free  []int
+	taken map[int][]bool
+	place []sim.Placement
+}
+
+func newScratch(st *sim.State) *scratch {
+	s := &scratch{st: st, free: make([]int, len(st.Nodes)), taken: map[int][]bool{}}
+	for i, n := range st.Nodes {
+		s.free[i] = n.Free
+	}
+	return s
+}
+
+func (s *scratch) maxFree() int {
+	m := 0
+	for _, f := range s.free {
+		m = max(m, f)
+	}
+	return m
+}
+
+func (s *scratch) isFree(n *sim.Node, g int) bool {
+	if n.Owner[g] >= 0 {
+		return false
+	}
+	t := s.taken[n.Index]
+	return t == nil || !t[g]
+}
+
+// bestFit returns the node with the fewest free GPUs that still has need,
+// preferring one with an NVLink island that can hold it whole; -1 if none.
+// limit, if not nil, caps what may be used per node.
+func (s *scratch) bestFit(need int, limit []int, exclude map[int]bool) int {
+	best, bestFree, bestIsland := -1, 1<<30, false
+	for i, f := range s.free {
+		if limit != nil {
+			f = min(f, limit[i])
+		}
+		if f < need || exclude[i] {
+			continue
+		}
+		isl := s.islandFits(s.st.Nodes[i], need)
+		if (isl && !bestIsland) || (isl == bestIsland && s.free[i] < bestFree) {
+			best, bestFree, bestIsland = i, s.free[i], isl
+		}
+	}
+	return best
+}
+
+func (s *scratch) islandFits(n *sim.Node, need int) bool {
+	per := n.GPUs / n.Islands
+	if need > per {
+		return false
+	}
+	for k := 0; k < n.Islands; k++ {
+		c := 0
+		for g := k * per; g < (k+1)*per; g++ {
+			if s.isFree(n, g) {
+				c++
+			}
+		}
+		if c >= need {
+			return true
+		}
+	}
+	return false
+}
+
+// take picks need free GPUs on node i, inside the fullest island that can
+// hold them if there is one, and records the placement.
+func (s *scratch) take(j *sim.Job, member, i, need int) {
+	n := s.st.Nodes[i]
+	per := n.GPUs / n.Islands
+	var gpus []int
+	bestIsl, bestFree := -1, 1<<30
+	for k := 0; k < n.Islands && need <= per; k++ {
+		c := 0
+		for g := k * per; g < (k+1)*per; g++ {
+			if s.isFree(n, g) {
+				c++
+			}
+		}
+		if c >= need && c < bestFree {
+			bestIsl, bestFree = k, c
+		}
+	}
+	lo, hi := 0, n.GPUs
+	if bestIsl >= 0 {
+		lo, hi = bestIsl*per, (bestIsl+1)*per
+	}
+	for g := lo; g < hi && len(gpus) < need; g++ {
+		if s.isFree(n, g) {
+			gpus = append(gpus, g)
+		}
+	}
+	t := s.taken[i]
+	if t == nil {
+		t = make([]bool, n.GPUs)
+		s.taken[i] = t
+	}
+	for _, g := range gpus {
+		t[g] = true
+	}
+	s.free[i] -= need
+	s.place = append(s.place, sim.Placement{Job: j, Member: member, Alloc: sim.Alloc{Node: i, GPUs: gpus}})
+}
+
+// gangNodes finds nodes for every unplaced member of j at once (best fit,
+// distinct nodes for a multi-node gang), or nil if they do not all fit.
+// limit, if not nil, caps the GPUs usable per node.
+func (s *scratch) gangNodes(j *sim.Job, limit []int) []int {
+	if len(j.Members) == 1 {
+		i := s.bestFit(j.Members[0], limit, nil)
+		if i < 0 {
+			return nil
+		}
+		return []int{i}
+	}
+	need := j.Members[0]
+	var cand []int
+	for i, f := range s.free {
+		if limit != nil {
+			f = min(f, limit[i])
+		}
+		if f >= need {
+			cand = append(cand, i)
+		}
+	}
+	if len(cand) < len(j.Members) {
+		return nil
+	}
+	sort.SliceStable(cand, func(a, b int) bool { return s.free[cand[a]] < s.free[cand[b]] })
+	return cand[:len(j.Members)]
+}
+
+// placeGang places all members of j on nodes.
+func (s *scratch) placeGang(j *sim.Job, nodes []int) {
+	for m, i := range nodes {
+		s.take(j, m, i, j.Members[m])
+	}
+}
+
+// byPriority returns the queue ordered by tier, then submit order, without
+// sorting: the queue is already in submit order.
+func byPriority(q []*sim.Job, tiers int) []*sim.Job {
+	out := make([]*sim.Job, 0, len(q))
+	for t := 0; t < tiers; t++ {
+		for _, j := range q {
+			if j.TierRank == t {
+				out = append(out, j)
+			}
+		}
+	}
+	return out
+}

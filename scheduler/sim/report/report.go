@@ -1,0 +1,179 @@
+// Package report turns simulation results into what people read: the
+// report.json of `impact sim`, the table it prints, and the definitions and
+// modelling assumptions both carry.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+// Scenario describes what was simulated.
+type Scenario struct {
+	Command      string             `json:"command"`
+	Trace        string             `json:"trace"`
+	Format       string             `json:"format"`
+	From         string             `json:"from,omitempty"`
+	To           string             `json:"to,omitempty"`
+	Jobs         int                `json:"jobs"`
+	SkippedRows  int                `json:"skipped_bad_rows"`
+	SkipErrors   []string           `json:"skipped_row_errors,omitempty"`
+	Nodes        int                `json:"nodes"`
+	GPUs         int                `json:"gpus"`
+	Cluster      string             `json:"cluster"`
+	Seed         int64              `json:"seed"`
+	LabelRule    string             `json:"label_rule"`
+	Model        Model              `json:"model"`
+	TierWeights  map[string]float64 `json:"jct_tier_weights"`
+	ImpactPolicy string             `json:"impact_policy,omitempty"`
+}
+
+// Model is sim.Model with its meaning spelled out for readers.
+type Model struct {
+	CheckpointIntervalS int64  `json:"checkpoint_interval_s"`
+	RestartCostS        int64  `json:"restart_cost_s"`
+	GraceS              int64  `json:"grace_s"`
+	CycleS              int64  `json:"cycle_s"`
+	RecheckS            int64  `json:"recheck_s"`
+	SampleS             int64  `json:"sample_s"`
+	Description         string `json:"description"`
+}
+
+// ModelOf describes m.
+func ModelOf(m sim.Model) Model {
+	return Model{
+		CheckpointIntervalS: m.CheckpointInterval,
+		RestartCostS:        m.RestartCost,
+		GraceS:              m.Grace,
+		CycleS:              m.Cycle,
+		RecheckS:            m.Recheck,
+		SampleS:             m.Sample,
+		Description: fmt.Sprintf("Jobs checkpoint every %ds of progress. A preempted job gets the checkpoint signal, keeps its GPUs "+
+			"and keeps running for the %ds grace period, then stops and loses the work done since its last checkpoint; "+
+			"each restart spends %ds holding its GPUs before progress resumes. A gang makes progress only when every member is placed; "+
+			"placed members of a partially placed gang hold their GPUs idle. Schedulers run every %ds when something changed "+
+			"(and at least every %ds while jobs wait). Nodes never fail: every GPU is healthy for the whole run. "+
+			"Jobs wider than a node are gangs of whole-node members.",
+			m.CheckpointInterval, m.Grace, m.RestartCost, m.Cycle, m.Recheck),
+	}
+}
+
+// Definitions of the metrics, written into report.json.
+var Definitions = map[string]string{
+	"occupancy":                   "allocated GPU-hours / healthy GPU-hours over the submission window [from, to); GPUs held by partially placed gangs count as allocated (they are assigned, if idle)",
+	"occupancy_vs_bound":          "allocated GPU-hours / the integral over the window of min(capacity, GPUs asked by submitted unfinished jobs)",
+	"occupancy_run":               "occupancy over the whole run, from the first submit to the last finish (drain included)",
+	"partial_gang_idle_gpu_hours": "GPU-hours held by placed members of gangs whose other members were not yet placed (whole run)",
+	"wait_s":                      "per tier, first start minus submit of each completed job, seconds, nearest-rank percentiles",
+	"weighted_jct_s":              "sum over completed jobs of w(tier) x (finish - submit) / sum of w(tier), seconds; weights in scenario.jct_tier_weights",
+	"preemptions":                 "jobs stopped by preemption (preemptions_issued counts the orders; a job finishing inside its grace period is not stopped)",
+	"lost_gpu_hours":              "GPU-hours of running allocations that did not become kept progress: work since the last checkpoint at a preemption, restart time and the grace period's unsaved work",
+	"delivered_gpu_hours":         "GPU-hours of useful progress kept (sum of duration x GPUs of completed work)",
+	"decision_latency_ms":         "wall time of each scheduling decision (one cycle of the policy), milliseconds",
+	"jobs_completed":              "jobs that finished",
+	"fair_share":                  "per project, mean over window samples of allocated GPUs against its max-min fair share (equal shares, capped by its outstanding demand); fair_share_deviation = mean of sum |allocated - fair| / (2 x capacity)",
+}
+
+// Report is report.json.
+type Report struct {
+	Scenario    Scenario          `json:"scenario"`
+	Definitions map[string]string `json:"definitions"`
+	Policies    []*sim.Result     `json:"policies"`
+	// WallS is each policy's run time in seconds (they may run in parallel).
+	WallS map[string]float64 `json:"wall_s"`
+}
+
+// TierWeightMap pairs trace.Tiers with weights.
+func TierWeightMap(w []float64) map[string]float64 {
+	out := map[string]float64{}
+	for i, t := range trace.Tiers {
+		if i < len(w) {
+			out[t] = w[i]
+		}
+	}
+	return out
+}
+
+// WriteJSON writes dir/report.json.
+func (r *Report) WriteJSON(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create output directory: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encode report: %w", err)
+	}
+	path := filepath.Join(dir, "report.json")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return "", fmt.Errorf("write report: %w", err)
+	}
+	return path, nil
+}
+
+func hours(s float64) string {
+	switch {
+	case s >= 86400:
+		return fmt.Sprintf("%.1fd", s/86400)
+	case s >= 3600:
+		return fmt.Sprintf("%.1fh", s/3600)
+	case s >= 60:
+		return fmt.Sprintf("%.0fm", s/60)
+	}
+	return fmt.Sprintf("%.0fs", s)
+}
+
+// WriteTable prints one row per policy.
+func (r *Report) WriteTable(w io.Writer) error {
+	top := trace.Tiers[0]
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "policy\toccupancy\tvs bound\tpartial-gang idle GPU-h\t%s wait p50\t%s wait p99\tnormal wait p99\tweighted JCT\tpreemptions\tlost GPU-h (%% of delivered)\tdelivered GPU-h\tdecision ms p50/p99\tcompleted\t\n", top, top)
+	for _, p := range r.Policies {
+		wt := p.WaitS[top]
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.0f\t%s\t%s\t%s\t%s\t%d\t%.0f (%.2f%%)\t%.0f\t%.2f/%.2f\t%d/%d\t\n",
+			p.Policy, 100*p.Occupancy, 100*p.OccupancyVsBound, p.PartialGangIdleGPUHours,
+			hours(wt.P50), hours(wt.P99), hours(p.WaitS["normal"].P99), hours(p.WeightedJCTS),
+			p.Preemptions, p.LostGPUHours, 100*p.LostFraction, p.DeliveredGPUHours,
+			p.DecisionLatencyMS.P50, p.DecisionLatencyMS.P99, p.JobsCompleted, p.JobsTotal-p.JobsUnschedulable)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var notes []string
+	for _, p := range r.Policies {
+		if p.JobsUnfinished > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d jobs never finished", p.Policy, p.JobsUnfinished))
+		}
+		if p.JobsUnschedulable > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d jobs can never fit the cluster and were not run", p.Policy, p.JobsUnschedulable))
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+// WriteSeries writes dir/series-<policy>.csv: the sampled time series the
+// plots are drawn from, for anyone who wants to plot it differently.
+func (r *Report) WriteSeries(dir string) error {
+	for _, p := range r.Policies {
+		var b strings.Builder
+		b.WriteString("t,allocated,partial_idle,bound,queue\n")
+		for _, s := range p.Series {
+			fmt.Fprintf(&b, "%d,%d,%d,%d,%d\n", s.T, s.Allocated, s.Partial, s.Bound, s.Queue)
+		}
+		path := filepath.Join(dir, "series-"+p.Policy+".csv")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			return fmt.Errorf("write series: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package sim
+
+import (
+	"math"
+	"sort"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+// Percentiles are nearest-rank percentiles.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+}
+
+// Latency is decision latency in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// FairShare is one project's allocation against its max-min fair share of
+// the cluster (equal shares, capped by its demand), averaged over the
+// window's samples, in GPUs.
+type FairShare struct {
+	MeanAllocatedGPUs float64 `json:"mean_allocated_gpus"`
+	MeanFairGPUs      float64 `json:"mean_fair_gpus"`
+	// MeanAbsDeviationGPUs is the mean of |allocated - fair| over samples.
+	MeanAbsDeviationGPUs float64 `json:"mean_abs_deviation_gpus"`
+}
+
+// Result holds a run's metrics (see the report for each definition).
+type Result struct {
+	Policy string `json:"policy"`
+	// Occupancy is allocated / healthy GPU-hours over the submission window.
+	Occupancy float64 `json:"occupancy"`
+	// OccupancyVsBound is allocated GPU-hours / the integral of
+	// min(capacity, outstanding demand) over the window.
+	OccupancyVsBound float64 `json:"occupancy_vs_bound"`
+	// OccupancyRun and OccupancyVsBoundRun are the same over the whole run,
+	// drain included.
+	OccupancyRun        float64 `json:"occupancy_run"`
+	OccupancyVsBoundRun float64 `json:"occupancy_vs_bound_run"`
+
+	PartialGangIdleGPUHours       float64 `json:"partial_gang_idle_gpu_hours"`
+	PartialGangIdleGPUHoursWindow float64 `json:"partial_gang_idle_gpu_hours_window"`
+
+	// WaitS is, per tier, first start - submit of each job, in seconds.
+	WaitS map[string]Percentiles `json:"wait_s"`
+	// WeightedJCTS is sum(w_tier * (finish - submit)) / sum(w_tier).
+	WeightedJCTS float64            `json:"weighted_jct_s"`
+	MeanJCTS     map[string]float64 `json:"mean_jct_s"`
+
+	Preemptions       int     `json:"preemptions"`
+	PreemptionsIssued int     `json:"preemptions_issued"`
+	LostGPUHours      float64 `json:"lost_gpu_hours"`
+	// DeliveredGPUHours is useful work: GPU-hours of progress that counted.
+	DeliveredGPUHours float64 `json:"delivered_gpu_hours"`
+	// LostFraction is LostGPUHours / DeliveredGPUHours.
+	LostFraction float64 `json:"lost_fraction"`
+
+	DecisionLatencyMS Latency `json:"decision_latency_ms"`
+	Cycles            int     `json:"cycles"`
+
+	JobsTotal     int `json:"jobs_total"`
+	JobsCompleted int `json:"jobs_completed"`
+	// JobsUnfinished never finished (stuck or cut by a time limit);
+	// JobsUnschedulable can never fit the cluster and were not run.
+	JobsUnfinished    int      `json:"jobs_unfinished"`
+	JobsUnschedulable int      `json:"jobs_unschedulable"`
+	Unschedulable     []string `json:"unschedulable_ids,omitempty"`
+
+	// FairShare per project and its summary: the mean over samples of
+	// sum_p |allocated_p - fair_p| / (2 * capacity), the share of the cluster
+	// given to the wrong project.
+	FairShare          map[string]FairShare `json:"fair_share"`
+	FairShareDeviation float64              `json:"fair_share_deviation"`
+
+	MakespanS   int64 `json:"makespan_s"`
+	WindowStart int64 `json:"window_start"`
+	WindowEnd   int64 `json:"window_end"`
+	Capacity    int   `json:"capacity_gpus"`
+
+	// Series, Waits and Jobs feed the plots and tests; they are not part of
+	// report.json.
+	Series []Sample           `json:"-"`
+	Waits  map[string][]int64 `json:"-"`
+	Jobs   []JobResult        `json:"-"`
+}
+
+// JobResult is one job's outcome; FirstStart and Finish are -1 if never.
+type JobResult struct {
+	ID         string
+	Tier       string
+	Submit     int64
+	FirstStart int64
+	Finish     int64
+	Preempted  int
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	k = max(0, min(k, len(sorted)-1))
+	return sorted[k]
+}
+
+func (r *runner) result() *Result {
+	a := &r.acc
+	res := &Result{
+		Policy:            r.sched.Name(),
+		Capacity:          a.capacity,
+		WindowStart:       r.opts.WindowStart,
+		WindowEnd:         r.opts.WindowEnd,
+		Preemptions:       a.preemptions,
+		PreemptionsIssued: r.issued,
+		LostGPUHours:      a.lost / 3600,
+		DeliveredGPUHours: a.delivered / 3600,
+		Cycles:            len(r.lat),
+		JobsTotal:         len(r.st.Jobs),
+		JobsUnschedulable: len(r.unsch),
+		Unschedulable:     r.unsch,
+		WaitS:             map[string]Percentiles{},
+		MeanJCTS:          map[string]float64{},
+		Waits:             map[string][]int64{},
+		FairShare:         map[string]FairShare{},
+		Series:            a.series,
+	}
+	if a.delivered > 0 {
+		res.LostFraction = a.lost / a.delivered
+	}
+	winLen := float64(r.opts.WindowEnd - r.opts.WindowStart)
+	if winLen > 0 {
+		res.Occupancy = a.winAlloc / (winLen * float64(a.capacity))
+	}
+	if a.winBound > 0 {
+		res.OccupancyVsBound = a.winAlloc / a.winBound
+	}
+	runLen := float64(a.end - a.first)
+	if runLen > 0 {
+		res.OccupancyRun = a.allAlloc / (runLen * float64(a.capacity))
+	}
+	if a.allBound > 0 {
+		res.OccupancyVsBoundRun = a.allAlloc / a.allBound
+	}
+	res.PartialGangIdleGPUHours = a.allPartial / 3600
+	res.PartialGangIdleGPUHoursWindow = a.winPartial / 3600
+	res.MakespanS = a.end - a.first
+
+	jct := map[string][]float64{}
+	var wsum, wjct float64
+	for _, j := range r.st.Jobs {
+		res.Jobs = append(res.Jobs, JobResult{ID: j.ID, Tier: j.Tier, Submit: j.Submit, FirstStart: j.FirstStart, Finish: j.Finish, Preempted: j.Preempted})
+		if j.State != Done {
+			continue
+		}
+		res.JobsCompleted++
+		res.Waits[j.Tier] = append(res.Waits[j.Tier], j.FirstStart-j.Submit)
+		c := float64(j.Finish - j.Submit)
+		jct[j.Tier] = append(jct[j.Tier], c)
+		w := 1.0
+		if j.TierRank < len(r.opts.TierWeights) {
+			w = r.opts.TierWeights[j.TierRank]
+		}
+		wsum += w
+		wjct += w * c
+	}
+	res.JobsUnfinished = res.JobsTotal - res.JobsCompleted - res.JobsUnschedulable
+	if wsum > 0 {
+		res.WeightedJCTS = wjct / wsum
+	}
+	for _, t := range trace.Tiers {
+		ws := res.Waits[t]
+		if len(ws) == 0 {
+			continue
+		}
+		f := make([]float64, len(ws))
+		for i, w := range ws {
+			f[i] = float64(w)
+		}
+		sort.Float64s(f)
+		res.WaitS[t] = Percentiles{P50: percentile(f, 50), P95: percentile(f, 95), P99: percentile(f, 99)}
+		s := 0.0
+		for _, c := range jct[t] {
+			s += c
+		}
+		res.MeanJCTS[t] = s / float64(len(jct[t]))
+	}
+	lat := append([]float64(nil), r.lat...)
+	sort.Float64s(lat)
+	if len(lat) > 0 {
+		res.DecisionLatencyMS = Latency{P50: percentile(lat, 50), P99: percentile(lat, 99), Max: lat[len(lat)-1]}
+	}
+	if n := float64(a.fsSamples); n > 0 {
+		total := 0.0
+		for p := range a.fsAlloc {
+			fs := FairShare{MeanAllocatedGPUs: a.fsAlloc[p] / n, MeanFairGPUs: a.fsFair[p] / n, MeanAbsDeviationGPUs: a.fsAbsDev[p] / n}
+			res.FairShare[p] = fs
+			total += fs.MeanAbsDeviationGPUs
+		}
+		for p := range a.fsFair {
+			if _, ok := res.FairShare[p]; !ok {
+				res.FairShare[p] = FairShare{MeanFairGPUs: a.fsFair[p] / n, MeanAbsDeviationGPUs: a.fsAbsDev[p] / n}
+				total += a.fsAbsDev[p] / n
+			}
+		}
+		res.FairShareDeviation = total / (2 * float64(a.capacity))
+	}
+	return res
+}

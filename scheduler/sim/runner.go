@@ -1,0 +1,358 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+type runner struct {
+	opts   Options
+	sched  Scheduler
+	st     *State
+	heap   eventHeap
+	seq    uint64
+	now    int64
+	real   int // submit, finish and release events in the heap
+	dirty  bool
+	next   int64 // time of the pending cycle event, -1 if none
+	last   int64 // time of the last cycle, -1 before the first
+	acc    accounting
+	lat    []float64 // decision latencies, ms
+	issued int       // preemptions asked for
+	unsch  []string  // jobs that can never fit the cluster
+	wall   time.Time
+}
+
+func newRunner(jobs []trace.Job, sched Scheduler, opts Options) *runner {
+	r := &runner{opts: opts, sched: sched, next: -1, last: -1, wall: time.Now()}
+	st := &State{Model: opts.Model, running: make(map[int]*Job)}
+	for i, spec := range opts.Cluster.Nodes {
+		n := &Node{NodeSpec: spec, Index: i, Owner: make([]int32, spec.GPUs), Free: spec.GPUs, IslandFree: make([]int, spec.Islands)}
+		for g := range n.Owner {
+			n.Owner[g] = -1
+		}
+		for k := range n.IslandFree {
+			n.IslandFree[k] = spec.GPUs / spec.Islands
+		}
+		st.Nodes = append(st.Nodes, n)
+	}
+	st.refreshFree()
+	nodeGPUs := opts.Cluster.MaxNodeGPUs()
+	capacity := opts.Cluster.GPUs()
+	wideNodes := 0
+	for _, n := range opts.Cluster.Nodes {
+		if n.GPUs == nodeGPUs {
+			wideNodes++
+		}
+	}
+	for i := range jobs {
+		tj := jobs[i]
+		j := &Job{Job: tj, Index: i, Start: -1, FirstStart: -1, Finish: -1}
+		j.TierRank = tierRank(tj.Tier)
+		j.IsPreemptible = tj.Preemptible != nil && *tj.Preemptible
+		j.Members = MembersFor(tj.GPUs, nodeGPUs)
+		j.Allocs = make([]Alloc, len(j.Members))
+		for m := range j.Allocs {
+			j.Allocs[m].Node = -1
+		}
+		st.Jobs = append(st.Jobs, j)
+		if j.TotalGPUs() > capacity || (len(j.Members) > 1 && len(j.Members) > wideNodes) {
+			r.unsch = append(r.unsch, j.ID)
+			continue
+		}
+		r.push(event{t: tj.Submit, kind: evSubmit, job: i})
+	}
+	r.st = st
+	first, lastSub := int64(0), int64(0)
+	if len(jobs) > 0 {
+		first, lastSub = jobs[0].Submit, jobs[len(jobs)-1].Submit
+	}
+	if opts.WindowStart == 0 && opts.WindowEnd == 0 {
+		r.opts.WindowStart, r.opts.WindowEnd = first, lastSub
+	}
+	r.acc.init(r, first)
+	return r
+}
+
+func tierRank(t string) int {
+	for i, n := range trace.Tiers {
+		if n == t {
+			return i
+		}
+	}
+	return len(trace.Tiers) - 1
+}
+
+func (r *runner) push(e event) {
+	r.seq++
+	e.seq = r.seq
+	if e.kind != evCycle {
+		r.real++
+	}
+	r.heap.push(e)
+}
+
+// requestCycle makes sure a cycle runs at the first tick at or after t.
+func (r *runner) requestCycle(t int64) {
+	c := r.opts.Model.Cycle
+	tick := t
+	if c > 0 {
+		tick = (t + c - 1) / c * c
+		if tick <= r.last {
+			tick = r.last + c
+		}
+	}
+	if r.next >= 0 && r.next <= tick {
+		return
+	}
+	r.next = tick
+	r.push(event{t: tick, kind: evCycle})
+}
+
+func (r *runner) loop() error {
+	n := 0
+	for len(r.heap) > 0 {
+		e := r.heap.pop()
+		if e.kind != evCycle {
+			r.real--
+		}
+		if r.opts.MaxSimTime > 0 && e.t > r.opts.MaxSimTime {
+			break
+		}
+		r.acc.advance(e.t)
+		r.now = e.t
+		switch e.kind {
+		case evSubmit:
+			r.submit(r.st.Jobs[e.job])
+		case evFinish:
+			j := r.st.Jobs[e.job]
+			if j.epoch != e.epoch || (j.State != Running && j.State != Stopping) {
+				continue
+			}
+			r.finish(j)
+		case evRelease:
+			j := r.st.Jobs[e.job]
+			if j.epoch != e.epoch || j.State != Stopping {
+				continue
+			}
+			r.release(j)
+		case evCycle:
+			if e.t != r.next {
+				continue // superseded by an earlier request
+			}
+			r.next = -1
+			if err := r.cycle(); err != nil {
+				return err
+			}
+		}
+		n++
+		if r.opts.Progress != nil && n%2048 == 0 && time.Since(r.wall) >= r.opts.ProgressEvery {
+			r.wall = time.Now()
+			r.opts.Progress(r.progress())
+		}
+	}
+	r.acc.finishSeries(r.now)
+	return nil
+}
+
+func (r *runner) progress() Progress {
+	return Progress{Policy: r.sched.Name(), Now: r.now, Done: r.acc.done, Total: len(r.st.Jobs) - len(r.unsch),
+		Queue: len(r.st.Queue()), WindowEnd: r.opts.WindowEnd}
+}
+
+func (r *runner) markDirty() {
+	r.dirty = true
+	r.requestCycle(r.now)
+}
+
+func (r *runner) submit(j *Job) {
+	j.State = Pending
+	j.queuedAt = r.now
+	r.st.pending = append(r.st.Queue(), j) // submit order: always the tail
+	r.st.changes = append(r.st.changes, Change{Submitted, j})
+	r.acc.demand(j, +1)
+	r.markDirty()
+}
+
+func (r *runner) cycle() error {
+	st := r.st
+	st.refreshFree()
+	if len(st.Queue()) == 0 {
+		r.last = r.now
+		r.dirty = false
+		return nil
+	}
+	t0 := time.Now()
+	acts, err := r.sched.Schedule(st, r.now)
+	r.lat = append(r.lat, float64(time.Since(t0).Nanoseconds())/1e6)
+	r.last = r.now
+	r.dirty = false
+	st.changes = st.changes[:0]
+	if err != nil {
+		return fmt.Errorf("t=%d: schedule: %w", r.now, err)
+	}
+	for _, p := range acts.Preempt {
+		if err := r.preempt(p); err != nil {
+			return fmt.Errorf("t=%d: %w", r.now, err)
+		}
+	}
+	for _, p := range acts.Place {
+		if err := r.place(p); err != nil {
+			return fmt.Errorf("t=%d: %w", r.now, err)
+		}
+	}
+	st.refreshFree()
+	// Come back while jobs wait, even without events, unless nothing can
+	// ever change: no events left and this cycle did nothing.
+	if len(st.Queue()) > 0 && (r.real > 0 || len(acts.Place)+len(acts.Preempt) > 0) {
+		r.requestCycle(r.now + r.opts.Model.Recheck)
+	}
+	return nil
+}
+
+func (r *runner) place(p Placement) error {
+	j := p.Job
+	if j == nil || j.Index < 0 || j.Index >= len(r.st.Jobs) || r.st.Jobs[j.Index] != j {
+		return fmt.Errorf("placement of an unknown job")
+	}
+	if j.State != Pending && j.State != Partial {
+		return fmt.Errorf("job %s: placed while %s", j.ID, j.State)
+	}
+	if p.Member < 0 || p.Member >= len(j.Members) || j.Allocs[p.Member].Node >= 0 {
+		return fmt.Errorf("job %s: member %d is not an unplaced member", j.ID, p.Member)
+	}
+	if p.Alloc.Node < 0 || p.Alloc.Node >= len(r.st.Nodes) {
+		return fmt.Errorf("job %s: unknown node %d", j.ID, p.Alloc.Node)
+	}
+	n := r.st.Nodes[p.Alloc.Node]
+	if len(p.Alloc.GPUs) != j.Members[p.Member] {
+		return fmt.Errorf("job %s member %d: given %d GPUs, needs %d", j.ID, p.Member, len(p.Alloc.GPUs), j.Members[p.Member])
+	}
+	for k, g := range p.Alloc.GPUs {
+		if g < 0 || g >= n.GPUs {
+			return fmt.Errorf("job %s: node %s has no GPU %d", j.ID, n.Name, g)
+		}
+		if n.Owner[g] >= 0 {
+			return fmt.Errorf("job %s: GPU %d of node %s is held by job %s", j.ID, g, n.Name, r.st.Jobs[n.Owner[g]].ID)
+		}
+		for _, h := range p.Alloc.GPUs[:k] {
+			if h == g {
+				return fmt.Errorf("job %s: GPU %d of node %s given twice", j.ID, g, n.Name)
+			}
+		}
+	}
+	for _, g := range p.Alloc.GPUs {
+		n.Owner[g] = int32(j.Index)
+		n.IslandFree[n.IslandOf(g)]--
+	}
+	n.Free -= len(p.Alloc.GPUs)
+	j.Allocs[p.Member] = Alloc{Node: n.Index, GPUs: append([]int(nil), p.Alloc.GPUs...)}
+	j.Placed++
+	r.acc.hold(j, len(p.Alloc.GPUs))
+	if j.Placed < len(j.Members) {
+		if j.State == Pending {
+			j.partialAt = r.now
+		}
+		j.State = Partial
+		r.acc.addPartial(len(p.Alloc.GPUs))
+		return nil
+	}
+	if j.State == Partial {
+		r.acc.addPartial(-(j.TotalGPUs() - len(p.Alloc.GPUs)))
+	}
+	j.State = Running
+	j.Start = r.now
+	if j.FirstStart < 0 {
+		j.FirstStart = r.now
+	}
+	j.epoch++
+	r.st.pendingDirty = true
+	r.st.running[j.Index] = j
+	r.st.changes = append(r.st.changes, Change{Started, j})
+	r.push(event{t: j.ExpectedEnd(r.opts.Model), kind: evFinish, job: j.Index, epoch: j.epoch})
+	return nil
+}
+
+func (r *runner) preempt(p Preemption) error {
+	j := p.Job
+	if j == nil || j.Index < 0 || j.Index >= len(r.st.Jobs) || r.st.Jobs[j.Index] != j {
+		return fmt.Errorf("preemption of an unknown job")
+	}
+	if j.State != Running {
+		return fmt.Errorf("job %s: preempted while %s", j.ID, j.State)
+	}
+	grace := p.Grace
+	if grace < 0 {
+		grace = r.opts.Model.Grace
+	}
+	r.issued++
+	j.State = Stopping
+	j.StopAt = r.now + grace
+	r.st.changes = append(r.st.changes, Change{StopRequested, j})
+	if j.ExpectedEnd(r.opts.Model) <= j.StopAt {
+		return nil // it finishes inside its grace period: the finish event ends it
+	}
+	r.push(event{t: j.StopAt, kind: evRelease, job: j.Index, epoch: j.epoch})
+	return nil
+}
+
+// freeGPUs gives back every GPU of j.
+func (r *runner) freeGPUs(j *Job) {
+	for m := range j.Allocs {
+		a := &j.Allocs[m]
+		if a.Node < 0 {
+			continue
+		}
+		n := r.st.Nodes[a.Node]
+		for _, g := range a.GPUs {
+			n.Owner[g] = -1
+			n.IslandFree[n.IslandOf(g)]++
+		}
+		n.Free += len(a.GPUs)
+		r.acc.hold(j, -len(a.GPUs))
+		a.Node, a.GPUs = -1, nil
+	}
+	j.Placed = 0
+	delete(r.st.running, j.Index)
+}
+
+func (r *runner) finish(j *Job) {
+	g := int64(j.TotalGPUs())
+	run := r.now - j.Start
+	useful := j.Duration - j.Saved
+	r.acc.work(j, useful*g, (run-useful)*g)
+	j.Saved = j.Duration
+	j.State = Done
+	j.Finish = r.now
+	r.freeGPUs(j)
+	r.acc.demand(j, -1)
+	r.acc.done++
+	r.acc.end = r.now
+	r.st.changes = append(r.st.changes, Change{Finished, j})
+	r.markDirty()
+}
+
+func (r *runner) release(j *Job) {
+	m := r.opts.Model
+	g := int64(j.TotalGPUs())
+	var gain int64
+	if m.CheckpointInterval > 0 {
+		gain = j.progressAt(r.now, m) / m.CheckpointInterval * m.CheckpointInterval
+	}
+	run := r.now - j.Start
+	r.acc.work(j, gain*g, (run-gain)*g)
+	j.Saved += gain
+	j.Restarts++
+	j.Preempted++
+	r.acc.preemptions++
+	r.freeGPUs(j)
+	j.Start = -1
+	j.State = Pending
+	j.queuedAt = r.now
+	j.epoch++
+	r.st.enqueue(j)
+	r.st.changes = append(r.st.changes, Change{Requeued, j})
+	r.markDirty()
+}

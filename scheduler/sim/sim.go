@@ -1,0 +1,246 @@
+// Package sim is the discrete-event simulator behind `impact sim`: it replays
+// a job trace on a simulated GPU cluster under a scheduling policy and
+// measures the pyramid of DESIGN.md (occupancy, impact, lost work) so that
+// policies can be compared on the same input.
+//
+// The engine is a heap of events (submit, finish, end of a preemption's
+// grace period, scheduling cycle). At each cycle it calls the policy's
+// Scheduler with the current State and applies the Actions it returns
+// (placements and preemptions), checking them: a policy bug is an error,
+// never a corrupt run. Every policy, the baselines and the impact core alike,
+// runs through the same engine and the same accounting.
+//
+// Modelled effects (and only these): jobs checkpoint every
+// Model.CheckpointInterval seconds of progress; a preempted job keeps its
+// GPUs and keeps running for its grace period, then loses the work done
+// since its last checkpoint; every restart spends Model.RestartCost seconds
+// before progress resumes. A gang makes progress only once every member is
+// placed. Nodes never fail.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+// Model holds the modelled effects and the cycle, in seconds.
+type Model struct {
+	// CheckpointInterval is the progress between two checkpoints.
+	CheckpointInterval int64
+	// RestartCost is the time a restarted job spends (holding its GPUs)
+	// before it makes progress again: reloading the checkpoint.
+	RestartCost int64
+	// Grace is the time between the checkpoint signal and the stop.
+	Grace int64
+	// Cycle is the scheduling period: the scheduler runs at multiples of it
+	// when something changed (a submit, a finish, a stop). 0 runs it after
+	// every batch of simultaneous events.
+	Cycle int64
+	// Recheck is the longest time between two cycles while jobs wait, so
+	// time-dependent decisions (minimum runtimes, aging) are taken even when
+	// no event happens.
+	Recheck int64
+	// Sample is the step of the time series kept for plots and fair share.
+	Sample int64
+}
+
+// DefaultModel is the model of the standard scenario.
+func DefaultModel() Model {
+	return Model{
+		CheckpointInterval: 1800,
+		RestartCost:        120,
+		Grace:              60,
+		Cycle:              10,
+		Recheck:            300,
+		Sample:             600,
+	}
+}
+
+// Validate rejects negative or inconsistent values.
+func (m Model) Validate() error {
+	switch {
+	case m.CheckpointInterval < 0:
+		return fmt.Errorf("checkpoint interval must not be negative, got %d", m.CheckpointInterval)
+	case m.RestartCost < 0:
+		return fmt.Errorf("restart cost must not be negative, got %d", m.RestartCost)
+	case m.Grace < 0:
+		return fmt.Errorf("grace must not be negative, got %d", m.Grace)
+	case m.Cycle < 0:
+		return fmt.Errorf("cycle must not be negative, got %d", m.Cycle)
+	case m.Recheck <= 0:
+		return fmt.Errorf("recheck must be positive, got %d", m.Recheck)
+	case m.Sample <= 0:
+		return fmt.Errorf("sample step must be positive, got %d", m.Sample)
+	}
+	return nil
+}
+
+// Scheduler is a scheduling policy. Schedule looks at the state and returns
+// what to do now; it must not modify the state.
+type Scheduler interface {
+	Name() string
+	Schedule(s *State, now int64) (Actions, error)
+}
+
+// Placement places one member of a job.
+type Placement struct {
+	Job    *Job
+	Member int
+	Alloc  Alloc
+}
+
+// Preemption asks a running job to stop after its grace period. Grace < 0
+// uses the model's grace.
+type Preemption struct {
+	Job   *Job
+	Grace int64
+}
+
+// Actions are a scheduler's decisions at one cycle, applied in order:
+// preemptions first, then placements.
+type Actions struct {
+	Preempt []Preemption
+	Place   []Placement
+}
+
+// Options configure a run.
+type Options struct {
+	Cluster ClusterSpec
+	Model   Model
+	// Window is the submission window [Start, End) in trace seconds over
+	// which occupancy and fair share are measured: the contended period the
+	// scenario is about, not the drain after the last submission. Zero
+	// values mean the first and last submit.
+	WindowStart, WindowEnd int64
+	// TierWeights weight job completion times by tier (order of
+	// trace.Tiers) in WeightedJCT.
+	TierWeights []float64
+	// Progress, if set, is called about every ProgressEvery of wall time.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// MaxSimTime stops the run (with unfinished jobs reported) when the
+	// simulated clock passes it; 0 means no limit.
+	MaxSimTime int64
+}
+
+// Progress is a snapshot of a run for a progress line.
+type Progress struct {
+	Policy    string
+	Now       int64
+	Done      int
+	Total     int
+	Queue     int
+	Elapsed   time.Duration
+	WindowEnd int64
+}
+
+// DefaultTierWeights are the report's JCT weights per tier (critical, high,
+// normal, scavenger).
+var DefaultTierWeights = []float64{8, 4, 2, 1}
+
+type eventKind int
+
+// Events at the same time are handled in this order: capacity is released
+// before anything arrives, and the cycle comes last.
+const (
+	evFinish eventKind = iota
+	evRelease
+	evSubmit
+	evCycle
+)
+
+type event struct {
+	t     int64
+	kind  eventKind
+	job   int
+	epoch int
+	seq   uint64
+}
+
+type eventHeap []event
+
+func (h eventHeap) less(a, b int) bool {
+	x, y := h[a], h[b]
+	if x.t != y.t {
+		return x.t < y.t
+	}
+	if x.kind != y.kind {
+		return x.kind < y.kind
+	}
+	return x.seq < y.seq
+}
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	i := len(*h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		(*h)[i], (*h)[p] = (*h)[p], (*h)[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	old := *h
+	top := old[0]
+	n := len(old) - 1
+	old[0] = old[n]
+	*h = old[:n]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		(*h)[i], (*h)[m] = (*h)[m], (*h)[i]
+		i = m
+	}
+	return top
+}
+
+// ErrStuck reports a run that ended with jobs that could never start.
+var ErrStuck = errors.New("jobs left waiting with nothing running")
+
+// MembersFor splits a job of gpus GPUs into gang members for nodes of
+// nodeGPUs: one member if it fits a node, else whole-node members.
+func MembersFor(gpus, nodeGPUs int) []int {
+	if gpus <= nodeGPUs {
+		return []int{gpus}
+	}
+	n := (gpus + nodeGPUs - 1) / nodeGPUs
+	m := make([]int, n)
+	for i := range m {
+		m[i] = nodeGPUs
+	}
+	return m
+}
+
+// Run replays jobs (labelled, sorted by submit) under sched.
+func Run(jobs []trace.Job, sched Scheduler, opts Options) (*Result, error) {
+	if err := opts.Cluster.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opts.Model.Validate(); err != nil {
+		return nil, err
+	}
+	if len(opts.TierWeights) == 0 {
+		opts.TierWeights = DefaultTierWeights
+	}
+	r := newRunner(jobs, sched, opts)
+	if err := r.loop(); err != nil {
+		return nil, fmt.Errorf("policy %s: %w", sched.Name(), err)
+	}
+	return r.result(), nil
+}

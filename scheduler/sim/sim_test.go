@@ -1,0 +1,331 @@
+package sim_test
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+// job builds a labelled trace job.
+func job(id string, submit, dur int64, gpus int, tier string, walltime int64) trace.Job {
+	p := tier == "normal" || tier == "scavenger"
+	if walltime == 0 {
+		walltime = dur
+	}
+	return trace.Job{ID: id, Submit: submit, Duration: dur, GPUs: gpus, Project: "p", Tier: tier, Preemptible: &p, Walltime: walltime}
+}
+
+func cluster(t *testing.T, nodes, gpus int) sim.ClusterSpec {
+	t.Helper()
+	c, err := sim.UniformCluster(nodes, gpus, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func model() sim.Model {
+	m := sim.DefaultModel()
+	m.Cycle = 0
+	return m
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func mustBaseline(t *testing.T, name string) sim.Scheduler {
+	t.Helper()
+	s, err := baseline.New(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// starts runs s and returns each job's first start.
+func starts(t *testing.T, jobs []trace.Job, s sim.Scheduler, opts sim.Options) (*sim.Result, map[string]int64) {
+	t.Helper()
+	res, err := sim.Run(jobs, s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, j := range res.Jobs {
+		out[j.ID] = j.FirstStart
+	}
+	return res, out
+}
+
+// TestFIFOHandComputed: one node of 4 GPUs.
+// A(0s, 2 GPUs, 100s) starts at 0; B(10s, 4 GPUs, 50s) blocks the head
+// until A ends at 100 and runs to 150; C(20s, 2 GPUs, 30s) fits beside A but
+// waits behind B, runs 150..180.
+func TestFIFOHandComputed(t *testing.T) {
+	jobs := []trace.Job{
+		job("A", 0, 100, 2, "normal", 0),
+		job("B", 10, 50, 4, "critical", 0),
+		job("C", 20, 30, 2, "scavenger", 0),
+	}
+	res, _ := starts(t, jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{
+		Cluster: cluster(t, 1, 4), Model: model(), WindowStart: 0, WindowEnd: 180,
+	})
+	if res.JobsCompleted != 3 || res.MakespanS != 180 {
+		t.Fatalf("completed %d, makespan %d", res.JobsCompleted, res.MakespanS)
+	}
+	// Waits: A 0, B 90, C 130. JCT: A 100, B 140, C 160.
+	if res.WaitS["critical"].P99 != 90 || res.WaitS["scavenger"].P50 != 130 || res.WaitS["normal"].P50 != 0 {
+		t.Fatalf("waits %+v", res.WaitS)
+	}
+	// Weighted JCT with weights critical 8, normal 2, scavenger 1.
+	want := (8*140.0 + 2*100 + 1*160) / 11
+	if !near(res.WeightedJCTS, want) {
+		t.Fatalf("weighted JCT %v, want %v", res.WeightedJCTS, want)
+	}
+	// Allocated: 2x100 + 4x50 + 2x30 = 460 GPU-s of 4x180.
+	if !near(res.Occupancy, 460.0/720) {
+		t.Fatalf("occupancy %v, want %v", res.Occupancy, 460.0/720)
+	}
+	// Bound min(4, demand): 2x10 + 4x10 + 4x80 + 4x50 + 2x30 = 640.
+	if !near(res.OccupancyVsBound, 460.0/640) {
+		t.Fatalf("occupancy vs bound %v, want %v", res.OccupancyVsBound, 460.0/640)
+	}
+	if !near(res.DeliveredGPUHours, 460.0/3600) || res.LostGPUHours != 0 || res.Preemptions != 0 || res.PartialGangIdleGPUHours != 0 {
+		t.Fatalf("delivered %v lost %v preemptions %d partial %v", res.DeliveredGPUHours, res.LostGPUHours, res.Preemptions, res.PartialGangIdleGPUHours)
+	}
+}
+
+// TestNomadNativePlacesGangsPartially: two nodes of 4 GPUs. A takes node 0
+// for 100s; B (8 GPUs = two whole-node members) arrives at 1: nomad-native
+// places one member on node 1, which holds 4 GPUs idle until A ends; fifo-gang
+// places nothing until both fit.
+func TestNomadNativePlacesGangsPartially(t *testing.T) {
+	jobs := []trace.Job{
+		job("A", 0, 100, 4, "normal", 0),
+		job("B", 1, 10, 8, "critical", 0),
+	}
+	m := model()
+	m.Sample = 50
+	opts := sim.Options{Cluster: cluster(t, 2, 4), Model: m, WindowStart: 0, WindowEnd: 110}
+	native, err := sim.Run(jobs, mustBaseline(t, baseline.NomadNative), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 4 * 99.0 / 3600; !near(native.PartialGangIdleGPUHours, want) {
+		t.Fatalf("nomad-native partial idle %v GPU-h, want %v", native.PartialGangIdleGPUHours, want)
+	}
+	if native.WaitS["critical"].P50 != 99 {
+		t.Fatalf("B waited %v, want 99", native.WaitS["critical"].P50)
+	}
+	// Partial members count as allocated: 4x100 + 4x99 + 8x10.
+	if !near(native.Occupancy, (400.0+396+80)/(8*110)) {
+		t.Fatalf("nomad-native occupancy %v", native.Occupancy)
+	}
+	if native.Series[1].T != 50 || native.Series[1].Partial != 4 || native.Series[1].Allocated != 8 {
+		t.Fatalf("series does not show the idle member: %+v", native.Series[:2])
+	}
+	fifo, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fifo.PartialGangIdleGPUHours != 0 || fifo.WaitS["critical"].P50 != 99 {
+		t.Fatalf("fifo-gang partial %v wait %v", fifo.PartialGangIdleGPUHours, fifo.WaitS["critical"].P50)
+	}
+}
+
+// TestFIFOHeadBlocks: one node of 4 GPUs. A holds 3; B (2 GPUs) cannot
+// start; C (1 GPU) fits but fifo-gang keeps it behind B. nomad-native and
+// backfill start C at once.
+func TestFIFOHeadBlocks(t *testing.T) {
+	jobs := []trace.Job{
+		job("A", 0, 100, 3, "normal", 0),
+		job("B", 1, 10, 2, "normal", 0),
+		job("C", 2, 10, 1, "normal", 0),
+	}
+	opts := sim.Options{Cluster: cluster(t, 1, 4), Model: model()}
+	want := map[string]int64{baseline.FIFOGang: 100, baseline.NomadNative: 2, baseline.Backfill: 2}
+	for name, cStart := range want {
+		_, st := starts(t, jobs, mustBaseline(t, name), opts)
+		if st["C"] != cStart {
+			t.Errorf("%s: C started at %d, want %d", name, st["C"], cStart)
+		}
+	}
+}
+
+// TestBackfillKeepsReservation: one node of 8 GPUs. A holds 6 until 100
+// (walltime 100). B wants all 8: it is the blocked head, reserved for 100.
+// C (1 GPU, walltime 20) ends before 100: backfilled at once. D (1 GPU,
+// walltime 200) would delay B: backfill holds it until B is done; nomad-native
+// starts D at once and B waits for D.
+func TestBackfillKeepsReservation(t *testing.T) {
+	jobs := []trace.Job{
+		job("A", 0, 100, 6, "normal", 100),
+		job("B", 1, 50, 8, "normal", 50),
+		job("C", 2, 10, 1, "normal", 20),
+		job("D", 3, 150, 1, "normal", 200),
+	}
+	opts := sim.Options{Cluster: cluster(t, 1, 8), Model: model()}
+	cases := map[string]map[string]int64{
+		baseline.Backfill:    {"A": 0, "B": 100, "C": 2, "D": 150},
+		baseline.NomadNative: {"A": 0, "B": 153, "C": 2, "D": 3},
+	}
+	for name, want := range cases {
+		res, st := starts(t, jobs, mustBaseline(t, name), opts)
+		if res.JobsCompleted != 4 {
+			t.Fatalf("%s: completed %d", name, res.JobsCompleted)
+		}
+		for id, w := range want {
+			if st[id] != w {
+				t.Errorf("%s: %s started at %d, want %d", name, id, st[id], w)
+			}
+		}
+	}
+}
+
+// scripted places jobs top tier first on free GPUs and preempts the
+// lowest-tier running job when the top waiting job does not fit.
+type scripted struct{ noPreempt bool }
+
+func (scripted) Name() string { return "scripted" }
+
+func (s scripted) Schedule(st *sim.State, now int64) (sim.Actions, error) {
+	q := append([]*sim.Job(nil), st.Queue()...)
+	sort.SliceStable(q, func(a, b int) bool { return q[a].TierRank < q[b].TierRank })
+	var acts sim.Actions
+	free := st.Nodes[0].FreeGPUsOn()
+	for _, j := range q {
+		if j.Members[0] <= len(free) {
+			acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: free[:j.Members[0]]}})
+			free = free[j.Members[0]:]
+			continue
+		}
+		if s.noPreempt {
+			break
+		}
+		for _, v := range st.Active() {
+			if v.State == sim.Running && v.TierRank > j.TierRank {
+				acts.Preempt = append(acts.Preempt, sim.Preemption{Job: v, Grace: -1})
+				break
+			}
+		}
+		break
+	}
+	return acts, nil
+}
+
+// TestPreemptionAccounting: one GPU; checkpoint every 100s, restart 20s,
+// grace 10s. L (1000s) runs from 0; H arrives at 250 and preempts it: L
+// runs to 260, keeps 200s of checkpointed work and loses 60; H runs 260..310;
+// L restarts at 310, spends 20s reloading, then 800s: done at 1130.
+func TestPreemptionAccounting(t *testing.T) {
+	m := model()
+	m.CheckpointInterval, m.RestartCost, m.Grace = 100, 20, 10
+	jobs := []trace.Job{
+		job("L", 0, 1000, 1, "scavenger", 0),
+		job("H", 250, 50, 1, "critical", 0),
+	}
+	res, err := sim.Run(jobs, scripted{}, sim.Options{Cluster: cluster(t, 1, 1), Model: m, WindowStart: 0, WindowEnd: 1130})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Preemptions != 1 || res.PreemptionsIssued != 1 {
+		t.Fatalf("preemptions %d issued %d", res.Preemptions, res.PreemptionsIssued)
+	}
+	if res.MakespanS != 1130 {
+		t.Fatalf("makespan %d, want 1130", res.MakespanS)
+	}
+	if !near(res.LostGPUHours, 80.0/3600) || !near(res.DeliveredGPUHours, 1050.0/3600) {
+		t.Fatalf("lost %v delivered %v GPU-h", res.LostGPUHours*3600, res.DeliveredGPUHours*3600)
+	}
+	if res.WaitS["critical"].P50 != 10 || res.WaitS["scavenger"].P50 != 0 {
+		t.Fatalf("waits %+v", res.WaitS)
+	}
+	// Allocated the whole time: 1130 of 1130 GPU-s.
+	if !near(res.Occupancy, 1) {
+		t.Fatalf("occupancy %v", res.Occupancy)
+	}
+}
+
+// TestFinishInsideGrace: a victim that ends inside its grace period is not
+// stopped and loses nothing.
+func TestFinishInsideGrace(t *testing.T) {
+	m := model()
+	m.CheckpointInterval, m.RestartCost, m.Grace = 100, 20, 10
+	jobs := []trace.Job{
+		job("L", 0, 255, 1, "scavenger", 0),
+		job("H", 250, 50, 1, "critical", 0),
+	}
+	res, err := sim.Run(jobs, scripted{}, sim.Options{Cluster: cluster(t, 1, 1), Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Preemptions != 0 || res.PreemptionsIssued != 1 || res.LostGPUHours != 0 || res.MakespanS != 305 {
+		t.Fatalf("preemptions %d issued %d lost %v makespan %d", res.Preemptions, res.PreemptionsIssued, res.LostGPUHours, res.MakespanS)
+	}
+}
+
+// badScheduler gives a GPU that is taken.
+type badScheduler struct{}
+
+func (badScheduler) Name() string { return "bad" }
+func (badScheduler) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
+	var acts sim.Actions
+	for _, j := range st.Queue() {
+		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: []int{0}}})
+	}
+	return acts, nil
+}
+
+func TestInvalidActionsFailTheRun(t *testing.T) {
+	jobs := []trace.Job{job("A", 0, 10, 1, "normal", 0), job("B", 0, 10, 1, "normal", 0)}
+	_, err := sim.Run(jobs, badScheduler{}, sim.Options{Cluster: cluster(t, 1, 2), Model: model()})
+	if err == nil || !strings.Contains(err.Error(), "GPU 0 of node node-000 is held by job A") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestUnschedulableJobsAreReported(t *testing.T) {
+	jobs := []trace.Job{job("A", 0, 10, 1, "normal", 0), job("huge", 1, 10, 64, "normal", 0)}
+	res, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 2, 8), Model: model()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.JobsUnschedulable != 1 || res.Unschedulable[0] != "huge" || res.JobsCompleted != 1 || res.JobsUnfinished != 0 {
+		t.Fatalf("unschedulable %v completed %d unfinished %d", res.Unschedulable, res.JobsCompleted, res.JobsUnfinished)
+	}
+}
+
+// TestCycleBatchesDecisions: with a 30s cycle, a job submitted at 5 starts
+// at the tick at 30.
+func TestCycleBatchesDecisions(t *testing.T) {
+	m := model()
+	m.Cycle = 30
+	res, err := sim.Run([]trace.Job{job("A", 5, 10, 1, "normal", 0)}, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 1, 1), Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WaitS["normal"].P50 != 25 {
+		t.Fatalf("wait %v, want 25", res.WaitS["normal"].P50)
+	}
+}
+
+func TestMembersFor(t *testing.T) {
+	cases := []struct {
+		gpus, node int
+		want       []int
+	}{{1, 8, []int{1}}, {8, 8, []int{8}}, {12, 8, []int{8, 8}}, {16, 8, []int{8, 8}}, {128, 8, []int{8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}}}
+	for _, c := range cases {
+		got := sim.MembersFor(c.gpus, c.node)
+		if len(got) != len(c.want) {
+			t.Fatalf("MembersFor(%d,%d) = %v", c.gpus, c.node, got)
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Fatalf("MembersFor(%d,%d) = %v", c.gpus, c.node, got)
+			}
+		}
+	}
+}

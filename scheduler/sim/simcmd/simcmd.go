@@ -1,0 +1,318 @@
+// Package simcmd is the `impact sim` command: flags, trace loading, running
+// the policies (in parallel), the table, report.json and plots. The cli
+// package exposes it as a subcommand.
+package simcmd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/report"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+const simHelp = `Usage: impact sim --trace FILE [options]
+
+Replays a job trace on a simulated GPU cluster under several scheduling
+policies, with the same discrete-event engine and accounting for each, and
+compares them: occupancy (against capacity and against the bound
+min(capacity, demand)), GPUs held idle by partially placed gangs, waiting
+time per tier, tier-weighted job completion time, preemptions and work lost,
+fair share per project and decision latency.
+
+Writes DIR/report.json (metrics, definitions, the modelled effects and the
+rule that synthesized missing labels) and plots (PNG) into DIR, and prints a
+table. A progress line goes to stderr on long runs.
+
+Policies:
+  nomad-native  plain Nomad: priority-ordered evaluations, each allocation
+                placed independently (binpack), gangs placed partially, no
+                preemption
+  fifo-gang     strict FIFO, all-or-nothing gangs, the head blocks
+  backfill      priority + EASY backfill (Slurm-like), no preemption
+  impact        this project's scheduler core (scheduler/engine)
+
+Trace formats:
+  philly   gzip or plain CSV timestamp,duration,num_gpus,gpu_time,cluster
+           (the bundled example/traces/philly.csv.gz); --from/--to are dates
+           (YYYY-MM-DD, --to inclusive) or RFC 3339 times
+  generic  CSV with header id,submit_s,duration_s,gpus,project,tier,
+           preemptible,walltime_s (the last four may be empty; tiers are
+           critical, high, normal, scavenger); --from/--to are seconds
+
+Example (the standard scenario, what 'make demo' runs):
+  impact sim --trace example/traces/philly.csv.gz --format philly \
+    --from 2017-10-02 --to 2017-10-22 --nodes 64 --gpus-per-node 8 \
+    --islands-per-node 2 --policies nomad-native,fifo-gang,backfill,impact \
+    --seed 1 --out out
+
+Options:
+`
+
+// simPolicies are the policy names impact sim knows, in report order.
+var simPolicies = []string{baseline.NomadNative, baseline.FIFOGang, baseline.Backfill, "impact"}
+
+type simFlags struct {
+	tracePath, format, from, to string
+	nodes, gpn, islands, rack   int
+	clusterFile, policies, out  string
+	policyFile                  string
+	seed                        int64
+	skipBad, noPlots, quiet     bool
+	checkpoint, restart, grace  time.Duration
+	cycle, recheck              time.Duration
+	parallel                    int
+}
+
+// Synopsis is the one-line description of `impact sim`.
+const Synopsis = "Replay a GPU job trace under impact and baseline policies and compare them"
+
+// Main runs `impact sim` with args (after the subcommand name) and returns
+// the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	var f simFlags
+	fs := flag.NewFlagSet("impact sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, simHelp)
+		fs.PrintDefaults()
+	}
+	m := sim.DefaultModel()
+	fs.StringVar(&f.tracePath, "trace", "", "trace file (required)")
+	fs.StringVar(&f.format, "format", "philly", "trace format: philly or generic")
+	fs.StringVar(&f.from, "from", "", "first submit time to include (philly: date or RFC 3339; generic: seconds)")
+	fs.StringVar(&f.to, "to", "", "last submit time to include (a philly date includes that whole day)")
+	fs.IntVar(&f.nodes, "nodes", 64, "number of nodes (ignored with --cluster)")
+	fs.IntVar(&f.gpn, "gpus-per-node", 8, "GPUs per node (ignored with --cluster)")
+	fs.IntVar(&f.islands, "islands-per-node", 2, "NVLink islands per node (ignored with --cluster)")
+	fs.IntVar(&f.rack, "rack-size", 8, "nodes per rack (ignored with --cluster)")
+	fs.StringVar(&f.clusterFile, "cluster", "", "cluster HCL file with node_group blocks (see example/sim/cluster.hcl)")
+	fs.StringVar(&f.policies, "policies", strings.Join(simPolicies, ","), "comma-separated policies to compare")
+	fs.StringVar(&f.policyFile, "impact-policy", "", "policy HCL file for the impact scheduler (default: the built-in simulation policy)")
+	fs.Int64Var(&f.seed, "seed", 1, "seed for synthesized labels (tier, preemptibility, walltime)")
+	fs.StringVar(&f.out, "out", "out", "output directory for report.json and plots")
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "skip (and count) bad trace rows instead of failing on the first")
+	fs.BoolVar(&f.noPlots, "no-plots", false, "do not draw plots")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
+	fs.DurationVar(&f.checkpoint, "checkpoint-interval", time.Duration(m.CheckpointInterval)*time.Second, "progress between two checkpoints of a job (0: never checkpoints)")
+	fs.DurationVar(&f.restart, "restart-cost", time.Duration(m.RestartCost)*time.Second, "time a restarted job spends before progress resumes")
+	fs.DurationVar(&f.grace, "grace", time.Duration(m.Grace)*time.Second, "time between the checkpoint signal and the stop of a preempted job")
+	fs.DurationVar(&f.cycle, "cycle", time.Duration(m.Cycle)*time.Second, "scheduling cycle (0: after every event)")
+	fs.DurationVar(&f.recheck, "recheck", time.Duration(m.Recheck)*time.Second, "longest time between cycles while jobs wait")
+	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "impact sim: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := simMain(f, args, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "impact sim: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
+	if f.tracePath == "" {
+		return errors.New("--trace is required (try example/traces/philly.csv.gz)")
+	}
+	format, err := trace.ParseFormat(f.format)
+	if err != nil {
+		return err
+	}
+	var ro trace.ReadOptions
+	ro.SkipBad = f.skipBad
+	if f.from != "" {
+		v, err := trace.ParseTimeBound(format, f.from, false)
+		if err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+		ro.From = &v
+	}
+	if f.to != "" {
+		v, err := trace.ParseTimeBound(format, f.to, true)
+		if err != nil {
+			return fmt.Errorf("--to: %w", err)
+		}
+		ro.To = &v
+	}
+	if ro.From != nil && ro.To != nil && *ro.To <= *ro.From {
+		return fmt.Errorf("--to (%s) must be after --from (%s)", f.to, f.from)
+	}
+	names, err := parsePolicies(f.policies)
+	if err != nil {
+		return err
+	}
+	var cl sim.ClusterSpec
+	clusterDesc := ""
+	if f.clusterFile != "" {
+		src, err := os.ReadFile(f.clusterFile)
+		if err != nil {
+			return fmt.Errorf("read cluster file: %w", err)
+		}
+		if cl, err = sim.ParseClusterHCL(src, f.clusterFile); err != nil {
+			return err
+		}
+		clusterDesc = f.clusterFile
+	} else {
+		if cl, err = sim.UniformCluster(f.nodes, f.gpn, f.islands, f.rack); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		clusterDesc = fmt.Sprintf("%d nodes x %d GPUs, %d NVLink islands per node, %d nodes per rack", f.nodes, f.gpn, f.islands, f.rack)
+	}
+	model := sim.DefaultModel()
+	model.CheckpointInterval = int64(f.checkpoint / time.Second)
+	model.RestartCost = int64(f.restart / time.Second)
+	model.Grace = int64(f.grace / time.Second)
+	model.Cycle = int64(f.cycle / time.Second)
+	model.Recheck = int64(f.recheck / time.Second)
+	if err := model.Validate(); err != nil {
+		return err
+	}
+
+	t0 := time.Now()
+	tr, err := trace.ReadFile(f.tracePath, format, ro)
+	if err != nil {
+		return err
+	}
+	if len(tr.Jobs) == 0 {
+		return fmt.Errorf("%s: no jobs in the selected window (%d rows outside it)", f.tracePath, tr.Filtered)
+	}
+	if err := trace.Synthesize(tr.Jobs, tr.Source, f.seed); err != nil {
+		return err
+	}
+	if tr.Skipped > 0 {
+		fmt.Fprintf(stderr, "impact sim: skipped %d bad rows (first: %s)\n", tr.Skipped, tr.SkipErrors[0])
+	}
+	opts := sim.Options{Cluster: cl, Model: model, ProgressEvery: 2 * time.Second}
+	if ro.From != nil {
+		opts.WindowStart = *ro.From
+	} else {
+		opts.WindowStart = tr.Jobs[0].Submit
+	}
+	if ro.To != nil {
+		opts.WindowEnd = *ro.To
+	} else {
+		opts.WindowEnd = tr.Jobs[len(tr.Jobs)-1].Submit + 1
+	}
+	var progMu sync.Mutex
+	if !f.quiet {
+		opts.Progress = func(p sim.Progress) {
+			progMu.Lock()
+			defer progMu.Unlock()
+			fmt.Fprintf(stderr, "impact sim: %-12s day %5.1f of %.1f  done %d/%d  queued %d  (%s)\n", p.Policy,
+				float64(p.Now-opts.WindowStart)/86400, float64(opts.WindowEnd-opts.WindowStart)/86400,
+				p.Done, p.Total, p.Queue, time.Since(t0).Round(time.Second))
+		}
+	}
+	scheds := make([]sim.Scheduler, len(names))
+	for i, n := range names {
+		if scheds[i], err = newSimScheduler(n, f); err != nil {
+			return err
+		}
+	}
+	results := make([]*sim.Result, len(names))
+	errs := make([]error, len(names))
+	wall := map[string]float64{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, f.parallel))
+	for i := range names {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			start := time.Now()
+			results[i], errs[i] = sim.Run(tr.Jobs, scheds[i], opts)
+			progMu.Lock()
+			wall[names[i]] = time.Since(start).Seconds()
+			progMu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	rep := &report.Report{
+		Scenario: report.Scenario{
+			Command:     "impact sim " + strings.Join(args, " "),
+			Trace:       f.tracePath,
+			Format:      string(format),
+			From:        f.from,
+			To:          f.to,
+			Jobs:        len(tr.Jobs),
+			SkippedRows: tr.Skipped,
+			SkipErrors:  tr.SkipErrors,
+			Nodes:       len(cl.Nodes),
+			GPUs:        cl.GPUs(),
+			Cluster:     clusterDesc,
+			Seed:        f.seed,
+			LabelRule:   trace.LabelRule(f.seed),
+			Model:       report.ModelOf(model),
+			TierWeights: report.TierWeightMap(sim.DefaultTierWeights),
+		},
+		Definitions: report.Definitions,
+		Policies:    results,
+		WallS:       wall,
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	path, err := rep.WriteJSON(f.out)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteSeries(f.out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n%d jobs on %d GPUs; report: %s; wall time %s\n", len(tr.Jobs), cl.GPUs(), path, time.Since(t0).Round(100*time.Millisecond))
+	return nil
+}
+
+func parsePolicies(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		known := false
+		for _, k := range simPolicies {
+			known = known || k == p
+		}
+		if !known {
+			return nil, fmt.Errorf("unknown policy %q (want some of %s)", p, strings.Join(simPolicies, ","))
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("policy %q named twice", p)
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--policies names no policy")
+	}
+	return out, nil
+}
+
+func newSimScheduler(name string, f simFlags) (sim.Scheduler, error) {
+	if name == "impact" {
+		return nil, errors.New("the impact policy is not wired into the simulator yet")
+	}
+	return baseline.New(name)
+}

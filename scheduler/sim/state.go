@@ -1,0 +1,251 @@
+package sim
+
+import (
+	"sort"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+// JobState is where a simulated job is in its life.
+type JobState int
+
+const (
+	// Future: not submitted yet.
+	Future JobState = iota
+	// Pending: submitted, no member placed (or requeued after preemption).
+	Pending
+	// Partial: some but not all members placed; the placed ones hold their
+	// GPUs idle. Only a scheduler that places gangs partially (nomad-native)
+	// produces it.
+	Partial
+	// Running: every member placed; the job makes progress.
+	Running
+	// Stopping: preempted, inside its grace period; it keeps its GPUs (and
+	// keeps running) until the grace ends, then it is requeued.
+	Stopping
+	// Done: finished.
+	Done
+)
+
+func (s JobState) String() string {
+	return [...]string{"future", "pending", "partial", "running", "stopping", "done"}[s]
+}
+
+// Alloc is one placed member of a job: a node and the GPU indices on it.
+type Alloc struct {
+	Node int
+	GPUs []int
+}
+
+// Job is a simulated job. Schedulers read it; only the simulator writes it.
+type Job struct {
+	trace.Job
+	// Index is the job's position in State.Jobs (submit order).
+	Index int
+	// TierRank is the index of Tier in trace.Tiers: 0 is the top tier.
+	TierRank int
+	// IsPreemptible is *Job.Preemptible, resolved.
+	IsPreemptible bool
+	// Members are the GPUs each allocation of the gang needs: one member for
+	// a job that fits a node, else ceil(GPUs/node GPUs) whole nodes.
+	Members []int
+
+	State JobState
+	// Allocs has one entry per member; Node is -1 while unplaced.
+	Allocs []Alloc
+	Placed int
+	// Start is when the current run began (all members placed), -1 if not
+	// running. FirstStart is the first such time, -1 before.
+	Start, FirstStart int64
+	// Saved is the progress (seconds of useful work) kept by checkpoints.
+	Saved int64
+	// Restarts counts runs after the first; every restart first spends the
+	// model's restart cost without progress.
+	Restarts int
+	// StopAt is the end of the grace period while Stopping.
+	StopAt int64
+	// Finish is the completion time once Done.
+	Finish int64
+	// Preempted counts preemptions of this job.
+	Preempted int
+
+	epoch     int   // invalidates finish / release events of older runs
+	queuedAt  int64 // last time it entered the queue
+	partialAt int64
+}
+
+// TotalGPUs is the GPUs the gang holds when fully placed.
+func (j *Job) TotalGPUs() int {
+	n := 0
+	for _, m := range j.Members {
+		n += m
+	}
+	return n
+}
+
+// RunStartOverhead is the restart cost this run pays before progress.
+func (j *Job) runOverhead(m Model) int64 {
+	if j.Restarts > 0 {
+		return m.RestartCost
+	}
+	return 0
+}
+
+// ExpectedEnd is when the current run finishes if it is not preempted.
+func (j *Job) ExpectedEnd(m Model) int64 {
+	return j.Start + j.runOverhead(m) + (j.Duration - j.Saved)
+}
+
+// WalltimeEnd is when the current run ends by the job's walltime estimate
+// (what a scheduler may know: not the true duration).
+func (j *Job) WalltimeEnd(m Model) int64 {
+	rem := j.Walltime - j.Saved
+	if rem < 0 {
+		rem = 0
+	}
+	return j.Start + j.runOverhead(m) + rem
+}
+
+// progressAt is the useful work the current run has done by t.
+func (j *Job) progressAt(t int64, m Model) int64 {
+	w := t - j.Start - j.runOverhead(m)
+	if w < 0 {
+		return 0
+	}
+	return min(w, j.Duration-j.Saved)
+}
+
+// LastCheckpoint is the time of the current run's last checkpoint (or its
+// start if none yet): work after it is lost on preemption.
+func (j *Job) LastCheckpoint(t int64, m Model) int64 {
+	if m.CheckpointInterval <= 0 {
+		return j.Start
+	}
+	w := j.progressAt(t, m)
+	k := (w / m.CheckpointInterval) * m.CheckpointInterval
+	if k == 0 {
+		return j.Start
+	}
+	return j.Start + j.runOverhead(m) + k
+}
+
+// Node is a simulated node and who holds its GPUs.
+type Node struct {
+	NodeSpec
+	Index int
+	// Owner is the job index holding each GPU, or -1.
+	Owner []int32
+	// Free is the number of free GPUs; IslandFree the free GPUs per island.
+	Free       int
+	IslandFree []int
+}
+
+// IslandOf is the NVLink island of GPU g.
+func (n *Node) IslandOf(g int) int { return g / (n.GPUs / n.Islands) }
+
+// State is what a scheduler sees at a decision point.
+type State struct {
+	Nodes []*Node
+	// Jobs are all jobs of the trace, in submit order.
+	Jobs []*Job
+	// Model is the run's modelled effects.
+	Model Model
+	// FreeGPUs is the total of Node.Free.
+	FreeGPUs int
+	// MaxNodeFree is the largest Node.Free (a quick reject for placement).
+	MaxNodeFree int
+
+	changes []Change
+
+	pending      []*Job // submitted and waiting (Pending or Partial), in submit order
+	pendingDirty bool
+	running      map[int]*Job // Running or Stopping
+}
+
+// Queue returns the waiting jobs (Pending and Partial) in submit order.
+// The slice is the simulator's: do not modify it.
+func (s *State) Queue() []*Job {
+	if s.pendingDirty {
+		out := s.pending[:0]
+		for _, j := range s.pending {
+			if j.State == Pending || j.State == Partial {
+				out = append(out, j)
+			}
+		}
+		for i := len(out); i < len(s.pending); i++ {
+			s.pending[i] = nil
+		}
+		s.pending = out
+		s.pendingDirty = false
+	}
+	return s.pending
+}
+
+// Active returns the running and stopping jobs, ordered by index.
+func (s *State) Active() []*Job {
+	out := make([]*Job, 0, len(s.running))
+	for _, j := range s.running {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
+// ActiveCount is the number of running and stopping jobs.
+func (s *State) ActiveCount() int { return len(s.running) }
+
+func (s *State) enqueue(j *Job) {
+	// Keep submit order: a requeued job goes back to its original place.
+	q := s.Queue()
+	i := sort.Search(len(q), func(i int) bool { return q[i].Index > j.Index })
+	q = append(q, nil)
+	copy(q[i+1:], q[i:])
+	q[i] = j
+	s.pending = q
+}
+
+func (s *State) refreshFree() {
+	s.FreeGPUs, s.MaxNodeFree = 0, 0
+	for _, n := range s.Nodes {
+		s.FreeGPUs += n.Free
+		s.MaxNodeFree = max(s.MaxNodeFree, n.Free)
+	}
+}
+
+// FreeGPUsOn returns the indices of free GPUs on node n, island by island.
+func (n *Node) FreeGPUsOn() []int {
+	out := make([]int, 0, n.Free)
+	for g, o := range n.Owner {
+		if o < 0 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// ChangeKind says what happened to a job.
+type ChangeKind int
+
+const (
+	// Submitted: the job entered the queue for the first time.
+	Submitted ChangeKind = iota
+	// Started: every member was placed; the job runs.
+	Started
+	// Stopping: the job was preempted and is in its grace period.
+	StopRequested
+	// Requeued: a preempted job stopped and is waiting again.
+	Requeued
+	// Finished: the job completed.
+	Finished
+)
+
+// Change is one state change of a job since the previous cycle.
+type Change struct {
+	Kind ChangeKind
+	Job  *Job
+}
+
+// Changes returns what happened to jobs since the previous cycle, in order,
+// so that a scheduler can keep its own model up to date incrementally. Each
+// change is reported once.
+func (s *State) Changes() []Change { return s.changes }

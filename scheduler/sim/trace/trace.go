@@ -1,0 +1,398 @@
+// Package trace reads job traces for the simulator: the Philly-derived trace
+// bundled in example/traces (gzip CSV `timestamp,duration,num_gpus,gpu_time,
+// cluster`) and a documented generic CSV. A trace row that cannot be read is
+// an error naming the file, line and column, or, when the caller asks to skip
+// bad rows, it is counted and kept in the result; no row is ever dropped
+// silently.
+//
+// Impact labels (tier, project, preemptibility, walltime) that the trace
+// lacks are filled in by Synthesize, deterministically from a seed, by the
+// rule it documents (labels.go).
+package trace
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Format names a trace file layout.
+type Format string
+
+const (
+	// FormatPhilly is the reduced Philly trace: timestamp,duration,num_gpus,
+	// gpu_time,cluster with timestamps `YYYY-MM-DD HH:MM:SS` (UTC).
+	FormatPhilly Format = "philly"
+	// FormatGeneric is id,submit_s,duration_s,gpus,project,tier,
+	// preemptible,walltime_s; the last four columns may be empty.
+	FormatGeneric Format = "generic"
+)
+
+// ParseFormat validates a format name.
+func ParseFormat(s string) (Format, error) {
+	switch Format(s) {
+	case FormatPhilly, FormatGeneric:
+		return Format(s), nil
+	}
+	return "", fmt.Errorf("unknown trace format %q (want philly or generic)", s)
+}
+
+// Job is one job of a trace. Times are whole seconds: Submit is on the
+// trace's own clock (Unix seconds for Philly, the submit_s column for
+// generic traces).
+type Job struct {
+	ID       string
+	Submit   int64
+	Duration int64 // seconds of useful run time, > 0
+	GPUs     int   // > 0
+	Project  string
+	// Tier, Preemptible and Walltime are empty/nil/0 when the trace does not
+	// carry them; Synthesize fills them.
+	Tier        string
+	Preemptible *bool
+	Walltime    int64
+	// Line is the 1-based line of the row in the file, for error messages.
+	Line int
+}
+
+// Trace is the result of reading a file.
+type Trace struct {
+	Source string
+	Format Format
+	// Jobs are sorted by Submit, then by Line.
+	Jobs []Job
+	// Skipped counts bad rows skipped under ReadOptions.SkipBad; SkipErrors
+	// keeps the first few of their errors for the report.
+	Skipped    int
+	SkipErrors []string
+	// Filtered counts good rows outside the [From, To) window.
+	Filtered int
+}
+
+// ReadOptions selects rows and says what to do with bad ones.
+type ReadOptions struct {
+	// From and To bound submit times, on the trace's clock: From inclusive,
+	// To exclusive. Nil means unbounded.
+	From, To *int64
+	// SkipBad counts and skips bad rows instead of failing on the first.
+	SkipBad bool
+}
+
+// RowError is a bad row: the file, 1-based line and the column at fault.
+type RowError struct {
+	File   string
+	Line   int
+	Column string
+	Err    error
+}
+
+func (e *RowError) Error() string {
+	if e.Column == "" {
+		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s:%d: column %s: %v", e.File, e.Line, e.Column, e.Err)
+}
+
+func (e *RowError) Unwrap() error { return e.Err }
+
+// maxSkipErrors bounds how many skipped-row errors a Trace keeps.
+const maxSkipErrors = 10
+
+// ReadFile opens path (gzip is detected from its magic bytes) and reads it.
+func ReadFile(path string, format Format, opts ReadOptions) (*Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace: %w", err)
+	}
+	defer f.Close()
+	return Read(f, path, format, opts)
+}
+
+// Read reads a trace from r; name is used in error messages.
+func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%s: gzip: %w", name, err)
+		}
+		defer zr.Close()
+		br = bufio.NewReaderSize(zr, 1<<16)
+	}
+	var p rowParser
+	switch format {
+	case FormatPhilly:
+		p = &phillyParser{}
+	case FormatGeneric:
+		p = &genericParser{}
+	default:
+		return nil, fmt.Errorf("%s: unknown trace format %q", name, format)
+	}
+	cr := csv.NewReader(br)
+	cr.FieldsPerRecord = -1 // checked per row, so the error names the line
+	cr.ReuseRecord = true
+	t := &Trace{Source: name, Format: format}
+	header, err := cr.Read()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty trace (no header)", name)
+		}
+		return nil, fmt.Errorf("%s: header: %w", name, err)
+	}
+	if err := p.header(header); err != nil {
+		return nil, &RowError{File: name, Line: 1, Err: err}
+	}
+	seen := make(map[string]int)
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		line, _ := cr.FieldPos(0)
+		var job Job
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.Line
+				err = pe.Err
+			}
+			err = &RowError{File: name, Line: line, Err: err}
+		} else if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue // a blank line (e.g. trailing) is not a row
+		} else {
+			job, err = p.row(rec, line)
+			if err != nil {
+				var re *RowError
+				if errors.As(err, &re) {
+					re.File, re.Line = name, line
+				} else {
+					err = &RowError{File: name, Line: line, Err: err}
+				}
+			}
+		}
+		if err == nil {
+			if prev, dup := seen[job.ID]; dup {
+				err = &RowError{File: name, Line: line, Column: "id", Err: fmt.Errorf("duplicate job id %q (first on line %d)", job.ID, prev)}
+			}
+		}
+		if err != nil {
+			if !opts.SkipBad {
+				return nil, err
+			}
+			t.Skipped++
+			if len(t.SkipErrors) < maxSkipErrors {
+				t.SkipErrors = append(t.SkipErrors, err.Error())
+			}
+			continue
+		}
+		seen[job.ID] = line
+		if (opts.From != nil && job.Submit < *opts.From) || (opts.To != nil && job.Submit >= *opts.To) {
+			t.Filtered++
+			continue
+		}
+		job.Line = line
+		t.Jobs = append(t.Jobs, job)
+	}
+	sort.SliceStable(t.Jobs, func(i, j int) bool {
+		if t.Jobs[i].Submit != t.Jobs[j].Submit {
+			return t.Jobs[i].Submit < t.Jobs[j].Submit
+		}
+		return t.Jobs[i].Line < t.Jobs[j].Line
+	})
+	return t, nil
+}
+
+type rowParser interface {
+	header(cols []string) error
+	row(rec []string, line int) (Job, error)
+}
+
+// PhillyTimeLayout is the timestamp layout of the Philly trace (UTC).
+const PhillyTimeLayout = "2006-01-02 15:04:05"
+
+var phillyColumns = []string{"timestamp", "duration", "num_gpus", "gpu_time", "cluster"}
+
+type phillyParser struct{}
+
+func (phillyParser) header(cols []string) error {
+	if len(cols) != len(phillyColumns) {
+		return fmt.Errorf("philly header has %d columns, want %d (%s)", len(cols), len(phillyColumns), strings.Join(phillyColumns, ","))
+	}
+	for i, c := range cols {
+		if strings.TrimSpace(c) != phillyColumns[i] {
+			return fmt.Errorf("philly header column %d is %q, want %q", i+1, c, phillyColumns[i])
+		}
+	}
+	return nil
+}
+
+func (phillyParser) row(rec []string, line int) (Job, error) {
+	if len(rec) != len(phillyColumns) {
+		return Job{}, fmt.Errorf("row has %d fields, want %d", len(rec), len(phillyColumns))
+	}
+	ts, err := time.ParseInLocation(PhillyTimeLayout, strings.TrimSpace(rec[0]), time.UTC)
+	if err != nil {
+		return Job{}, &RowError{Column: "timestamp", Err: fmt.Errorf("%q is not a %q time", rec[0], PhillyTimeLayout)}
+	}
+	dur, err := parseSeconds(rec[1], false)
+	if err != nil {
+		return Job{}, &RowError{Column: "duration", Err: err}
+	}
+	gpus, err := parsePositiveInt(rec[2])
+	if err != nil {
+		return Job{}, &RowError{Column: "num_gpus", Err: err}
+	}
+	if _, err := parseNonNegFloat(rec[3]); err != nil {
+		return Job{}, &RowError{Column: "gpu_time", Err: err}
+	}
+	project := strings.TrimSpace(rec[4])
+	if project == "" {
+		return Job{}, &RowError{Column: "cluster", Err: errors.New("empty cluster (project) name")}
+	}
+	return Job{
+		ID:       "philly-" + strconv.Itoa(line),
+		Submit:   ts.Unix(),
+		Duration: dur,
+		GPUs:     gpus,
+		Project:  project,
+	}, nil
+}
+
+// GenericColumns is the header of the generic CSV format, in order.
+var GenericColumns = []string{"id", "submit_s", "duration_s", "gpus", "project", "tier", "preemptible", "walltime_s"}
+
+type genericParser struct{}
+
+func (genericParser) header(cols []string) error {
+	if len(cols) != len(GenericColumns) {
+		return fmt.Errorf("generic header has %d columns, want %d (%s)", len(cols), len(GenericColumns), strings.Join(GenericColumns, ","))
+	}
+	for i, c := range cols {
+		if strings.TrimSpace(c) != GenericColumns[i] {
+			return fmt.Errorf("generic header column %d is %q, want %q", i+1, c, GenericColumns[i])
+		}
+	}
+	return nil
+}
+
+func (genericParser) row(rec []string, line int) (Job, error) {
+	if len(rec) != len(GenericColumns) {
+		return Job{}, fmt.Errorf("row has %d fields, want %d", len(rec), len(GenericColumns))
+	}
+	var j Job
+	j.ID = strings.TrimSpace(rec[0])
+	if j.ID == "" {
+		return Job{}, &RowError{Column: "id", Err: errors.New("empty job id")}
+	}
+	sub, err := parseSeconds(rec[1], true)
+	if err != nil {
+		return Job{}, &RowError{Column: "submit_s", Err: err}
+	}
+	j.Submit = sub
+	if j.Duration, err = parseSeconds(rec[2], false); err != nil {
+		return Job{}, &RowError{Column: "duration_s", Err: err}
+	}
+	if j.GPUs, err = parsePositiveInt(rec[3]); err != nil {
+		return Job{}, &RowError{Column: "gpus", Err: err}
+	}
+	j.Project = strings.TrimSpace(rec[4])
+	j.Tier = strings.TrimSpace(rec[5])
+	if s := strings.TrimSpace(rec[6]); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return Job{}, &RowError{Column: "preemptible", Err: fmt.Errorf("%q is not true or false", s)}
+		}
+		j.Preemptible = &b
+	}
+	if s := strings.TrimSpace(rec[7]); s != "" {
+		if j.Walltime, err = parseSeconds(s, false); err != nil {
+			return Job{}, &RowError{Column: "walltime_s", Err: err}
+		}
+	}
+	return j, nil
+}
+
+// parseSeconds reads a number of seconds (fractions are rounded up, so a
+// job never runs shorter than its trace says).
+func parseSeconds(s string, allowZero bool) (int64, error) {
+	f, err := parseNonNegFloat(s)
+	if err != nil {
+		return 0, err
+	}
+	if f == 0 && !allowZero {
+		return 0, fmt.Errorf("%q must be greater than zero", s)
+	}
+	if f > 1e15 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(math.Ceil(f)), nil
+}
+
+func parseNonNegFloat(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, errors.New("empty value")
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number", s)
+	}
+	if f < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	return f, nil
+}
+
+func parsePositiveInt(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		// Accept "8.0" as written by some exporters, but not "8.5".
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || f != math.Trunc(f) || f > math.MaxInt32 {
+			return 0, fmt.Errorf("%q is not a whole number", s)
+		}
+		n = int(f)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%q must be at least 1", s)
+	}
+	return n, nil
+}
+
+// ParseTimeBound reads a --from/--to value for format. Philly accepts a date
+// (YYYY-MM-DD) or an RFC 3339 time; generic traces take seconds. With end
+// set, a date-only value means the end of that day, so `--to 2017-10-22`
+// includes jobs submitted on the 22nd.
+func ParseTimeBound(format Format, s string, end bool) (int64, error) {
+	s = strings.TrimSpace(s)
+	if format == FormatGeneric {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a number of seconds (generic traces use submit_s seconds)", s)
+		}
+		return int64(math.Ceil(f)), nil
+	}
+	if d, err := time.ParseInLocation("2006-01-02", s, time.UTC); err == nil {
+		if end {
+			d = d.Add(24 * time.Hour)
+		}
+		return d.Unix(), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.Unix(), nil
+	}
+	if t, err := time.ParseInLocation(PhillyTimeLayout, s, time.UTC); err == nil {
+		return t.Unix(), nil
+	}
+	return 0, fmt.Errorf("%q is not a date (YYYY-MM-DD) or RFC 3339 time", s)
+}
