@@ -85,7 +85,7 @@ func TestImpliedNamesAndTypes(t *testing.T) {
 func TestDecodeReportsHCLErrors(t *testing.T) {
 	spec := hclspec.Object(hclspec.Attrs{"name": hclspec.RequiredAttr("name", "string"), "n": hclspec.Attr("n", "number")})
 	for src, want := range map[string]string{
-		``:                       `"name" is required`,
+		``:                        `"name" is required`,
 		"name = \"a\"\nn = \"x\"": "number is required",
 		"name = \"a\"\nbogus = 1": "bogus",
 	} {
