@@ -152,7 +152,7 @@ func Default() *Policy {
 		Tiers: map[string]*Tier{
 			"critical":  {Name: "critical", Weight: 1000, MayPreempt: []string{"high", "normal", "scavenger"}},
 			"high":      {Name: "high", Weight: 100, MayPreempt: []string{"normal", "scavenger"}},
-			"normal":    {Name: "normal", Weight: 10, MayPreempt: []string{"scavenger"}},
+			"normal":    {Name: "normal", Weight: 10, MayPreempt: []string{"scavenger"}, Preemptible: true},
 			"scavenger": {Name: "scavenger", Weight: 1, Preemptible: true},
 		},
 		Projects: map[string]*Project{

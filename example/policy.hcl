@@ -1,0 +1,108 @@
+# Impact scheduling policy for nomad-impact (`impact agent -policy policy.hcl`).
+#
+# Every field is optional: what is left out keeps the built-in default
+# (shown in the comments). The file is merged on top of the defaults and the
+# result validated; errors name the file, the line and the field.
+
+# Jobs without `impact_tier` / `impact_project` meta get these. Naming them
+# keeps the default explicit: an unknown tier in a job is an error, never a
+# silent fallback.
+default_tier    = "normal"
+default_project = "default"
+
+# Tiers, from most to least important. `weight` is the tier's term in the
+# impact score and its value per GPU when weighing a preemption's gain
+# against its cost. `may_preempt` lists the tiers whose preemptible jobs this
+# tier may stop. `preemptible` is the default for jobs of the tier that do
+# not set `impact_preemptible`.
+tier "critical" {
+  weight      = 1000
+  may_preempt = ["high", "normal", "scavenger"]
+  preemptible = false
+}
+
+tier "high" {
+  weight      = 100
+  may_preempt = ["normal", "scavenger"]
+  preemptible = false
+}
+
+tier "normal" {
+  weight      = 10
+  may_preempt = ["scavenger"]
+  preemptible = true
+}
+
+# Scavenger work fills idle GPUs and gives them back on demand.
+tier "scavenger" {
+  weight      = 1
+  preemptible = true
+}
+
+# Projects are charged for GPU-hours. `share` is the relative entitlement
+# (normalised over the projects with work in the cluster); `weight`
+# multiplies the impact of the project's jobs; `gpu_quota` caps the GPUs the
+# project may hold at once (0 = no cap). Unlisted projects get share 1,
+# weight 1, no quota.
+project "default" {
+  share = 1
+}
+
+project "olmo" {
+  share     = 3
+  weight    = 1.5
+  gpu_quota = 256
+}
+
+project "tulu" {
+  share = 2
+}
+
+project "interns" {
+  share     = 1
+  weight    = 0.5
+  gpu_quota = 32
+}
+
+# Aging: + weight_per_hour per hour waited, up to max, so nothing starves.
+aging {
+  weight_per_hour = 1  # default 1
+  max             = 50 # default 50
+}
+
+# Fair share: + weight x (entitled - used fraction of GPU-hours), usage
+# decayed with half_life, so last month matters less than yesterday.
+fair_share {
+  half_life = "24h" # default "24h"
+  weight    = 8     # default 8
+}
+
+# Deadline urgency: + weight x urgency, rising from 0 at `horizon` before
+# `impact_deadline` to 1 at the deadline.
+deadline {
+  weight  = 50    # default 50
+  horizon = "24h" # default "24h"
+}
+
+# Preemption: victims are whole gangs of preemptible jobs, past their minimum
+# runtime, of tiers the preemptor may preempt; a preemption happens only when
+# its gain (preemptor impact x GPUs x gain_horizon) exceeds its cost
+# (victims' impact x (GPU-hours lost since their last checkpoint + restart
+# cost)), and within the limits below.
+preemption {
+  enabled                     = true
+  max_gpu_hours_lost_per_hour = 64    # over any sliding hour; 0 = no cap
+  min_runtime                 = "10m" # a job's impact_min_runtime may raise it
+  restart_cost                = "5m"  # per GPU, added to the work lost
+  gain_horizon                = "1h"
+  max_per_cycle               = 8     # jobs that may preempt in one cycle
+}
+
+# Backfill: the first `reservations` blocked jobs of the queue hold a
+# reservation on the GPUs they will get; later jobs use reserved GPUs only
+# if they end (impact_walltime) before it is needed, or are preemptible by
+# the reserving job.
+backfill {
+  enabled      = true
+  reservations = 1
+}

@@ -1,0 +1,107 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseMetaValid(t *testing.T) {
+	spec, err := ParseMeta(map[string]string{
+		"impact_tier":              "high",
+		"impact_project":           "olmo",
+		"impact_deadline":          "2026-12-05T00:00:00Z",
+		"impact_preemptible":       "false",
+		"impact_grace":             "10m",
+		"impact_checkpoint_signal": "SIGUSR1",
+		"impact_min_runtime":       "30m",
+		"impact_walltime":          "6h",
+		"impact_topology":          "nvlink",
+		"impact_pool":              "gpu",
+		"owner":                    "someone", // not ours: ignored
+	}, nil)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	want := Spec{
+		Tier: "high", Project: "olmo", Deadline: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC),
+		Preemptible: false, PreemptibleSet: true, Grace: 10 * time.Minute, CheckpointSignal: "SIGUSR1",
+		MinRuntime: 30 * time.Minute, Walltime: 6 * time.Hour, Topology: TopologyNVLink, Pool: "gpu",
+	}
+	if spec != want {
+		t.Fatalf("spec = %+v\nwant %+v", spec, want)
+	}
+}
+
+func TestParseMetaEmptyIsUnset(t *testing.T) {
+	spec, err := ParseMeta(map[string]string{}, nil)
+	if err != nil || spec != (Spec{}) {
+		t.Fatalf("got %+v, %v; want zero spec", spec, err)
+	}
+}
+
+// Bad metadata: every malformed value is an error naming the key; nothing
+// is defaulted.
+func TestParseMetaErrors(t *testing.T) {
+	cases := []struct {
+		name      string
+		job, grp  map[string]string
+		wantKey   string
+		wantInMsg string
+	}{
+		{"bad duration", map[string]string{"impact_grace": "ten minutes"}, nil, "impact_grace", "duration"},
+		{"negative grace", map[string]string{"impact_grace": "-5m"}, nil, "impact_grace", "negative"},
+		{"zero walltime", map[string]string{"impact_walltime": "0s"}, nil, "impact_walltime", "greater than zero"},
+		{"bad bool", map[string]string{"impact_preemptible": "sometimes"}, nil, "impact_preemptible", "true or false"},
+		{"bad deadline", map[string]string{"impact_deadline": "next friday"}, nil, "impact_deadline", "RFC 3339"},
+		{"bad topology", map[string]string{"impact_topology": "pcie"}, nil, "impact_topology", "nvlink"},
+		{"bad signal", map[string]string{"impact_checkpoint_signal": "USR1"}, nil, "impact_checkpoint_signal", "signal"},
+		{"empty tier", map[string]string{"impact_tier": ""}, nil, "impact_tier", "tier name"},
+		{"bad project", map[string]string{"impact_project": "a b"}, nil, "impact_project", "project name"},
+		{"typo key", map[string]string{"impact_teir": "high"}, nil, "impact_teir", "unknown impact key"},
+		{"group overrides tier", map[string]string{"impact_tier": "normal"}, map[string]string{"impact_tier": "critical"}, "impact_tier", "only be set in job meta"},
+		{"group bad topology", nil, map[string]string{"impact_topology": "rack"}, "impact_topology", "group \"workers\" meta"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseGroupMeta(tc.job, tc.grp, "workers")
+			if tc.grp == nil {
+				_, err = ParseMeta(tc.job, nil)
+			}
+			var me *MetaError
+			if !errors.As(err, &me) {
+				t.Fatalf("want *MetaError, got %v", err)
+			}
+			if me.Key != tc.wantKey {
+				t.Fatalf("error names key %q, want %q (%v)", me.Key, tc.wantKey, err)
+			}
+			if !strings.Contains(err.Error(), tc.wantInMsg) || !strings.Contains(err.Error(), tc.wantKey) {
+				t.Fatalf("error %q should mention %q and %q", err, tc.wantKey, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+func TestParseGroupMetaOverrides(t *testing.T) {
+	job := map[string]string{"impact_tier": "high", "impact_topology": "any", "impact_grace": "1m"}
+	spec, err := ParseGroupMeta(job, map[string]string{"impact_topology": "nvlink", "impact_tier": "high"}, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Topology != TopologyNVLink || spec.Tier != "high" || spec.Grace != time.Minute {
+		t.Fatalf("group spec = %+v", spec)
+	}
+}
+
+func TestCheckSpecUnknownTier(t *testing.T) {
+	p := Default()
+	err := p.CheckSpec(Spec{Tier: "urgent"})
+	var me *MetaError
+	if !errors.As(err, &me) || me.Key != MetaTier || !strings.Contains(err.Error(), "critical") {
+		t.Fatalf("want unknown-tier error listing tiers, got %v", err)
+	}
+	if err := p.CheckSpec(Spec{}); err != nil {
+		t.Fatalf("empty tier resolves to the default: %v", err)
+	}
+}
