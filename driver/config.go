@@ -1,0 +1,313 @@
+package driver
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/driver/executor"
+	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/plugin/hclspec"
+)
+
+// configSpec is the schema of the plugin block's config {}.
+var configSpec = hclspec.Object(hclspec.Attrs{
+	// Base URL of the rendezvous endpoint: the impact agent's HTTP API
+	// (it serves /v1/gang/) or a standalone `impact-exec gang-server`.
+	// Empty: tasks without a gang block run without a barrier, and a gang
+	// block must name its own rendezvous_addr.
+	"rendezvous_addr": hclspec.AttrDefault("rendezvous_addr", "string", hclspec.Quote("")),
+	// Default barrier timeout for tasks that set none.
+	"barrier_timeout": hclspec.AttrDefault("barrier_timeout", "string", hclspec.Quote("10m")),
+	// Heartbeat period of gang members (their TTL on the server is 3x).
+	"heartbeat_interval": hclspec.AttrDefault("heartbeat_interval", "string", hclspec.Quote("5s")),
+	// Address other members use to reach this node's rank 0 when the task
+	// names no port label; empty = the local address that routes to the
+	// rendezvous server.
+	"advertise_addr": hclspec.AttrDefault("advertise_addr", "string", hclspec.Quote("")),
+})
+
+// Config is the decoded plugin config.
+type Config struct {
+	RendezvousAddr    string `cty:"rendezvous_addr"`
+	BarrierTimeout    string `cty:"barrier_timeout"`
+	HeartbeatInterval string `cty:"heartbeat_interval"`
+	AdvertiseAddr     string `cty:"advertise_addr"`
+
+	barrierTimeout time.Duration
+	heartbeat      time.Duration
+}
+
+// defaultConfig is what the driver uses before SetConfig.
+func defaultConfig() Config {
+	return Config{BarrierTimeout: "10m", HeartbeatInterval: "5s", barrierTimeout: 10 * time.Minute, heartbeat: 5 * time.Second}
+}
+
+// validate parses the durations and checks the address; errors name the field.
+func (c *Config) validate() error {
+	var err error
+	if c.barrierTimeout, err = positiveDuration("barrier_timeout", c.BarrierTimeout); err != nil {
+		return err
+	}
+	if c.heartbeat, err = positiveDuration("heartbeat_interval", c.HeartbeatInterval); err != nil {
+		return err
+	}
+	if c.RendezvousAddr != "" {
+		if err := checkURL("rendezvous_addr", c.RendezvousAddr); err != nil {
+			return err
+		}
+	}
+	if c.AdvertiseAddr != "" && net.ParseIP(c.AdvertiseAddr) == nil && strings.ContainsAny(c.AdvertiseAddr, " /:") {
+		return fmt.Errorf("advertise_addr %q: want an IP address or host name", c.AdvertiseAddr)
+	}
+	return nil
+}
+
+// taskConfigSpec is the schema of a task's config {} block.
+var taskConfigSpec = hclspec.Object(hclspec.Attrs{
+	"command": hclspec.RequiredAttr("command", "string"),
+	"args":    hclspec.AttrDefault("args", "list(string)", "[]"),
+	// gang narrows, sizes or disables the gang; without the block every
+	// task of the job joins one gang when the driver has a rendezvous_addr.
+	"gang": hclspec.Block("gang", hclspec.Object(hclspec.Attrs{
+		"enabled": hclspec.AttrDefault("enabled", "bool", "true"),
+		// name narrows the gang to the tasks that share it (default: the
+		// whole job).
+		"name": hclspec.AttrDefault("name", "string", hclspec.Quote("")),
+		// size of the gang; 0 = the job's whole allocation count, resolved
+		// by the rendezvous server.
+		"size":    hclspec.AttrDefault("size", "number", "0"),
+		"timeout": hclspec.AttrDefault("timeout", "string", hclspec.Quote("")),
+		// port_label names a network port of the group; rank 0's address
+		// and port for it become MASTER_ADDR/MASTER_PORT.
+		"port_label":  hclspec.AttrDefault("port_label", "string", hclspec.Quote("")),
+		"master_port": hclspec.AttrDefault("master_port", "number", "29500"),
+		// checkpoint_signal and grace default to the job's
+		// impact_checkpoint_signal / impact_grace meta.
+		"checkpoint_signal": hclspec.AttrDefault("checkpoint_signal", "string", hclspec.Quote("")),
+		"grace":             hclspec.AttrDefault("grace", "string", hclspec.Quote("")),
+		// propagate_failure: stop this member when a peer fails or stops.
+		"propagate_failure": hclspec.AttrDefault("propagate_failure", "bool", "true"),
+		// kill_signal/kill_timeout: how this member is stopped on a peer's
+		// failure after the grace period.
+		"kill_signal":     hclspec.AttrDefault("kill_signal", "string", hclspec.Quote("SIGINT")),
+		"kill_timeout":    hclspec.AttrDefault("kill_timeout", "string", hclspec.Quote("30s")),
+		"rendezvous_addr": hclspec.AttrDefault("rendezvous_addr", "string", hclspec.Quote("")),
+	})),
+})
+
+// TaskConfig is the decoded task config.
+type TaskConfig struct {
+	Command string      `cty:"command"`
+	Args    []string    `cty:"args"`
+	Gang    *GangConfig `cty:"gang"`
+}
+
+// GangConfig is the task config's gang block.
+type GangConfig struct {
+	Enabled          bool   `cty:"enabled"`
+	Name             string `cty:"name"`
+	Size             int    `cty:"size"`
+	Timeout          string `cty:"timeout"`
+	PortLabel        string `cty:"port_label"`
+	MasterPort       int    `cty:"master_port"`
+	CheckpointSignal string `cty:"checkpoint_signal"`
+	Grace            string `cty:"grace"`
+	PropagateFailure bool   `cty:"propagate_failure"`
+	KillSignal       string `cty:"kill_signal"`
+	KillTimeout      string `cty:"kill_timeout"`
+	RendezvousAddr   string `cty:"rendezvous_addr"`
+}
+
+func defaultGangConfig() *GangConfig {
+	return &GangConfig{Enabled: true, MasterPort: 29500, PropagateFailure: true, KillSignal: "SIGINT", KillTimeout: "30s"}
+}
+
+// Job meta keys (DESIGN.md's jobspec contract) read from the task env.
+const (
+	envCheckpointSignal = "NOMAD_META_impact_checkpoint_signal"
+	envGrace            = "NOMAD_META_impact_grace"
+	defaultGrace        = 30 * time.Second
+)
+
+// gangSpec turns the task's gang settings into the supervisor's GangSpec;
+// nil when the task runs without a barrier. Errors name the field.
+func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string, time.Duration, error) {
+	g := tc.Gang
+	if g == nil {
+		if cfg.RendezvousAddr == "" {
+			return nil, "", 0, nil
+		}
+		g = defaultGangConfig()
+	}
+	if !g.Enabled {
+		return nil, "", 0, nil
+	}
+	addr := g.RendezvousAddr
+	if addr == "" {
+		addr = cfg.RendezvousAddr
+	}
+	if addr == "" {
+		return nil, "", 0, fmt.Errorf("gang: no rendezvous address: set rendezvous_addr in the plugin config or the task's gang block")
+	}
+	if err := checkURL("gang.rendezvous_addr", addr); err != nil {
+		return nil, "", 0, err
+	}
+	if g.Size < 0 {
+		return nil, "", 0, fmt.Errorf("gang.size must be >= 0, got %d", g.Size)
+	}
+	timeout := cfg.barrierTimeout
+	if g.Timeout != "" {
+		d, err := positiveDuration("gang.timeout", g.Timeout)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		timeout = d
+	}
+	ckpt := g.CheckpointSignal
+	if ckpt == "" {
+		ckpt = t.env[envCheckpointSignal]
+	}
+	if ckpt != "" {
+		if _, err := executor.ParseSignal(ckpt); err != nil {
+			return nil, "", 0, fmt.Errorf("gang.checkpoint_signal (or meta impact_checkpoint_signal): %w", err)
+		}
+	}
+	grace := defaultGrace
+	graceSrc, graceField := g.Grace, "gang.grace"
+	if graceSrc == "" {
+		graceSrc, graceField = t.env[envGrace], "meta impact_grace"
+	}
+	if graceSrc != "" {
+		d, err := time.ParseDuration(graceSrc)
+		if err != nil || d < 0 {
+			return nil, "", 0, fmt.Errorf("%s %q: want a non-negative duration", graceField, graceSrc)
+		}
+		grace = d
+	}
+	if _, err := executor.ParseSignal(g.KillSignal); err != nil {
+		return nil, "", 0, fmt.Errorf("gang.kill_signal: %w", err)
+	}
+	killTimeout, err := positiveDuration("gang.kill_timeout", g.KillTimeout)
+	if err != nil {
+		return nil, "", 0, err
+	}
+
+	// Where this member would serve as master.
+	host, port := "", g.MasterPort
+	if g.PortLabel != "" {
+		host = t.env["NOMAD_IP_"+g.PortLabel]
+		p := t.env["NOMAD_HOST_PORT_"+g.PortLabel]
+		if host == "" || p == "" {
+			return nil, "", 0, fmt.Errorf("gang.port_label %q: the group has no such port (no NOMAD_IP_%s / NOMAD_HOST_PORT_%s in the task env)", g.PortLabel, g.PortLabel, g.PortLabel)
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, "", 0, fmt.Errorf("gang.port_label %q: port %q: %w", g.PortLabel, p, err)
+		}
+		port = n
+	}
+	if port <= 0 || port > 65535 {
+		return nil, "", 0, fmt.Errorf("gang.master_port must be in 1..65535, got %d", port)
+	}
+	if host == "" {
+		host = cfg.AdvertiseAddr
+	}
+	if host == "" {
+		host = localAddrFor(addr)
+	}
+
+	ns := firstNonEmpty(t.namespace, t.env["NOMAD_NAMESPACE"], "default")
+	job := firstNonEmpty(t.jobID, t.env["NOMAD_JOB_ID"], t.jobName)
+	if job == "" {
+		return nil, "", 0, fmt.Errorf("gang: the task has no job id")
+	}
+	id := ns + ":" + job
+	if g.Name != "" {
+		id += ":" + g.Name
+	}
+	allocIndex := 0
+	if v := t.env["NOMAD_ALLOC_INDEX"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, "", 0, fmt.Errorf("gang: NOMAD_ALLOC_INDEX %q is not an index", v)
+		}
+		allocIndex = n
+	}
+	nodeID := firstNonEmpty(t.nodeID, t.nodeName, host)
+	hb := cfg.heartbeat
+	return &executor.GangSpec{
+		URL: addr, ID: id, Member: t.allocID + "." + t.name,
+		Join:    gangJoin(g.Size, ns, job, t, allocIndex, nodeID, host, port, 3*hb),
+		Timeout: timeout, Heartbeat: hb, Propagate: g.PropagateFailure,
+		CheckpointSignal: ckpt, Grace: grace,
+	}, g.KillSignal, killTimeout, nil
+}
+
+func positiveDuration(field, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: %w", field, v, err)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%s %q: must be positive", field, v)
+	}
+	return d, nil
+}
+
+func checkURL(field, v string) error {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s %q: want http(s)://host:port", field, v)
+	}
+	return nil
+}
+
+// localAddrFor returns the local IP that routes to the rendezvous server
+// (no packet is sent: a UDP "connect" only picks the route).
+func localAddrFor(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "127.0.0.1"
+	}
+	host := u.Hostname()
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(host, port))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer c.Close()
+	if a, ok := c.LocalAddr().(*net.UDPAddr); ok {
+		return a.IP.String()
+	}
+	return "127.0.0.1"
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// taskInfo is what gangSpec needs from Nomad's TaskConfig.
+type taskInfo struct {
+	name, allocID, group, namespace, jobID, jobName, nodeID, nodeName string
+	env                                                               map[string]string
+}
+
+func gangJoin(size int, ns, job string, t taskInfo, allocIndex int, nodeID, host string, port int, ttl time.Duration) gang.JoinRequest {
+	return gang.JoinRequest{
+		Size: size, Namespace: ns, JobID: job, AllocID: t.allocID, AllocName: t.env["NOMAD_ALLOC_NAME"],
+		AllocIndex: allocIndex, Group: t.group, Task: t.name, NodeID: nodeID, NodeName: t.nodeName,
+		Addr: host, Port: port, TTL: ttl.String(),
+	}
+}

@@ -1,0 +1,579 @@
+// Package driver is the impact-exec Nomad task driver: exec-style tasks held
+// at a gang barrier until every member of their job is placed, given
+// rendezvous env (WORLD_SIZE, RANK, MASTER_ADDR, ...), stopped together with
+// a checkpoint signal when one member fails or is preempted, and surviving
+// plugin and agent restarts through a detached supervisor per task
+// (package driver/executor). The gang registry lives in driver/gang.
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/impact-sched/nomad-impact/driver/executor"
+	"github.com/impact-sched/nomad-impact/plugin"
+	"github.com/impact-sched/nomad-impact/plugin/config"
+	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
+	"github.com/impact-sched/nomad-impact/plugin/proto/hclspecpb"
+	"github.com/impact-sched/nomad-impact/plugin/proto/structspb"
+)
+
+const (
+	pluginName    = "impact-exec"
+	pluginVersion = "0.1.0"
+	// taskHandleVersion is the version of driverState in task handles.
+	taskHandleVersion = 1
+	fingerprintPeriod = 30 * time.Second
+	eventPollPeriod   = 200 * time.Millisecond
+	defaultKillSignal = "SIGINT" // Nomad's executor default (ref 10.1/20)
+)
+
+// Driver implements the Nomad Driver service.
+type Driver struct {
+	driverpb.UnimplementedDriverServer
+
+	logger hclog.Logger
+	exe    string // this binary, re-executed as `supervise`
+
+	mu      sync.Mutex
+	cfg     Config
+	cfgGen  chan struct{} // closed when the config changes
+	tasks   map[string]*taskHandle
+	decoder *config.Decoder
+	events  *eventBroker
+}
+
+// New returns a driver. exe is the path of the impact-exec binary that
+// tasks' supervisors run from (os.Executable() in production).
+func New(logger hclog.Logger, exe string) *Driver {
+	dec, err := config.NewDecoder(taskConfigSpec)
+	if err != nil {
+		panic(fmt.Sprintf("impact-exec task config schema is invalid: %v", err)) // a programming error
+	}
+	return &Driver{logger: logger.Named("driver"), exe: exe, cfg: defaultConfig(),
+		cfgGen: make(chan struct{}), tasks: map[string]*taskHandle{}, decoder: dec, events: newEventBroker()}
+}
+
+var _ plugin.DriverPlugin = (*Driver)(nil)
+
+// PluginInfo identifies the driver; jobs use driver = "impact-exec".
+func (d *Driver) PluginInfo() plugin.Info {
+	return plugin.Info{Name: pluginName, Version: pluginVersion}
+}
+
+// ConfigSchema is the plugin block's schema.
+func (d *Driver) ConfigSchema() *hclspecpb.Spec { return configSpec }
+
+// SetConfig validates and applies the plugin config (idempotent).
+func (d *Driver) SetConfig(_ context.Context, c *plugin.Config) error {
+	var cfg Config
+	if err := c.Decode(&cfg); err != nil {
+		return fmt.Errorf("impact-exec config: %w", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("impact-exec config: %w", err)
+	}
+	d.mu.Lock()
+	d.cfg = cfg
+	close(d.cfgGen)
+	d.cfgGen = make(chan struct{})
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Driver) config() (Config, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg, d.cfgGen
+}
+
+// Init and Shutdown exist from Nomad 2.0.4; nothing to do (tasks outlive us).
+func (d *Driver) Init(context.Context, *driverpb.InitRequest) (*driverpb.InitResponse, error) {
+	return &driverpb.InitResponse{}, nil
+}
+
+func (d *Driver) Shutdown(context.Context, *driverpb.ShutdownRequest) (*driverpb.ShutdownResponse, error) {
+	return &driverpb.ShutdownResponse{}, nil
+}
+
+func (d *Driver) TaskConfigSchema(context.Context, *driverpb.TaskConfigSchemaRequest) (*driverpb.TaskConfigSchemaResponse, error) {
+	return &driverpb.TaskConfigSchemaResponse{Spec: taskConfigSpec}, nil
+}
+
+func (d *Driver) Capabilities(context.Context, *driverpb.CapabilitiesRequest) (*driverpb.CapabilitiesResponse, error) {
+	return &driverpb.CapabilitiesResponse{Capabilities: &driverpb.DriverCapabilities{
+		SendSignals: true,
+		Exec:        true,
+		FsIsolation: driverpb.DriverCapabilities_NONE,
+		NetworkIsolationModes: []driverpb.NetworkIsolationSpec_NetworkIsolationMode{
+			driverpb.NetworkIsolationSpec_HOST,
+		},
+		MountConfigs: driverpb.DriverCapabilities_NO_MOUNTS,
+	}}, nil
+}
+
+// Fingerprint sends the driver's health now, on config changes and
+// periodically, until the client goes away.
+func (d *Driver) Fingerprint(_ *driverpb.FingerprintRequest, stream driverpb.Driver_FingerprintServer) error {
+	ticker := time.NewTicker(fingerprintPeriod)
+	defer ticker.Stop()
+	for {
+		cfg, changed := d.config()
+		if err := stream.Send(d.fingerprint(cfg)); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-ticker.C:
+		case <-changed:
+		}
+	}
+}
+
+func (d *Driver) fingerprint(cfg Config) *driverpb.FingerprintResponse {
+	attrs := map[string]*structspb.Attribute{
+		"driver." + pluginName:              {Value: &structspb.Attribute_BoolVal{BoolVal: true}},
+		"driver." + pluginName + ".version": {Value: &structspb.Attribute_StringVal{StringVal: pluginVersion}},
+	}
+	desc := "healthy; gang barrier needs a rendezvous_addr in each task's gang block"
+	if cfg.RendezvousAddr != "" {
+		attrs["driver."+pluginName+".rendezvous"] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: cfg.RendezvousAddr}}
+		desc = "healthy; rendezvous at " + cfg.RendezvousAddr
+	}
+	if _, err := os.Stat(d.exe); err != nil {
+		return &driverpb.FingerprintResponse{Attributes: attrs, Health: driverpb.FingerprintResponse_UNHEALTHY,
+			HealthDescription: fmt.Sprintf("supervisor binary %s missing: %v", d.exe, err)}
+	}
+	return &driverpb.FingerprintResponse{Attributes: attrs, Health: driverpb.FingerprintResponse_HEALTHY, HealthDescription: desc}
+}
+
+// driverState is persisted in the task handle (versioned by
+// taskHandleVersion) so a new plugin process can find the task again.
+type driverState struct {
+	Executor  executor.State `json:"executor"`
+	StartedAt time.Time      `json:"started_at"`
+}
+
+// taskHandle is one task this plugin process tracks.
+type taskHandle struct {
+	id        string
+	cfg       *driverpb.TaskConfig
+	proc      *executor.Process
+	startedAt time.Time
+	stats     *executor.StatsTracker
+	stopPump  chan struct{}
+
+	mu       sync.Mutex
+	exit     *executor.Exit
+	exitErr  error
+	exitedAt time.Time
+}
+
+func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) (*driverpb.StartTaskResponse, error) {
+	tc := req.GetTask()
+	if tc == nil || tc.GetId() == "" {
+		return nil, fatal(codes.InvalidArgument, "StartTask: task config with an id is required")
+	}
+	d.mu.Lock()
+	_, exists := d.tasks[tc.GetId()]
+	d.mu.Unlock()
+	if exists {
+		return nil, fatal(codes.AlreadyExists, "task %s is already started", tc.GetId())
+	}
+	var cfg TaskConfig
+	if err := d.decoder.Decode(tc.GetMsgpackDriverConfig(), &cfg); err != nil {
+		return nil, fatal(codes.InvalidArgument, "task %s: config: %v", tc.GetName(), err)
+	}
+	if strings.TrimSpace(cfg.Command) == "" {
+		return nil, fatal(codes.InvalidArgument, "task %s: config: command is empty", tc.GetName())
+	}
+	pcfg, _ := d.config()
+	info := taskInfo{name: tc.GetName(), allocID: tc.GetAllocId(), group: tc.GetTaskGroupName(),
+		namespace: tc.GetNamespace(), jobID: tc.GetJobId(), jobName: tc.GetJobName(),
+		nodeID: tc.GetNodeId(), nodeName: tc.GetNodeName(), env: tc.GetEnv()}
+	gs, killSig, killTimeout, err := gangSpec(pcfg, cfg, info)
+	if err != nil {
+		return nil, fatal(codes.InvalidArgument, "task %s: config: %v", tc.GetName(), err)
+	}
+	if killSig == "" {
+		killSig, killTimeout = defaultKillSignal, 30*time.Second
+	}
+
+	taskDir, stateDir := taskDirs(tc)
+	if err := os.MkdirAll(taskDir, 0o755); err != nil {
+		return nil, recoverable(codes.Internal, "task %s: creating task dir: %v", tc.GetName(), err)
+	}
+	spec := executor.Spec{
+		Version: executor.SpecVersion, TaskID: tc.GetId(), Command: cfg.Command, Args: cfg.Args,
+		Dir: taskDir, Env: tc.GetEnv(), User: tc.GetUser(),
+		StdoutPath: tc.GetStdoutPath(), StderrPath: tc.GetStderrPath(),
+		KillSignal: killSig, KillTimeout: killTimeout, Gang: gs,
+	}
+	logger := d.logger.With("task_id", tc.GetId(), "task", tc.GetName())
+	proc, err := executor.Launch(ctx, d.exe, stateDir, spec, logger)
+	if err != nil {
+		return nil, recoverable(codes.Internal, "task %s: %v", tc.GetName(), err)
+	}
+	now := time.Now()
+	d.track(tc, proc, now)
+	st, err := json.Marshal(driverState{Executor: proc.State(), StartedAt: now})
+	if err != nil {
+		return nil, fatal(codes.Internal, "encoding task state: %v", err)
+	}
+	logger.Info("task started", "supervisor_pid", proc.State().SupervisorPID, "gang", gs != nil)
+	return &driverpb.StartTaskResponse{Handle: &driverpb.TaskHandle{
+		Version: taskHandleVersion, Config: tc, State: driverpb.TaskState_RUNNING, DriverState: st,
+	}}, nil
+}
+
+// taskDirs returns the task's working dir and the supervisor's state dir
+// (inside the task dir, so it lives and dies with the allocation).
+func taskDirs(tc *driverpb.TaskConfig) (string, string) {
+	suffix := tc.GetId()
+	if i := strings.LastIndexByte(suffix, '/'); i >= 0 {
+		suffix = suffix[i+1:]
+	}
+	if tc.GetAllocDir() == "" {
+		base := filepath.Join(os.TempDir(), "impact-exec", sanitize(tc.GetId()))
+		return base, filepath.Join(base, ".impact-exec")
+	}
+	taskDir := filepath.Join(tc.GetAllocDir(), tc.GetName())
+	return taskDir, filepath.Join(taskDir, ".impact-exec", sanitize(suffix))
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator || r == 0 {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+func (d *Driver) track(tc *driverpb.TaskConfig, proc *executor.Process, started time.Time) *taskHandle {
+	h := &taskHandle{id: tc.GetId(), cfg: tc, proc: proc, startedAt: started,
+		stats: executor.NewStatsTracker(), stopPump: make(chan struct{})}
+	d.mu.Lock()
+	d.tasks[h.id] = h
+	d.mu.Unlock()
+	go d.pumpEvents(h)
+	go func() {
+		ex, err := proc.Wait(context.Background())
+		h.mu.Lock()
+		h.exit, h.exitErr, h.exitedAt = &ex, err, time.Now()
+		if err == nil && !ex.ExitedAt.IsZero() {
+			h.exitedAt = ex.ExitedAt
+		}
+		h.mu.Unlock()
+	}()
+	return h
+}
+
+// pumpEvents forwards the supervisor's events to the TaskEvents streams.
+func (d *Driver) pumpEvents(h *taskHandle) {
+	var off int64
+	t := time.NewTicker(eventPollPeriod)
+	defer t.Stop()
+	for {
+		exited := h.proc.Exited()
+		evs, next, err := h.proc.Events(off)
+		if err != nil {
+			d.logger.Warn("reading task events", "task_id", h.id, "error", err)
+		}
+		off = next
+		for _, ev := range evs {
+			d.events.publish(&driverpb.DriverTaskEvent{TaskId: h.id, AllocId: h.cfg.GetAllocId(),
+				TaskName: h.cfg.GetName(), Timestamp: timestamppb.New(ev.Time), Message: ev.Message,
+				Annotations: ev.Annotations})
+		}
+		if exited {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-h.stopPump:
+			return
+		}
+	}
+}
+
+func (d *Driver) handle(id string) (*taskHandle, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.tasks[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "task %q not found", id)
+	}
+	return h, nil
+}
+
+func (d *Driver) RecoverTask(_ context.Context, req *driverpb.RecoverTaskRequest) (*driverpb.RecoverTaskResponse, error) {
+	hd := req.GetHandle()
+	if hd == nil || hd.GetConfig() == nil {
+		return nil, status.Error(codes.InvalidArgument, "RecoverTask: handle with a task config is required")
+	}
+	id := hd.GetConfig().GetId()
+	if id == "" {
+		id = req.GetTaskId()
+	}
+	d.mu.Lock()
+	_, known := d.tasks[id]
+	d.mu.Unlock()
+	if known {
+		return &driverpb.RecoverTaskResponse{}, nil
+	}
+	if hd.GetVersion() != taskHandleVersion {
+		return nil, status.Errorf(codes.FailedPrecondition, "task %s: handle version %d, this driver understands %d", id, hd.GetVersion(), taskHandleVersion)
+	}
+	var st driverState
+	if err := json.Unmarshal(hd.GetDriverState(), &st); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "task %s: decoding driver state: %v", id, err)
+	}
+	proc, err := executor.Attach(st.Executor, d.logger.With("task_id", id))
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "task %s: %v", id, err)
+	}
+	tc := hd.GetConfig()
+	if tc.GetId() == "" {
+		tc.Id = id
+	}
+	d.track(tc, proc, st.StartedAt)
+	d.logger.Info("task recovered", "task_id", id, "supervisor_pid", st.Executor.SupervisorPID, "exited", proc.Exited())
+	return &driverpb.RecoverTaskResponse{}, nil
+}
+
+func (d *Driver) WaitTask(ctx context.Context, req *driverpb.WaitTaskRequest) (*driverpb.WaitTaskResponse, error) {
+	h, err := d.handle(req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	ex, err := h.proc.Wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return &driverpb.WaitTaskResponse{Result: &driverpb.ExitResult{ExitCode: 1}, Err: err.Error()}, nil
+	}
+	return &driverpb.WaitTaskResponse{Result: exitResult(ex), Err: ex.Err}, nil
+}
+
+func exitResult(ex executor.Exit) *driverpb.ExitResult {
+	return &driverpb.ExitResult{ExitCode: int32(ex.ExitCode), Signal: int32(ex.Signal), OomKilled: ex.OOMKilled}
+}
+
+func (d *Driver) StopTask(_ context.Context, req *driverpb.StopTaskRequest) (*driverpb.StopTaskResponse, error) {
+	h, err := d.handle(req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	name := req.GetSignal()
+	if name == "" {
+		name = defaultKillSignal
+	}
+	sig, err := executor.ParseSignal(name)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "StopTask: %v", err)
+	}
+	timeout := req.GetTimeout().AsDuration()
+	if err := h.proc.Stop(sig, timeout); err != nil {
+		return nil, status.Errorf(codes.Internal, "stopping task %s: %v", h.id, err)
+	}
+	return &driverpb.StopTaskResponse{}, nil
+}
+
+func (d *Driver) DestroyTask(_ context.Context, req *driverpb.DestroyTaskRequest) (*driverpb.DestroyTaskResponse, error) {
+	d.mu.Lock()
+	h, ok := d.tasks[req.GetTaskId()]
+	d.mu.Unlock()
+	if !ok {
+		return &driverpb.DestroyTaskResponse{}, nil
+	}
+	if !h.proc.Exited() && !req.GetForce() {
+		return nil, status.Errorf(codes.FailedPrecondition, "task %s is still running; stop it or destroy with force", h.id)
+	}
+	if err := h.proc.Destroy(); err != nil {
+		return nil, status.Errorf(codes.Internal, "destroying task %s: %v", h.id, err)
+	}
+	close(h.stopPump)
+	d.mu.Lock()
+	delete(d.tasks, h.id)
+	d.mu.Unlock()
+	return &driverpb.DestroyTaskResponse{}, nil
+}
+
+func (d *Driver) InspectTask(_ context.Context, req *driverpb.InspectTaskRequest) (*driverpb.InspectTaskResponse, error) {
+	h, err := d.handle(req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	ts := &driverpb.TaskStatus{Id: h.id, Name: h.cfg.GetName(), State: driverpb.TaskState_RUNNING,
+		StartedAt: timestamppb.New(h.startedAt), CompletedAt: timestamppb.New(time.Time{})}
+	attrs := map[string]string{"supervisor_pid": fmt.Sprint(h.proc.State().SupervisorPID)}
+	if st, err := h.proc.Status(); err == nil {
+		attrs["phase"] = string(st.Phase)
+		if st.ChildPID > 0 {
+			attrs["pid"] = fmt.Sprint(st.ChildPID)
+		}
+		for _, k := range []string{"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "IMPACT_GANG_ID"} {
+			if v, ok := st.GangEnv[k]; ok {
+				attrs["gang."+strings.ToLower(k)] = v
+			}
+		}
+	}
+	if h.proc.Exited() {
+		if ex, err := h.proc.Wait(context.Background()); err == nil {
+			ts.State = driverpb.TaskState_EXITED
+			ts.Result = exitResult(ex)
+			ts.CompletedAt = timestamppb.New(ex.ExitedAt)
+		} else {
+			ts.State = driverpb.TaskState_EXITED
+			ts.Result = &driverpb.ExitResult{ExitCode: 1}
+			attrs["error"] = err.Error()
+		}
+	}
+	return &driverpb.InspectTaskResponse{Task: ts, Driver: &driverpb.TaskDriverStatus{Attributes: attrs}}, nil
+}
+
+// TaskStats streams CPU and memory of the task's process tree every
+// collection_interval until the client goes away or the task exits.
+func (d *Driver) TaskStats(req *driverpb.TaskStatsRequest, stream driverpb.Driver_TaskStatsServer) error {
+	h, err := d.handle(req.GetTaskId())
+	if err != nil {
+		return err
+	}
+	interval := req.GetCollectionInterval().AsDuration()
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		pid := 0
+		if st, err := h.proc.Status(); err == nil {
+			pid = st.ChildPID
+		}
+		if err := stream.Send(&driverpb.TaskStatsResponse{Stats: toTaskStats(h.id, h.stats.Sample(pid))}); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-h.proc.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func toTaskStats(id string, s executor.Sample) *driverpb.TaskStats {
+	byPid := make(map[string]*driverpb.TaskResourceUsage, len(s.ByPID))
+	for pid, u := range s.ByPID {
+		byPid[fmt.Sprint(pid)] = toUsage(u)
+	}
+	return &driverpb.TaskStats{Id: id, Timestamp: timestamppb.New(s.Time), AggResourceUsage: toUsage(s.Agg), ResourceUsageByPid: byPid}
+}
+
+func toUsage(u executor.Usage) *driverpb.TaskResourceUsage {
+	return &driverpb.TaskResourceUsage{
+		Cpu: &driverpb.CPUUsage{SystemMode: u.SystemPct, UserMode: u.UserPct, TotalTicks: u.TotalTicks, Percent: u.Percent,
+			MeasuredFields: []driverpb.CPUUsage_Fields{driverpb.CPUUsage_SYSTEM_MODE, driverpb.CPUUsage_USER_MODE,
+				driverpb.CPUUsage_TOTAL_TICKS, driverpb.CPUUsage_PERCENT}},
+		Memory: &driverpb.MemoryUsage{Rss: u.RSS, Swap: u.Swap,
+			MeasuredFields: []driverpb.MemoryUsage_Fields{driverpb.MemoryUsage_RSS, driverpb.MemoryUsage_SWAP}},
+	}
+}
+
+// TaskEvents streams driver events (gang barrier progress, propagation)
+// for the plugin's lifetime.
+func (d *Driver) TaskEvents(_ *driverpb.TaskEventsRequest, stream driverpb.Driver_TaskEventsServer) error {
+	ch, cancel := d.events.subscribe()
+	defer cancel()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case ev := <-ch:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (d *Driver) SignalTask(_ context.Context, req *driverpb.SignalTaskRequest) (*driverpb.SignalTaskResponse, error) {
+	h, err := d.handle(req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	sig, err := executor.ParseSignal(req.GetSignal())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "SignalTask: %v", err)
+	}
+	if err := h.proc.Signal(sig); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "signalling task %s: %v", h.id, err)
+	}
+	return &driverpb.SignalTaskResponse{}, nil
+}
+
+// ExecTask runs a command in the task's directory with its environment
+// (script checks); output is captured.
+func (d *Driver) ExecTask(ctx context.Context, req *driverpb.ExecTaskRequest) (*driverpb.ExecTaskResponse, error) {
+	h, err := d.handle(req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetCommand()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "ExecTask: command is empty")
+	}
+	taskDir, _ := taskDirs(h.cfg)
+	res, err := runExec(ctx, req.GetCommand(), taskDir, h.cfg.GetEnv(), req.GetTimeout().AsDuration())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "ExecTask: %v", err)
+	}
+	return res, nil
+}
+
+// fatal is a StartTask failure a restart will not fix.
+func fatal(code codes.Code, format string, args ...any) error {
+	return withRecoverable(code, fmt.Sprintf(format, args...), false)
+}
+
+// recoverable is a failure a restart may fix (Nomad applies the restart
+// policy).
+func recoverable(code codes.Code, format string, args ...any) error {
+	return withRecoverable(code, fmt.Sprintf(format, args...), true)
+}
+
+func withRecoverable(code codes.Code, msg string, rec bool) error {
+	st, err := status.New(code, msg).WithDetails(&structspb.RecoverableError{Recoverable: rec})
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}
+
+// IsRecoverable reports the recoverable flag of a gRPC error from the driver.
+func IsRecoverable(err error) (bool, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false, false
+	}
+	for _, det := range st.Details() {
+		if r, ok := det.(*structspb.RecoverableError); ok {
+			return r.GetRecoverable(), true
+		}
+	}
+	return false, false
+}

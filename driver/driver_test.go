@@ -1,0 +1,433 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/plugin"
+	"github.com/impact-sched/nomad-impact/plugin/plugintest"
+	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
+)
+
+// binary is impact-exec built once for the conformance tests, which
+// launch it the way a Nomad client does.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "impact-exec-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	binary, err = plugintest.BuildMain(ctx, "../cmd/impact-exec", dir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func load(t *testing.T, cfgHCL string) *plugintest.Instance {
+	t.Helper()
+	return plugintest.LoadLikeNomad(t, binary, plugin.KindDriver, cfgHCL, plugintest.Options{})
+}
+
+type task struct {
+	cfg    *driverpb.TaskConfig
+	dir    string // task dir
+	stdout string
+}
+
+// newTask builds a TaskConfig like the client's: alloc dir, task dir, log
+// paths, env, and the config block encoded against the schema.
+func newTask(t *testing.T, name, configHCL string, env map[string]string) task {
+	t.Helper()
+	data, err := plugintest.EncodeConfig(taskConfigSpec, configHCL)
+	if err != nil {
+		t.Fatalf("encode task config: %v", err)
+	}
+	allocDir := t.TempDir()
+	allocID := fmt.Sprintf("%08x-alloc", time.Now().UnixNano()&0xffffffff)
+	os.MkdirAll(filepath.Join(allocDir, "alloc", "logs"), 0o755)
+	os.MkdirAll(filepath.Join(allocDir, name), 0o755)
+	e := map[string]string{"PATH": "/usr/bin:/bin", "NOMAD_TASK_NAME": name}
+	for k, v := range env {
+		e[k] = v
+	}
+	cfg := &driverpb.TaskConfig{
+		Id: allocID + "/" + name + "/abcd1234", Name: name, MsgpackDriverConfig: data, Env: e,
+		AllocDir: allocDir, AllocId: allocID, TaskGroupName: "workers", JobName: "train", JobId: "train",
+		Namespace: "default", NodeId: "node-1", NodeName: "node1",
+		StdoutPath: filepath.Join(allocDir, "alloc", "logs", name+".stdout"),
+		StderrPath: filepath.Join(allocDir, "alloc", "logs", name+".stderr"),
+	}
+	return task{cfg: cfg, dir: filepath.Join(allocDir, name), stdout: cfg.StdoutPath}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func start(t *testing.T, inst *plugintest.Instance, tk task) *driverpb.TaskHandle {
+	t.Helper()
+	resp, err := inst.Driver.StartTask(ctxT(t, 30*time.Second), &driverpb.StartTaskRequest{Task: tk.cfg})
+	if err != nil {
+		t.Fatalf("StartTask: %v", err)
+	}
+	if resp.GetHandle().GetConfig().GetId() != tk.cfg.Id || resp.GetHandle().GetVersion() != taskHandleVersion {
+		t.Fatalf("handle: %+v", resp.GetHandle())
+	}
+	return resp.GetHandle()
+}
+
+func waitTask(t *testing.T, inst *plugintest.Instance, id string, d time.Duration) *driverpb.WaitTaskResponse {
+	t.Helper()
+	resp, err := inst.Driver.WaitTask(ctxT(t, d), &driverpb.WaitTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatalf("WaitTask: %v", err)
+	}
+	return resp
+}
+
+func waitFile(t *testing.T, path string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written within %s", path, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConformanceBasics(t *testing.T) {
+	inst := load(t, "")
+	ctx := ctxT(t, time.Minute)
+	schema, err := inst.Driver.TaskConfigSchema(ctx, &driverpb.TaskConfigSchemaRequest{})
+	if err != nil || schema.GetSpec() == nil {
+		t.Fatalf("TaskConfigSchema: %v", err)
+	}
+	caps, err := inst.Driver.Capabilities(ctx, &driverpb.CapabilitiesRequest{})
+	if err != nil || !caps.GetCapabilities().GetSendSignals() || !caps.GetCapabilities().GetExec() {
+		t.Fatalf("Capabilities: %+v %v", caps, err)
+	}
+	fp, err := inst.Driver.Fingerprint(ctx, &driverpb.FingerprintRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := fp.Recv()
+	if err != nil || first.GetHealth() != driverpb.FingerprintResponse_HEALTHY || first.GetAttributes()["driver.impact-exec"].GetBoolVal() != true {
+		t.Fatalf("fingerprint: %+v %v", first, err)
+	}
+	// Exit codes and output.
+	for _, code := range []int{0, 3} {
+		tk := newTask(t, "main", fmt.Sprintf(`
+command = "/bin/sh"
+args    = ["-c", "echo hello $NOMAD_TASK_NAME; exit %d"]`, code), nil)
+		start(t, inst, tk)
+		res := waitTask(t, inst, tk.cfg.Id, 30*time.Second)
+		if res.GetResult().GetExitCode() != int32(code) || res.GetResult().GetSignal() != 0 || res.GetErr() != "" {
+			t.Fatalf("exit %d: %+v", code, res)
+		}
+		if out := waitFile(t, tk.stdout, time.Second); strings.TrimSpace(out) != "hello main" {
+			t.Fatalf("stdout %q", out)
+		}
+		// Waiting again returns at once; InspectTask says exited.
+		if res := waitTask(t, inst, tk.cfg.Id, 5*time.Second); res.GetResult().GetExitCode() != int32(code) {
+			t.Fatalf("second wait: %+v", res)
+		}
+		ins, err := inst.Driver.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id})
+		if err != nil || ins.GetTask().GetState() != driverpb.TaskState_EXITED || ins.GetTask().GetCompletedAt() == nil {
+			t.Fatalf("inspect: %+v %v", ins, err)
+		}
+		if _, err := inst.Driver.DestroyTask(ctx, &driverpb.DestroyTaskRequest{TaskId: tk.cfg.Id, Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// DestroyTask tolerates unknown tasks; others answer NotFound.
+	if _, err := inst.Driver.DestroyTask(ctx, &driverpb.DestroyTaskRequest{TaskId: "nope", Force: true}); err != nil {
+		t.Fatalf("destroy unknown: %v", err)
+	}
+	if _, err := inst.Driver.WaitTask(ctx, &driverpb.WaitTaskRequest{TaskId: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("wait unknown: %v", err)
+	}
+	// A bad config is an unrecoverable StartTask error naming the field.
+	bad := newTask(t, "bad", `command = "x"`, nil)
+	bad.cfg.MsgpackDriverConfig = []byte{0x81, 0xa3, 'f', 'o', 'o', 0xc1}
+	_, err = inst.Driver.StartTask(ctx, &driverpb.StartTaskRequest{Task: bad.cfg})
+	if rec, ok := IsRecoverable(err); err == nil || !ok || rec {
+		t.Fatalf("bad config: err %v recoverable %v/%v", err, rec, ok)
+	}
+	gangBad := newTask(t, "g", `
+command = "/bin/true"
+gang {
+  size = 2
+}`, nil)
+	_, err = inst.Driver.StartTask(ctx, &driverpb.StartTaskRequest{Task: gangBad.cfg})
+	if err == nil || !strings.Contains(err.Error(), "rendezvous") {
+		t.Fatalf("gang without rendezvous address: %v", err)
+	}
+}
+
+func TestConformanceStopSignalStatsExec(t *testing.T) {
+	inst := load(t, "")
+	ctx := ctxT(t, time.Minute)
+
+	// Stop: the kill signal is trapped and ignored, so SIGKILL follows the timeout.
+	tk := newTask(t, "stubborn", `
+command = "/bin/sh"
+args    = ["-c", "trap 'echo term > term' TERM; echo x > ready; while true; do sleep 0.05; done"]`, nil)
+	start(t, inst, tk)
+	waitFile(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
+	began := time.Now()
+	if _, err := inst.Driver.StopTask(ctx, &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGTERM", Timeout: durationpb.New(400 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(began); el < 400*time.Millisecond {
+		t.Fatalf("StopTask returned after %s, before the timeout", el)
+	}
+	res := waitTask(t, inst, tk.cfg.Id, 10*time.Second)
+	if res.GetResult().GetSignal() != int32(syscall.SIGKILL) || res.GetResult().GetExitCode() != 137 {
+		t.Fatalf("stop result: %+v", res)
+	}
+	waitFile(t, filepath.Join(tk.dir, "term"), time.Second)
+
+	// Stop with the default signal (empty = SIGINT) ends a plain sleep at once.
+	tk = newTask(t, "sleeper", `
+command = "sleep"
+args    = ["30"]`, nil)
+	start(t, inst, tk)
+	// Stats: samples come with timestamps and the process tree's memory.
+	stream, err := inst.Driver.TaskStats(ctx, &driverpb.TaskStatsRequest{TaskId: tk.cfg.Id, CollectionInterval: durationpb.New(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *driverpb.TaskStatsResponse
+	for i := 0; i < 100; i++ {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetStats().GetTimestamp() == nil {
+			t.Fatal("stats sample without timestamp")
+		}
+		if r.GetStats().GetAggResourceUsage().GetMemory().GetRss() > 0 && len(r.GetStats().GetResourceUsageByPid()) > 0 {
+			got = r
+			break
+		}
+	}
+	if got == nil {
+		t.Fatal("no stats sample with the task's memory")
+	}
+	// Exec runs in the task dir with the task env.
+	ex, err := inst.Driver.ExecTask(ctx, &driverpb.ExecTaskRequest{TaskId: tk.cfg.Id, Command: []string{"/bin/sh", "-c", "echo $NOMAD_TASK_NAME; pwd; exit 4"}, Timeout: durationpb.New(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(ex.GetStdout()) != "sleeper\n"+tk.dir+"\n" || ex.GetResult().GetExitCode() != 4 {
+		t.Fatalf("exec: %q %+v", ex.GetStdout(), ex.GetResult())
+	}
+	if _, err := inst.Driver.StopTask(ctx, &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Timeout: durationpb.New(10 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitTask(t, inst, tk.cfg.Id, 10*time.Second); res.GetResult().GetSignal() != int32(syscall.SIGINT) {
+		t.Fatalf("default stop signal: %+v", res)
+	}
+
+	// SignalTask reaches the task by name.
+	tk = newTask(t, "signalled", `
+command = "/bin/sh"
+args    = ["-c", "trap 'echo usr1 > got; exit 0' USR1; echo x > ready; while true; do sleep 0.05; done"]`, nil)
+	start(t, inst, tk)
+	waitFile(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
+	if _, err := inst.Driver.SignalTask(ctx, &driverpb.SignalTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGUSR1"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitTask(t, inst, tk.cfg.Id, 10*time.Second); res.GetResult().GetExitCode() != 0 {
+		t.Fatalf("after signal: %+v", res)
+	}
+	if got := waitFile(t, filepath.Join(tk.dir, "got"), time.Second); strings.TrimSpace(got) != "usr1" {
+		t.Fatalf("signal file %q", got)
+	}
+	if _, err := inst.Driver.SignalTask(ctx, &driverpb.SignalTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGBOGUS"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad signal name: %v", err)
+	}
+}
+
+// The plugin process is killed while a task runs; a new plugin process
+// recovers it from the handle alone and can wait, stat and stop it.
+func TestConformanceRecoverAfterPluginRestart(t *testing.T) {
+	inst := load(t, "")
+	tk := newTask(t, "survivor", `
+command = "/bin/sh"
+args    = ["-c", "echo x > ready; exec sleep 60"]`, nil)
+	handle := start(t, inst, tk)
+	waitFile(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
+	inst.Kill()
+	if !inst.Exited() {
+		t.Fatal("plugin still running after Kill")
+	}
+
+	inst2 := load(t, "")
+	ctx := ctxT(t, time.Minute)
+	// As after an agent restart: no task_id, no msgpack config.
+	handle.Config.MsgpackDriverConfig = nil
+	if _, err := inst2.Driver.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: handle}); err != nil {
+		t.Fatalf("RecoverTask: %v", err)
+	}
+	// Recovering twice is fine.
+	if _, err := inst2.Driver.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: handle}); err != nil {
+		t.Fatalf("RecoverTask again: %v", err)
+	}
+	ins, err := inst2.Driver.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id})
+	if err != nil || ins.GetTask().GetState() != driverpb.TaskState_RUNNING || ins.GetDriver().GetAttributes()["pid"] == "" {
+		t.Fatalf("inspect recovered: %+v %v", ins, err)
+	}
+	stream, err := inst2.Driver.TaskStats(ctx, &driverpb.TaskStatsRequest{TaskId: tk.cfg.Id, CollectionInterval: durationpb.New(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetStats().GetAggResourceUsage().GetMemory().GetRss() == 0 {
+		t.Fatalf("stats of recovered task: %+v %v", r, err)
+	}
+	waitDone := make(chan *driverpb.WaitTaskResponse, 1)
+	go func() {
+		r, err := inst2.Driver.WaitTask(ctx, &driverpb.WaitTaskRequest{TaskId: tk.cfg.Id})
+		if err != nil {
+			t.Error(err)
+		}
+		waitDone <- r
+	}()
+	if _, err := inst2.Driver.StopTask(ctx, &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGTERM", Timeout: durationpb.New(5 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-waitDone:
+		if r.GetResult().GetSignal() != int32(syscall.SIGTERM) {
+			t.Fatalf("recovered task result: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitTask on the recovered task did not return after StopTask")
+	}
+	// A handle whose supervisor is gone cannot be recovered.
+	inst3 := load(t, "")
+	os.Remove(filepath.Join(tk.dir, ".impact-exec", "abcd1234", "exit.json"))
+	if _, err := inst3.Driver.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: handle}); err == nil {
+		t.Fatal("recovering a task whose supervisor is gone should fail")
+	}
+}
+
+// Gang members started through the driver rendezvous, get their rank, and
+// a missing member times out with an event naming the arrived count.
+func TestConformanceGang(t *testing.T) {
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	inst := load(t, fmt.Sprintf(`
+rendezvous_addr    = %q
+heartbeat_interval = "200ms"`, srv.URL))
+	ctx := ctxT(t, time.Minute)
+	events, err := inst.Driver.TaskEvents(ctx, &driverpb.TaskEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var msgs []string
+	go func() {
+		for {
+			ev, err := events.Recv()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			msgs = append(msgs, ev.GetAllocId()+"|"+ev.GetTaskName()+"|"+ev.GetMessage())
+			mu.Unlock()
+		}
+	}()
+	hasEvent := func(sub string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			if strings.Contains(m, sub) {
+				return true
+			}
+		}
+		return false
+	}
+
+	// Two members of a gang of 2: the first starts only after the second arrives.
+	cfg := `
+command = "/bin/sh"
+args    = ["-c", "echo $RANK $WORLD_SIZE $MASTER_PORT > rank"]
+gang {
+  size    = 2
+  timeout = "20s"
+}`
+	a := newTask(t, "trainer", cfg, map[string]string{"NOMAD_ALLOC_INDEX": "0"})
+	b := newTask(t, "trainer", cfg, map[string]string{"NOMAD_ALLOC_INDEX": "1"})
+	b.cfg.AllocId += "b"
+	start(t, inst, a)
+	deadline := time.Now().Add(10 * time.Second)
+	for !hasEvent("1 of 2 members arrived") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no barrier progress event; events: %v", msgs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(a.dir, "rank")); err == nil {
+		t.Fatal("member 0 started before member 1 was placed")
+	}
+	start(t, inst, b)
+	for i, tk := range []task{a, b} {
+		if res := waitTask(t, inst, tk.cfg.Id, 20*time.Second); res.GetResult().GetExitCode() != 0 {
+			t.Fatalf("member %d: %+v", i, res)
+		}
+		if got := strings.TrimSpace(waitFile(t, filepath.Join(tk.dir, "rank"), time.Second)); got != fmt.Sprintf("%d 2 29500", i) {
+			t.Fatalf("member %d wrote %q", i, got)
+		}
+	}
+
+	// A lone member of a gang of 3 times out with a clear event.
+	lone := newTask(t, "lonely", `
+command = "/bin/true"
+gang {
+  name    = "other"
+  size    = 3
+  timeout = "500ms"
+}`, nil)
+	start(t, inst, lone)
+	res := waitTask(t, inst, lone.cfg.Id, 10*time.Second)
+	if res.GetResult().GetExitCode() == 0 || !strings.Contains(res.GetErr(), "1 of 3 members arrived") {
+		t.Fatalf("lone member: %+v", res)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for !hasEvent(lone.cfg.AllocId + "|lonely|Gang barrier timed out after 500ms: 1 of 3 members arrived") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no timeout event; events: %v", msgs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
