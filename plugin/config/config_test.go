@@ -317,7 +317,7 @@ mount { source = "/a" }`), "t.hcl")
 		{"too many blocks", with("mount", mounts(4, cty.StringVal("/x"))), "mount", "at most 3 blocks"},
 		{"block list null", with("mount", cty.NullVal(cty.List(cty.Object(map[string]cty.Type{"source": cty.String, "readonly": cty.Bool})))), "mount", "null"},
 		{"not a map at the top", []byte{0x93, 1, 2, 3}, "", "expected object"},
-		{"empty bytes", nil, "", "config is empty"},
+		{"empty bytes", nil, "", "no bytes received"},
 		{"garbage", []byte("\xc1\xff\x00garbage"), "", "invalid MessagePack byte 0xc1"},
 		{"truncated", with("name", cty.StringVal("abcdef"))[:20], "", "truncated"},
 		{"trailing bytes", append(with("name", cty.StringVal("a")), 0x01), "", "trailing bytes"},

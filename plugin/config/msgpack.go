@@ -24,7 +24,7 @@ const maxDepth = 100
 // naming the path of the bad value. It never panics.
 func Unmarshal(data []byte, ty cty.Type) (cty.Value, error) {
 	if len(data) == 0 {
-		return cty.NilVal, &FieldError{Err: fmt.Errorf("config is empty, expected a MessagePack %s", ty.FriendlyName())}
+		return cty.NilVal, &FieldError{Err: fmt.Errorf("no bytes received, expected a MessagePack %s", ty.FriendlyName())}
 	}
 	d := &decoder{buf: data}
 	v, err := d.value(ty, nil, 0)
