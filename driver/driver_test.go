@@ -430,4 +430,56 @@ gang {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+
+	// A failing member stops its peer: the peer gets the job's checkpoint
+	// signal (from its impact_* meta), then its kill signal after the grace.
+	meta := map[string]string{"NOMAD_META_impact_checkpoint_signal": "SIGUSR1", "NOMAD_META_impact_grace": "300ms"}
+	peerCfg := `
+command = "/bin/sh"
+args    = ["-c", "trap 'echo ckpt > ckpt' USR1; trap 'exit 130' INT; echo x > ready; while true; do sleep 0.05; done"]
+gang {
+  name = "prop"
+  size = 2
+}`
+	failCfg := `
+command = "/bin/sh"
+args    = ["-c", "echo x > ready; while [ ! -f go ]; do sleep 0.05; done; exit 5"]
+gang {
+  name = "prop"
+  size = 2
+}`
+	peer := newTask(t, "peer", peerCfg, merge(meta, map[string]string{"NOMAD_ALLOC_INDEX": "0"}))
+	failing := newTask(t, "failing", failCfg, merge(meta, map[string]string{"NOMAD_ALLOC_INDEX": "1"}))
+	start(t, inst, peer)
+	start(t, inst, failing)
+	waitFile(t, filepath.Join(peer.dir, "ready"), 10*time.Second)
+	waitFile(t, filepath.Join(failing.dir, "ready"), 10*time.Second)
+	os.WriteFile(filepath.Join(failing.dir, "go"), []byte("1"), 0o644)
+	if res := waitTask(t, inst, failing.cfg.Id, 10*time.Second); res.GetResult().GetExitCode() != 5 {
+		t.Fatalf("failing member: %+v", res)
+	}
+	res = waitTask(t, inst, peer.cfg.Id, 10*time.Second)
+	if res.GetResult().GetExitCode() != 130 || !strings.Contains(res.GetErr(), "gang") {
+		t.Fatalf("peer: %+v", res)
+	}
+	if got := strings.TrimSpace(waitFile(t, filepath.Join(peer.dir, "ckpt"), time.Second)); got != "ckpt" {
+		t.Fatalf("peer checkpoint file %q", got)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for !hasEvent("|peer|Gang default:train:prop is failed (member " + failing.cfg.AllocId + ".failing exited with code 5, signal 0): sending checkpoint signal SIGUSR1, stopping in 300ms") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no propagation event; events: %v", msgs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }
