@@ -1,0 +1,219 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+func withCheckpoint(a *cluster.Alloc, at time.Time) *cluster.Alloc { a.LastCheckpoint = at; return a }
+
+func withGroup(a *cluster.Alloc, g string) *cluster.Alloc { a.Group = g; return a }
+
+// Preemption picks the cheapest whole gangs, and never a non-preemptible,
+// too-young or wrong-tier job.
+func TestPreemptionChoosesCheapestWholeGangs(t *testing.T) {
+	h := func(d float64) time.Time { return t0.Add(-time.Duration(d * float64(time.Hour))) }
+	scav := func(id string, opts ...jobOpt) *cluster.Job {
+		return mkJob(id, append([]jobOpt{running(), meta("impact_tier", "scavenger", "impact_grace", "2m", "impact_checkpoint_signal", "SIGUSR1")}, opts...)...)
+	}
+	crit := func(gpus int, extra ...string) *cluster.Job {
+		return mkJob("c", group("main", 1, gpus), meta(append([]string{"impact_tier", "critical"}, extra...)...))
+	}
+	cases := []struct {
+		name       string
+		pol        *policy.Policy
+		nodes      []*cluster.Node
+		jobs       []*cluster.Job
+		allocs     []*cluster.Alloc
+		want       string // preempted job IDs, sorted, comma-separated
+		wantReason string // substring of the preemptor's reason when nothing is preempted
+	}{
+		{
+			name:  "cheapest: the gang that checkpointed recently",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs:  []*cluster.Job{scav("s1"), scav("s2"), crit(4)},
+			allocs: []*cluster.Alloc{
+				withCheckpoint(alloc("a1", "s1", "n1", h(2), 0, 1, 2, 3), h(0.25)),
+				alloc("a2", "s2", "n1", h(2), 4, 5, 6, 7)},
+			want: "s1",
+		},
+		{
+			name:  "never the non-preemptible job, even when cheaper",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs: []*cluster.Job{scav("s1", meta("impact_preemptible", "false")), scav("s2"), crit(4)},
+			allocs: []*cluster.Alloc{
+				withCheckpoint(alloc("a1", "s1", "n1", h(2), 0, 1, 2, 3), h(0.1)),
+				alloc("a2", "s2", "n1", h(5), 4, 5, 6, 7)},
+			want: "s2",
+		},
+		{
+			name:  "never a job younger than the policy's min runtime",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs:  []*cluster.Job{scav("s1"), scav("s2"), crit(4)},
+			allocs: []*cluster.Alloc{
+				alloc("a1", "s1", "n1", t0.Add(-5*time.Minute), 0, 1, 2, 3),
+				alloc("a2", "s2", "n1", h(5), 4, 5, 6, 7)},
+			want: "s2",
+		},
+		{
+			name:  "never a job younger than its own impact_min_runtime",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs:  []*cluster.Job{scav("s1", meta("impact_min_runtime", "3h")), scav("s2"), crit(4)},
+			allocs: []*cluster.Alloc{
+				withCheckpoint(alloc("a1", "s1", "n1", h(2), 0, 1, 2, 3), h(0.1)),
+				alloc("a2", "s2", "n1", h(5), 4, 5, 6, 7)},
+			want: "s2",
+		},
+		{
+			name:  "only protected jobs: nothing is preempted",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs: []*cluster.Job{scav("s1", meta("impact_preemptible", "false")),
+				scav("s2", meta("impact_min_runtime", "24h")), crit(4)},
+			allocs: []*cluster.Alloc{
+				alloc("a1", "s1", "n1", h(2), 0, 1, 2, 3),
+				alloc("a2", "s2", "n1", h(5), 4, 5, 6, 7)},
+			want: "",
+		},
+		{
+			name:  "a gang is preempted whole, on every node",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)},
+			jobs:  []*cluster.Job{scav("g", group("w", 2, 8)), crit(4)},
+			allocs: []*cluster.Alloc{
+				withGroup(alloc("g1", "g", "n1", h(1), 0, 1, 2, 3, 4, 5, 6, 7), "w"),
+				withGroup(alloc("g2", "g", "n2", h(1), 0, 1, 2, 3, 4, 5, 6, 7), "w")},
+			want: "g",
+		},
+		{
+			name:  "one big gang rather than many small ones when cheaper",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)},
+			jobs: []*cluster.Job{scav("big", group("w", 1, 8)), scav("a"), scav("b"), scav("c"), scav("d"),
+				scav("e"), scav("f"), scav("g"), scav("h"), crit(8)},
+			allocs: []*cluster.Alloc{
+				withCheckpoint(alloc("x", "big", "n1", h(3), 0, 1, 2, 3, 4, 5, 6, 7), h(0.1)),
+				alloc("a1", "a", "n2", h(3), 0), alloc("b1", "b", "n2", h(3), 1), alloc("c1", "c", "n2", h(3), 2),
+				alloc("d1", "d", "n2", h(3), 3), alloc("e1", "e", "n2", h(3), 4), alloc("f1", "f", "n2", h(3), 5),
+				alloc("g1", "g", "n2", h(3), 6), alloc("h1", "h", "n2", h(3), 7)},
+			want: "big",
+		},
+		{
+			name:  "tier rules: normal may not preempt normal",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs: []*cluster.Job{mkJob("n", running(), meta("impact_tier", "normal", "impact_preemptible", "true")),
+				mkJob("c", group("main", 1, 4), meta("impact_tier", "normal"))},
+			allocs: []*cluster.Alloc{alloc("a1", "n", "n1", h(5), 0, 1, 2, 3, 4, 5, 6, 7)},
+			want:   "",
+		},
+		{
+			name:  "gain must exceed cost",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs: []*cluster.Job{scav("s1"),
+				mkJob("c", group("main", 1, 1), meta("impact_tier", "normal"))},
+			allocs:     []*cluster.Alloc{alloc("a1", "s1", "n1", h(100), 0, 1, 2, 3, 4, 5, 6, 7)},
+			want:       "",
+			wantReason: "more than its gain",
+		},
+		{
+			name:       "limit on GPU-hours lost per hour",
+			pol:        mustPolicy(t, `preemption { max_gpu_hours_lost_per_hour = 2 }`),
+			nodes:      []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs:       []*cluster.Job{scav("s1"), crit(8)},
+			allocs:     []*cluster.Alloc{alloc("a1", "s1", "n1", h(1), 0, 1, 2, 3, 4, 5, 6, 7)},
+			want:       "",
+			wantReason: "preemption limit",
+		},
+		{
+			name:   "preemption disabled",
+			pol:    mustPolicy(t, `preemption { enabled = false }`),
+			nodes:  []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs:   []*cluster.Job{scav("s1"), crit(8)},
+			allocs: []*cluster.Alloc{alloc("a1", "s1", "n1", h(1), 0, 1, 2, 3, 4, 5, 6, 7)},
+			want:   "",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := tc.pol
+			if pol == nil {
+				pol = policy.Default()
+			}
+			snap := mustSnap(t, tc.nodes, tc.jobs, tc.allocs)
+			plan := mustEngine(t, pol).Decide(snap, t0)
+			if err := ValidatePlan(pol, snap, plan); err != nil {
+				t.Fatalf("invalid plan: %v", err)
+			}
+			if got := join(preemptedIDs(plan)); got != tc.want {
+				t.Fatalf("preempted %q, want %q; preemptor: %+v", got, tc.want, plan.Explanations["c"])
+			}
+			if admission(plan, "c") != nil {
+				t.Fatalf("preemptor admitted in the same plan as its victims")
+			}
+			exp := plan.Explanations["c"]
+			if tc.want != "" {
+				if exp.Status != StatusPreempting {
+					t.Fatalf("preemptor status %s, want preempting", exp.Status)
+				}
+				for _, p := range plan.Preemptions {
+					if p.Preemptor != "c" || p.Grace != 2*time.Minute || p.CheckpointSignal != "SIGUSR1" {
+						t.Fatalf("preemption %+v: want preemptor c, grace 2m, SIGUSR1", p)
+					}
+					if len(p.Allocs) != len(snap.JobAllocs(p.JobID)) {
+						t.Fatalf("preemption of %s stops %d of %d allocations", p.JobID, len(p.Allocs), len(snap.JobAllocs(p.JobID)))
+					}
+				}
+			} else if tc.wantReason != "" && !strings.Contains(exp.Reason, tc.wantReason) {
+				t.Fatalf("reason %q, want it to mention %q", exp.Reason, tc.wantReason)
+			}
+		})
+	}
+}
+
+// After ordering a preemption the engine waits for the victims to stop: it
+// does not preempt again while they stop, and admits the preemptor on the
+// freed GPUs once they are gone.
+func TestPreemptionFollowThrough(t *testing.T) {
+	store := cluster.NewStore()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(store.UpsertNode(mkNode("n1", 8, 2)))
+	for _, id := range []string{"s1", "s2"} {
+		must(store.UpsertJob(mkJob(id, running(), meta("impact_tier", "scavenger"))))
+	}
+	must(store.UpsertAlloc(alloc("a1", "s1", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
+	must(store.UpsertAlloc(alloc("a2", "s2", "n1", t0.Add(-3*time.Hour), 4, 5, 6, 7)))
+	must(store.UpsertJob(mkJob("c", group("main", 1, 4), meta("impact_tier", "critical", "impact_topology", "nvlink"))))
+
+	e := mustEngine(t, nil)
+	p1 := e.Decide(store.Snapshot(), t0)
+	if got := join(preemptedIDs(p1)); got != "s1" {
+		t.Fatalf("first cycle preempted %q, want s1", got)
+	}
+	// The adapter has not acted yet: same state one minute later.
+	p2 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+	if len(p2.Preemptions) != 0 || len(p2.Admissions) != 0 {
+		t.Fatalf("second cycle: preemptions %v admissions %v, want none while victims stop", preemptedIDs(p2), admittedIDs(p2))
+	}
+	if st := p2.Explanations["c"].Status; st != StatusPreempting {
+		t.Fatalf("preemptor status %s, want preempting", st)
+	}
+	// Victim gone: the preemptor starts on its GPUs.
+	store.DeleteAlloc("a1")
+	p3 := e.Decide(store.Snapshot(), t0.Add(2*time.Minute))
+	a := admission(p3, "c")
+	if a == nil {
+		t.Fatalf("preemptor not admitted after victims stopped: %+v", p3.Explanations["c"])
+	}
+	if got := join(a.Groups[0].Allocs[0].GPUs); got != "n1-g0,n1-g1,n1-g2,n1-g3" {
+		t.Fatalf("preemptor on %s, want the freed GPUs", got)
+	}
+	if len(p3.Preemptions) != 0 {
+		t.Fatalf("extra preemptions %v", preemptedIDs(p3))
+	}
+}
