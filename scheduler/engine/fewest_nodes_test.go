@@ -57,7 +57,7 @@ func TestFewestNodes(t *testing.T) {
 			wantNodes: "n1,n2",
 		},
 		{
-			name: "best fit on the last node",
+			name:  "best fit on the last node",
 			nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2), mkNode("n3", 8, 2)},
 			allocs: []*cluster.Alloc{
 				alloc("b2", "busy", "n2", long, 0, 1, 2, 3, 4, 5)},

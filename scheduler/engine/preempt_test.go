@@ -44,7 +44,7 @@ func TestPreemptionChoosesCheapestWholeGangs(t *testing.T) {
 		{
 			name:  "never the non-preemptible job, even when cheaper",
 			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
-			jobs: []*cluster.Job{scav("s1", meta("impact_preemptible", "false")), scav("s2"), crit(4)},
+			jobs:  []*cluster.Job{scav("s1", meta("impact_preemptible", "false")), scav("s2"), crit(4)},
 			allocs: []*cluster.Alloc{
 				withCheckpoint(alloc("a1", "s1", "n1", h(2), 0, 1, 2, 3), h(0.1)),
 				alloc("a2", "s2", "n1", h(5), 4, 5, 6, 7)},
