@@ -421,3 +421,20 @@ func GPUNode(id, name, pool string, groups map[string][]string, attrs map[string
 	}
 	return n
 }
+
+// EventRecord identifies one event the fake emitted.
+type EventRecord struct {
+	Index            uint64
+	Topic, Type, Key string
+}
+
+// Events returns the buffered events (oldest first).
+func (s *Server) Events() []EventRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]EventRecord, 0, len(s.events))
+	for _, e := range s.events {
+		out = append(out, EventRecord{Index: e.wire.Index, Topic: e.wire.Topic, Type: e.wire.Type, Key: e.wire.Key})
+	}
+	return out
+}

@@ -1,0 +1,362 @@
+package nomad
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/device/topology"
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// PinTarget is the constraint attribute an admission pins task groups on.
+const PinTarget = "${node.unique.id}"
+
+// mirror is the watcher's copy of the Nomad objects it cares about, keyed
+// like the model (jobs and allocations by cluster.JobKey / alloc ID). Each
+// object keeps its ModifyIndex so that an older version (a replay after a
+// resync) never overwrites a newer one.
+type mirror struct {
+	jobs      map[string]*wireJob
+	allocs    map[string]*wireAlloc
+	nodes     map[string]*wireNode
+	jobAllocs map[string]map[string]bool // job key -> alloc IDs
+	// deleted remembers the index at which an object was removed, so a
+	// replayed older upsert does not resurrect it.
+	deleted map[string]uint64
+	// max ModifyIndex seen per table, to notice a Nomad whose state went
+	// backwards (a restarted dev agent).
+	maxJobs, maxAllocs, maxNodes uint64
+
+	dirtyJobs  map[string]bool
+	dirtyNodes map[string]bool
+	// nodeErrs holds why a node's GPUs could not be read.
+	nodeErrs map[string]error
+}
+
+func newMirror() *mirror {
+	return &mirror{
+		jobs: map[string]*wireJob{}, allocs: map[string]*wireAlloc{}, nodes: map[string]*wireNode{},
+		jobAllocs: map[string]map[string]bool{}, deleted: map[string]uint64{},
+		dirtyJobs: map[string]bool{}, dirtyNodes: map[string]bool{}, nodeErrs: map[string]error{},
+	}
+}
+
+func (m *mirror) upsertJob(j *wireJob, deleted bool, at uint64) bool {
+	if j.Namespace == "" {
+		j.Namespace = "default"
+	}
+	key := cluster.JobKey(j.Namespace, j.ID)
+	if old := m.jobs[key]; old != nil && old.ModifyIndex > j.ModifyIndex {
+		return false
+	}
+	if d, ok := m.deleted["job/"+key]; ok && d >= j.ModifyIndex && !deleted {
+		return false
+	}
+	m.maxJobs = max(m.maxJobs, j.ModifyIndex)
+	m.dirtyJobs[key] = true
+	if deleted {
+		delete(m.jobs, key)
+		m.deleted["job/"+key] = max(at, j.ModifyIndex)
+		return true
+	}
+	delete(m.deleted, "job/"+key)
+	m.jobs[key] = j
+	return true
+}
+
+func (m *mirror) upsertAlloc(a *wireAlloc) bool {
+	if a.Namespace == "" {
+		a.Namespace = "default"
+	}
+	if old := m.allocs[a.ID]; old != nil && old.ModifyIndex > a.ModifyIndex {
+		return false
+	}
+	m.maxAllocs = max(m.maxAllocs, a.ModifyIndex)
+	key := cluster.JobKey(a.Namespace, a.JobID)
+	m.allocs[a.ID] = a
+	if m.jobAllocs[key] == nil {
+		m.jobAllocs[key] = map[string]bool{}
+	}
+	m.jobAllocs[key][a.ID] = true
+	m.dirtyJobs[key] = true
+	return true
+}
+
+func (m *mirror) upsertNode(n *wireNode) bool {
+	if old := m.nodes[n.ID]; old != nil && old.ModifyIndex > n.ModifyIndex {
+		return false
+	}
+	m.maxNodes = max(m.maxNodes, n.ModifyIndex)
+	m.nodes[n.ID] = n
+	m.dirtyNodes[n.ID] = true
+	return true
+}
+
+func (m *mirror) deleteNode(id string) {
+	delete(m.nodes, id)
+	m.dirtyNodes[id] = true
+}
+
+// config the translation needs.
+type translateConfig struct {
+	parkingPool string
+}
+
+// flush writes every dirty object into the store.
+func (m *mirror) flush(store *cluster.Store, tc translateConfig) error {
+	var errs []error
+	for id := range m.dirtyNodes {
+		n := m.nodes[id]
+		if n == nil {
+			store.DeleteNode(id)
+			delete(m.nodeErrs, id)
+			continue
+		}
+		cn, err := translateNode(n)
+		if err != nil {
+			m.nodeErrs[id] = err
+		} else {
+			delete(m.nodeErrs, id)
+		}
+		if err := store.UpsertNode(cn); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	clear(m.dirtyNodes)
+	for key := range m.dirtyJobs {
+		if err := m.flushJob(store, tc, key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	clear(m.dirtyJobs)
+	return errors.Join(errs...)
+}
+
+func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) error {
+	j := m.jobs[key]
+	var live []*wireAlloc
+	for id := range m.jobAllocs[key] {
+		a := m.allocs[id]
+		if a == nil {
+			continue
+		}
+		if terminalAlloc(a) {
+			// Terminal allocations hold nothing: forget them.
+			delete(m.allocs, id)
+			delete(m.jobAllocs[key], id)
+			store.DeleteAlloc(id)
+			continue
+		}
+		live = append(live, a)
+	}
+	if len(m.jobAllocs[key]) == 0 {
+		delete(m.jobAllocs, key)
+	}
+	managed := j != nil && isManaged(j, tc.parkingPool)
+	var errs []error
+	for _, a := range live {
+		ca := translateAlloc(a, key)
+		if len(ca.GPUs) == 0 && !managed {
+			store.DeleteAlloc(a.ID)
+			continue
+		}
+		if err := store.UpsertAlloc(ca); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !managed {
+		store.DeleteJob(key)
+		return errors.Join(errs...)
+	}
+	cj := translateJob(j, key, len(live), tc)
+	if cj == nil {
+		store.DeleteJob(key)
+		return errors.Join(errs...)
+	}
+	if err := store.UpsertJob(cj); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func terminalAlloc(a *wireAlloc) bool {
+	switch a.ClientStatus {
+	case "complete", "failed", "lost":
+		return true
+	}
+	return false
+}
+
+// isManaged: the job opted in (it is in the parking pool) or the scheduler
+// admitted it (its groups carry our pin constraint).
+func isManaged(j *wireJob, parkingPool string) bool {
+	if j.Stop {
+		return false
+	}
+	return j.NodePool == parkingPool || pinned(j)
+}
+
+func pinned(j *wireJob) bool {
+	for _, g := range j.TaskGroups {
+		for _, c := range g.Constraints {
+			if c.LTarget == PinTarget && c.Operand == "set_contains_any" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isGPU reports whether a device request or allocation names NVIDIA-style
+// GPUs ("gpu", "nvidia/gpu", "nvidia/gpu/<model>").
+func isGPURequest(name string) bool {
+	parts := strings.Split(name, "/")
+	switch len(parts) {
+	case 1:
+		return parts[0] == "gpu"
+	default:
+		return parts[1] == "gpu"
+	}
+}
+
+func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster.Job {
+	if j.Status == "dead" && live == 0 {
+		return nil
+	}
+	cj := &cluster.Job{
+		ID: key, Namespace: j.Namespace, Name: j.ID, Priority: j.Priority,
+		Submit: time.Unix(0, j.SubmitTime), ModifyIndex: j.JobModifyIndex,
+	}
+	parked := j.NodePool == tc.parkingPool
+	if parked && live == 0 {
+		cj.State = cluster.JobQueued
+	} else {
+		cj.State = cluster.JobRunning
+	}
+	cj.Spec, cj.SpecErr = policy.ParseMeta(j.Meta, nil)
+	for _, g := range j.TaskGroups {
+		tg := cluster.TaskGroup{Name: g.Name, Count: g.Count}
+		for _, t := range g.Tasks {
+			if t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				if !isGPURequest(d.Name) {
+					continue
+				}
+				n := 1
+				if d.Count != nil {
+					n = int(*d.Count)
+				}
+				tg.GPUs += n
+			}
+		}
+		if cj.SpecErr == nil {
+			spec, err := policy.ParseGroupMeta(j.Meta, g.Meta, g.Name)
+			if err != nil {
+				cj.SpecErr = err
+			}
+			tg.Spec = spec
+		}
+		if g.Count < 0 && cj.SpecErr == nil {
+			cj.SpecErr = fmt.Errorf("group %q: negative count %d", g.Name, g.Count)
+			tg.Count = 0
+		}
+		cj.Groups = append(cj.Groups, tg)
+	}
+	return cj
+}
+
+func translateAlloc(a *wireAlloc, jobKey string) *cluster.Alloc {
+	ca := &cluster.Alloc{
+		ID: a.ID, JobID: jobKey, Group: a.TaskGroup, NodeID: a.NodeID,
+		Stopping: a.DesiredStatus != "run",
+	}
+	if a.AllocatedResources != nil {
+		names := make([]string, 0, len(a.AllocatedResources.Tasks))
+		for n := range a.AllocatedResources.Tasks {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			for _, d := range a.AllocatedResources.Tasks[n].Devices {
+				if d.Type == "gpu" {
+					ca.GPUs = append(ca.GPUs, d.DeviceIDs...)
+				}
+			}
+		}
+	}
+	start := time.Time{}
+	for _, ts := range a.TaskStates {
+		if !ts.StartedAt.IsZero() && (start.IsZero() || ts.StartedAt.Before(start)) {
+			start = ts.StartedAt
+		}
+	}
+	if start.IsZero() {
+		start = time.Unix(0, a.CreateTime)
+	}
+	ca.Start = start
+	return ca
+}
+
+// translateNode turns a Nomad node into the model's node. GPUs come from
+// the device groups: with impact-gpu's topology attributes they carry
+// their island and NUMA node; without them (another device plugin) each
+// device group counts as one island, since Nomad places a request within
+// one group. Unusable attributes leave the node without GPUs and return
+// the error (the node stays visible, its GPUs are not offered).
+func translateNode(n *wireNode) (*cluster.Node, error) {
+	cn := &cluster.Node{
+		ID: n.ID, Name: n.Name, Pool: n.NodePool, Labels: n.Meta,
+		Eligible: n.SchedulingEligibility == "eligible",
+		Ready:    n.Status == "ready" && !n.Drain,
+	}
+	if n.NodeResources == nil || len(n.NodeResources.Devices) == 0 {
+		return cn, nil
+	}
+	groups := make([]topology.DeviceGroup, 0, len(n.NodeResources.Devices))
+	groupIndex := map[string]int{}
+	for i, g := range n.NodeResources.Devices {
+		dg := topology.DeviceGroup{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Attributes: map[string]topology.Attribute{}}
+		for k, a := range g.Attributes {
+			if a != nil {
+				dg.Attributes[k] = topology.Attribute{Float: a.Float, Int: a.Int, String: a.String, Bool: a.Bool, Unit: a.Unit}
+			}
+		}
+		for _, inst := range g.Instances {
+			ti := topology.Instance{ID: inst.ID, Healthy: inst.Healthy, HealthDescription: inst.HealthDescription}
+			if inst.Locality != nil {
+				ti.PCIBusID = inst.Locality.PciBusID
+			}
+			dg.Instances = append(dg.Instances, ti)
+		}
+		groups = append(groups, dg)
+		groupIndex[g.Name] = i
+	}
+	tn, err := topology.FromAttributes(groups)
+	if err != nil {
+		return cn, fmt.Errorf("node %s (%s): GPU topology: %w", n.Name, n.ID, err)
+	}
+	next := 0
+	for _, g := range tn.GPUs {
+		if len(cn.GPUs) >= cluster.MaxGPUsPerNode {
+			break
+		}
+		cg := cluster.GPU{ID: g.ID, Model: g.Model, Healthy: g.Healthy}
+		if g.Known {
+			cg.Index, cg.Island, cg.NUMA = g.Index, g.Island, g.NUMA
+		} else {
+			// Unknown topology: the device group is the only locality
+			// Nomad guarantees. Offset past any known islands.
+			cg.Index, cg.Island, cg.NUMA = next, 1000+groupIndex[g.Group], -1
+		}
+		next++
+		cn.GPUs = append(cn.GPUs, cg)
+	}
+	sort.SliceStable(cn.GPUs, func(i, j int) bool { return cn.GPUs[i].Index < cn.GPUs[j].Index })
+	return cn, nil
+}

@@ -1,0 +1,154 @@
+package nomad
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The watcher decodes only the fields it uses. Nomad's event payloads are
+// whole jobs, allocations and nodes (several KB each); decoding them into
+// these small structs with encoding/json is several times faster than
+// api.Event's map[string]any + mapstructure route, which matters at tens
+// of thousands of events per second.
+
+type wireBatch struct {
+	Events []wireEvent
+	Index  uint64
+}
+
+type wireEvent struct {
+	Topic     string
+	Type      string
+	Key       string
+	Namespace string
+	Index     uint64
+	Payload   wirePayload
+}
+
+type wirePayload struct {
+	Job        *wireJob
+	Allocation *wireAlloc
+	Node       *wireNode
+	Evaluation *wireEval
+	Deleted    bool
+}
+
+type wireJob struct {
+	ID             string
+	Namespace      string
+	Name           string
+	Type           string
+	NodePool       string
+	Status         string
+	Priority       int
+	Stop           bool
+	SubmitTime     int64
+	Version        uint64
+	CreateIndex    uint64
+	ModifyIndex    uint64
+	JobModifyIndex uint64
+	Meta           map[string]string
+	TaskGroups     []wireGroup
+}
+
+type wireGroup struct {
+	Name        string
+	Count       int
+	Meta        map[string]string
+	Constraints []wireConstraint
+	Tasks       []wireTask
+}
+
+type wireConstraint struct {
+	LTarget string
+	RTarget string
+	Operand string
+}
+
+type wireTask struct {
+	Name      string
+	Resources *struct {
+		Devices []struct {
+			Name  string
+			Count *uint64
+		}
+	}
+}
+
+type wireAlloc struct {
+	ID                 string
+	Namespace          string
+	JobID              string
+	TaskGroup          string
+	NodeID             string
+	DesiredStatus      string
+	ClientStatus       string
+	CreateIndex        uint64
+	ModifyIndex        uint64
+	CreateTime         int64
+	AllocatedResources *struct {
+		Tasks map[string]struct {
+			Devices []struct {
+				Vendor    string
+				Type      string
+				Name      string
+				DeviceIDs []string
+			}
+		}
+	}
+	TaskStates map[string]struct {
+		State     string
+		StartedAt time.Time
+	}
+}
+
+type wireNode struct {
+	ID                    string
+	Name                  string
+	NodePool              string
+	Datacenter            string
+	Status                string
+	SchedulingEligibility string
+	Drain                 bool
+	Meta                  map[string]string
+	ModifyIndex           uint64
+	NodeResources         *struct {
+		Devices []wireDeviceGroup
+	}
+}
+
+type wireDeviceGroup struct {
+	Vendor    string
+	Type      string
+	Name      string
+	Instances []struct {
+		ID                string
+		Healthy           bool
+		HealthDescription string
+		Locality          *struct{ PciBusID string }
+	}
+	Attributes map[string]*wireAttr
+}
+
+type wireAttr struct {
+	Float  *float64
+	Int    *int64
+	String *string
+	Bool   *bool
+	Unit   string
+}
+
+type wireEval struct {
+	ID          string
+	Namespace   string
+	JobID       string
+	Status      string
+	ModifyIndex uint64
+}
+
+// decodeBatch decodes one NDJSON line of the event stream. A heartbeat
+// (`{}`) decodes to a batch with Index 0 and no events.
+func decodeBatch(line []byte, into *wireBatch) error {
+	*into = wireBatch{}
+	return json.Unmarshal(line, into)
+}
