@@ -1,0 +1,752 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// Options configure an Agent. Model, Executor, Explainer, Elector, State,
+// Pools and Policy are required; the rest have defaults.
+type Options struct {
+	Name        string // this agent among several; logs and durable state
+	Version     string
+	Namespace   string // the namespace jobs are explained in by default
+	ParkingPool string
+	DefaultPool string
+	Interval    time.Duration // timer: a cycle at least this often
+	Debounce    time.Duration // collects a burst of events into one cycle
+	// SaveEvery bounds how often the leader writes durable state.
+	SaveEvery time.Duration
+	// PoolRetryFor is how long start-up retries creating the parking pool
+	// (default 2 minutes).
+	PoolRetryFor time.Duration
+
+	Policy    *policy.Policy
+	Model     Model
+	Executor  Executor
+	Explainer Explainer
+	Elector   Elector
+	State     StateStore
+	Pools     PoolManager
+	// Registrar, when set, registers the agent in Consul.
+	Registrar *Registrar
+	Metrics   *Metrics
+	Logger    hclog.Logger
+	// Clock is injected for tests; default time.Now.
+	Clock func() time.Time
+	// OnCycle, when set, is called after every cycle (tests, benchmarks).
+	OnCycle func(CycleResult)
+}
+
+// CycleResult summarises one cycle.
+type CycleResult struct {
+	At       time.Time
+	Leader   bool
+	Plan     *engine.Plan
+	Report   ApplyReport
+	Decide   time.Duration
+	Duration time.Duration
+	Err      error
+}
+
+// Agent is one `impact agent` process.
+type Agent struct {
+	opts Options
+	log  hclog.Logger
+	clk  func() time.Time
+
+	// Loggers of the components, named once.
+	cycleLog, leaderLog, stateLog, explainLog hclog.Logger
+
+	engine *engine.Engine // owned by the loop goroutine
+	cycles atomic.Uint64
+	leader atomic.Bool
+	view   atomic.Pointer[view]
+
+	mu             sync.Mutex
+	lastCycle      time.Time
+	lastErr        error
+	electionErr    error
+	history        map[string]jobHistory   // job ID -> what the agent last did to it
+	written        map[string]string       // job ID -> last explanation written (digest)
+	preemptions    map[string]PreemptionRecord
+	admissions     map[string]time.Time
+	lastSave       time.Time
+	wake           chan struct{}
+	leadership     chan leadershipChange
+	pendingSince   time.Time // first model update not yet consumed by a cycle
+	resignOnce     sync.Once
+	leaderCancel   context.CancelFunc
+	leaderCtx      context.Context
+	leaderAcquired time.Time
+}
+
+type leadershipChange struct {
+	gained bool
+	lost   <-chan struct{}
+}
+
+// jobHistory is the agent's memory of its last action on a job, so that a
+// running job's explanation still says where it was placed and when.
+type jobHistory struct {
+	Decision    string
+	At          time.Time
+	Nodes       map[string][]string
+	PreemptedBy string
+	Reason      string
+}
+
+// New validates the options and builds an agent; nothing runs until Run.
+func New(opts Options) (*Agent, error) {
+	var missing []string
+	for name, ok := range map[string]bool{
+		"Policy": opts.Policy != nil, "Model": opts.Model != nil, "Executor": opts.Executor != nil,
+		"Explainer": opts.Explainer != nil, "Elector": opts.Elector != nil, "State": opts.State != nil,
+		"Pools": opts.Pools != nil,
+	} {
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("agent: missing options %v", missing)
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 10 * time.Second
+	}
+	if opts.PoolRetryFor <= 0 {
+		opts.PoolRetryFor = 2 * time.Minute
+	}
+	if opts.SaveEvery <= 0 {
+		opts.SaveEvery = 30 * time.Second
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	if opts.Metrics == nil {
+		m, err := NewMetrics()
+		if err != nil {
+			return nil, err
+		}
+		opts.Metrics = m
+	}
+	log := opts.Logger
+	a := &Agent{
+		opts:        opts,
+		log:         log,
+		clk:         opts.Clock,
+		cycleLog:    log.Named("cycle"),
+		leaderLog:   log.Named("leader"),
+		stateLog:    log.Named("state"),
+		explainLog:  log.Named("explain"),
+		history:     map[string]jobHistory{},
+		written:     map[string]string{},
+		preemptions: map[string]PreemptionRecord{},
+		admissions:  map[string]time.Time{},
+		wake:        make(chan struct{}, 1),
+		leadership:  make(chan leadershipChange, 2),
+	}
+	eng, err := a.newEngine(nil)
+	if err != nil {
+		return nil, err
+	}
+	a.engine = eng
+	a.view.Store(&view{queue: agentapi.Queue{Jobs: []agentapi.Entry{}}, explain: map[string]agentapi.Explanation{}})
+	return a, nil
+}
+
+func (a *Agent) newEngine(u *policy.Usage) (*engine.Engine, error) {
+	opts := []engine.Option{engine.WithLogger(a.log), engine.WithDefaultPool(a.opts.DefaultPool)}
+	if u != nil {
+		opts = append(opts, engine.WithUsage(u))
+	}
+	e, err := engine.New(a.opts.Policy, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return e, nil
+}
+
+// Metrics returns the agent's metrics (for the HTTP API).
+func (a *Agent) Metrics() *Metrics { return a.opts.Metrics }
+
+// IsLeader reports whether this agent currently acts.
+func (a *Agent) IsLeader() bool { return a.leader.Load() }
+
+// Trigger asks for a cycle as soon as possible (tests, admin).
+func (a *Agent) Trigger() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the agent until ctx ends: creates the parking pool, starts the
+// watcher and the election, and runs cycles. On return the agent has
+// resigned leadership and deregistered from Consul.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if err := a.ensurePool(ctx); err != nil {
+		return err
+	}
+	if r := a.opts.Registrar; r != nil {
+		if err := r.Register(); err != nil {
+			// Not fatal: scheduling works without Consul; health says so.
+			a.log.Error("consul registration failed", "error", err)
+		}
+		defer func() {
+			if err := r.Deregister(); err != nil {
+				a.log.Error("consul deregistration failed", "error", err)
+			}
+		}()
+	}
+
+	var wg sync.WaitGroup
+	watchErr := make(chan error, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := a.opts.Model.Run(ctx); err != nil && ctx.Err() == nil {
+			watchErr <- err
+			cancel()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		a.campaign(ctx)
+	}()
+
+	err := a.loop(ctx)
+	a.stepDown()
+	cancel()
+	wg.Wait()
+	// Release the lock with a fresh context: ours is done.
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	if rerr := a.opts.Elector.Resign(rctx); rerr != nil {
+		a.leaderLog.Warn("resigning leadership failed; a standby takes over after the lock TTL", "error", rerr)
+	}
+	select {
+	case werr := <-watchErr:
+		return fmt.Errorf("watching nomad: %w", werr)
+	default:
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// ensurePool creates the parking pool, retrying for a while: at start-up
+// (make dev, a node reboot) Nomad may come up after the agent. A pool that
+// still cannot be created after PoolRetryFor is an error the operator must
+// see (usually a token without node_pool write).
+func (a *Agent) ensurePool(ctx context.Context) error {
+	deadline := a.clk().Add(a.opts.PoolRetryFor)
+	backoff := 250 * time.Millisecond
+	for {
+		err := a.opts.Pools.EnsurePool(ctx, a.opts.ParkingPool,
+			"impact scheduler parking pool: jobs wait here (no nodes) until admitted")
+		if err == nil {
+			a.log.Info("parking pool ready", "pool", a.opts.ParkingPool)
+			return nil
+		}
+		if ctx.Err() != nil || !a.clk().Before(deadline) {
+			return fmt.Errorf("creating parking pool %q: %w", a.opts.ParkingPool, err)
+		}
+		a.log.Warn("creating parking pool failed, retrying", "pool", a.opts.ParkingPool, "error", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("creating parking pool %q: %w", a.opts.ParkingPool, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// campaign runs the election until ctx ends, reporting changes to the loop.
+func (a *Agent) campaign(ctx context.Context) {
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		lost, err := a.opts.Elector.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.mu.Lock()
+			a.electionErr = err
+			a.mu.Unlock()
+			a.leaderLog.Warn("campaign failed, retrying", "error", err, "backoff", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 30*time.Second)
+			continue
+		}
+		backoff = 500 * time.Millisecond
+		a.mu.Lock()
+		a.electionErr = nil
+		a.mu.Unlock()
+		select {
+		case a.leadership <- leadershipChange{gained: true, lost: lost}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-lost:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case a.leadership <- leadershipChange{gained: false}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// loop is the scheduling loop: one goroutine owns the engine, so cycles
+// never overlap.
+func (a *Agent) loop(ctx context.Context) error {
+	ticker := time.NewTicker(a.opts.Interval)
+	defer ticker.Stop()
+	var debounce *time.Timer
+	var debounceC <-chan time.Time
+	updated := a.opts.Model.Updated()
+	for {
+		select {
+		case <-ctx.Done():
+			if debounce != nil {
+				debounce.Stop()
+			}
+			return ctx.Err()
+		case ch := <-a.leadership:
+			if ch.gained {
+				a.becomeLeader(ctx, ch.lost)
+			} else {
+				a.stepDown()
+			}
+			a.cycle(ctx)
+		case <-updated:
+			a.mu.Lock()
+			if a.pendingSince.IsZero() {
+				a.pendingSince = a.clk()
+			}
+			a.mu.Unlock()
+			if a.opts.Debounce <= 0 {
+				a.cycle(ctx)
+				continue
+			}
+			if debounce == nil {
+				debounce = time.NewTimer(a.opts.Debounce)
+				debounceC = debounce.C
+			}
+		case <-debounceC:
+			debounce, debounceC = nil, nil
+			a.cycle(ctx)
+		case <-ticker.C:
+			a.cycle(ctx)
+		case <-a.wake:
+			a.cycle(ctx)
+		}
+	}
+}
+
+// becomeLeader loads durable state and restarts the engine from it, so
+// fair-share memory survives the leader change.
+func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
+	lctx, lcancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-lost:
+			lcancel()
+		case <-lctx.Done():
+		}
+	}()
+	st, ok, err := a.opts.State.LoadState(lctx)
+	switch {
+	case err != nil:
+		// Acting without the saved usage would reorder the queue; keep
+		// the standby's own usage, which watched the same cluster.
+		a.stateLog.Error("loading durable state failed; continuing with this agent's own fair-share memory", "error", err)
+	case ok:
+		u := policy.NewUsage(a.opts.Policy.FairShare.HalfLife)
+		u.Restore(st.Usage, st.UsageAt)
+		if eng, err := a.newEngine(u); err != nil {
+			a.stateLog.Error("restoring engine", "error", err)
+		} else {
+			a.engine = eng
+		}
+		a.mu.Lock()
+		for k, v := range st.Admissions {
+			a.admissions[k] = v
+		}
+		for k, v := range st.Preemptions {
+			a.preemptions[k] = v
+		}
+		a.mu.Unlock()
+		a.stateLog.Info("resumed from durable state", "saved_by", st.Leader, "projects", len(st.Usage),
+			"admissions", len(st.Admissions), "preemptions", len(st.Preemptions))
+	default:
+		a.stateLog.Info("no durable state yet; starting fresh")
+	}
+	a.mu.Lock()
+	a.leaderCtx, a.leaderCancel = lctx, lcancel
+	a.leaderAcquired = a.clk()
+	a.lastSave = time.Time{}
+	// Explanations written by the previous leader may differ: rewrite.
+	a.written = map[string]string{}
+	a.mu.Unlock()
+	a.leader.Store(true)
+	a.opts.Metrics.RecordLeader(true)
+	if r := a.opts.Registrar; r != nil {
+		if err := r.SetLeader(true); err != nil {
+			a.leaderLog.Warn("updating consul tag", "error", err)
+		}
+	}
+	a.leaderLog.Info("acquired leadership", "agent", a.opts.Name)
+}
+
+func (a *Agent) stepDown() {
+	a.mu.Lock()
+	cancel := a.leaderCancel
+	a.leaderCancel, a.leaderCtx = nil, nil
+	a.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	a.leader.Store(false)
+	a.opts.Metrics.RecordLeader(false)
+	if r := a.opts.Registrar; r != nil {
+		if err := r.SetLeader(false); err != nil {
+			a.leaderLog.Warn("updating consul tag", "error", err)
+		}
+	}
+	a.leaderLog.Info("lost leadership; standing by", "agent", a.opts.Name)
+}
+
+// leaderContext returns the context bounding this term's actions, or nil
+// when not leading.
+func (a *Agent) leaderContext() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.leaderCtx == nil || a.leaderCtx.Err() != nil {
+		return nil
+	}
+	return a.leaderCtx
+}
+
+// cycle runs one scheduling cycle.
+func (a *Agent) cycle(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	start := a.clk()
+	wallStart := time.Now()
+	res := CycleResult{At: start}
+	a.mu.Lock()
+	lag := time.Duration(0)
+	if !a.pendingSince.IsZero() {
+		lag = start.Sub(a.pendingSince)
+		a.pendingSince = time.Time{}
+	}
+	a.mu.Unlock()
+
+	st := a.opts.Model.Status()
+	a.opts.Metrics.RecordEvents(lag, st.Index)
+	if !st.Synced {
+		res.Err = fmt.Errorf("model not synced with nomad yet: %v", st.Err)
+		a.finish(res, wallStart)
+		return
+	}
+	snap := a.opts.Model.Snapshot()
+	t0 := time.Now()
+	plan := a.engine.Decide(snap, start)
+	res.Decide = time.Since(t0)
+	res.Plan = plan
+
+	lctx := a.leaderContext()
+	res.Leader = lctx != nil
+	if lctx != nil {
+		rep, err := a.opts.Executor.Apply(lctx, plan, snap)
+		res.Report = rep
+		if err != nil {
+			res.Err = fmt.Errorf("applying plan: %w", err)
+		}
+		a.record(plan, snap, rep, start)
+	}
+	v := buildView(snap, plan, a.historySnapshot(), start, res.Leader, a.opts.Policy)
+	a.view.Store(v)
+	a.opts.Metrics.RecordCluster(v.stats)
+	if lctx != nil {
+		a.writeExplanations(lctx, v)
+		// What the executor did is saved at once; usage alone only every
+		// SaveEvery.
+		acted := len(res.Report.Admitted)+len(res.Report.Preempted)+len(res.Report.RolledBack) > 0
+		a.saveState(lctx, start, acted)
+	}
+	a.finish(res, wallStart)
+}
+
+func (a *Agent) finish(res CycleResult, wallStart time.Time) {
+	res.Duration = time.Since(wallStart)
+	a.cycles.Add(1)
+	a.mu.Lock()
+	a.lastCycle = res.At
+	a.lastErr = res.Err
+	a.mu.Unlock()
+	a.opts.Metrics.RecordCycle(res.Decide, res.Duration, res.Err != nil)
+	if res.Err != nil {
+		a.cycleLog.Warn("cycle failed", "error", res.Err)
+	} else if res.Plan != nil && (len(res.Plan.Admissions) > 0 || len(res.Plan.Preemptions) > 0) {
+		a.cycleLog.Info("cycle", "leader", res.Leader, "admissions", len(res.Plan.Admissions),
+			"preemptions", len(res.Plan.Preemptions), "queued", len(res.Plan.Queue), "decide", res.Decide)
+	} else {
+		a.cycleLog.Trace("cycle", "leader", res.Leader, "queued", lenQueue(res.Plan), "decide", res.Decide)
+	}
+	if a.opts.OnCycle != nil {
+		a.opts.OnCycle(res)
+	}
+}
+
+func lenQueue(p *engine.Plan) int {
+	if p == nil {
+		return 0
+	}
+	return len(p.Queue)
+}
+
+// record updates the agent's memory and metrics from what the executor did.
+func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyReport, now time.Time) {
+	admitted := setOf(rep.Admitted)
+	preempted := setOf(rep.Preempted)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, adm := range plan.Admissions {
+		if !admitted[adm.JobID] {
+			continue
+		}
+		nodes := map[string][]string{}
+		for _, g := range adm.Groups {
+			nodes[g.Group] = g.Nodes()
+		}
+		a.history[adm.JobID] = jobHistory{Decision: "admit", At: now, Nodes: nodes}
+		a.admissions[adm.JobID] = now
+		tier := ""
+		waited := time.Duration(0)
+		if j, ok := snap.Job(adm.JobID); ok {
+			tier = a.opts.Policy.TierOf(j.Spec).Name
+			waited = now.Sub(j.Submit)
+		}
+		a.opts.Metrics.RecordAdmission(tier, waited)
+	}
+	for _, p := range plan.Preemptions {
+		if !preempted[p.JobID] {
+			continue
+		}
+		a.history[p.JobID] = jobHistory{Decision: "preempted", At: now, PreemptedBy: p.Preemptor, Reason: p.Reason}
+		a.preemptions[p.JobID] = PreemptionRecord{At: now, Preemptor: p.Preemptor, LostGPUHours: p.LostGPUHours, Reason: p.Reason}
+		tier := ""
+		if j, ok := snap.Job(p.JobID); ok {
+			tier = a.opts.Policy.TierOf(j.Spec).Name
+		}
+		a.opts.Metrics.RecordPreemption(tier, p.LostGPUHours)
+	}
+	for range rep.RolledBack {
+		a.opts.Metrics.RecordRollback()
+	}
+	for id, err := range rep.Failed {
+		a.cycleLog.Error("action failed", "job", id, "error", err)
+		a.opts.Metrics.RecordActionError("apply")
+	}
+	for id, why := range rep.Skipped {
+		a.cycleLog.Debug("action skipped", "job", id, "reason", why)
+	}
+	// Forget jobs that left the model, and old preemption records.
+	for id := range a.history {
+		if _, ok := snap.Job(id); !ok {
+			delete(a.history, id)
+			delete(a.written, id)
+		}
+	}
+	for id, r := range a.preemptions {
+		if now.Sub(r.At) > 24*time.Hour {
+			delete(a.preemptions, id)
+		}
+	}
+	for id, at := range a.admissions {
+		if _, ok := snap.Job(id); !ok || now.Sub(at) > 24*time.Hour {
+			delete(a.admissions, id)
+		}
+	}
+}
+
+func (a *Agent) historySnapshot() map[string]jobHistory {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]jobHistory, len(a.history))
+	for k, v := range a.history {
+		out[k] = v
+	}
+	return out
+}
+
+// writeExplanations writes the Variables of jobs whose explanation changed.
+// Only decision-relevant fields count as a change (not the wait time), so
+// a stable queue costs no writes.
+func (a *Agent) writeExplanations(ctx context.Context, v *view) {
+	for id, e := range v.byID {
+		d := digest(e)
+		a.mu.Lock()
+		same := a.written[id] == d
+		a.mu.Unlock()
+		if same {
+			continue
+		}
+		if err := a.opts.Explainer.WriteExplanation(ctx, e); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.explainLog.Warn("writing explanation", "job", id, "error", err)
+			a.opts.Metrics.RecordActionError("explain")
+			continue
+		}
+		a.mu.Lock()
+		a.written[id] = d
+		a.mu.Unlock()
+	}
+}
+
+// saveState writes durable state at most every SaveEvery (or when forced).
+func (a *Agent) saveState(ctx context.Context, now time.Time, force bool) {
+	a.mu.Lock()
+	due := force || a.lastSave.IsZero() || now.Sub(a.lastSave) >= a.opts.SaveEvery
+	if !due {
+		a.mu.Unlock()
+		return
+	}
+	st := DurableState{
+		Usage:       a.engine.Usage().Values(now),
+		UsageAt:     now,
+		Admissions:  copyMap(a.admissions),
+		Preemptions: copyMap(a.preemptions),
+		Leader:      a.opts.Name,
+	}
+	a.mu.Unlock()
+	if err := a.opts.State.SaveState(ctx, st); err != nil {
+		if ctx.Err() == nil {
+			a.stateLog.Warn("saving durable state", "error", err)
+			a.opts.Metrics.RecordActionError("state")
+		}
+		return
+	}
+	a.mu.Lock()
+	a.lastSave = now
+	a.mu.Unlock()
+}
+
+func copyMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func setOf(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// Health implements ViewSource.
+func (a *Agent) Health() agentapi.Health {
+	st := a.opts.Model.Status()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := agentapi.Health{
+		Status:     agentapi.StatusOK,
+		Name:       a.opts.Name,
+		Version:    a.opts.Version,
+		Leader:     a.leader.Load(),
+		Cycles:     a.cycles.Load(),
+		EventIndex: st.Index,
+	}
+	if !a.lastCycle.IsZero() {
+		t := a.lastCycle
+		h.LastCycle = &t
+	}
+	if a.lastErr != nil {
+		h.LastCycleError = a.lastErr.Error()
+	}
+	if !st.Synced {
+		msg := "not synced with nomad"
+		if st.Err != nil {
+			msg += ": " + st.Err.Error()
+		}
+		h.Problems = append(h.Problems, msg)
+	} else if st.Err != nil {
+		h.Problems = append(h.Problems, "nomad event stream: "+st.Err.Error())
+	}
+	if a.electionErr != nil {
+		h.Problems = append(h.Problems, "leader election: "+a.electionErr.Error())
+	}
+	if a.lastErr != nil && h.Leader {
+		h.Problems = append(h.Problems, "last cycle failed: "+a.lastErr.Error())
+	}
+	if len(h.Problems) > 0 {
+		h.Status = agentapi.StatusDegraded
+	}
+	return h
+}
+
+// Queue implements ViewSource.
+func (a *Agent) Queue() agentapi.Queue { return a.view.Load().queue }
+
+// Explain implements ViewSource.
+func (a *Agent) Explain(namespace, job string) (agentapi.Explanation, bool) {
+	if namespace == "" {
+		namespace = a.opts.Namespace
+	}
+	e, ok := a.view.Load().explain[cluster.JobKey(namespace, job)]
+	return e, ok
+}
+
+// GangSize answers driver/gang's size question: the total allocation
+// count of a managed job's GPU groups.
+func (a *Agent) GangSize(_ context.Context, namespace, jobID string) (int, error) {
+	snap := a.opts.Model.Snapshot()
+	j, ok := snap.Job(cluster.JobKey(namespace, jobID))
+	if !ok {
+		return 0, fmt.Errorf("job %s/%s is not managed by the impact scheduler", namespace, jobID)
+	}
+	n := 0
+	for _, g := range j.Groups {
+		n += g.Count
+	}
+	return n, nil
+}

@@ -1,0 +1,453 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// testClock is a settable clock shared by the fake Nomad and the agents,
+// so min runtimes and ages are controlled by the test, not the wall.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock() *testClock {
+	return &testClock{now: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)}
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func testPolicy(t testing.TB) *policy.Policy {
+	t.Helper()
+	p := policy.Default()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type runningAgent struct {
+	a      *Agent
+	exec   *fakeExec
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func startAgent(t testing.TB, n *fakeNomad, clk *testClock, name string, pol *policy.Policy) *runningAgent {
+	t.Helper()
+	ex := &fakeExec{n: n, agent: name}
+	a, err := New(Options{
+		Name: name, ParkingPool: "impact-queue", DefaultPool: "gpu",
+		Interval: 40 * time.Millisecond, Debounce: 2 * time.Millisecond, SaveEvery: time.Nanosecond,
+		Policy: pol, Model: n.model(), Executor: ex, Explainer: ex, Elector: ex, State: ex, Pools: ex,
+		Logger: hclog.NewNullLogger(), Clock: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ra := &runningAgent{a: a, exec: ex, cancel: cancel, done: make(chan error, 1)}
+	go func() { ra.done <- a.Run(ctx) }()
+	t.Cleanup(ra.stop)
+	return ra
+}
+
+func (r *runningAgent) stop() {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+			panic("agent did not stop")
+		}
+	})
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func gpuGroup(name string, count, gpus int) cluster.TaskGroup {
+	return cluster.TaskGroup{Name: name, Count: count, GPUs: gpus}
+}
+
+func tier(t string) map[string]string { return map[string]string{"impact_tier": t} }
+
+func TestJobsAdmittedInImpactOrder(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 2, "gpu")
+	// Submitted in the opposite order of their impact: FIFO would start
+	// the scavenger first.
+	n.submit("sweep", tier("scavenger"), gpuGroup("w", 1, 8))
+	clk.Advance(time.Second)
+	n.submit("finetune", tier("normal"), gpuGroup("w", 1, 8))
+	clk.Advance(time.Second)
+	n.submit("paper", tier("high"), gpuGroup("w", 1, 8))
+
+	ra := startAgent(t, n, clk, "a1", testPolicy(t))
+	var order []string
+	for _, want := range []string{"default/paper", "default/finetune", "default/sweep"} {
+		waitFor(t, want+" admitted", func() bool { return n.registerCount(want) == 1 })
+		order = append(order, want)
+		clk.Advance(time.Minute)
+		n.finish(want)
+	}
+	got := ra.exec.admissionsOrder()
+	if strings.Join(got, ",") != strings.Join(order, ",") {
+		t.Errorf("admission order %v, want %v", got, order)
+	}
+	for _, id := range order {
+		if c := n.registerCount(id); c != 1 {
+			t.Errorf("%s admitted %d times", id, c)
+		}
+	}
+}
+
+func TestGangAdmittedWhole(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 4, 1, "gpu")
+	n.addNode("node-2", 4, 1, "gpu")
+	n.submit("gang", tier("high"), gpuGroup("workers", 2, 4))
+	ra := startAgent(t, n, clk, "a1", testPolicy(t))
+	waitFor(t, "gang admitted", func() bool { return n.registerCount("default/gang") == 1 })
+	snap := n.store.Snapshot()
+	allocs := snap.JobAllocs("default/gang")
+	if len(allocs) != 2 {
+		t.Fatalf("gang has %d allocations, want both", len(allocs))
+	}
+	if allocs[0].NodeID == allocs[1].NodeID {
+		t.Errorf("both 4-GPU members on one 4-GPU node: %v", allocs)
+	}
+	// One admission carrying both members, not two partial ones.
+	var adms int
+	ra.exec.mu.Lock()
+	plans := append([]*engine.Plan(nil), ra.exec.plans...)
+	ra.exec.mu.Unlock()
+	for _, p := range plans {
+		for _, a := range p.Admissions {
+			adms++
+			if len(a.Groups) != 1 || len(a.Groups[0].Allocs) != 2 {
+				t.Errorf("admission not whole: %+v", a)
+			}
+		}
+	}
+	if adms != 1 {
+		t.Errorf("%d admissions, want 1", adms)
+	}
+	waitFor(t, "running explanation", func() bool {
+		e, ok := ra.a.Explain("", "gang")
+		return ok && e.State == agentapi.StateRunning && len(e.Nodes["workers"]) == 2
+	})
+}
+
+func TestCriticalPreemptsScavenger(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("sweep", map[string]string{"impact_tier": "scavenger", "impact_checkpoint_signal": "SIGUSR1", "impact_grace": "5s"},
+		gpuGroup("w", 1, 8))
+	ra := startAgent(t, n, clk, "a1", testPolicy(t))
+	waitFor(t, "scavenger admitted", func() bool { return n.registerCount("default/sweep") == 1 })
+	clk.Advance(time.Hour) // past every min runtime
+	n.submit("incident", tier("critical"), gpuGroup("w", 1, 8))
+
+	waitFor(t, "critical admitted", func() bool { return n.registerCount("default/incident") == 1 })
+	n.mu.Lock()
+	sig := append([]string(nil), n.signals["default/sweep"]...)
+	n.mu.Unlock()
+	if len(sig) != 1 || sig[0] != "SIGUSR1" {
+		t.Errorf("scavenger got signals %v, want one SIGUSR1 before its stop", sig)
+	}
+	if st, _ := n.jobState("default/sweep"); st != cluster.JobQueued {
+		t.Errorf("scavenger state %v, want back in the queue", st)
+	}
+	waitFor(t, "scavenger explained as preempted", func() bool {
+		e, ok := ra.a.Explain("", "sweep")
+		return ok && e.State == agentapi.StateWaiting && e.PreemptedBy == "default/incident"
+	})
+	waitFor(t, "preemption explanation variable", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		e, ok := n.explained["default/sweep"]
+		return ok && e.PreemptedBy == "default/incident"
+	})
+}
+
+func TestExplanationWrittenAndBadMetaStaysParked(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("typo", map[string]string{"impact_tier": "urgent"}, gpuGroup("w", 1, 1))
+	n.submit("big", tier("normal"), gpuGroup("w", 1, 16))
+	ra := startAgent(t, n, clk, "a1", testPolicy(t))
+	waitFor(t, "explanations written", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return len(n.explained) == 2
+	})
+	n.mu.Lock()
+	typo := n.explained["default/typo"]
+	big := n.explained["default/big"]
+	n.mu.Unlock()
+	if typo.State != agentapi.StateInvalid || typo.Decision != DecisionNone || len(typo.Errors) == 0 ||
+		!strings.Contains(typo.Errors[0], "urgent") {
+		t.Errorf("bad meta explanation: %+v", typo)
+	}
+	if big.State == agentapi.StateRunning || big.Decision == DecisionAdmit || big.Reason == "" {
+		t.Errorf("a 16-GPU job on an 8-GPU cluster must wait with a reason: %+v", big)
+	}
+	time.Sleep(100 * time.Millisecond) // a few cycles
+	if n.registerCount("default/typo") != 0 {
+		t.Error("job with bad meta was admitted")
+	}
+	q := ra.a.Queue()
+	if !q.Leader || len(q.Jobs) != 2 || q.Cluster.HealthyGPUs != 8 {
+		t.Errorf("queue view: %+v", q)
+	}
+	// A stable queue does not rewrite Variables every cycle.
+	ex := ra.exec
+	_ = ex
+}
+
+func TestEnforceIndexConflictIsRetried(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("job", tier("normal"), gpuGroup("w", 1, 4))
+	// Move the job's index behind the model's back: the agent's next
+	// admission carries a stale index until the model catches up.
+	pol := testPolicy(t)
+	staleOnce := sync.Once{}
+	ex := &conflictExec{fakeExec: &fakeExec{n: n, agent: "a1"}, before: func() {
+		staleOnce.Do(func() { n.userUpdateSilently("default/job") })
+	}}
+	a, err := New(Options{Name: "a1", ParkingPool: "impact-queue", DefaultPool: "gpu",
+		Interval: 20 * time.Millisecond, Debounce: time.Millisecond, Policy: pol, Model: n.model(),
+		Executor: ex, Explainer: ex.fakeExec, Elector: ex.fakeExec, State: ex.fakeExec, Pools: ex.fakeExec, Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "admission after the conflict", func() bool { return n.registerCount("default/job") == 1 })
+	ex.mu.Lock()
+	skipped := ex.skipped
+	ex.mu.Unlock()
+	if skipped == 0 {
+		t.Error("the stale admission was not reported as skipped")
+	}
+}
+
+// conflictExec runs a hook before each Apply and counts skipped actions.
+type conflictExec struct {
+	*fakeExec
+	before  func()
+	mu      sync.Mutex
+	skipped int
+}
+
+func (c *conflictExec) Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (ApplyReport, error) {
+	c.before()
+	rep, err := c.fakeExec.Apply(ctx, plan, snap)
+	c.mu.Lock()
+	c.skipped += len(rep.Skipped)
+	c.mu.Unlock()
+	return rep, err
+}
+
+// userUpdateSilently changes the job's index without telling watchers at
+// once, so the plan already decided carries the old index.
+func (f *fakeNomad) userUpdateSilently(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, _ := f.store.Snapshot().Job(id)
+	c := *j
+	f.index += 10
+	c.ModifyIndex = f.index
+	_ = f.store.UpsertJob(&c)
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		f.mu.Lock()
+		f.changed()
+		f.mu.Unlock()
+	}()
+}
+
+func TestTwoAgentsOneLeaderFailoverWithoutDoubleAdmission(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	pol := testPolicy(t)
+	a1 := startAgent(t, n, clk, "a1", pol)
+	a2 := startAgent(t, n, clk, "a2", pol)
+	waitFor(t, "a leader", func() bool { return a1.a.IsLeader() || a2.a.IsLeader() })
+	time.Sleep(50 * time.Millisecond)
+	if a1.a.IsLeader() && a2.a.IsLeader() {
+		t.Fatal("two leaders")
+	}
+	leader, standby := a1, a2
+	if a2.a.IsLeader() {
+		leader, standby = a2, a1
+	}
+	n.submit("first", tier("high"), gpuGroup("w", 1, 4))
+	waitFor(t, "first admitted", func() bool { return n.registerCount("default/first") == 1 })
+	// The standby computes the same view but never acts.
+	waitFor(t, "standby view", func() bool {
+		e, ok := standby.a.Explain("default", "first")
+		return ok && e.State == agentapi.StateRunning && !e.Leader
+	})
+	standby.exec.mu.Lock()
+	if len(standby.exec.plans) != 0 {
+		t.Errorf("standby applied %d plans", len(standby.exec.plans))
+	}
+	standby.exec.mu.Unlock()
+	waitFor(t, "durable state saved", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.state != nil && n.state.Admissions["default/first"].Equal(clk.Now())
+	})
+
+	// The leader dies: the standby takes over and continues.
+	leader.stop()
+	waitFor(t, "standby takes over", func() bool { return standby.a.IsLeader() })
+	n.submit("second", tier("normal"), gpuGroup("w", 1, 4))
+	waitFor(t, "second admitted by the new leader", func() bool { return n.registerCount("default/second") == 1 })
+	time.Sleep(100 * time.Millisecond) // several cycles of the new leader
+	for _, id := range []string{"default/first", "default/second"} {
+		if c := n.registerCount(id); c != 1 {
+			t.Errorf("%s admitted %d times", id, c)
+		}
+	}
+	if got := standby.a.Health(); !got.Leader || got.Status != agentapi.StatusOK {
+		t.Errorf("new leader health: %+v", got)
+	}
+}
+
+func TestLockLossStopsActing(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	pol := testPolicy(t)
+	a1 := startAgent(t, n, clk, "a1", pol)
+	waitFor(t, "leader", func() bool { return a1.a.IsLeader() })
+	// Expire the lock and keep it taken by someone else.
+	n.expireLock()
+	n.mu.Lock()
+	n.lockOwner = "someone-else"
+	n.mu.Unlock()
+	waitFor(t, "step down", func() bool { return !a1.a.IsLeader() })
+	n.submit("job", tier("high"), gpuGroup("w", 1, 1))
+	time.Sleep(100 * time.Millisecond)
+	if n.registerCount("default/job") != 0 {
+		t.Error("an agent that lost the lock admitted a job")
+	}
+	if e, ok := a1.a.Explain("", "job"); !ok || e.Leader || e.Position != 1 {
+		t.Errorf("standby still explains: %+v %v", e, ok)
+	}
+}
+
+func TestNewLeaderResumesUsage(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.state = &DurableState{Usage: map[string]float64{"olmo": 100}, UsageAt: clk.Now(), Leader: "old"}
+	ra := startAgent(t, n, clk, "a1", testPolicy(t))
+	waitFor(t, "leader", func() bool { return ra.a.IsLeader() })
+	waitFor(t, "usage re-saved by the new leader", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.state.Leader == "a1"
+	})
+	n.mu.Lock()
+	got := n.state.Usage["olmo"]
+	n.mu.Unlock()
+	if got < 99 || got > 100.0001 {
+		t.Errorf("usage after failover %.3f, want the saved 100 (decayed by ~0)", got)
+	}
+}
+
+func TestCycleErrorsMakeHealthDegraded(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.failApply = 1000
+	ra := startAgent(t, n, clk, "a1", testPolicy(t))
+	waitFor(t, "degraded", func() bool {
+		h := ra.a.Health()
+		return h.Status == agentapi.StatusDegraded && strings.Contains(h.LastCycleError, "nomad unreachable")
+	})
+	n.mu.Lock()
+	n.failApply = 0
+	n.mu.Unlock()
+	waitFor(t, "recovered", func() bool { return ra.a.Health().Status == agentapi.StatusOK })
+}
+
+type failingPools struct{ n int }
+
+func (f *failingPools) EnsurePool(context.Context, string, string) error {
+	f.n++
+	return errors.New("Permission denied")
+}
+
+func TestParkingPoolFailureIsFatalAfterRetries(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	ex := &fakeExec{n: n, agent: "a1"}
+	fp := &failingPools{}
+	realNow := func() time.Time { return time.Now() }
+	a, err := New(Options{Name: "a1", ParkingPool: "impact-queue", DefaultPool: "gpu", Policy: testPolicy(t),
+		Model: n.model(), Executor: ex, Explainer: ex, Elector: ex, State: ex, Pools: fp,
+		PoolRetryFor: 300 * time.Millisecond, Clock: realNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `creating parking pool "impact-queue": Permission denied`) {
+		t.Errorf("want a clear pool error, got %v", err)
+	}
+	if fp.n < 2 {
+		t.Errorf("pool creation tried %d times, want retries", fp.n)
+	}
+}
+
+func TestNewRequiresPorts(t *testing.T) {
+	_, err := New(Options{})
+	if err == nil || !strings.Contains(err.Error(), "Executor") || !strings.Contains(err.Error(), "Policy") {
+		t.Errorf("want missing ports named, got %v", err)
+	}
+}

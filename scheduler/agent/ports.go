@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+)
+
+// The agent reaches Nomad only through these small interfaces. Production
+// wires them to scheduler/nomad (see wire.go); tests use fakes or the
+// in-process Nomad fake. Keeping them here, in the consumer, means the
+// adapter can change shape without the loop noticing.
+
+// Model is the watched model of the cluster: the adapter's watcher applies
+// Nomad's event stream (and full resyncs) to it.
+type Model interface {
+	// Run keeps the model current until ctx ends. It returns only on
+	// ctx's end or an unrecoverable error; transient stream errors are
+	// retried inside with backoff and shown through Status.
+	Run(ctx context.Context) error
+	// Snapshot returns the current immutable state.
+	Snapshot() *cluster.Snapshot
+	// Updated is signalled (coalescing, never blocking the watcher) after
+	// the model changed.
+	Updated() <-chan struct{}
+	// Status says how current the model is.
+	Status() ModelStatus
+}
+
+// ModelStatus is the watcher's health.
+type ModelStatus struct {
+	// Index is the Nomad raft index the model is current to.
+	Index uint64
+	// Synced is false until the first full sync and during a resync.
+	Synced bool
+	// Err is the last watch error, nil once the stream recovered.
+	Err error
+}
+
+// Executor acts on a plan: admissions and preemptions exactly as planned,
+// with EnforceIndex on every job write, the checkpoint signal and grace
+// before a stop, and rollback of admissions that do not fully start by
+// their deadline. Apply must return promptly: long waits (grace periods,
+// admission deadlines) continue in the background, bounded by ctx, and
+// must be idempotent across cycles and leaders (a job already admitted or
+// already being preempted is not acted on twice).
+type Executor interface {
+	Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (ApplyReport, error)
+}
+
+// ApplyReport says what Apply did, for metrics, logs and explanations.
+type ApplyReport struct {
+	// Admitted lists the job IDs (cluster.JobKey) re-registered into their
+	// target pool.
+	Admitted []string
+	// Preempted lists the victims whose preemption started.
+	Preempted []string
+	// RolledBack lists admissions parked again because the gang did not
+	// fully start by its deadline.
+	RolledBack []string
+	// Skipped maps job IDs to why an action was not taken (EnforceIndex
+	// conflict: the user changed the job; already done by an earlier cycle).
+	Skipped map[string]string
+	// Failed maps job IDs to errors.
+	Failed map[string]error
+}
+
+// Explainer persists a job's explanation where the Nomad UI shows it: the
+// Variable nomad/jobs/<job>/impact.
+type Explainer interface {
+	WriteExplanation(ctx context.Context, e agentapi.Explanation) error
+}
+
+// Elector is leader election among agents (Nomad's Variables lock).
+type Elector interface {
+	// Campaign blocks until this agent holds the lock or ctx ends. The
+	// returned channel is closed when leadership is lost (the lock could
+	// not be renewed, or ctx ended).
+	Campaign(ctx context.Context) (lost <-chan struct{}, err error)
+	// Resign releases the lock if held, so a standby takes over at once
+	// instead of after the lock's TTL.
+	Resign(ctx context.Context) error
+}
+
+// StateStore is durable scheduler state in Nomad Variables, so that a new
+// leader resumes where the last one stopped.
+type StateStore interface {
+	// LoadState returns the saved state; ok is false when none exists yet.
+	LoadState(ctx context.Context) (s DurableState, ok bool, err error)
+	// SaveState writes the state (check-and-set is the store's business).
+	SaveState(ctx context.Context, s DurableState) error
+}
+
+// DurableState is what survives a leader change.
+type DurableState struct {
+	// Usage is the decayed fair-share usage per project in GPU-hours,
+	// valued at UsageAt.
+	Usage   map[string]float64 `json:"usage"`
+	UsageAt time.Time          `json:"usage_at"`
+	// Admissions are the last admissions (job ID -> when), so a new leader
+	// reports them and does not count their wait twice.
+	Admissions map[string]time.Time `json:"admissions,omitempty"`
+	// Preemptions are recent preemption records (job ID -> record).
+	Preemptions map[string]PreemptionRecord `json:"preemptions,omitempty"`
+	// Leader names the agent that saved it.
+	Leader string `json:"leader"`
+}
+
+// PreemptionRecord remembers one preemption for explain and accounting.
+type PreemptionRecord struct {
+	At           time.Time `json:"at"`
+	Preemptor    string    `json:"preemptor"`
+	LostGPUHours float64   `json:"lost_gpu_hours"`
+	Reason       string    `json:"reason"`
+}
+
+// PoolManager creates the parking node pool at start-up.
+type PoolManager interface {
+	EnsurePool(ctx context.Context, name, description string) error
+}
