@@ -78,8 +78,8 @@ type Agent struct {
 	lastCycle      time.Time
 	lastErr        error
 	electionErr    error
-	history        map[string]jobHistory   // job ID -> what the agent last did to it
-	written        map[string]string       // job ID -> last explanation written (digest)
+	history        map[string]jobHistory // job ID -> what the agent last did to it
+	written        map[string]string     // job ID -> last explanation written (digest)
 	preemptions    map[string]PreemptionRecord
 	admissions     map[string]time.Time
 	lastSave       time.Time

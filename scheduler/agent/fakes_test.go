@@ -140,7 +140,7 @@ func (f *fakeNomad) model() *fakeModel {
 }
 
 func (m *fakeModel) Run(ctx context.Context) error { <-ctx.Done(); return nil }
-func (m *fakeModel) Snapshot() *cluster.Snapshot  { return m.n.store.Snapshot() }
+func (m *fakeModel) Snapshot() *cluster.Snapshot   { return m.n.store.Snapshot() }
 func (m *fakeModel) Updated() <-chan struct{}      { return m.updated }
 func (m *fakeModel) Status() ModelStatus {
 	m.n.mu.Lock()
