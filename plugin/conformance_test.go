@@ -106,6 +106,9 @@ func TestDevicePluginThroughHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := plugin.ValidateFingerprint(fp); err != nil {
+		t.Errorf("the client would reject this fingerprint: %v", err)
+	}
 	if len(fp.GetDeviceGroup()) != 1 {
 		t.Fatalf("groups = %v", fp.GetDeviceGroup())
 	}

@@ -3,6 +3,8 @@ package plugin_test
 import (
 	"os"
 	"os/exec"
+
+	"google.golang.org/protobuf/proto"
 	"strings"
 )
 
@@ -19,3 +21,5 @@ func execBare(bin string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+func protoUnmarshalOptions() proto.UnmarshalOptions { return proto.UnmarshalOptions{} }
