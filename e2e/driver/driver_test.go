@@ -1,0 +1,343 @@
+// Package driver is the end-to-end suite of the impact-exec task driver on
+// a real Nomad agent. It is skipped unless a `nomad` binary is on PATH.
+//
+// The scenario: a standalone rendezvous server runs in the test process; a
+// Nomad agent (server + client, 127.0.0.1, its own ports and data dir)
+// loads impact-exec from a plugin dir. A job whose group has count = 1
+// but whose gang needs 2 members is run: its first member must wait at the
+// barrier (a "1 of 2 members arrived" driver event, no output). The group
+// is then scaled to 2; both members start, each printing its RANK and
+// WORLD_SIZE, and the first one's start time is after the second one's
+// placement.
+package driver
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/driver/gang"
+)
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var out []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// pluginBinary returns impact-exec: $IMPACT_BIN/plugins/impact-exec (as
+// `make e2e` builds it) or a fresh build.
+func pluginBinary(t *testing.T, dir string) {
+	t.Helper()
+	dst := filepath.Join(dir, "impact-exec")
+	if bin := os.Getenv("IMPACT_BIN"); bin != "" {
+		src := filepath.Join(bin, "plugins", "impact-exec")
+		if b, err := os.ReadFile(src); err == nil {
+			if err := os.WriteFile(dst, b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	out, err := exec.Command("go", "build", "-o", dst, "github.com/impact-sched/nomad-impact/cmd/impact-exec").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building impact-exec: %v\n%s", err, out)
+	}
+}
+
+type agent struct {
+	addr string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+}
+
+func startAgent(t *testing.T, rendezvous string) *agent {
+	t.Helper()
+	dir := t.TempDir()
+	pluginDir := filepath.Join(dir, "plugins")
+	os.MkdirAll(pluginDir, 0o755)
+	pluginBinary(t, pluginDir)
+	ports := freePorts(t, 3)
+	cfg := fmt.Sprintf(`
+data_dir  = %q
+bind_addr = "127.0.0.1"
+log_level = "DEBUG"
+plugin_dir = %q
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+client {
+  enabled = true
+  servers = ["127.0.0.1:%d"]
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "impact-exec" {
+  config {
+    rendezvous_addr    = %q
+    heartbeat_interval = "1s"
+  }
+}
+`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2], ports[1], rendezvous)
+	cfgPath := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), log: &bytes.Buffer{}}
+	a.cmd = exec.Command("nomad", "agent", "-config", cfgPath)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = a.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = a.cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", tail(a.log.String(), 8000))
+		}
+	})
+	return a
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (a *agent) get(t *testing.T, path string, out any) error {
+	t.Helper()
+	resp, err := http.Get(a.addr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	if s, ok := out.(*string); ok {
+		*s = string(b)
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+func (a *agent) nomad(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("nomad", args...)
+	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+a.addr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nomad %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	last := ""
+	for {
+		ok, info := cond()
+		if ok {
+			return
+		}
+		last = info
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s (last: %s)", what, d, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+type allocStub struct {
+	ID           string
+	ClientStatus string
+	CreateTime   int64
+	Name         string
+	TaskStates   map[string]struct {
+		State  string
+		Events []struct {
+			Type           string
+			DisplayMessage string
+			Time           int64
+		}
+	}
+}
+
+const jobHCL = `
+job "gang-e2e" {
+  type = "batch"
+  group "workers" {
+    count = 1
+    task "trainer" {
+      driver = "impact-exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"RANK=$RANK WORLD_SIZE=$WORLD_SIZE STARTED=$(date +%s%N)\"; sleep 2"]
+        gang {
+          size    = 2
+          timeout = "3m"
+        }
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+      }
+    }
+  }
+}
+`
+
+func TestGangStartsOnlyWhenAllPlaced(t *testing.T) {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a := startAgent(t, srv.URL)
+
+	eventually(t, 90*time.Second, "impact-exec healthy on the node", func() (bool, string) {
+		var nodes []struct{ ID string }
+		if err := a.get(t, "/v1/nodes", &nodes); err != nil || len(nodes) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		var node struct {
+			Status  string
+			Drivers map[string]struct {
+				Healthy  bool
+				Detected bool
+			}
+		}
+		if err := a.get(t, "/v1/node/"+nodes[0].ID, &node); err != nil {
+			return false, err.Error()
+		}
+		d := node.Drivers["impact-exec"]
+		return node.Status == "ready" && d.Healthy, fmt.Sprintf("status %s driver %+v", node.Status, d)
+	})
+
+	jobFile := filepath.Join(t.TempDir(), "gang.nomad.hcl")
+	os.WriteFile(jobFile, []byte(jobHCL), 0o644)
+	a.nomad(t, "job", "run", "-detach", jobFile)
+
+	allocs := func() []allocStub {
+		var out []allocStub
+		_ = a.get(t, "/v1/job/gang-e2e/allocations", &out)
+		return out
+	}
+	// Member 0 is placed and waits at the barrier.
+	var first allocStub
+	eventually(t, 60*time.Second, "first member waiting at the barrier", func() (bool, string) {
+		as := allocs()
+		if len(as) != 1 {
+			return false, fmt.Sprintf("%d allocs", len(as))
+		}
+		first = as[0]
+		for _, ev := range first.TaskStates["trainer"].Events {
+			if strings.Contains(ev.DisplayMessage, "1 of 2 members arrived") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", first.TaskStates)
+	})
+	var out string
+	_ = a.get(t, "/v1/client/fs/logs/"+first.ID+"?task=trainer&type=stdout&plain=true", &out)
+	if strings.Contains(out, "RANK=") {
+		t.Fatalf("member 0 started its command before member 1 was placed: %q", out)
+	}
+
+	// Place member 1.
+	a.nomad(t, "job", "scale", "-detach", "gang-e2e", "workers", "2")
+	var placed2 int64
+	eventually(t, 120*time.Second, "both members complete", func() (bool, string) {
+		as := allocs()
+		done := 0
+		for _, al := range as {
+			if al.ID != first.ID {
+				placed2 = al.CreateTime
+			}
+			if al.ClientStatus == "complete" {
+				done++
+			}
+		}
+		return len(as) == 2 && done == 2, fmt.Sprintf("%d allocs, %d complete", len(as), done)
+	})
+
+	ranks := map[string]bool{}
+	for _, al := range allocs() {
+		var logs string
+		if err := a.get(t, "/v1/client/fs/logs/"+al.ID+"?task=trainer&type=stdout&plain=true", &logs); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("alloc %s (%s): %s", al.ID[:8], al.Name, strings.TrimSpace(logs))
+		var rank, world string
+		var started int64
+		for _, f := range strings.Fields(logs) {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "RANK":
+				rank = v
+			case "WORLD_SIZE":
+				world = v
+			case "STARTED":
+				started, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if world != "2" || (rank != "0" && rank != "1") {
+			t.Fatalf("alloc %s printed %q", al.ID, logs)
+		}
+		ranks[rank] = true
+		if started < placed2 {
+			t.Fatalf("alloc %s started at %d, before the second member was placed at %d", al.ID, started, placed2)
+		}
+	}
+	if len(ranks) != 2 {
+		t.Fatalf("ranks %v, want 0 and 1", ranks)
+	}
+}
