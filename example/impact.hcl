@@ -1,0 +1,83 @@
+# Configuration of `impact agent`, the impact scheduler service
+# (`impact agent -config example/impact.hcl`).
+#
+# Precedence, lowest to highest: built-in defaults < environment (NOMAD_ADDR,
+# NOMAD_TOKEN, NOMAD_CACERT, ... as the nomad CLI reads them, and
+# CONSUL_HTTP_ADDR / CONSUL_HTTP_TOKEN) < this file (several -config files
+# merge in order) < command-line flags. Every setting is optional except
+# `policy`; what is left out keeps the default shown. Errors name the file,
+# the line and the setting.
+
+# The scheduling policy (tiers, projects, fair share, preemption limits),
+# relative to this file.
+policy = "policy.hcl"
+
+# Jobs opt in by being submitted to this node pool. It has no nodes: Nomad
+# keeps such jobs pending until the scheduler admits them. The agent creates
+# it at start-up.
+parking_pool = "impact-queue"
+
+# Where an admitted job runs when its meta names no impact_pool.
+default_pool = "default"
+
+# trace, debug, info, warn, error. log_json = true writes JSON lines.
+log_level = "info"
+
+# Names this agent among several (logs, leader lock holder, Consul service
+# ID). Default: the host name.
+# name = "impact-1"
+
+nomad {
+  # Unset here means NOMAD_ADDR, else http://127.0.0.1:4646. unix:// works
+  # too, e.g. Nomad's task API socket when the agent runs as a Nomad job.
+  address = "http://127.0.0.1:4646"
+
+  # The ACL token (example/acl/impact-scheduler.policy.hcl has the policy it
+  # needs). Prefer NOMAD_TOKEN in the environment to a token in a file.
+  # token = ""
+
+  # namespace = "default"   # where managed jobs live
+  # region    = ""          # the agent's region
+
+  # TLS to Nomad (mTLS when client_cert/client_key are set).
+  # ca_cert         = "/etc/nomad.d/tls/nomad-agent-ca.pem"
+  # client_cert     = "/etc/nomad.d/tls/global-cli-nomad.pem"
+  # client_key      = "/etc/nomad.d/tls/global-cli-nomad-key.pem"
+  # tls_server_name = "server.global.nomad"
+}
+
+cycle {
+  # A cycle runs at least this often, and shortly after Nomad events.
+  interval = "10s"
+  # Events arriving within this window are decided on together.
+  debounce = "500ms"
+  # An admitted gang that is not fully running after this long is parked
+  # again (the admission is rolled back).
+  admission_deadline = "5m"
+}
+
+http {
+  # The agent's API: /v1/health, /v1/queue, /v1/explain/<job>, /metrics and
+  # the task driver's /v1/gang/. `impact queue` and `impact explain` read it
+  # (IMPACT_ADDR). Bind to a routable address only behind a firewall: the
+  # API has no authentication.
+  listen = "127.0.0.1:4680"
+  # Address registered in Consul; needed when listen is a wildcard.
+  # advertise = "10.0.0.5:4680"
+}
+
+ha {
+  # Run two or more agents: one leads, elected with a Nomad Variables lock
+  # under state_prefix; a standby takes over within about lock_ttl.
+  lock_ttl     = "15s"
+  state_prefix = "impact"
+}
+
+# Register in Consul as service "impact-scheduler" with an HTTP health check
+# on /v1/health (tags "leader" / "standby"). Leave the block out to disable.
+# consul {
+#   address        = "127.0.0.1:8500"   # or CONSUL_HTTP_ADDR
+#   token          = ""                 # or CONSUL_HTTP_TOKEN
+#   service_name   = "impact-scheduler"
+#   check_interval = "10s"
+# }
