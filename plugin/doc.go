@@ -55,12 +55,26 @@
 //	// Fingerprint, Reserve and Stats implement devicepb.DevicePluginServer.
 //
 //	func main() {
-//		plugin.ServeDevice(&Device{}, plugin.ServeOptions{})
+//		if err := plugin.ServeDevice(&Device{}, plugin.ServeOptions{}); err != nil {
+//			fmt.Fprintln(os.Stderr, err) // invalid PluginInfo or schema
+//			os.Exit(1)
+//		}
 //	}
 //
 // A driver does the same with [ServeDriver] and driverpb.DriverServer
 // (embedding driverpb.UnimplementedDriverServer); task configs are decoded
-// with config.NewDecoder(taskSchema).Decode(task.MsgpackDriverConfig, &cfg).
+// with config.NewDecoder(taskSchema).Decode(task.MsgpackDriverConfig, &cfg),
+// and StartTask failures are returned as [TaskError](err, recoverable) so the
+// client knows whether to restart the task.
+//
+// Device plugins should check each fingerprint with [ValidateFingerprint]
+// before sending it: one bad attribute makes the client drop all devices and
+// stop the plugin. [IntAttr], [FloatAttr], [StringAttr] and [BoolAttr] build
+// attributes; [Units] lists the units the client accepts.
+//
+// Tests: plugintest.StartDevice/StartDriver serve an implementation
+// in-process; plugintest.Build + plugintest.Launch/LoadLikeNomad run a
+// plugin binary exactly as the Nomad client does.
 //
 // Logging: ServeOptions.Logger (default: JSON hclog on the process's original
 // stderr, which Nomad re-logs with the right level). After serving starts
