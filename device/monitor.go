@@ -1,0 +1,200 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/device/gpu"
+)
+
+// monitor owns the node's device state: it scans the backend every
+// fingerprint period, applies health events as they arrive, and publishes a
+// new snapshot only when the device groups changed.
+type monitor struct {
+	backend gpu.Backend
+	s       settings
+	logger  hclog.Logger
+	now     func() time.Time
+
+	mu      sync.Mutex
+	snap    *snapshot
+	version uint64
+	changed chan struct{} // closed and replaced on every new version
+	ready   chan struct{} // closed once the first snapshot exists
+
+	// Owned by the run goroutine.
+	known       map[string]gpu.Device
+	links       map[[2]string]gpu.Link
+	meta        gpu.Inventory // driver/CUDA versions, NVSwitch
+	present     map[string]bool
+	health      *health
+	unavailable string // last ErrUnavailable message logged
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startMonitor(backend gpu.Backend, s settings, logger hclog.Logger, now func() time.Time) *monitor {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &monitor{backend: backend, s: s, logger: logger.Named("monitor"), now: now,
+		changed: make(chan struct{}), ready: make(chan struct{}),
+		known: map[string]gpu.Device{}, links: map[[2]string]gpu.Link{}, present: map[string]bool{},
+		health: newHealth(), cancel: cancel, done: make(chan struct{})}
+	go m.run(ctx)
+	return m
+}
+
+func (m *monitor) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// current returns the latest snapshot, its version and a channel closed
+// when a newer one exists. It waits for the first snapshot.
+func (m *monitor) current(ctx context.Context) (*snapshot, uint64, <-chan struct{}, error) {
+	select {
+	case <-m.ready:
+	case <-ctx.Done():
+		return nil, 0, nil, ctx.Err()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap, m.version, m.changed, nil
+}
+
+func (m *monitor) run(ctx context.Context) {
+	defer close(m.done)
+	m.scan(ctx)
+	events := make(chan gpu.HealthEvent, 64)
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- m.backend.WatchHealth(ctx, events) }()
+	tick := time.NewTicker(m.s.period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			<-watchDone
+			return
+		case err := <-watchDone:
+			if ctx.Err() == nil {
+				// The source failed for good: the backend can no
+				// longer tell us about faults. Keep scanning (lost
+				// GPUs are still detected) and say so loudly.
+				m.logger.Error("health events stopped; only scans detect failures now", "error", err)
+			}
+			watchDone = nil
+		case <-tick.C:
+			m.scan(ctx)
+		case ev := <-events:
+			msg, changed := m.health.event(ev)
+			m.logger.Info("health event", "gpu", ev.UUID, "kind", ev.Kind.String(), "xid", ev.XID, "result", msg, "changed", changed)
+			if ev.Kind == gpu.EventLost || ev.Kind == gpu.EventRecovered {
+				m.scan(ctx) // the set of GPUs changes too
+			} else if changed {
+				m.publish()
+			}
+		}
+	}
+}
+
+// scan reads the backend's inventory and publishes if anything changed.
+func (m *monitor) scan(ctx context.Context) {
+	inv, err := m.backend.Inventory(ctx)
+	switch {
+	case errors.Is(err, gpu.ErrUnavailable):
+		if err.Error() != m.unavailable {
+			m.logger.Warn("no GPUs reported: backend unavailable", "backend", m.s.backend, "reason", err)
+			m.unavailable = err.Error()
+		}
+		inv = gpu.Inventory{}
+	case err != nil:
+		// Keep what we know; a transient NVML error must not make
+		// every GPU vanish from the node.
+		m.logger.Error("GPU scan failed; keeping the previous state", "error", err)
+		if m.snap == nil {
+			m.publish()
+		}
+		return
+	default:
+		if m.unavailable != "" {
+			m.logger.Info("backend available again")
+			m.unavailable = ""
+		}
+	}
+	m.meta = gpu.Inventory{DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, NVSwitch: inv.NVSwitch || m.meta.NVSwitch}
+	present := map[string]bool{}
+	for _, d := range inv.Devices {
+		present[d.UUID] = true
+		m.known[d.UUID] = d
+	}
+	for _, l := range inv.Links {
+		m.links[linkKey(l.A, l.B)] = l
+	}
+	lost, recovered := m.health.scan(present, m.now())
+	for _, id := range lost {
+		m.logger.Warn("GPU lost", "gpu", id)
+	}
+	for _, id := range recovered {
+		m.logger.Info("GPU recovered", "gpu", id)
+	}
+	m.present = present
+	m.publish()
+}
+
+func linkKey(a, b string) [2]string {
+	if b < a {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// publish rebuilds the snapshot and makes it current if the groups differ.
+func (m *monitor) publish() {
+	st := nodeState{driverVersion: m.meta.DriverVersion, cudaDriverVersion: m.meta.CUDADriverVersion,
+		nvswitch: m.meta.NVSwitch, present: m.present}
+	for _, d := range m.known {
+		st.devices = append(st.devices, d)
+	}
+	sort.Slice(st.devices, func(i, j int) bool { return st.devices[i].Index < st.devices[j].Index })
+	for _, l := range m.links {
+		st.links = append(st.links, l)
+	}
+	sort.Slice(st.links, func(i, j int) bool {
+		if st.links[i].A != st.links[j].A {
+			return st.links[i].A < st.links[j].A
+		}
+		return st.links[i].B < st.links[j].B
+	})
+	snap, err := buildSnapshot(st, m.health, m.s)
+	if err != nil {
+		m.logger.Error("cannot build the device state; keeping the previous one", "error", err)
+		if m.snap != nil {
+			return
+		}
+		snap = snapshot{byID: map[string]devInfo{}, present: map[string]bool{}}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	first := m.snap == nil
+	if !first && reflect.DeepEqual(m.snap.groups, snap.groups) {
+		// Same groups: no new version, but stats follow the scan.
+		cp := *m.snap
+		cp.present = snap.present
+		m.snap = &cp
+		return
+	}
+	m.snap = &snap
+	m.version++
+	close(m.changed)
+	m.changed = make(chan struct{})
+	if first {
+		close(m.ready)
+	}
+	m.logger.Info("device groups changed", "version", m.version, "groups", sortedGroupNames(snap.groups))
+}
