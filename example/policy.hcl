@@ -10,32 +10,34 @@
 default_tier    = "normal"
 default_project = "default"
 
-# Tiers, from most to least important. `weight` is the tier's term in the
+# Tiers, from most to least important, a factor of ten apart so that the
+# other terms (fair share up to +-50, deadline up to 50, aging up to 20)
+# reorder jobs within a tier but rarely across tiers. `weight` is the tier's term in the
 # impact score and its value per GPU when weighing a preemption's gain
 # against its cost. `may_preempt` lists the tiers whose preemptible jobs this
 # tier may stop. `preemptible` is the default for jobs of the tier that do
 # not set `impact_preemptible`.
 tier "critical" {
-  weight      = 1000
+  weight      = 10000
   may_preempt = ["high", "normal", "scavenger"]
   preemptible = false
 }
 
 tier "high" {
-  weight      = 100
+  weight      = 1000
   may_preempt = ["normal", "scavenger"]
   preemptible = false
 }
 
 tier "normal" {
-  weight      = 10
+  weight      = 100
   may_preempt = ["scavenger"]
   preemptible = true
 }
 
 # Scavenger work fills idle GPUs and gives them back on demand.
 tier "scavenger" {
-  weight      = 1
+  weight      = 10
   preemptible = true
 }
 
@@ -66,15 +68,15 @@ project "interns" {
 
 # Aging: + weight_per_hour per hour waited, up to max, so nothing starves.
 aging {
-  weight_per_hour = 1  # default 1
-  max             = 50 # default 50
+  weight_per_hour = 0.2 # default 0.2
+  max             = 20  # default 20
 }
 
 # Fair share: + weight x (entitled - used fraction of GPU-hours), usage
 # decayed with half_life, so last month matters less than yesterday.
 fair_share {
   half_life = "24h" # default "24h"
-  weight    = 8     # default 8
+  weight    = 50    # default 50
 }
 
 # Deadline urgency: + weight x urgency, rising from 0 at `horizon` before

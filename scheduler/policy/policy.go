@@ -150,16 +150,16 @@ func Default() *Policy {
 		DefaultTier:    "normal",
 		DefaultProject: "default",
 		Tiers: map[string]*Tier{
-			"critical":  {Name: "critical", Weight: 1000, MayPreempt: []string{"high", "normal", "scavenger"}},
-			"high":      {Name: "high", Weight: 100, MayPreempt: []string{"normal", "scavenger"}},
-			"normal":    {Name: "normal", Weight: 10, MayPreempt: []string{"scavenger"}, Preemptible: true},
-			"scavenger": {Name: "scavenger", Weight: 1, Preemptible: true},
+			"critical":  {Name: "critical", Weight: 10000, MayPreempt: []string{"high", "normal", "scavenger"}},
+			"high":      {Name: "high", Weight: 1000, MayPreempt: []string{"normal", "scavenger"}},
+			"normal":    {Name: "normal", Weight: 100, MayPreempt: []string{"scavenger"}, Preemptible: true},
+			"scavenger": {Name: "scavenger", Weight: 10, Preemptible: true},
 		},
 		Projects: map[string]*Project{
 			"default": {Name: "default", Share: 1, Weight: 1},
 		},
-		Aging:     Aging{WeightPerHour: 1, Max: 50},
-		FairShare: FairShare{HalfLife: 24 * time.Hour, Weight: 8},
+		Aging:     Aging{WeightPerHour: 0.2, Max: 20},
+		FairShare: FairShare{HalfLife: 24 * time.Hour, Weight: 50},
 		Deadline:  Deadline{Weight: 50, Horizon: 24 * time.Hour},
 		Preemption: Preemption{
 			Enabled:                true,

@@ -49,7 +49,7 @@ func TestScoreTerms(t *testing.T) {
 	u.Add("heavy", 100, t0)
 	s := p.NewScorer(u, t0, []string{"heavy", "light"})
 	light := s.Score(Spec{Tier: "high", Project: "light", Deadline: t0.Add(12 * time.Hour)}, t0.Add(-10*time.Hour))
-	if !near(light.Tier, 100) {
+	if !near(light.Tier, p.Tiers["high"].Weight) {
 		t.Fatalf("tier term %v", light.Tier)
 	}
 	if !near(light.FairShare, 0.5*p.FairShare.Weight) {

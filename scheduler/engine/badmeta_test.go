@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// Bad metadata keeps a job parked, with the key at fault in its
+// explanation, however much room there is; good jobs are not held up.
+func TestBadMetadataParks(t *testing.T) {
+	jobs := []*cluster.Job{
+		mkJob("bad-grace", meta("impact_grace", "-5m")),
+		mkJob("bad-tier", meta("impact_tier", "urgent")),
+		mkJob("typo", meta("impact_walltim", "1h")),
+		mkJob("bad-group", group("w", 1, 1, "impact_tier", "critical"), meta("impact_tier", "normal")),
+		mkJob("too-big", group("w", 1, 16)),
+		mkJob("good", meta("impact_tier", "scavenger")),
+	}
+	want := map[string]string{
+		"bad-grace": "impact_grace",
+		"bad-tier":  "impact_tier",
+		"typo":      "impact_walltim",
+		"bad-group": "impact_tier",
+		"too-big":   "largest schedulable node",
+	}
+	snap := mustSnap(t, []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, jobs, nil)
+	plan := mustEngine(t, nil).Decide(snap, t0)
+	if err := ValidatePlan(policy.Default(), snap, plan); err != nil {
+		t.Fatal(err)
+	}
+	if got := join(admittedIDs(plan)); got != "good" {
+		t.Fatalf("admitted %q, want only the good job", got)
+	}
+	for id, key := range want {
+		exp := plan.Explanations[id]
+		if exp == nil || exp.Status != StatusParked {
+			t.Fatalf("%s: want parked, got %+v", id, exp)
+		}
+		if !strings.Contains(exp.Reason, key) {
+			t.Fatalf("%s: reason %q does not name %q", id, exp.Reason, key)
+		}
+	}
+	// Jobs with bad metadata sort after every job that could run.
+	pos := map[string]int{}
+	for i, id := range plan.Queue {
+		pos[id] = i
+	}
+	for _, id := range []string{"bad-grace", "bad-tier", "typo", "bad-group"} {
+		if pos[id] < pos["good"] {
+			t.Fatalf("queue %v: %s ahead of the good job", plan.Queue, id)
+		}
+	}
+}
