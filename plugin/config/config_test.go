@@ -410,3 +410,50 @@ func TestFormatPath(t *testing.T) {
 		t.Errorf("got %s", got)
 	}
 }
+
+// TestBlocksWithAnyTypedAttributes: hcldec turns repeated blocks whose
+// element types differ (because of "any") into a tuple rather than a list;
+// decoding must follow. ("any" inside a block_map is refused by Convert.)
+func TestBlocksWithAnyTypedAttributes(t *testing.T) {
+	spec := hclspec.Object(hclspec.Attrs{
+		"item":  hclspec.BlockList("item", 0, 0, hclspec.Object(hclspec.Attrs{"v": hclspec.Attr("v", "any")})),
+		"named": hclspec.BlockMap("named", []string{"name"}, hclspec.Object(hclspec.Attrs{"v": hclspec.Attr("v", "string")})),
+	})
+	v, err := hclspec.DecodeHCL(spec, []byte(`
+item { v = 1 }
+item { v = "s" }
+named "a" { v = "x" }
+named "b" {}`), "t.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := config.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := config.NewDecoder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dec.Value(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.RawEquals(v) {
+		t.Errorf("got  %#v\nwant %#v", got, v)
+	}
+	var out struct {
+		Items []struct {
+			V cty.Value `cty:"v"`
+		} `cty:"item"`
+		Named map[string]struct {
+			V cty.Value `cty:"v"`
+		} `cty:"named"`
+	}
+	if err := dec.Decode(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Items) != 2 || !out.Items[1].V.RawEquals(cty.StringVal("s")) || !out.Named["a"].V.RawEquals(cty.StringVal("x")) {
+		t.Errorf("decoded %+v", out)
+	}
+}

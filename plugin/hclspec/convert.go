@@ -87,11 +87,17 @@ func DecodeJSON(spec *Spec, src []byte, filename string) (cty.Value, error) {
 }
 
 // DecodeBody decodes an HCL body against the schema with no variables.
-func DecodeBody(spec *Spec, body hcl.Body) (cty.Value, error) {
+func DecodeBody(spec *Spec, body hcl.Body) (val cty.Value, err error) {
 	s, err := Convert(spec)
 	if err != nil {
 		return cty.NilVal, err
 	}
+	defer func() {
+		// hcldec panics on some inconsistent values; report, don't crash.
+		if r := recover(); r != nil {
+			val, err = cty.NilVal, fmt.Errorf("decoding config: %v", r)
+		}
+	}()
 	val, diags := hcldec.Decode(body, s, nil)
 	if diags.HasErrors() {
 		return cty.NilVal, fmt.Errorf("decoding config: %w", diags)
@@ -207,6 +213,10 @@ func convert(spec *Spec, implied, path string) (hcldec.Spec, error) {
 		nested, err := convertNested(b.BlockMap.GetNested(), path+".block_map")
 		if err != nil {
 			return nil, err
+		}
+		if hcldec.ImpliedType(nested).HasDynamicTypes() {
+			// hcldec panics on such a spec, in Nomad's agent as here.
+			return nil, fmt.Errorf("%s: block_map %q: \"any\"-typed attributes are not allowed inside a block_map", path, n)
 		}
 		return &hcldec.BlockMapSpec{TypeName: n, LabelNames: append([]string(nil), b.BlockMap.GetLabels()...), Nested: nested}, nil
 	case *hclspecpb.Spec_Literal:

@@ -31,6 +31,7 @@ func TestConvertRejectsWhatNomadRejects(t *testing.T) {
 		{"unknown function", hclspec.Literal(`format("%d", 1)`), "format"},
 		{"block without nested", hclspec.Object(hclspec.Attrs{"b": hclspec.Block("b", nil)}), "nested spec is missing"},
 		{"block map without labels", hclspec.Object(hclspec.Attrs{"b": hclspec.BlockMap("b", nil, hclspec.Object(nil))}), "at least one label"},
+		{"any inside a block map", hclspec.Object(hclspec.Attrs{"b": hclspec.BlockMap("b", []string{"l"}, hclspec.Object(hclspec.Attrs{"v": hclspec.Attr("v", "any")}))}), "not allowed inside a block_map"},
 		{"min above max", hclspec.Object(hclspec.Attrs{"b": hclspec.BlockList("b", 3, 2, hclspec.Object(nil))}), "min_items 3"},
 	}
 	for _, tc := range cases {
