@@ -67,7 +67,7 @@ type settings struct {
 }
 
 // encode decodes HCL against the schema and encodes it as Nomad does.
-func encode(t *testing.T, src string) []byte {
+func encode(t testing.TB, src string) []byte {
 	t.Helper()
 	v, err := hclspec.DecodeHCL(schema(), []byte(src), "test.hcl")
 	if err != nil {
@@ -80,7 +80,7 @@ func encode(t *testing.T, src string) []byte {
 	return b
 }
 
-func decoder(t *testing.T) *config.Decoder {
+func decoder(t testing.TB) *config.Decoder {
 	t.Helper()
 	d, err := config.NewDecoder(schema())
 	if err != nil {

@@ -163,3 +163,31 @@ func TestNegotiateAPIVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeConfigRoutesAgree: the agent reaches plugin config through HCL
+// JSON; native HCL in tests must give the same bytes.
+func TestEncodeConfigRoutesAgree(t *testing.T) {
+	spec := hclspec.Object(hclspec.Attrs{
+		"enabled": hclspec.AttrDefault("enabled", "bool", "true"),
+		"ratio":   hclspec.Attr("ratio", "number"),
+		"tags":    hclspec.AttrDefault("tags", "list(string)", "[]"),
+		"island": hclspec.BlockList("island", 0, 0, hclspec.Object(hclspec.Attrs{
+			"id": hclspec.RequiredAttr("", "number"),
+		})),
+	})
+	native, err := plugintest.EncodeConfig(spec, "ratio = 0.1\ntags = [\"a\"]\nisland { id = 1 }\nisland { id = 300 }")
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaJSON, err := plugintest.EncodeConfigJSON(spec, `{"ratio": 0.1, "tags": ["a"], "island": [{"id": 1}, {"id": 300}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(native) != string(viaJSON) {
+		t.Errorf("native %x\n  json %x", native, viaJSON)
+	}
+	// 0.1 is not an exact binary fraction: go-cty writes it as a string.
+	if !strings.Contains(string(native), "\xa30.1") {
+		t.Errorf("0.1 not encoded as a decimal string: %x", native)
+	}
+}
