@@ -101,7 +101,7 @@ func (p *Plugin) SetConfig(ctx context.Context, c *plugin.Config) error {
 	}
 	p.stopLocked()
 	p.s, p.fakeTopo = &s, topo
-	p.logger.Info("configured", "enabled", s.enabled, "backend", s.backend, "group_by", s.groupBy, "fingerprint_period", s.period, "ignored", len(s.ignored))
+	p.logger.Info("configured", "enabled", s.enabled, "backend", s.backend, "group_by", s.groupBy, "fingerprint_period", s.period.String(), "ignored", len(s.ignored))
 	return nil
 }
 

@@ -94,6 +94,21 @@ const (
 	ActStats
 )
 
+// String names the kind for logs.
+func (k ActionKind) String() string {
+	switch k {
+	case ActXID:
+		return "xid"
+	case ActLost:
+		return "lost"
+	case ActRecover:
+		return "recover"
+	case ActStats:
+		return "stats"
+	}
+	return fmt.Sprintf("ActionKind(%d)", int(k))
+}
+
 // Action is one injected change.
 type Action struct {
 	Kind  ActionKind
@@ -356,7 +371,7 @@ func (b *Backend) readControl(now time.Time) {
 
 // apply changes the state; b.mu is held.
 func (b *Backend) apply(a Action, now time.Time) {
-	b.logger.Info("injecting", "kind", a.Kind, "gpu", a.UUID, "xid", a.XID)
+	b.logger.Info("injecting", "kind", a.Kind.String(), "gpu", a.UUID, "xid", a.XID)
 	switch a.Kind {
 	case ActXID:
 		b.push(gpu.HealthEvent{UUID: a.UUID, Kind: gpu.EventXID, XID: a.XID, Time: now, Detail: "injected"})
