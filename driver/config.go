@@ -28,6 +28,9 @@ var configSpec = hclspec.Object(hclspec.Attrs{
 	// names no port label; empty = the local address that routes to the
 	// rendezvous server.
 	"advertise_addr": hclspec.AttrDefault("advertise_addr", "string", hclspec.Quote("")),
+	// Enforce each task's memory (hard limit, OOM reported) and cpu shares
+	// with cgroups (v2, or v1 memory+cpu controllers).
+	"enforce_resources": hclspec.AttrDefault("enforce_resources", "bool", "true"),
 })
 
 // Config is the decoded plugin config.
@@ -36,6 +39,7 @@ type Config struct {
 	BarrierTimeout    string `cty:"barrier_timeout"`
 	HeartbeatInterval string `cty:"heartbeat_interval"`
 	AdvertiseAddr     string `cty:"advertise_addr"`
+	EnforceResources  bool   `cty:"enforce_resources"`
 
 	barrierTimeout time.Duration
 	heartbeat      time.Duration
@@ -43,7 +47,8 @@ type Config struct {
 
 // defaultConfig is what the driver uses before SetConfig.
 func defaultConfig() Config {
-	return Config{BarrierTimeout: "10m", HeartbeatInterval: "5s", barrierTimeout: 10 * time.Minute, heartbeat: 5 * time.Second}
+	return Config{BarrierTimeout: "10m", HeartbeatInterval: "5s", EnforceResources: true,
+		barrierTimeout: 10 * time.Minute, heartbeat: 5 * time.Second}
 }
 
 // validate parses the durations and checks the address; errors name the field.

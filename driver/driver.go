@@ -221,6 +221,9 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		StdoutPath: tc.GetStdoutPath(), StderrPath: tc.GetStderrPath(),
 		KillSignal: killSig, KillTimeout: killTimeout, Gang: gs,
 	}
+	if pcfg.EnforceResources {
+		spec.Resources = resources(tc.GetResources())
+	}
 	logger := d.logger.With("task_id", tc.GetId(), "task", tc.GetName())
 	proc, err := executor.Launch(ctx, d.exe, stateDir, spec, logger)
 	if err != nil {
@@ -576,4 +579,22 @@ func IsRecoverable(err error) (bool, bool) {
 		}
 	}
 	return false, false
+}
+
+// resources picks the limits to enforce: Nomad's precomputed Linux values,
+// else the allocated amounts.
+func resources(r *driverpb.Resources) executor.Resources {
+	lr, ar := r.GetLinuxResources(), r.GetAllocatedResources()
+	out := executor.Resources{
+		MemoryLimitBytes: lr.GetMemoryLimitBytes(),
+		CPUShares:        lr.GetCpuShares(),
+		CgroupPath:       lr.GetCpusetCgroup(),
+	}
+	if out.MemoryLimitBytes == 0 {
+		out.MemoryLimitBytes = max(ar.GetMemory().GetMemoryMb(), ar.GetMemory().GetMemoryMaxMb()) << 20
+	}
+	if out.CPUShares == 0 {
+		out.CPUShares = ar.GetCpu().GetCpuShares()
+	}
+	return out
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/driver/gang"
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
@@ -482,4 +483,33 @@ func merge(ms ...map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// The task's memory is limited through cgroups and an OOM kill is reported.
+func TestConformanceOOM(t *testing.T) {
+	probe := filepath.Join(executor.CgroupRoot, "memory", "impact-exec-probe")
+	if _, err := os.Stat(filepath.Join(executor.CgroupRoot, "cgroup.controllers")); err != nil {
+		if err := os.MkdirAll(probe, 0o755); err != nil {
+			t.Skipf("cannot create cgroups here: %v", err)
+		}
+		os.Remove(probe)
+	} else if os.Geteuid() != 0 {
+		t.Skip("cgroup v2 needs root")
+	}
+	inst := load(t, "")
+	tk := newTask(t, "hog", `
+command = "/bin/sh"
+args    = ["-c", "head -c 300000000 /dev/zero | tail > /dev/null"]`, nil)
+	tk.cfg.Resources = &driverpb.Resources{
+		AllocatedResources: &driverpb.AllocatedTaskResources{
+			Memory: &driverpb.AllocatedMemoryResources{MemoryMb: 32},
+			Cpu:    &driverpb.AllocatedCpuResources{CpuShares: 100},
+		},
+		LinuxResources: &driverpb.LinuxResources{MemoryLimitBytes: 32 << 20, CpuShares: 100},
+	}
+	start(t, inst, tk)
+	res := waitTask(t, inst, tk.cfg.Id, 30*time.Second)
+	if !res.GetResult().GetOomKilled() {
+		t.Fatalf("result: %+v, want oom_killed", res)
+	}
 }

@@ -30,7 +30,7 @@ func testSpec(t *testing.T, script string) (Spec, string) {
 	task := filepath.Join(dir, "task")
 	os.MkdirAll(task, 0o755)
 	return Spec{
-		Version: SpecVersion, TaskID: "a/t/1", Command: "/bin/sh", Args: []string{"-c", script},
+		Version: SpecVersion, TaskID: "alloc/" + t.Name() + "/1", Command: "/bin/sh", Args: []string{"-c", script},
 		Dir: task, Env: map[string]string{"PATH": "/usr/bin:/bin", "GREETING": "hello"},
 		StdoutPath: filepath.Join(dir, "stdout"), StderrPath: filepath.Join(dir, "stderr"),
 		KillSignal: "SIGTERM", KillTimeout: 2 * time.Second,
@@ -339,5 +339,34 @@ func TestGangFailurePropagates(t *testing.T) {
 	st, err := srv.Registry.List(), error(nil)
 	if len(st) != 1 || st[0].State != gang.StateFailed {
 		t.Fatalf("gang: %+v %v", st, err)
+	}
+}
+
+func TestMemoryLimitOOM(t *testing.T) {
+	probe := filepath.Join(CgroupRoot, "memory", "impact-exec-probe")
+	if _, err := os.Stat(filepath.Join(CgroupRoot, "cgroup.controllers")); err != nil {
+		if err := os.MkdirAll(probe, 0o755); err != nil {
+			t.Skipf("cannot create cgroups here: %v", err)
+		}
+		os.Remove(probe)
+	} else if os.Geteuid() != 0 {
+		t.Skip("cgroup v2 needs root")
+	}
+	// tail keeps a newline-free stream in memory: far beyond 32 MiB.
+	spec, state := testSpec(t, `head -c 300000000 /dev/zero | tail > /dev/null; echo survived`)
+	spec.Resources = Resources{MemoryLimitBytes: 32 << 20, CPUShares: 100}
+	p := launch(t, spec, state)
+	ex := wait(t, p, 30*time.Second)
+	if !ex.OOMKilled {
+		out, _ := os.ReadFile(spec.StdoutPath)
+		log, _ := os.ReadFile(filepath.Join(state, LogFile))
+		t.Fatalf("exit: %+v, want OOM killed; events: %s; stdout %s; log %s", ex, events(t, p), out, log)
+	}
+	if ev := events(t, p); !strings.Contains(ev, "OOM killed") {
+		t.Fatalf("events: %s", ev)
+	}
+	// The task's cgroup is removed afterwards.
+	if _, err := os.Stat(filepath.Join(CgroupRoot, "memory", "impact-exec", cgroupName(spec.TaskID))); err == nil {
+		t.Fatal("task cgroup left behind")
 	}
 }

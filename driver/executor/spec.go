@@ -57,6 +57,7 @@ type Spec struct {
 	// the task (gang failure propagation).
 	KillSignal  string        `json:"kill_signal"`
 	KillTimeout time.Duration `json:"kill_timeout"`
+	Resources   Resources     `json:"resources"`
 	Gang        *GangSpec     `json:"gang,omitempty"`
 }
 

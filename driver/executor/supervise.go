@@ -135,6 +135,12 @@ func (s *supervisor) run() int {
 		s.reportGangExit(client, gang.ExitRequest{ExitCode: 1, Reason: err.Error()})
 		return s.finish(Exit{ExitCode: 1, Err: err.Error()})
 	}
+	cg, err := setupCgroups(cgroupName(s.spec.TaskID), s.spec.Resources)
+	if err != nil {
+		s.event(fmt.Sprintf("Resource limits not enforced: %v", err), nil)
+	}
+	cg.prepare(cmd.SysProcAttr)
+	defer cg.remove()
 	s.mu.Lock()
 	if s.stopSig != nil {
 		// Stopped between the barrier and the start.
@@ -143,7 +149,7 @@ func (s *supervisor) run() int {
 		s.reportGangExit(client, gang.ExitRequest{Stopped: true, Reason: "stopped before start"})
 		return s.finish(Exit{ExitCode: 128 + sigNum(sig), Signal: sigNum(sig), Stopped: true})
 	}
-	if err := cmd.Start(); err != nil {
+	if err := cg.start(cmd); err != nil {
 		s.mu.Unlock()
 		msg := fmt.Sprintf("starting %s: %v", s.spec.Command, err)
 		s.reportGangExit(client, gang.ExitRequest{ExitCode: 1, Reason: msg})
@@ -181,6 +187,11 @@ func (s *supervisor) run() int {
 		}
 	default:
 		ex.ExitCode, ex.Err = 1, fmt.Sprintf("waiting for task: %v", werr)
+	}
+	ex.OOMKilled = cg.oomKilled()
+	cg.remove()
+	if ex.OOMKilled {
+		s.event("OOM killed: the task exceeded its memory limit", map[string]string{"oom_killed": "true"})
 	}
 	s.mu.Lock()
 	ex.Stopped = s.gangStopped || fileExists(filepath.Join(s.dir, StopFile))
@@ -492,4 +503,9 @@ func sigNum(s os.Signal) int {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// cgroupName is a file-name-safe, per-start-attempt name for the task's cgroups.
+func cgroupName(taskID string) string {
+	return strings.NewReplacer("/", ".", " ", "_").Replace(taskID)
 }
