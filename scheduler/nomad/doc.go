@@ -28,7 +28,8 @@
 //	x := nomad.NewExecutor(c, st, nomad.ExecutorConfig{ParkingPool: "impact-queue", DefaultPool: "default"}, logger)
 //	err = x.Recover(ctx)          // on becoming leader: finish or roll back intents
 //	res := x.Apply(ctx, plan)     // engine.Plan: admissions and preemptions (preemptions continue in background)
-//	x.CheckDeadlines(ctx, snap)   // every cycle: roll back admissions not fully running in time
+//	x.CheckDeadlines(ctx)         // every cycle: finish admissions fully running, roll back late/failed ones
+//	x.Busy(jobID), x.Outcome(jobID) // action under way; last rollback/conflict reason (for explain)
 //	x.Wait()                      // on shutdown: wait for background preemptions
 //
 //	ew := nomad.NewExplainWriter(c, logger)

@@ -1,0 +1,171 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+// ElectorConfig tunes leader election.
+type ElectorConfig struct {
+	// Path of the lock Variable (default "impact/leader").
+	Path string
+	// HolderID names this agent in the lock's items (e.g. hostname:port).
+	HolderID string
+	// TTL of the lock (default 15s); it is renewed every TTL/2.
+	TTL time.Duration
+	// LockDelay: after a holder vanishes without releasing, nobody may take
+	// the lock for this long (default 5s), so that a stalled old leader
+	// notices it lost the lock before a new one acts.
+	LockDelay time.Duration
+	// RetryInterval between acquisition attempts (default TTL/2).
+	RetryInterval time.Duration
+}
+
+// Elector elects one leader among impact agents with a Nomad Variables
+// lock (the lock-acquire / lock-renew / lock-release endpoints behind
+// api.Locks). Only the leader acts on Nomad; the others keep their model
+// warm and take over when the lock frees.
+type Elector struct {
+	c      *Client
+	cfg    ElectorConfig
+	log    hclog.Logger
+	leader atomic.Bool
+}
+
+// NewElector builds an elector.
+func NewElector(c *Client, cfg ElectorConfig, logger hclog.Logger) *Elector {
+	if cfg.Path == "" {
+		cfg.Path = "impact/leader"
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = api.DefaultLockTTL
+	}
+	if cfg.LockDelay <= 0 {
+		cfg.LockDelay = 5 * time.Second
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = cfg.TTL / 2
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Elector{c: c, cfg: cfg, log: logger.Named("elector")}
+}
+
+// IsLeader reports whether this agent holds the lock now.
+func (e *Elector) IsLeader() bool { return e.leader.Load() }
+
+// Holder returns the HolderID of the current lock holder ("" if none).
+func (e *Elector) Holder(ctx context.Context) (string, error) {
+	v, _, err := e.c.api.Variables().Peek(e.cfg.Path, e.c.q(ctx))
+	if err != nil {
+		return "", fmt.Errorf("read lock %s: %w", e.cfg.Path, err)
+	}
+	if v == nil || v.Lock == nil {
+		return "", nil
+	}
+	return v.Items["holder"], nil
+}
+
+// Run contends for leadership until ctx ends. Each time it wins, it runs
+// lead with a context that is cancelled as soon as leadership is lost (a
+// renewal refused, or no successful renewal for a TTL), and waits for lead
+// to return before contending again. On exit it releases the lock.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
+	for ctx.Err() == nil {
+		lockID, err := e.acquire(ctx)
+		if err != nil || lockID == "" {
+			if err != nil {
+				e.log.Warn("lock acquisition failed", "path", e.cfg.Path, "error", err)
+			}
+			_ = sleepCtx(ctx, e.cfg.RetryInterval)
+			continue
+		}
+		e.log.Info("became leader", "holder", e.cfg.HolderID)
+		e.leader.Store(true)
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			lead(lctx)
+		}()
+		lost := e.hold(lctx, lockID, done)
+		cancel()
+		<-done
+		e.leader.Store(false)
+		if !lost {
+			// Stepping down on purpose (shutdown or lead returned): free
+			// the lock so a successor need not wait for the TTL.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			e.release(rctx, lockID)
+			rcancel()
+		}
+		e.log.Info("no longer leader", "lost", lost)
+	}
+	return nil
+}
+
+// acquire tries once; "" with no error means someone else holds the lock.
+func (e *Elector) acquire(ctx context.Context) (string, error) {
+	v := &api.Variable{
+		Path:  e.cfg.Path,
+		Items: map[string]string{"holder": e.cfg.HolderID},
+		Lock:  &api.VariableLock{TTL: e.cfg.TTL.String(), LockDelay: e.cfg.LockDelay.String()},
+	}
+	out, _, err := e.c.api.Variables().AcquireLock(v, e.c.w(ctx))
+	if err != nil {
+		if statusCode(err) == http.StatusConflict {
+			return "", nil
+		}
+		return "", err
+	}
+	if out == nil || out.Lock == nil || out.Lock.ID == "" {
+		return "", fmt.Errorf("lock %s acquired without a lock ID", e.cfg.Path)
+	}
+	return out.Lock.ID, nil
+}
+
+// hold renews the lock every TTL/2 until ctx ends or lead returns
+// (lost=false), or leadership is lost (lost=true).
+func (e *Elector) hold(ctx context.Context, lockID string, done <-chan struct{}) bool {
+	t := time.NewTicker(e.cfg.TTL / 2)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-done:
+			return false
+		case <-t.C:
+		}
+		v := &api.Variable{Path: e.cfg.Path, Lock: &api.VariableLock{ID: lockID}}
+		_, _, err := e.c.api.Variables().RenewLock(v, e.c.w(ctx))
+		if err == nil {
+			lastOK = time.Now()
+			continue
+		}
+		if statusCode(err) == http.StatusConflict {
+			e.log.Warn("lock renewal refused: another agent holds it", "path", e.cfg.Path)
+			return true
+		}
+		if time.Since(lastOK) >= e.cfg.TTL*3/4 {
+			e.log.Warn("cannot renew the lock in time; stepping down", "error", err)
+			return true
+		}
+		e.log.Warn("lock renewal failed; retrying", "error", err)
+	}
+}
+
+func (e *Elector) release(ctx context.Context, lockID string) {
+	v := &api.Variable{Path: e.cfg.Path, Lock: &api.VariableLock{ID: lockID}}
+	if _, _, err := e.c.api.Variables().ReleaseLock(v, e.c.w(ctx)); err != nil {
+		e.log.Warn("lock release failed (it expires after its TTL)", "error", err)
+	}
+}

@@ -1,0 +1,740 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// IslandAffinityWeight marks the device affinity the executor adds to
+// steer Nomad to the NVLink island the plan chose; re-parking removes
+// exactly the affinities with this weight on ${device.attr.island}.
+const IslandAffinityWeight = 87
+
+// ExecutorConfig tunes the executor.
+type ExecutorConfig struct {
+	// ParkingPool is where managed jobs wait (default "impact-queue").
+	ParkingPool string
+	// DefaultPool is the pool admitted jobs run in when neither the plan
+	// nor their impact_pool meta names one (default "default").
+	DefaultPool string
+	// AdmitDeadline: an admitted job whose allocations are not all running
+	// by then is parked again (default 5m).
+	AdmitDeadline time.Duration
+	// PollInterval while waiting for a preempted job's tasks to exit (1s).
+	PollInterval time.Duration
+	// Snapshot, when set, gives the executor the model, to add an island
+	// affinity when the plan put every allocation of a group on one
+	// NVLink island number.
+	Snapshot func() *cluster.Snapshot
+	// Clock (default time.Now).
+	Clock func() time.Time
+}
+
+// ApplyResult says what Apply did with a plan.
+type ApplyResult struct {
+	// Admitted jobs were re-registered into their target pool.
+	Admitted []string
+	// Conflicts: the job changed since the plan was decided (a user
+	// update won the EnforceIndex race); the next cycle re-decides.
+	Conflicts []string
+	// Preempting: preemptions started (they finish in the background).
+	Preempting []string
+	// Skipped: an action for the job is already under way.
+	Skipped []string
+	// Failed actions, by job.
+	Failed map[string]error
+}
+
+// Executor carries out the engine's plans on Nomad.
+type Executor struct {
+	c   *Client
+	st  *StateStore
+	cfg ExecutorConfig
+	log hclog.Logger
+
+	mu       sync.Mutex
+	busy     map[string]bool    // jobs with an action under way
+	pending  map[string]*Intent // admissions waiting to be fully running
+	outcomes map[string]string  // last rollback/conflict reason per job
+	wg       sync.WaitGroup
+
+	// crashAt, in tests, makes the executor stop dead at a named step, as
+	// if the process had been killed there.
+	crashAt string
+}
+
+var errCrashed = errors.New("executor stopped at a test crash point")
+
+// NewExecutor builds an executor.
+func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Logger) *Executor {
+	if cfg.ParkingPool == "" {
+		cfg.ParkingPool = "impact-queue"
+	}
+	if cfg.DefaultPool == "" {
+		cfg.DefaultPool = "default"
+	}
+	if cfg.AdmitDeadline <= 0 {
+		cfg.AdmitDeadline = 5 * time.Minute
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Executor{
+		c: c, st: st, cfg: cfg, log: logger.Named("executor"),
+		busy: map[string]bool{}, pending: map[string]*Intent{}, outcomes: map[string]string{},
+	}
+}
+
+func (x *Executor) crash(step string) error {
+	if x.crashAt == step {
+		return errCrashed
+	}
+	return nil
+}
+
+// Busy reports whether an admission or preemption of the job is under way
+// (the engine's plan for it should wait).
+func (x *Executor) Busy(jobID string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.busy[jobID] || x.pending[jobID] != nil
+}
+
+// Outcome returns the last noteworthy outcome for a job (a rollback or a
+// conflict), for explain; "" when none.
+func (x *Executor) Outcome(jobID string) string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.outcomes[jobID]
+}
+
+func (x *Executor) claim(jobID string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.busy[jobID] || x.pending[jobID] != nil {
+		return false
+	}
+	x.busy[jobID] = true
+	return true
+}
+
+func (x *Executor) release(jobID string) {
+	x.mu.Lock()
+	delete(x.busy, jobID)
+	x.mu.Unlock()
+}
+
+func (x *Executor) setOutcome(jobID, s string) {
+	x.mu.Lock()
+	x.outcomes[jobID] = s
+	x.mu.Unlock()
+}
+
+// Wait blocks until background preemptions end.
+func (x *Executor) Wait() { x.wg.Wait() }
+
+// Apply carries out a plan: admissions now, preemptions in the background
+// (signal, grace, re-park, stop). An action already under way for a job is
+// not started twice.
+func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
+	res := ApplyResult{Failed: map[string]error{}}
+	if plan == nil {
+		return res
+	}
+	for _, p := range plan.Preemptions {
+		if !x.claim(p.JobID) {
+			res.Skipped = append(res.Skipped, p.JobID)
+			continue
+		}
+		in := &Intent{
+			Kind: IntentPreempt, JobID: p.JobID, Phase: PhaseDecided, Allocs: p.Allocs,
+			Signal: p.CheckpointSignal, Grace: p.Grace, Preemptor: p.Preemptor, Reason: p.Reason,
+			GPUs: p.GPUs, LostGPUH: p.LostGPUHours, Created: x.cfg.Clock(),
+		}
+		if err := x.st.PutIntent(ctx, in); err != nil {
+			x.release(p.JobID)
+			res.Failed[p.JobID] = fmt.Errorf("record preemption intent: %w", err)
+			continue
+		}
+		res.Preempting = append(res.Preempting, p.JobID)
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			defer x.release(in.JobID)
+			if err := x.preempt(context.WithoutCancel(ctx), in); err != nil {
+				x.log.Error("preemption failed; the intent stays for recovery", "job", in.JobID, "error", err)
+			}
+		}()
+	}
+	for _, a := range plan.Admissions {
+		if !x.claim(a.JobID) {
+			res.Skipped = append(res.Skipped, a.JobID)
+			continue
+		}
+		err := x.admit(ctx, a)
+		x.release(a.JobID)
+		switch {
+		case err == nil:
+			res.Admitted = append(res.Admitted, a.JobID)
+		case errors.Is(err, ErrConflict):
+			res.Conflicts = append(res.Conflicts, a.JobID)
+			x.setOutcome(a.JobID, err.Error())
+		default:
+			res.Failed[a.JobID] = err
+		}
+	}
+	return res
+}
+
+// admit re-registers a parked job into its target pool, pinned to the
+// plan's nodes, enforcing the JobModifyIndex the plan was decided on.
+func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
+	ns, id := splitJobKey(a.JobID)
+	pins := map[string][]string{}
+	for _, g := range a.Groups {
+		pins[g.Group] = g.Nodes()
+	}
+	in := &Intent{
+		Kind: IntentAdmit, JobID: a.JobID, Phase: PhaseDecided, FromIndex: a.ModifyIndex,
+		Pool: a.Pool, Pins: pins, Deadline: x.cfg.Clock().Add(x.cfg.AdmitDeadline), Created: x.cfg.Clock(),
+	}
+	if err := x.st.PutIntent(ctx, in); err != nil {
+		return fmt.Errorf("admit %s: record intent: %w", a.JobID, err)
+	}
+	if err := x.crash("admit:after-intent"); err != nil {
+		return err
+	}
+	job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+	if err != nil {
+		_ = x.st.DeleteIntent(ctx, a.JobID)
+		return fmt.Errorf("admit %s: read job: %w", a.JobID, err)
+	}
+	if derefU(job.JobModifyIndex) != a.ModifyIndex || deref(job.NodePool) != x.cfg.ParkingPool || derefB(job.Stop) {
+		_ = x.st.DeleteIntent(ctx, a.JobID)
+		return fmt.Errorf("admit %s: job changed since the plan (modify index %d, plan %d, pool %q): %w",
+			a.JobID, derefU(job.JobModifyIndex), a.ModifyIndex, deref(job.NodePool), ErrConflict)
+	}
+	pool := a.Pool
+	if pool == "" {
+		pool = job.Meta[policy.MetaPool]
+	}
+	if pool == "" {
+		pool = x.cfg.DefaultPool
+	}
+	in.Pool = pool
+	if err := x.pinJob(job, a, pool); err != nil {
+		_ = x.st.DeleteIntent(ctx, a.JobID)
+		return fmt.Errorf("admit %s: %w", a.JobID, err)
+	}
+	resp, _, err := x.c.api.Jobs().EnforceRegister(job, a.ModifyIndex, x.c.wns(ctx, ns))
+	if err != nil {
+		if isEnforceConflict(err) {
+			_ = x.st.DeleteIntent(ctx, a.JobID)
+			return fmt.Errorf("admit %s: %s: %w", a.JobID, strings.TrimSpace(err.Error()), ErrConflict)
+		}
+		// The register may or may not have happened: look.
+		cur, _, rerr := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+		if rerr != nil || derefU(cur.JobModifyIndex) == a.ModifyIndex {
+			_ = x.st.DeleteIntent(ctx, a.JobID)
+			return fmt.Errorf("admit %s: register: %w", a.JobID, err)
+		}
+		resp = &api.JobRegisterResponse{JobModifyIndex: derefU(cur.JobModifyIndex)}
+	}
+	if err := x.crash("admit:after-register"); err != nil {
+		return err
+	}
+	in.Phase = PhaseRegistered
+	in.ToIndex = resp.JobModifyIndex
+	if err := x.st.PutIntent(ctx, in); err != nil {
+		// The job is admitted; the intent (phase decided) is still there,
+		// and Recover adopts a registered job, so only log.
+		x.log.Warn("admitted, but the intent update failed", "job", a.JobID, "error", err)
+	}
+	x.mu.Lock()
+	x.pending[a.JobID] = in
+	delete(x.outcomes, a.JobID)
+	x.mu.Unlock()
+	x.log.Info("admitted", "job", a.JobID, "pool", pool, "pins", pins, "modify_index", resp.JobModifyIndex)
+	return nil
+}
+
+// pinJob rewrites a job for admission: target pool, a set_contains_any
+// pin per placed group (distinct_hosts when each allocation has a node of
+// its own), and an island affinity when the plan chose one island number
+// for every allocation of the group.
+func (x *Executor) pinJob(job *api.Job, a engine.Admission, pool string) error {
+	job.NodePool = &pool
+	byName := map[string]*api.TaskGroup{}
+	for _, tg := range job.TaskGroups {
+		byName[deref(tg.Name)] = tg
+		tg.Constraints = withoutPins(tg.Constraints)
+	}
+	var snap *cluster.Snapshot
+	if x.cfg.Snapshot != nil {
+		snap = x.cfg.Snapshot()
+	}
+	for _, g := range a.Groups {
+		tg := byName[g.Group]
+		if tg == nil {
+			return fmt.Errorf("plan places group %q, which the job does not have", g.Group)
+		}
+		nodes := g.Nodes()
+		if len(nodes) == 0 {
+			continue
+		}
+		tg.Constraints = append(tg.Constraints, &api.Constraint{LTarget: PinTarget, RTarget: strings.Join(nodes, ","), Operand: "set_contains_any"})
+		if len(nodes) > 1 && len(nodes) == len(g.Allocs) {
+			tg.Constraints = append(tg.Constraints, &api.Constraint{Operand: "distinct_hosts", RTarget: "true"})
+		}
+		if island, ok := commonIsland(snap, g); ok {
+			w := int8(IslandAffinityWeight)
+			for _, t := range tg.Tasks {
+				if t.Resources == nil {
+					continue
+				}
+				for _, d := range t.Resources.Devices {
+					if isGPURequest(d.Name) {
+						d.Affinities = append(withoutIslandAffinity(d.Affinities), &api.Affinity{
+							LTarget: "${device.attr.island}", RTarget: fmt.Sprint(island), Operand: "=", Weight: &w,
+						})
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// commonIsland returns the island number shared by every GPU the plan
+// gives the group, when the model knows it.
+func commonIsland(snap *cluster.Snapshot, g engine.GroupPlacement) (int, bool) {
+	if snap == nil {
+		return 0, false
+	}
+	island, found := -1, false
+	for _, ap := range g.Allocs {
+		n, ok := snap.Node(ap.NodeID)
+		if !ok {
+			return 0, false
+		}
+		for _, id := range ap.GPUs {
+			var gi = -1
+			for _, gpu := range n.GPUs {
+				if gpu.ID == id {
+					gi = gpu.Island
+				}
+			}
+			if gi < 0 || gi >= 1000 || (found && gi != island) {
+				return 0, false
+			}
+			island, found = gi, true
+		}
+	}
+	return island, found
+}
+
+func withoutPins(cs []*api.Constraint) []*api.Constraint {
+	out := cs[:0:0]
+	for _, c := range cs {
+		if c.LTarget == PinTarget && c.Operand == "set_contains_any" {
+			continue
+		}
+		if c.Operand == "distinct_hosts" && c.LTarget == "" {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func withoutIslandAffinity(as []*api.Affinity) []*api.Affinity {
+	out := as[:0:0]
+	for _, a := range as {
+		if a.LTarget == "${device.attr.island}" && a.Weight != nil && *a.Weight == IslandAffinityWeight {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// unpin turns an admitted job back into a parked one.
+func (x *Executor) unpin(job *api.Job) {
+	pool := x.cfg.ParkingPool
+	job.NodePool = &pool
+	for _, tg := range job.TaskGroups {
+		tg.Constraints = withoutPins(tg.Constraints)
+		for _, t := range tg.Tasks {
+			if t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				d.Affinities = withoutIslandAffinity(d.Affinities)
+			}
+		}
+	}
+}
+
+// park re-registers the job into the parking pool without pins, retrying
+// when a concurrent update moves the JobModifyIndex. A job already parked
+// (e.g. re-submitted by its user) is left alone.
+func (x *Executor) park(ctx context.Context, jobID string) error {
+	ns, id := splitJobKey(jobID)
+	for attempt := 0; attempt < 5; attempt++ {
+		job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+		if err != nil {
+			if isNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("park %s: read job: %w", jobID, err)
+		}
+		if derefB(job.Stop) {
+			return nil
+		}
+		if deref(job.NodePool) == x.cfg.ParkingPool && !pinnedAPI(job) {
+			return nil
+		}
+		idx := derefU(job.JobModifyIndex)
+		x.unpin(job)
+		_, _, err = x.c.api.Jobs().EnforceRegister(job, idx, x.c.wns(ctx, ns))
+		if err == nil {
+			return nil
+		}
+		if !isEnforceConflict(err) {
+			return fmt.Errorf("park %s: register: %w", jobID, err)
+		}
+		x.log.Info("job changed while parking it; re-reading", "job", jobID)
+	}
+	return fmt.Errorf("park %s: %w (5 attempts)", jobID, ErrConflict)
+}
+
+func pinnedAPI(job *api.Job) bool {
+	for _, tg := range job.TaskGroups {
+		for _, c := range tg.Constraints {
+			if c.LTarget == PinTarget && c.Operand == "set_contains_any" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// liveAllocs lists the job's allocations that are not terminal.
+func (x *Executor) liveAllocs(ctx context.Context, jobID string) ([]*api.AllocationListStub, error) {
+	ns, id := splitJobKey(jobID)
+	as, _, err := x.c.api.Jobs().Allocations(id, true, x.c.qns(ctx, ns))
+	if err != nil {
+		if isNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list allocations of %s: %w", jobID, err)
+	}
+	var out []*api.AllocationListStub
+	for _, a := range as {
+		switch a.ClientStatus {
+		case "complete", "failed", "lost":
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// stopAll stops the job's live allocations (re-registering does not stop
+// running batch allocations; see DESIGN.md).
+func (x *Executor) stopAll(ctx context.Context, jobID string) error {
+	ns, _ := splitJobKey(jobID)
+	live, err := x.liveAllocs(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range live {
+		if a.DesiredStatus != "run" {
+			continue
+		}
+		if _, err := x.c.api.Allocations().Stop(&api.Allocation{ID: a.ID}, x.c.qns(ctx, ns)); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("stop allocation %s of %s: %w", a.ID, jobID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// preempt runs (or resumes, after a leader change) one preemption:
+// checkpoint signal, grace (or until the tasks exit), re-park, stop.
+func (x *Executor) preempt(ctx context.Context, in *Intent) error {
+	ns, _ := splitJobKey(in.JobID)
+	if in.Phase == PhaseDecided {
+		if in.Signal != "" {
+			live, err := x.liveAllocs(ctx, in.JobID)
+			if err != nil {
+				return err
+			}
+			for _, a := range live {
+				if a.ClientStatus != "running" {
+					continue
+				}
+				if err := x.c.api.Allocations().Signal(&api.Allocation{ID: a.ID}, x.c.qns(ctx, ns), "", in.Signal); err != nil {
+					x.log.Warn("checkpoint signal failed", "job", in.JobID, "alloc", a.ID, "signal", in.Signal, "error", err)
+				}
+			}
+		}
+		in.Phase = PhaseSignalled
+		in.SignalledAt = x.cfg.Clock()
+		if err := x.st.PutIntent(ctx, in); err != nil {
+			return fmt.Errorf("preempt %s: update intent: %w", in.JobID, err)
+		}
+		if err := x.crash("preempt:after-signal"); err != nil {
+			return err
+		}
+	}
+	if in.Phase == PhaseSignalled {
+		if in.Signal != "" && in.Grace > 0 {
+			deadline := in.SignalledAt.Add(in.Grace)
+			for x.cfg.Clock().Before(deadline) {
+				live, err := x.liveAllocs(ctx, in.JobID)
+				if err == nil && len(live) == 0 {
+					break
+				}
+				wait := min(x.cfg.PollInterval, deadline.Sub(x.cfg.Clock()))
+				if err := sleepCtx(ctx, max(wait, time.Millisecond)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := x.park(ctx, in.JobID); err != nil {
+			return err
+		}
+		in.Phase = PhaseParked
+		if err := x.st.PutIntent(ctx, in); err != nil {
+			return fmt.Errorf("preempt %s: update intent: %w", in.JobID, err)
+		}
+		if err := x.crash("preempt:after-park"); err != nil {
+			return err
+		}
+	}
+	if err := x.stopAll(ctx, in.JobID); err != nil {
+		return err
+	}
+	if err := x.st.RecordPreemption(ctx, PreemptionRecord{
+		JobID: in.JobID, Preemptor: in.Preemptor, At: x.cfg.Clock(), GPUs: in.GPUs,
+		LostGPUHours: in.LostGPUH, Reason: in.Reason,
+	}); err != nil {
+		x.log.Warn("could not record the preemption", "job", in.JobID, "error", err)
+	}
+	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+		return err
+	}
+	x.setOutcome(in.JobID, fmt.Sprintf("preempted for %s: %s", in.Preemptor, in.Reason))
+	x.log.Info("preempted", "job", in.JobID, "for", in.Preemptor, "gpus", in.GPUs)
+	return nil
+}
+
+// Recover finishes or undoes what a previous leader left half-done. Call
+// it when this agent becomes leader, before applying plans:
+//   - an admission recorded but not registered is dropped (the job is
+//     still parked and the next plan decides again);
+//   - an admission registered (the job carries our pins) is adopted, and
+//     its deadline watched;
+//   - a preemption is carried on from its last phase to the end.
+func (x *Executor) Recover(ctx context.Context) error {
+	intents, err := x.st.Intents(ctx)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, in := range intents {
+		switch in.Kind {
+		case IntentAdmit:
+			if err := x.recoverAdmit(ctx, in); err != nil {
+				errs = append(errs, err)
+			}
+		case IntentPreempt:
+			if !x.claim(in.JobID) {
+				continue
+			}
+			x.log.Info("resuming preemption left by a previous leader", "job", in.JobID, "phase", in.Phase)
+			x.wg.Add(1)
+			go func() {
+				defer x.wg.Done()
+				defer x.release(in.JobID)
+				if err := x.preempt(context.WithoutCancel(ctx), in); err != nil {
+					x.log.Error("resumed preemption failed", "job", in.JobID, "error", err)
+				}
+			}()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (x *Executor) recoverAdmit(ctx context.Context, in *Intent) error {
+	ns, id := splitJobKey(in.JobID)
+	job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+	if err != nil {
+		if isNotFound(err) {
+			return x.st.DeleteIntent(ctx, in.JobID)
+		}
+		return fmt.Errorf("recover admission of %s: read job: %w", in.JobID, err)
+	}
+	registered := pinnedAPI(job) && deref(job.NodePool) != x.cfg.ParkingPool && derefU(job.JobModifyIndex) != in.FromIndex
+	if !registered {
+		x.log.Info("dropping an admission that never reached Nomad", "job", in.JobID)
+		return x.st.DeleteIntent(ctx, in.JobID)
+	}
+	if in.Phase != PhaseRegistered {
+		in.Phase = PhaseRegistered
+		in.ToIndex = derefU(job.JobModifyIndex)
+		if err := x.st.PutIntent(ctx, in); err != nil {
+			return fmt.Errorf("recover admission of %s: %w", in.JobID, err)
+		}
+	}
+	x.log.Info("adopting an admission made by a previous leader", "job", in.JobID, "deadline", in.Deadline)
+	x.mu.Lock()
+	x.pending[in.JobID] = in
+	x.mu.Unlock()
+	return nil
+}
+
+// CheckDeadlines looks at admissions waiting to run: those whose every
+// group has its allocations running (or already complete) are done; those
+// past their deadline, or with a failed allocation, are rolled back (the
+// job is parked again and its allocations stopped), so a gang never stays
+// half-placed. It returns the jobs rolled back.
+func (x *Executor) CheckDeadlines(ctx context.Context) []string {
+	x.mu.Lock()
+	pend := make([]*Intent, 0, len(x.pending))
+	for _, in := range x.pending {
+		pend = append(pend, in)
+	}
+	x.mu.Unlock()
+	sort.Slice(pend, func(i, j int) bool { return pend[i].JobID < pend[j].JobID })
+	var rolled []string
+	for _, in := range pend {
+		done, failed, err := x.admissionState(ctx, in)
+		if err != nil {
+			x.log.Warn("cannot check admission", "job", in.JobID, "error", err)
+			continue
+		}
+		switch {
+		case done:
+			if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+				x.log.Warn("cannot delete a finished admission intent", "job", in.JobID, "error", err)
+				continue
+			}
+			x.mu.Lock()
+			delete(x.pending, in.JobID)
+			x.mu.Unlock()
+		case failed != "" || x.cfg.Clock().After(in.Deadline):
+			reason := failed
+			if reason == "" {
+				reason = fmt.Sprintf("not all allocations running within %v", x.cfg.AdmitDeadline)
+			}
+			if err := x.rollback(ctx, in, reason); err != nil {
+				x.log.Error("rollback failed; will retry", "job", in.JobID, "error", err)
+				continue
+			}
+			rolled = append(rolled, in.JobID)
+		}
+	}
+	return rolled
+}
+
+// admissionState says whether every group of an admitted job has its
+// allocations of the admitted version running (or finished), or why it
+// failed.
+func (x *Executor) admissionState(ctx context.Context, in *Intent) (bool, string, error) {
+	ns, id := splitJobKey(in.JobID)
+	job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+	if err != nil {
+		if isNotFound(err) {
+			return true, "", nil
+		}
+		return false, "", err
+	}
+	if derefB(job.Stop) || (deref(job.NodePool) == x.cfg.ParkingPool && !pinnedAPI(job)) {
+		// Stopped or re-parked by someone else: nothing to watch.
+		return true, "", nil
+	}
+	as, _, err := x.c.api.Jobs().Allocations(id, true, x.c.qns(ctx, ns))
+	if err != nil {
+		return false, "", err
+	}
+	version := derefU(job.Version)
+	started := map[string]int{}
+	for _, a := range as {
+		if a.JobVersion < version {
+			continue
+		}
+		switch a.ClientStatus {
+		case "running", "complete":
+			started[a.TaskGroup]++
+		case "failed", "lost":
+			return false, fmt.Sprintf("allocation %s of group %s %s", a.ID, a.TaskGroup, a.ClientStatus), nil
+		}
+	}
+	for _, tg := range job.TaskGroups {
+		if started[deref(tg.Name)] < derefI(tg.Count) {
+			return false, "", nil
+		}
+	}
+	return true, "", nil
+}
+
+func (x *Executor) rollback(ctx context.Context, in *Intent, reason string) error {
+	x.log.Warn("admission did not fully start; parking the job again", "job", in.JobID, "reason", reason)
+	if err := x.park(ctx, in.JobID); err != nil {
+		return err
+	}
+	if err := x.stopAll(ctx, in.JobID); err != nil {
+		return err
+	}
+	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+		return err
+	}
+	x.mu.Lock()
+	delete(x.pending, in.JobID)
+	x.outcomes[in.JobID] = "admission rolled back: " + reason
+	x.mu.Unlock()
+	return nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func derefU(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func derefI(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func derefB(p *bool) bool { return p != nil && *p }

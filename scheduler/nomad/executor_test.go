@@ -1,0 +1,402 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func (e *env) executor(clk *fakeClock) *Executor {
+	cfg := ExecutorConfig{ParkingPool: parking, DefaultPool: "gpu", AdmitDeadline: time.Minute, PollInterval: 5 * time.Millisecond}
+	if clk != nil {
+		cfg.Clock = clk.Now
+	}
+	if e.w != nil {
+		cfg.Snapshot = e.w.Snapshot
+	}
+	return NewExecutor(e.c, NewStateStore(e.c, StateConfig{}, e.log), cfg, e.log)
+}
+
+// admission builds the plan of a two-node gang: one allocation of 4 GPUs
+// on island 1 of node-0 and of node-1.
+func admission(t *testing.T, s *cluster.Snapshot, job string) engine.Admission {
+	t.Helper()
+	j, ok := s.Job(cluster.JobKey("default", job))
+	if !ok {
+		t.Fatalf("job %s not in model", job)
+	}
+	var allocs []engine.AllocPlacement
+	for _, nid := range []string{"node-0", "node-1"} {
+		n, _ := s.Node(nid)
+		var ids []string
+		for _, g := range n.GPUs {
+			if g.Island == 1 {
+				ids = append(ids, g.ID)
+			}
+		}
+		allocs = append(allocs, engine.AllocPlacement{NodeID: nid, GPUs: ids})
+	}
+	return engine.Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: "gpu",
+		Groups: []engine.GroupPlacement{{Group: "g0", Allocs: allocs}}}
+}
+
+// countRegisters counts, from now on, the registrations of each job.
+func countRegisters(f *nomadfake.Server) func(job string) int {
+	var mu sync.Mutex
+	n := map[string]int{}
+	f.OnRegister(func(j *api.Job) {
+		mu.Lock()
+		n[*j.ID]++
+		mu.Unlock()
+	})
+	return func(job string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n[job]
+	}
+}
+
+func TestAdmitPinsGangToPlannedNodesAndIsland(t *testing.T) {
+	e := newEnv(t, 3)
+	e.register(gpuJob("gang", map[string]string{"impact_tier": "high"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+	x := e.executor(nil)
+	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "gang")}})
+	if len(res.Admitted) != 1 || len(res.Failed) != 0 {
+		t.Fatalf("apply = %+v", res)
+	}
+	job := e.fake.Job("gang")
+	if *job.NodePool != "gpu" {
+		t.Errorf("pool = %s", *job.NodePool)
+	}
+	var pin, distinct bool
+	for _, c := range job.TaskGroups[0].Constraints {
+		if c.LTarget == PinTarget && c.Operand == "set_contains_any" && c.RTarget == "node-0,node-1" {
+			pin = true
+		}
+		if c.Operand == "distinct_hosts" {
+			distinct = true
+		}
+	}
+	if !pin || !distinct {
+		t.Errorf("constraints = %+v, want pin to node-0,node-1 and distinct_hosts", job.TaskGroups[0].Constraints)
+	}
+	allocs := e.fake.Allocations("gang")
+	nodes := map[string]bool{}
+	for _, a := range allocs {
+		nodes[a.NodeID] = true
+		if a.ClientStatus != "running" {
+			t.Errorf("alloc %s %s", a.ID, a.ClientStatus)
+		}
+		devs := a.AllocatedResources.Tasks["trainer"].Devices
+		if len(devs) != 1 || !strings.Contains(devs[0].Name, "island 1") {
+			t.Errorf("alloc on %s got %+v, want the planned island 1", a.NodeID, devs)
+		}
+	}
+	if len(allocs) != 2 || !nodes["node-0"] || !nodes["node-1"] {
+		t.Errorf("allocations on %v, want node-0 and node-1", nodes)
+	}
+	if in, _ := x.st.Intent(context.Background(), cluster.JobKey("default", "gang")); in == nil || in.Phase != PhaseRegistered {
+		t.Errorf("intent after admission = %+v", in)
+	}
+	if rolled := x.CheckDeadlines(context.Background()); len(rolled) != 0 {
+		t.Errorf("rolled back %v", rolled)
+	}
+	if in, _ := x.st.Intent(context.Background(), cluster.JobKey("default", "gang")); in != nil {
+		t.Errorf("intent kept after the gang started: %+v", in)
+	}
+	// The model now shows the job running with its gang.
+	e.waitFor("running gang", func(s *cluster.Snapshot) bool {
+		j, ok := s.Job(cluster.JobKey("default", "gang"))
+		return ok && j.State == cluster.JobRunning && len(s.JobAllocs(j.ID)) == 2
+	})
+}
+
+func TestAdmitLosesToConcurrentUserUpdate(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("edited", nil, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+	adm := admission(t, s, "edited")
+	// The user edits the job after the snapshot the plan was made on.
+	if _, err := e.fake.UpdateJob("edited", func(j *api.Job) { j.Meta = map[string]string{"impact_tier": "critical"} }); err != nil {
+		t.Fatal(err)
+	}
+	x := e.executor(nil)
+	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
+	if len(res.Conflicts) != 1 || len(res.Admitted) != 0 {
+		t.Fatalf("apply = %+v, want a conflict", res)
+	}
+	if j := e.fake.Job("edited"); *j.NodePool != parking || j.Meta["impact_tier"] != "critical" {
+		t.Errorf("user's update lost: pool %s meta %v", *j.NodePool, j.Meta)
+	}
+	// The race inside the register itself: Nomad answers HTTP 500 with
+	// its EnforceIndex text (as recorded from the real agent).
+	s = e.waitFor("new index", func(s *cluster.Snapshot) bool {
+		j, _ := s.Job(cluster.JobKey("default", "edited"))
+		return j != nil && j.Spec.Tier == "critical"
+	})
+	adm = admission(t, s, "edited")
+	e.fake.FailNext("PUT", "/v1/jobs", 500, "Enforcing job modify index 44: job exists with conflicting job modify index: 45")
+	res = x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
+	if len(res.Conflicts) != 1 {
+		t.Fatalf("apply = %+v, want a conflict", res)
+	}
+	if in, _ := x.st.Intent(context.Background(), adm.JobID); in != nil {
+		t.Errorf("intent left after a conflict: %+v", in)
+	}
+	if len(e.fake.Allocations("edited")) != 0 {
+		t.Errorf("conflicting admission placed allocations")
+	}
+	// The next cycle, on the fresh index, admits it.
+	res = x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
+	if len(res.Admitted) != 1 {
+		t.Fatalf("retry = %+v", res)
+	}
+}
+
+func TestAdmissionDeadlineRollsBackHalfPlacedGang(t *testing.T) {
+	e := newEnv(t, 2)
+	e.fake.SetClientBehavior("node-1", nomadfake.ClientHold)
+	e.register(gpuJob("slow", nil, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	x := e.executor(clk)
+	if res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "slow")}}); len(res.Admitted) != 1 {
+		t.Fatalf("apply = %+v", res)
+	}
+	if rolled := x.CheckDeadlines(context.Background()); len(rolled) != 0 {
+		t.Fatalf("rolled back before the deadline: %v", rolled)
+	}
+	if !x.Busy(cluster.JobKey("default", "slow")) {
+		t.Errorf("pending admission not busy")
+	}
+	clk.Add(2 * time.Minute)
+	rolled := x.CheckDeadlines(context.Background())
+	if len(rolled) != 1 {
+		t.Fatalf("rolled = %v, want the half-placed gang", rolled)
+	}
+	job := e.fake.Job("slow")
+	if *job.NodePool != parking || pinnedAPI(job) {
+		t.Errorf("after rollback pool %s pinned %v", *job.NodePool, pinnedAPI(job))
+	}
+	for _, a := range e.fake.Allocations("slow") {
+		if a.DesiredStatus != "stop" {
+			t.Errorf("alloc %s on %s still desired %s", a.ID, a.NodeID, a.DesiredStatus)
+		}
+	}
+	if !strings.Contains(x.Outcome(cluster.JobKey("default", "slow")), "rolled back") {
+		t.Errorf("outcome = %q", x.Outcome(cluster.JobKey("default", "slow")))
+	}
+	e.waitFor("parked again", func(s *cluster.Snapshot) bool {
+		j, ok := s.Job(cluster.JobKey("default", "slow"))
+		return ok && j.State == cluster.JobQueued
+	})
+}
+
+func admitAndRun(t *testing.T, e *env, x *Executor, job string) {
+	t.Helper()
+	s := e.waitFor("job "+job, func(s *cluster.Snapshot) bool {
+		_, ok := s.Job(cluster.JobKey("default", job))
+		return ok
+	})
+	if res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, job)}}); len(res.Admitted) != 1 {
+		t.Fatalf("admit %s: %+v", job, res)
+	}
+	x.CheckDeadlines(context.Background())
+}
+
+func preemption(e *env, job string, grace time.Duration) engine.Preemption {
+	var ids []string
+	for _, a := range e.fake.Allocations(job) {
+		ids = append(ids, a.ID)
+	}
+	return engine.Preemption{JobID: cluster.JobKey("default", job), Allocs: ids, GPUs: 8, Grace: grace,
+		CheckpointSignal: "SIGUSR1", Preemptor: "default/urgent", Reason: "critical job needs 8 GPUs"}
+}
+
+func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {
+	for _, exits := range []bool{false, true} {
+		t.Run(map[bool]string{false: "grace runs out", true: "tasks exit early"}[exits], func(t *testing.T) {
+			e := newEnv(t, 2)
+			e.fake.SetExitOnSignal(exits)
+			e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+			e.startWatcher(WatcherConfig{})
+			x := e.executor(nil)
+			admitAndRun(t, e, x, "victim")
+			grace := 300 * time.Millisecond
+			start := time.Now()
+			res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", grace)}})
+			if len(res.Preempting) != 1 {
+				t.Fatalf("apply = %+v", res)
+			}
+			// A second plan naming the same victim does not start twice.
+			if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", grace)}}); len(res.Skipped) != 1 {
+				t.Errorf("second preemption = %+v, want skipped", res)
+			}
+			x.Wait()
+			took := time.Since(start)
+			if !exits && took < grace {
+				t.Errorf("parked after %v, before the grace of %v", took, grace)
+			}
+			if exits && took >= grace {
+				t.Errorf("tasks exited at once but parking waited %v", took)
+			}
+			sig := e.fake.Signals()
+			if len(sig) != 2 || sig[0].Signal != "SIGUSR1" {
+				t.Errorf("signals = %+v, want SIGUSR1 to both allocations", sig)
+			}
+			job := e.fake.Job("victim")
+			if *job.NodePool != parking || pinnedAPI(job) || *job.Status != "pending" {
+				t.Errorf("victim pool %s pinned %v status %s", *job.NodePool, pinnedAPI(job), *job.Status)
+			}
+			if q := e.fake.Queued("victim")["g0"]; q != 2 {
+				t.Errorf("queued = %d, want 2 (requeued with its identity)", q)
+			}
+			for _, a := range e.fake.Allocations("victim") {
+				if a.ClientStatus == "running" {
+					t.Errorf("alloc %s still running", a.ID)
+				}
+			}
+			recs, err := x.st.Preemptions(context.Background(), time.Time{})
+			if err != nil || len(recs) != 1 || recs[0].Preemptor != "default/urgent" {
+				t.Errorf("records = %+v, %v", recs, err)
+			}
+			if in, _ := x.st.Intent(context.Background(), cluster.JobKey("default", "victim")); in != nil {
+				t.Errorf("intent left: %+v", in)
+			}
+			e.waitFor("victim queued", func(s *cluster.Snapshot) bool {
+				j, ok := s.Job(cluster.JobKey("default", "victim"))
+				return ok && j.State == cluster.JobQueued && len(s.JobAllocs(j.ID)) == 0
+			})
+		})
+	}
+}
+
+func TestCrashBetweenDecidingAndActing(t *testing.T) {
+	t.Run("admission recorded, never registered", func(t *testing.T) {
+		e := newEnv(t, 2)
+		e.register(gpuJob("a", nil, [2]int{2, 4}))
+		e.startWatcher(WatcherConfig{})
+		s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+		registers := countRegisters(e.fake)
+		x := e.executor(nil)
+		x.crashAt = "admit:after-intent"
+		res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "a")}})
+		if !errors.Is(res.Failed["default/a"], errCrashed) {
+			t.Fatalf("apply = %+v", res)
+		}
+		// A new leader starts.
+		y := e.executor(nil)
+		if err := y.Recover(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if in, _ := y.st.Intent(context.Background(), "default/a"); in != nil {
+			t.Errorf("stale intent kept: %+v", in)
+		}
+		if j := e.fake.Job("a"); *j.NodePool != parking || registers("a") != 0 {
+			t.Fatalf("job touched: pool %s, %d registers", *j.NodePool, registers("a"))
+		}
+		if res := y.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "a")}}); len(res.Admitted) != 1 {
+			t.Fatalf("re-decided admission = %+v", res)
+		}
+		if n := registers("a"); n != 1 {
+			t.Errorf("job registered %d times, want once", n)
+		}
+	})
+	t.Run("registered, intent not updated", func(t *testing.T) {
+		e := newEnv(t, 2)
+		e.register(gpuJob("b", nil, [2]int{2, 4}))
+		e.startWatcher(WatcherConfig{})
+		s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+		registers := countRegisters(e.fake)
+		x := e.executor(nil)
+		x.crashAt = "admit:after-register"
+		adm := admission(t, s, "b")
+		x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
+		y := e.executor(nil)
+		if err := y.Recover(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !y.Busy("default/b") {
+			t.Errorf("registered admission not adopted")
+		}
+		// Even a stale plan re-admitting it does nothing: the job is busy
+		// and its index moved on.
+		res := y.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
+		if len(res.Admitted) != 0 {
+			t.Errorf("admitted twice: %+v", res)
+		}
+		if n := registers("b"); n != 1 {
+			t.Errorf("registered %d times, want once", n)
+		}
+		y.CheckDeadlines(context.Background())
+		if in, _ := y.st.Intent(context.Background(), "default/b"); in != nil {
+			t.Errorf("intent left after the gang started: %+v", in)
+		}
+		if len(e.fake.Allocations("b")) != 2 {
+			t.Errorf("allocs = %d, want the whole gang", len(e.fake.Allocations("b")))
+		}
+	})
+	t.Run("preemption signalled, never parked", func(t *testing.T) {
+		e := newEnv(t, 2)
+		e.register(gpuJob("v", nil, [2]int{2, 4}))
+		e.startWatcher(WatcherConfig{})
+		x := e.executor(nil)
+		admitAndRun(t, e, x, "v")
+		x.crashAt = "preempt:after-signal"
+		x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "v", 10*time.Millisecond)}})
+		x.Wait()
+		if j := e.fake.Job("v"); *j.NodePool == parking {
+			t.Fatal("crash point not reached")
+		}
+		y := e.executor(nil)
+		if err := y.Recover(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		y.Wait()
+		job := e.fake.Job("v")
+		if *job.NodePool != parking || pinnedAPI(job) {
+			t.Errorf("half-preempted job not parked: pool %s", *job.NodePool)
+		}
+		for _, a := range e.fake.Allocations("v") {
+			if a.ClientStatus == "running" {
+				t.Errorf("alloc %s left running", a.ID)
+			}
+		}
+		if n := len(e.fake.Signals()); n != 2 {
+			t.Errorf("signals = %d, want 2 (not re-sent on recovery)", n)
+		}
+		if in, _ := y.st.Intent(context.Background(), "default/v"); in != nil {
+			t.Errorf("intent left: %+v", in)
+		}
+	})
+}
