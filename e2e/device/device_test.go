@@ -1,0 +1,387 @@
+// Package device is the end-to-end suite of the impact-gpu device plugin:
+// a real Nomad dev agent (127.0.0.1 only) loads the plugin with a fake
+// two-island topology, and 4-GPU tasks must get four GPUs of one NVLink
+// island. It is skipped unless a nomad binary is on PATH.
+package device
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/device/topology"
+	"github.com/impact-sched/nomad-impact/plugin/plugintest"
+)
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var out []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// pluginBinary uses the binary `make build` put under $IMPACT_BIN/plugins,
+// or builds one.
+func pluginBinary(t *testing.T, dir string) {
+	t.Helper()
+	dst := filepath.Join(dir, "impact-gpu")
+	if bin := os.Getenv("IMPACT_BIN"); bin != "" {
+		if src, err := os.ReadFile(filepath.Join(bin, "plugins", "impact-gpu")); err == nil {
+			if err := os.WriteFile(dst, src, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := plugintest.BuildMain(ctx, "../../cmd/impact-gpu", dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type agent struct {
+	client *api.Client
+	logs   *syncBuffer
+	ctl    string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startAgent(t *testing.T, groupBy string) *agent {
+	t.Helper()
+	nomad, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	dir := t.TempDir()
+	plugins := filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pluginBinary(t, plugins)
+	topo, err := os.ReadFile("../../example/topologies/two-islands-8x-a100.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topoPath := filepath.Join(dir, "two-islands.hcl")
+	if err := os.WriteFile(topoPath, topo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 3)
+	cfg := fmt.Sprintf(`
+bind_addr  = "127.0.0.1"
+plugin_dir = %q
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+client {
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+plugin "impact-gpu" {
+  config {
+    backend       = "fake"
+    fake_topology = %q
+    group_by      = %q
+  }
+}
+`, plugins, ports[0], ports[1], ports[2], topoPath, groupBy)
+	cfgPath := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, nomad, "agent", "-dev", "-config", cfgPath)
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 20 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+	c, err := api.NewClient(&api.Config{Address: fmt.Sprintf("http://127.0.0.1:%d", ports[0])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agent{client: c, logs: logs, ctl: filepath.Join(dir, "two-islands.ctl")}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s (last error: %v)", what, d, last)
+}
+
+// nodeTopology reads the node's GPU topology the way the scheduler will.
+func nodeTopology(n *api.Node) (topology.Node, error) {
+	var groups []topology.DeviceGroup
+	if n.NodeResources == nil {
+		return topology.Node{}, fmt.Errorf("no node resources")
+	}
+	for _, d := range n.NodeResources.Devices {
+		g := topology.DeviceGroup{Vendor: d.Vendor, Type: d.Type, Name: d.Name, Attributes: map[string]topology.Attribute{}}
+		for _, in := range d.Instances {
+			inst := topology.Instance{ID: in.ID, Healthy: in.Healthy, HealthDescription: in.HealthDescription}
+			if in.Locality != nil {
+				inst.PCIBusID = in.Locality.PciBusID
+			}
+			g.Instances = append(g.Instances, inst)
+		}
+		for k, a := range d.Attributes {
+			if a != nil {
+				g.Attributes[k] = topology.Attribute{Float: a.FloatVal, Int: a.IntVal, String: a.StringVal, Bool: a.BoolVal, Unit: a.Unit}
+			}
+		}
+		groups = append(groups, g)
+	}
+	return topology.FromAttributes(groups)
+}
+
+func (a *agent) gpuNode(t *testing.T) (*api.Node, topology.Node) {
+	t.Helper()
+	var node *api.Node
+	var topo topology.Node
+	waitFor(t, 90*time.Second, "node with 8 healthy GPUs", func() (bool, error) {
+		nodes, _, err := a.client.Nodes().List(nil)
+		if err != nil || len(nodes) == 0 {
+			return false, err
+		}
+		n, _, err := a.client.Nodes().Info(nodes[0].ID, nil)
+		if err != nil {
+			return false, err
+		}
+		tp, err := nodeTopology(n)
+		if err != nil {
+			return false, err
+		}
+		healthy := 0
+		for _, g := range tp.GPUs {
+			if g.Healthy && g.Known {
+				healthy++
+			}
+		}
+		if n.Status != "ready" || healthy != 8 {
+			return false, fmt.Errorf("status %s, %d healthy GPUs", n.Status, healthy)
+		}
+		node, topo = n, tp
+		return true, nil
+	})
+	return node, topo
+}
+
+func gpuJob(id string, count uint64, sleep int) *api.Job {
+	job := api.NewBatchJob(id, id, "global", 50)
+	job.Datacenters = []string{"*"}
+	tg := api.NewTaskGroup("train", 1)
+	zero, fail := 0, "fail"
+	tg.RestartPolicy = &api.RestartPolicy{Attempts: &zero, Mode: &fail}
+	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: &zero, Unlimited: new(bool)}
+	task := api.NewTask("main", "raw_exec")
+	task.Config = map[string]interface{}{
+		"command": "/bin/sh",
+		"args":    []string{"-c", fmt.Sprintf("echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; sleep %d", sleep)},
+	}
+	cpu, mem := 50, 32
+	task.Resources = &api.Resources{CPU: &cpu, MemoryMB: &mem,
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: &count}}}
+	tg.Tasks = []*api.Task{task}
+	job.TaskGroups = []*api.TaskGroup{tg}
+	return job
+}
+
+var visibleRE = regexp.MustCompile(`CUDA_VISIBLE_DEVICES=(\S*)`)
+
+// visibleGPUs waits for the job's allocation to finish and returns the GPUs
+// its task saw, and the GPUs Nomad allocated to it.
+func (a *agent) visibleGPUs(t *testing.T, jobID string) (seen, allocated []string) {
+	t.Helper()
+	var alloc *api.Allocation
+	waitFor(t, 90*time.Second, "allocation of "+jobID+" complete", func() (bool, error) {
+		stubs, _, err := a.client.Jobs().Allocations(jobID, false, nil)
+		if err != nil || len(stubs) == 0 {
+			return false, err
+		}
+		if s := stubs[0].ClientStatus; s == "failed" || s == "lost" {
+			t.Fatalf("allocation of %s %s: %v", jobID, s, stubs[0].TaskStates)
+		}
+		if stubs[0].ClientStatus != "complete" {
+			return false, fmt.Errorf("status %s", stubs[0].ClientStatus)
+		}
+		alloc, _, err = a.client.Allocations().Info(stubs[0].ID, nil)
+		return err == nil, err
+	})
+	rc, err := a.client.AllocFS().Cat(alloc, "alloc/logs/main.stdout.0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s stdout:\n%s", jobID, out)
+	m := visibleRE.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("%s printed no CUDA_VISIBLE_DEVICES", jobID)
+	}
+	seen = strings.Split(string(m[1]), ",")
+	for _, tr := range alloc.AllocatedResources.Tasks {
+		for _, d := range tr.Devices {
+			allocated = append(allocated, d.DeviceIDs...)
+		}
+	}
+	return seen, allocated
+}
+
+func TestFourGPUTaskGetsOneIsland(t *testing.T) {
+	a := startAgent(t, "island")
+	node, topo := a.gpuNode(t)
+	t.Logf("node %s: islands %v", node.ID, topo.Islands)
+	if len(topo.Islands) != 2 {
+		t.Fatalf("islands %v, want 2", topo.Islands)
+	}
+	islandOf := map[string]int{}
+	for _, g := range topo.GPUs {
+		islandOf[g.ID] = g.Island
+	}
+	// Two 4-GPU jobs at once: each must get one whole island, so
+	// together they use both.
+	for _, id := range []string{"gpu4-a", "gpu4-b"} {
+		if _, _, err := a.client.Jobs().Register(gpuJob(id, 4, 3), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := map[int]bool{}
+	for _, id := range []string{"gpu4-a", "gpu4-b"} {
+		seen, allocated := a.visibleGPUs(t, id)
+		if len(seen) != 4 {
+			t.Fatalf("%s saw %d GPUs: %v", id, len(seen), seen)
+		}
+		s1, s2 := append([]string(nil), seen...), append([]string(nil), allocated...)
+		sort.Strings(s1)
+		sort.Strings(s2)
+		if strings.Join(s1, ",") != strings.Join(s2, ",") {
+			t.Fatalf("%s saw %v but was allocated %v", id, seen, allocated)
+		}
+		island := islandOf[seen[0]]
+		for _, g := range seen {
+			if islandOf[g] != island {
+				t.Fatalf("%s got GPUs of two islands: %v", id, seen)
+			}
+		}
+		// NVLink-friendly order: the island's index order.
+		if strings.Join(seen, ",") != strings.Join(topo.Islands[island], ",") {
+			t.Fatalf("%s order %v, want %v", id, seen, topo.Islands[island])
+		}
+		used[island] = true
+		t.Logf("%s: CUDA_VISIBLE_DEVICES = island %d: %v", id, island, seen)
+	}
+	if len(used) != 2 {
+		t.Logf("both jobs used island(s) %v (they did not overlap in time)", used)
+	}
+}
+
+func TestXIDMakesGPUUnhealthyOnNode(t *testing.T) {
+	a := startAgent(t, "island")
+	node, topo := a.gpuNode(t)
+	victim := topo.Islands[1][2]
+	var idx int
+	for _, g := range topo.GPUs {
+		if g.ID == victim {
+			idx = g.Index
+		}
+	}
+	if err := os.WriteFile(a.ctl, []byte(fmt.Sprintf("xid %d 79\n", idx)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "GPU unhealthy on the node", func() (bool, error) {
+		n, _, err := a.client.Nodes().Info(node.ID, nil)
+		if err != nil {
+			return false, err
+		}
+		tp, err := nodeTopology(n)
+		if err != nil {
+			return false, err
+		}
+		for _, g := range tp.GPUs {
+			if g.ID == victim && !g.Healthy && strings.Contains(g.HealthDescription, "XID 79") {
+				t.Logf("node reports %s unhealthy: %s", victim, g.HealthDescription)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	// Island 1 now has 3 healthy GPUs: a 4-GPU job must land on island 0.
+	if _, _, err := a.client.Jobs().Register(gpuJob("after-xid", 4, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	seen, _ := a.visibleGPUs(t, "after-xid")
+	if strings.Join(seen, ",") != strings.Join(topo.Islands[0], ",") {
+		t.Fatalf("after XID the job got %v, want island 0 %v", seen, topo.Islands[0])
+	}
+}
