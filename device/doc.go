@@ -1,0 +1,69 @@
+// Package device is impact-gpu, the Nomad device plugin for NVIDIA GPUs:
+// it fingerprints the node's GPUs and their topology, reports their health
+// and stats, and tells the client how to give a task its GPUs.
+//
+// # Design
+//
+// A backend (device/gpu: NVML, or a fake topology file) produces plain
+// structs. A monitor scans it every fingerprint_period and applies health
+// events as they arrive (XIDs, ECC errors, GPUs lost or back); each change
+// rebuilds the device groups (buildSnapshot, pure), and the Fingerprint
+// stream sends a full new set only when the groups differ. Stats and
+// Reserve read the same snapshot. Nothing touches NVML until an RPC needs
+// it, because Nomad also runs the plugin in processes that only validate
+// the config.
+//
+// # Device groups
+//
+// Vendor "nvidia", type "gpu", one group per NVLink island, NUMA node or
+// model (config group_by; see device/topology). Nomad takes all instances of
+// one device request from a single group, so with the default grouping a
+// `device "nvidia/gpu" { count = 4 }` on a node of two 4-GPU islands gets
+// one whole island. Instance IDs are GPU UUIDs (MIG instances: MIG UUIDs,
+// grouped as "<model> MIG <profile>"); locality carries the PCI bus id.
+//
+// # Attributes
+//
+// Hardware attributes (besides the topology ones of device/topology):
+//
+//	model                string  product name (the group name adds the island/NUMA suffix)
+//	memory               int     MiB; the smallest member's
+//	compute_capability   float   e.g. 9.0
+//	driver_version       string  e.g. "550.54.15"
+//	cuda_version         string  e.g. "12.4" (match with version/regexp operators)
+//	cuda_driver_version  int     NVML encoding, e.g. 12040
+//	power_limit          int     W, power management limit
+//	pcie_generation      int     maximum link generation
+//	pcie_width           int     maximum link width (lanes)
+//	pci_bandwidth        int     MB/s, one direction, generation x width
+//	nvlink_links         int     active NVLink links per GPU
+//	nvlink_bandwidth     int     GB/s, bidirectional, per GPU
+//	mig_profile          string  MIG groups only, e.g. "1g.10gb"
+//	mig_parent_model     string  MIG groups only
+//
+// Facts the backend cannot read are left out rather than guessed.
+//
+// # Health
+//
+// A critical XID (anything but the application XIDs 13, 31, 43, 45, 68,
+// 109) or an uncorrectable ECC error marks the GPU unhealthy with a
+// description; a GPU that disappears stays in the fingerprint, unhealthy,
+// so Nomad stops placing on it; a GPU that comes back (reset) or that the
+// backend reports recovered is healthy again. MIG instances follow their
+// parent. Health lives in memory: a restarted plugin starts healthy.
+//
+// # Stats
+//
+// Per physical GPU: "GPU utilization" (%, the summary), "Memory
+// utilization" (%), "Memory state" (MiB used/total), "Power usage" (W,
+// over the power limit), "Temperature" (C), "ECC errors corrected" and
+// "ECC errors uncorrected" (#). Unreadable values are "N/A".
+//
+// # Reserve
+//
+// NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES list the UUIDs island by
+// island, following NVLink links inside an island (Nomad hands them over in
+// arbitrary order); /dev/nvidia<minor>, /dev/nvidiactl, /dev/nvidia-uvm and
+// /dev/nvidia-uvm-tools are passed when they exist. Unknown IDs are an
+// InvalidArgument error naming them.
+package device
