@@ -1,0 +1,35 @@
+package gpu
+
+import "testing"
+
+func TestCriticalXID(t *testing.T) {
+	for _, x := range []int{13, 31, 43, 45, 68, 109} {
+		if CriticalXID(x) {
+			t.Errorf("application XID %d counted as critical", x)
+		}
+	}
+	for _, x := range []int{48, 62, 63, 64, 74, 79, 92, 94, 95, 119} {
+		if !CriticalXID(x) {
+			t.Errorf("XID %d not counted as critical", x)
+		}
+	}
+}
+
+func TestUnits(t *testing.T) {
+	cases := []struct{ gen, width, want int }{
+		{3, 16, 15760}, {4, 16, 31504}, {5, 16, 63008}, {4, 8, 15752}, {0, 16, 0}, {4, Unknown, 0}, {9, 16, 0},
+	}
+	for _, tc := range cases {
+		if got := PCIeBandwidthMBps(tc.gen, tc.width); got != tc.want {
+			t.Errorf("PCIe gen %d x%d = %d MB/s, want %d", tc.gen, tc.width, got, tc.want)
+		}
+	}
+	if NVLinkLinkGBps(9)*18 != 900 || NVLinkLinkGBps(8)*12 != 600 || NVLinkLinkGBps(10)*18 != 1800 {
+		t.Errorf("NVLink bandwidths do not match H100 900, A100 600, B200 1800 GB/s")
+	}
+	for v, want := range map[int]string{12040: "12.4", 12060: "12.6", 11080: "11.8", 0: ""} {
+		if got := (Inventory{CUDADriverVersion: v}).CUDAVersion(); got != want {
+			t.Errorf("CUDAVersion(%d) = %q, want %q", v, got, want)
+		}
+	}
+}
