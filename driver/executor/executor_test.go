@@ -370,3 +370,58 @@ func TestMemoryLimitOOM(t *testing.T) {
 		t.Fatal("task cgroup left behind")
 	}
 }
+
+// Running members survive a restart of the rendezvous server: they
+// re-register with their ranks, and failure propagation still works.
+func TestGangSurvivesServerRestart(t *testing.T) {
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	peer := `trap 'exit 143' INT; echo x > ready; while [ ! -f ../fail ]; do sleep 0.05; done; exit 9`
+	specs := make([]Spec, 2)
+	procs := make([]*Process, 2)
+	for i := range 2 {
+		var state string
+		specs[i], state = gangSpec(t, srv.URL, i, 2, peer)
+		specs[i].Gang.CheckpointSignal = ""
+		specs[i].KillSignal = "SIGINT"
+		procs[i] = launch(t, specs[i], state)
+	}
+	for i := range 2 {
+		waitFile(t, filepath.Join(specs[i].Dir, "ready"), 20*time.Second)
+	}
+	srv.Close()
+	srv2, err := gang.StartServer(addr, gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _, err := srv2.Registry.Get("default:train")
+		if err == nil && st.Arrived == 2 && st.State == gang.StateReady && st.MasterPort == 29500 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members did not re-register: %+v %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 2 {
+		if procs[i].Exited() {
+			t.Fatalf("member %d stopped when the server restarted", i)
+		}
+	}
+	os.WriteFile(filepath.Join(filepath.Dir(specs[1].Dir), "fail"), []byte("1"), 0o644)
+	if ex := wait(t, procs[1], 10*time.Second); ex.ExitCode != 9 {
+		t.Fatalf("failing member: %+v", ex)
+	}
+	if ex := wait(t, procs[0], 10*time.Second); ex.ExitCode != 143 || !ex.Stopped {
+		t.Fatalf("peer after failure on the new server: %+v", ex)
+	}
+	if ev := events(t, procs[0]); !strings.Contains(ev, "re-registered as rank 0") {
+		t.Fatalf("events: %s", ev)
+	}
+}

@@ -44,6 +44,8 @@ type supervisor struct {
 	evMu   sync.Mutex
 	events *os.File
 
+	assign gang.Assignment // set once the barrier passed
+
 	mu          sync.Mutex
 	pgid        int // 0 until the child runs
 	stopSig     os.Signal
@@ -121,6 +123,7 @@ func (s *supervisor) run() int {
 		if err != nil {
 			return s.barrierFailed(err)
 		}
+		s.assign = a
 		for k, v := range a.Env() {
 			env[k] = v
 		}
@@ -273,8 +276,20 @@ func (s *supervisor) monitorGang(client *gang.Client) {
 		}
 		cancel()
 		var apiErr *gang.APIError
+		if err != nil && errors.As(err, &apiErr) && apiErr.Code == 404 {
+			// The rendezvous server lost the gang (restart, failover):
+			// re-register with the ranks already in use.
+			rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err = client.Resume(rctx, g.ID, g.Member, g.Join, s.assign)
+			rcancel()
+			if err == nil {
+				s.event(fmt.Sprintf("Rendezvous server had lost gang %s: re-registered as rank %d", g.ID, s.assign.Rank), nil)
+				index = 0
+				continue
+			}
+		}
 		switch {
-		case err != nil && errors.As(err, &apiErr) && (apiErr.Code == 404 || apiErr.Code == 409):
+		case err != nil && errors.As(err, &apiErr) && apiErr.Code/100 == 4:
 			st = gang.Status{State: gang.StateFailed, Reason: apiErr.Message}
 		case err != nil:
 			if !warned {

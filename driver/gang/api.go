@@ -62,6 +62,19 @@ type JoinRequest struct {
 	// TTL is how long the member stays registered without a heartbeat, as a
 	// Go duration ("30s"); empty means the server default.
 	TTL string `json:"ttl,omitempty"`
+	// Resume is set when a running member re-registers after the
+	// rendezvous server lost its state (a restart or failover): the gang is
+	// recreated as ready with the ranks its members already use.
+	Resume *Resume `json:"resume,omitempty"`
+}
+
+// Resume carries a running member's assignment.
+type Resume struct {
+	Generation     int `json:"generation"`
+	Rank           int `json:"rank"`
+	NodeRank       int `json:"node_rank"`
+	LocalRank      int `json:"local_rank"`
+	LocalWorldSize int `json:"local_world_size"`
 }
 
 // Validate names the first missing or malformed field.
@@ -83,6 +96,16 @@ func (r JoinRequest) Validate() error {
 		return fmt.Errorf("port must be in 1..65535, got %d", r.Port)
 	case r.AllocIndex < 0:
 		return fmt.Errorf("alloc_index must be >= 0, got %d", r.AllocIndex)
+	}
+	if res := r.Resume; res != nil {
+		switch {
+		case r.Size <= 0:
+			return fmt.Errorf("resume: size is required")
+		case res.Rank < 0 || res.Rank >= r.Size:
+			return fmt.Errorf("resume: rank %d outside 0..%d", res.Rank, r.Size-1)
+		case res.Generation <= 0:
+			return fmt.Errorf("resume: generation must be positive")
+		}
 	}
 	if r.TTL != "" {
 		d, err := time.ParseDuration(r.TTL)

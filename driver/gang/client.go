@@ -65,6 +65,15 @@ func (c *Client) Leave(ctx context.Context, gangID, member string) (Status, erro
 	return c.do(ctx, http.MethodDelete, c.memberPath(gangID, member), nil)
 }
 
+// Resume re-registers a running member with its assignment, after the
+// rendezvous server lost the gang (it answered 404).
+func (c *Client) Resume(ctx context.Context, gangID, member string, join JoinRequest, a Assignment) (Status, error) {
+	join.Size = a.WorldSize
+	join.Resume = &Resume{Generation: a.Generation, Rank: a.Rank, NodeRank: a.NodeRank,
+		LocalRank: a.LocalRank, LocalWorldSize: a.LocalWorldSize}
+	return c.Join(ctx, gangID, member, join)
+}
+
 // Stop asks every member of the gang to checkpoint and stop.
 func (c *Client) Stop(ctx context.Context, gangID, reason string) (Status, error) {
 	return c.do(ctx, http.MethodPut, PathPrefix+url.PathEscape(gangID)+"/stop", StopRequest{Reason: reason})
@@ -241,28 +250,37 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 		arrived = st.Arrived
 	}
 
-	// Join, retrying transient failures with backoff.
-	backoff := 200 * time.Millisecond
-	for {
-		st, err := c.Join(bctx, cfg.Gang, cfg.Member, cfg.Join)
-		if err == nil {
-			report(st)
-			break
+	// join registers (again, after a rendezvous server restart lost the
+	// gang), retrying transient failures with backoff.
+	join := func() error {
+		backoff := 200 * time.Millisecond
+		for {
+			st, err := c.Join(bctx, cfg.Gang, cfg.Member, cfg.Join)
+			if err == nil {
+				report(st)
+				return nil
+			}
+			var apiErr *APIError
+			if errors.As(err, &apiErr) && apiErr.Code != http.StatusConflict && apiErr.Code/100 == 4 {
+				_, ferr := fail(fmt.Errorf("joining gang: %w", err))
+				return ferr
+			}
+			if ge, gerr := c.Get(bctx, cfg.Gang, 0, 0); gerr == nil {
+				last.Arrived, last.Size = ge.Arrived, ge.Size
+			}
+			select {
+			case <-bctx.Done():
+				_, ferr := fail(err)
+				return ferr
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 2*time.Second)
 		}
-		var apiErr *APIError
-		if errors.As(err, &apiErr) && apiErr.Code != http.StatusConflict && apiErr.Code/100 == 4 {
-			return fail(fmt.Errorf("joining gang: %w", err))
-		}
-		if ge, gerr := c.Get(bctx, cfg.Gang, 0, 0); gerr == nil {
-			last.Arrived, last.Size = ge.Arrived, ge.Size
-		}
-		select {
-		case <-bctx.Done():
-			return fail(err)
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
+	if err := join(); err != nil {
+		return Assignment{}, err
+	}
+	backoff := 200 * time.Millisecond
 
 	nextHB := time.Now().Add(hb)
 	for {
@@ -278,8 +296,26 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 		}
 		if time.Now().After(nextHB) {
 			st, err := c.Heartbeat(bctx, cfg.Gang, cfg.Member)
-			if err != nil {
+			var apiErr *APIError
+			if errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {
+				// The server lost the gang (restart): join again.
+				if err := join(); err != nil {
+					return Assignment{}, err
+				}
+				nextHB = time.Now().Add(hb)
+				continue
+			}
+			if err != nil && errors.As(err, &apiErr) {
 				return fail(fmt.Errorf("heartbeat: %w", err))
+			}
+			if err != nil {
+				// Transport error: the server may be restarting; retry.
+				select {
+				case <-bctx.Done():
+					return fail(err)
+				case <-time.After(backoff):
+				}
+				continue
 			}
 			report(st)
 			nextHB = time.Now().Add(hb)
@@ -289,7 +325,10 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 		if err != nil {
 			var apiErr *APIError
 			if errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {
-				return fail(fmt.Errorf("gang vanished from the rendezvous server: %w", err))
+				if err := join(); err != nil {
+					return Assignment{}, err
+				}
+				continue
 			}
 			select {
 			case <-bctx.Done():

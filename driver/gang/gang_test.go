@@ -310,3 +310,79 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A restarted server (empty registry) takes running members back with the
+// ranks they already use, and refuses a mismatching resume.
+func TestRegistryResume(t *testing.T) {
+	reg := NewRegistry(RegistryConfig{})
+	ctx := context.Background()
+	res := func(i, gen int) JoinRequest {
+		j := join(i, "1", 2)
+		j.Resume = &Resume{Generation: gen, Rank: i, NodeRank: 0, LocalRank: i, LocalWorldSize: 2}
+		return j
+	}
+	st, err := reg.Join(ctx, "g", "b", res(1, 3))
+	if err != nil || st.State != StateReady || st.Generation != 3 || st.Arrived != 1 {
+		t.Fatalf("first resume: %+v %v", st, err)
+	}
+	if st.MasterAddr != "" {
+		t.Fatalf("master known before rank 0 resumed: %q", st.MasterAddr)
+	}
+	st, err = reg.Join(ctx, "g", "a", res(0, 3))
+	if err != nil || st.MasterAddr != "10.0.0.1" || st.MasterPort != 29500 {
+		t.Fatalf("second resume: %+v %v", st, err)
+	}
+	if a, err := AssignmentFor(st, "b"); err != nil || a.Rank != 1 || a.LocalRank != 1 {
+		t.Fatalf("assignment after resume: %+v %v", a, err)
+	}
+	// A member of another generation cannot slip in; a failure still propagates.
+	reg2 := NewRegistry(RegistryConfig{})
+	reg2.Join(ctx, "g", "a", res(0, 3))
+	if _, err := reg2.Join(ctx, "g", "b", res(1, 4)); !errors.Is(err, ErrConflict) {
+		t.Fatalf("generation mismatch: %v", err)
+	}
+	bad := res(5, 1)
+	if _, err := reg2.Join(ctx, "g", "c", bad); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("rank out of range: %v", err)
+	}
+	st, _ = reg.Exit("g", "a", ExitRequest{ExitCode: 1})
+	if st.State != StateFailed {
+		t.Fatalf("after failure: %s", st.State)
+	}
+}
+
+// Members waiting at the barrier join again when the server restarts.
+func TestBarrierSurvivesServerRestart(t *testing.T) {
+	s, err := StartServer("127.0.0.1:0", RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(s.URL, "http://")
+	c, _ := NewClient(s.URL, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Barrier(context.Background(), BarrierConfig{Gang: "g", Member: "a", Join: join(0, "1", 2),
+			Timeout: 20 * time.Second, Heartbeat: 100 * time.Millisecond})
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool { _, _, err := s.Registry.Get("g"); return err == nil })
+	s.Close()
+	s2, err := StartServer(addr, RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	// a re-joins the new registry; then b arrives and both pass.
+	waitFor(t, 10*time.Second, func() bool { st, _, err := s2.Registry.Get("g"); return err == nil && st.Arrived == 1 })
+	if _, err := c.Barrier(context.Background(), BarrierConfig{Gang: "g", Member: "b", Join: join(1, "1", 2), Timeout: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("member a did not pass the barrier after the restart")
+	}
+}

@@ -86,6 +86,9 @@ func (r *Registry) Join(ctx context.Context, gangID, memberID string, req JoinRe
 	if req.TTL != "" {
 		ttl, _ = time.ParseDuration(req.TTL) // validated above
 	}
+	if req.Resume != nil {
+		return r.resume(gangID, memberID, req, ttl)
+	}
 	size := req.Size
 	if size == 0 {
 		// Resolve outside the lock only if the gang does not know its size.
@@ -152,6 +155,49 @@ func (r *Registry) Join(ctx context.Context, gangID, memberID string, req JoinRe
 		assignRanks(g)
 		g.state = StateReady
 	}
+	r.changedLocked(g)
+	return r.statusLocked(g), nil
+}
+
+// resume re-registers a running member after the server lost the gang.
+func (r *Registry) resume(gangID, memberID string, req JoinRequest, ttl time.Duration) (Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.cfg.Clock()
+	r.sweepLocked(now)
+	res := req.Resume
+	g := r.gangs[gangID]
+	if g != nil && r.resettable(g) {
+		r.dropLocked(g)
+		g = nil
+	}
+	if g == nil {
+		g = &gangRecord{id: gangID, state: StateReady, size: req.Size, generation: res.Generation,
+			members: map[string]*memberRecord{}, changed: make(chan struct{})}
+		r.gangs[gangID] = g
+	}
+	if m, ok := g.members[memberID]; ok {
+		if m.State.Terminal() {
+			return Status{}, fmt.Errorf("%w: member %q of gang %q has already ended (%s)", ErrConflict, memberID, gangID, m.State)
+		}
+		m.LastSeen, m.ttl = now, ttl
+		return r.statusLocked(g), nil
+	}
+	switch {
+	case g.state != StateReady:
+		return Status{}, fmt.Errorf("%w: cannot resume member %q: gang %q is %s (%s)", ErrConflict, memberID, gangID, g.state, g.reason)
+	case g.generation != res.Generation || g.size != req.Size:
+		return Status{}, fmt.Errorf("%w: cannot resume member %q: gang %q is generation %d of size %d, member has %d of %d",
+			ErrConflict, memberID, gangID, g.generation, g.size, res.Generation, req.Size)
+	case len(g.members) >= g.size:
+		return Status{}, fmt.Errorf("%w: gang %q is already complete with %d members", ErrConflict, gangID, g.size)
+	}
+	g.members[memberID] = &memberRecord{ttl: ttl, Member: Member{
+		ID: memberID, State: MemberRunning, AllocID: req.AllocID, AllocName: req.AllocName,
+		AllocIndex: req.AllocIndex, Group: req.Group, Task: req.Task, NodeID: req.NodeID,
+		NodeName: req.NodeName, Addr: req.Addr, Port: req.Port, Rank: res.Rank, NodeRank: res.NodeRank,
+		LocalRank: res.LocalRank, LocalWorldSize: res.LocalWorldSize, JoinedAt: now, LastSeen: now,
+	}}
 	r.changedLocked(g)
 	return r.statusLocked(g), nil
 }

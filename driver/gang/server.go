@@ -45,6 +45,9 @@ func NewHandler(reg *Registry, logger hclog.Logger) *Handler {
 // ServeHTTP routes /v1/gang/... requests.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), PathPrefix)
+	if !ok && r.URL.EscapedPath() == strings.TrimSuffix(PathPrefix, "/") {
+		rest, ok = "", true
+	}
 	if !ok {
 		// Also accept being mounted with the prefix stripped.
 		rest = strings.TrimPrefix(r.URL.EscapedPath(), "/")
