@@ -513,3 +513,54 @@ args    = ["-c", "head -c 300000000 /dev/zero | tail > /dev/null"]`, nil)
 		t.Fatalf("result: %+v, want oom_killed", res)
 	}
 }
+
+func execStream(t *testing.T, inst *plugintest.Instance, id string, tty bool, argv []string, stdin string) (string, string, *driverpb.ExitResult) {
+	t.Helper()
+	s, err := inst.Driver.ExecTaskStreaming(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := &driverpb.ExecTaskStreamingRequest{Setup: &driverpb.ExecTaskStreamingRequest_Setup{TaskId: id, Command: argv, Tty: tty}}
+	if tty {
+		setup.TtySize = &driverpb.ExecTaskStreamingRequest_TerminalSize{Height: 40, Width: 100}
+	}
+	if err := s.Send(setup); err != nil {
+		t.Fatal(err)
+	}
+	if stdin != "" {
+		s.Send(&driverpb.ExecTaskStreamingRequest{Stdin: &driverpb.ExecTaskStreamingIOOperation{Data: []byte(stdin)}})
+		s.Send(&driverpb.ExecTaskStreamingRequest{Stdin: &driverpb.ExecTaskStreamingIOOperation{Close: true}})
+	}
+	var out, errOut strings.Builder
+	for {
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatalf("exec stream ended without an exit: %v", err)
+		}
+		out.Write(r.GetStdout().GetData())
+		errOut.Write(r.GetStderr().GetData())
+		if r.GetExited() {
+			s.CloseSend()
+			return out.String(), errOut.String(), r.GetResult()
+		}
+	}
+}
+
+func TestConformanceExecStreaming(t *testing.T) {
+	inst := load(t, "")
+	tk := newTask(t, "shell", `
+command = "sleep"
+args    = ["30"]`, map[string]string{"GREETING": "hi"})
+	start(t, inst, tk)
+	out, errOut, res := execStream(t, inst, tk.cfg.Id, false, []string{"/bin/sh", "-c", "read x; echo $GREETING $x; echo oops >&2; exit 3"}, "there\n")
+	if out != "hi there\n" || errOut != "oops\n" || res.GetExitCode() != 3 {
+		t.Fatalf("non-tty exec: %q %q %+v", out, errOut, res)
+	}
+	out, _, res = execStream(t, inst, tk.cfg.Id, true, []string{"/bin/sh", "-c", "tty; stty size"}, "")
+	if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "40 100") || res.GetExitCode() != 0 {
+		t.Fatalf("tty exec: %q %+v", out, res)
+	}
+	if _, err := inst.Driver.StopTask(ctxT(t, 10*time.Second), &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Timeout: durationpb.New(5 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+}
