@@ -30,7 +30,9 @@
 //	                                                   blocks until Status.Index > N or
 //	                                                   D (default 30s, max 5m) passes
 //	PUT    /v1/gang/{gang}/members/{member}            join (JoinRequest) -> Status;
-//	                                                   idempotent for the same member
+//	                                                   idempotent for the same member;
+//	                                                   with "resume": re-register a
+//	                                                   running member (see below)
 //	PUT    /v1/gang/{gang}/members/{member}/heartbeat  refresh the member's TTL -> Status
 //	PUT    /v1/gang/{gang}/members/{member}/exit       the member's process ended
 //	                                                   (ExitRequest) -> Status
@@ -62,6 +64,15 @@
 // exited is reset by the next join (a new generation), so a requeued job
 // rendezvouses again; a join to a gang that is still failed/stopping with
 // live members gets 409 and the client retries until its barrier timeout.
+//
+// # Restarts of the rendezvous server
+//
+// The registry is in memory. When the server restarts (or an impact agent
+// fails over) it answers 404 for gangs it no longer knows: members still
+// waiting at the barrier simply join again; running members re-register
+// with JoinRequest.Resume (their generation and ranks), which recreates the
+// gang as ready with the ranks already in use, so a restart never stops a
+// running gang and failure propagation keeps working afterwards.
 //
 // Member TTLs are checked lazily on every request against the server's
 // injected clock, so the registry has no background goroutine and tests can
