@@ -226,3 +226,28 @@ func TestUnavailableBackendReportsNoDevices(t *testing.T) {
 		t.Fatalf("reserve on an empty node: %v", err)
 	}
 }
+
+// failingWatch is a backend whose health events fail at once.
+type failingWatch struct{ *scripted }
+
+func (f failingWatch) WatchHealth(context.Context, chan<- gpu.HealthEvent) error {
+	return errors.New("event set broken")
+}
+
+func TestMonitorSurvivesHealthWatchFailure(t *testing.T) {
+	b := failingWatch{newScripted(twoGPUs())}
+	m := startMonitor(b, settingsFor(t, "island"), hclog.NewNullLogger(), time.Now)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap, _, _, err := m.current(ctx)
+	if err != nil || len(snap.groups) != 1 {
+		t.Fatalf("snapshot %v %v", snap, err)
+	}
+	stopped := make(chan struct{})
+	go func() { m.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("monitor did not stop after its health watch failed")
+	}
+}

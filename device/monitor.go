@@ -79,7 +79,9 @@ func (m *monitor) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			<-watchDone
+			if watchDone != nil {
+				<-watchDone
+			}
 			return
 		case err := <-watchDone:
 			if ctx.Err() == nil {
