@@ -20,8 +20,10 @@ type ElectorConfig struct {
 	// TTL of the lock (default 15s); it is renewed every TTL/2.
 	TTL time.Duration
 	// LockDelay: after a holder vanishes without releasing, nobody may take
-	// the lock for this long (default 5s), so that a stalled old leader
-	// notices it lost the lock before a new one acts.
+	// the lock for this long (default: TTL, like Nomad), so that an old
+	// leader cut off from Nomad notices it lost the lock (it steps down
+	// when its renewal, tried every TTL/2, fails) before a new one acts.
+	// Values below TTL/2 cannot give that guarantee and are raised to it.
 	LockDelay time.Duration
 	// RetryInterval between acquisition attempts (default TTL/2).
 	RetryInterval time.Duration
@@ -47,13 +49,17 @@ func NewElector(c *Client, cfg ElectorConfig, logger hclog.Logger) *Elector {
 		cfg.TTL = api.DefaultLockTTL
 	}
 	if cfg.LockDelay <= 0 {
-		cfg.LockDelay = 5 * time.Second
-	}
-	if cfg.RetryInterval <= 0 {
-		cfg.RetryInterval = cfg.TTL / 2
+		cfg.LockDelay = cfg.TTL
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
+	}
+	if cfg.LockDelay < cfg.TTL/2 {
+		logger.Named("elector").Warn("lock_delay below TTL/2 allows two leaders at once; raised", "lock_delay", cfg.LockDelay, "ttl", cfg.TTL)
+		cfg.LockDelay = cfg.TTL / 2
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = cfg.TTL / 2
 	}
 	return &Elector{c: c, cfg: cfg, log: logger.Named("elector")}
 }

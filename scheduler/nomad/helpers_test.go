@@ -17,7 +17,7 @@ import (
 const parking = "impact-queue"
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	fake *nomadfake.Server
 	c    *Client
 	w    *Watcher
@@ -29,11 +29,11 @@ type env struct {
 	done    chan struct{}
 }
 
-func testLogger(t *testing.T) hclog.Logger {
+func testLogger(t testing.TB) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: testWriter{t}})
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
@@ -43,7 +43,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // newEnv starts a fake Nomad with a parking pool and nodes of 2 islands x
 // 4 GPUs in pool "gpu".
-func newEnv(t *testing.T, nodes int) *env {
+func newEnv(t testing.TB, nodes int) *env {
 	t.Helper()
 	f := nomadfake.New(nomadfake.Options{HeartbeatInterval: 50 * time.Millisecond})
 	t.Cleanup(f.Close)

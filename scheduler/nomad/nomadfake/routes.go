@@ -1,6 +1,7 @@
 package nomadfake
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 )
@@ -8,11 +9,28 @@ import (
 // route dispatches one non-stream request. It returns the value to encode
 // as JSON (nil: empty 200), the X-Nomad-Index to report, or an error.
 func (s *Server) route(r *http.Request) (any, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out, idx, err := s.dispatch(r)
+	if err != nil || out == nil {
+		return out, idx, err
+	}
+	// Encode while holding the lock: the objects are live state.
+	if vc, ok := out.(varConflict); ok {
+		b, err := json.Marshal(vc.v)
+		return varConflict{json.RawMessage(b)}, idx, err
+	}
+	if tmpl, list := templateFor(r); tmpl != "" {
+		out = shape(out, tmpl, list)
+	}
+	b, err := json.Marshal(out)
+	return json.RawMessage(b), idx, err
+}
+
+func (s *Server) dispatch(r *http.Request) (any, uint64, error) {
 	p := r.URL.Path
 	m := r.Method
 	write := m == http.MethodPut || m == http.MethodPost
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
 	case p == "/v1/status/leader":
 		return "127.0.0.1:4647", s.index, nil

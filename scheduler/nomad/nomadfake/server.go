@@ -324,9 +324,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, index, vc.v)
 		return
 	}
-	if tmpl, list := templateFor(r); tmpl != "" {
-		out = shape(out, tmpl, list)
-	}
 	if out == nil {
 		setMeta(w, index)
 		w.WriteHeader(http.StatusOK)

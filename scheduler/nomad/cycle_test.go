@@ -1,0 +1,261 @@
+package nomad
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// runCycles is the agent's loop in miniature: on every model change,
+// decide and act.
+func runCycles(ctx context.Context, t testing.TB, w *Watcher, x *Executor, ew *ExplainWriter) {
+	eng, err := engine.New(policy.Default(), engine.WithDefaultPool("gpu"))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.Changes():
+		}
+		plan := eng.Decide(w.Snapshot(), time.Now())
+		x.Apply(ctx, plan)
+		if ew != nil {
+			_ = ew.Write(ctx, plan)
+		}
+		x.CheckDeadlines(ctx)
+	}
+}
+
+// TestCycleWithEngine runs watcher, engine and executor together on the
+// fake: jobs are admitted whole in impact order as capacity frees.
+func TestCycleWithEngine(t *testing.T) {
+	e := newEnv(t, 1) // one node, 2 islands x 4 GPUs
+	// Three 8-GPU jobs: only one fits at a time; the critical one first.
+	e.register(gpuJob("low", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+	e.register(gpuJob("crit", map[string]string{"impact_tier": "critical"}, [2]int{2, 4}))
+	e.register(gpuJob("mid", map[string]string{"impact_tier": "normal"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	x := e.executor(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runCycles(ctx, t, e.w, x, NewExplainWriter(e.c, e.log))
+	}()
+	defer func() { cancel(); <-done; x.Wait() }()
+	order := []string{}
+	for len(order) < 3 {
+		var running string
+		deadline := time.Now().Add(5 * time.Second)
+		for running == "" {
+			for _, id := range []string{"low", "crit", "mid"} {
+				if contains(order, id) {
+					continue
+				}
+				as := e.fake.Allocations(id)
+				live := 0
+				for _, a := range as {
+					if a.ClientStatus == "running" {
+						live++
+					}
+				}
+				if live == 2 {
+					running = id
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no job admitted after %v; explain: %v", order, e.fake.Variable("nomad/jobs/mid/impact"))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		order = append(order, running)
+		for _, a := range e.fake.Allocations(running) {
+			if a.ClientStatus == "running" {
+				_ = e.fake.FinishAlloc(a.ID, false)
+			}
+		}
+	}
+	if fmt.Sprint(order) != "[crit mid low]" {
+		t.Errorf("admission order = %v, want [crit mid low]", order)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func recordedStream(tb testing.TB) [][]byte {
+	f, err := os.Open(filepath.Join("nomadfake", "testdata", "events.ndjson"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	var lines [][]byte
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) > 0 {
+			lines = append(lines, append([]byte(nil), sc.Bytes()...))
+		}
+	}
+	return lines
+}
+
+// TestRecordedStreamApplies checks the real agent's stream decodes and
+// yields the expected model: train-a parked, then admitted, then parked.
+func TestRecordedStreamApplies(t *testing.T) {
+	lines := recordedStream(t)
+	w := NewWatcher(nil, WatcherConfig{ParkingPool: parking}, nil)
+	var b wireBatch
+	states := []string{}
+	for _, l := range lines {
+		if err := decodeBatch(l, &b); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if err := w.applyBatch(&b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if j, ok := w.Snapshot().Job(cluster.JobKey("default", "train-a")); ok {
+			st := j.State.String()
+			if len(states) == 0 || states[len(states)-1] != st {
+				states = append(states, st)
+			}
+		}
+	}
+	if got := fmt.Sprint(states); got != "[queued running queued]" {
+		t.Errorf("train-a states = %s, want [queued running queued]", got)
+	}
+	if st := w.Stats(); st.EventsApplied < 50 || st.LastIndex != 75 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+// BenchmarkApplyRecordedStream measures events applied per second
+// (decode + mirror + model update) from the stream recorded on Nomad 2.0.6.
+func BenchmarkApplyRecordedStream(b *testing.B) {
+	lines := recordedStream(b)
+	events := 0
+	b.ReportAllocs()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		w := NewWatcher(nil, WatcherConfig{ParkingPool: parking}, nil)
+		var batch wireBatch
+		for _, l := range lines {
+			if err := decodeBatch(l, &batch); err != nil {
+				b.Fatal(err)
+			}
+			_ = w.applyBatch(&batch, start)
+			events += len(batch.Events)
+		}
+	}
+	b.ReportMetric(float64(events)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkFreedCapacityToAdmission measures the time from Nomad freeing
+// GPUs (a running job's allocations complete) to the register request that
+// admits the waiting job, with the cycle run on every model change.
+func BenchmarkFreedCapacityToAdmission(b *testing.B) {
+	e := newEnv(b, 1)
+	w := NewWatcher(e.c, WatcherConfig{ParkingPool: parking, MinBackoff: 5 * time.Millisecond}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	<-w.Ready()
+	x := NewExecutor(e.c, NewStateStore(e.c, StateConfig{}, nil), ExecutorConfig{ParkingPool: parking, DefaultPool: "gpu"}, nil)
+	var mu sync.Mutex
+	admittedAt := map[string]time.Time{}
+	e.fake.OnRegister(func(j *api.Job) {
+		if *j.NodePool == "gpu" {
+			mu.Lock()
+			admittedAt[*j.ID] = time.Now()
+			mu.Unlock()
+		}
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); runCycles(ctx, b, w, x, nil) }()
+	defer func() { cancel(); <-done }()
+
+	reg := func(id string) {
+		if _, _, err := e.c.api.Jobs().Register(gpuJob(id, nil, [2]int{2, 4}), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitRunning := func(id string) []*api.Allocation {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var live []*api.Allocation
+			for _, a := range e.fake.Allocations(id) {
+				if a.ClientStatus == "running" {
+					live = append(live, a)
+				}
+			}
+			if len(live) == 2 {
+				return live
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s never ran", id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	reg("job-0")
+	running := waitRunning("job-0")
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		b.StopTimer()
+		id := fmt.Sprintf("job-%d", i)
+		reg(id)
+		// Let the model see it waiting (no capacity) before freeing.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			j, ok := w.Snapshot().Job(cluster.JobKey("default", id))
+			if ok && j.State == cluster.JobQueued {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s not queued", id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		x.CheckDeadlines(ctx)
+		b.StartTimer()
+		freed := time.Now()
+		for _, a := range running {
+			_ = e.fake.FinishAlloc(a.ID, false)
+		}
+		running = waitRunning(id)
+		mu.Lock()
+		at := admittedAt[id]
+		mu.Unlock()
+		lat = append(lat, at.Sub(freed))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	}
+}

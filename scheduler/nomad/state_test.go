@@ -1,0 +1,238 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+func TestConfigFromEnvAndMerge(t *testing.T) {
+	env := map[string]string{
+		"NOMAD_ADDR": "https://nomad.example:4646", "NOMAD_TOKEN": "secret", "NOMAD_NAMESPACE": "ml",
+		"NOMAD_REGION": "eu", "NOMAD_CACERT": "/ca.pem", "NOMAD_CLIENT_CERT": "/c.pem", "NOMAD_CLIENT_KEY": "/k.pem",
+		"NOMAD_SKIP_VERIFY": "true",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	c, err := ConfigFromEnv(lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Address: "https://nomad.example:4646", Token: "secret", Namespace: "ml", Region: "eu",
+		CACert: "/ca.pem", ClientCert: "/c.pem", ClientKey: "/k.pem", Insecure: true}
+	if c != want {
+		t.Errorf("from env = %+v, want %+v", c, want)
+	}
+	m := c.Merge(Config{Address: "http://127.0.0.1:4646", Namespace: "prod"})
+	if m.Address != "http://127.0.0.1:4646" || m.Namespace != "prod" || m.Token != "secret" {
+		t.Errorf("merge = %+v", m)
+	}
+	env["NOMAD_SKIP_VERIFY"] = "maybe"
+	if _, err := ConfigFromEnv(lookup); err == nil || !strings.Contains(err.Error(), "NOMAD_SKIP_VERIFY") {
+		t.Errorf("bad NOMAD_SKIP_VERIFY: %v", err)
+	}
+	for _, bad := range []Config{{Address: "nomad:4646:x"}, {Address: "ftp://x"}, {ClientCert: "/c.pem"}} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+	if _, err := NewClient(Config{Address: "ftp://x"}, nil); err == nil {
+		t.Error("NewClient accepted a bad address")
+	}
+}
+
+func TestStateStore(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	st := NewStateStore(e.c, StateConfig{MaxPreemptionRecords: 3}, e.log)
+
+	vals, at, err := st.LoadUsage(ctx)
+	if err != nil || len(vals) != 0 || !at.IsZero() {
+		t.Fatalf("empty usage = %v %v %v", vals, at, err)
+	}
+	now := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	if err := st.SaveUsage(ctx, map[string]float64{"olmo": 12.5, "team.a/b": 3}, now); err != nil {
+		t.Fatal(err)
+	}
+	vals, at, err = st.LoadUsage(ctx)
+	if err != nil || vals["olmo"] != 12.5 || vals["team.a/b"] != 3 || !at.Equal(now) {
+		t.Fatalf("usage = %v at %v (%v)", vals, at, err)
+	}
+
+	in := &Intent{Kind: IntentAdmit, JobID: "default/my.job", Phase: PhaseDecided, FromIndex: 7, Created: now}
+	if err := st.PutIntent(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	// A second creator (another leader) loses.
+	other := &Intent{Kind: IntentAdmit, JobID: "default/my.job", Phase: PhaseDecided}
+	if err := st.PutIntent(ctx, other); !errors.Is(err, ErrConflict) {
+		t.Errorf("second create: %v, want ErrConflict", err)
+	}
+	in.Phase = PhaseRegistered
+	if err := st.PutIntent(ctx, in); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	got, err := st.Intents(ctx)
+	if err != nil || len(got) != 1 || got[0].JobID != "default/my.job" || got[0].Phase != PhaseRegistered {
+		t.Fatalf("intents = %+v, %v", got, err)
+	}
+	if err := st.DeleteIntent(ctx, "default/my.job"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.Intents(ctx); len(got) != 0 {
+		t.Errorf("intents after delete = %+v", got)
+	}
+
+	for i := 0; i < 5; i++ {
+		if err := st.RecordPreemption(ctx, PreemptionRecord{JobID: "default/v", At: now.Add(time.Duration(i) * time.Hour), GPUs: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := st.Preemptions(ctx, now.Add(3*time.Hour))
+	if err != nil || len(recs) != 2 || recs[0].GPUs != 3 {
+		t.Errorf("records since +3h = %+v (%v)", recs, err)
+	}
+	all, _ := st.Preemptions(ctx, time.Time{})
+	if len(all) != 3 {
+		t.Errorf("kept %d records, want the newest 3", len(all))
+	}
+}
+
+func TestExplainWriterWritesOnChangeOnly(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	x := NewExplainWriter(e.c, e.log)
+	_, specErr := policy.ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
+	plan := &engine.Plan{Now: time.Unix(1_800_000_000, 0), Explanations: map[string]*engine.Explanation{
+		"default/train": {JobID: "default/train", Position: 1, Status: engine.StatusWaiting, Tier: "high", Project: "olmo", GPUs: 16,
+			Score: policy.Score{Total: 812.5, Tier: 800, Age: 12.5}, Reason: "waiting: needs 2 nodes with 8 free GPUs in one NVLink island",
+			Rejected: map[string]int{"not enough free GPUs": 3}},
+		"default/typo": {JobID: "default/typo", Position: 2, Status: engine.StatusParked, Reason: specErr.Error()},
+	}}
+	if err := x.Write(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	v := e.fake.Variable("nomad/jobs/train/impact")
+	if v["position"] != "1" || v["score"] != "812.500" || v["status"] != "waiting" || !strings.Contains(v["reason"], "NVLink") || v["rejected"] == "" {
+		t.Errorf("train explanation = %v", v)
+	}
+	bad := e.fake.Variable("nomad/jobs/typo/impact")
+	if bad["status"] != "parked" || !strings.Contains(bad["reason"], "impact_grace") {
+		t.Errorf("bad meta explanation = %v, want parked with the meta error", bad)
+	}
+	puts := func() int {
+		n := 0
+		for _, r := range e.fake.Requests() {
+			if r.Method == "PUT" && strings.HasPrefix(r.Path, "/v1/var/nomad/jobs/") {
+				n++
+			}
+		}
+		return n
+	}
+	before := puts()
+	plan.Now = plan.Now.Add(time.Minute)
+	if err := x.Write(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	if puts() != before {
+		t.Errorf("unchanged explanations rewritten")
+	}
+	plan.Explanations["default/train"].Position = 2
+	_ = x.Write(ctx, plan)
+	if puts() != before+1 {
+		t.Errorf("changed explanation writes = %d, want 1", puts()-before)
+	}
+	items, err := x.Read(ctx, "default/train")
+	if err != nil || items["position"] != "2" {
+		t.Errorf("read = %v, %v", items, err)
+	}
+	if err := x.Forget(ctx, "default/train"); err != nil || e.fake.Variable("nomad/jobs/train/impact") != nil {
+		t.Errorf("forget: %v", err)
+	}
+}
+
+func TestElectorOneLeaderAndFailover(t *testing.T) {
+	e := newEnv(t, 0)
+	cfg := ElectorConfig{TTL: 200 * time.Millisecond, LockDelay: 200 * time.Millisecond, RetryInterval: 20 * time.Millisecond}
+	var leading [2]atomic.Bool
+	var terms [2]atomic.Int32
+	els := [2]*Elector{}
+	cancels := [2]context.CancelFunc{}
+	dones := [2]chan struct{}{}
+	for i := range els {
+		c := cfg
+		c.HolderID = []string{"agent-1", "agent-2"}[i]
+		els[i] = NewElector(e.c, c, e.log)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		dones[i] = make(chan struct{})
+		go func() {
+			defer close(dones[i])
+			_ = els[i].Run(ctx, func(lctx context.Context) {
+				if leading[1-i].Load() {
+					t.Errorf("agent %d leads while agent %d does", i, 1-i)
+				}
+				leading[i].Store(true)
+				terms[i].Add(1)
+				<-lctx.Done()
+				leading[i].Store(false)
+			})
+		}()
+	}
+	defer func() {
+		for i := range cancels {
+			cancels[i]()
+			<-dones[i]
+		}
+	}()
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out: %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitUntil("a leader", func() bool { return els[0].IsLeader() || els[1].IsLeader() })
+	first := 0
+	if els[1].IsLeader() {
+		first = 1
+	}
+	// Renewals keep the leader for several TTLs.
+	time.Sleep(3 * cfg.TTL)
+	if !els[first].IsLeader() || els[1-first].IsLeader() {
+		t.Fatalf("leadership moved without cause")
+	}
+	holder, err := els[1-first].Holder(context.Background())
+	if err != nil || holder != []string{"agent-1", "agent-2"}[first] {
+		t.Errorf("holder = %q, %v", holder, err)
+	}
+	// The leader's lock expires (it was cut off): it must step down (its
+	// term ends), and a leader (either) is elected again, never two.
+	before := terms[0].Load() + terms[1].Load()
+	e.fake.ExpireLocks()
+	waitUntil("old term ended", func() bool { return !leading[first].Load() || terms[first].Load() > 1 })
+	waitUntil("new term", func() bool {
+		return terms[0].Load()+terms[1].Load() > before && (els[0].IsLeader() || els[1].IsLeader())
+	})
+	// Clean shutdown of the leader releases the lock: the other takes over
+	// without waiting for the TTL and lock delay.
+	cur := 0
+	if els[1].IsLeader() {
+		cur = 1
+	}
+	start := time.Now()
+	cancels[cur]()
+	<-dones[cur]
+	waitUntil("takeover after release", func() bool { return els[1-cur].IsLeader() })
+	if took := time.Since(start); took > cfg.TTL+cfg.LockDelay {
+		t.Errorf("takeover after a clean release took %v", took)
+	}
+}
