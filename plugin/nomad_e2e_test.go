@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,7 +128,7 @@ plugin "impact-testdriver" {
 	}
 
 	dev := node.NodeResources.Devices[0]
-	t.Logf("device group %s/%s/%s with %d instances, attributes %v", dev.Vendor, dev.Type, dev.Name, len(dev.Instances), dev.Attributes)
+	t.Logf("device group %s/%s/%s with %d instances, attributes %s", dev.Vendor, dev.Type, dev.Name, len(dev.Instances), formatAttrs(dev.Attributes))
 	if dev.Vendor != "impact" || dev.Type != "gpu" || dev.Name != "Fake GPU" || len(dev.Instances) != 3 {
 		t.Errorf("device group = %+v", dev)
 	}
@@ -142,13 +143,116 @@ plugin "impact-testdriver" {
 	if !drv.Healthy {
 		t.Errorf("driver = %+v", drv)
 	}
+
+	// A job asking for two devices gets them through Reserve.
+	job := filepath.Join(dir, "job.hcl")
+	if err := os.WriteFile(job, []byte(`
+job "impact-plugin-e2e" {
+  datacenters = ["*"]
+  type        = "batch"
+  group "g" {
+    task "show" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo FAKE=$FAKE_VISIBLE_DEVICES"]
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+        device "impact/gpu" {
+          count = 2
+        }
+      }
+    }
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.CommandContext(ctx, nomad, "job", "run", "-detach", job)
+	run.Env = append(os.Environ(), "NOMAD_ADDR="+base)
+	if out, err := run.CombinedOutput(); err != nil {
+		t.Fatalf("nomad job run: %v\n%s", err, out)
+	}
+	var allocID string
+	err = poll(ctx, exited, func() (bool, error) {
+		var allocs []struct{ ID, ClientStatus string }
+		if err := getJSON(ctx, base+"/v1/job/impact-plugin-e2e/allocations", &allocs); err != nil {
+			return false, err
+		}
+		if len(allocs) == 0 {
+			return false, nil
+		}
+		switch allocs[0].ClientStatus {
+		case "complete":
+			allocID = allocs[0].ID
+			return true, nil
+		case "failed", "lost":
+			return false, fmt.Errorf("allocation %s is %s", allocs[0].ID, allocs[0].ClientStatus)
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the job: %v", err)
+	}
+	logs, err := getText(ctx, base+"/v1/client/fs/logs/"+allocID+"?task=show&type=stdout&plain=true&origin=start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("task stdout: %s", strings.TrimSpace(logs))
+	ids := strings.Split(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(logs), "FAKE=")), ",")
+	if len(ids) != 2 || !strings.HasPrefix(ids[0], "fake-") || !strings.HasPrefix(ids[1], "fake-") {
+		t.Errorf("task saw FAKE_VISIBLE_DEVICES %q, want two fake-N ids", logs)
+	}
 }
 
+func formatAttrs(attrs map[string]nomadAttr) string {
+	var parts []string
+	for k, a := range attrs {
+		var v string
+		switch {
+		case a.FloatVal != nil:
+			v = fmt.Sprint(*a.FloatVal)
+		case a.IntVal != nil:
+			v = fmt.Sprint(*a.IntVal)
+		case a.StringVal != nil:
+			v = fmt.Sprintf("%q", *a.StringVal)
+		case a.BoolVal != nil:
+			v = fmt.Sprint(*a.BoolVal)
+		}
+		parts = append(parts, k+"="+strings.TrimSpace(v+" "+a.Unit))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func getText(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return string(body), nil
+}
+
+// nomadAttr is a device attribute as Nomad's HTTP API renders it.
 type nomadAttr struct {
-	FloatVal  *float64
-	IntVal    *int64
-	StringVal *string
-	BoolVal   *bool
+	FloatVal  *float64 `json:"Float"`
+	IntVal    *int64   `json:"Int"`
+	StringVal *string  `json:"String"`
+	BoolVal   *bool    `json:"Bool"`
 	Unit      string
 }
 

@@ -255,3 +255,10 @@ func (d *testDriver) Fingerprint(_ *driverpb.FingerprintRequest, stream driverpb
 	<-stream.Context().Done()
 	return stream.Context().Err()
 }
+
+// TaskEvents stays open: it has no events to send, and a stream that ends
+// makes the client re-subscribe at once.
+func (d *testDriver) TaskEvents(_ *driverpb.TaskEventsRequest, stream driverpb.Driver_TaskEventsServer) error {
+	<-stream.Context().Done()
+	return stream.Context().Err()
+}
