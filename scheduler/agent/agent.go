@@ -28,6 +28,9 @@ type Options struct {
 	Debounce    time.Duration // collects a burst of events into one cycle
 	// SaveEvery bounds how often the leader writes durable state.
 	SaveEvery time.Duration
+	// ShutdownWait bounds how long Run waits for background actions on
+	// exit (default 30s).
+	ShutdownWait time.Duration
 	// PoolRetryFor is how long start-up retries creating the parking pool
 	// (default 2 minutes).
 	PoolRetryFor time.Duration
@@ -90,6 +93,7 @@ type Agent struct {
 	leaderCancel   context.CancelFunc
 	leaderCtx      context.Context
 	leaderAcquired time.Time
+	recovered      bool // this term's Recover succeeded
 }
 
 type leadershipChange struct {
@@ -130,6 +134,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = 10 * time.Second
+	}
+	if opts.ShutdownWait <= 0 {
+		opts.ShutdownWait = 30 * time.Second
 	}
 	if opts.PoolRetryFor <= 0 {
 		opts.PoolRetryFor = 2 * time.Minute
@@ -239,6 +246,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.stepDown()
 	cancel()
 	wg.Wait()
+	if w, ok := a.opts.Executor.(Waiter); ok {
+		// Let preemptions under way finish (signal, grace, stop), within
+		// bounds: what is left stays as an intent for the next leader.
+		done := make(chan struct{})
+		go func() { w.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(a.opts.ShutdownWait):
+			a.log.Warn("shutting down with actions still under way; the next leader resumes them", "waited", a.opts.ShutdownWait)
+		}
+	}
 	// Release the lock with a fresh context: ours is done.
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()
@@ -264,7 +282,7 @@ func (a *Agent) ensurePool(ctx context.Context) error {
 	deadline := a.clk().Add(a.opts.PoolRetryFor)
 	backoff := 250 * time.Millisecond
 	for {
-		err := a.opts.Pools.EnsurePool(ctx, a.opts.ParkingPool,
+		err := a.opts.Pools.EnsureNodePool(ctx, a.opts.ParkingPool,
 			"impact scheduler parking pool: jobs wait here (no nodes) until admitted")
 		if err == nil {
 			a.log.Info("parking pool ready", "pool", a.opts.ParkingPool)
@@ -414,6 +432,7 @@ func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 	a.mu.Lock()
 	a.leaderCtx, a.leaderCancel = lctx, lcancel
 	a.leaderAcquired = a.clk()
+	a.recovered = false
 	a.lastSave = time.Time{}
 	// Explanations written by the previous leader may differ: rewrite.
 	a.written = map[string]string{}
@@ -477,8 +496,9 @@ func (a *Agent) cycle(ctx context.Context) {
 	st := a.opts.Model.Status()
 	a.opts.Metrics.RecordEvents(lag, st.Index)
 	if !st.Synced {
-		res.Err = fmt.Errorf("model not synced with nomad yet: %v", st.Err)
-		a.finish(res, wallStart)
+		// Deciding on a partial model could admit out of order; health
+		// reports the state, and the first sync triggers a cycle.
+		a.cycleLog.Debug("skipping cycle: model not synced with nomad yet", "status", st.Err)
 		return
 	}
 	snap := a.opts.Model.Snapshot()
@@ -489,6 +509,14 @@ func (a *Agent) cycle(ctx context.Context) {
 
 	lctx := a.leaderContext()
 	res.Leader = lctx != nil
+	if lctx != nil {
+		if err := a.recover(lctx); err != nil {
+			// Acting before the previous leader's intents are settled
+			// could admit a job twice: decide, show, but do not act.
+			res.Err = err
+			lctx = nil
+		}
+	}
 	if lctx != nil {
 		rep, err := a.opts.Executor.Apply(lctx, plan, snap)
 		res.Report = rep
@@ -510,6 +538,28 @@ func (a *Agent) cycle(ctx context.Context) {
 	a.finish(res, wallStart)
 }
 
+// recover runs the executor's Recover once per leadership term.
+func (a *Agent) recover(ctx context.Context) error {
+	r, ok := a.opts.Executor.(Recoverer)
+	if !ok {
+		return nil
+	}
+	a.mu.Lock()
+	done := a.recovered
+	a.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := r.Recover(ctx); err != nil {
+		return fmt.Errorf("recovering the previous leader's intents (not acting until it succeeds): %w", err)
+	}
+	a.mu.Lock()
+	a.recovered = true
+	a.mu.Unlock()
+	a.leaderLog.Info("recovered the previous leader's intents")
+	return nil
+}
+
 func (a *Agent) finish(res CycleResult, wallStart time.Time) {
 	res.Duration = time.Since(wallStart)
 	a.cycles.Add(1)
@@ -518,7 +568,9 @@ func (a *Agent) finish(res CycleResult, wallStart time.Time) {
 	a.lastErr = res.Err
 	a.mu.Unlock()
 	a.opts.Metrics.RecordCycle(res.Decide, res.Duration, res.Err != nil)
-	if res.Err != nil {
+	if res.Err != nil && errors.Is(res.Err, context.Canceled) {
+		a.cycleLog.Debug("cycle interrupted", "error", res.Err)
+	} else if res.Err != nil {
 		a.cycleLog.Warn("cycle failed", "error", res.Err)
 	} else if res.Plan != nil && (len(res.Plan.Admissions) > 0 || len(res.Plan.Preemptions) > 0) {
 		a.cycleLog.Info("cycle", "leader", res.Leader, "admissions", len(res.Plan.Admissions),

@@ -419,7 +419,7 @@ func TestCycleErrorsMakeHealthDegraded(t *testing.T) {
 
 type failingPools struct{ n int }
 
-func (f *failingPools) EnsurePool(context.Context, string, string) error {
+func (f *failingPools) EnsureNodePool(context.Context, string, string) error {
 	f.n++
 	return errors.New("Permission denied")
 }

@@ -230,7 +230,7 @@ func (e *fakeExec) WriteExplanation(_ context.Context, x agentapi.Explanation) e
 	return nil
 }
 
-func (e *fakeExec) EnsurePool(context.Context, string, string) error { return nil }
+func (e *fakeExec) EnsureNodePool(context.Context, string, string) error { return nil }
 
 func (e *fakeExec) LoadState(context.Context) (DurableState, bool, error) {
 	e.n.mu.Lock()

@@ -51,6 +51,21 @@ type Executor interface {
 	Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (ApplyReport, error)
 }
 
+// Recoverer is an Executor that must finish or undo what a previous
+// leader left half-done (admission and preemption intents) before it acts
+// on new plans. The agent calls Recover on becoming leader and does not act
+// until it succeeded.
+type Recoverer interface {
+	Recover(ctx context.Context) error
+}
+
+// Waiter is an Executor with actions running in the background
+// (preemptions waiting out a grace period); the agent waits for them, for
+// a bounded time, on shutdown.
+type Waiter interface {
+	Wait()
+}
+
 // ApplyReport says what Apply did, for metrics, logs and explanations.
 type ApplyReport struct {
 	// Admitted lists the job IDs (cluster.JobKey) re-registered into their
@@ -119,5 +134,5 @@ type PreemptionRecord struct {
 
 // PoolManager creates the parking node pool at start-up.
 type PoolManager interface {
-	EnsurePool(ctx context.Context, name, description string) error
+	EnsureNodePool(ctx context.Context, name, description string) error
 }

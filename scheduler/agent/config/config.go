@@ -80,7 +80,6 @@ type Nomad struct {
 	Region        string
 	Namespace     string
 	CACert        string
-	CAPath        string
 	ClientCert    string
 	ClientKey     string
 	TLSServerName string

@@ -12,7 +12,6 @@ var envVars = []struct{ name, path string }{
 	{"NOMAD_REGION", "nomad.region"},
 	{"NOMAD_NAMESPACE", "nomad.namespace"},
 	{"NOMAD_CACERT", "nomad.ca_cert"},
-	{"NOMAD_CAPATH", "nomad.ca_path"},
 	{"NOMAD_CLIENT_CERT", "nomad.client_cert"},
 	{"NOMAD_CLIENT_KEY", "nomad.client_key"},
 	{"NOMAD_TLS_SERVER_NAME", "nomad.tls_server_name"},

@@ -46,7 +46,6 @@ func (c *Config) fields() []field {
 		s("nomad.region", &c.Nomad.Region),
 		s("nomad.namespace", &c.Nomad.Namespace),
 		s("nomad.ca_cert", &c.Nomad.CACert),
-		s("nomad.ca_path", &c.Nomad.CAPath),
 		s("nomad.client_cert", &c.Nomad.ClientCert),
 		s("nomad.client_key", &c.Nomad.ClientKey),
 		s("nomad.tls_server_name", &c.Nomad.TLSServerName),

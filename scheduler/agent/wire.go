@@ -1,0 +1,348 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/agent/config"
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// This file wires the ports to the concrete adapter in scheduler/nomad.
+// Each adapter is a thin translation; the behaviour lives in the nomad
+// package (and is tested there against nomadfake) or in the agent loop.
+
+// Service is a runnable `impact agent`: the agent, its HTTP API and the
+// Nomad adapter, built from a validated config.
+type Service struct {
+	Agent  *Agent
+	Config *config.Config
+	log    hclog.Logger
+	srv    *http.Server
+
+	listening chan struct{}
+	addr      string
+}
+
+// NewService builds everything from cfg; nothing connects until Run.
+func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Service, error) {
+	pol, err := policy.Load(cfg.PolicyFile)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	name := cfg.Name
+	if name == "" {
+		host, _ := os.Hostname()
+		name = host + "-" + cfg.HTTP.Listen
+	}
+	client, err := nomad.NewClient(nomad.Config{
+		Address:       cfg.Nomad.Address,
+		Token:         cfg.Nomad.Token,
+		Region:        cfg.Nomad.Region,
+		Namespace:     cfg.Nomad.Namespace,
+		CACert:        cfg.Nomad.CACert,
+		ClientCert:    cfg.Nomad.ClientCert,
+		ClientKey:     cfg.Nomad.ClientKey,
+		TLSServerName: cfg.Nomad.TLSServerName,
+		Insecure:      cfg.SkipVerify(),
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	watcher := nomad.NewWatcher(client, nomad.WatcherConfig{ParkingPool: cfg.ParkingPool}, logger)
+	state := nomad.NewStateStore(client, nomad.StateConfig{Prefix: cfg.HA.StatePrefix + "/state"}, logger)
+	exec := nomad.NewExecutor(client, state, nomad.ExecutorConfig{
+		ParkingPool:   cfg.ParkingPool,
+		DefaultPool:   cfg.DefaultPool,
+		AdmitDeadline: cfg.Cycle.AdmissionDeadline,
+		Snapshot:      watcher.Snapshot,
+	}, logger)
+	elector := nomad.NewElector(client, nomad.ElectorConfig{
+		Path: cfg.HA.StatePrefix + "/leader", HolderID: name, TTL: cfg.HA.LockTTL,
+	}, logger)
+	metrics, err := NewMetrics()
+	if err != nil {
+		return nil, err
+	}
+	var reg *Registrar
+	if cfg.ConsulEnabled() {
+		reg, err = NewRegistrar(ConsulConfig{
+			Address: cfg.Consul.Address, Token: cfg.Consul.Token, ServiceName: cfg.Consul.ServiceName,
+			ServiceID: cfg.Consul.ServiceName + "-" + name, Advertise: cfg.AdvertiseAddr(),
+			CheckInterval: cfg.Consul.CheckInterval.String(),
+		}, logger.Named("consul"))
+		if err != nil {
+			return nil, err
+		}
+	}
+	a, err := New(Options{
+		Name: name, Version: version, Namespace: cfg.Nomad.Namespace,
+		ParkingPool: cfg.ParkingPool, DefaultPool: cfg.DefaultPool,
+		Interval: cfg.Cycle.Interval, Debounce: cfg.Cycle.Debounce,
+		Policy:    pol,
+		Model:     &watcherModel{w: watcher},
+		Executor:  &executorAdapter{x: exec},
+		Explainer: &explainAdapter{w: nomad.NewExplainWriter(client, logger)},
+		Elector:   &electorAdapter{el: elector},
+		State:     &stateAdapter{st: state},
+		Pools:     client,
+		Registrar: reg,
+		Metrics:   metrics,
+		Logger:    logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	registry := gang.NewRegistry(gang.RegistryConfig{SizeResolver: a.GangSize})
+	handler := NewHandler(a, HandlerOptions{
+		Metrics: metrics.Handler(),
+		Gang:    gang.NewHandler(registry, logger),
+	}, logger.Named("http"))
+	return &Service{
+		Agent:  a,
+		Config: cfg,
+		log:    logger,
+		srv:    &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
+
+		listening: make(chan struct{}),
+	}, nil
+}
+
+// Run serves the API and runs the agent until ctx ends. The listener is
+// opened first, so a port clash fails at once rather than after start-up.
+func (s *Service) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.Config.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", s.Config.HTTP.Listen, err)
+	}
+	s.addr = ln.Addr().String()
+	close(s.listening)
+	s.log.Info("serving the impact API", "address", s.addr)
+	serveErr := make(chan error, 1)
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+		}
+		close(serveErr)
+	}()
+	runErr := s.Agent.Run(ctx)
+	shctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(shctx)
+	if err := <-serveErr; err != nil && runErr == nil {
+		runErr = fmt.Errorf("http server: %w", err)
+	}
+	return runErr
+}
+
+// Listening is closed once the API listens; Addr is then its address
+// (useful with http.listen = "127.0.0.1:0").
+func (s *Service) Listening() <-chan struct{} { return s.listening }
+
+// Addr is the API's listen address, once Listening is closed.
+func (s *Service) Addr() string {
+	<-s.listening
+	return s.addr
+}
+
+// watcherModel adapts nomad.Watcher to Model.
+type watcherModel struct{ w *nomad.Watcher }
+
+func (m *watcherModel) Run(ctx context.Context) error { return m.w.Run(ctx) }
+func (m *watcherModel) Snapshot() *cluster.Snapshot   { return m.w.Snapshot() }
+func (m *watcherModel) Updated() <-chan struct{}      { return m.w.Changes() }
+func (m *watcherModel) Status() ModelStatus {
+	return watcherStatus(m.w.Ready(), m.w.Stats(), time.Now())
+}
+
+// streamDownAfter is how long the event stream may be disconnected before
+// health reports it (reconnects within this are routine).
+const streamDownAfter = 30 * time.Second
+
+func watcherStatus(ready <-chan struct{}, st nomad.WatcherStats, now time.Time) ModelStatus {
+	ms := ModelStatus{Index: st.LastIndex}
+	select {
+	case <-ready:
+		ms.Synced = true
+	default:
+	}
+	if !st.Connected && !st.LastEventAt.IsZero() && now.Sub(st.LastEventAt) > streamDownAfter {
+		ms.Err = fmt.Errorf("event stream disconnected since %s (reconnecting)", st.LastEventAt.UTC().Format(time.RFC3339))
+	}
+	if !ms.Synced && ms.Err == nil {
+		ms.Err = errors.New("waiting for the first full sync")
+	}
+	return ms
+}
+
+// executorAdapter adapts nomad.Executor to Executor, Recoverer and Waiter.
+// Each Apply first checks the deadlines of earlier admissions, so a gang
+// that did not fully start is rolled back within one cycle of its deadline.
+type executorAdapter struct{ x *nomad.Executor }
+
+func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snapshot) (ApplyReport, error) {
+	rolled := e.x.CheckDeadlines(ctx)
+	res := e.x.Apply(ctx, plan)
+	rep := ApplyReport{
+		Admitted:   res.Admitted,
+		Preempted:  res.Preempting,
+		RolledBack: rolled,
+		Skipped:    map[string]string{},
+		Failed:     res.Failed,
+	}
+	for _, id := range res.Conflicts {
+		rep.Skipped[id] = "the job changed since the plan was decided (EnforceIndex conflict); re-deciding"
+	}
+	for _, id := range res.Skipped {
+		rep.Skipped[id] = "an action for the job is already under way"
+	}
+	return rep, ctx.Err()
+}
+
+func (e *executorAdapter) Recover(ctx context.Context) error { return e.x.Recover(ctx) }
+func (e *executorAdapter) Wait()                             { e.x.Wait() }
+
+// explainAdapter writes the agent's explanation through nomad.ExplainWriter,
+// so the Variable holds the same position, score terms and reason that
+// /v1/explain serves.
+type explainAdapter struct{ w *nomad.ExplainWriter }
+
+func (e *explainAdapter) WriteExplanation(ctx context.Context, x agentapi.Explanation) error {
+	return e.w.WriteOne(ctx, toEngineExplanation(x), x.GeneratedAt)
+}
+
+func toEngineExplanation(x agentapi.Explanation) *engine.Explanation {
+	out := &engine.Explanation{
+		JobID:    cluster.JobKey(x.Namespace, x.Job),
+		Position: x.Position,
+		Tier:     x.Tier,
+		Project:  x.Project,
+		GPUs:     x.GPUs,
+		Reason:   x.Reason,
+		Victims:  x.Victims,
+	}
+	out.Score.Total = x.Score
+	for _, t := range x.Terms {
+		switch t.Name {
+		case "tier":
+			out.Score.Tier = t.Value
+		case "fair_share":
+			out.Score.FairShare = t.Value
+		case "deadline":
+			out.Score.Deadline = t.Value
+		case "age":
+			out.Score.Age = t.Value
+		}
+	}
+	switch {
+	case x.State == agentapi.StateInvalid:
+		out.Status = engine.StatusParked
+	case x.State == agentapi.StateRunning || x.State == agentapi.StateAdmitting:
+		out.Status = engine.StatusAdmitted
+	case x.Decision == DecisionPreempt:
+		out.Status = engine.StatusPreempting
+	default:
+		out.Status = engine.StatusWaiting
+	}
+	if x.PreemptedBy != "" {
+		out.Reason = fmt.Sprintf("preempted for %s; %s", x.PreemptedBy, x.Reason)
+	}
+	if len(x.Errors) > 0 && out.Reason == "" {
+		out.Reason = x.Errors[0]
+	}
+	return out
+}
+
+// electorAdapter adapts nomad.Elector's Run(ctx, lead) to Campaign/Resign.
+// The elector runs once in the background from the first Campaign; each
+// term it wins is handed to the next Campaign call.
+type electorAdapter struct {
+	el *nomad.Elector
+
+	once   sync.Once
+	terms  chan (<-chan struct{})
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (e *electorAdapter) start(ctx context.Context) {
+	e.once.Do(func() {
+		rctx, cancel := context.WithCancel(ctx)
+		e.cancel = cancel
+		e.terms = make(chan (<-chan struct{}))
+		e.done = make(chan struct{})
+		go func() {
+			defer close(e.done)
+			_ = e.el.Run(rctx, func(lctx context.Context) {
+				select {
+				case e.terms <- lctx.Done():
+				case <-lctx.Done():
+					return
+				}
+				<-lctx.Done()
+			})
+		}()
+	})
+}
+
+func (e *electorAdapter) Campaign(ctx context.Context) (<-chan struct{}, error) {
+	e.start(ctx)
+	select {
+	case lost := <-e.terms:
+		return lost, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Resign stops the elector, which releases the lock if held.
+func (e *electorAdapter) Resign(ctx context.Context) error {
+	if e.cancel == nil {
+		return nil
+	}
+	e.cancel()
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the elector to release the lock: %w", ctx.Err())
+	}
+}
+
+// stateAdapter maps DurableState onto nomad.StateStore. Admission intents
+// and preemption records are written by the executor itself (before it
+// acts); the agent saves the fair-share usage and reads the records back.
+type stateAdapter struct{ st *nomad.StateStore }
+
+func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error) {
+	usage, at, err := s.st.LoadUsage(ctx)
+	if err != nil {
+		return DurableState{}, false, err
+	}
+	recs, err := s.st.Preemptions(ctx, time.Now().Add(-24*time.Hour))
+	if err != nil {
+		return DurableState{}, false, err
+	}
+	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]PreemptionRecord{}}
+	for _, r := range recs {
+		ds.Preemptions[r.JobID] = PreemptionRecord{At: r.At, Preemptor: r.Preemptor, LostGPUHours: r.LostGPUHours, Reason: r.Reason}
+	}
+	return ds, !at.IsZero() || len(recs) > 0, nil
+}
+
+func (s *stateAdapter) SaveState(ctx context.Context, d DurableState) error {
+	return s.st.SaveUsage(ctx, d.Usage, d.UsageAt)
+}

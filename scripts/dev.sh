@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `make dev`: a local impact-scheduled Nomad on 127.0.0.1. Starts a Nomad dev
+# agent with the plugins from ./bin/plugins (impact-gpu on a fake GPU
+# topology, impact-exec) configured by example/agent.hcl, waits for it, then
+# runs `impact agent -config example/impact.hcl` beside it. Builds nothing
+# itself (make dev builds first). Ctrl-C stops both.
+#
+# Environment: NOMAD_PORT (default 4646), IMPACT_LISTEN (default
+# 127.0.0.1:4680), DEV_DATA_DIR (default a fresh temporary directory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+die() { echo "dev.sh: $*" >&2; exit 1; }
+command -v nomad >/dev/null || die "needs a nomad binary on PATH"
+for f in bin/impact bin/plugins/impact-gpu bin/plugins/impact-exec; do
+	[ -x "$f" ] || die "$f missing: run 'make build' (or 'make dev', which builds first)"
+done
+[ -f example/agent.hcl ] || die "example/agent.hcl (the Nomad agent's plugin config) is missing"
+[ -f example/impact.hcl ] || die "example/impact.hcl (the impact agent's config) is missing"
+
+port=${NOMAD_PORT:-4646}
+listen=${IMPACT_LISTEN:-127.0.0.1:4680}
+data=${DEV_DATA_DIR:-$(mktemp -d -t impact-dev.XXXXXX)}
+mkdir -p "$data"
+export NOMAD_ADDR="http://127.0.0.1:$port"
+export IMPACT_ADDR="http://$listen"
+
+pids=()
+cleanup() {
+	trap - EXIT INT TERM
+	echo
+	echo "==> Stopping (logs kept in $data)"
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -INT "${pids[$i]}" 2>/dev/null || true
+		wait "${pids[$i]}" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT INT TERM
+
+echo "==> Starting Nomad dev agent on $NOMAD_ADDR (log: $data/nomad.log)"
+# -dev keeps Nomad's state in memory; the config adds the plugins, the fake
+# GPU topology and the fingerprint denylist.
+nomad agent -dev -bind 127.0.0.1 -network-interface lo \
+	-plugin-dir "$root/bin/plugins" -config "$root/example/agent.hcl" \
+	>"$data/nomad.log" 2>&1 &
+pids+=($!)
+
+echo -n "==> Waiting for Nomad"
+for _ in $(seq 1 120); do
+	if nomad node status -self >/dev/null 2>&1 || nomad node status 2>/dev/null | grep -q ready; then
+		break
+	fi
+	kill -0 "${pids[0]}" 2>/dev/null || { echo; tail -30 "$data/nomad.log"; die "nomad exited"; }
+	echo -n .
+	sleep 1
+done
+echo
+nomad node status 2>/dev/null | grep -q ready || { tail -30 "$data/nomad.log"; die "no ready Nomad client after 120s"; }
+
+echo "==> Starting impact agent on $IMPACT_ADDR (log: $data/impact.log)"
+bin/impact agent -config example/impact.hcl -http-listen "$listen" -nomad-address "$NOMAD_ADDR" \
+	>"$data/impact.log" 2>&1 &
+pids+=($!)
+
+for _ in $(seq 1 30); do
+	bin/impact queue >/dev/null 2>&1 && break
+	kill -0 "${pids[1]}" 2>/dev/null || { tail -30 "$data/impact.log"; die "impact agent exited"; }
+	sleep 1
+done
+
+cat <<MSG
+
+  Nomad UI:        $NOMAD_ADDR/ui
+  Impact API:      $IMPACT_ADDR/v1/queue   (metrics: $IMPACT_ADDR/metrics)
+
+  In another shell:
+    export NOMAD_ADDR=$NOMAD_ADDR IMPACT_ADDR=$IMPACT_ADDR
+    nomad job run example/jobs/distributed-training.nomad.hcl
+    bin/impact queue
+    bin/impact explain llm-pretrain
+    nomad var get nomad/jobs/llm-pretrain/impact
+
+  Logs: $data/nomad.log, $data/impact.log. Ctrl-C stops both.
+
+MSG
+wait -n "${pids[@]}" || true
+echo "dev.sh: a process exited; see the logs in $data" >&2
