@@ -248,6 +248,63 @@ func getText(ctx context.Context, url string) (string, error) {
 }
 
 // nomadAttr is a device attribute as Nomad's HTTP API renders it.
+// TestNomadAgentRefusesBadPluginConfig: a config the plugin rejects aborts
+// the agent's start-up, and the agent's output names the bad field.
+func TestNomadAgentRefusesBadPluginConfig(t *testing.T) {
+	nomad, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	dir := t.TempDir()
+	pluginDir := filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyExecutable(t, testPluginBin, filepath.Join(pluginDir, "impact-testdevice"))
+	ports := freePorts(t, 3)
+	cfg := fmt.Sprintf(`
+bind_addr  = "127.0.0.1"
+data_dir   = %q
+plugin_dir = %q
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+client {
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "impact-testdevice" {
+  config {
+    vendor  = "impact"
+    devices = 100
+  }
+}
+`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2])
+	cfgFile := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, nomad, "agent", "-dev", "-config", cfgFile).CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("agent did not fail on a bad plugin config (err=%v)\n%s", err, out)
+	}
+	var line string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, `config field \"devices\"`) || strings.Contains(l, `config field "devices"`) {
+			line = strings.TrimSpace(l)
+		}
+	}
+	if line == "" {
+		t.Fatalf("agent output does not name the field:\n%s", out)
+	}
+	t.Logf("agent refused to start: %s", line)
+}
+
 type nomadAttr struct {
 	FloatVal  *float64 `json:"Float"`
 	IntVal    *int64   `json:"Int"`
