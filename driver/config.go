@@ -31,6 +31,9 @@ var configSpec = hclspec.Object(hclspec.Attrs{
 	// Enforce each task's memory (hard limit, OOM reported) and cpu shares
 	// with cgroups (v2, or v1 memory+cpu controllers).
 	"enforce_resources": hclspec.AttrDefault("enforce_resources", "bool", "true"),
+	// Nomad HTTP address for gangs with discovery = "nomad" when the task
+	// has no task API socket (identity { env = true }).
+	"nomad_addr": hclspec.AttrDefault("nomad_addr", "string", hclspec.Quote("")),
 })
 
 // Config is the decoded plugin config.
@@ -40,6 +43,7 @@ type Config struct {
 	HeartbeatInterval string `cty:"heartbeat_interval"`
 	AdvertiseAddr     string `cty:"advertise_addr"`
 	EnforceResources  bool   `cty:"enforce_resources"`
+	NomadAddr         string `cty:"nomad_addr"`
 
 	barrierTimeout time.Duration
 	heartbeat      time.Duration
@@ -62,6 +66,11 @@ func (c *Config) validate() error {
 	}
 	if c.RendezvousAddr != "" {
 		if err := checkURL("rendezvous_addr", c.RendezvousAddr); err != nil {
+			return err
+		}
+	}
+	if c.NomadAddr != "" {
+		if err := checkURL("nomad_addr", c.NomadAddr); err != nil {
 			return err
 		}
 	}
@@ -101,6 +110,10 @@ var taskConfigSpec = hclspec.Object(hclspec.Attrs{
 		"kill_signal":     hclspec.AttrDefault("kill_signal", "string", hclspec.Quote("SIGINT")),
 		"kill_timeout":    hclspec.AttrDefault("kill_timeout", "string", hclspec.Quote("30s")),
 		"rendezvous_addr": hclspec.AttrDefault("rendezvous_addr", "string", hclspec.Quote("")),
+		// discovery: "impact" (the rendezvous endpoint) or "nomad" (Nomad's
+		// native service discovery of service, see driver/gang/nomad.go).
+		"discovery": hclspec.AttrDefault("discovery", "string", hclspec.Quote("impact")),
+		"service":   hclspec.AttrDefault("service", "string", hclspec.Quote("")),
 	})),
 })
 
@@ -125,10 +138,13 @@ type GangConfig struct {
 	KillSignal       string `cty:"kill_signal"`
 	KillTimeout      string `cty:"kill_timeout"`
 	RendezvousAddr   string `cty:"rendezvous_addr"`
+	Discovery        string `cty:"discovery"`
+	Service          string `cty:"service"`
 }
 
 func defaultGangConfig() *GangConfig {
-	return &GangConfig{Enabled: true, MasterPort: 29500, PropagateFailure: true, KillSignal: "SIGINT", KillTimeout: "30s"}
+	return &GangConfig{Enabled: true, MasterPort: 29500, PropagateFailure: true, KillSignal: "SIGINT",
+		KillTimeout: "30s", Discovery: "impact"}
 }
 
 // Job meta keys (DESIGN.md's jobspec contract) read from the task env.
@@ -151,15 +167,29 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 	if !g.Enabled {
 		return nil, "", 0, nil
 	}
+	var nomadAddr string
 	addr := g.RendezvousAddr
 	if addr == "" {
 		addr = cfg.RendezvousAddr
 	}
-	if addr == "" {
-		return nil, "", 0, fmt.Errorf("gang: no rendezvous address: set rendezvous_addr in the plugin config or the task's gang block")
-	}
-	if err := checkURL("gang.rendezvous_addr", addr); err != nil {
-		return nil, "", 0, err
+	switch g.Discovery {
+	case "", "impact":
+		if addr == "" {
+			return nil, "", 0, fmt.Errorf("gang: no rendezvous address: set rendezvous_addr in the plugin config or the task's gang block (or use discovery = \"nomad\")")
+		}
+		if err := checkURL("gang.rendezvous_addr", addr); err != nil {
+			return nil, "", 0, err
+		}
+	case "nomad":
+		if g.Service == "" {
+			return nil, "", 0, fmt.Errorf("gang.service is required with discovery = \"nomad\" (the group's Nomad-native service)")
+		}
+		if g.Size <= 0 {
+			return nil, "", 0, fmt.Errorf("gang.size is required with discovery = \"nomad\"")
+		}
+		nomadAddr = nomadAddress(cfg, t.env)
+	default:
+		return nil, "", 0, fmt.Errorf("gang.discovery %q: want \"impact\" or \"nomad\"", g.Discovery)
 	}
 	if g.Size < 0 {
 		return nil, "", 0, fmt.Errorf("gang.size must be >= 0, got %d", g.Size)
@@ -221,8 +251,11 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 	if host == "" {
 		host = cfg.AdvertiseAddr
 	}
-	if host == "" {
+	if host == "" && addr != "" {
 		host = localAddrFor(addr)
+	}
+	if host == "" {
+		host = "127.0.0.1"
 	}
 
 	ns := firstNonEmpty(t.namespace, t.env["NOMAD_NAMESPACE"], "default")
@@ -249,6 +282,7 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 		Join:    gangJoin(g.Size, ns, job, t, allocIndex, nodeID, host, port, 3*hb),
 		Timeout: timeout, Heartbeat: hb, Propagate: g.PropagateFailure,
 		CheckpointSignal: ckpt, Grace: grace,
+		Discovery: g.Discovery, Service: g.Service, NomadAddr: nomadAddr, NomadToken: t.env["NOMAD_TOKEN"],
 	}, g.KillSignal, killTimeout, nil
 }
 
@@ -315,4 +349,16 @@ func gangJoin(size int, ns, job string, t taskInfo, allocIndex int, nodeID, host
 		AllocIndex: allocIndex, Group: t.group, Task: t.name, NodeID: nodeID, NodeName: t.nodeName,
 		Addr: host, Port: port, TTL: ttl.String(),
 	}
+}
+
+// nomadAddress is where a task reads Nomad services: its task API socket
+// (identity { env = true }), else the plugin's nomad_addr, else NOMAD_ADDR.
+func nomadAddress(cfg Config, env map[string]string) string {
+	if a := env["NOMAD_UNIX_ADDR"]; a != "" {
+		if strings.HasPrefix(a, "unix://") {
+			return a
+		}
+		return "unix://" + a
+	}
+	return firstNonEmpty(cfg.NomadAddr, env["NOMAD_ADDR"], "http://127.0.0.1:4646")
 }

@@ -2,7 +2,10 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -422,6 +425,82 @@ func TestGangSurvivesServerRestart(t *testing.T) {
 		t.Fatalf("peer after failure on the new server: %+v", ex)
 	}
 	if ev := events(t, procs[0]); !strings.Contains(ev, "re-registered as rank 0") {
+		t.Fatalf("events: %s", ev)
+	}
+}
+
+type fakeNomad struct {
+	mu   sync.Mutex
+	regs []gang.ServiceRegistration
+}
+
+func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/service/train-rdzv" || r.URL.Query().Get("namespace") != "default" {
+		http.Error(w, "unexpected "+r.URL.String(), 404)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	json.NewEncoder(w).Encode(f.regs)
+}
+
+func (f *fakeNomad) set(regs ...gang.ServiceRegistration) {
+	f.mu.Lock()
+	f.regs = regs
+	f.mu.Unlock()
+}
+
+// Rendezvous through Nomad's service discovery: ranks follow the
+// alloc_index tags, and a member leaving the service stops the others.
+func TestGangNomadDiscovery(t *testing.T) {
+	fn := &fakeNomad{}
+	srv := httptest.NewServer(fn)
+	defer srv.Close()
+	reg := func(alloc string, idx int, port int) gang.ServiceRegistration {
+		return gang.ServiceRegistration{ID: "_nomad-task-" + alloc, ServiceName: "train-rdzv", NodeID: "n1",
+			AllocID: alloc, Address: "127.0.0.1", Port: port, Tags: []string{fmt.Sprintf("alloc_index=%d", idx)}}
+	}
+	script := `echo "$RANK $WORLD_SIZE $MASTER_PORT" > rank; trap 'exit 130' INT; while true; do sleep 0.05; done`
+	specs := make([]Spec, 2)
+	procs := make([]*Process, 2)
+	for i := range 2 {
+		var state string
+		specs[i], state = gangSpec(t, "", i, 2, script)
+		specs[i].Gang.Discovery, specs[i].Gang.Service, specs[i].Gang.NomadAddr = "nomad", "train-rdzv", srv.URL
+		specs[i].Gang.CheckpointSignal, specs[i].KillSignal = "", "SIGINT"
+		if i == 0 {
+			procs[i] = launch(t, specs[i], state)
+			fn.set(reg("alloc0", 1, 20000))
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(events(t, procs[0]), "1 of 2 members arrived") {
+				if time.Now().After(deadline) {
+					t.Fatalf("no progress event: %s", events(t, procs[0]))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if fileExists(filepath.Join(specs[0].Dir, "rank")) {
+				t.Fatal("member started before its peer registered")
+			}
+			continue
+		}
+		procs[i] = launch(t, specs[i], state)
+	}
+	fn.set(reg("alloc0", 1, 20000), reg("alloc1", 0, 20001))
+	// alloc1 has alloc_index 0: it is rank 0 and the master.
+	if got := strings.TrimSpace(waitFile(t, filepath.Join(specs[1].Dir, "rank"), 10*time.Second)); got != "0 2 20001" {
+		t.Fatalf("alloc1: %q", got)
+	}
+	if got := strings.TrimSpace(waitFile(t, filepath.Join(specs[0].Dir, "rank"), 10*time.Second)); got != "1 2 20001" {
+		t.Fatalf("alloc0: %q", got)
+	}
+	// alloc1's allocation stops: its registration goes, alloc0 stops.
+	procs[1].Stop(syscall.SIGINT, 5*time.Second)
+	fn.set(reg("alloc0", 1, 20000))
+	ex := wait(t, procs[0], 10*time.Second)
+	if !ex.Stopped || ex.ExitCode != 130 {
+		t.Fatalf("alloc0 after its peer left: %+v", ex)
+	}
+	if ev := events(t, procs[0]); !strings.Contains(ev, "member allocation alloc1 left service train-rdzv") {
 		t.Fatalf("events: %s", ev)
 	}
 }

@@ -63,6 +63,13 @@ type Spec struct {
 
 // GangSpec configures the barrier and failure propagation of one member.
 type GangSpec struct {
+	// Discovery is "impact" (the rendezvous HTTP endpoint at URL) or
+	// "nomad" (Nomad's service discovery: Service, NomadAddr, NomadToken).
+	Discovery  string `json:"discovery,omitempty"`
+	Service    string `json:"service,omitempty"`
+	NomadAddr  string `json:"nomad_addr,omitempty"`
+	NomadToken string `json:"nomad_token,omitempty"`
+
 	URL       string           `json:"url"`
 	ID        string           `json:"id"`
 	Member    string           `json:"member"`
@@ -89,7 +96,9 @@ func (s *Spec) Validate() error {
 	}
 	if g := s.Gang; g != nil {
 		switch {
-		case g.URL == "":
+		case g.Discovery == "nomad" && (g.Service == "" || g.NomadAddr == "" || g.Join.Size <= 0):
+			return fmt.Errorf("gang: nomad discovery needs a service, a nomad address and a size")
+		case g.Discovery != "nomad" && g.URL == "":
 			return fmt.Errorf("gang: rendezvous url is required")
 		case g.ID == "" || g.Member == "":
 			return fmt.Errorf("gang: id and member are required")

@@ -44,7 +44,9 @@ type supervisor struct {
 	evMu   sync.Mutex
 	events *os.File
 
-	assign gang.Assignment // set once the barrier passed
+	assign      gang.Assignment // set once the barrier passed
+	nomad       *gang.NomadClient
+	nomadAllocs []string // members in rank order (nomad discovery)
 
 	mu          sync.Mutex
 	pgid        int // 0 until the child runs
@@ -102,7 +104,11 @@ func (s *supervisor) run() int {
 			return s.finish(Exit{ExitCode: 1, Err: err.Error()})
 		}
 		var err error
-		client, err = gang.NewClient(g.URL, nil)
+		if g.Discovery == "nomad" {
+			s.nomad, err = gang.NewNomadClient(g.NomadAddr, g.NomadToken)
+		} else {
+			client, err = gang.NewClient(g.URL, nil)
+		}
 		if err != nil {
 			return s.finish(Exit{ExitCode: 1, Err: err.Error()})
 		}
@@ -111,15 +117,23 @@ func (s *supervisor) run() int {
 			size = strconv.Itoa(g.Join.Size)
 		}
 		s.event(fmt.Sprintf("Waiting at gang barrier %s for %s members (timeout %s)", g.ID, size, g.Timeout), nil)
-		a, err := client.Barrier(barrierCtx, gang.BarrierConfig{
-			Gang: g.ID, Member: g.Member, Join: g.Join, Timeout: g.Timeout, Heartbeat: g.Heartbeat,
-			Progress: func(gs gang.Status) {
-				if gs.Arrived < gs.Size {
-					s.event(fmt.Sprintf("Gang %s: %d of %d members arrived", g.ID, gs.Arrived, gs.Size),
-						map[string]string{"gang_arrived": strconv.Itoa(gs.Arrived), "gang_size": strconv.Itoa(gs.Size)})
-				}
-			},
-		})
+		progress := func(arrived, size int) {
+			if arrived < size {
+				s.event(fmt.Sprintf("Gang %s: %d of %d members arrived", g.ID, arrived, size),
+					map[string]string{"gang_arrived": strconv.Itoa(arrived), "gang_size": strconv.Itoa(size)})
+			}
+		}
+		var a gang.Assignment
+		if s.nomad != nil {
+			a, s.nomadAllocs, err = s.nomad.NomadBarrier(barrierCtx, gang.NomadBarrierConfig{
+				Gang: g.ID, Namespace: g.Join.Namespace, Service: g.Service, AllocID: g.Join.AllocID,
+				Size: g.Join.Size, Timeout: g.Timeout, Poll: g.Heartbeat, Progress: progress})
+		} else {
+			a, err = client.Barrier(barrierCtx, gang.BarrierConfig{
+				Gang: g.ID, Member: g.Member, Join: g.Join, Timeout: g.Timeout, Heartbeat: g.Heartbeat,
+				Progress: func(gs gang.Status) { progress(gs.Arrived, gs.Size) },
+			})
+		}
 		if err != nil {
 			return s.barrierFailed(err)
 		}
@@ -168,8 +182,11 @@ func (s *supervisor) run() int {
 	}
 	s.logger.Info("task started", "pid", cmd.Process.Pid)
 
-	if client != nil {
+	switch {
+	case client != nil:
 		go s.monitorGang(client)
+	case s.nomad != nil:
+		go s.monitorNomad()
 	}
 	werr := cmd.Wait()
 	close(s.childDone)
@@ -320,6 +337,21 @@ func (s *supervisor) monitorGang(client *gang.Client) {
 			index = 0 // heartbeat next
 		default:
 		}
+	}
+}
+
+// monitorNomad watches the gang's Nomad service: a member whose
+// registration disappears has stopped, so this one stops too.
+func (s *supervisor) monitorNomad() {
+	g := s.spec.Gang
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-s.childDone
+		cancel()
+	}()
+	reason := s.nomad.NomadWatch(ctx, g.Join.Namespace, g.Service, s.nomadAllocs, max(g.Heartbeat, 100*time.Millisecond))
+	if reason != "" && g.Propagate {
+		s.propagateStop(gang.Status{State: gang.StateStopping, Reason: reason})
 	}
 }
 
