@@ -385,3 +385,63 @@ func TestXIDMakesGPUUnhealthyOnNode(t *testing.T) {
 		t.Fatalf("after XID the job got %v, want island 0 %v", seen, topo.Islands[0])
 	}
 }
+
+// TestIslandConstraint pins a request to an island through the typed int
+// attribute, as the impact scheduler does when it chooses islands itself.
+func TestIslandConstraint(t *testing.T) {
+	a := startAgent(t, "island")
+	_, topo := a.gpuNode(t)
+	for _, island := range []int{1, 0} {
+		id := fmt.Sprintf("pinned-%d", island)
+		job := gpuJob(id, 2, 0)
+		job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints = []*api.Constraint{
+			api.NewConstraint("${device.attr.island}", "=", fmt.Sprint(island)),
+		}
+		if _, _, err := a.client.Jobs().Register(job, nil); err != nil {
+			t.Fatal(err)
+		}
+		seen, _ := a.visibleGPUs(t, id)
+		if len(seen) != 2 {
+			t.Fatalf("%s saw %v", id, seen)
+		}
+		for _, g := range seen {
+			found := false
+			for _, m := range topo.Islands[island] {
+				found = found || m == g
+			}
+			if !found {
+				t.Fatalf("%s got %v, not all in island %d %v", id, seen, island, topo.Islands[island])
+			}
+		}
+		t.Logf("%s: constraint island = %d gave %v", id, island, seen)
+	}
+}
+
+// TestLargerThanIslandDoesNotPlace documents the price of island grouping:
+// a request larger than an island blocks, as Nomad never spans groups.
+func TestLargerThanIslandDoesNotPlace(t *testing.T) {
+	a := startAgent(t, "island")
+	a.gpuNode(t)
+	if _, _, err := a.client.Jobs().Register(gpuJob("five", 5, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "a blocked evaluation for the 5-GPU job", func() (bool, error) {
+		evals, _, err := a.client.Jobs().Evaluations("five", nil)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evals {
+			if e.Status == "blocked" {
+				for tg, m := range e.FailedTGAllocs {
+					t.Logf("group %s: %v", tg, m.DimensionExhausted)
+				}
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d evaluations, none blocked", len(evals))
+	})
+	stubs, _, err := a.client.Jobs().Allocations("five", false, nil)
+	if err != nil || len(stubs) != 0 {
+		t.Fatalf("5-GPU job placed: %v %v", stubs, err)
+	}
+}
