@@ -5,8 +5,26 @@ package cluster
 // jobs a copy is about 400 entries, not 100,000.
 const shardCount = 256
 
+// shard keeps its values in a slice (fast to iterate: a cycle walks every
+// job and allocation) with a map from key to position (fast to look up).
 type shard[V any] struct {
-	m map[string]V
+	idx  map[string]int32
+	keys []string
+	vals []V
+}
+
+func (s *shard[V]) clone() *shard[V] {
+	cp := &shard[V]{
+		idx:  make(map[string]int32, len(s.idx)+1),
+		keys: make([]string, len(s.keys), len(s.keys)+1),
+		vals: make([]V, len(s.vals), len(s.vals)+1),
+	}
+	for k, v := range s.idx {
+		cp.idx[k] = v
+	}
+	copy(cp.keys, s.keys)
+	copy(cp.vals, s.vals)
+	return cp
 }
 
 // frozen is a read-only table view held by a snapshot.
@@ -24,8 +42,11 @@ func (f frozen[V]) get(k string) (V, bool) {
 	if s == nil {
 		return zero, false
 	}
-	v, ok := s.m[k]
-	return v, ok
+	i, ok := s.idx[k]
+	if !ok {
+		return zero, false
+	}
+	return s.vals[i], true
 }
 
 func (f frozen[V]) each(fn func(k string, v V)) {
@@ -36,8 +57,8 @@ func (f frozen[V]) each(fn func(k string, v V)) {
 		if s == nil {
 			continue
 		}
-		for k, v := range s.m {
-			fn(k, v)
+		for i, v := range s.vals {
+			fn(s.keys[i], v)
 		}
 	}
 }
@@ -63,19 +84,15 @@ func shardOf(k string) int {
 func (c *cowMap[V]) writable(i int) *shard[V] {
 	s := c.shards[i]
 	if s == nil {
-		s = &shard[V]{m: make(map[string]V)}
+		s = &shard[V]{idx: make(map[string]int32)}
 		c.shards[i] = s
 		c.owned[i] = true
 		return s
 	}
 	if !c.owned[i] {
-		cp := &shard[V]{m: make(map[string]V, len(s.m)+1)}
-		for k, v := range s.m {
-			cp.m[k] = v
-		}
-		c.shards[i] = cp
+		s = s.clone()
+		c.shards[i] = s
 		c.owned[i] = true
-		s = cp
 	}
 	return s
 }
@@ -86,26 +103,44 @@ func (c *cowMap[V]) get(k string) (V, bool) {
 	if s == nil {
 		return zero, false
 	}
-	v, ok := s.m[k]
-	return v, ok
+	i, ok := s.idx[k]
+	if !ok {
+		return zero, false
+	}
+	return s.vals[i], true
 }
 
 func (c *cowMap[V]) set(k string, v V) {
 	s := c.writable(shardOf(k))
-	if _, ok := s.m[k]; !ok {
-		c.n++
+	if i, ok := s.idx[k]; ok {
+		s.vals[i] = v
+		return
 	}
-	s.m[k] = v
+	s.idx[k] = int32(len(s.vals))
+	s.keys = append(s.keys, k)
+	s.vals = append(s.vals, v)
+	c.n++
 }
 
 func (c *cowMap[V]) del(k string) bool {
-	i := shardOf(k)
-	if s := c.shards[i]; s == nil {
+	si := shardOf(k)
+	if s := c.shards[si]; s == nil {
 		return false
-	} else if _, ok := s.m[k]; !ok {
+	} else if _, ok := s.idx[k]; !ok {
 		return false
 	}
-	delete(c.writable(i).m, k)
+	s := c.writable(si)
+	i := s.idx[k]
+	last := int32(len(s.vals) - 1)
+	if i != last {
+		s.keys[i], s.vals[i] = s.keys[last], s.vals[last]
+		s.idx[s.keys[i]] = i
+	}
+	var zero V
+	s.vals[last] = zero // drop the reference for the GC
+	s.keys = s.keys[:last]
+	s.vals = s.vals[:last]
+	delete(s.idx, k)
 	c.n--
 	return true
 }

@@ -3,7 +3,8 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -215,7 +216,7 @@ func (s *Snapshot) Nodes() []*Node {
 	s.nodesOnce.Do(func() {
 		s.nodeList = make([]*Node, 0, s.nodes.n)
 		s.nodes.each(func(_ string, n *Node) { s.nodeList = append(s.nodeList, n) })
-		sort.Slice(s.nodeList, func(i, j int) bool { return s.nodeList[i].ID < s.nodeList[j].ID })
+		slices.SortFunc(s.nodeList, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
 	})
 	return s.nodeList
 }
@@ -225,7 +226,7 @@ func (s *Snapshot) Jobs() []*Job {
 	s.jobsOnce.Do(func() {
 		s.jobList = make([]*Job, 0, s.jobs.n)
 		s.jobs.each(func(_ string, j *Job) { s.jobList = append(s.jobList, j) })
-		sort.Slice(s.jobList, func(i, j int) bool { return s.jobList[i].ID < s.jobList[j].ID })
+		slices.SortFunc(s.jobList, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
 	})
 	return s.jobList
 }
@@ -236,10 +237,17 @@ func (s *Snapshot) Allocs() []*Alloc {
 	s.allocsOnce.Do(func() {
 		s.allocList = make([]*Alloc, 0, s.allocs.n)
 		s.allocs.each(func(_ string, a *Alloc) { s.allocList = append(s.allocList, a) })
-		sort.Slice(s.allocList, func(i, j int) bool { return s.allocList[i].ID < s.allocList[j].ID })
+		slices.SortFunc(s.allocList, func(a, b *Alloc) int { return strings.Compare(a.ID, b.ID) })
 	})
 	return s.allocList
 }
+
+// EachJob calls fn for every job, in no particular order: cheaper than
+// Jobs when the caller sorts by its own key anyway.
+func (s *Snapshot) EachJob(fn func(*Job)) { s.jobs.each(func(_ string, j *Job) { fn(j) }) }
+
+// EachAlloc calls fn for every allocation, in no particular order.
+func (s *Snapshot) EachAlloc(fn func(*Alloc)) { s.allocs.each(func(_ string, a *Alloc) { fn(a) }) }
 
 // JobAllocs returns the allocations of a job (its running gang), sorted by
 // ID.
@@ -251,7 +259,7 @@ func (s *Snapshot) JobAllocs(jobID string) []*Alloc {
 			out = append(out, a)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	slices.SortFunc(out, func(a, b *Alloc) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -61,6 +63,9 @@ type cycle struct {
 	preemptors      int
 	preemptAttempts int
 	endOrder        []int // holders by expected end, for reservations
+	stopping        []int // holders stopping, not yet counted for a preemptor
+	candCache       map[string]*candList
+	claimVersion    int
 	poolMax         map[string][2]int
 }
 
@@ -87,11 +92,12 @@ func (c *cycle) run() {
 	c.st = placement.New(c.snap, func(a *cluster.Alloc) bool {
 		_, ok := c.e.inflight[a.ID]
 		return ok
-	})
+	}, c.e.cache)
 	c.assessHolders()
 	queue := c.buildQueue()
-	for i := range queue {
-		c.decide(&queue[i], i+1)
+	c.plan.Queue = make([]string, 0, len(queue))
+	for i, q := range queue {
+		c.decide(q, i+1)
 	}
 	c.st.Commit()
 }
@@ -142,15 +148,15 @@ func earliestStart(allocs []*cluster.Alloc) time.Time {
 
 // buildQueue scores the queued jobs and sorts them: score, then Nomad
 // priority, then submit time, then ID (so equal input gives equal order).
-func (c *cycle) buildQueue() []queued {
+func (c *cycle) buildQueue() []*queued {
 	var q []queued
 	active := map[string]bool{}
-	for _, j := range c.snap.Jobs() {
+	c.snap.EachJob(func(j *cluster.Job) {
 		if j.SpecErr == nil {
 			active[c.pol.ProjectName(j.Spec)] = true
 		}
 		if j.State != cluster.JobQueued {
-			continue
+			return
 		}
 		e := queued{job: j, gpus: j.GPUs()}
 		switch {
@@ -167,7 +173,7 @@ func (c *cycle) buildQueue() []queued {
 			}
 		}
 		q = append(q, e)
-	}
+	})
 	names := make([]string, 0, len(active))
 	for p := range active {
 		names = append(names, p)
@@ -179,23 +185,33 @@ func (c *cycle) buildQueue() []queued {
 			q[i].score = scorer.Score(q[i].job.Spec, q[i].job.Submit)
 		}
 	}
-	sort.SliceStable(q, func(a, b int) bool {
-		x, y := &q[a], &q[b]
+	out := make([]*queued, len(q))
+	for i := range q {
+		out[i] = &q[i]
+	}
+	// IDs are unique, so this is a total order: no stable sort needed.
+	slices.SortFunc(out, func(x, y *queued) int {
 		if (x.parked == "") != (y.parked == "") {
-			return x.parked == ""
+			if x.parked == "" {
+				return -1
+			}
+			return 1
 		}
 		if x.score.Total != y.score.Total {
-			return x.score.Total > y.score.Total
+			if x.score.Total > y.score.Total {
+				return -1
+			}
+			return 1
 		}
 		if x.job.Priority != y.job.Priority {
-			return x.job.Priority > y.job.Priority
+			return y.job.Priority - x.job.Priority
 		}
-		if !x.job.Submit.Equal(y.job.Submit) {
-			return x.job.Submit.Before(y.job.Submit)
+		if c := x.job.Submit.Compare(y.job.Submit); c != 0 {
+			return c
 		}
-		return x.job.ID < y.job.ID
+		return strings.Compare(x.job.ID, y.job.ID)
 	})
-	return q
+	return out
 }
 
 func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
@@ -347,10 +363,18 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 	req := c.request(q, false)
 
 	// Preemptions under way.
+	if c.stopping == nil {
+		c.stopping = []int{}
+		for h := range holders {
+			if holders[h].Stopping {
+				c.stopping = append(c.stopping, h)
+			}
+		}
+	}
 	cp := c.st.Checkpoint()
 	var stopping []int
-	for h, hd := range holders {
-		if hd.Stopping && !c.claimed[h] {
+	for _, h := range c.stopping {
+		if !c.claimed[h] {
 			stopping = append(stopping, h)
 			c.st.ReleaseHolder(h)
 		}
@@ -364,6 +388,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 				c.claimed[h] = true
 				exp.Victims = append(exp.Victims, holders[h].JobID)
 			}
+			c.stopping = nil
 			exp.Status = StatusPreempting
 			exp.Reason = "waiting for preempted gangs to stop"
 			exp.Rejected = nil
@@ -382,24 +407,23 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 	if c.preemptAttempts >= maxPreemptAttemptsPerSuccess*c.pol.Preemption.MaxPerCycle {
 		return false
 	}
-	var cands []preempt.Candidate
-	avail := c.st.FreeGPUs(q.pool)
-	for h, v := range c.victims {
-		if !v.ok || c.claimed[h] || !c.pol.MayPreempt(q.tier, v.tier) {
-			continue
-		}
-		if q.pool != "" && !c.holderInPool(h, q.pool) {
-			continue
-		}
-		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.cost})
-		avail += holders[h].GPUs
-	}
-	if avail < q.gpus {
+	cl := c.candidates(q)
+	if c.st.FreeGPUs(q.pool)+cl.gpus < q.gpus {
 		return false
+	}
+	gain := c.pol.Impact(q.job.Spec) * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
+	if short := q.gpus - c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
+		// Even the cheapest victims, per GPU, would cost more than the
+		// gain: no need to search.
+		exp.Reason += fmt.Sprintf("; preemption would cost at least %.1f, more than its gain %.1f", cl.minPerGPU*float64(short), gain)
+		return false
+	}
+	if cl.index == nil {
+		cl.index = preempt.NewIndex(c.st, q.pool, cl.cands)
 	}
 	c.preemptAttempts++
 	cp = c.st.Checkpoint()
-	victims, res, ok := preempt.Select(c.st, req, cands)
+	victims, res, ok := cl.index.Select(c.st, req)
 	c.st.Rollback(cp)
 	if !ok {
 		exp.Reason += "; preempting eligible gangs would not make room"
@@ -410,7 +434,6 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		cost += c.victims[h].cost
 		lost += c.victims[h].lost
 	}
-	gain := c.pol.Impact(q.job.Spec) * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
 	if gain <= cost {
 		exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
 		return false
@@ -422,6 +445,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		}
 	}
 	c.preemptors++
+	c.claimVersion++
 	c.reserveSlots(res)
 	for _, h := range victims {
 		c.claimed[h] = true
@@ -450,6 +474,49 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 	exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
 	exp.Rejected = nil
 	return true
+}
+
+// candidates lists the gangs a job may preempt (by its tier and pool), and
+// their GPUs. The list is cached per tier and pool until a victim is
+// claimed.
+func (c *cycle) candidates(q *queued) *candList {
+	key := q.tier + "\x00" + q.pool
+	if cc, ok := c.candCache[key]; ok && cc.version == c.claimVersion {
+		return cc
+	}
+	holders := c.st.Holders()
+	var cands []preempt.Candidate
+	gpus := 0
+	minPer := 0.0
+	for h, v := range c.victims {
+		if !v.ok || c.claimed[h] || !c.pol.MayPreempt(q.tier, v.tier) {
+			continue
+		}
+		if q.pool != "" && !c.holderInPool(h, q.pool) {
+			continue
+		}
+		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.cost})
+		gpus += holders[h].GPUs
+		if per := v.cost / float64(max(1, holders[h].GPUs)); len(cands) == 1 || per < minPer {
+			minPer = per
+		}
+	}
+	if c.candCache == nil {
+		c.candCache = map[string]*candList{}
+	}
+	cl := &candList{version: c.claimVersion, cands: cands, gpus: gpus, minPerGPU: minPer}
+	c.candCache[key] = cl
+	return cl
+}
+
+type candList struct {
+	version int
+	cands   []preempt.Candidate
+	gpus    int
+	// minPerGPU is the lowest cost per GPU among the candidates: a lower
+	// bound on what freeing n GPUs costs.
+	minPerGPU float64
+	index     *preempt.Index // built on first victim search
 }
 
 func (c *cycle) holderInPool(h int, pool string) bool {
@@ -559,30 +626,37 @@ func (c *cycle) expectedEnd(hd *placement.Holder) time.Time {
 
 func (c *cycle) holdersByEnd() []int {
 	holders := c.st.Holders()
-	order := make([]int, len(holders))
-	ends := make([]time.Time, len(holders))
-	for i := range holders {
-		order[i] = i
-		ends[i] = c.expectedEnd(&holders[i])
+	type key struct {
+		h     int
+		known bool
+		end   int64
+		start int64
 	}
-	sort.SliceStable(order, func(a, b int) bool {
-		ea, eb := ends[order[a]], ends[order[b]]
-		if ea.IsZero() != eb.IsZero() {
-			return !ea.IsZero()
-		}
-		if !ea.Equal(eb) {
-			if ea.IsZero() {
-				return false
+	keys := make([]key, len(holders))
+	for i := range holders {
+		end := c.expectedEnd(&holders[i])
+		keys[i] = key{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.known != b.known {
+			if a.known {
+				return -1
 			}
-			return ea.Before(eb)
+			return 1
+		}
+		if a.known && a.end != b.end {
+			return cmp.Compare(a.end, b.end)
 		}
 		// Unknown ends: oldest first is the best guess.
-		sa, sb := earliestStart(holders[order[a]].Allocs), earliestStart(holders[order[b]].Allocs)
-		if !sa.Equal(sb) {
-			return sa.Before(sb)
+		if a.start != b.start {
+			return cmp.Compare(a.start, b.start)
 		}
-		return holders[order[a]].JobID < holders[order[b]].JobID
+		return strings.Compare(holders[a.h].JobID, holders[b.h].JobID)
 	})
+	order := make([]int, len(keys))
+	for i, k := range keys {
+		order[i] = k.h
+	}
 	return order
 }
 
@@ -603,20 +677,20 @@ func (e *Engine) accrue(snap *cluster.Snapshot, now time.Time) {
 		from    int64
 	}
 	sums := map[key]int{}
-	for _, a := range snap.Allocs() {
+	snap.EachAlloc(func(a *cluster.Alloc) {
 		j, ok := snap.Job(a.JobID)
 		if !ok || j.SpecErr != nil {
-			continue
+			return
 		}
 		from := last
 		if a.Start.After(from) {
 			from = a.Start
 		}
 		if !now.After(from) {
-			continue
+			return
 		}
 		sums[key{e.pol.ProjectName(j.Spec), from.UnixNano()}] += len(a.GPUs)
-	}
+	})
 	keys := make([]key, 0, len(sums))
 	for k := range sums {
 		keys = append(keys, k)

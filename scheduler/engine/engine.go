@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -34,6 +35,8 @@ type Engine struct {
 	// (or reports Stopping) the engine must neither pick it again nor
 	// treat its GPUs as free.
 	inflight map[string]time.Time
+	// cache memoizes per-node and per-allocation masks across cycles.
+	cache *placement.Cache
 }
 
 type loss struct {
@@ -101,6 +104,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		logger:   o.logger.Named("engine"),
 		usage:    u,
 		inflight: map[string]time.Time{},
+		cache:    placement.NewCache(),
 	}, nil
 }
 

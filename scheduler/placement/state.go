@@ -2,7 +2,9 @@ package placement
 
 import (
 	"math/bits"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 )
@@ -112,11 +114,106 @@ type State struct {
 	ignoredGPUs   int
 }
 
+// Cache memoizes what placement derives from the model's immutable
+// objects (a node's healthy and island masks, an allocation's GPU mask),
+// keyed by pointer: the store shares unchanged objects between snapshots,
+// so a cycle after a few updates recomputes only what changed. One Cache
+// belongs to one engine; it is not safe for concurrent use.
+type Cache struct {
+	nodes  map[*cluster.Node]*nodeStatic
+	allocs map[allocKey]uint64
+}
+
+type nodeStatic struct {
+	healthy uint64
+	islands []uint64
+	ignored int
+	bit     map[string]uint64
+}
+
+type allocKey struct {
+	a *cluster.Alloc
+	n *cluster.Node
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{nodes: map[*cluster.Node]*nodeStatic{}, allocs: map[allocKey]uint64{}}
+}
+
+func (c *Cache) node(n *cluster.Node) *nodeStatic {
+	if ns, ok := c.nodes[n]; ok {
+		return ns
+	}
+	ns := &nodeStatic{bit: make(map[string]uint64, len(n.GPUs))}
+	var islandIDs []int
+	for gi, g := range n.GPUs {
+		if gi >= cluster.MaxGPUsPerNode {
+			ns.ignored++
+			continue
+		}
+		ns.bit[g.ID] = 1 << gi
+		if g.Healthy {
+			ns.healthy |= 1 << gi
+		}
+		k := sort.SearchInts(islandIDs, g.Island)
+		if k == len(islandIDs) || islandIDs[k] != g.Island {
+			islandIDs = slices.Insert(islandIDs, k, g.Island)
+			ns.islands = slices.Insert(ns.islands, k, 0)
+		}
+		ns.islands[k] |= 1 << gi
+	}
+	c.nodes[n] = ns
+	return ns
+}
+
+func (c *Cache) allocMask(a *cluster.Alloc, n *cluster.Node, ns *nodeStatic) uint64 {
+	k := allocKey{a, n}
+	if m, ok := c.allocs[k]; ok {
+		return m
+	}
+	var m uint64
+	for _, id := range a.GPUs {
+		m |= ns.bit[id]
+	}
+	c.allocs[k] = m
+	return m
+}
+
+// trim drops entries of objects no longer in the snapshot once the cache
+// has grown well past the live set.
+func (c *Cache) trim(snap *cluster.Snapshot) {
+	if len(c.nodes) > 2*snap.NumNodes()+64 {
+		live := make(map[*cluster.Node]*nodeStatic, snap.NumNodes())
+		for _, n := range snap.Nodes() {
+			if ns, ok := c.nodes[n]; ok {
+				live[n] = ns
+			}
+		}
+		c.nodes = live
+	}
+	if len(c.allocs) > 2*snap.NumAllocs()+256 {
+		live := make(map[allocKey]uint64, snap.NumAllocs())
+		for k, v := range c.allocs {
+			if cur, ok := snap.Alloc(k.a.ID); ok && cur == k.a {
+				if n, ok := snap.Node(k.a.NodeID); ok && n == k.n {
+					live[k] = v
+				}
+			}
+		}
+		c.allocs = live
+	}
+}
+
 // New builds the state of a snapshot: nodes sorted by ID, running
 // allocations grouped into gangs. stopping reports allocations to treat as
 // being stopped (besides those marked Stopping in the snapshot); it may be
-// nil.
-func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool) *State {
+// nil. cache may be nil (nothing is memoized).
+func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cache) *State {
+	if cache == nil {
+		cache = NewCache()
+	}
+	cache.trim(snap)
 	nodes := snap.Nodes()
 	s := &State{
 		nodes:         make([]nodeState, len(nodes)),
@@ -125,31 +222,17 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool) *State {
 		pools:         map[string]*index{},
 		isReservedSet: make([]bool, len(nodes)),
 	}
+	statics := make([]*nodeStatic, len(nodes))
 	for i, n := range nodes {
 		ns := &s.nodes[i]
 		ns.node = n
 		ns.sched = n.Schedulable()
 		s.byID[n.ID] = i
-		var islandIDs []int
-		for gi, g := range n.GPUs {
-			if gi >= cluster.MaxGPUsPerNode {
-				s.ignoredGPUs++
-				continue
-			}
-			if g.Healthy {
-				ns.healthy |= 1 << gi
-			}
-			k := sort.SearchInts(islandIDs, g.Island)
-			if k == len(islandIDs) || islandIDs[k] != g.Island {
-				islandIDs = append(islandIDs, 0)
-				copy(islandIDs[k+1:], islandIDs[k:])
-				islandIDs[k] = g.Island
-				ns.islands = append(ns.islands, 0)
-				copy(ns.islands[k+1:], ns.islands[k:])
-				ns.islands[k] = 0
-			}
-			ns.islands[k] |= 1 << gi
-		}
+		st := cache.node(n)
+		statics[i] = st
+		ns.healthy = st.healthy
+		ns.islands = st.islands
+		s.ignoredGPUs += st.ignored
 		pix := s.pools[n.Pool]
 		if pix == nil {
 			pix = newIndex(len(nodes))
@@ -158,27 +241,16 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool) *State {
 		pix.total++
 		s.all.total++
 	}
-	// Gangs, in job ID order (allocations come sorted by ID).
-	byJob := map[string]int{}
-	for _, a := range snap.Allocs() {
+	// Gangs: allocations grouped by job, then put in job ID order (and each
+	// gang's allocations in ID order) so that the result does not depend on
+	// the snapshot's iteration order.
+	byJob := make(map[string]int, snap.NumAllocs())
+	s.holders = make([]Holder, 0, snap.NumAllocs())
+	snap.EachAlloc(func(a *cluster.Alloc) {
 		ord, ok := s.byID[a.NodeID]
 		if !ok {
-			continue // node gone: nothing to hold
+			return // node gone: nothing to hold
 		}
-		ns := &s.nodes[ord]
-		var mask uint64
-		for _, id := range a.GPUs {
-			for gi := range min(len(ns.node.GPUs), cluster.MaxGPUsPerNode) {
-				if ns.node.GPUs[gi].ID == id {
-					mask |= 1 << gi
-					break
-				}
-			}
-		}
-		// A GPU claimed twice by the snapshot stays claimed once; nothing
-		// double counts.
-		mask &^= ns.used
-		ns.used |= mask
 		h, ok := byJob[a.JobID]
 		if !ok {
 			h = len(s.holders)
@@ -188,13 +260,49 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool) *State {
 		}
 		hd := &s.holders[h]
 		hd.Allocs = append(hd.Allocs, a)
-		hd.Slots = append(hd.Slots, Slot{Node: ord, Mask: mask})
-		hd.GPUs += bits.OnesCount64(mask)
-		if a.Stopping || (stopping != nil && stopping(a)) {
-			hd.Stopping = true
+		hd.Slots = append(hd.Slots, Slot{Node: ord})
+	})
+	perm := make([]int32, len(s.holders))
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	slices.SortFunc(perm, func(a, b int32) int { return strings.Compare(s.holders[a].JobID, s.holders[b].JobID) })
+	sorted := make([]Holder, len(s.holders))
+	for i, k := range perm {
+		sorted[i] = s.holders[k]
+	}
+	s.holders = sorted
+	for h := range s.holders {
+		hd := &s.holders[h]
+		if len(hd.Allocs) > 1 {
+			idx := make([]int, len(hd.Allocs))
+			for i := range idx {
+				idx[i] = i
+			}
+			slices.SortFunc(idx, func(x, y int) int { return strings.Compare(hd.Allocs[x].ID, hd.Allocs[y].ID) })
+			allocs := make([]*cluster.Alloc, len(idx))
+			slots := make([]Slot, len(idx))
+			for i, k := range idx {
+				allocs[i], slots[i] = hd.Allocs[k], hd.Slots[k]
+			}
+			hd.Allocs, hd.Slots = allocs, slots
 		}
-		if len(ns.holders) == 0 || ns.holders[len(ns.holders)-1] != h {
-			ns.holders = append(ns.holders, h)
+		for i, a := range hd.Allocs {
+			ord := hd.Slots[i].Node
+			ns := &s.nodes[ord]
+			mask := cache.allocMask(a, ns.node, statics[ord])
+			// A GPU claimed twice by the snapshot stays claimed once;
+			// nothing double counts.
+			mask &^= ns.used
+			ns.used |= mask
+			hd.Slots[i].Mask = mask
+			hd.GPUs += bits.OnesCount64(mask)
+			if a.Stopping || (stopping != nil && stopping(a)) {
+				hd.Stopping = true
+			}
+			if len(ns.holders) == 0 || ns.holders[len(ns.holders)-1] != h {
+				ns.holders = append(ns.holders, h)
+			}
 		}
 	}
 	for i := range s.nodes {

@@ -15,7 +15,8 @@ package preempt
 
 import (
 	"math/bits"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -46,31 +47,76 @@ func WorkLost(allocs []*cluster.Alloc, now time.Time) float64 {
 	return sum
 }
 
-// Select frees the cheapest whole gangs among cands so that req fits, and
-// places req. It works allocation by allocation: an allocation that fits
-// in what is free (or was freed for an earlier one) takes it; otherwise the
-// node where the cheapest set of candidate gangs makes room is chosen, those
-// gangs are released (all their allocations, everywhere) and the allocation
-// is placed there. On failure the state is as it was.
+// Index organises candidates by node so that repeated victim searches in
+// one cycle (one per waiting job that may preempt) do not rebuild it.
+// Build it once per candidate set with NewIndex.
+type Index struct {
+	cost   []float64
+	byNode map[int][]int
+	nodes  []int
+}
+
+// NewIndex indexes candidates by the schedulable nodes of pool ("" = any)
+// where they hold GPUs.
+func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
+	holders := st.Holders()
+	ix := &Index{cost: make([]float64, len(holders)), byNode: map[int][]int{}}
+	isCand := make([]bool, len(holders))
+	for _, c := range cands {
+		if isCand[c.Holder] {
+			continue
+		}
+		isCand[c.Holder] = true
+		ix.cost[c.Holder] = c.Cost
+		for _, sl := range holders[c.Holder].Slots {
+			if !st.Schedulable(sl.Node) || (pool != "" && st.PoolOf(sl.Node) != pool) {
+				continue
+			}
+			list := ix.byNode[sl.Node]
+			if len(list) == 0 || list[len(list)-1] != c.Holder {
+				ix.byNode[sl.Node] = append(list, c.Holder)
+			}
+		}
+	}
+	ix.nodes = make([]int, 0, len(ix.byNode))
+	for n := range ix.byNode {
+		ix.nodes = append(ix.nodes, n)
+	}
+	slices.Sort(ix.nodes)
+	return ix
+}
+
+// Select is NewIndex followed by Index.Select.
+func Select(st *placement.State, req placement.Request, cands []Candidate) ([]int, placement.Result, bool) {
+	return NewIndex(st, req.Pool, cands).Select(st, req)
+}
+
+// Select frees the cheapest whole gangs among the indexed candidates so
+// that req fits, and places req. It works allocation by allocation: an
+// allocation that fits in what is free (or was freed for an earlier one)
+// takes it; otherwise the node where the cheapest set of candidate gangs
+// makes room is chosen, those gangs are released (all their allocations,
+// everywhere) and the allocation is placed there. On failure the state is
+// as it was.
 //
 // It returns the chosen holders (in the order chosen) and the placement.
-func Select(st *placement.State, req placement.Request, cands []Candidate) ([]int, placement.Result, bool) {
+// The state must be the one the index was built on (holders released since
+// are skipped only if released through this call).
+func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, placement.Result, bool) {
 	cp := st.Checkpoint()
-	cost := make(map[int]float64, len(cands))
-	for _, c := range cands {
-		cost[c.Holder] = c.Cost
-	}
 	holders := st.Holders()
-	released := map[int]bool{}
+	cost, byNode, nodes := ix.cost, ix.byNode, ix.nodes
 	var victims []int
+	released := func(h int) bool { return slices.Contains(victims, h) }
 	res := placement.Result{Groups: make([][]placement.Slot, len(req.Groups))}
 
 	order := make([]int, len(req.Groups))
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(a, b int) bool { return req.Groups[order[a]].GPUs > req.Groups[order[b]].GPUs })
+	slices.SortStableFunc(order, func(a, b int) int { return req.Groups[b].GPUs - req.Groups[a].GPUs })
 
+	var vs []vic
 	for _, gi := range order {
 		g := req.Groups[gi]
 		if g.Count == 0 || g.GPUs == 0 {
@@ -85,14 +131,11 @@ func Select(st *placement.State, req placement.Request, cands []Candidate) ([]in
 			bestOrd, bestCost, bestN := -1, 0.0, 0
 			var bestSet []int
 			var bestMask uint64
-			for ord := range st.NumNodes() {
-				if !st.Schedulable(ord) || (req.Pool != "" && st.PoolOf(ord) != req.Pool) {
-					continue
-				}
-				var vs []vic
-				for _, h := range st.NodeHolders(ord) {
-					c, ok := cost[h]
-					if !ok || released[h] {
+			for _, ord := range nodes {
+				vs = vs[:0]
+				inUse := st.Used(ord) &^ st.Reserved(ord)
+				for _, h := range byNode[ord] {
+					if released(h) {
 						continue
 					}
 					var m uint64
@@ -101,39 +144,39 @@ func Select(st *placement.State, req placement.Request, cands []Candidate) ([]in
 							m |= sl.Mask
 						}
 					}
-					// Only GPUs still in use by the gang count (it may
-					// share the node with itself across allocations).
-					m &= st.Used(ord) &^ st.Reserved(ord)
+					// Only GPUs the gang still holds and nobody reserved
+					// count.
+					m &= inUse
 					if m == 0 {
 						continue
 					}
-					vs = append(vs, vic{h: h, perGPU: c / float64(bits.OnesCount64(m)), onNode: m, fullCost: c})
+					vs = append(vs, vic{h: h, perGPU: cost[h] / float64(bits.OnesCount64(m)), onNode: m, fullCost: cost[h]})
 				}
 				if len(vs) == 0 {
 					continue
 				}
-				sort.Slice(vs, func(a, b int) bool {
-					if vs[a].perGPU != vs[b].perGPU {
-						return vs[a].perGPU < vs[b].perGPU
+				slices.SortFunc(vs, func(a, b vic) int {
+					if a.perGPU != b.perGPU {
+						if a.perGPU < b.perGPU {
+							return -1
+						}
+						return 1
 					}
-					return holders[vs[a].h].JobID < holders[vs[b].h].JobID
+					return strings.Compare(holders[a.h].JobID, holders[b.h].JobID)
 				})
 				free := st.Free(ord)
 				sum := 0.0
-				var set []int
-				for _, v := range vs {
+				for k, v := range vs {
 					free |= v.onNode
 					sum += v.fullCost
-					set = append(set, v.h)
-					if bestOrd >= 0 && (sum > bestCost || (sum == bestCost && len(set) >= bestN)) {
+					if bestOrd >= 0 && (sum > bestCost || (sum == bestCost && k+1 >= bestN)) {
 						break
 					}
 					if m, ok := st.Pick(ord, free, g.GPUs, g.Topology); ok {
-						// Drop victims the pick did not need (a cheaper
-						// per-GPU gang elsewhere on the node may suffice).
-						set, sum = trim(set, onNodeMasks(vs), m, cost)
-						if bestOrd < 0 || sum < bestCost || (sum == bestCost && len(set) < bestN) {
-							bestOrd, bestCost, bestN, bestSet, bestMask = ord, sum, len(set), set, m
+						// Drop victims the pick did not need.
+						set, total := trim(vs[:k+1], m)
+						if bestOrd < 0 || total < bestCost || (total == bestCost && len(set) < bestN) {
+							bestOrd, bestCost, bestN, bestSet, bestMask = ord, total, len(set), set, m
 						}
 						break
 					}
@@ -144,17 +187,14 @@ func Select(st *placement.State, req placement.Request, cands []Candidate) ([]in
 				return nil, placement.Result{}, false
 			}
 			for _, h := range bestSet {
-				released[h] = true
 				victims = append(victims, h)
 				st.ReleaseHolder(h)
 			}
-			sl := placement.Slot{Node: bestOrd, Mask: bestMask}
 			if bestMask&^st.Free(bestOrd) != 0 {
-				// The mask was computed against the node's GPUs before
-				// release; it must be free now.
 				st.Rollback(cp)
 				return nil, placement.Result{}, false
 			}
+			sl := placement.Slot{Node: bestOrd, Mask: bestMask}
 			st.Take(sl)
 			res.Groups[gi] = append(res.Groups[gi], sl)
 		}
@@ -170,22 +210,14 @@ type vic struct {
 	fullCost float64
 }
 
-func onNodeMasks(vs []vic) map[int]uint64 {
-	m := make(map[int]uint64, len(vs))
-	for _, v := range vs {
-		m[v.h] = v.onNode
-	}
-	return m
-}
-
 // trim keeps only the victims whose GPUs the chosen mask uses.
-func trim(set []int, onNode map[int]uint64, mask uint64, cost map[int]float64) ([]int, float64) {
+func trim(vs []vic, mask uint64) ([]int, float64) {
 	var out []int
 	sum := 0.0
-	for _, h := range set {
-		if onNode[h]&mask != 0 {
-			out = append(out, h)
-			sum += cost[h]
+	for _, v := range vs {
+		if v.onNode&mask != 0 {
+			out = append(out, v.h)
+			sum += v.fullCost
 		}
 	}
 	return out, sum

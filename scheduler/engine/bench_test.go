@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+)
+
+// bigCluster builds the benchmark scenario of issue 4: nodes x 8 GPUs (two
+// NVLink islands, 16 racks), gangs running gangs filling most GPUs (mixed
+// tiers, some preemptible), and waiting queued jobs of mixed shapes.
+func bigCluster(tb testing.TB, nodes, gangs, waiting int, seed uint64) *cluster.Snapshot {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	store := cluster.NewStore()
+	must := func(err error) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	type free struct{ node, next int }
+	var fr []free
+	for i := range nodes {
+		n := mkNode(fmt.Sprintf("node-%05d", i), 8, 2, label("rack", fmt.Sprintf("r%02d", i%16)), label("switch", fmt.Sprintf("s%03d", i%128)))
+		must(store.UpsertNode(n))
+		fr = append(fr, free{node: i})
+	}
+	tiers := []string{"critical", "high", "normal", "normal", "normal", "scavenger", "scavenger"}
+	sizes := []int{1, 1, 2, 2, 4, 8}
+	// Running gangs: sizes drawn first, packed largest first so powers of
+	// two fill nodes without waste (the cluster ends up ~99% full).
+	type gang struct{ size, count int }
+	gs := make([]gang, gangs)
+	for g := range gs {
+		gs[g] = gang{size: sizes[rng.IntN(len(sizes))], count: 1}
+		if rng.IntN(100) == 0 {
+			gs[g] = gang{size: 8, count: 2}
+		}
+	}
+	sort.SliceStable(gs, func(a, b int) bool { return gs[a].size > gs[b].size })
+	ni := 0
+	for g := 0; g < gangs && ni < nodes; g++ {
+		id := fmt.Sprintf("run-%06d", g)
+		tier := tiers[rng.IntN(len(tiers))]
+		j := mkJob(id, running(), meta("impact_tier", tier, "impact_project", fmt.Sprintf("p%d", rng.IntN(10))))
+		size, count := gs[g].size, gs[g].count
+		j.Groups = []cluster.TaskGroup{{Name: "main", Count: count, GPUs: size}}
+		must(store.UpsertJob(j))
+		start := t0.Add(-time.Duration(1+rng.IntN(48*60)) * time.Minute)
+		for c := 0; c < count && ni < nodes; c++ {
+			f := &fr[ni]
+			if f.next+size > 8 {
+				ni++
+				if ni >= nodes {
+					break
+				}
+				f = &fr[ni]
+			}
+			var idx []int
+			for k := range size {
+				idx = append(idx, f.next+k)
+			}
+			f.next += size
+			must(store.UpsertAlloc(alloc(fmt.Sprintf("%s-%d", id, c), id, fmt.Sprintf("node-%05d", f.node), start, idx...)))
+		}
+	}
+	if placed := store.Snapshot().NumAllocs(); placed < gangs {
+		tb.Fatalf("only %d running allocations for %d gangs: the cluster is too small", placed, gangs)
+	}
+	wsizes := []int{1, 1, 1, 2, 4, 8, 8, 16, 32, 64}
+	for w := range waiting {
+		tier := tiers[rng.IntN(len(tiers))]
+		n := wsizes[rng.IntN(len(wsizes))]
+		count, per := 1, n
+		if n > 8 {
+			count, per = n/8, 8
+		}
+		j := mkJob(fmt.Sprintf("wait-%06d", w), group("main", count, per),
+			meta("impact_tier", tier, "impact_project", fmt.Sprintf("p%d", rng.IntN(10)), "impact_walltime", fmt.Sprintf("%dm", 10+rng.IntN(600))),
+			submitted(t0.Add(-time.Duration(rng.IntN(24*60))*time.Minute)))
+		must(store.UpsertJob(j))
+	}
+	return store.Snapshot()
+}
+
+// BenchmarkDecide is issue 4's cycle: 10,000 waiting jobs, 2,000 nodes x 8
+// GPUs, 5,000 running gangs. Target: <= 100 ms median.
+func BenchmarkDecide(b *testing.B) {
+	snap := bigCluster(b, 2000, 5000, 10000, 1)
+	snap.Nodes()
+	snap.Jobs()
+	snap.Allocs()
+	b.ResetTimer()
+	var durs []time.Duration
+	for i := 0; i < b.N; i++ {
+		e := mustEngine(b, nil)
+		start := time.Now()
+		p := e.Decide(snap, t0)
+		durs = append(durs, time.Since(start))
+		if len(p.Explanations) != 10000 {
+			b.Fatalf("explanations: %d", len(p.Explanations))
+		}
+	}
+	b.StopTimer()
+	sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
+	b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "median-ms")
+}
+
+// BenchmarkDecideFreshSnapshot includes the snapshot's first-use sorting
+// (what a cycle after a burst of updates pays).
+func BenchmarkDecideFreshSnapshot(b *testing.B) {
+	snap := bigCluster(b, 2000, 5000, 10000, 1)
+	store := cluster.NewStore()
+	for _, n := range snap.Nodes() {
+		_ = store.UpsertNode(n)
+	}
+	for _, j := range snap.Jobs() {
+		_ = store.UpsertJob(j)
+	}
+	for _, a := range snap.Allocs() {
+		_ = store.UpsertAlloc(a)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = store.UpsertJob(snap.Jobs()[i%len(snap.Jobs())])
+		e := mustEngine(b, nil)
+		e.Decide(store.Snapshot(), t0)
+	}
+}
+
+// BenchmarkDecideSmallQueueBusyCluster is the simulator's common case: a
+// few waiting jobs, a full cluster.
+func BenchmarkDecideSmallQueueBusyCluster(b *testing.B) {
+	snap := bigCluster(b, 64, 150, 20, 3)
+	snap.Nodes()
+	snap.Jobs()
+	snap.Allocs()
+	e := mustEngine(b, nil)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e.Decide(snap, t0.Add(time.Duration(i)*time.Second))
+	}
+}
