@@ -33,6 +33,11 @@ func collectStats(ctx context.Context, b gpu.Backend, snap *snapshot) (*devicepb
 			uuids = append(uuids, id)
 		}
 	}
+	if len(uuids) == 0 {
+		// Nothing to sample (no GPUs, or no driver): no backend call,
+		// so a missing NVML is not logged every second.
+		return &devicepb.StatsResponse{}, nil
+	}
 	samples, err := b.Stats(ctx, uuids)
 	if err != nil {
 		return nil, fmt.Errorf("read GPU stats: %w", err)
