@@ -29,6 +29,18 @@ type ElectorConfig struct {
 	RetryInterval time.Duration
 }
 
+// Validate checks the configuration against what Nomad accepts (a lock
+// TTL between 10s and 24h; Nomad answers 400 otherwise).
+func (c ElectorConfig) Validate() error {
+	if c.TTL != 0 && (c.TTL < 10*time.Second || c.TTL > 24*time.Hour) {
+		return fmt.Errorf("leader lock TTL %v: Nomad requires between 10s and 24h", c.TTL)
+	}
+	if c.LockDelay < 0 {
+		return fmt.Errorf("leader lock delay %v: must not be negative", c.LockDelay)
+	}
+	return nil
+}
+
 // Elector elects one leader among impact agents with a Nomad Variables
 // lock (the lock-acquire / lock-renew / lock-release endpoints behind
 // api.Locks). Only the leader acts on Nomad; the others keep their model

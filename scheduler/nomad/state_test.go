@@ -158,6 +158,7 @@ func TestExplainWriterWritesOnChangeOnly(t *testing.T) {
 
 func TestElectorOneLeaderAndFailover(t *testing.T) {
 	e := newEnv(t, 0)
+	e.fake.AllowShortLockTTL(true)
 	cfg := ElectorConfig{TTL: 200 * time.Millisecond, LockDelay: 200 * time.Millisecond, RetryInterval: 20 * time.Millisecond}
 	var leading [2]atomic.Bool
 	var terms [2]atomic.Int32

@@ -97,10 +97,13 @@ func (s *Server) clientStop(a *api.Allocation) {
 // afterTerminal updates the job of an allocation that just ended and lets
 // blocked evaluations use the freed capacity.
 func (s *Server) afterTerminal(a *api.Allocation) {
+	// Nomad reports the job's new status at the allocation's index, as a
+	// Job/AllocationUpdated event (seen on a real 2.0.6 agent).
 	if js := s.jobs[jobKey(a.Namespace, a.JobID)]; js != nil && s.updateJobStatus(js) {
-		idx := s.bump("jobs")
+		idx := a.ModifyIndex
+		s.tableIndex["jobs"] = idx
 		js.job.ModifyIndex = &idx
-		s.emit(idx, "Job", "JobStatusUpdated", a.JobID, a.Namespace, nil, "Job", js.job)
+		s.emit(idx, "Job", "AllocationUpdated", a.JobID, a.Namespace, nil, "Job", js.job)
 	}
 	s.unblock("")
 }
@@ -142,7 +145,7 @@ func (s *Server) stopAlloc(id string) (any, uint64, error) {
 		if s.updateJobStatus(js) {
 			i := s.bump("jobs")
 			js.job.ModifyIndex = &i
-			s.emit(i, "Job", "JobStatusUpdated", a.JobID, a.Namespace, nil, "Job", js.job)
+			s.emit(i, "Job", "AllocationUpdated", a.JobID, a.Namespace, nil, "Job", js.job)
 		}
 	}
 	s.unblock(jobKey(a.Namespace, a.JobID))

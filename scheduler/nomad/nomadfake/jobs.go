@@ -614,7 +614,7 @@ func (s *Server) process(js *jobState, ev *api.Evaluation) {
 	s.emit(idx, "Evaluation", "EvaluationUpdated", ev.ID, ns, fk, "Evaluation", ev)
 	if s.updateJobStatus(js) {
 		job.ModifyIndex = &idx
-		s.emit(idx, "Job", "JobStatusUpdated", id, ns, nil, "Job", job)
+		s.emit(idx, "Job", "PlanResult", id, ns, nil, "Job", job)
 	}
 	for _, a := range created {
 		s.clientStart(a)

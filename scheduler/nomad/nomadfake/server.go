@@ -95,6 +95,7 @@ type Server struct {
 	onRegister  func(job *api.Job)
 	exitOnSig   bool
 	lockDelayed map[string]time.Time // var key -> lock delay end
+	shortTTL    bool                 // accept lock TTLs under Nomad's 10s minimum
 	now         func() time.Time
 }
 
@@ -201,6 +202,14 @@ func (s *Server) SetExitOnSignal(v bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.exitOnSig = v
+}
+
+// AllowShortLockTTL makes the fake accept lock TTLs below the 10s that
+// Nomad requires, so that lock tests run in milliseconds.
+func (s *Server) AllowShortLockTTL(v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shortTTL = v
 }
 
 // OnRegister installs a hook called (under the fake's lock, so it must not

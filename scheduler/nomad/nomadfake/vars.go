@@ -183,8 +183,12 @@ func (s *Server) lockAcquire(key, ns, path string, vs *varState, in *api.Variabl
 		return nil, 0, errf(http.StatusBadRequest, "missing lock")
 	}
 	ttl, err := time.ParseDuration(in.Lock.TTL)
-	if err != nil || ttl <= 0 {
-		ttl = api.DefaultLockTTL
+	if err != nil {
+		return nil, 0, errf(http.StatusBadRequest, "RPC Error:: 400,1 error occurred:\n\t* invalid lock TTL %q", in.Lock.TTL)
+	}
+	if !s.shortTTL && (ttl < 10*time.Second || ttl > 24*time.Hour) {
+		// The real agent's answer (Nomad 2.0.6).
+		return nil, 0, errf(http.StatusBadRequest, "RPC Error:: 400,1 error occurred:\n\t* TTL must be between 10 seconds and 24 hours")
 	}
 	delay, err := time.ParseDuration(in.Lock.LockDelay)
 	if err != nil || delay < 0 {

@@ -1,0 +1,412 @@
+package nomad
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+)
+
+// The fidelity test runs one park / admit / conflict / preempt / explain /
+// lock scenario through the adapter against the in-process fake and, when
+// a `nomad` binary is on PATH, against a real `nomad agent -dev`, and
+// compares what the adapter observed on both. It is how the fake's
+// behaviour is checked against the real agent.
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startDevAgent starts a Nomad dev agent on loopback ports of its own and
+// returns its address.
+func startDevAgent(t *testing.T, bin string) string {
+	t.Helper()
+	dir := t.TempDir()
+	http_, rpc, serf := freePort(t), freePort(t), freePort(t)
+	cfg := fmt.Sprintf(`
+bind_addr = "127.0.0.1"
+data_dir  = %q
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+client {
+  enabled = true
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`, filepath.Join(dir, "data"), http_, rpc, serf)
+	cfgPath := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "agent", "-dev", "-config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nomad: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("nomad agent log (tail):\n%s", b)
+		}
+	})
+	addr := fmt.Sprintf("http://127.0.0.1:%d", http_)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(addr + "/v1/nodes")
+		if err == nil {
+			var nodes []struct{ Status string }
+			_ = json.NewDecoder(resp.Body).Decode(&nodes)
+			resp.Body.Close()
+			if len(nodes) == 1 && nodes[0].Status == "ready" {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nomad dev agent not ready at %s", addr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// scenarioJob is job.hcl of the recorded fixtures: two raw_exec
+// allocations that trap SIGUSR1 (checkpoint) and SIGTERM.
+func scenarioJob(id string) *api.Job {
+	j := api.NewBatchJob(id, id, "global", 50)
+	pool := parking
+	j.NodePool = &pool
+	j.Meta = map[string]string{"impact_tier": "high", "impact_project": "olmo", "impact_grace": "2s"}
+	tg := api.NewTaskGroup("workers", 2)
+	task := api.NewTask("trainer", "raw_exec")
+	task.Config = map[string]any{"command": "/bin/sh", "args": []string{"-c",
+		"trap 'echo checkpoint on USR1' USR1; trap 'echo stopping; exit 0' TERM; echo started; while true; do sleep 1; done"}}
+	kill := 5 * time.Second
+	task.KillTimeout = &kill
+	cpu, mem := 50, 32
+	task.Resources = &api.Resources{CPU: &cpu, MemoryMB: &mem}
+	tg.AddTask(task)
+	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptrTo(0), Mode: ptrTo("fail")}
+	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: ptrTo(0), Unlimited: ptrTo(false)}
+	j.AddTaskGroup(tg)
+	return j
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+type observer struct {
+	mu   sync.Mutex
+	obs  []string
+	seen map[string]bool
+}
+
+func (o *observer) add(format string, a ...any) {
+	o.mu.Lock()
+	o.obs = append(o.obs, fmt.Sprintf(format, a...))
+	o.mu.Unlock()
+}
+
+// runScenario drives the adapter through the cycle and returns what it
+// observed, in a form comparable between the fake and a real agent.
+func runScenario(t *testing.T, c *Client) ([]string, []string) {
+	ctx := context.Background()
+	o := &observer{seen: map[string]bool{}}
+	log := testLogger(t)
+	poll := func(what string, limit time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(limit)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out: %s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := c.EnsureNodePool(ctx, parking, "parking pool: jobs wait here until admitted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnsureNodePool(ctx, parking, "again"); err != nil {
+		t.Fatalf("EnsureNodePool not idempotent: %v", err)
+	}
+	w := NewWatcher(c, WatcherConfig{ParkingPool: parking, MinBackoff: 20 * time.Millisecond,
+		OnBatch: func(_ uint64, evs []AppliedEvent) {
+			o.mu.Lock()
+			for _, e := range evs {
+				o.seen[e.Topic+"/"+e.Type] = true
+			}
+			o.mu.Unlock()
+		}}, log)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = w.Run(wctx) }()
+	<-w.Ready()
+	snap := w.Snapshot()
+	if snap.NumNodes() != 1 {
+		t.Fatalf("nodes = %d", snap.NumNodes())
+	}
+	nodeID := snap.Nodes()[0].ID
+	key := cluster.JobKey("default", "train-a")
+
+	// 1. Park.
+	if _, _, err := c.api.Jobs().Register(scenarioJob("train-a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	poll("parked in model", 10*time.Second, func() bool {
+		j, ok := w.Snapshot().Job(key)
+		return ok && j.State == cluster.JobQueued
+	})
+	job, _, _ := c.api.Jobs().Info("train-a", nil)
+	sum, _, _ := c.api.Jobs().Summary("train-a", nil)
+	poll("blocked eval", 10*time.Second, func() bool {
+		evs, _, _ := c.api.Jobs().Evaluations("train-a", nil)
+		for _, e := range evs {
+			if e.Status == "blocked" {
+				return true
+			}
+		}
+		return false
+	})
+	evs, _, _ := c.api.Jobs().Evaluations("train-a", nil)
+	var evStatus []string
+	for _, e := range evs {
+		evStatus = append(evStatus, e.Status)
+		if e.Status == "blocked" {
+			m := e.FailedTGAllocs["workers"]
+			o.add("park: blocked eval nodes in pool %d, pool %s", m.NodesInPool, m.NodePool)
+		}
+	}
+	sort.Strings(evStatus)
+	o.add("park: job %s pool %s version %d queued %d evals %v", *job.Status, *job.NodePool, *job.Version, sum.Summary["workers"].Queued, evStatus)
+
+	// 2. Admission through the executor.
+	st := NewStateStore(c, StateConfig{}, log)
+	x := NewExecutor(c, st, ExecutorConfig{ParkingPool: parking, DefaultPool: "default", PollInterval: 100 * time.Millisecond}, log)
+	j, _ := w.Snapshot().Job(key)
+	stale := j.ModifyIndex
+	adm := engine.Admission{JobID: key, ModifyIndex: j.ModifyIndex, Groups: []engine.GroupPlacement{{Group: "workers",
+		Allocs: []engine.AllocPlacement{{NodeID: nodeID}, {NodeID: nodeID}}}}}
+	res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{adm}})
+	o.add("admit: admitted %d conflicts %d failed %v", len(res.Admitted), len(res.Conflicts), res.Failed)
+	poll("gang running", 30*time.Second, func() bool {
+		x.CheckDeadlines(ctx)
+		return !x.Busy(key)
+	})
+	job, _, _ = c.api.Jobs().Info("train-a", nil)
+	var pins []string
+	for _, cons := range job.TaskGroups[0].Constraints {
+		pins = append(pins, cons.LTarget+" "+cons.Operand)
+	}
+	allocs, _, _ := c.api.Jobs().Allocations("train-a", true, nil)
+	var st1 []string
+	for _, a := range allocs {
+		st1 = append(st1, a.ClientStatus+"/"+a.DesiredStatus)
+	}
+	sort.Strings(st1)
+	o.add("admit: job %s pool %s version %d pins %v allocs %v", *job.Status, *job.NodePool, *job.Version, pins, st1)
+	poll("model running", 10*time.Second, func() bool {
+		j, ok := w.Snapshot().Job(key)
+		return ok && j.State == cluster.JobRunning && len(w.Snapshot().JobAllocs(key)) == 2
+	})
+
+	// 3. A plan made on a stale index loses (the job moved on).
+	adm.ModifyIndex = stale
+	res = x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{adm}})
+	o.add("stale admit: admitted %d conflicts %d", len(res.Admitted), len(res.Conflicts))
+	// And the raw EnforceIndex conflict answer.
+	_, _, err := c.api.Jobs().EnforceRegister(job, stale, nil)
+	o.add("enforce conflict: %v", err != nil && isEnforceConflict(err) && statusCode(err) == 500)
+
+	// 4. Preemption: signal, grace, re-park, stop.
+	var ids []string
+	for _, a := range allocs {
+		ids = append(ids, a.ID)
+	}
+	start := time.Now()
+	res = x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{{JobID: key, Allocs: ids, GPUs: 0,
+		Grace: 2 * time.Second, CheckpointSignal: "SIGUSR1", Preemptor: "default/urgent", Reason: "test"}}})
+	o.add("preempt: started %d", len(res.Preempting))
+	x.Wait()
+	o.add("preempt: waited the grace %v", time.Since(start) >= 2*time.Second)
+	poll("allocs stopped", 30*time.Second, func() bool {
+		as, _, _ := c.api.Jobs().Allocations("train-a", true, nil)
+		for _, a := range as {
+			if a.ClientStatus == "running" || a.ClientStatus == "pending" {
+				return false
+			}
+		}
+		return true
+	})
+	job, _, _ = c.api.Jobs().Info("train-a", nil)
+	sum, _, _ = c.api.Jobs().Summary("train-a", nil)
+	allocs, _, _ = c.api.Jobs().Allocations("train-a", true, nil)
+	var st2 []string
+	signalled := 0
+	for _, a := range allocs {
+		st2 = append(st2, a.ClientStatus+"/"+a.DesiredStatus+"/"+a.DesiredDescription)
+		full, _, err := c.api.Allocations().Info(a.ID, nil)
+		if err == nil {
+			for _, ts := range full.TaskStates {
+				for _, ev := range ts.Events {
+					if ev.Type == "Signaling" {
+						signalled++
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(st2)
+	o.add("preempt: job %s pool %s pinned %v queued %d complete %d allocs %v signalled %d",
+		*job.Status, *job.NodePool, pinnedAPI(job), sum.Summary["workers"].Queued, sum.Summary["workers"].Complete, st2, signalled)
+	poll("model queued again", 10*time.Second, func() bool {
+		j, ok := w.Snapshot().Job(key)
+		return ok && j.State == cluster.JobQueued && len(w.Snapshot().JobAllocs(key)) == 0
+	})
+	recs, _ := st.Preemptions(ctx, time.Time{})
+	o.add("preempt: records %d", len(recs))
+
+	// 5. Explain Variable.
+	ew := NewExplainWriter(c, log)
+	err = ew.Write(ctx, &engine.Plan{Now: time.Now(), Explanations: map[string]*engine.Explanation{
+		key: {JobID: key, Position: 1, Status: engine.StatusWaiting, Reason: "waiting: needs 2 nodes with 8 free GPUs in one NVLink island"}}})
+	items, rerr := ew.Read(ctx, key)
+	o.add("explain: write %v read %v position %s", err, rerr, items["position"])
+	_, _, err = c.api.Variables().Read("nomad/jobs/nope/impact", nil)
+	o.add("missing variable: %v", err)
+
+	// 6. Leader lock.
+	short := NewElector(c, ElectorConfig{HolderID: "agent-0", TTL: 2 * time.Second}, log)
+	_, err = short.acquire(ctx)
+	o.add("lock: TTL 2s refused: %v", err != nil && statusCode(err) == 400 && strings.Contains(err.Error(), "TTL must be between 10 seconds and 24 hours"))
+	el := NewElector(c, ElectorConfig{HolderID: "agent-1", TTL: 10 * time.Second}, log)
+	el2 := NewElector(c, ElectorConfig{HolderID: "agent-2", TTL: 10 * time.Second}, log)
+	id1, err1 := el.acquire(ctx)
+	id2, err2 := el2.acquire(ctx)
+	holder, _ := el2.Holder(ctx)
+	o.add("lock: first %v/%v second %q/%v holder %s", id1 != "", err1, id2, err2, holder)
+	el.release(ctx, id1)
+	id2, err2 = el2.acquire(ctx)
+	o.add("lock: after release second %v/%v", id2 != "", err2)
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var types []string
+	for k := range o.seen {
+		types = append(types, k)
+	}
+	sort.Strings(types)
+	return o.obs, types
+}
+
+func TestFidelityFakeVersusRealNomad(t *testing.T) {
+	f := nomadfake.New(nomadfake.Options{HeartbeatInterval: 100 * time.Millisecond})
+	defer f.Close()
+	var n api.Node
+	b, err := os.ReadFile(filepath.Join("nomadfake", "testdata", "node.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &n); err != nil {
+		t.Fatal(err)
+	}
+	f.UpsertNode(&n)
+	fc, err := NewClient(Config{Address: f.URL()}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeObs, fakeTypes := runScenario(t, fc)
+	for _, o := range fakeObs {
+		t.Logf("fake: %s", o)
+	}
+	bin, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH: fake scenario ran, real-agent comparison skipped")
+	}
+	addr := startDevAgent(t, bin)
+	rc, err := NewClient(Config{Address: addr}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	realObs, realTypes := runScenario(t, rc)
+	for i := range max(len(fakeObs), len(realObs)) {
+		var fo, ro string
+		if i < len(fakeObs) {
+			fo = fakeObs[i]
+		}
+		if i < len(realObs) {
+			ro = realObs[i]
+		}
+		if fo != ro {
+			t.Errorf("fake and real Nomad differ:\n  fake: %s\n  real: %s", fo, ro)
+		} else {
+			t.Logf("same: %s", fo)
+		}
+	}
+	missing := []string{}
+	for _, typ := range realTypes {
+		if !containsStr(fakeTypes, typ) {
+			missing = append(missing, typ)
+		}
+	}
+	t.Logf("event types, real: %v", realTypes)
+	t.Logf("event types, fake: %v", fakeTypes)
+	if len(missing) > 0 {
+		t.Logf("event types the real agent sent that the fake did not: %v", missing)
+	}
+	if !strings.Contains(strings.Join(realTypes, " "), "Allocation/AllocationUpdated") {
+		t.Errorf("real agent stream lacked allocation updates: %v", realTypes)
+	}
+}
+
+func containsStr(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
