@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,9 +74,34 @@ type agent struct {
 	log  *bytes.Buffer
 }
 
+// agentDir is the agent's data and plugin dir. Not t.TempDir: the client
+// mounts secrets dirs (tmpfs) inside it, which are unmounted here first.
+func agentDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "impact-e2e-driver-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile("/proc/self/mounts"); err == nil {
+			lines := strings.Split(string(b), "\n")
+			for i := len(lines) - 1; i >= 0; i-- {
+				f := strings.Fields(lines[i])
+				if len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+					_ = syscall.Unmount(f[1], syscall.MNT_DETACH)
+				}
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Logf("leaving %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
 func startAgent(t *testing.T, rendezvous string) *agent {
 	t.Helper()
-	dir := t.TempDir()
+	dir := agentDir(t)
 	pluginDir := filepath.Join(dir, "plugins")
 	os.MkdirAll(pluginDir, 0o755)
 	pluginBinary(t, pluginDir)
@@ -315,7 +341,7 @@ func TestGangStartsOnlyWhenAllPlaced(t *testing.T) {
 		if err := a.get(t, "/v1/client/fs/logs/"+al.ID+"?task=trainer&type=stdout&plain=true", &logs); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("alloc %s (%s): %s", al.ID[:8], al.Name, strings.TrimSpace(logs))
+		t.Logf("alloc %s (%s): %s (second member placed at %d)", al.ID[:8], al.Name, strings.TrimSpace(logs), placed2)
 		var rank, world string
 		var started int64
 		for _, f := range strings.Fields(logs) {
