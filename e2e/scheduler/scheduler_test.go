@@ -285,7 +285,13 @@ func setup(t *testing.T) *env {
 		t.Skip("no nomad binary on PATH")
 	}
 	root := repoRoot(t)
-	dir := t.TempDir()
+	// Not t.TempDir: a Nomad client leaves task secrets mounted, which
+	// would fail the test's cleanup; removal here is best effort.
+	dir, err := os.MkdirTemp("", "impact-e2e-scheduler-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	plugins := filepath.Join(dir, "plugins")
 	if err := os.MkdirAll(plugins, 0o755); err != nil {
 		t.Fatal(err)
@@ -350,6 +356,9 @@ plugin "impact-gpu" {
 	e := &env{t: t, dir: dir, nomadURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), impact: impact,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", ports[3])}
 	start(t, "nomad", nil, "nomad", "agent", "-config", nomadCfgPath)
+	// Runs before Nomad is stopped (cleanups run last-in first-out): stop
+	// every job so no task process outlives the suite.
+	t.Cleanup(e.stopAllJobs)
 
 	// The node is ready with its 8 fake GPUs fingerprinted.
 	eventually(t, 90*time.Second, "nomad node with 8 GPUs", func() (bool, string) {
@@ -381,8 +390,8 @@ plugin "impact-gpu" {
 }
 
 // startImpact writes the policy and config and starts `impact agent`.
-func (e *env) startImpact() *proc {
-	e.t.Helper()
+func (e *env) startImpact(t *testing.T) *proc {
+	t.Helper()
 	policy := `
 default_tier    = "normal"
 default_project = "default"
@@ -396,7 +405,7 @@ preemption {
 }
 `
 	if err := os.WriteFile(filepath.Join(e.dir, "policy.hcl"), []byte(policy), 0o644); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`
 name         = "e2e"
@@ -416,16 +425,16 @@ http {
   listen = %q
 }
 ha {
-  lock_ttl     = "5s"
+  lock_ttl     = "10s"
   state_prefix = "impact-e2e"
 }
 `, e.nomadURL, strings.TrimPrefix(e.apiURL, "http://"))
 	cfgPath := filepath.Join(e.dir, "impact.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	p := start(e.t, "impact agent", nil, e.impact, "agent", "-config", cfgPath)
-	eventually(e.t, 30*time.Second, "impact agent leading", func() (bool, string) {
+	eventually(t, 30*time.Second, "impact agent leading", func() (bool, string) {
 		var h struct {
 			Status string
 			Leader bool
@@ -448,7 +457,7 @@ func TestScheduler(t *testing.T) {
 	}
 
 	// Hold one island for the whole suite, outside the scheduler.
-	e.run(job{name: "blocker", pool: "default", count: 1, gpus: 4, seconds: 3600, marker: filepath.Join(e.dir, "blocker.mark")})
+	e.run(job{name: "blocker", pool: "default", count: 1, gpus: 4, seconds: 600, marker: filepath.Join(e.dir, "blocker.mark")})
 	eventually(t, 60*time.Second, "blocker running", func() (bool, string) {
 		for _, a := range e.allocs("blocker") {
 			if a.ClientStatus == "running" {
@@ -473,7 +482,7 @@ func TestScheduler(t *testing.T) {
 				t.Fatalf("%s is %q before the scheduler runs, want pending (parked)", id, st.Status)
 			}
 		}
-		e.startImpact()
+		e.startImpact(t)
 		eventually(t, 120*time.Second, "all three ran", func() (bool, string) {
 			var info []string
 			for _, id := range []string{"sweep", "finetune", "paper"} {
@@ -529,7 +538,7 @@ func TestScheduler(t *testing.T) {
 
 	t.Run("critical preempts scavenger", func(t *testing.T) {
 		marker := filepath.Join(e.dir, "victim.mark")
-		e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 3600, marker: marker})
+		e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: marker})
 		eventually(t, 60*time.Second, "scavenger running", func() (bool, string) {
 			for _, a := range e.allocs("victim") {
 				if a.ClientStatus == "running" {
@@ -539,7 +548,7 @@ func TestScheduler(t *testing.T) {
 			return false, fmt.Sprintf("%+v", e.allocs("victim"))
 		})
 		time.Sleep(2 * time.Second) // past the policy's 1s min runtime
-		e.run(job{name: "incident", tier: "critical", pool: "impact-queue", count: 1, gpus: 4, seconds: 3600,
+		e.run(job{name: "incident", tier: "critical", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
 			marker: filepath.Join(e.dir, "incident.mark")})
 
 		eventually(t, 90*time.Second, "critical job running", func() (bool, string) {
@@ -591,6 +600,33 @@ func TestScheduler(t *testing.T) {
 		}
 		t.Logf("impact queue:\n%s", out)
 	})
+}
+
+func (e *env) stopAllJobs() {
+	var jobs []struct{ ID string }
+	if err := e.get(e.nomadURL, "/v1/jobs", &jobs); err != nil {
+		return
+	}
+	for _, j := range jobs {
+		_, _ = e.nomad("job", "stop", "-detach", j.ID)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var allocs []allocStub
+		if err := e.get(e.nomadURL, "/v1/allocations", &allocs); err != nil {
+			return
+		}
+		live := 0
+		for _, a := range allocs {
+			if a.ClientStatus == "running" || a.ClientStatus == "pending" {
+				live++
+			}
+		}
+		if live == 0 {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {

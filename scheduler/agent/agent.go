@@ -572,7 +572,7 @@ func (a *Agent) finish(res CycleResult, wallStart time.Time) {
 		a.cycleLog.Debug("cycle interrupted", "error", res.Err)
 	} else if res.Err != nil {
 		a.cycleLog.Warn("cycle failed", "error", res.Err)
-	} else if res.Plan != nil && (len(res.Plan.Admissions) > 0 || len(res.Plan.Preemptions) > 0) {
+	} else if res.Leader && res.Plan != nil && (len(res.Plan.Admissions) > 0 || len(res.Plan.Preemptions) > 0) {
 		a.cycleLog.Info("cycle", "leader", res.Leader, "admissions", len(res.Plan.Admissions),
 			"preemptions", len(res.Plan.Preemptions), "queued", len(res.Plan.Queue), "decide", res.Decide)
 	} else {

@@ -106,7 +106,7 @@ http {
   listen = "127.0.0.1:0"
 }
 ha {
-  lock_ttl = "2s"
+  lock_ttl = "10s"
 }
 `, name, c.fake.URL())
 	p := filepath.Join(c.dir, name+".hcl")

@@ -297,8 +297,10 @@ func (c *Config) Validate() error {
 	if c.Cycle.AdmissionDeadline <= 0 {
 		bad("cycle.admission_deadline", "must be positive, got %s", c.Cycle.AdmissionDeadline)
 	}
-	if c.HA.LockTTL < time.Second {
-		bad("ha.lock_ttl", "must be at least 1s, got %s", c.HA.LockTTL)
+	// Nomad refuses lock TTLs outside [10s, 24h] (seen on Nomad 2.0.6:
+	// "TTL must be between 10 seconds and 24 hours").
+	if c.HA.LockTTL < 10*time.Second || c.HA.LockTTL > 24*time.Hour {
+		bad("ha.lock_ttl", "must be between 10s and 24h (Nomad's limits for a Variables lock), got %s", c.HA.LockTTL)
 	}
 	if c.HA.StatePrefix == "" || strings.HasPrefix(c.HA.StatePrefix, "/") || strings.HasSuffix(c.HA.StatePrefix, "/") {
 		bad("ha.state_prefix", "%q must be a non-empty Variables path without leading or trailing '/'", c.HA.StatePrefix)

@@ -235,7 +235,7 @@ func TestValidateErrors(t *testing.T) {
 		{"consul wildcard", "policy = \"p\"\nhttp {\n  listen = \"0.0.0.0:4680\"\n}\nconsul {}\n", nil,
 			[]string{"http.advertise: must be set when http.listen"}},
 		{"short ttl", "policy = \"p\"\nha {\n  lock_ttl = \"100ms\"\n}\n", nil,
-			[]string{"bad.hcl:3: ha.lock_ttl: must be at least 1s"}},
+			[]string{"bad.hcl:3: ha.lock_ttl: must be between 10s and 24h"}},
 		{"prefix slash", "policy = \"p\"\nha {\n  state_prefix = \"/impact\"\n}\n", nil,
 			[]string{"bad.hcl:3: ha.state_prefix:"}},
 		{"bad env bool", "policy = \"p\"\n", map[string]string{"NOMAD_SKIP_VERIFY": "maybe"},
