@@ -14,8 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/plot"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/report"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
@@ -59,7 +62,7 @@ Options:
 `
 
 // simPolicies are the policy names impact sim knows, in report order.
-var simPolicies = []string{baseline.NomadNative, baseline.FIFOGang, baseline.Backfill, "impact"}
+var simPolicies = []string{baseline.NomadNative, baseline.FIFOGang, baseline.Backfill, impact.Name}
 
 type simFlags struct {
 	tracePath, format, from, to string
@@ -279,6 +282,13 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 	if err := rep.WriteSeries(f.out); err != nil {
 		return err
 	}
+	if !f.noPlots {
+		files, err := plot.All(f.out, results)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "plots: %s\n", strings.Join(files, ", "))
+	}
 	fmt.Fprintf(stdout, "\n%d jobs on %d GPUs; report: %s; wall time %s\n", len(tr.Jobs), cl.GPUs(), path, time.Since(t0).Round(100*time.Millisecond))
 	return nil
 }
@@ -311,8 +321,23 @@ func parsePolicies(s string) ([]string, error) {
 }
 
 func newSimScheduler(name string, f simFlags) (sim.Scheduler, error) {
-	if name == "impact" {
-		return nil, errors.New("the impact policy is not wired into the simulator yet")
+	if name != impact.Name {
+		return baseline.New(name)
 	}
-	return baseline.New(name)
+	pol, err := impactPolicy(f)
+	if err != nil {
+		return nil, err
+	}
+	return impact.New(pol, nil)
+}
+
+func impactPolicy(f simFlags) (*policy.Policy, error) {
+	if f.policyFile == "" {
+		return impact.DefaultPolicy()
+	}
+	pol, err := policy.Load(f.policyFile)
+	if err != nil {
+		return nil, fmt.Errorf("impact policy: %w", err)
+	}
+	return pol, nil
 }

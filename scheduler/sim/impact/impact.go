@@ -1,0 +1,293 @@
+// Package impact drives the project's scheduling core (scheduler/engine)
+// inside the simulator, as the `impact` policy: the very engine the live
+// service runs, fed through a cluster.Store the way the Nomad adapter feeds
+// it, and its plans translated into simulator actions.
+//
+// The adapter keeps the store up to date incrementally from the simulator's
+// change feed (submits, starts, stop requests, requeues, finishes), so a
+// cycle costs the engine's decision, not a rebuild of the model. Running
+// allocations carry their last checkpoint time, updated as the simulated
+// jobs checkpoint, so the engine weighs the work a preemption would lose as
+// it would live.
+package impact
+
+import (
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+)
+
+// Name is the policy's name in reports.
+const Name = "impact"
+
+// DefaultPolicyHCL is the policy the simulator runs the engine with unless
+// told otherwise (example/sim/policy.hcl holds the same text).
+//
+//go:embed policy.hcl
+var DefaultPolicyHCL []byte
+
+// DefaultPolicy parses DefaultPolicyHCL.
+func DefaultPolicy() (*policy.Policy, error) {
+	return policy.LoadBytes(DefaultPolicyHCL, "builtin:sim/policy.hcl")
+}
+
+// Scheduler is the impact engine as a sim.Scheduler.
+type Scheduler struct {
+	pol    *policy.Policy
+	eng    *engine.Engine
+	store  *cluster.Store
+	model  sim.Model
+	inited bool
+
+	nodeIndex map[string]int
+	gpuIndex  map[string]int // GPU instance ID -> index on its node
+	gpuIDs    [][]string     // node index -> GPU instance IDs
+	nodeIDs   []string
+
+	jobs    map[string]*sim.Job
+	running map[int]*runInfo // by job index
+	cjobs   map[int]*cluster.Job
+}
+
+type runInfo struct {
+	job    *sim.Job
+	allocs []*cluster.Alloc
+	ckpt   int64 // last checkpoint time told to the store
+}
+
+// New builds the scheduler for a validated policy.
+func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	eng, err := engine.New(pol, engine.WithLogger(logger.Named("sim")), engine.WithLocalityLabels("rack"))
+	if err != nil {
+		return nil, fmt.Errorf("impact scheduler: %w", err)
+	}
+	return &Scheduler{
+		pol:       pol,
+		eng:       eng,
+		store:     cluster.NewStore(),
+		nodeIndex: map[string]int{},
+		gpuIndex:  map[string]int{},
+		jobs:      map[string]*sim.Job{},
+		running:   map[int]*runInfo{},
+		cjobs:     map[int]*cluster.Job{},
+	}, nil
+}
+
+// Name implements sim.Scheduler.
+func (s *Scheduler) Name() string { return Name }
+
+func at(t int64) time.Time { return time.Unix(t, 0).UTC() }
+
+func (s *Scheduler) init(st *sim.State) error {
+	s.model = st.Model
+	for _, n := range st.Nodes {
+		cn := &cluster.Node{ID: n.Name, Name: n.Name, Pool: "gpu", Labels: map[string]string{"rack": n.Rack}, Eligible: true, Ready: true}
+		ids := make([]string, n.GPUs)
+		for g := 0; g < n.GPUs; g++ {
+			ids[g] = fmt.Sprintf("%s-g%d", n.Name, g)
+			s.gpuIndex[ids[g]] = g
+			cn.GPUs = append(cn.GPUs, cluster.GPU{ID: ids[g], Index: g, Island: n.IslandOf(g), NUMA: n.IslandOf(g), Model: "sim", Healthy: true})
+		}
+		if err := s.store.UpsertNode(cn); err != nil {
+			return err
+		}
+		s.nodeIndex[n.Name] = n.Index
+		s.nodeIDs = append(s.nodeIDs, n.Name)
+		s.gpuIDs = append(s.gpuIDs, ids)
+	}
+	s.inited = true
+	return nil
+}
+
+// spec is the impact contract the simulated job would carry in its meta.
+func (s *Scheduler) spec(j *sim.Job) policy.Spec {
+	wall := j.Walltime - j.Saved
+	if j.Restarts > 0 {
+		wall += s.model.RestartCost
+	}
+	return policy.Spec{
+		Tier:           j.Tier,
+		Project:        j.Project,
+		Preemptible:    j.IsPreemptible,
+		PreemptibleSet: true,
+		Grace:          time.Duration(s.model.Grace) * time.Second,
+		Walltime:       time.Duration(max(wall, 1)) * time.Second,
+	}
+}
+
+func (s *Scheduler) clusterJob(j *sim.Job, state cluster.JobState) *cluster.Job {
+	sp := s.spec(j)
+	return &cluster.Job{
+		ID:        j.ID,
+		Namespace: "default",
+		Name:      j.ID,
+		Priority:  50,
+		Submit:    at(j.Submit),
+		State:     state,
+		Groups:    []cluster.TaskGroup{{Name: "main", Count: len(j.Members), GPUs: j.Members[0], Spec: sp}},
+		Spec:      sp,
+	}
+}
+
+func (s *Scheduler) allocs(j *sim.Job, ckpt int64, stopping bool) []*cluster.Alloc {
+	out := make([]*cluster.Alloc, 0, len(j.Allocs))
+	for m, a := range j.Allocs {
+		ca := &cluster.Alloc{
+			ID:       fmt.Sprintf("%s/%d/%d", j.ID, j.Restarts, m),
+			JobID:    j.ID,
+			Group:    "main",
+			NodeID:   s.nodeIDs[a.Node],
+			Start:    at(j.Start),
+			Stopping: stopping,
+		}
+		if ckpt > j.Start {
+			ca.LastCheckpoint = at(ckpt)
+		}
+		for _, g := range a.GPUs {
+			ca.GPUs = append(ca.GPUs, s.gpuIDs[a.Node][g])
+		}
+		out = append(out, ca)
+	}
+	return out
+}
+
+func (s *Scheduler) upsertAllocs(as []*cluster.Alloc) error {
+	for _, a := range as {
+		if err := s.store.UpsertAlloc(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) deleteAllocs(ri *runInfo) {
+	for _, a := range ri.allocs {
+		s.store.DeleteAlloc(a.ID)
+	}
+}
+
+// apply brings the store up to date with what happened since the last
+// cycle.
+func (s *Scheduler) apply(st *sim.State, now int64) error {
+	for _, c := range st.Changes() {
+		j := c.Job
+		switch c.Kind {
+		case sim.Submitted:
+			s.jobs[j.ID] = j
+			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued)); err != nil {
+				return err
+			}
+		case sim.Started:
+			if j.State != sim.Running && j.State != sim.Stopping {
+				continue // already finished: its Finished change follows
+			}
+			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobRunning)); err != nil {
+				return err
+			}
+			ri := &runInfo{job: j, ckpt: j.Start, allocs: s.allocs(j, j.Start, false)}
+			s.running[j.Index] = ri
+			if err := s.upsertAllocs(ri.allocs); err != nil {
+				return err
+			}
+		case sim.StopRequested:
+			ri := s.running[j.Index]
+			if ri == nil || j.State != sim.Stopping {
+				continue // already stopped or finished: the next change says which
+			}
+			ri.allocs = s.allocs(j, ri.ckpt, true)
+			if err := s.upsertAllocs(ri.allocs); err != nil {
+				return err
+			}
+		case sim.Requeued:
+			if ri := s.running[j.Index]; ri != nil {
+				s.deleteAllocs(ri)
+				delete(s.running, j.Index)
+			}
+			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued)); err != nil {
+				return err
+			}
+		case sim.Finished:
+			if ri := s.running[j.Index]; ri != nil {
+				s.deleteAllocs(ri)
+				delete(s.running, j.Index)
+			}
+			s.store.DeleteJob(j.ID)
+			delete(s.jobs, j.ID)
+		}
+	}
+	// Checkpoints taken since the last cycle.
+	for _, ri := range s.running {
+		j := ri.job
+		if j.State != sim.Running {
+			continue
+		}
+		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {
+			ri.ckpt = ck
+			ri.allocs = s.allocs(j, ck, false)
+			if err := s.upsertAllocs(ri.allocs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Schedule implements sim.Scheduler: update the model, run one engine
+// cycle, translate the plan.
+func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
+	if !s.inited {
+		if err := s.init(st); err != nil {
+			return sim.Actions{}, err
+		}
+	}
+	if err := s.apply(st, now); err != nil {
+		return sim.Actions{}, fmt.Errorf("update model: %w", err)
+	}
+	plan := s.eng.Decide(s.store.Snapshot(), at(now))
+	var acts sim.Actions
+	for _, p := range plan.Preemptions {
+		j := s.jobs[p.JobID]
+		if j == nil {
+			return acts, fmt.Errorf("plan preempts unknown job %q", p.JobID)
+		}
+		if j.State != sim.Running {
+			return acts, fmt.Errorf("plan preempts job %q which is %s", p.JobID, j.State)
+		}
+		acts.Preempt = append(acts.Preempt, sim.Preemption{Job: j, Grace: int64(p.Grace / time.Second)})
+	}
+	for _, a := range plan.Admissions {
+		j := s.jobs[a.JobID]
+		if j == nil {
+			return acts, fmt.Errorf("plan admits unknown job %q", a.JobID)
+		}
+		if len(a.Groups) != 1 || len(a.Groups[0].Allocs) != len(j.Members) {
+			return acts, fmt.Errorf("plan admits job %q with %d groups, want 1 group of %d allocations", a.JobID, len(a.Groups), len(j.Members))
+		}
+		for m, ap := range a.Groups[0].Allocs {
+			n, ok := s.nodeIndex[ap.NodeID]
+			if !ok {
+				return acts, fmt.Errorf("plan admits job %q on unknown node %q", a.JobID, ap.NodeID)
+			}
+			gpus := make([]int, len(ap.GPUs))
+			for k, id := range ap.GPUs {
+				g, ok := s.gpuIndex[id]
+				if !ok {
+					return acts, fmt.Errorf("plan admits job %q on unknown GPU %q", a.JobID, id)
+				}
+				gpus[k] = g
+			}
+			acts.Place = append(acts.Place, sim.Placement{Job: j, Member: m, Alloc: sim.Alloc{Node: n, GPUs: gpus}})
+		}
+	}
+	return acts, nil
+}

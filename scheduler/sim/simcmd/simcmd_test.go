@@ -1,0 +1,144 @@
+package simcmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeTrace writes a small generic trace: a stream of 1-GPU jobs, a few
+// 8-GPU jobs and one 16-GPU gang on a 4 x 8 GPU cluster.
+func writeTrace(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\n")
+	for i := 0; i < 120; i++ {
+		tier := []string{"critical", "high", "normal", "normal", "scavenger"}[i%5]
+		gpus := 1
+		switch {
+		case i == 30:
+			gpus = 16
+		case i%17 == 0:
+			gpus = 8
+		case i%7 == 0:
+			gpus = 2
+		}
+		fmt.Fprintf(&b, "j%d,%d,%d,%d,p%d,%s,,\n", i, i*60, 600+(i*137)%3000, gpus, i%3, tier)
+	}
+	p := filepath.Join(dir, "trace.csv")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSimAllPolicies(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	out := filepath.Join(dir, "out")
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"--trace", tr, "--format", "generic", "--nodes", "4", "--gpus-per-node", "8", "--islands-per-node", "2", "--seed", "3", "--out", out, "--quiet"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, p := range []string{"nomad-native", "fifo-gang", "backfill", "impact"} {
+		if !strings.Contains(stdout.String(), p) {
+			t.Errorf("table lacks %s:\n%s", p, stdout.String())
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Scenario struct {
+			LabelRule string `json:"label_rule"`
+			Jobs      int    `json:"jobs"`
+			Model     struct {
+				Description string `json:"description"`
+			} `json:"model"`
+		} `json:"scenario"`
+		Policies []map[string]any `json:"policies"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Scenario.Jobs != 120 || !strings.Contains(rep.Scenario.LabelRule, "seed 3") || !strings.Contains(rep.Scenario.Model.Description, "checkpoint") {
+		t.Fatalf("scenario = %+v", rep.Scenario)
+	}
+	if len(rep.Policies) != 4 {
+		t.Fatalf("%d policies in report", len(rep.Policies))
+	}
+	for _, p := range rep.Policies {
+		for _, k := range []string{"occupancy", "occupancy_vs_bound", "partial_gang_idle_gpu_hours", "wait_s", "weighted_jct_s", "preemptions", "lost_gpu_hours", "delivered_gpu_hours", "decision_latency_ms", "jobs_completed", "fair_share"} {
+			if _, ok := p[k]; !ok {
+				t.Errorf("policy %v lacks %s", p["policy"], k)
+			}
+		}
+		if p["jobs_completed"].(float64) != 120 {
+			t.Errorf("policy %v completed %v of 120", p["policy"], p["jobs_completed"])
+		}
+	}
+	for _, f := range []string{"wait_cdf.png", "occupancy.png", "partial_gang_idle.png", "series-impact.csv"} {
+		st, err := os.Stat(filepath.Join(out, f))
+		if err != nil || st.Size() == 0 {
+			t.Errorf("%s missing or empty: %v", f, err)
+		}
+	}
+}
+
+func TestSimErrors(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{}, 1, "--trace is required"},
+		{[]string{"--trace", tr, "--format", "csv"}, 1, `unknown trace format "csv"`},
+		{[]string{"--trace", tr, "--format", "generic", "--policies", "impact,slurm"}, 1, `unknown policy "slurm"`},
+		{[]string{"--trace", bad, "--format", "generic"}, 1, "bad.csv:3: column duration_s"},
+		{[]string{"--trace", tr, "--format", "generic", "--nodes", "0"}, 1, "nodes must be at least 1"},
+		{[]string{"--trace", tr, "--format", "generic", "--from", "100", "--to", "50"}, 1, "must be after"},
+		{[]string{"--trace", tr, "--format", "philly", "--from", "yesterday"}, 1, "--from"},
+		{[]string{"--trace", tr, "--format", "generic", "--cluster", filepath.Join(dir, "none.hcl")}, 1, "read cluster file"},
+		{[]string{"--bogus"}, 2, "flag provided but not defined"},
+	}
+	for _, tc := range cases {
+		var stdout, stderr bytes.Buffer
+		code := Main(tc.args, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
+		}
+	}
+}
+
+func TestSimSkipBad(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644)
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"--trace", bad, "--format", "generic", "--nodes", "1", "--policies", "fifo-gang", "--skip-bad", "--no-plots", "--out", filepath.Join(dir, "o")}, &stdout, &stderr)
+	if code != 0 || !strings.Contains(stderr.String(), "skipped 1 bad rows (first: "+bad+":3: column duration_s") {
+		t.Fatalf("exit %d stderr %q", code, stderr.String())
+	}
+}
+
+func TestSimHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"nomad-native", "fifo-gang", "backfill", "impact", "id,submit_s,duration_s,gpus", "-islands-per-node", "-cluster", "-skip-bad"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
