@@ -1,9 +1,11 @@
 package cluster
 
+import "maps"
+
 // shardCount splits each table so that a snapshot shares all shards with the
 // store and a later update copies only the shard it touches: with 100,000
-// jobs a copy is about 400 entries, not 100,000.
-const shardCount = 256
+// jobs a copy is about 100 entries, not 100,000.
+const shardCount = 1024
 
 // shard keeps its values in a slice (fast to iterate: a cycle walks every
 // job and allocation) with a map from key to position (fast to look up).
@@ -15,12 +17,9 @@ type shard[V any] struct {
 
 func (s *shard[V]) clone() *shard[V] {
 	cp := &shard[V]{
-		idx:  make(map[string]int32, len(s.idx)+1),
+		idx:  maps.Clone(s.idx),
 		keys: make([]string, len(s.keys), len(s.keys)+1),
 		vals: make([]V, len(s.vals), len(s.vals)+1),
-	}
-	for k, v := range s.idx {
-		cp.idx[k] = v
 	}
 	copy(cp.keys, s.keys)
 	copy(cp.vals, s.vals)

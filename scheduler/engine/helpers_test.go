@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -115,7 +114,13 @@ func alloc(id, jobID, nodeID string, start time.Time, gpuIdx ...int) *cluster.Al
 	return a
 }
 
-func mustSnap(t testing.TB, nodes []*cluster.Node, jobs []*cluster.Job, allocs []*cluster.Alloc) *cluster.Snapshot {
+// tb is what helpers need of testing.TB and *rapid.T alike.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func mustSnap(t tb, nodes []*cluster.Node, jobs []*cluster.Job, allocs []*cluster.Alloc) *cluster.Snapshot {
 	t.Helper()
 	s, err := cluster.Build(nodes, jobs, allocs)
 	if err != nil {
@@ -124,7 +129,7 @@ func mustSnap(t testing.TB, nodes []*cluster.Node, jobs []*cluster.Job, allocs [
 	return s
 }
 
-func mustEngine(t testing.TB, pol *policy.Policy, opts ...Option) *Engine {
+func mustEngine(t tb, pol *policy.Policy, opts ...Option) *Engine {
 	t.Helper()
 	if pol == nil {
 		pol = policy.Default()
@@ -136,7 +141,7 @@ func mustEngine(t testing.TB, pol *policy.Policy, opts ...Option) *Engine {
 	return e
 }
 
-func mustPolicy(t testing.TB, src string) *policy.Policy {
+func mustPolicy(t tb, src string) *policy.Policy {
 	t.Helper()
 	p, err := policy.LoadBytes([]byte(src), "test.hcl")
 	if err != nil {

@@ -1,0 +1,222 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+func node(id string, gpus int) *Node {
+	n := &Node{ID: id, Pool: "gpu", Eligible: true, Ready: true}
+	for i := range gpus {
+		n.GPUs = append(n.GPUs, GPU{ID: fmt.Sprintf("%s-g%d", id, i), Index: i, Healthy: true})
+	}
+	return n
+}
+
+func TestSnapshotIsImmutable(t *testing.T) {
+	s := NewStore()
+	if err := s.UpsertNode(node("n1", 8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpsertJob(&Job{ID: "j1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpsertAlloc(&Alloc{ID: "a1", JobID: "j1", NodeID: "n1", GPUs: []string{"n1-g0"}}); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Snapshot()
+	s.DeleteAlloc("a1")
+	s.DeleteJob("j1")
+	_ = s.UpsertJob(&Job{ID: "j2"})
+	_ = s.UpsertNode(node("n1", 4))
+	if _, ok := snap.Job("j1"); !ok {
+		t.Fatal("snapshot lost j1 after a later delete")
+	}
+	if _, ok := snap.Job("j2"); ok {
+		t.Fatal("snapshot sees a later insert")
+	}
+	if n, _ := snap.Node("n1"); len(n.GPUs) != 8 {
+		t.Fatal("snapshot sees a later node update")
+	}
+	if got := snap.JobAllocs("j1"); len(got) != 1 || got[0].ID != "a1" {
+		t.Fatalf("JobAllocs = %v", got)
+	}
+	now := s.Snapshot()
+	if now.NumJobs() != 1 || now.NumAllocs() != 0 || len(now.JobAllocs("j1")) != 0 {
+		t.Fatalf("new snapshot: jobs %d allocs %d", now.NumJobs(), now.NumAllocs())
+	}
+	if snap.Version() >= now.Version() {
+		t.Fatalf("versions %d, %d: want increasing", snap.Version(), now.Version())
+	}
+}
+
+func TestInvalidUpdates(t *testing.T) {
+	s := NewStore()
+	dup := node("n1", 2)
+	dup.GPUs[1].ID = dup.GPUs[0].ID
+	cases := map[string]error{
+		"node without ID":    s.UpsertNode(&Node{}),
+		"GPU without ID":     s.UpsertNode(&Node{ID: "x", GPUs: []GPU{{}}}),
+		"duplicate GPU":      s.UpsertNode(dup),
+		"job without ID":     s.UpsertJob(&Job{}),
+		"negative count":     s.UpsertJob(&Job{ID: "j", Groups: []TaskGroup{{Name: "g", Count: -1}}}),
+		"alloc without ID":   s.UpsertAlloc(&Alloc{JobID: "j", NodeID: "n"}),
+		"alloc without node": s.UpsertAlloc(&Alloc{ID: "a", JobID: "j"}),
+	}
+	for name, err := range cases {
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+	if s.Version() != 0 {
+		t.Fatalf("rejected updates changed the store (version %d)", s.Version())
+	}
+}
+
+// The store behaves like a plain map under any sequence of updates, and
+// every snapshot keeps exactly the state at the time it was taken.
+func TestStoreMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := NewStore()
+		model := map[string]*Alloc{}
+		type taken struct {
+			snap  *Snapshot
+			state map[string]*Alloc
+		}
+		var snaps []taken
+		ids := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"})
+		jobs := rapid.SampledFrom([]string{"j1", "j2", "j3"})
+		for i := range rapid.IntRange(1, 200).Draw(t, "ops") {
+			switch rapid.IntRange(0, 2).Draw(t, fmt.Sprint("op", i)) {
+			case 0:
+				a := &Alloc{ID: ids.Draw(t, "id"), JobID: jobs.Draw(t, "job"), NodeID: "n"}
+				if err := s.UpsertAlloc(a); err != nil {
+					t.Fatal(err)
+				}
+				model[a.ID] = a
+			case 1:
+				id := ids.Draw(t, "del")
+				_, want := model[id]
+				if got := s.DeleteAlloc(id); got != want {
+					t.Fatalf("delete %s reported %v, want %v", id, got, want)
+				}
+				delete(model, id)
+			case 2:
+				cp := map[string]*Alloc{}
+				for k, v := range model {
+					cp[k] = v
+				}
+				snaps = append(snaps, taken{s.Snapshot(), cp})
+			}
+		}
+		snaps = append(snaps, taken{s.Snapshot(), model})
+		for _, tk := range snaps {
+			if tk.snap.NumAllocs() != len(tk.state) {
+				t.Fatalf("snapshot has %d allocs, model %d", tk.snap.NumAllocs(), len(tk.state))
+			}
+			byJob := map[string][]string{}
+			for id, a := range tk.state {
+				got, ok := tk.snap.Alloc(id)
+				if !ok || got != a {
+					t.Fatalf("alloc %s: snapshot has %v", id, got)
+				}
+				byJob[a.JobID] = append(byJob[a.JobID], id)
+			}
+			list := tk.snap.Allocs()
+			if !sort.SliceIsSorted(list, func(i, j int) bool { return list[i].ID < list[j].ID }) || len(list) != len(tk.state) {
+				t.Fatalf("Allocs() not the sorted state")
+			}
+			for _, j := range []string{"j1", "j2", "j3"} {
+				want := byJob[j]
+				sort.Strings(want)
+				var got []string
+				for _, a := range tk.snap.JobAllocs(j) {
+					got = append(got, a.ID)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("JobAllocs(%s) = %v, want %v", j, got, want)
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkStoreUpdates measures model updates per second as the adapter
+// applies them: a mix of job, allocation and node events, with a snapshot
+// taken every 100 events (a debounced cycle), on a model of 20,000 jobs.
+// Target: >= 100,000 events/s.
+func BenchmarkStoreUpdates(b *testing.B) {
+	s := NewStore()
+	for i := range 2000 {
+		_ = s.UpsertNode(node(fmt.Sprintf("node-%05d", i), 8))
+	}
+	jobs := make([]*Job, 20000)
+	for i := range jobs {
+		jobs[i] = &Job{ID: fmt.Sprintf("default/job-%06d", i), Groups: []TaskGroup{{Name: "main", Count: 1, GPUs: 1}}}
+		_ = s.UpsertJob(jobs[i])
+	}
+	allocs := make([]*Alloc, 20000)
+	for i := range allocs {
+		allocs[i] = &Alloc{ID: fmt.Sprintf("%08x-alloc", i*2654435761), JobID: jobs[i].ID, NodeID: fmt.Sprintf("node-%05d", i%2000), GPUs: []string{"g"}}
+	}
+	nodes := make([]*Node, 2000)
+	for i := range nodes {
+		nodes[i] = node(fmt.Sprintf("node-%05d", i), 8)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		k := i % 20000
+		switch i % 4 {
+		case 0:
+			_ = s.UpsertJob(jobs[k])
+		case 1:
+			_ = s.UpsertAlloc(allocs[k])
+		case 2:
+			s.DeleteAlloc(allocs[(k+7919)%20000].ID)
+		case 3:
+			_ = s.UpsertNode(nodes[k%2000])
+		}
+		if i%100 == 99 {
+			_ = s.Snapshot()
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkMemory100kJobs measures the heap held by a model of 100,000
+// queued jobs (each with a task group and a full impact spec) plus 2,000
+// nodes. Target: < 1 GiB.
+func BenchmarkMemory100kJobs(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := NewStore()
+		for n := range 2000 {
+			_ = s.UpsertNode(node(fmt.Sprintf("node-%05d", n), 8))
+		}
+		for j := range 100000 {
+			_ = s.UpsertJob(&Job{
+				ID: fmt.Sprintf("default/job-%06d", j), Namespace: "default", Name: fmt.Sprintf("job-%06d", j),
+				Priority: 50, Submit: time.Unix(int64(j), 0),
+				Groups: []TaskGroup{{Name: "train", Count: 2, GPUs: 8}},
+				Spec:   specFor(j),
+			})
+		}
+		snap := s.Snapshot()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if snap.NumJobs() != 100000 {
+			b.Fatal("jobs missing")
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB")
+		runtime.KeepAlive(s)
+	}
+}
