@@ -10,34 +10,55 @@
 //
 // # API for the agent
 //
-//	cfg := nomad.ConfigFromEnv(os.LookupEnv).Merge(fileCfg) // NOMAD_* as the CLI reads them
-//	c, err := nomad.NewClient(cfg, logger)                  // address, token, TLS, namespace, region
+//	env, err := nomad.ConfigFromEnv(os.LookupEnv)  // NOMAD_ADDR/TOKEN/REGION/NAMESPACE/CACERT/CLIENT_CERT/CLIENT_KEY/TLS_SERVER_NAME/SKIP_VERIFY
+//	cfg := env.Merge(fileCfg)                      // the config file's explicit settings win
+//	c, err := nomad.NewClient(cfg, logger)         // validates; does not connect
+//	err = c.Ping(ctx)                              // leader known?
 //	err = c.EnsureNodePool(ctx, "impact-queue", "parking pool: jobs wait here until admitted")
 //
 //	w := nomad.NewWatcher(c, nomad.WatcherConfig{ParkingPool: "impact-queue"}, logger)
-//	go w.Run(ctx)            // event stream + resync, until ctx ends
+//	go w.Run(ctx)            // event stream + resync, until ctx ends; never gives up
 //	<-w.Ready()              // first full resync done
 //	snap := w.Snapshot()     // *cluster.Snapshot for engine.Decide
 //	<-w.Changes()            // coalesced "the model changed" signal (debounce it)
-//	w.Stats()                // last index, events applied, resyncs, lag (metrics)
+//	w.Stats()                // LastIndex, EventsApplied, Resyncs, Reconnects, Connected, LastEventAt, NodeErrors
 //
-//	st := nomad.NewStateStore(c, nomad.StateConfig{}, logger) // Variables under impact/state/
+//	st := nomad.NewStateStore(c, nomad.StateConfig{}, logger)  // Variables under impact/state/
 //	usage, at, err := st.LoadUsage(ctx); err = st.SaveUsage(ctx, values, at)
-//	recs, err := st.Preemptions(ctx, since)                   // preemption records (limits)
+//	recs, err := st.Preemptions(ctx, since)                    // preemption records (the executor writes them)
+//	intents, err := st.Intents(ctx)                            // admissions/preemptions under way
 //
-//	x := nomad.NewExecutor(c, st, nomad.ExecutorConfig{ParkingPool: "impact-queue", DefaultPool: "default"}, logger)
-//	err = x.Recover(ctx)          // on becoming leader: finish or roll back intents
-//	res := x.Apply(ctx, plan)     // engine.Plan: admissions and preemptions (preemptions continue in background)
-//	x.CheckDeadlines(ctx)         // every cycle: finish admissions fully running, roll back late/failed ones
-//	x.Busy(jobID), x.Outcome(jobID) // action under way; last rollback/conflict reason (for explain)
-//	x.Wait()                      // on shutdown: wait for background preemptions
+//	x := nomad.NewExecutor(c, st, nomad.ExecutorConfig{ParkingPool: "impact-queue", DefaultPool: "default",
+//		AdmitDeadline: 5 * time.Minute, Snapshot: w.Snapshot}, logger)
+//	err = x.Recover(ctx)            // on becoming leader: finish or drop what the last leader left
+//	res := x.Apply(ctx, plan)       // *engine.Plan; ApplyResult{Admitted, Conflicts, Preempting, Skipped, Failed}
+//	rolled := x.CheckDeadlines(ctx) // every cycle: done admissions forgotten, late/failed ones parked again
+//	x.Busy(jobID); x.Outcome(jobID) // action under way; last rollback/conflict/preemption note (for explain)
+//	x.Wait()                        // on shutdown: wait for background preemptions
 //
 //	ew := nomad.NewExplainWriter(c, logger)
-//	err = ew.Write(ctx, plan)     // Variable nomad/jobs/<job>/impact per queued job (only when changed)
+//	err = ew.Write(ctx, plan)       // Variable nomad/jobs/<job>/impact per explained job, only when changed
+//	err = ew.WriteOne(ctx, expl, at); items, err := ew.Read(ctx, jobID); err = ew.Forget(ctx, jobID)
 //
-//	el := nomad.NewElector(c, nomad.ElectorConfig{HolderID: hostname}, logger)
-//	err = el.Run(ctx, func(leaderCtx context.Context) { ... }) // fn runs while leading; leaderCtx ends on loss
-//	el.IsLeader()
+//	elcfg := nomad.ElectorConfig{HolderID: name, TTL: 15 * time.Second} // Validate(): Nomad wants 10s..24h
+//	el := nomad.NewElector(c, elcfg, logger)
+//	err = el.Run(ctx, func(leaderCtx context.Context) { ... }) // runs while leading; leaderCtx ends on loss
+//	el.IsLeader(); holder, err := el.Holder(ctx)
+//
+// Job IDs in the model and in plans are cluster.JobKey(namespace, id).
+// A job is managed when it is in the parking pool (waiting: JobQueued) or
+// carries the executor's pin constraint (admitted: JobRunning). The
+// executor's rewrite on admission: NodePool = plan pool, else meta
+// impact_pool, else DefaultPool; per placed group a constraint
+// ${node.unique.id} set_contains_any <nodes>, distinct_hosts when every
+// allocation has a node of its own, and a device affinity on
+// ${device.attr.island} (weight IslandAffinityWeight) when the plan put
+// all of the group's GPUs on one island number. Parking removes exactly
+// these.
+//
+// nomadfake (scheduler/nomad/nomadfake) is the in-process fake of Nomad's
+// HTTP API the tests use; TestFidelityFakeVersusRealNomad runs the same
+// scenario on it and on a real dev agent and compares.
 //
 // # Consistency
 //

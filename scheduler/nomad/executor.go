@@ -38,6 +38,11 @@ type ExecutorConfig struct {
 	// affinity when the plan put every allocation of a group on one
 	// NVLink island number.
 	Snapshot func() *cluster.Snapshot
+	// PlacementWait: after an admission, Apply waits up to this long for
+	// the model (Snapshot) to show the job's allocations, so that the next
+	// cycle does not see the GPUs as free and promise them twice (default
+	// 2s; negative: do not wait). Needs Snapshot.
+	PlacementWait time.Duration
 	// Clock (default time.Now).
 	Clock func() time.Time
 }
@@ -93,6 +98,9 @@ func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Log
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.PlacementWait == 0 {
+		cfg.PlacementWait = 2 * time.Second
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -273,7 +281,32 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 	delete(x.outcomes, a.JobID)
 	x.mu.Unlock()
 	x.log.Info("admitted", "job", a.JobID, "pool", pool, "pins", pins, "modify_index", resp.JobModifyIndex)
+	x.awaitPlacement(ctx, a)
 	return nil
+}
+
+// awaitPlacement waits (bounded by PlacementWait) until the model shows
+// the admitted job's allocations: until then its GPUs look free to the
+// engine.
+func (x *Executor) awaitPlacement(ctx context.Context, a engine.Admission) {
+	if x.cfg.Snapshot == nil || x.cfg.PlacementWait < 0 {
+		return
+	}
+	want := 0
+	for _, g := range a.Groups {
+		want += len(g.Allocs)
+	}
+	deadline := time.Now().Add(x.cfg.PlacementWait)
+	for {
+		if len(x.cfg.Snapshot().JobAllocs(a.JobID)) >= want {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			x.log.Debug("admitted job's allocations not in the model yet", "job", a.JobID)
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // pinJob rewrites a job for admission: target pool, a set_contains_any

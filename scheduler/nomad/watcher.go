@@ -217,7 +217,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		failures = 0
 		brokenAt = time.Time{}
 		w.setConnected(true)
-		err = w.consume(ctx, body)
+		err = w.consume(ctx, body, w.lastIndex.Load())
 		w.setConnected(false)
 		body.Close()
 		if ctx.Err() != nil {
@@ -261,7 +261,12 @@ func (w *Watcher) open(ctx context.Context, index uint64) (io.ReadCloser, error)
 }
 
 // consume applies the stream's batches until it fails.
-func (w *Watcher) consume(ctx context.Context, body io.ReadCloser) error {
+//
+// Nomad resumes a stream AT the index asked for (that batch is re-sent and
+// skipped here) and answers an index beyond its latest with its latest
+// event: a first batch below the resume index means Nomad's state went
+// backwards, which needs a resync.
+func (w *Watcher) consume(ctx context.Context, body io.ReadCloser, resumeAt uint64) error {
 	// A watchdog closes the body when nothing arrives for IdleTimeout or
 	// a periodic resync is due, which unblocks the reader.
 	var activity atomic.Int64
@@ -311,6 +316,12 @@ func (w *Watcher) consume(ctx context.Context, body io.ReadCloser) error {
 		}
 		if err := decodeBatch(line, &batch); err != nil {
 			return doubtful{fmt.Errorf("decode event batch: %w", err)}
+		}
+		if resumeAt > 0 && batch.Index > 0 {
+			if batch.Index < resumeAt {
+				return doubtful{fmt.Errorf("stream resumed at index %d sent index %d: Nomad's state went backwards", resumeAt, batch.Index)}
+			}
+			resumeAt = 0
 		}
 		if err := w.applyBatch(&batch, now); err != nil {
 			return doubtful{err}

@@ -84,13 +84,23 @@ func (f topicFilter) match(e *wireEvent) bool {
 }
 
 // serveStream implements /v1/event/stream: NDJSON, one line per index with
-// the matching events of that index, `{}` heartbeats while idle. ?index=N
-// resumes after N; an index older than the buffer resumes at the oldest
-// buffered event, as Nomad does.
+// the matching events of that index, `{}` heartbeats while idle. As on a
+// real 2.0.6 agent, ?index=N starts AT index N (inclusive); an index older
+// than the buffer starts at the oldest buffered event, and an index beyond
+// the latest starts at the latest event (Nomad's "closest index" rule).
 func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	after, _ := strconv.ParseUint(q.Get("index"), 10, 64)
+	from, _ := strconv.ParseUint(q.Get("index"), 10, 64)
 	filter := parseTopics(q["topic"])
+	var after uint64
+	s.mu.Lock()
+	if n := len(s.events); n > 0 && from > s.events[n-1].wire.Index {
+		from = s.events[n-1].wire.Index
+	}
+	s.mu.Unlock()
+	if from > 0 {
+		after = from - 1
+	}
 	fl, _ := w.(http.Flusher)
 
 	s.mu.Lock()

@@ -479,12 +479,20 @@ func TestEventStream(t *testing.T) {
 	}
 
 	// Resume after an index: only later events; topic filter by key.
-	mid := lines[len(lines)/2].Index
+	var mid uint64
+	for _, l := range lines {
+		if mid == 0 && l.Index > lines[len(lines)/2].Index && l.Events[0].Topic == "Allocation" {
+			mid = l.Index
+		}
+	}
 	resumed, _ := readStream(t, fmt.Sprintf("%s/v1/event/stream?index=%d&topic=Allocation", s.URL(), mid),
 		func(l []streamLine, _ int) bool { return len(l) > 0 && l[len(l)-1].Index >= end })
+	if resumed[0].Index != mid {
+		t.Errorf("resume at %d started at %d; Nomad starts at the index given", mid, resumed[0].Index)
+	}
 	for _, l := range resumed {
-		if l.Index <= mid {
-			t.Errorf("resumed stream replayed index %d <= %d", l.Index, mid)
+		if l.Index < mid {
+			t.Errorf("stream resumed at %d replayed index %d", mid, l.Index)
 		}
 		for _, e := range l.Events {
 			if e.Topic != "Allocation" {
@@ -502,6 +510,12 @@ func TestEventStream(t *testing.T) {
 				t.Errorf("key filter let %s/%s through", e.Topic, e.Key)
 			}
 		}
+	}
+	// An index beyond the latest starts at the latest event.
+	beyond, _ := readStream(t, fmt.Sprintf("%s/v1/event/stream?index=%d", s.URL(), s.Index()+1000),
+		func(l []streamLine, _ int) bool { return len(l) > 0 })
+	if last := s.Events()[len(s.Events())-1].Index; beyond[0].Index != last {
+		t.Errorf("index beyond the latest started at %d, want the latest %d", beyond[0].Index, last)
 	}
 	// Heartbeats on an idle stream.
 	_, hb := readStream(t, fmt.Sprintf("%s/v1/event/stream?index=%d", s.URL(), s.Index()),
