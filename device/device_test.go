@@ -25,6 +25,7 @@ type scripted struct {
 	inv     gpu.Inventory
 	err     error
 	scans   int
+	watches int
 	events  chan gpu.HealthEvent
 	scanned chan struct{}
 }
@@ -53,6 +54,9 @@ func (s *scripted) Stats(_ context.Context, uuids []string) ([]gpu.Stats, error)
 }
 
 func (s *scripted) WatchHealth(ctx context.Context, out chan<- gpu.HealthEvent) error {
+	s.mu.Lock()
+	s.watches++
+	s.mu.Unlock()
 	for {
 		select {
 		case ev := <-s.events:
@@ -204,6 +208,21 @@ func TestFingerprintOnlyOnChange(t *testing.T) {
 	}
 	if total != 2 || unhealthy != 1 {
 		t.Fatalf("after XID with failing scans: %d devices, %d unhealthy", total, unhealthy)
+	}
+	// The health watch was restarted for each change of the GPU set
+	// (vanished, came back), so it covers the GPUs present.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.mu.Lock()
+		watches := b.watches
+		b.mu.Unlock()
+		if watches == 3 {
+			break
+		}
+		if watches > 3 || time.Now().After(deadline) {
+			t.Fatalf("health watch started %d times, want 3", watches)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

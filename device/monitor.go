@@ -72,41 +72,98 @@ func (m *monitor) run(ctx context.Context) {
 	defer close(m.done)
 	m.scan(ctx)
 	events := make(chan gpu.HealthEvent, 64)
-	watchDone := make(chan error, 1)
-	go func() { watchDone <- m.backend.WatchHealth(ctx, events) }()
+	w := &watch{backend: m.backend, events: events}
+	w.start(ctx)
 	tick := time.NewTicker(m.s.period)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			if watchDone != nil {
-				<-watchDone
-			}
+			w.stop()
 			return
-		case err := <-watchDone:
+		case err := <-w.done:
 			if ctx.Err() == nil {
-				// The source failed for good: the backend can no
-				// longer tell us about faults. Keep scanning (lost
-				// GPUs are still detected) and say so loudly.
+				// The source failed: until the set of GPUs changes
+				// (which restarts it) only scans detect failures.
 				m.logger.Error("health events stopped; only scans detect failures now", "error", err)
 			}
-			watchDone = nil
+			w.done = nil
 		case <-tick.C:
-			m.scan(ctx)
+			m.rescan(ctx, w)
 		case ev := <-events:
-			msg, changed := m.health.event(ev)
-			m.logger.Info("health event", "gpu", ev.UUID, "kind", ev.Kind.String(), "xid", ev.XID, "result", msg, "changed", changed)
-			if ev.Kind == gpu.EventLost || ev.Kind == gpu.EventRecovered {
-				m.scan(ctx) // the set of GPUs changes too
-			} else if changed {
-				m.publish()
+			if m.event(ev) {
+				m.rescan(ctx, w) // the set of GPUs changes too
 			}
 		}
 	}
 }
 
-// scan reads the backend's inventory and publishes if anything changed.
-func (m *monitor) scan(ctx context.Context) {
+// event applies a health event; it returns true when a rescan is due
+// (the GPU vanished or came back).
+func (m *monitor) event(ev gpu.HealthEvent) bool {
+	msg, changed := m.health.event(ev)
+	m.logger.Info("health event", "gpu", ev.UUID, "kind", ev.Kind.String(), "xid", ev.XID, "result", msg, "changed", changed)
+	if ev.Kind == gpu.EventLost || ev.Kind == gpu.EventRecovered {
+		return true
+	}
+	if changed {
+		m.publish()
+	}
+	return false
+}
+
+// rescan scans, and when the set of GPUs changed restarts the health watch
+// so that it covers exactly the present GPUs (a GPU that came back after a
+// reset, or that appeared, has a new handle to register).
+func (m *monitor) rescan(ctx context.Context, w *watch) {
+	if !m.scan(ctx) {
+		return
+	}
+	drained := w.stop()
+	w.start(ctx)
+	for _, ev := range drained {
+		m.event(ev)
+	}
+}
+
+// watch runs the backend's WatchHealth until stopped.
+type watch struct {
+	backend gpu.Backend
+	events  chan gpu.HealthEvent
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+func (w *watch) start(ctx context.Context) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.backend.WatchHealth(wctx, w.events) }()
+	w.cancel, w.done = cancel, done
+}
+
+// stop cancels the watch and waits for it, keeping the events it still
+// delivers meanwhile (so a backend blocked on sending cannot deadlock us).
+func (w *watch) stop() []gpu.HealthEvent {
+	if w.cancel == nil {
+		return nil
+	}
+	w.cancel()
+	var drained []gpu.HealthEvent
+	for w.done != nil {
+		select {
+		case <-w.done:
+			w.done = nil
+		case ev := <-w.events:
+			drained = append(drained, ev)
+		}
+	}
+	w.cancel = nil
+	return drained
+}
+
+// scan reads the backend's inventory and publishes if anything changed. It
+// returns whether the set of present GPUs changed.
+func (m *monitor) scan(ctx context.Context) bool {
 	inv, err := m.backend.Inventory(ctx)
 	switch {
 	case errors.Is(err, gpu.ErrUnavailable):
@@ -122,7 +179,7 @@ func (m *monitor) scan(ctx context.Context) {
 		if m.snap == nil {
 			m.publish()
 		}
-		return
+		return false
 	default:
 		if m.unavailable != "" {
 			m.logger.Info("backend available again")
@@ -145,8 +202,22 @@ func (m *monitor) scan(ctx context.Context) {
 	for _, id := range recovered {
 		m.logger.Info("GPU recovered", "gpu", id)
 	}
+	membership := !sameSet(present, m.present)
 	m.present = present
 	m.publish()
+	return membership
+}
+
+func sameSet(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
 }
 
 func linkKey(a, b string) [2]string {
