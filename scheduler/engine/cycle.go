@@ -19,6 +19,11 @@ import (
 // does not turn a cycle into a scan of the cluster per job.
 const maxPreemptAttemptsPerSuccess = 4
 
+// explainRejectionsUpTo: jobs this far down the queue get a per-node
+// rejection summary even when the pool is plainly too full (the summary is
+// cheap, but 10,000 of them are not free).
+const explainRejectionsUpTo = 256
+
 type queued struct {
 	job     *cluster.Job
 	tier    string
@@ -100,6 +105,11 @@ func (c *cycle) run() {
 		c.decide(q, i+1)
 	}
 	c.st.Commit()
+	if c.e.logger.IsDebug() {
+		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", len(queue),
+			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
+			"reservations", len(c.reservations), "free_gpus", c.st.FreeGPUs(""))
+	}
 }
 
 // assessHolders charges running gangs to their projects (for quotas) and
@@ -259,6 +269,10 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Reason = fmt.Sprintf("no placement for the whole gang (%d GPUs) on free GPUs", q.gpus)
 	} else {
 		exp.Reason = fmt.Sprintf("needs %d GPUs, %d free%s", q.gpus, free, poolSuffix(q.pool))
+		if pos <= explainRejectionsUpTo {
+			exp.Rejected = placement.Rejections{}
+			c.st.Explain(c.request(q, backfill), exp.Rejected)
+		}
 	}
 	exp.Status = StatusWaiting
 	if c.tryPreempt(q, exp) {
@@ -467,6 +481,8 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 			c.e.inflight[a.ID] = c.now.Add(v.grace)
 		}
 		c.plan.Preemptions = append(c.plan.Preemptions, p)
+		c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+			"cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
 		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost})
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}

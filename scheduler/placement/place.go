@@ -392,7 +392,23 @@ func (s *State) reject(req Request, ix *index, rej Rejections) {
 		return
 	}
 	s.rejectPool(req.Pool, ix, rej)
-	rej.add(fmt.Sprintf("pool has %d free GPUs, job needs %d", ix.free, req.GPUs()), ix.nodes)
+	for _, g := range req.Groups {
+		if g.Count > 0 && g.GPUs > 0 {
+			s.rejectNodes(g, ix, rej)
+		}
+	}
+	rej.add(fmt.Sprintf("pool has %d free GPUs in all, job needs %d", ix.free, req.GPUs()), ix.nodes)
+}
+
+// Explain fills rej with why the nodes cannot take req now, without
+// placing anything; it costs O(GPUs per node), not O(nodes).
+func (s *State) Explain(req Request, rej Rejections) {
+	ix := s.indexFor(req.Pool)
+	if ix == nil {
+		rej.add(fmt.Sprintf("no node in pool %q", req.Pool), s.all.total)
+		return
+	}
+	s.reject(req, ix, rej)
 }
 
 func (s *State) rejectPool(pool string, ix *index, rej Rejections) {
@@ -407,6 +423,10 @@ func (s *State) rejectGroup(g Group, ix *index, pool string, rej Rejections) {
 		return
 	}
 	s.rejectPool(pool, ix, rej)
+	s.rejectNodes(g, ix, rej)
+}
+
+func (s *State) rejectNodes(g Group, ix *index, rej Rejections) {
 	small := 0
 	for k := 0; k < g.GPUs && k <= cluster.MaxGPUsPerNode; k++ {
 		small += len(ix.buckets[k])
