@@ -69,9 +69,12 @@ func pluginBinary(t *testing.T, dir string) {
 }
 
 type agent struct {
-	addr string
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	addr    string
+	dir     string
+	cfgPath string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	done    chan struct{}
 }
 
 // agentDir is the agent's data and plugin dir. Not t.TempDir: the client
@@ -83,6 +86,7 @@ func agentDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		killSupervisors(t, dir)
 		if b, err := os.ReadFile("/proc/self/mounts"); err == nil {
 			lines := strings.Split(string(b), "\n")
 			for i := len(lines) - 1; i >= 0; i-- {
@@ -99,6 +103,8 @@ func agentDir(t *testing.T) string {
 	return dir
 }
 
+// startAgent writes a server+client agent config (127.0.0.1, free ports,
+// impact-exec in its plugin dir) and starts it; it is stopped at cleanup.
 func startAgent(t *testing.T, rendezvous string) *agent {
 	t.Helper()
 	dir := agentDir(t)
@@ -132,6 +138,10 @@ client {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
 }
+telemetry {
+  publish_allocation_metrics = true
+  collection_interval        = "1s"
+}
 plugin "impact-exec" {
   config {
     rendezvous_addr    = %q
@@ -139,31 +149,107 @@ plugin "impact-exec" {
   }
 }
 `, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2], ports[1], rendezvous)
-	cfgPath := filepath.Join(dir, "agent.hcl")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+	a := &agent{addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, cfgPath: filepath.Join(dir, "agent.hcl")}
+	if err := os.WriteFile(a.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := &agent{addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), log: &bytes.Buffer{}}
-	a.cmd = exec.Command("nomad", "agent", "-config", cfgPath)
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	a.start(t)
 	t.Cleanup(func() {
-		_ = a.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = a.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = a.cmd.Process.Kill()
-			<-done
-		}
+		a.stop(t)
 		if t.Failed() {
 			t.Logf("agent log:\n%s", tail(a.log.String(), 8000))
 		}
 	})
 	return a
+}
+
+// taskStatus is the part of impact-exec's supervisor status file used here.
+type taskStatus struct {
+	Phase         string `json:"phase"`
+	SupervisorPID int    `json:"supervisor_pid"`
+	ChildPID      int    `json:"child_pid"`
+}
+
+// taskStatuses reads the status files of every impact-exec task under dir.
+func taskStatuses(dir string) map[string]taskStatus {
+	out := map[string]taskStatus{}
+	files, _ := filepath.Glob(filepath.Join(dir, "data", "alloc", "*", "*", ".impact-exec", "*", "status.json"))
+	for _, f := range files {
+		var st taskStatus
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &st) == nil {
+			out[f] = st
+		}
+	}
+	return out
+}
+
+// killSupervisors ends the tasks this suite's agent left running (by pid,
+// from their status files), so a failed test leaves nothing behind.
+func killSupervisors(t *testing.T, dir string) {
+	for _, st := range taskStatuses(dir) {
+		if st.Phase == "exited" {
+			continue
+		}
+		if st.ChildPID > 0 {
+			_ = syscall.Kill(-st.ChildPID, syscall.SIGKILL)
+		}
+		if st.SupervisorPID > 0 {
+			_ = syscall.Kill(st.SupervisorPID, syscall.SIGKILL)
+		}
+	}
+}
+
+// waitDriver waits until the node is ready with impact-exec healthy.
+func (a *agent) waitDriver(t *testing.T) {
+	t.Helper()
+	eventually(t, 90*time.Second, "impact-exec healthy on the node", func() (bool, string) {
+		var nodes []struct{ ID string }
+		if err := a.get(t, "/v1/nodes", &nodes); err != nil || len(nodes) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		var node struct {
+			Status  string
+			Drivers map[string]struct {
+				Healthy  bool
+				Detected bool
+			}
+		}
+		if err := a.get(t, "/v1/node/"+nodes[0].ID, &node); err != nil {
+			return false, err.Error()
+		}
+		d := node.Drivers["impact-exec"]
+		return node.Status == "ready" && d.Healthy, fmt.Sprintf("status %s driver %+v", node.Status, d)
+	})
+}
+
+func (a *agent) start(t *testing.T) {
+	t.Helper()
+	a.log = &bytes.Buffer{}
+	a.cmd = exec.Command("nomad", "agent", "-config", a.cfgPath)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a.done = make(chan struct{})
+	go func() { _ = a.cmd.Wait(); close(a.done) }()
+}
+
+// stop shuts the agent down gracefully (SIGINT); a client shutdown leaves
+// its tasks running, to be recovered by the next start.
+func (a *agent) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-a.done:
+		return
+	default:
+	}
+	_ = a.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
 }
 
 func tail(s string, n int) string {
@@ -269,24 +355,16 @@ func TestGangStartsOnlyWhenAllPlaced(t *testing.T) {
 	defer srv.Close()
 	a := startAgent(t, srv.URL)
 
-	eventually(t, 90*time.Second, "impact-exec healthy on the node", func() (bool, string) {
-		var nodes []struct{ ID string }
-		if err := a.get(t, "/v1/nodes", &nodes); err != nil || len(nodes) == 0 {
-			return false, fmt.Sprint(err)
-		}
-		var node struct {
-			Status  string
-			Drivers map[string]struct {
-				Healthy  bool
-				Detected bool
-			}
-		}
-		if err := a.get(t, "/v1/node/"+nodes[0].ID, &node); err != nil {
-			return false, err.Error()
-		}
-		d := node.Drivers["impact-exec"]
-		return node.Status == "ready" && d.Healthy, fmt.Sprintf("status %s driver %+v", node.Status, d)
-	})
+	a.waitDriver(t)
+	// The example jobspec is accepted by an agent that has the driver
+	// (its parking pool is created by the impact agent; here by hand).
+	poolFile := filepath.Join(t.TempDir(), "pool.hcl")
+	os.WriteFile(poolFile, []byte(`node_pool "impact-queue" {
+  description = "parking pool of the impact scheduler"
+}
+`), 0o644)
+	a.nomad(t, "node", "pool", "apply", poolFile)
+	a.nomad(t, "job", "validate", filepath.Join("..", "..", "example", "jobs", "distributed-training.nomad.hcl"))
 
 	jobFile := filepath.Join(t.TempDir(), "gang.nomad.hcl")
 	os.WriteFile(jobFile, []byte(jobHCL), 0o644)
@@ -366,4 +444,153 @@ func TestGangStartsOnlyWhenAllPlaced(t *testing.T) {
 	if len(ranks) != 2 {
 		t.Fatalf("ranks %v, want 0 and 1", ranks)
 	}
+}
+
+const survivorHCL = `
+job "survivor" {
+  type = "batch"
+  group "g" {
+    task "trainer" {
+      driver       = "impact-exec"
+      kill_signal  = "SIGTERM"
+      kill_timeout = "5s"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "trap 'echo got-usr1' USR1; trap 'echo got-term; exit 0' TERM; echo started; while true; do sleep 0.2; done"]
+        gang {
+          size = 1
+        }
+      }
+      resources {
+        cpu    = 50
+        memory = 64
+      }
+    }
+  }
+}
+`
+
+// pluginPIDs lists the impact-exec plugin processes the agent runs (not
+// the task supervisors, which run `impact-exec supervise`).
+func (a *agent) pluginPIDs() []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	want := filepath.Join(a.dir, "plugins", "impact-exec")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, _ := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if exe == want && !strings.Contains(string(cmdline), "supervise") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && len(b) > i+2 && b[i+2] != 'Z'
+}
+
+// A running task survives a crash of the plugin and a restart of the
+// agent: it is recovered (RecoverTask), keeps its process, and can then be
+// signalled, measured and stopped.
+func TestTaskSurvivesPluginCrashAndAgentRestart(t *testing.T) {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a := startAgent(t, srv.URL)
+	a.waitDriver(t)
+	jobFile := filepath.Join(t.TempDir(), "survivor.nomad.hcl")
+	os.WriteFile(jobFile, []byte(survivorHCL), 0o644)
+	a.nomad(t, "job", "run", "-detach", jobFile)
+
+	var alloc allocStub
+	logs := func() string {
+		var out string
+		_ = a.get(t, "/v1/client/fs/logs/"+alloc.ID+"?task=trainer&type=stdout&plain=true", &out)
+		return out
+	}
+	eventually(t, 60*time.Second, "task running", func() (bool, string) {
+		var as []allocStub
+		_ = a.get(t, "/v1/job/survivor/allocations", &as)
+		if len(as) != 1 {
+			return false, fmt.Sprintf("%d allocs", len(as))
+		}
+		alloc = as[0]
+		return alloc.ClientStatus == "running" && strings.Contains(logs(), "started"), alloc.ClientStatus
+	})
+	var st taskStatus
+	for _, s := range taskStatuses(a.dir) {
+		st = s
+	}
+	if st.ChildPID == 0 || !alive(st.ChildPID) {
+		t.Fatalf("task status: %+v", st)
+	}
+	t.Logf("task pid %d, supervisor pid %d", st.ChildPID, st.SupervisorPID)
+
+	// 1. The plugin crashes: Nomad relaunches it and recovers the task.
+	old := a.pluginPIDs()
+	if len(old) != 1 {
+		t.Fatalf("plugin processes: %v", old)
+	}
+	if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "plugin relaunched and task recovered", func() (bool, string) {
+		now := a.pluginPIDs()
+		return len(now) == 1 && now[0] != old[0] && strings.Contains(a.log.String(), "task recovered"), fmt.Sprint(now)
+	})
+	if !alive(st.ChildPID) {
+		t.Fatal("task died with the plugin")
+	}
+
+	// 2. The agent restarts: the task keeps running and is recovered again.
+	a.stop(t)
+	if !alive(st.ChildPID) {
+		t.Fatal("task died with the agent")
+	}
+	a.start(t)
+	a.waitDriver(t)
+	eventually(t, 60*time.Second, "task recovered after agent restart", func() (bool, string) {
+		var as []allocStub
+		_ = a.get(t, "/v1/job/survivor/allocations", &as)
+		ok := len(as) == 1 && as[0].ClientStatus == "running" && strings.Contains(a.log.String(), "task recovered")
+		return ok, fmt.Sprintf("%+v", as)
+	})
+	if !alive(st.ChildPID) {
+		t.Fatal("task died across the agent restart")
+	}
+
+	// 3. Stats and signals work on the recovered task.
+	eventually(t, 30*time.Second, "allocation stats with the task's memory", func() (bool, string) {
+		var stats struct {
+			ResourceUsage struct{ MemoryStats struct{ RSS uint64 } }
+		}
+		err := a.get(t, "/v1/client/allocation/"+alloc.ID+"/stats", &stats)
+		return err == nil && stats.ResourceUsage.MemoryStats.RSS > 0, fmt.Sprint(err, stats)
+	})
+	a.nomad(t, "alloc", "signal", "-s", "SIGUSR1", alloc.ID, "trainer")
+	eventually(t, 30*time.Second, "USR1 reached the task", func() (bool, string) {
+		return strings.Contains(logs(), "got-usr1"), logs()
+	})
+
+	// 4. Stopping the job stops the recovered task with its kill signal.
+	a.nomad(t, "job", "stop", "-detach", "survivor")
+	eventually(t, 60*time.Second, "task stopped", func() (bool, string) {
+		return !alive(st.ChildPID) && strings.Contains(logs(), "got-term"), logs()
+	})
+	t.Logf("task output:\n%s", logs())
 }
