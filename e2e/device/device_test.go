@@ -87,6 +87,10 @@ func (s *syncBuffer) String() string {
 }
 
 func startAgent(t *testing.T, groupBy string) *agent {
+	return startAgentWith(t, "two-islands-8x-a100.hcl", groupBy)
+}
+
+func startAgentWith(t *testing.T, topoFile, groupBy string) *agent {
 	t.Helper()
 	nomad, err := exec.LookPath("nomad")
 	if err != nil {
@@ -98,7 +102,7 @@ func startAgent(t *testing.T, groupBy string) *agent {
 		t.Fatal(err)
 	}
 	pluginBinary(t, plugins)
-	topo, err := os.ReadFile("../../example/topologies/two-islands-8x-a100.hcl")
+	topo, err := os.ReadFile(filepath.Join("../../example/topologies", topoFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,10 +207,14 @@ func nodeTopology(n *api.Node) (topology.Node, error) {
 }
 
 func (a *agent) gpuNode(t *testing.T) (*api.Node, topology.Node) {
+	return a.gpuNodeN(t, 8)
+}
+
+func (a *agent) gpuNodeN(t *testing.T, want int) (*api.Node, topology.Node) {
 	t.Helper()
 	var node *api.Node
 	var topo topology.Node
-	waitFor(t, 90*time.Second, "node with 8 healthy GPUs", func() (bool, error) {
+	waitFor(t, 90*time.Second, fmt.Sprintf("node with %d healthy GPUs", want), func() (bool, error) {
 		nodes, _, err := a.client.Nodes().List(nil)
 		if err != nil || len(nodes) == 0 {
 			return false, err
@@ -225,7 +233,7 @@ func (a *agent) gpuNode(t *testing.T) (*api.Node, topology.Node) {
 				healthy++
 			}
 		}
-		if n.Status != "ready" || healthy != 8 {
+		if n.Status != "ready" || healthy != want {
 			return false, fmt.Errorf("status %s, %d healthy GPUs", n.Status, healthy)
 		}
 		node, topo = n, tp
@@ -444,4 +452,23 @@ func TestLargerThanIslandDoesNotPlace(t *testing.T) {
 	if err != nil || len(stubs) != 0 {
 		t.Fatalf("5-GPU job placed: %v %v", stubs, err)
 	}
+}
+
+// TestNUMAGrouping: on a PCIe-only node with two NUMA nodes, group_by =
+// "numa" gives a 2-GPU task both GPUs of one socket.
+func TestNUMAGrouping(t *testing.T) {
+	a := startAgentWith(t, "pcie-2numa-4x-l40s.hcl", "numa")
+	_, topo := a.gpuNodeN(t, 4)
+	numaOf := map[string]int{}
+	for _, g := range topo.GPUs {
+		numaOf[g.ID] = g.NUMA
+	}
+	if _, _, err := a.client.Jobs().Register(gpuJob("numa2", 2, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	seen, _ := a.visibleGPUs(t, "numa2")
+	if len(seen) != 2 || numaOf[seen[0]] != numaOf[seen[1]] {
+		t.Fatalf("2-GPU task got %v across NUMA nodes %v", seen, numaOf)
+	}
+	t.Logf("numa2: both GPUs on NUMA node %d", numaOf[seen[0]])
 }
