@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +51,8 @@ func TestCycleWithEngine(t *testing.T) {
 	e.register(gpuJob("low", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
 	e.register(gpuJob("crit", map[string]string{"impact_tier": "critical"}, [2]int{2, 4}))
 	e.register(gpuJob("mid", map[string]string{"impact_tier": "normal"}, [2]int{2, 4}))
+	// Bad metadata: never admitted, the reason shown in its Variable.
+	e.register(gpuJob("typo", map[string]string{"impact_tier": "critical", "impact_grace": "-5m"}, [2]int{1, 1}))
 	e.startWatcher(WatcherConfig{})
 	x := e.executor(nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -94,6 +97,20 @@ func TestCycleWithEngine(t *testing.T) {
 	}
 	if fmt.Sprint(order) != "[crit mid low]" {
 		t.Errorf("admission order = %v, want [crit mid low]", order)
+	}
+	if n := len(e.fake.Allocations("typo")); n != 0 || *e.fake.Job("typo").NodePool != parking {
+		t.Errorf("job with bad meta left the parking pool (%d allocs)", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v := e.fake.Variable("nomad/jobs/typo/impact")
+		if v != nil && v["status"] == "parked" && strings.Contains(v["reason"], "impact_grace") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("explain Variable of the bad-meta job = %v, want status parked and a reason naming impact_grace", v)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -622,3 +622,35 @@ func TestGPUPlacementUsesOneDeviceGroup(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestPlanEndpoint(t *testing.T) {
+	s := setupParked(t)
+	c, err := api.NewClient(&api.Config{Address: s.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := parkedJob(t)
+	resp, _, err := c.Jobs().Plan(parked, false, nil)
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if m := resp.FailedTGAllocs["workers"]; m == nil || m.NodesInPool != 0 {
+		t.Errorf("plan of a parked job: failed = %+v, want workers failing with 0 nodes in pool", resp.FailedTGAllocs)
+	}
+	var req api.JobRegisterRequest
+	_ = json.Unmarshal(admitBody(t, 0), &req)
+	resp, _, err = c.Jobs().Plan(req.Job, false, nil)
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if len(resp.FailedTGAllocs) != 0 || resp.Annotations.DesiredTGUpdates["workers"].Place != 2 {
+		t.Errorf("plan of the pinned job: failed %v, place %d", resp.FailedTGAllocs, resp.Annotations.DesiredTGUpdates["workers"].Place)
+	}
+	if resp.JobModifyIndex != *s.Job("train-a").JobModifyIndex {
+		t.Errorf("plan JobModifyIndex = %d", resp.JobModifyIndex)
+	}
+	// Planning changes nothing.
+	if len(s.Allocations("train-a")) != 0 || *s.Job("train-a").NodePool != "impact-queue" {
+		t.Errorf("plan changed state")
+	}
+}
