@@ -47,23 +47,24 @@ func fairShareRun(t *testing.T, pol *policy.Policy) (float64, float64) {
 	}
 	s := newTsim(t, pol, nodes)
 	seq := 0
-	queued := func(project string) int {
-		n := 0
-		for _, j := range s.store.Snapshot().Jobs() {
-			if j.State == cluster.JobQueued && s.project[j.ID] == project {
-				n++
+	queued := func() map[string]int {
+		n := map[string]int{}
+		s.store.Snapshot().EachJob(func(j *cluster.Job) {
+			if j.State == cluster.JobQueued {
+				n[s.project[j.ID]]++
 			}
-		}
+		})
 		return n
 	}
 	refill := func() {
 		// a: 4-GPU jobs of 3h; b: 1-GPU jobs of 1h. Each project alone
 		// could fill the cluster (32 GPUs) with its queue.
-		for queued("a") < 10 {
+		q := queued()
+		for ; q["a"] < 10; q["a"]++ {
 			seq++
 			s.submit(mkJob(fmt.Sprintf("a-%04d", seq), group("main", 1, 4), meta("impact_project", "a")), 3*time.Hour)
 		}
-		for queued("b") < 40 {
+		for ; q["b"] < 40; q["b"]++ {
 			seq++
 			s.submit(mkJob(fmt.Sprintf("b-%04d", seq), meta("impact_project", "b")), time.Hour)
 		}
