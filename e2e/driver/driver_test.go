@@ -594,3 +594,140 @@ func TestTaskSurvivesPluginCrashAndAgentRestart(t *testing.T) {
 	})
 	t.Logf("task output:\n%s", logs())
 }
+
+const propagateHCL = `
+job "prop" {
+  type = "batch"
+  meta {
+    impact_checkpoint_signal = "SIGUSR1"
+    impact_grace             = "2s"
+  }
+  group "workers" {
+    count = 2
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "trainer" {
+      driver = "impact-exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "trap 'echo checkpoint' USR1; trap 'echo interrupted; exit 130' INT; echo rank=$RANK; if [ \"$RANK\" = 1 ]; then sleep 2; exit 3; fi; while true; do sleep 0.2; done"]
+        gang {
+          size = 2
+        }
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+      }
+    }
+  }
+}
+
+job "lonely" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "trainer" {
+      driver = "impact-exec"
+      config {
+        command = "/bin/true"
+        gang {
+          size    = 2
+          timeout = "3s"
+        }
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+      }
+    }
+  }
+}
+`
+
+func taskEvents(al allocStub) string {
+	var msgs []string
+	for _, ev := range al.TaskStates["trainer"].Events {
+		msgs = append(msgs, ev.Type+": "+ev.DisplayMessage)
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// A failing member makes its peer checkpoint and stop; a member whose gang
+// never completes fails with an event naming how many arrived.
+func TestGangFailureAndTimeoutOnNomad(t *testing.T) {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a := startAgent(t, srv.URL)
+	a.waitDriver(t)
+	dir := t.TempDir()
+	for i, job := range strings.SplitAfter(propagateHCL, "\n}\n") {
+		if strings.TrimSpace(job) == "" {
+			continue
+		}
+		f := filepath.Join(dir, fmt.Sprintf("job%d.nomad.hcl", i))
+		os.WriteFile(f, []byte(job), 0o644)
+		a.nomad(t, "job", "run", "-detach", f)
+	}
+	allocsOf := func(job string) []allocStub {
+		var as []allocStub
+		_ = a.get(t, "/v1/job/"+job+"/allocations", &as)
+		return as
+	}
+	logsOf := func(al allocStub) string {
+		var out string
+		_ = a.get(t, "/v1/client/fs/logs/"+al.ID+"?task=trainer&type=stdout&plain=true", &out)
+		return out
+	}
+	eventually(t, 90*time.Second, "both members of prop failed", func() (bool, string) {
+		as := allocsOf("prop")
+		failed := 0
+		for _, al := range as {
+			if al.ClientStatus == "failed" {
+				failed++
+			}
+		}
+		return len(as) == 2 && failed == 2, fmt.Sprintf("%d allocs, %d failed", len(as), failed)
+	})
+	for _, al := range allocsOf("prop") {
+		out, evs := logsOf(al), taskEvents(al)
+		t.Logf("%s:\n%s\nevents:\n%s", al.Name, out, evs)
+		if strings.Contains(out, "rank=0") {
+			if !strings.Contains(out, "checkpoint\ninterrupted") {
+				t.Errorf("rank 0 was not checkpointed then interrupted: %q", out)
+			}
+			if !strings.Contains(evs, "Driver: Gang default:prop is failed") || !strings.Contains(evs, "exited with code 3") ||
+				!strings.Contains(evs, "sending checkpoint signal SIGUSR1, stopping in 2s") {
+				t.Errorf("rank 0 events lack the propagation: %s", evs)
+			}
+		}
+	}
+	eventually(t, 60*time.Second, "lonely member failed at the barrier", func() (bool, string) {
+		as := allocsOf("lonely")
+		if len(as) != 1 {
+			return false, fmt.Sprintf("%d allocs", len(as))
+		}
+		evs := taskEvents(as[0])
+		return as[0].ClientStatus == "failed" && strings.Contains(evs, "Gang barrier timed out after 3s: 1 of 2 members arrived"), evs
+	})
+	t.Logf("lonely events:\n%s", taskEvents(allocsOf("lonely")[0]))
+}
