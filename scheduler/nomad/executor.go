@@ -187,8 +187,10 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 		go func() {
 			defer x.wg.Done()
 			defer x.release(in.JobID)
-			if err := x.preempt(context.WithoutCancel(ctx), in); err != nil {
-				x.log.Error("preemption failed; the intent stays for recovery", "job", in.JobID, "error", err)
+			// ctx is the leader's: losing leadership stops the preemption
+			// where it is, and its intent lets the next leader finish it.
+			if err := x.preempt(ctx, in); err != nil {
+				x.log.Error("preemption interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
 			}
 		}()
 	}
@@ -609,8 +611,8 @@ func (x *Executor) Recover(ctx context.Context) error {
 			go func() {
 				defer x.wg.Done()
 				defer x.release(in.JobID)
-				if err := x.preempt(context.WithoutCancel(ctx), in); err != nil {
-					x.log.Error("resumed preemption failed", "job", in.JobID, "error", err)
+				if err := x.preempt(ctx, in); err != nil {
+					x.log.Error("resumed preemption interrupted; the intent stays", "job", in.JobID, "error", err)
 				}
 			}()
 		}

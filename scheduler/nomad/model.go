@@ -30,6 +30,10 @@ type mirror struct {
 	// max ModifyIndex seen per table, to notice a Nomad whose state went
 	// backwards (a restarted dev agent).
 	maxJobs, maxAllocs, maxNodes uint64
+	// listed* are the table indexes of the resync's lists: an event at or
+	// below them for an object the list did not have is a replay of
+	// something since deleted (or finished), and must not resurrect it.
+	listedJobs, listedAllocs, listedNodes uint64
 
 	dirtyJobs  map[string]bool
 	dirtyNodes map[string]bool
@@ -56,6 +60,9 @@ func (m *mirror) upsertJob(j *wireJob, deleted bool, at uint64) bool {
 	if d, ok := m.deleted["job/"+key]; ok && d >= j.ModifyIndex && !deleted {
 		return false
 	}
+	if m.jobs[key] == nil && at != 0 && at <= m.listedJobs {
+		return false
+	}
 	m.maxJobs = max(m.maxJobs, j.ModifyIndex)
 	m.dirtyJobs[key] = true
 	if deleted {
@@ -68,11 +75,15 @@ func (m *mirror) upsertJob(j *wireJob, deleted bool, at uint64) bool {
 	return true
 }
 
-func (m *mirror) upsertAlloc(a *wireAlloc) bool {
+func (m *mirror) upsertAlloc(a *wireAlloc, at uint64) bool {
 	if a.Namespace == "" {
 		a.Namespace = "default"
 	}
-	if old := m.allocs[a.ID]; old != nil && old.ModifyIndex > a.ModifyIndex {
+	old := m.allocs[a.ID]
+	if old != nil && old.ModifyIndex > a.ModifyIndex {
+		return false
+	}
+	if old == nil && at != 0 && at <= m.listedAllocs {
 		return false
 	}
 	m.maxAllocs = max(m.maxAllocs, a.ModifyIndex)
@@ -86,8 +97,12 @@ func (m *mirror) upsertAlloc(a *wireAlloc) bool {
 	return true
 }
 
-func (m *mirror) upsertNode(n *wireNode) bool {
-	if old := m.nodes[n.ID]; old != nil && old.ModifyIndex > n.ModifyIndex {
+func (m *mirror) upsertNode(n *wireNode, at uint64) bool {
+	old := m.nodes[n.ID]
+	if old != nil && old.ModifyIndex > n.ModifyIndex {
+		return false
+	}
+	if old == nil && at != 0 && at <= m.listedNodes {
 		return false
 	}
 	m.maxNodes = max(m.maxNodes, n.ModifyIndex)

@@ -417,14 +417,14 @@ func (w *Watcher) applyEvent(e *wireEvent) {
 		w.m.upsertJob(p.Job, deleted, e.Index)
 	case "Allocation":
 		if p.Allocation != nil {
-			w.m.upsertAlloc(p.Allocation)
+			w.m.upsertAlloc(p.Allocation, e.Index)
 		}
 	case "Node":
 		switch {
 		case e.Type == "NodeDeregistration":
 			w.m.deleteNode(e.Key)
 		case p.Node != nil:
-			w.m.upsertNode(p.Node)
+			w.m.upsertNode(p.Node, e.Index)
 		}
 	}
 }
@@ -463,9 +463,11 @@ func (w *Watcher) resync(ctx context.Context) error {
 	nm := newMirror()
 	// Nodes: the list has no devices' attributes or meta, so read each.
 	var stubs []struct{ ID string }
-	if _, err := w.c.api.Raw().Query("/v1/nodes", &stubs, w.c.q(ctx)); err != nil {
+	qm, err := w.c.api.Raw().Query("/v1/nodes", &stubs, w.c.q(ctx))
+	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
+	nm.listedNodes = qm.LastIndex
 	nodes := make([]*wireNode, len(stubs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -487,10 +489,12 @@ func (w *Watcher) resync(ctx context.Context) error {
 		ID, Namespace, Status string
 		Stop                  bool
 	}
-	if _, err := w.c.api.Raw().Query("/v1/jobs", &jstubs, w.c.qns(ctx, "*")); err != nil {
+	qm, err = w.c.api.Raw().Query("/v1/jobs", &jstubs, w.c.qns(ctx, "*"))
+	if err != nil {
 		_ = g.Wait()
 		return fmt.Errorf("list jobs: %w", err)
 	}
+	nm.listedJobs = qm.LastIndex
 	jobs := make([]*wireJob, len(jstubs))
 	for i, s := range jstubs {
 		if s.Stop || s.Status == "dead" {
@@ -513,16 +517,18 @@ func (w *Watcher) resync(ctx context.Context) error {
 		})
 	}
 	var allocs []*wireAlloc
-	if _, err := w.c.api.Raw().Query("/v1/allocations?resources=true&task_states=true", &allocs, w.c.qns(ctx, "*")); err != nil {
+	qm, err = w.c.api.Raw().Query("/v1/allocations?resources=true&task_states=true", &allocs, w.c.qns(ctx, "*"))
+	if err != nil {
 		_ = g.Wait()
 		return fmt.Errorf("list allocations: %w", err)
 	}
+	nm.listedAllocs = qm.LastIndex
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	for _, n := range nodes {
 		if n != nil {
-			nm.upsertNode(n)
+			nm.upsertNode(n, 0)
 		}
 	}
 	for _, j := range jobs {
@@ -532,7 +538,7 @@ func (w *Watcher) resync(ctx context.Context) error {
 	}
 	for _, a := range allocs {
 		if !terminalAlloc(a) {
-			nm.upsertAlloc(a)
+			nm.upsertAlloc(a, 0)
 		}
 	}
 	// Replace the model: drop what Nomad no longer has.
@@ -558,7 +564,7 @@ func (w *Watcher) resync(ctx context.Context) error {
 		nm.maxJobs, nm.maxAllocs, nm.maxNodes = max(nm.maxJobs, old.maxJobs), max(nm.maxAllocs, old.maxAllocs), max(nm.maxNodes, old.maxNodes)
 	}
 	w.m = nm
-	err := nm.flush(w.store, translateConfig{parkingPool: w.cfg.ParkingPool})
+	err = nm.flush(w.store, translateConfig{parkingPool: w.cfg.ParkingPool})
 	w.mu.Lock()
 	w.stats.Resyncs++
 	w.syncNodeErrs()

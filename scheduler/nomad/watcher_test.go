@@ -1,9 +1,12 @@
 package nomad
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -153,4 +156,48 @@ func TestWatcherResyncsAfterNomadRestart(t *testing.T) {
 func (e *env) fakeNode(i int) (*api.Node, error) {
 	n, _, err := e.c.api.Nodes().Info(fmt.Sprintf("node-%d", i), nil)
 	return n, err
+}
+
+// After a resync the stream replays Nomad's event buffer; objects gone
+// before the resync's lists must not come back, even for a moment.
+func TestResyncReplayDoesNotResurrect(t *testing.T) {
+	e := newEnv(t, 1)
+	e.register(gpuJob("gone", nil, [2]int{1, 1}))
+	if _, _, err := e.c.api.Jobs().Deregister("gone", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.register(gpuJob("kept", nil, [2]int{1, 1}))
+	var seenGone bool
+	var mu sync.Mutex
+	e.w = nil
+	cfg := WatcherConfig{ParkingPool: parking, MinBackoff: 5 * time.Millisecond}
+	var w *Watcher
+	cfg.OnBatch = func(uint64, []AppliedEvent) {
+		if _, ok := w.Snapshot().Job(cluster.JobKey("default", "gone")); ok {
+			mu.Lock()
+			seenGone = true
+			mu.Unlock()
+		}
+	}
+	w = NewWatcher(e.c, cfg, e.log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-w.Ready()
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Stats().LastIndex < e.fake.Events()[len(e.fake.Events())-1].Index {
+		if time.Now().After(deadline) {
+			t.Fatal("replay not finished")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seenGone {
+		t.Error("a job purged before the resync reappeared during the replay")
+	}
+	if _, ok := w.Snapshot().Job(cluster.JobKey("default", "kept")); !ok {
+		t.Error("kept job missing")
+	}
 }
