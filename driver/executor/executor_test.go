@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -502,5 +503,33 @@ func TestGangNomadDiscovery(t *testing.T) {
 	}
 	if ev := events(t, procs[0]); !strings.Contains(ev, "member allocation alloc1 left service train-rdzv") {
 		t.Fatalf("events: %s", ev)
+	}
+}
+
+func TestRunsAsTaskUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("switching users needs root")
+	}
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skip("no user nobody")
+	}
+	spec, state := testSpec(t, `id -un`)
+	spec.User = "nobody"
+	// The task user needs to reach its task dir.
+	for d := spec.Dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	p := launch(t, spec, state)
+	if ex := wait(t, p, 10*time.Second); ex.ExitCode != 0 {
+		t.Fatalf("exit: %+v", ex)
+	}
+	if out, _ := os.ReadFile(spec.StdoutPath); strings.TrimSpace(string(out)) != "nobody" {
+		t.Fatalf("ran as %q", out)
+	}
+	spec, state = testSpec(t, `true`)
+	spec.User = "no-such-user-xyz"
+	p = launch(t, spec, state)
+	if ex := wait(t, p, 10*time.Second); ex.ExitCode == 0 || !strings.Contains(ex.Err, `task user "no-such-user-xyz"`) {
+		t.Fatalf("unknown user: %+v", ex)
 	}
 }
