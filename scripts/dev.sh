@@ -5,8 +5,17 @@
 # runs `impact agent -config example/impact.hcl` beside it. Builds nothing
 # itself (make dev builds first). Ctrl-C stops both.
 #
-# Environment: NOMAD_PORT (default 4646), IMPACT_LISTEN (default
-# 127.0.0.1:4680), DEV_DATA_DIR (default a fresh temporary directory).
+# example/agent.hcl is a production client config (NVML backend, /opt
+# paths); dev.sh adds an overlay config that keeps Nomad's state in the dev
+# data dir, switches impact-gpu to the fake backend on a two-island 8-GPU
+# topology (DEV_TOPOLOGY, default example/topologies/two-islands-8x-a100.hcl;
+# DEV_GPU_BACKEND=nvml uses real GPUs), puts the node in pool "gpu" (the
+# impact_pool of the example jobs), enables raw_exec, and points impact-exec
+# at the agent's gang rendezvous (/v1/gang/).
+#
+# Environment: NOMAD_PORT (default 4646; RPC and Serf use the next two),
+# IMPACT_LISTEN (default 127.0.0.1:4680), DEV_DATA_DIR (default a fresh
+# temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -38,11 +47,47 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+backend=${DEV_GPU_BACKEND:-fake}
+topology=${DEV_TOPOLOGY:-$root/example/topologies/two-islands-8x-a100.hcl}
+[ -f "$topology" ] || die "topology $topology not found"
+# A copy, so the fake backend's control file lands in the data dir.
+cp "$topology" "$data/topology.hcl"
+cat >"$data/dev-overlay.hcl" <<HCL
+# Written by scripts/dev.sh; merged over example/agent.hcl.
+data_dir   = "$data/nomad"
+plugin_dir = "$root/bin/plugins"
+bind_addr  = "127.0.0.1"
+ports {
+  http = $port
+  rpc  = $((port + 1))
+  serf = $((port + 2))
+}
+client {
+  node_pool = "gpu"
+}
+plugin "impact-gpu" {
+  config {
+    backend            = "$backend"
+    fake_topology      = "$data/topology.hcl"
+    group_by           = "island"
+    fingerprint_period = "10s"
+  }
+}
+plugin "impact-exec" {
+  config {
+    rendezvous_addr = "$IMPACT_ADDR"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+HCL
+
 echo "==> Starting Nomad dev agent on $NOMAD_ADDR (log: $data/nomad.log)"
-# -dev keeps Nomad's state in memory; the config adds the plugins, the fake
-# GPU topology and the fingerprint denylist.
 nomad agent -dev -bind 127.0.0.1 -network-interface lo \
-	-plugin-dir "$root/bin/plugins" -config "$root/example/agent.hcl" \
+	-config "$root/example/agent.hcl" -config "$data/dev-overlay.hcl" \
 	>"$data/nomad.log" 2>&1 &
 pids+=($!)
 
@@ -59,7 +104,7 @@ echo
 nomad node status 2>/dev/null | grep -q ready || { tail -30 "$data/nomad.log"; die "no ready Nomad client after 120s"; }
 
 echo "==> Starting impact agent on $IMPACT_ADDR (log: $data/impact.log)"
-bin/impact agent -config example/impact.hcl -http-listen "$listen" -nomad-address "$NOMAD_ADDR" \
+bin/impact agent -config example/impact.hcl -http-listen "$listen" -nomad-address "$NOMAD_ADDR" -default-pool gpu \
 	>"$data/impact.log" 2>&1 &
 pids+=($!)
 

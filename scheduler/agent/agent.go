@@ -109,6 +109,8 @@ type jobHistory struct {
 	Nodes       map[string][]string
 	PreemptedBy string
 	Reason      string
+	// Score is the score a job was admitted with, shown while it runs.
+	Score policy.Score
 }
 
 // New validates the options and builds an agent; nothing runs until Run.
@@ -604,7 +606,7 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 		for _, g := range adm.Groups {
 			nodes[g.Group] = g.Nodes()
 		}
-		a.history[adm.JobID] = jobHistory{Decision: "admit", At: now, Nodes: nodes}
+		a.history[adm.JobID] = jobHistory{Decision: "admit", At: now, Nodes: nodes, Score: adm.Score}
 		a.admissions[adm.JobID] = now
 		tier := ""
 		waited := time.Duration(0)

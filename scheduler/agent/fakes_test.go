@@ -34,17 +34,20 @@ type fakeNomad struct {
 	clock     func() time.Time
 	// failApply makes every Apply fail, once per entry.
 	failApply int
+	// admittedAt records when Apply received each admission.
+	admittedAt map[string]time.Time
 }
 
 func newFakeNomad(clock func() time.Time) *fakeNomad {
 	return &fakeNomad{
-		store:     cluster.NewStore(),
-		registers: map[string]int{},
-		signals:   map[string][]string{},
-		stops:     map[string]int{},
-		lockLost:  map[string]chan struct{}{},
-		explained: map[string]agentapi.Explanation{},
-		clock:     clock,
+		store:      cluster.NewStore(),
+		registers:  map[string]int{},
+		signals:    map[string][]string{},
+		stops:      map[string]int{},
+		lockLost:   map[string]chan struct{}{},
+		explained:  map[string]agentapi.Explanation{},
+		clock:      clock,
+		admittedAt: map[string]time.Time{},
 	}
 }
 
@@ -205,6 +208,7 @@ func (e *fakeExec) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snap
 			continue
 		}
 		f.registers[adm.JobID]++
+		f.admittedAt[adm.JobID] = time.Now()
 		c := *j
 		c.State = cluster.JobRunning
 		f.index++

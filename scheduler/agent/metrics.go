@@ -20,9 +20,11 @@ import (
 // preemptions, lost work), utilisation (GPU use from device stats), plus the
 // scheduler's own health (decision latency, event lag, leadership).
 var (
-	mGPUsTotal       = []string{"gpus", "total"}
-	mGPUsHealthy     = []string{"gpus", "healthy"}
-	mGPUsAllocated   = []string{"gpus", "allocated"}
+	mGPUsTotal     = []string{"gpus", "total"}
+	mGPUsHealthy   = []string{"gpus", "healthy"}
+	mGPUsAllocated = []string{"gpus", "allocated"}
+	// mGPUUtilization is set only when device stats are available; it is
+	// not pre-declared, so no data reads as absent rather than 0%.
 	mGPUUtilization  = []string{"gpus", "utilization_percent"}
 	mOccupancy       = []string{"occupancy", "ratio"}
 	mWaitingJobs     = []string{"queue", "waiting_jobs"}
@@ -82,7 +84,6 @@ func NewMetrics() (*Metrics, error) {
 			gauge(mGPUsTotal, "GPUs Nomad reports on eligible nodes."),
 			gauge(mGPUsHealthy, "Healthy GPUs (availability layer)."),
 			gauge(mGPUsAllocated, "GPUs held by allocations (occupancy layer)."),
-			gauge(mGPUUtilization, "Mean utilisation of allocated GPUs from device stats, percent (utilisation layer)."),
 			gauge(mOccupancy, "Allocated / healthy GPUs."),
 			gauge(mInvalidJobs, "Jobs parked because their impact_* meta is invalid."),
 			gauge(mEventLag, "Seconds from the oldest unapplied Nomad event's arrival to the cycle that used it."),

@@ -162,6 +162,10 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 		if h.Decision == DecisionAdmit {
 			e.Since = h.At
 			e.Nodes = h.Nodes
+			if ex == nil {
+				e.Score = h.Score.Total
+				e.Terms = scoreTerms(h.Score)
+			}
 		}
 		if p, ok := victims[j.ID]; ok {
 			e.Decision = DecisionPreempted

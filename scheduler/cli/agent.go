@@ -41,6 +41,8 @@ Options:
   -policy=<path>          The scheduling policy file (overrides "policy").
   -nomad-address=<url>    Nomad's HTTP API (overrides nomad.address).
   -http-listen=<addr>     host:port of the agent's API (overrides http.listen).
+  -default-pool=<pool>    Pool of admitted jobs without impact_pool
+                          (overrides default_pool).
   -name=<name>            This agent's name among several (default: host name).
   -log-level=<level>      trace, debug, info, warn or error.
   -log-json               Log JSON lines.
@@ -77,6 +79,7 @@ func runAgent(ctx context.Context, args []string, getenv func(string) string, st
 		"nomad-address": "nomad.address",
 		"http-listen":   "http.listen",
 		"name":          "name",
+		"default-pool":  "default_pool",
 		"log-level":     "log_level",
 	}
 	values := map[string]*string{}
