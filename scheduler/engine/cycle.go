@@ -22,7 +22,7 @@ const maxPreemptAttemptsPerSuccess = 4
 // explainRejectionsUpTo: jobs this far down the queue get a per-node
 // rejection summary even when the pool is plainly too full (the summary is
 // cheap, but 10,000 of them are not free).
-const explainRejectionsUpTo = 256
+const explainRejectionsUpTo = 32
 
 type queued struct {
 	job     *cluster.Job
@@ -92,12 +92,12 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 }
 
 func (c *cycle) run() {
-	c.e.accrue(c.snap, c.now)
 	c.e.expireInflight(c.snap, c.now)
 	c.st = placement.New(c.snap, func(a *cluster.Alloc) bool {
 		_, ok := c.e.inflight[a.ID]
 		return ok
 	}, c.e.cache)
+	c.e.accrue(c.st.Holders(), c.now)
 	c.assessHolders()
 	queue := c.buildQueue()
 	c.plan.Queue = make([]string, 0, len(queue))
@@ -679,7 +679,7 @@ func (c *cycle) holdersByEnd() []int {
 // accrue charges each project the GPU time its running allocations used
 // since the previous cycle. The first cycle charges nothing: usage before
 // it is what WithUsage restored.
-func (e *Engine) accrue(snap *cluster.Snapshot, now time.Time) {
+func (e *Engine) accrue(holders []placement.Holder, now time.Time) {
 	last := e.lastCycle
 	if last.IsZero() {
 		e.lastCycle = now
@@ -693,20 +693,23 @@ func (e *Engine) accrue(snap *cluster.Snapshot, now time.Time) {
 		from    int64
 	}
 	sums := map[key]int{}
-	snap.EachAlloc(func(a *cluster.Alloc) {
-		j, ok := snap.Job(a.JobID)
-		if !ok || j.SpecErr != nil {
-			return
+	for i := range holders {
+		hd := &holders[i]
+		if hd.Job == nil || hd.Job.SpecErr != nil {
+			continue
 		}
-		from := last
-		if a.Start.After(from) {
-			from = a.Start
+		project := e.pol.ProjectName(hd.Job.Spec)
+		for _, a := range hd.Allocs {
+			from := last
+			if a.Start.After(from) {
+				from = a.Start
+			}
+			if !now.After(from) {
+				continue
+			}
+			sums[key{project, from.UnixNano()}] += len(a.GPUs)
 		}
-		if !now.After(from) {
-			return
-		}
-		sums[key{e.pol.ProjectName(j.Spec), from.UnixNano()}] += len(a.GPUs)
-	})
+	}
 	keys := make([]key, 0, len(sums))
 	for k := range sums {
 		keys = append(keys, k)
