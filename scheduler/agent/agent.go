@@ -28,6 +28,9 @@ type Options struct {
 	Debounce    time.Duration // collects a burst of events into one cycle
 	// SaveEvery bounds how often the leader writes durable state.
 	SaveEvery time.Duration
+	// NoLeaderGrace is how long a standby tolerates seeing no lock holder
+	// before health reports it (default 45s: three default lock TTLs).
+	NoLeaderGrace time.Duration
 	// ShutdownWait bounds how long Run waits for background actions on
 	// exit (default 30s).
 	ShutdownWait time.Duration
@@ -94,6 +97,9 @@ type Agent struct {
 	leaderCtx      context.Context
 	leaderAcquired time.Time
 	recovered      bool // this term's Recover succeeded
+	holder         string
+	holderErr      error
+	noLeaderSince  time.Time // wall clock; zero while some agent holds the lock
 }
 
 type leadershipChange struct {
@@ -136,6 +142,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = 10 * time.Second
+	}
+	if opts.NoLeaderGrace <= 0 {
+		opts.NoLeaderGrace = 45 * time.Second
 	}
 	if opts.ShutdownWait <= 0 {
 		opts.ShutdownWait = 30 * time.Second
@@ -511,6 +520,9 @@ func (a *Agent) cycle(ctx context.Context) {
 
 	lctx := a.leaderContext()
 	res.Leader = lctx != nil
+	if lctx == nil {
+		a.checkHolder(ctx)
+	}
 	if lctx != nil {
 		if err := a.recover(lctx); err != nil {
 			// Acting before the previous leader's intents are settled
@@ -538,6 +550,26 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.saveState(lctx, start, acted)
 	}
 	a.finish(res, wallStart)
+}
+
+// checkHolder asks the elector who leads (standbys only), so health can
+// name the leader and report a cluster where nobody does.
+func (a *Agent) checkHolder(ctx context.Context) {
+	hr, ok := a.opts.Elector.(HolderReporter)
+	if !ok {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	h, err := hr.Holder(hctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.holder, a.holderErr = h, err
+	if err == nil && h != "" {
+		a.noLeaderSince = time.Time{}
+	} else if a.noLeaderSince.IsZero() {
+		a.noLeaderSince = time.Now()
+	}
 }
 
 // recover runs the executor's Recover once per leadership term.
@@ -768,6 +800,18 @@ func (a *Agent) Health() agentapi.Health {
 	}
 	if a.electionErr != nil {
 		h.Problems = append(h.Problems, "leader election: "+a.electionErr.Error())
+	}
+	if h.Leader {
+		h.LeaderName = a.opts.Name
+	} else {
+		h.LeaderName = a.holder
+		if !a.noLeaderSince.IsZero() && time.Since(a.noLeaderSince) > a.opts.NoLeaderGrace {
+			msg := fmt.Sprintf("no agent has held the leader lock for %s", time.Since(a.noLeaderSince).Round(time.Second))
+			if a.holderErr != nil {
+				msg += ": " + a.holderErr.Error()
+			}
+			h.Problems = append(h.Problems, msg)
+		}
 	}
 	if a.lastErr != nil && h.Leader {
 		h.Problems = append(h.Problems, "last cycle failed: "+a.lastErr.Error())

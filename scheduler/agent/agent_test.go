@@ -451,3 +451,45 @@ func TestNewRequiresPorts(t *testing.T) {
 		t.Errorf("want missing ports named, got %v", err)
 	}
 }
+
+// neverElected campaigns forever and sees no holder: an election that is
+// broken (say, a token without write on the lock path).
+type neverElected struct{ *fakeExec }
+
+func (neverElected) Campaign(ctx context.Context) (<-chan struct{}, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (neverElected) Holder(context.Context) (string, error) { return "", nil }
+
+func TestHealthNamesLeaderAndReportsNone(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.mu.Lock()
+	n.lockOwner = "impact-2"
+	n.mu.Unlock()
+	ra := startAgent(t, n, clk, "a1", testPolicy(t))
+	waitFor(t, "leader named", func() bool {
+		h := ra.a.Health()
+		return h.LeaderName == "impact-2" && !h.Leader && h.Status == agentapi.StatusOK
+	})
+
+	ex := &fakeExec{n: n, agent: "a3"}
+	el := neverElected{ex}
+	a, err := New(Options{Name: "a3", ParkingPool: "impact-queue", DefaultPool: "gpu",
+		Interval: 20 * time.Millisecond, Policy: testPolicy(t), Model: n.model(), Executor: ex, Explainer: ex,
+		Elector: el, State: ex, Pools: ex, Clock: clk.Now, NoLeaderGrace: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "no-leader problem", func() bool {
+		h := a.Health()
+		return h.Status == agentapi.StatusDegraded && len(h.Problems) == 1 &&
+			strings.Contains(h.Problems[0], "no agent has held the leader lock")
+	})
+}

@@ -91,6 +91,23 @@ func (r *Registrar) registration(leader bool) *consul.AgentServiceRegistration {
 	}
 }
 
+// SetAdvertise changes the registered address before Register; the
+// service uses it when it listens on port 0 and learns its port late.
+func (r *Registrar) SetAdvertise(addr string) error {
+	host, portS, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("consul: advertise address %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return fmt.Errorf("consul: advertise port %q: %w", portS, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.host, r.port, r.cfg.Advertise = host, port, addr
+	return nil
+}
+
 // Register registers (or re-registers) the service.
 func (r *Registrar) Register() error {
 	r.mu.Lock()

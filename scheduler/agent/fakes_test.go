@@ -322,3 +322,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Holder reports the fake lock's owner.
+func (e *fakeExec) Holder(context.Context) (string, error) {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	return e.n.lockOwner, nil
+}

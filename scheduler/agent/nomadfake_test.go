@@ -89,13 +89,20 @@ func (s *service) stop() {
 // start runs one impact agent against the fake.
 func (c *fakeCluster) start(name string) *service {
 	c.t.Helper()
+	return c.startWith(name, fmt.Sprintf("address = %q", c.fake.URL()), "")
+}
+
+// startWith runs an agent with nomadBody inside its nomad block and extra
+// top-level config.
+func (c *fakeCluster) startWith(name, nomadBody, extra string) *service {
+	c.t.Helper()
 	src := fmt.Sprintf(`
 name         = %q
 policy       = "policy.hcl"
 parking_pool = "impact-queue"
 default_pool = "gpu"
 nomad {
-  address = %q
+  %s
 }
 cycle {
   interval           = "200ms"
@@ -108,7 +115,7 @@ http {
 ha {
   lock_ttl = "10s"
 }
-`, name, c.fake.URL())
+`, name, nomadBody) + extra
 	p := filepath.Join(c.dir, name+".hcl")
 	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
 		c.t.Fatal(err)

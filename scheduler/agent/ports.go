@@ -100,6 +100,12 @@ type Elector interface {
 	Resign(ctx context.Context) error
 }
 
+// HolderReporter is an Elector that can say who holds the lock, so a
+// standby can report the leader and notice when there is none.
+type HolderReporter interface {
+	Holder(ctx context.Context) (string, error)
+}
+
 // StateStore is durable scheduler state in Nomad Variables, so that a new
 // leader resumes where the last one stopped.
 type StateStore interface {

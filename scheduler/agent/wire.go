@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,7 @@ type Service struct {
 
 	listening chan struct{}
 	addr      string
+	registrar *Registrar
 }
 
 // NewService builds everything from cfg; nothing connects until Run.
@@ -118,6 +120,7 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		srv:    &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
 
 		listening: make(chan struct{}),
+		registrar: reg,
 	}, nil
 }
 
@@ -130,6 +133,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.addr = ln.Addr().String()
 	close(s.listening)
+	if s.registrar != nil && s.Config.HTTP.Advertise == "" && strings.HasSuffix(s.Config.HTTP.Listen, ":0") {
+		if err := s.registrar.SetAdvertise(s.addr); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	s.log.Info("serving the impact API", "address", s.addr)
 	serveErr := make(chan error, 1)
 	go func() {
@@ -307,6 +316,9 @@ func (e *electorAdapter) Campaign(ctx context.Context) (<-chan struct{}, error) 
 		return nil, ctx.Err()
 	}
 }
+
+// Holder names the agent holding the lock ("" when none).
+func (e *electorAdapter) Holder(ctx context.Context) (string, error) { return e.el.Holder(ctx) }
 
 // Resign stops the elector, which releases the lock if held.
 func (e *electorAdapter) Resign(ctx context.Context) error {

@@ -19,11 +19,13 @@ const AddressEnv = "IMPACT_ADDR"
 // "degraded" otherwise, with the reasons in Problems; the HTTP status is 200
 // for ok and 503 for degraded, so a Consul HTTP check can use it directly.
 type Health struct {
-	Status   string   `json:"status"`
-	Name     string   `json:"name"`
-	Version  string   `json:"version"`
-	Leader   bool     `json:"leader"`
-	Problems []string `json:"problems,omitempty"`
+	Status  string `json:"status"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Leader  bool   `json:"leader"`
+	// LeaderName is the agent holding the leader lock, when known.
+	LeaderName string   `json:"leader_name,omitempty"`
+	Problems   []string `json:"problems,omitempty"`
 	// LastCycle is when the last scheduling cycle finished, if any.
 	LastCycle *time.Time `json:"last_cycle,omitempty"`
 	// LastCycleError is the error of the last cycle, empty when it worked.
