@@ -493,3 +493,63 @@ func TestHealthNamesLeaderAndReportsNone(t *testing.T) {
 			strings.Contains(h.Problems[0], "no agent has held the leader lock")
 	})
 }
+
+// recoveringExec fails Recover a number of times, like a leader that cannot
+// yet read the previous leader's intents.
+type recoveringExec struct {
+	*fakeExec
+	mu       sync.Mutex
+	failures int
+	calls    int
+}
+
+func (r *recoveringExec) Recover(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.failures > 0 {
+		r.failures--
+		return errors.New("reading intents: 500")
+	}
+	return nil
+}
+
+func TestNoActionBeforeRecoverSucceeds(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("job", tier("high"), gpuGroup("w", 1, 4))
+	ex := &recoveringExec{fakeExec: &fakeExec{n: n, agent: "a1"}, failures: 3}
+	a, err := New(Options{Name: "a1", ParkingPool: "impact-queue", DefaultPool: "gpu",
+		Interval: 10 * time.Millisecond, Policy: testPolicy(t), Model: n.model(), Executor: ex, Explainer: ex.fakeExec,
+		Elector: ex.fakeExec, State: ex.fakeExec, Pools: ex.fakeExec, Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "admitted after recovery", func() bool { return n.registerCount("default/job") == 1 })
+	ex.mu.Lock()
+	calls := ex.calls
+	ex.mu.Unlock()
+	if calls != 4 {
+		t.Errorf("Recover called %d times, want 3 failures then 1 success", calls)
+	}
+	// Every plan decided before recovery was shown, not applied: the first
+	// applied plan is the one carrying the admission.
+	ex.fakeExec.mu.Lock()
+	first := ex.fakeExec.plans[0]
+	ex.fakeExec.mu.Unlock()
+	if len(first.Admissions) != 1 {
+		t.Errorf("first applied plan %+v, want the admission", first)
+	}
+	// Recover runs once per term, not every cycle.
+	time.Sleep(50 * time.Millisecond)
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.calls != 4 {
+		t.Errorf("Recover called again after success: %d calls", ex.calls)
+	}
+}

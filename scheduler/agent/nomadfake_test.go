@@ -283,7 +283,7 @@ func TestFakeNomadImpactOrder(t *testing.T) {
 
 func TestFakeNomadGangAdmittedWhole(t *testing.T) {
 	c := newFakeCluster(t, 2, 1, 4)
-	c.start("a1")
+	s := c.start("a1")
 	// Submitted after the agent created the pool.
 	eventuallyT(t, 5*time.Second, "parking pool", func() (bool, string) {
 		resp, err := http.Get(c.fake.URL() + "/v1/node/pool/impact-queue")
@@ -307,6 +307,25 @@ func TestFakeNomadGangAdmittedWhole(t *testing.T) {
 	}
 	if n := c.admissions("gang"); n != 1 {
 		t.Errorf("gang admitted %d times", n)
+	}
+	// The task driver's rendezvous is served under /v1/gang/ and learns the
+	// gang's size (2 allocations) from the agent's model.
+	join := `{"size":0,"namespace":"default","job_id":"gang","alloc_id":"` + as[0].ID +
+		`","task":"trainer","node_id":"` + as[0].NodeID + `","addr":"127.0.0.1","port":29500}`
+	req, _ := http.NewRequest(http.MethodPut, "http://"+s.svc.Addr()+"/v1/gang/default:gang/members/"+as[0].ID+".trainer", strings.NewReader(join))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Size    int    `json:"size"`
+		Arrived int    `json:"arrived"`
+		State   string `json:"state"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || st.Size != 2 || st.Arrived != 1 || st.State != "forming" {
+		t.Errorf("gang join through the agent: HTTP %d %+v, want size 2 resolved from the job", resp.StatusCode, st)
 	}
 }
 
