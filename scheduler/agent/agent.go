@@ -505,7 +505,7 @@ func (a *Agent) cycle(ctx context.Context) {
 	a.mu.Unlock()
 
 	st := a.opts.Model.Status()
-	a.opts.Metrics.RecordEvents(lag, st.Index)
+	a.opts.Metrics.RecordEvents(lag, st)
 	if !st.Synced {
 		// Deciding on a partial model could admit out of order; health
 		// reports the state, and the first sync triggers a cycle.
@@ -704,6 +704,11 @@ func (a *Agent) historySnapshot() map[string]jobHistory {
 // a stable queue costs no writes.
 func (a *Agent) writeExplanations(ctx context.Context, v *view) {
 	for id, e := range v.byID {
+		if (e.State == agentapi.StateRunning || e.State == agentapi.StateAdmitting) && len(e.Nodes) == 0 {
+			// A job admitted before this agent led: the previous leader's
+			// Variable says more (score, placement) than this agent knows.
+			continue
+		}
 		d := digest(e)
 		a.mu.Lock()
 		same := a.written[id] == d

@@ -44,6 +44,10 @@ var (
 	mEventLag        = []string{"events", "lag_seconds"}
 	mEventIndex      = []string{"events", "index"}
 	mLeader          = []string{"leader"}
+	mEventsApplied   = []string{"events", "applied"}
+	mResyncs         = []string{"events", "resyncs"}
+	mReconnects      = []string{"events", "reconnects"}
+	mApplyLatency    = []string{"events", "apply_ms"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -89,6 +93,10 @@ func NewMetrics() (*Metrics, error) {
 			gauge(mEventLag, "Seconds from the oldest unapplied Nomad event's arrival to the cycle that used it."),
 			gauge(mEventIndex, "Nomad index the agent's model is current to."),
 			gauge(mLeader, "1 when this agent is the leader."),
+			gauge(mEventsApplied, "Nomad events applied to the model since start."),
+			gauge(mResyncs, "Full resyncs with Nomad since start (start-up, outages, index resets)."),
+			gauge(mReconnects, "Event stream reconnects since start."),
+			gauge(mApplyLatency, "Time applying the last event batch took, milliseconds."),
 		},
 		CounterDefinitions: []metricsprom.CounterDefinition{
 			counter(mCycles, "Scheduling cycles run."),
@@ -214,9 +222,13 @@ func (m *Metrics) RecordActionError(kind string) {
 }
 
 // RecordEvents publishes how far behind the model is.
-func (m *Metrics) RecordEvents(lag time.Duration, index uint64) {
+func (m *Metrics) RecordEvents(lag time.Duration, st ModelStatus) {
 	m.m.SetGauge(mEventLag, float32(lag.Seconds()))
-	m.m.SetGauge(mEventIndex, float32(index))
+	m.m.SetGauge(mEventIndex, float32(st.Index))
+	m.m.SetGauge(mEventsApplied, float32(st.EventsApplied))
+	m.m.SetGauge(mResyncs, float32(st.Resyncs))
+	m.m.SetGauge(mReconnects, float32(st.Reconnects))
+	m.m.SetGauge(mApplyLatency, float32(st.ApplyLatency.Seconds()*1000))
 }
 
 // RecordLeader publishes leadership.

@@ -18,7 +18,7 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	m.RecordAdmission("high", 30*time.Second)
 	m.RecordPreemption("scavenger", 1.5)
 	m.RecordCycle(3*time.Millisecond, 20*time.Millisecond, false)
-	m.RecordEvents(250*time.Millisecond, 1234)
+	m.RecordEvents(250*time.Millisecond, ModelStatus{Index: 1234, EventsApplied: 99, Resyncs: 2})
 	m.RecordLeader(true)
 	// A tier that empties must read zero, not its last value.
 	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12, Utilization: -1,
@@ -46,6 +46,8 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 		"impact_cycle_decision_ms_count 1",
 		"impact_events_lag_seconds 0.25",
 		"impact_events_index 1234",
+		"impact_events_applied 99",
+		"impact_events_resyncs 2",
 		"impact_leader 1",
 		"# HELP impact_gpus_healthy Healthy GPUs",
 		"go_goroutines",

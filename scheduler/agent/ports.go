@@ -38,6 +38,10 @@ type ModelStatus struct {
 	Synced bool
 	// Err is the last watch error, nil once the stream recovered.
 	Err error
+	// Counters of the watcher, for metrics (zero when unknown).
+	EventsApplied, Resyncs, Reconnects uint64
+	// ApplyLatency is how long applying the last event batch took.
+	ApplyLatency time.Duration
 }
 
 // Executor acts on a plan: admissions and preemptions exactly as planned,

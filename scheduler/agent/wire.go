@@ -182,7 +182,8 @@ func (m *watcherModel) Status() ModelStatus {
 const streamDownAfter = 30 * time.Second
 
 func watcherStatus(ready <-chan struct{}, st nomad.WatcherStats, now time.Time) ModelStatus {
-	ms := ModelStatus{Index: st.LastIndex}
+	ms := ModelStatus{Index: st.LastIndex, EventsApplied: st.EventsApplied, Resyncs: st.Resyncs,
+		Reconnects: st.Reconnects, ApplyLatency: st.ApplyLatency}
 	select {
 	case <-ready:
 		ms.Synced = true
