@@ -70,6 +70,8 @@ type cycle struct {
 	endOrder        []int // holders by expected end, for reservations
 	stopping        []int // holders stopping, not yet counted for a preemptor
 	candCache       map[string]*candList
+	exps            []Explanation
+	reasons         map[needsKey]string
 	claimVersion    int
 	poolMax         map[string][2]int
 }
@@ -101,6 +103,8 @@ func (c *cycle) run() {
 	c.assessHolders()
 	queue := c.buildQueue()
 	c.plan.Queue = make([]string, 0, len(queue))
+	c.plan.Explanations = make(map[string]*Explanation, len(queue))
+	c.exps = make([]Explanation, len(queue))
 	for i, q := range queue {
 		c.decide(q, i+1)
 	}
@@ -238,7 +242,8 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 
 func (c *cycle) decide(q *queued, pos int) {
 	j := q.job
-	exp := &Explanation{JobID: j.ID, Position: pos, Score: q.score, Tier: q.tier, Project: q.project, GPUs: q.gpus}
+	exp := &c.exps[pos-1]
+	*exp = Explanation{JobID: j.ID, Position: pos, Score: q.score, Tier: q.tier, Project: q.project, GPUs: q.gpus}
 	c.plan.Explanations[j.ID] = exp
 	c.plan.Queue = append(c.plan.Queue, j.ID)
 	if q.parked != "" {
@@ -268,7 +273,7 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Rejected = rej
 		exp.Reason = fmt.Sprintf("no placement for the whole gang (%d GPUs) on free GPUs", q.gpus)
 	} else {
-		exp.Reason = fmt.Sprintf("needs %d GPUs, %d free%s", q.gpus, free, poolSuffix(q.pool))
+		exp.Reason = c.needsReason(q.gpus, free, q.pool)
 		if pos <= explainRejectionsUpTo {
 			exp.Rejected = placement.Rejections{}
 			c.st.Explain(c.request(q, backfill), exp.Rejected)
@@ -281,6 +286,26 @@ func (c *cycle) decide(q *queued, pos int) {
 	if len(c.reservations) < c.pol.Backfill.Reservations {
 		c.reserve(q, exp)
 	}
+}
+
+// needsReason formats "needs N GPUs, M free": thousands of waiting jobs
+// share a handful of distinct sentences, so they are formatted once.
+func (c *cycle) needsReason(gpus, free int, pool string) string {
+	k := needsKey{gpus, free, pool}
+	if r, ok := c.reasons[k]; ok {
+		return r
+	}
+	r := fmt.Sprintf("needs %d GPUs, %d free%s", gpus, free, poolSuffix(pool))
+	if c.reasons == nil {
+		c.reasons = map[needsKey]string{}
+	}
+	c.reasons[k] = r
+	return r
+}
+
+type needsKey struct {
+	gpus, free int
+	pool       string
 }
 
 func poolSuffix(pool string) string {
@@ -374,7 +399,14 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		return false
 	}
 	holders := c.st.Holders()
-	req := c.request(q, false)
+	var req placement.Request
+	reqBuilt := false
+	request := func() placement.Request {
+		if !reqBuilt {
+			req, reqBuilt = c.request(q, false), true
+		}
+		return req
+	}
 
 	// Preemptions under way.
 	if c.stopping == nil {
@@ -394,12 +426,12 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		}
 	}
 	if len(stopping) > 0 {
-		if res, ok := c.st.Place(req, nil); ok {
+		if res, ok := c.st.Place(request(), nil); ok {
 			c.st.Rollback(cp)
 			c.reserveSlots(res)
 			used := c.slotsUse(res, stopping)
 			for _, h := range used {
-				c.claimed[h] = true
+				c.claim(h)
 				exp.Victims = append(exp.Victims, holders[h].JobID)
 			}
 			c.stopping = nil
@@ -434,10 +466,15 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 	}
 	if cl.index == nil {
 		cl.index = preempt.NewIndex(c.st, q.pool, cl.cands)
+		for _, cd := range cl.cands {
+			if !cl.member[cd.Holder] {
+				cl.index.Exclude(cd.Holder) // claimed before the index existed
+			}
+		}
 	}
 	c.preemptAttempts++
 	cp = c.st.Checkpoint()
-	victims, res, ok := cl.index.Select(c.st, req)
+	victims, res, ok := cl.index.Select(c.st, request())
 	c.st.Rollback(cp)
 	if !ok {
 		exp.Reason += "; preempting eligible gangs would not make room"
@@ -459,10 +496,9 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		}
 	}
 	c.preemptors++
-	c.claimVersion++
 	c.reserveSlots(res)
 	for _, h := range victims {
-		c.claimed[h] = true
+		c.claim(h)
 		hd := holders[h]
 		v := c.victims[h]
 		p := Preemption{
@@ -493,12 +529,12 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 }
 
 // candidates lists the gangs a job may preempt (by its tier and pool), and
-// their GPUs. The list is cached per tier and pool until a victim is
-// claimed.
+// their GPUs. Lists are built once per cycle per tier and pool; claim
+// removes a victim from all of them.
 func (c *cycle) candidates(q *queued) *candList {
 	key := q.tier + "\x00" + q.pool
-	if cc, ok := c.candCache[key]; ok && cc.version == c.claimVersion {
-		return cc
+	if cl, ok := c.candCache[key]; ok {
+		return cl
 	}
 	holders := c.st.Holders()
 	var cands []preempt.Candidate
@@ -520,14 +556,37 @@ func (c *cycle) candidates(q *queued) *candList {
 	if c.candCache == nil {
 		c.candCache = map[string]*candList{}
 	}
-	cl := &candList{version: c.claimVersion, cands: cands, gpus: gpus, minPerGPU: minPer}
+	// minPerGPU stays a valid lower bound as victims are claimed (the
+	// minimum over fewer candidates can only be higher).
+	cl := &candList{cands: cands, gpus: gpus, minPerGPU: minPer, member: map[int]bool{}}
+	for _, cd := range cands {
+		cl.member[cd.Holder] = true
+	}
 	c.candCache[key] = cl
 	return cl
 }
 
+// claim marks a gang as taken for a preemptor in this cycle: it is no
+// longer a candidate for anyone else.
+func (c *cycle) claim(h int) {
+	if c.claimed[h] {
+		return
+	}
+	c.claimed[h] = true
+	for _, cl := range c.candCache {
+		if cl.member[h] {
+			delete(cl.member, h)
+			cl.gpus -= c.st.Holders()[h].GPUs
+			if cl.index != nil {
+				cl.index.Exclude(h)
+			}
+		}
+	}
+}
+
 type candList struct {
-	version int
 	cands   []preempt.Candidate
+	member  map[int]bool
 	gpus    int
 	// minPerGPU is the lowest cost per GPU among the candidates: a lower
 	// bound on what freeing n GPUs costs.

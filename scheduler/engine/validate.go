@@ -29,6 +29,9 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 	}
 	preempted := map[string]bool{}
 	for _, p := range plan.Preemptions {
+		if preempted[p.JobID] {
+			bad("job %s preempted twice in one plan", p.JobID)
+		}
 		preempted[p.JobID] = true
 		j, ok := snap.Job(p.JobID)
 		if !ok {

@@ -38,16 +38,25 @@ func WorkLost(allocs []*cluster.Alloc, now time.Time) float64 {
 // one cycle (one per waiting job that may preempt) do not rebuild it.
 // Build it once per candidate set with NewIndex.
 type Index struct {
-	cost   []float64
-	byNode map[int][]int
-	nodes  []int
+	cost     []float64
+	excluded []bool
+	byNode   map[int][]int
+	nodes    []int
+}
+
+// Exclude removes a holder from the candidates (it was chosen as a victim
+// for another job).
+func (ix *Index) Exclude(h int) {
+	if h >= 0 && h < len(ix.excluded) {
+		ix.excluded[h] = true
+	}
 }
 
 // NewIndex indexes candidates by the schedulable nodes of pool ("" = any)
 // where they hold GPUs.
 func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 	holders := st.Holders()
-	ix := &Index{cost: make([]float64, len(holders)), byNode: map[int][]int{}}
+	ix := &Index{cost: make([]float64, len(holders)), excluded: make([]bool, len(holders)), byNode: map[int][]int{}}
 	isCand := make([]bool, len(holders))
 	for _, c := range cands {
 		if isCand[c.Holder] {
@@ -92,7 +101,7 @@ func Select(st *placement.State, req placement.Request, cands []Candidate) ([]in
 func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, placement.Result, bool) {
 	cp := st.Checkpoint()
 	holders := st.Holders()
-	cost, byNode, nodes := ix.cost, ix.byNode, ix.nodes
+	cost, byNode, nodes, excluded := ix.cost, ix.byNode, ix.nodes, ix.excluded
 	var victims []int
 	released := func(h int) bool { return slices.Contains(victims, h) }
 	res := placement.Result{Groups: make([][]placement.Slot, len(req.Groups))}
@@ -122,7 +131,7 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 				vs = vs[:0]
 				inUse := st.Used(ord) &^ st.Reserved(ord)
 				for _, h := range byNode[ord] {
-					if released(h) {
+					if excluded[h] || released(h) {
 						continue
 					}
 					var m uint64
