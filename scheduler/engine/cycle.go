@@ -585,9 +585,9 @@ func (c *cycle) claim(h int) {
 }
 
 type candList struct {
-	cands   []preempt.Candidate
-	member  map[int]bool
-	gpus    int
+	cands  []preempt.Candidate
+	member map[int]bool
+	gpus   int
 	// minPerGPU is the lowest cost per GPU among the candidates: a lower
 	// bound on what freeing n GPUs costs.
 	minPerGPU float64
