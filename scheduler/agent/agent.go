@@ -45,6 +45,8 @@ type Options struct {
 	Elector   Elector
 	State     StateStore
 	Pools     PoolManager
+	// Utilization, when set, feeds the GPU utilisation metric.
+	Utilization UtilizationSource
 	// Registrar, when set, registers the agent in Consul.
 	Registrar *Registrar
 	Metrics   *Metrics
@@ -540,6 +542,7 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.record(plan, snap, rep, start)
 	}
 	v := buildView(snap, plan, a.historySnapshot(), start, res.Leader, a.opts.Policy)
+	v.stats.Utilization = a.utilization(ctx, snap)
 	a.view.Store(v)
 	a.opts.Metrics.RecordCluster(v.stats)
 	if lctx != nil {
@@ -550,6 +553,34 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.saveState(lctx, start, acted)
 	}
 	a.finish(res, wallStart)
+}
+
+// utilization asks the UtilizationSource, if any, about the allocations
+// holding GPUs; -1 means unknown.
+func (a *Agent) utilization(ctx context.Context, snap *cluster.Snapshot) float64 {
+	if a.opts.Utilization == nil {
+		return -1
+	}
+	var ids []string
+	for _, al := range snap.Allocs() {
+		if len(al.GPUs) > 0 {
+			ids = append(ids, al.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return -1
+	}
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pct, ok, err := a.opts.Utilization.GPUUtilization(uctx, ids)
+	if err != nil {
+		a.cycleLog.Debug("reading GPU utilisation", "error", err)
+		return -1
+	}
+	if !ok {
+		return -1
+	}
+	return pct
 }
 
 // checkHolder asks the elector who leads (standbys only), so health can

@@ -553,3 +553,41 @@ func TestNoActionBeforeRecoverSucceeds(t *testing.T) {
 		t.Errorf("Recover called again after success: %d calls", ex.calls)
 	}
 }
+
+type fixedUtil struct{ ids []string }
+
+func (f *fixedUtil) GPUUtilization(_ context.Context, ids []string) (float64, bool, error) {
+	f.ids = ids
+	return 87.5, true, nil
+}
+
+func TestUtilizationMetric(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("job", tier("high"), gpuGroup("w", 1, 4))
+	ex := &fakeExec{n: n, agent: "a1"}
+	u := &fixedUtil{}
+	a, err := New(Options{Name: "a1", ParkingPool: "impact-queue", DefaultPool: "gpu", Interval: 10 * time.Millisecond,
+		Policy: testPolicy(t), Model: n.model(), Executor: ex, Explainer: ex, Elector: ex, State: ex, Pools: ex,
+		Utilization: u, Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "utilisation gauge", func() bool {
+		mfs, err := a.Metrics().Gatherer().Gather()
+		if err != nil {
+			return false
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "impact_gpus_utilization_percent" {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 87.5
+			}
+		}
+		return false
+	})
+}

@@ -146,3 +146,12 @@ type PreemptionRecord struct {
 type PoolManager interface {
 	EnsureNodePool(ctx context.Context, name, description string) error
 }
+
+// UtilizationSource reads the GPU utilisation of running allocations from
+// device stats (the fourth layer of the pyramid). Optional: without one,
+// impact_gpus_utilization_percent is absent.
+type UtilizationSource interface {
+	// GPUUtilization returns the mean utilisation, in percent, of the GPUs
+	// held by the given allocations; ok is false when no stats exist.
+	GPUUtilization(ctx context.Context, allocIDs []string) (percent float64, ok bool, err error)
+}
