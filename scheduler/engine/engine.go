@@ -49,6 +49,7 @@ type options struct {
 	defaultPool    string
 	localityLabels []string
 	usage          *policy.Usage
+	memory         *Memory
 	inflightTTL    time.Duration
 }
 
@@ -98,14 +99,18 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 	if u == nil {
 		u = policy.NewUsage(pol.FairShare.HalfLife)
 	}
-	return &Engine{
+	e := &Engine{
 		pol:      pol,
 		opts:     o,
 		logger:   o.logger.Named("engine"),
 		usage:    u,
 		inflight: map[string]time.Time{},
 		cache:    placement.NewCache(),
-	}, nil
+	}
+	if o.memory != nil {
+		e.restore(o.memory)
+	}
+	return e, nil
 }
 
 // Policy returns the engine's policy.

@@ -217,3 +217,31 @@ func TestPreemptionFollowThrough(t *testing.T) {
 		t.Fatalf("extra preemptions %v", preemptedIDs(p3))
 	}
 }
+
+// A new engine started from another's memory keeps its fair-share usage and
+// its preemption budget.
+func TestMemoryRoundTrip(t *testing.T) {
+	pol := mustPolicy(t, `preemption { max_gpu_hours_lost_per_hour = 10 }`)
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 2))
+	_ = store.UpsertJob(mkJob("s1", running(), meta("impact_tier", "scavenger", "impact_project", "x")))
+	_ = store.UpsertAlloc(alloc("a1", "s1", "n1", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))
+	e := mustEngine(t, pol)
+	e.Decide(store.Snapshot(), t0.Add(-30*time.Minute)) // starts charging
+	_ = store.UpsertJob(mkJob("c", group("main", 1, 8), meta("impact_tier", "critical")))
+	p := e.Decide(store.Snapshot(), t0)
+	if len(p.Preemptions) != 1 {
+		t.Fatalf("want one preemption, got %v", preemptedIDs(p))
+	}
+	mem := e.Memory(t0)
+	if mem.Usage["x"] <= 0 || len(mem.Losses) != 1 {
+		t.Fatalf("memory %+v", mem)
+	}
+	f := mustEngine(t, pol, WithMemory(mem))
+	if got, want := f.Usage().Get("x", t0), e.Usage().Get("x", t0); got != want {
+		t.Fatalf("usage after restore %v, want %v", got, want)
+	}
+	if got, want := f.LostGPUHours(t0), e.LostGPUHours(t0); got != want || got <= 0 {
+		t.Fatalf("lost GPU-hours after restore %v, want %v", got, want)
+	}
+}
