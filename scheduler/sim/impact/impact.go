@@ -242,6 +242,32 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 	return nil
 }
 
+// idle reports a cycle whose plan is certainly empty, so the engine need
+// not run: no node has room for any waiting allocation, no waiting job
+// belongs to a tier that may preempt, and no allocation ended since the
+// last cycle. Skipping it changes nothing: the engine charges fair-share
+// usage of the allocations still running by elapsed time at its next
+// cycle, and the one thing it could miss, usage of allocations that ended
+// in between, cannot happen.
+func (s *Scheduler) idle(st *sim.State) bool {
+	for _, c := range st.Changes() {
+		if c.Kind == sim.Finished || c.Kind == sim.Requeued {
+			return false
+		}
+	}
+	for _, j := range st.Queue() {
+		if j.Members[0] <= st.MaxNodeFree {
+			return false
+		}
+		if s.pol.Preemption.Enabled {
+			if t := s.pol.Tiers[j.Tier]; t != nil && len(t.MayPreempt) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Schedule implements sim.Scheduler: update the model, run one engine
 // cycle, translate the plan.
 func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
@@ -252,6 +278,9 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 	}
 	if err := s.apply(st, now); err != nil {
 		return sim.Actions{}, fmt.Errorf("update model: %w", err)
+	}
+	if s.idle(st) {
+		return sim.Actions{}, nil
 	}
 	plan := s.eng.Decide(s.store.Snapshot(), at(now))
 	var acts sim.Actions

@@ -134,13 +134,13 @@ func hours(s float64) string {
 func (r *Report) WriteTable(w io.Writer) error {
 	top := trace.Tiers[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\toccupancy\tvs bound\tpartial-gang idle GPU-h\t%s wait p50\t%s wait p99\tnormal wait p99\tweighted JCT\tpreemptions\tlost GPU-h (%% of delivered)\tdelivered GPU-h\tdecision ms p50/p99\tcompleted\t\n", top, top)
+	fmt.Fprintf(tw, "policy\toccupancy\tvs bound\tpartial-gang idle GPU-h\t%s wait p50\t%s wait p99\tnormal wait p99\tweighted JCT\tpreemptions\tlost GPU-h (%% of delivered)\tdelivered GPU-h\tfair-share dev\tdecision ms p50/p99\tcompleted\t\n", top, top)
 	for _, p := range r.Policies {
 		wt := p.WaitS[top]
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.0f\t%s\t%s\t%s\t%s\t%d\t%.0f (%.2f%%)\t%.0f\t%.2f/%.2f\t%d/%d\t\n",
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.0f\t%s\t%s\t%s\t%s\t%d\t%.0f (%.2f%%)\t%.0f\t%.1f%%\t%.2f/%.2f\t%d/%d\t\n",
 			p.Policy, 100*p.Occupancy, 100*p.OccupancyVsBound, p.PartialGangIdleGPUHours,
 			hours(wt.P50), hours(wt.P99), hours(p.WaitS["normal"].P99), hours(p.WeightedJCTS),
-			p.Preemptions, p.LostGPUHours, 100*p.LostFraction, p.DeliveredGPUHours,
+			p.Preemptions, p.LostGPUHours, 100*p.LostFraction, p.DeliveredGPUHours, 100*p.FairShareDeviation,
 			p.DecisionLatencyMS.P50, p.DecisionLatencyMS.P99, p.JobsCompleted, p.JobsTotal-p.JobsUnschedulable)
 	}
 	if err := tw.Flush(); err != nil {
@@ -158,6 +158,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}
+	fmt.Fprintf(w, "\nScenario: %d jobs (%s, %s..%s) on %s.\n", r.Scenario.Jobs, r.Scenario.Trace, r.Scenario.From, r.Scenario.To, r.Scenario.Cluster)
+	fmt.Fprintf(w, "Labels: %s\n", r.Scenario.LabelRule)
+	fmt.Fprintf(w, "Model: %s\n", r.Scenario.Model.Description)
+	fmt.Fprintln(w, "Occupancy and fair share are measured over the submission window; waits, JCT, preemptions and lost work over the whole run.")
 	return nil
 }
 
