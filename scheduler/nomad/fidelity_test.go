@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,8 +42,41 @@ func freePort(t *testing.T) int {
 // startDevAgent starts a Nomad dev agent on loopback ports of its own and
 // returns its address.
 func startDevAgent(t *testing.T, bin string) string {
+	return startDevAgentWith(t, bin, agentDir(t), "")
+}
+
+// agentDir makes a directory for a dev agent. Nomad mounts a tmpfs for
+// each task's secrets under its data dir and may leave them mounted at
+// shutdown, so the cleanup unmounts what is left before removing it.
+func agentDir(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "impact-nomad-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile("/proc/self/mounts"); err == nil {
+			var mounts []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+					mounts = append(mounts, f[1])
+				}
+			}
+			sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
+			for _, m := range mounts {
+				_ = syscall.Unmount(m, syscall.MNT_DETACH)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Logf("leaving %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// startDevAgentWith starts a dev agent in dir with extra configuration.
+func startDevAgentWith(t *testing.T, bin, dir, extra string) string {
+	t.Helper()
 	http_, rpc, serf := freePort(t), freePort(t), freePort(t)
 	cfg := fmt.Sprintf(`
 bind_addr = "127.0.0.1"
@@ -63,7 +97,8 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, filepath.Join(dir, "data"), http_, rpc, serf)
+%s
+`, filepath.Join(dir, "data"), http_, rpc, serf, extra)
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -77,7 +112,29 @@ plugin "raw_exec" {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start nomad: %v", err)
 	}
+	addr := fmt.Sprintf("http://127.0.0.1:%d", http_)
 	t.Cleanup(func() {
+		// Nomad leaves tasks running when its agent stops (so they survive
+		// a restart): stop every job and wait for its tasks first.
+		if c, err := api.NewClient(&api.Config{Address: addr}); err == nil {
+			jobs, _, _ := c.Jobs().List(&api.QueryOptions{Namespace: "*"})
+			for _, j := range jobs {
+				_, _, _ = c.Jobs().Deregister(j.ID, false, &api.WriteOptions{Namespace: j.Namespace})
+			}
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+				as, _, err := c.Allocations().List(&api.QueryOptions{Namespace: "*"})
+				live := 0
+				for _, a := range as {
+					if a.ClientStatus == "running" || a.ClientStatus == "pending" {
+						live++
+					}
+				}
+				if err != nil || live == 0 {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
 		_ = cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -96,7 +153,6 @@ plugin "raw_exec" {
 			t.Logf("nomad agent log (tail):\n%s", b)
 		}
 	})
-	addr := fmt.Sprintf("http://127.0.0.1:%d", http_)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(addr + "/v1/nodes")

@@ -1,0 +1,179 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+)
+
+// TestRealNomadGPUIslands checks, on a real dev agent with impact-gpu's
+// fake two-island topology, that the watcher reads the GPUs' islands from
+// the device attributes, and that an admission's island affinity makes
+// Nomad give the job GPUs of the island the plan chose. Skipped without a
+// nomad binary on PATH.
+func TestRealNomadGPUIslands(t *testing.T) {
+	bin, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	dir := agentDir(t)
+	plugins := filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plugin := filepath.Join(plugins, "impact-gpu")
+	if src := os.Getenv("IMPACT_BIN"); src != "" {
+		b, err := os.ReadFile(filepath.Join(src, "plugins", "impact-gpu"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(plugin, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		build := exec.Command("go", "build", "-o", plugin, "./cmd/impact-gpu")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build impact-gpu: %v\n%s", err, out)
+		}
+	}
+	topo, err := os.ReadFile(filepath.Join(root, "example", "topologies", "two-islands-8x-a100.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topoPath := filepath.Join(dir, "two-islands.hcl")
+	if err := os.WriteFile(topoPath, topo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := startDevAgentWith(t, bin, dir, fmt.Sprintf(`
+plugin_dir = %q
+plugin "impact-gpu" {
+  config {
+    backend       = "fake"
+    fake_topology = %q
+    group_by      = "island"
+  }
+}
+`, plugins, topoPath))
+	c, err := NewClient(Config{Address: addr}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.EnsureNodePool(ctx, parking, "parking"); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWatcher(c, WatcherConfig{ParkingPool: parking}, testLogger(t))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = w.Run(wctx) }()
+	<-w.Ready()
+	var node *cluster.Node
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ns := w.Snapshot().Nodes()
+		if len(ns) == 1 && len(ns[0].GPUs) == 8 {
+			node = ns[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node GPUs never appeared in the model (stats %+v)", w.Stats())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	islands := map[int][]string{}
+	for _, g := range node.GPUs {
+		islands[g.Island] = append(islands[g.Island], g.ID)
+		if g.NUMA != g.Island || !g.Healthy {
+			t.Errorf("GPU %+v: want NUMA = island, healthy", g)
+		}
+	}
+	if len(islands[0]) != 4 || len(islands[1]) != 4 {
+		t.Fatalf("islands from the real agent's attributes = %v, want 4+4", islands)
+	}
+	t.Logf("model of the real node: islands %v", islands)
+
+	x := NewExecutor(c, NewStateStore(c, StateConfig{}, nil),
+		ExecutorConfig{ParkingPool: parking, DefaultPool: "default", Snapshot: w.Snapshot}, testLogger(t))
+	for i, island := range []int{1, 0, 1} {
+		id := fmt.Sprintf("island-%d", i)
+		job := gpuJob(id, nil, [2]int{1, 4})
+		job.TaskGroups[0].Tasks[0].Config = map[string]any{"command": "/bin/sh", "args": []string{"-c", "sleep 300"}}
+		cpu, mem := 50, 32
+		job.TaskGroups[0].Tasks[0].Resources.CPU, job.TaskGroups[0].Tasks[0].Resources.MemoryMB = &cpu, &mem
+		if _, _, err := c.api.Jobs().Register(job, nil); err != nil {
+			t.Fatal(err)
+		}
+		key := cluster.JobKey("default", id)
+		var j *cluster.Job
+		for deadline := time.Now().Add(20 * time.Second); j == nil || j.State != cluster.JobQueued; {
+			j, _ = w.Snapshot().Job(key)
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not queued in the model", id)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{{JobID: key, ModifyIndex: j.ModifyIndex,
+			Groups: []engine.GroupPlacement{{Group: "g0", Allocs: []engine.AllocPlacement{{NodeID: node.ID, GPUs: islands[island]}}}}}}})
+		if len(res.Admitted) != 1 {
+			t.Fatalf("admit %s: %+v", id, res)
+		}
+		var got []string
+		for deadline := time.Now().Add(30 * time.Second); len(got) == 0; {
+			as, _, _ := c.api.Jobs().Allocations(id, true, nil)
+			for _, a := range as {
+				full, _, err := c.api.Allocations().Info(a.ID, nil)
+				if err == nil && full.AllocatedResources != nil {
+					for _, d := range full.AllocatedResources.Tasks["trainer"].Devices {
+						got = append(got, d.DeviceIDs...)
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s got no devices", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		inIsland := map[string]bool{}
+		for _, g := range islands[island] {
+			inIsland[g] = true
+		}
+		for _, g := range got {
+			if !inIsland[g] {
+				t.Errorf("%s: Nomad gave %v, not all in the planned island %d %v", id, got, island, islands[island])
+				break
+			}
+		}
+		t.Logf("%s planned on island %d, Nomad gave %v", id, island, got)
+		// Free the GPUs for the next round.
+		if _, _, err := c.api.Jobs().Deregister(id, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			as, _, _ := c.api.Jobs().Allocations(id, true, nil)
+			live := 0
+			for _, a := range as {
+				if a.ClientStatus == "running" || a.ClientStatus == "pending" {
+					live++
+				}
+			}
+			if live == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not stop", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
