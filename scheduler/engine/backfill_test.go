@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// The blocked head of the queue holds a reservation; later jobs may use the
+// reserved GPUs only if they end (by walltime) before it is needed, or are
+// preemptible by the reserving job.
+func TestBackfillAroundReservation(t *testing.T) {
+	later := t0.Add(-10 * time.Minute)
+	jobs := []*cluster.Job{
+		mkJob("r1", running(), meta("impact_walltime", "2h")),
+		mkJob("head", group("w", 2, 8), submitted(t0.Add(-5*time.Hour))),
+		mkJob("short", group("main", 1, 4), meta("impact_walltime", "30m"), submitted(later)),
+		mkJob("long", group("main", 1, 4), meta("impact_walltime", "3h"), submitted(later)),
+		mkJob("unknown", group("main", 1, 4), submitted(later)),
+		mkJob("scav", group("main", 1, 4), meta("impact_tier", "scavenger"), submitted(later)),
+	}
+	nodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}
+	allocs := []*cluster.Alloc{alloc("a1", "r1", "n1", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)}
+
+	cases := []struct {
+		name      string
+		pol       *policy.Policy
+		wantAdmit string
+	}{
+		{"backfill", policy.Default(), "scav,short"},
+		{"backfill disabled", mustPolicy(t, `backfill { enabled = false }`), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := mustSnap(t, nodes, jobs, allocs)
+			plan := mustEngine(t, tc.pol).Decide(snap, t0)
+			if err := ValidatePlan(tc.pol, snap, plan); err != nil {
+				t.Fatal(err)
+			}
+			if got := join(admittedIDs(plan)); got != tc.wantAdmit {
+				t.Fatalf("admitted %q, want %q; %+v", got, tc.wantAdmit, plan.Explanations)
+			}
+			head := plan.Explanations["head"]
+			if head.Status != StatusReserved || !head.ReservedUntil.Equal(t0.Add(time.Hour)) {
+				t.Fatalf("head: %+v, want reserved until r1 ends (t0+1h)", head)
+			}
+			for _, a := range plan.Admissions {
+				if !a.Backfilled {
+					t.Fatalf("%s started ahead of a reservation but is not marked backfilled", a.JobID)
+				}
+			}
+			for _, id := range []string{"long", "unknown"} {
+				if st := plan.Explanations[id].Status; st == StatusAdmitted {
+					t.Fatalf("%s could delay the reservation but was admitted", id)
+				}
+			}
+		})
+	}
+}
