@@ -100,6 +100,7 @@ func (c *cycle) run() {
 		return ok
 	}, c.e.cache)
 	c.e.accrue(c.st.Holders(), c.now)
+	c.holdPending()
 	c.assessHolders()
 	queue := c.buildQueue()
 	c.plan.Queue = make([]string, 0, len(queue))
@@ -114,6 +115,32 @@ func (c *cycle) run() {
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
 			"reservations", len(c.reservations), "free_gpus", c.st.FreeGPUs(""))
 	}
+}
+
+// holdPending keeps the GPUs of admissions planned by earlier cycles whose
+// allocations have not appeared yet, and forgets those that did appear,
+// whose job is gone, or that outlived the TTL.
+func (c *cycle) holdPending() {
+	ids := make([]string, 0, len(c.e.pending))
+	for id := range c.e.pending {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		p := c.e.pending[id]
+		j, ok := c.snap.Job(id)
+		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(c.snap.JobAllocs(id)) > 0 {
+			delete(c.e.pending, id)
+			continue
+		}
+		for _, a := range p.allocs {
+			c.st.Hold(a.NodeID, a.GPUs)
+		}
+		if j.SpecErr == nil {
+			c.projectGPUs[c.pol.ProjectName(j.Spec)] += j.GPUs()
+		}
+	}
+	c.st.Commit()
 }
 
 // assessHolders charges running gangs to their projects (for quotas) and
@@ -250,6 +277,10 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Status, exp.Reason = StatusParked, q.parked
 		return
 	}
+	if _, ok := c.e.pending[j.ID]; ok {
+		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
+		return
+	}
 	if why := c.tooBig(q); why != "" {
 		exp.Status, exp.Reason = StatusParked, why
 		return
@@ -383,6 +414,11 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 		}
 	}
 	c.plan.Admissions = append(c.plan.Admissions, adm)
+	var held []AllocPlacement
+	for _, g := range adm.Groups {
+		held = append(held, g.Allocs...)
+	}
+	c.e.pending[j.ID] = pendingAdmission{at: c.now, allocs: held}
 	c.projectGPUs[q.project] += q.gpus
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
 	if backfilled {

@@ -35,6 +35,12 @@ type Engine struct {
 	// (or reports Stopping) the engine must neither pick it again nor
 	// treat its GPUs as free.
 	inflight map[string]time.Time
+	// pending: job ID -> an admission this engine planned whose allocations
+	// are not in the snapshot yet. Nomad places them a moment after the
+	// adapter re-registers the job; until then the planned GPUs look free
+	// and the job may still look queued, so the engine holds them and does
+	// not admit the job again.
+	pending map[string]pendingAdmission
 	// cache memoizes per-node and per-allocation masks across cycles.
 	cache *placement.Cache
 }
@@ -51,6 +57,7 @@ type options struct {
 	usage          *policy.Usage
 	memory         *Memory
 	inflightTTL    time.Duration
+	admissionTTL   time.Duration
 }
 
 // Option configures an Engine.
@@ -79,6 +86,22 @@ func WithUsage(u *policy.Usage) Option { return func(o *options) { o.usage = u }
 // the victim's grace). After that the engine trusts the snapshot again.
 func WithInflightTTL(d time.Duration) Option { return func(o *options) { o.inflightTTL = d } }
 
+// WithAdmissionTTL sets how long an admission the engine planned keeps its
+// GPUs held (and the job out of the queue) while its allocations have not
+// appeared in the snapshot (default 10 minutes). The adapter should call
+// Forget sooner when it rolls an admission back.
+func WithAdmissionTTL(d time.Duration) Option { return func(o *options) { o.admissionTTL = d } }
+
+type pendingAdmission struct {
+	at     time.Time
+	allocs []AllocPlacement
+}
+
+// Forget drops what the engine remembers of a job's planned admission (the
+// adapter rolled it back, or the job was deregistered): the job is queued
+// and its planned GPUs free again from the next cycle.
+func (e *Engine) Forget(jobID string) { delete(e.pending, jobID) }
+
 // New builds an engine for a validated policy.
 func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 	if pol == nil {
@@ -91,6 +114,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		logger:         hclog.NewNullLogger(),
 		localityLabels: []string{"switch", "rack"},
 		inflightTTL:    15 * time.Minute,
+		admissionTTL:   10 * time.Minute,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -105,6 +129,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		logger:   o.logger.Named("engine"),
 		usage:    u,
 		inflight: map[string]time.Time{},
+		pending:  map[string]pendingAdmission{},
 		cache:    placement.NewCache(),
 	}
 	if o.memory != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -82,5 +83,52 @@ func TestGangAllOrNothing(t *testing.T) {
 				t.Fatalf("invalid plan: %v", err)
 			}
 		})
+	}
+}
+
+// An admission holds its GPUs until its allocations appear: a cycle that
+// runs before Nomad has placed them neither admits the job twice nor gives
+// its GPUs to another job.
+func TestAdmissionHeldUntilAllocationsAppear(t *testing.T) {
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 2))
+	_ = store.UpsertJob(mkJob("a", group("main", 1, 8), submitted(t0.Add(-2*time.Hour))))
+	_ = store.UpsertJob(mkJob("b", group("main", 1, 8)))
+	e := mustEngine(t, nil)
+	snap := store.Snapshot()
+	p1 := e.Decide(snap, t0)
+	if got := join(admittedIDs(p1)); got != "a" {
+		t.Fatalf("first cycle admitted %q, want a", got)
+	}
+	// The adapter has not acted: same snapshot.
+	p2 := e.Decide(store.Snapshot(), t0.Add(time.Second))
+	if len(p2.Admissions) != 0 {
+		t.Fatalf("second cycle admitted %v before a's allocations appeared", admittedIDs(p2))
+	}
+	if st := p2.Explanations["a"].Status; st != StatusAdmitted {
+		t.Fatalf("a: status %s, want admitted (waiting for allocations)", st)
+	}
+	// The adapter rolls a back: it may be admitted again.
+	e.Forget("a")
+	p3 := e.Decide(store.Snapshot(), t0.Add(2*time.Second))
+	if got := join(admittedIDs(p3)); got != "a" {
+		t.Fatalf("after Forget admitted %q, want a again", got)
+	}
+	// Allocations appear: the hold gives way to the real allocation.
+	if err := Apply(store, snap, p3, t0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	p4 := e.Decide(store.Snapshot(), t0.Add(3*time.Second))
+	if len(p4.Admissions) != 0 || p4.Explanations["b"].Status == StatusAdmitted {
+		t.Fatalf("b admitted onto a's GPUs: %v", admittedIDs(p4))
+	}
+	// The hold expires: with a gone and its hold forgotten, b starts.
+	for _, al := range store.Snapshot().JobAllocs("a") {
+		store.DeleteAlloc(al.ID)
+	}
+	store.DeleteJob("a")
+	p5 := e.Decide(store.Snapshot(), t0.Add(4*time.Second))
+	if got := join(admittedIDs(p5)); got != "b" {
+		t.Fatalf("after a finished admitted %q, want b", got)
 	}
 }

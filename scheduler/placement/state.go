@@ -442,6 +442,27 @@ func (s *State) Unreserve(sl Slot) {
 	s.set(sl.Node, ns.used, ns.reserved&^sl.Mask)
 }
 
+// Hold marks GPUs of a node (by instance ID) used: capacity promised to an
+// admission whose allocations are not in the snapshot yet. Unknown nodes
+// and GPUs are ignored.
+func (s *State) Hold(nodeID string, gpuIDs []string) {
+	ord, ok := s.byID[nodeID]
+	if !ok {
+		return
+	}
+	n := s.nodes[ord].node
+	var m uint64
+	for _, id := range gpuIDs {
+		for gi := range min(len(n.GPUs), cluster.MaxGPUsPerNode) {
+			if n.GPUs[gi].ID == id {
+				m |= 1 << gi
+				break
+			}
+		}
+	}
+	s.Take(Slot{Node: ord, Mask: m})
+}
+
 // ReleaseHolder frees every GPU of a gang.
 func (s *State) ReleaseHolder(h int) {
 	for _, sl := range s.holders[h].Slots {
