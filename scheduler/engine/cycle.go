@@ -129,7 +129,9 @@ func (c *cycle) holdPending() {
 	for _, id := range ids {
 		p := c.e.pending[id]
 		j, ok := c.snap.Job(id)
-		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(c.snap.JobAllocs(id)) > 0 {
+		// Held until every planned allocation is there: Nomad may place a
+		// gang's members one by one.
+		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(c.snap.JobAllocs(id)) >= len(p.allocs) {
 			delete(c.e.pending, id)
 			continue
 		}
