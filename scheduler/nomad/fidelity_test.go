@@ -42,7 +42,7 @@ func freePort(t *testing.T) int {
 // startDevAgent starts a Nomad dev agent on loopback ports of its own and
 // returns its address.
 func startDevAgent(t *testing.T, bin string) string {
-	return startDevAgentWith(t, bin, agentDir(t), "")
+	return startDevAgentWith(t, bin, agentDir(t), "").addr
 }
 
 // agentDir makes a directory for a dev agent. Nomad mounts a tmpfs for
@@ -74,10 +74,24 @@ func agentDir(t *testing.T) string {
 	return dir
 }
 
-// startDevAgentWith starts a dev agent in dir with extra configuration.
-func startDevAgentWith(t *testing.T, bin, dir, extra string) string {
+type devAgent struct {
+	addr  string
+	ports [3]int
+	stop  func()
+}
+
+// startDevAgentWith starts a dev agent in dir with extra configuration,
+// on fresh loopback ports.
+func startDevAgentWith(t *testing.T, bin, dir, extra string) *devAgent {
+	return startDevAgentOn(t, bin, dir, extra, [3]int{freePort(t), freePort(t), freePort(t)})
+}
+
+// startDevAgentOn starts a dev agent on the given http, rpc and serf ports.
+// Its stop (also run at cleanup) stops every job, waits for the tasks to
+// end (Nomad leaves tasks running when its agent stops, so that they
+// survive a restart), then stops the agent.
+func startDevAgentOn(t *testing.T, bin, dir, extra string, ports [3]int) *devAgent {
 	t.Helper()
-	http_, rpc, serf := freePort(t), freePort(t), freePort(t)
 	cfg := fmt.Sprintf(`
 bind_addr = "127.0.0.1"
 data_dir  = %q
@@ -98,7 +112,7 @@ plugin "raw_exec" {
   }
 }
 %s
-`, filepath.Join(dir, "data"), http_, rpc, serf, extra)
+`, filepath.Join(dir, "data"), ports[0], ports[1], ports[2], extra)
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -112,47 +126,49 @@ plugin "raw_exec" {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start nomad: %v", err)
 	}
-	addr := fmt.Sprintf("http://127.0.0.1:%d", http_)
-	t.Cleanup(func() {
-		// Nomad leaves tasks running when its agent stops (so they survive
-		// a restart): stop every job and wait for its tasks first.
-		if c, err := api.NewClient(&api.Config{Address: addr}); err == nil {
-			jobs, _, _ := c.Jobs().List(&api.QueryOptions{Namespace: "*"})
-			for _, j := range jobs {
-				_, _, _ = c.Jobs().Deregister(j.ID, false, &api.WriteOptions{Namespace: j.Namespace})
-			}
-			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-				as, _, err := c.Allocations().List(&api.QueryOptions{Namespace: "*"})
-				live := 0
-				for _, a := range as {
-					if a.ClientStatus == "running" || a.ClientStatus == "pending" {
-						live++
+	addr := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			if c, err := api.NewClient(&api.Config{Address: addr}); err == nil {
+				jobs, _, _ := c.Jobs().List(&api.QueryOptions{Namespace: "*"})
+				for _, j := range jobs {
+					_, _, _ = c.Jobs().Deregister(j.ID, false, &api.WriteOptions{Namespace: j.Namespace})
+				}
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+					as, _, err := c.Allocations().List(&api.QueryOptions{Namespace: "*"})
+					live := 0
+					for _, a := range as {
+						if a.ClientStatus == "running" || a.ClientStatus == "pending" {
+							live++
+						}
 					}
+					if err != nil || live == 0 {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
 				}
-				if err != nil || live == 0 {
-					break
+			}
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			logf.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				if len(b) > 4000 {
+					b = b[len(b)-4000:]
 				}
-				time.Sleep(200 * time.Millisecond)
+				t.Logf("nomad agent log (tail):\n%s", b)
 			}
-		}
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
-			}
-			t.Logf("nomad agent log (tail):\n%s", b)
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(addr + "/v1/nodes")
@@ -161,7 +177,7 @@ plugin "raw_exec" {
 			_ = json.NewDecoder(resp.Body).Decode(&nodes)
 			resp.Body.Close()
 			if len(nodes) == 1 && nodes[0].Status == "ready" {
-				return addr
+				return &devAgent{addr: addr, ports: ports, stop: stop}
 			}
 		}
 		if time.Now().After(deadline) {

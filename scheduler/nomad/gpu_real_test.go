@@ -55,7 +55,7 @@ func TestRealNomadGPUIslands(t *testing.T) {
 	if err := os.WriteFile(topoPath, topo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := startDevAgentWith(t, bin, dir, fmt.Sprintf(`
+	agent := startDevAgentWith(t, bin, dir, fmt.Sprintf(`
 plugin_dir = %q
 plugin "impact-gpu" {
   config {
@@ -65,7 +65,7 @@ plugin "impact-gpu" {
   }
 }
 `, plugins, topoPath))
-	c, err := NewClient(Config{Address: addr}, testLogger(t))
+	c, err := NewClient(Config{Address: agent.addr}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

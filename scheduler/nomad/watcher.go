@@ -85,6 +85,10 @@ type Watcher struct {
 	stats WatcherStats
 
 	lastIndex atomic.Uint64
+	// atLast counts the events applied at lastIndex; seenAtLast counts
+	// those seen at lastIndex on the current connection (see applyBatch).
+	// Owned by the Run goroutine.
+	atLast, seenAtLast map[eventKey]int
 }
 
 // NewWatcher builds a watcher; call Run.
@@ -185,6 +189,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if needResync && !brokenAt.IsZero() {
 			// After a reset the old index means nothing; start over.
 			w.lastIndex.Store(0)
+			w.atLast = nil
 		}
 		body, err := w.open(ctx, w.lastIndex.Load())
 		if err != nil {
@@ -267,6 +272,7 @@ func (w *Watcher) open(ctx context.Context, index uint64) (io.ReadCloser, error)
 // event: a first batch below the resume index means Nomad's state went
 // backwards, which needs a resync.
 func (w *Watcher) consume(ctx context.Context, body io.ReadCloser, resumeAt uint64) error {
+	w.seenAtLast = map[eventKey]int{}
 	// A watchdog closes the body when nothing arrives for IdleTimeout or
 	// a periodic resync is due, which unblocks the reader.
 	var activity atomic.Int64
@@ -351,9 +357,19 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// applyBatch applies one decoded batch (a heartbeat when it has no
-// events). Batches at or below the last applied index are replays after a
-// reconnect and are skipped: nothing is applied twice.
+// eventKey identifies an event within its index.
+type eventKey struct{ topic, typ, key string }
+
+// applyBatch applies one decoded line (a heartbeat when it has no events).
+//
+// Nomad may write several lines for one index (a job registration's Job
+// and Evaluation events come on two lines), and resumes a stream AT the
+// index asked for, re-sending all of that index's lines. So: lines below
+// the last applied index are replays and skipped; for lines at the last
+// index, the events already applied at that index (counted per topic,
+// type and key, in atLast) are skipped once each on a new connection
+// (seenAtLast counts them per connection). Nothing is applied twice and
+// nothing is lost.
 func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 	if b.Index == 0 && len(b.Events) == 0 {
 		w.mu.Lock()
@@ -361,29 +377,49 @@ func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 		w.mu.Unlock()
 		return nil
 	}
-	if b.Index <= w.lastIndex.Load() {
+	last := w.lastIndex.Load()
+	if b.Index < last {
 		w.mu.Lock()
 		w.stats.Skipped++
 		w.mu.Unlock()
 		return nil
+	}
+	if b.Index > last || w.atLast == nil {
+		w.atLast = map[eventKey]int{}
+		w.seenAtLast = map[eventKey]int{}
 	}
 	start := time.Now()
 	var applied []AppliedEvent
 	if w.cfg.OnBatch != nil {
 		applied = make([]AppliedEvent, 0, len(b.Events))
 	}
+	n := 0
 	for i := range b.Events {
 		e := &b.Events[i]
+		k := eventKey{e.Topic, e.Type, e.Key}
+		if w.seenAtLast[k] < w.atLast[k] {
+			w.seenAtLast[k]++
+			continue
+		}
+		w.seenAtLast[k]++
+		w.atLast[k]++
+		n++
 		w.applyEvent(e)
 		if applied != nil {
 			applied = append(applied, AppliedEvent{Index: e.Index, Topic: e.Topic, Type: e.Type, Key: e.Key})
 		}
 	}
+	if n == 0 {
+		w.mu.Lock()
+		w.stats.Skipped++
+		w.mu.Unlock()
+		return nil
+	}
 	err := w.m.flush(w.store, translateConfig{parkingPool: w.cfg.ParkingPool})
 	w.lastIndex.Store(b.Index)
 	w.mu.Lock()
 	w.stats.LastIndex = b.Index
-	w.stats.EventsApplied += uint64(len(b.Events))
+	w.stats.EventsApplied += uint64(n)
 	w.stats.Batches++
 	w.stats.LastEventAt = now
 	w.stats.ApplyLatency = time.Since(start)

@@ -141,7 +141,10 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 			if !filter.match(e) {
 				continue
 			}
-			if n := len(batches); n > 0 && batches[n-1].Index == e.Index {
+			// Like Nomad 2.0.6 (testdata/events.ndjson), a job
+			// registration's Job and Evaluation events come on two lines
+			// with the same index.
+			if n := len(batches); n > 0 && batches[n-1].Index == e.Index && !splitLine(&batches[n-1], e) {
 				batches[n-1].Events = append(batches[n-1].Events, *e)
 			} else {
 				batches = append(batches, wireBatch{Events: []wireEvent{*e}, Index: e.Index})
@@ -188,4 +191,12 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+func splitLine(b *wireBatch, e *wireEvent) bool {
+	if e.Type != "JobRegistered" && e.Type != "JobDeregistered" {
+		return false
+	}
+	prev := b.Events[len(b.Events)-1]
+	return prev.Topic != e.Topic
 }
