@@ -138,17 +138,27 @@ type env struct {
 	nomadURL string
 	impact   string // impact binary
 	apiURL   string // impact agent API
+	// mgmtToken is the bootstrap token when ACLs are on; the test acts as
+	// an operator with it, the impact agent gets its own limited token.
+	mgmtToken string
 }
 
 func (e *env) nomad(args ...string) (string, error) {
 	cmd := exec.Command("nomad", args...)
-	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+e.nomadURL)
+	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+e.nomadURL, "NOMAD_TOKEN="+e.mgmtToken)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
 func (e *env) get(base, path string, out any) error {
-	resp, err := http.Get(base + path)
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		return err
+	}
+	if e.mgmtToken != "" && base == e.nomadURL {
+		req.Header.Set("X-Nomad-Token", e.mgmtToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
@@ -280,7 +290,7 @@ func (e *env) firstStart(jobID string) int64 {
 	return first
 }
 
-func setup(t *testing.T) *env {
+func setup(t *testing.T, acl bool) *env {
 	if _, err := exec.LookPath("nomad"); err != nil {
 		t.Skip("no nomad binary on PATH")
 	}
@@ -335,6 +345,9 @@ client {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
 }
+acl {
+  enabled = %t
+}
 plugin "raw_exec" {
   config {
     enabled = true
@@ -348,7 +361,7 @@ plugin "impact-gpu" {
     fingerprint_period = "2s"
   }
 }
-`, filepath.Join(dir, "nomad-data"), plugins, ports[0], ports[1], ports[2], ports[1], topoPath)
+`, filepath.Join(dir, "nomad-data"), plugins, ports[0], ports[1], ports[2], ports[1], acl, topoPath)
 	nomadCfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(nomadCfgPath, []byte(nomadCfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -359,6 +372,20 @@ plugin "impact-gpu" {
 	// Runs before Nomad is stopped (cleanups run last-in first-out): stop
 	// every job so no task process outlives the suite.
 	t.Cleanup(e.stopAllJobs)
+	if acl {
+		eventually(t, 60*time.Second, "acl bootstrap", func() (bool, string) {
+			out, err := e.nomad("acl", "bootstrap", "-json")
+			if err != nil {
+				return false, out
+			}
+			var tok struct{ SecretID string }
+			if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.SecretID == "" {
+				return false, out
+			}
+			e.mgmtToken = tok.SecretID
+			return true, ""
+		})
+	}
 
 	// The node is ready with its 8 fake GPUs fingerprinted.
 	eventually(t, 90*time.Second, "nomad node with 8 GPUs", func() (bool, string) {
@@ -390,7 +417,7 @@ plugin "impact-gpu" {
 }
 
 // startImpact writes the policy and config and starts `impact agent`.
-func (e *env) startImpact(t *testing.T) *proc {
+func (e *env) startImpact(t *testing.T, env ...string) *proc {
 	t.Helper()
 	policy := `
 default_tier    = "normal"
@@ -426,14 +453,14 @@ http {
 }
 ha {
   lock_ttl     = "10s"
-  state_prefix = "impact-e2e"
+  state_prefix = "impact"
 }
 `, e.nomadURL, strings.TrimPrefix(e.apiURL, "http://"))
 	cfgPath := filepath.Join(e.dir, "impact.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := start(e.t, "impact agent", nil, e.impact, "agent", "-config", cfgPath)
+	p := start(e.t, "impact agent", env, e.impact, "agent", "-config", cfgPath)
 	eventually(t, 30*time.Second, "impact agent leading", func() (bool, string) {
 		var h struct {
 			Status string
@@ -446,7 +473,7 @@ ha {
 }
 
 func TestScheduler(t *testing.T) {
-	e := setup(t)
+	e := setup(t, false)
 
 	// The parking pool must exist before jobs are submitted to it; the
 	// impact agent creates it, but here jobs are parked before it starts.
@@ -599,6 +626,58 @@ func TestScheduler(t *testing.T) {
 			t.Errorf("impact queue: %v\n%s", err, out)
 		}
 		t.Logf("impact queue:\n%s", out)
+	})
+}
+
+// TestSchedulerWithACL runs the agent with a token of
+// example/acl/impact-scheduler.policy.hcl only: it must create the parking
+// pool, take the leader lock, admit, preempt (signal and stop) and write
+// explanations with no more than that policy grants.
+func TestSchedulerWithACL(t *testing.T) {
+	e := setup(t, true)
+	policy := filepath.Join(repoRoot(t), "example", "acl", "impact-scheduler.policy.hcl")
+	if out, err := e.nomad("acl", "policy", "apply", "-description", "impact scheduler", "impact-scheduler", policy); err != nil {
+		t.Fatalf("applying the example ACL policy: %v\n%s", err, out)
+	}
+	out, err := e.nomad("acl", "token", "create", "-name", "impact-scheduler", "-policy", "impact-scheduler", "-json")
+	if err != nil {
+		t.Fatalf("creating the token: %v\n%s", err, out)
+	}
+	var tok struct{ SecretID string }
+	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.SecretID == "" {
+		t.Fatalf("token: %v %s", err, out)
+	}
+	// The agent creates the parking pool itself (node_pool write).
+	e.startImpact(t, "NOMAD_TOKEN="+tok.SecretID)
+	e.run(job{name: "blocker", pool: "default", count: 1, gpus: 4, seconds: 600, marker: filepath.Join(e.dir, "blocker.mark")})
+	e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
+		marker: filepath.Join(e.dir, "victim.mark")})
+	eventually(t, 60*time.Second, "scavenger admitted and running", func() (bool, string) {
+		for _, a := range e.allocs("victim") {
+			if a.ClientStatus == "running" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", e.allocs("victim"))
+	})
+	time.Sleep(2 * time.Second)
+	e.run(job{name: "incident", tier: "critical", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
+		marker: filepath.Join(e.dir, "incident.mark")})
+	eventually(t, 90*time.Second, "critical running after preempting with the limited token", func() (bool, string) {
+		for _, a := range e.allocs("incident") {
+			if a.ClientStatus == "running" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("incident %+v victim %+v", e.allocs("incident"), e.allocs("victim"))
+	})
+	if b, err := os.ReadFile(filepath.Join(e.dir, "victim.mark")); err != nil || !strings.Contains(string(b), "checkpoint") {
+		t.Errorf("checkpoint signal not delivered with the limited token: %q %v", b, err)
+	}
+	var v struct{ Items map[string]string }
+	eventually(t, 30*time.Second, "explanation written with the limited token", func() (bool, string) {
+		err := e.get(e.nomadURL, "/v1/var/nomad/jobs/victim/impact", &v)
+		return err == nil && len(v.Items) > 0, fmt.Sprint(err)
 	})
 }
 
