@@ -23,6 +23,13 @@
 //  5. Return the plan: admissions with node and GPU choices, preemptions
 //     with grace and checkpoint signal, and an explanation per queued job.
 //
+// Between cycles the engine remembers (and Memory/WithMemory persist) the
+// decayed usage and the preemption budget; it also remembers the
+// admissions and preemptions it ordered that the snapshot does not show
+// yet, so a cycle that runs before the adapter's actions took effect
+// neither admits a job twice, nor double-books its GPUs, nor preempts
+// again.
+//
 // Cost is bounded: a full pool rejects a job in O(1) from the free-capacity
 // index, victim searches per cycle are capped, and the shadow schedule of a
 // reservation tries a handful of placements, not one per running gang.
