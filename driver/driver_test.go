@@ -301,9 +301,16 @@ args    = ["-c", "echo x > ready; exec sleep 60"]`, nil)
 	if _, err := inst2.Driver.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: handle}); err != nil {
 		t.Fatalf("RecoverTask again: %v", err)
 	}
-	ins, err := inst2.Driver.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id})
-	if err != nil || ins.GetTask().GetState() != driverpb.TaskState_RUNNING || ins.GetDriver().GetAttributes()["pid"] == "" {
-		t.Fatalf("inspect recovered: %+v %v", ins, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ins, err := inst2.Driver.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id})
+		if err == nil && ins.GetTask().GetState() == driverpb.TaskState_RUNNING && ins.GetDriver().GetAttributes()["pid"] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inspect recovered: %+v %v", ins, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	stream, err := inst2.Driver.TaskStats(ctx, &driverpb.TaskStatsRequest{TaskId: tk.cfg.Id, CollectionInterval: durationpb.New(50 * time.Millisecond)})
 	if err != nil {

@@ -166,9 +166,18 @@ func TestAttachAfterPluginLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := q.Status()
-	if err != nil || st.Phase != PhaseRunning || st.ChildPID <= 0 {
-		t.Fatalf("status: %+v %v", st, err)
+	// The child may write "ready" before the supervisor records it.
+	var st Status
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err = q.Status()
+		if err == nil && st.Phase == PhaseRunning && st.ChildPID > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status: %+v %v", st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	s := NewStatsTracker().Sample(st.ChildPID)
 	if s.Agg.RSS == 0 || len(s.ByPID) == 0 {
