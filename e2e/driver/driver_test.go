@@ -731,3 +731,92 @@ func TestGangFailureAndTimeoutOnNomad(t *testing.T) {
 	})
 	t.Logf("lonely events:\n%s", taskEvents(allocsOf("lonely")[0]))
 }
+
+const nomadRdzvHCL = `
+job "nomadrdzv" {
+  type = "batch"
+  group "workers" {
+    count = 2
+    network {
+      port "rdzv" {}
+    }
+    service {
+      provider = "nomad"
+      name     = "nomadrdzv"
+      port     = "rdzv"
+      tags     = ["alloc_index=${NOMAD_ALLOC_INDEX}"]
+    }
+    task "trainer" {
+      driver = "impact-exec"
+      identity {
+        env = true
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE MASTER_PORT=$MASTER_PORT PORT=$NOMAD_PORT_rdzv; sleep 1"]
+        gang {
+          discovery = "nomad"
+          service   = "nomadrdzv"
+          size      = 2
+          timeout   = "2m"
+        }
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+      }
+    }
+  }
+}
+`
+
+// Rendezvous through Nomad's own service discovery (no impact agent): the
+// members find each other through a Nomad-native service read over the
+// task API socket with their workload identity.
+func TestGangNomadServiceDiscovery(t *testing.T) {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	a := startAgent(t, "http://127.0.0.1:1") // the impact rendezvous is not used
+	a.waitDriver(t)
+	f := filepath.Join(t.TempDir(), "nomadrdzv.nomad.hcl")
+	os.WriteFile(f, []byte(nomadRdzvHCL), 0o644)
+	a.nomad(t, "job", "run", "-detach", f)
+	var as []allocStub
+	eventually(t, 90*time.Second, "both members complete", func() (bool, string) {
+		as = nil
+		_ = a.get(t, "/v1/job/nomadrdzv/allocations", &as)
+		done := 0
+		for _, al := range as {
+			if al.ClientStatus == "complete" {
+				done++
+			}
+		}
+		return len(as) == 2 && done == 2, fmt.Sprintf("%d allocs, %d complete; %s", len(as), done, func() string {
+			if len(as) > 0 {
+				return taskEvents(as[0])
+			}
+			return ""
+		}())
+	})
+	got := map[string]map[string]string{}
+	for _, al := range as {
+		var out string
+		_ = a.get(t, "/v1/client/fs/logs/"+al.ID+"?task=trainer&type=stdout&plain=true", &out)
+		t.Logf("%s: %s", al.Name, strings.TrimSpace(out))
+		kv := map[string]string{}
+		for _, f := range strings.Fields(out) {
+			k, v, _ := strings.Cut(f, "=")
+			kv[k] = v
+		}
+		got[kv["RANK"]] = kv
+	}
+	r0, r1 := got["0"], got["1"]
+	if r0 == nil || r1 == nil || r0["WORLD_SIZE"] != "2" || r1["WORLD_SIZE"] != "2" {
+		t.Fatalf("ranks: %v", got)
+	}
+	// Rank 0's own service port is everybody's MASTER_PORT.
+	if r0["MASTER_PORT"] != r0["PORT"] || r1["MASTER_PORT"] != r0["PORT"] {
+		t.Fatalf("master port: %v", got)
+	}
+}
