@@ -37,6 +37,9 @@ type Policy struct {
 	// by Default have no entry. set records which fields a parsed file set,
 	// for Merge.
 	pos map[string]Pos
+	// problems found while merging (a new tier without a weight), reported
+	// by Validate with the others.
+	problems []*FieldError
 }
 
 // Tier is a class of importance.
@@ -188,6 +191,7 @@ func (p *Policy) Clone() *Policy {
 		pp := *pr
 		c.Projects[k] = &pp
 	}
+	c.problems = append([]*FieldError(nil), p.problems...)
 	c.pos = make(map[string]Pos, len(p.pos))
 	for k, v := range p.pos {
 		c.pos[k] = v
@@ -217,11 +221,16 @@ func (p *Policy) Merge(o *Policy) *Policy {
 	for _, name := range sortedKeys(o.Tiers) {
 		ot := o.Tiers[name]
 		ct, ok := c.Tiers[name]
+		prefix := fmt.Sprintf("tier %q ", name)
 		if !ok {
 			ct = &Tier{Name: name}
 			c.Tiers[name] = ct
+			if !set(prefix + "weight") {
+				// A tier the defaults do not know needs its weight said:
+				// 0 would silently rank it below everything.
+				c.problems = append(c.problems, &FieldError{Pos: o.pos[prefix[:len(prefix)-1]], Field: prefix + "weight", Reason: "required for a tier that is not built in"})
+			}
 		}
-		prefix := fmt.Sprintf("tier %q ", name)
 		take(prefix[:len(prefix)-1])
 		if f := prefix + "weight"; set(f) {
 			ct.Weight = ot.Weight
@@ -303,6 +312,9 @@ func (p *Policy) Merge(o *Policy) *Policy {
 // joined, each a *FieldError naming file, line and field.
 func (p *Policy) Validate() error {
 	var errs []error
+	for _, pr := range p.problems {
+		errs = append(errs, pr)
+	}
 	bad := func(field, format string, args ...any) {
 		pos, ok := p.pos[field]
 		if !ok {

@@ -83,13 +83,14 @@ func TestPolicyFileErrors(t *testing.T) {
 		{"bad duration", "fair_share {\n  half_life = \"a day\"\n}\n", []string{"bad.hcl:2", "fair_share half_life", "duration"}},
 		{"duration as number", "preemption {\n\n  min_runtime = 600\n}\n", []string{"bad.hcl:3", "preemption min_runtime"}},
 		{"negative weight", "tier \"x\" {\n  weight = -1\n}\n", []string{"bad.hcl:2", `tier "x" weight`, ">= 0"}},
+		{"new tier without weight", "\ntier \"gold\" {\n  preemptible = true\n}\n", []string{"bad.hcl:2", `tier "gold" weight`, "required"}},
 		{"zero share", "project \"p\" {\n  share = 0\n}\n", []string{"bad.hcl:2", `project "p" share`}},
 		{"unknown may_preempt", "tier \"x\" {\n  weight = 1\n  may_preempt = [\"nobody\"]\n}\n", []string{"bad.hcl:3", `tier "x" may_preempt`, "nobody"}},
 		{"self preempt", "tier \"normal\" {\n  may_preempt = [\"normal\"]\n}\n", []string{"bad.hcl:2", "may not preempt itself"}},
 		{"default tier undefined", "\ndefault_tier = \"gold\"\n", []string{"bad.hcl:2", "default_tier", "gold"}},
 		{"fractional int", "backfill {\n  reservations = 1.5\n}\n", []string{"bad.hcl:2", "backfill reservations", "whole number"}},
 		{"negative quota", "project \"p\" {\n  gpu_quota = -4\n}\n", []string{"bad.hcl:2", `project "p" gpu_quota`}},
-		{"duplicate block", "tier \"a\" {}\ntier \"a\" {}\n", []string{"bad.hcl:2", "defined twice"}},
+		{"duplicate block", "tier \"a\" { weight = 1 }\ntier \"a\" {}\n", []string{"bad.hcl:2", "defined twice"}},
 		{"half life zero", "fair_share {\n half_life = \"0s\"\n}\n", []string{"bad.hcl:2", "fair_share half_life", "> 0"}},
 	}
 	for _, tc := range cases {
