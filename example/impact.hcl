@@ -68,7 +68,9 @@ http {
 
 ha {
   # Run two or more agents: one leads, elected with a Nomad Variables lock
-  # under state_prefix; a standby takes over within about lock_ttl.
+  # under state_prefix. A standby takes over at once when the leader stops
+  # cleanly, and after about three lock_ttl when it crashes (the lock must
+  # expire). Nomad accepts 10s to 24h.
   lock_ttl     = "15s"
   state_prefix = "impact"
 }

@@ -419,6 +419,22 @@ plugin "impact-gpu" {
 // startImpact writes the policy and config and starts `impact agent`.
 func (e *env) startImpact(t *testing.T, env ...string) *proc {
 	t.Helper()
+	p := e.launchImpact(t, "e2e", e.apiURL, env...)
+	eventually(t, 30*time.Second, "impact agent leading", func() (bool, string) {
+		var h struct {
+			Status string
+			Leader bool
+		}
+		err := e.get(e.apiURL, "/v1/health", &h)
+		return err == nil && h.Leader, fmt.Sprintf("%+v %v", h, err)
+	})
+	return p
+}
+
+// launchImpact writes the policy and a config named name listening at
+// apiURL, and starts `impact agent` without waiting for anything.
+func (e *env) launchImpact(t *testing.T, name, apiURL string, env ...string) *proc {
+	t.Helper()
 	policy := `
 default_tier    = "normal"
 default_project = "default"
@@ -435,7 +451,7 @@ preemption {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`
-name         = "e2e"
+name         = %q
 policy       = "policy.hcl"
 parking_pool = "impact-queue"
 default_pool = "default"
@@ -455,21 +471,86 @@ ha {
   lock_ttl     = "10s"
   state_prefix = "impact"
 }
-`, e.nomadURL, strings.TrimPrefix(e.apiURL, "http://"))
-	cfgPath := filepath.Join(e.dir, "impact.hcl")
+`, name, e.nomadURL, strings.TrimPrefix(apiURL, "http://"))
+	cfgPath := filepath.Join(e.dir, name+".hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := start(e.t, "impact agent", env, e.impact, "agent", "-config", cfgPath)
-	eventually(t, 30*time.Second, "impact agent leading", func() (bool, string) {
-		var h struct {
-			Status string
-			Leader bool
+	return start(e.t, "impact agent "+name, env, e.impact, "agent", "-config", cfgPath)
+}
+
+type health struct {
+	Status     string
+	Leader     bool
+	LeaderName string `json:"leader_name"`
+}
+
+// TestSchedulerFailover runs two agents: one leads; when it is killed
+// (SIGKILL: no lock release) the other takes over once the lock's TTL and
+// delay pass, and keeps admitting, with no job admitted twice.
+func TestSchedulerFailover(t *testing.T) {
+	e := setup(t, false)
+	ports := freePorts(t, 2)
+	urls := []string{fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	procs := []*proc{e.launchImpact(t, "ha-a", urls[0]), e.launchImpact(t, "ha-b", urls[1])}
+	leader := -1
+	eventually(t, 60*time.Second, "exactly one leader", func() (bool, string) {
+		var hs [2]health
+		for i, u := range urls {
+			if err := e.get(u, "/v1/health", &hs[i]); err != nil {
+				return false, err.Error()
+			}
 		}
-		err := e.get(e.apiURL, "/v1/health", &h)
+		if hs[0].Leader == hs[1].Leader {
+			return false, fmt.Sprintf("%+v", hs)
+		}
+		leader = 0
+		if hs[1].Leader {
+			leader = 1
+		}
+		standby := 1 - leader
+		return hs[standby].LeaderName == []string{"ha-a", "ha-b"}[leader], fmt.Sprintf("%+v", hs)
+	})
+	standby := 1 - leader
+	e.run(job{name: "before", tier: "high", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: filepath.Join(e.dir, "before.mark")})
+	eventually(t, 60*time.Second, "admitted by the first leader", func() (bool, string) {
+		return e.runningAllocs("before") == 1, fmt.Sprintf("%+v", e.allocs("before"))
+	})
+
+	killed := time.Now()
+	if err := procs[leader].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "standby takes over", func() (bool, string) {
+		var h health
+		err := e.get(urls[standby], "/v1/health", &h)
 		return err == nil && h.Leader, fmt.Sprintf("%+v %v", h, err)
 	})
-	return p
+	t.Logf("standby led %s after the leader was killed", time.Since(killed).Round(100*time.Millisecond))
+	e.run(job{name: "after", tier: "normal", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: filepath.Join(e.dir, "after.mark")})
+	eventually(t, 60*time.Second, "admitted by the new leader", func() (bool, string) {
+		return e.runningAllocs("after") == 1, fmt.Sprintf("%+v", e.allocs("after"))
+	})
+	time.Sleep(3 * time.Second) // a few cycles of the new leader
+	for _, id := range []string{"before", "after"} {
+		var j struct{ Version uint64 }
+		if err := e.get(e.nomadURL, "/v1/job/"+id, &j); err != nil {
+			t.Fatal(err)
+		}
+		if j.Version != 1 || len(e.allocs(id)) != 1 {
+			t.Errorf("%s: version %d with %d allocations, want exactly one admission (version 1, one allocation)", id, j.Version, len(e.allocs(id)))
+		}
+	}
+}
+
+func (e *env) runningAllocs(jobID string) int {
+	n := 0
+	for _, a := range e.allocs(jobID) {
+		if a.ClientStatus == "running" {
+			n++
+		}
+	}
+	return n
 }
 
 func TestScheduler(t *testing.T) {
