@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +58,17 @@ func TestBackfillAroundReservation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestWaitingBehindReservationIsExplained(t *testing.T) {
+	snap := mustSnap(t, []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, []*cluster.Job{
+		mkJob("r1", running(), meta("impact_walltime", "2h")),
+		mkJob("head", group("w", 2, 8), submitted(t0.Add(-5*time.Hour))),
+		mkJob("long", group("main", 1, 4), meta("impact_walltime", "3h"), submitted(t0)),
+	}, []*cluster.Alloc{alloc("a1", "r1", "n1", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)})
+	plan := mustEngine(t, nil).Decide(snap, t0)
+	if r := plan.Explanations["long"].Reason; !strings.Contains(r, "reserved for head") || !strings.Contains(r, "impact_walltime") {
+		t.Fatalf("reason %q does not explain the reservation", r)
 	}
 }

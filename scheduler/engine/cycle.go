@@ -72,6 +72,7 @@ type cycle struct {
 	candCache       map[string]*candList
 	exps            []Explanation
 	reasons         map[needsKey]string
+	resNote         string
 	claimVersion    int
 	poolMax         map[string][2]int
 }
@@ -313,6 +314,9 @@ func (c *cycle) decide(q *queued, pos int) {
 		}
 	}
 	exp.Status = StatusWaiting
+	if len(c.reservations) > 0 && !backfill {
+		exp.Reason += c.resNote
+	}
 	if c.tryPreempt(q, exp) {
 		return
 	}
@@ -712,6 +716,7 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 	}
 	c.reserveSlots(found)
 	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.tier, until: until})
+	c.resNote = c.reservationNote()
 	exp.Status = StatusReserved
 	exp.ReservedUntil = until
 	if until.IsZero() {
@@ -719,6 +724,24 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 	} else {
 		exp.Reason += fmt.Sprintf("; GPUs reserved, expected free by %s", until.UTC().Format(time.RFC3339))
 	}
+}
+
+// reservationNote tells jobs that may not backfill why reserved GPUs are
+// not theirs; built once per reservation, shared by every waiting job.
+func (c *cycle) reservationNote() string {
+	var b strings.Builder
+	b.WriteString("; some GPUs are reserved for ")
+	for i, r := range c.reservations {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r.jobID)
+		if !r.until.IsZero() {
+			fmt.Fprintf(&b, " (needed by %s)", r.until.UTC().Format(time.RFC3339))
+		}
+	}
+	b.WriteString(": a job may use them only if its impact_walltime ends before they are needed, or it is preemptible by the reserving job")
+	return b.String()
 }
 
 // expectedEnd of a gang: now when stopping, start + walltime when known
