@@ -430,3 +430,29 @@ func TestFakeNomadFailoverWithoutDoubleAdmission(t *testing.T) {
 		t.Errorf("lock holder %v, want %s", holders, standby.svc.Agent.opts.Name)
 	}
 }
+
+// TestFakeNomadStreamDrop: the event stream drops repeatedly; the agent
+// reconnects and keeps scheduling, and nothing is admitted twice.
+func TestFakeNomadStreamDrop(t *testing.T) {
+	c := newFakeCluster(t, 1, 2, 4)
+	s := c.start("a1")
+	eventuallyT(t, 5*time.Second, "leader", func() (bool, string) { return s.svc.Agent.IsLeader(), "" })
+	c.submit("one", map[string]string{"impact_tier": "high"}, 1, 4)
+	eventuallyT(t, 10*time.Second, "one running", func() (bool, string) { return c.running("one") == 1, "" })
+	for i := 0; i < 3; i++ {
+		c.fake.DropStreams()
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.submit("two", map[string]string{"impact_tier": "normal"}, 1, 4)
+	eventuallyT(t, 10*time.Second, "two running after the drops", func() (bool, string) { return c.running("two") == 1, "" })
+	time.Sleep(500 * time.Millisecond)
+	for _, id := range []string{"one", "two"} {
+		if n := c.admissions(id); n != 1 {
+			t.Errorf("%s admitted %d times", id, n)
+		}
+	}
+	h, err := s.api.Health(context.Background())
+	if err != nil || h.Status != agentapi.StatusOK {
+		t.Errorf("health after reconnects: %+v %v", h, err)
+	}
+}
