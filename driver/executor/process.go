@@ -200,7 +200,7 @@ func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) error {
 	if f, err := os.Create(filepath.Join(p.state.Dir, StopFile)); err == nil {
 		f.Close()
 	}
-	if st, err := p.Status(); err == nil && st.ChildPID == 0 && st.Phase != PhaseExited {
+	if st, err := p.Status(); err == nil && st.Phase == PhaseBarrier {
 		// Not started yet (gang barrier): any stop aborts the wait.
 		sig = syscall.SIGTERM
 	}
