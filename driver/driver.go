@@ -1,9 +1,3 @@
-// Package driver is the impact-exec Nomad task driver: exec-style tasks held
-// at a gang barrier until every member of their job is placed, given
-// rendezvous env (WORLD_SIZE, RANK, MASTER_ADDR, ...), stopped together with
-// a checkpoint signal when one member fails or is preempted, and surviving
-// plugin and agent restarts through a detached supervisor per task
-// (package driver/executor). The gang registry lives in driver/gang.
 package driver
 
 import (

@@ -1,0 +1,58 @@
+// Package driver is the impact-exec Nomad task driver: exec-style tasks held
+// at a gang barrier until every member of their job is placed, given
+// rendezvous env, stopped together with a checkpoint signal when one member
+// fails or is preempted, and surviving plugin and agent restarts through a
+// detached supervisor per task (package driver/executor). The rendezvous
+// registry and its HTTP endpoint live in driver/gang.
+//
+// # Plugin config (agent: plugin "impact-exec" { config { ... } })
+//
+//	rendezvous_addr    string  ""     base URL of the rendezvous endpoint: an impact
+//	                                  agent (serves /v1/gang/) or `impact-exec
+//	                                  gang-server`. Empty: tasks without a gang block
+//	                                  run without a barrier.
+//	barrier_timeout    string  "10m"  default barrier timeout
+//	heartbeat_interval string  "5s"   gang heartbeat period (member TTL = 3x)
+//	advertise_addr     string  ""     address for MASTER_ADDR when the task names no
+//	                                  port label (default: the local address that
+//	                                  routes to the rendezvous server)
+//	enforce_resources  bool    true   memory limit (OOM reported) and cpu shares via
+//	                                  cgroups v2, or v1 memory+cpu controllers
+//	nomad_addr         string  ""     Nomad API for discovery = "nomad" when the task
+//	                                  has no task API socket
+//
+// # Task config (task "x" { driver = "impact-exec"; config { ... } })
+//
+//	command  string        required  program (PATH of the task env, or a path
+//	                                 relative to the task dir)
+//	args     list(string)  []
+//	gang {                           optional; without it the whole job is one gang
+//	                                 when rendezvous_addr is set
+//	  enabled           bool    true
+//	  name              string  ""      narrows the gang: "<ns>:<job>:<name>"
+//	  size              number  0       members; 0 = the job's allocation count, asked
+//	                                    of the rendezvous server
+//	  timeout           string  ""      barrier timeout (default barrier_timeout)
+//	  port_label        string  ""      group port whose address/port is MASTER_ADDR/
+//	                                    MASTER_PORT when this member is rank 0
+//	  master_port       number  29500   MASTER_PORT without a port label
+//	  checkpoint_signal string  ""      sent when a peer fails (default: job meta
+//	                                    impact_checkpoint_signal)
+//	  grace             string  ""      checkpoint -> kill delay (default: meta
+//	                                    impact_grace, else 30s)
+//	  propagate_failure bool    true    stop this member when a peer fails or stops
+//	  kill_signal       string  SIGINT  how this member is stopped after the grace
+//	  kill_timeout      string  "30s"   then SIGKILL
+//	  rendezvous_addr   string  ""      overrides the plugin's
+//	  discovery         string  impact  "impact" or "nomad" (Nomad-native service)
+//	  service           string  ""      the group's Nomad service (discovery = "nomad")
+//	}
+//
+// Injected env after the barrier: WORLD_SIZE, RANK, NODE_RANK, NNODES,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, IMPACT_GANG_ID,
+// IMPACT_GANG_EPOCH.
+//
+// The binary also runs `impact-exec supervise DIR` (one per task, started by
+// the driver) and `impact-exec gang-server [-listen ADDR] [-ttl D]` (a
+// standalone rendezvous server).
+package driver
