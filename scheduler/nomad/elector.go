@@ -80,12 +80,16 @@ func NewElector(c *Client, cfg ElectorConfig, logger hclog.Logger) *Elector {
 func (e *Elector) IsLeader() bool { return e.leader.Load() }
 
 // Holder returns the HolderID of the current lock holder ("" if none).
+// Nomad shows a variable's lock only to management tokens (and without
+// ACLs); with a scheduler token the holder item is all there is, which a
+// clean release empties (see release) but a crashed holder leaves until
+// the next holder overwrites it.
 func (e *Elector) Holder(ctx context.Context) (string, error) {
 	v, _, err := e.c.api.Variables().Peek(e.cfg.Path, e.c.q(ctx))
 	if err != nil {
 		return "", fmt.Errorf("read lock %s: %w", e.cfg.Path, err)
 	}
-	if v == nil || v.Lock == nil {
+	if v == nil {
 		return "", nil
 	}
 	return v.Items["holder"], nil
@@ -183,7 +187,15 @@ func (e *Elector) hold(ctx context.Context, lockID string, done <-chan struct{})
 
 func (e *Elector) release(ctx context.Context, lockID string) {
 	v := &api.Variable{Path: e.cfg.Path, Lock: &api.VariableLock{ID: lockID}}
-	if _, _, err := e.c.api.Variables().ReleaseLock(v, e.c.w(ctx)); err != nil {
+	out, _, err := e.c.api.Variables().ReleaseLock(v, e.c.w(ctx))
+	if err != nil {
 		e.log.Warn("lock release failed (it expires after its TTL)", "error", err)
+		return
+	}
+	// Clear the holder item, unless someone took the lock meanwhile (the
+	// check-and-set then fails, harmlessly).
+	blank := &api.Variable{Path: e.cfg.Path, Items: map[string]string{"holder": ""}, ModifyIndex: out.ModifyIndex}
+	if _, _, err := e.c.api.Variables().CheckedUpdate(blank, e.c.w(ctx)); err != nil {
+		e.log.Debug("holder item not cleared", "error", err)
 	}
 }

@@ -88,7 +88,9 @@ func (s *Server) readVar(r *http.Request, path string) (any, uint64, error) {
 		return nil, 0, errf(http.StatusNotFound, "variable not found")
 	}
 	s.expireLock(key, vs)
-	return vs.full(false), s.tableIndex["vars"], nil
+	// Without ACLs (and for management tokens) Nomad shows the lock with
+	// its ID on a read.
+	return vs.full(true), s.tableIndex["vars"], nil
 }
 
 func (s *Server) writeVar(r *http.Request, path string) (any, uint64, error) {
