@@ -1,6 +1,12 @@
 # The policy `impact sim` runs the impact engine with (built in; pass
-# --impact-policy FILE to use another). Same format as example/policy.hcl.
-# Tiers match the simulator's synthesized labels.
+# --impact-policy FILE to use another). Same format and tiers as
+# example/policy.hcl; the tiers match the simulator's synthesized labels.
+#
+# Tuned for the simulated Philly scenario (jobs checkpoint every 30 minutes):
+# preemption is cheap only right after a victim's checkpoint, so a short
+# gain horizon makes the engine pick victims that lose little, and a 30
+# minute minimum runtime keeps a restarted job from being stopped again
+# before it has saved anything.
 default_tier    = "normal"
 default_project = "default"
 
@@ -16,11 +22,11 @@ tier "high" {
   preemptible = false
 }
 
-# Normal work does not preempt: preemption is for the two top tiers, so the
-# bulk of the queue never churns the cluster.
+# Normal work may stop scavenger work, which is what packs whole nodes for
+# multi-GPU jobs when single-GPU jobs have fragmented the cluster.
 tier "normal" {
   weight      = 10
-  may_preempt = []
+  may_preempt = ["scavenger"]
   preemptible = true
 }
 
@@ -39,13 +45,15 @@ fair_share {
   weight    = 8
 }
 
+# Gain of a preemption = preemptor impact x GPUs x gain_horizon; cost =
+# victims' impact x (GPU-hours since their last checkpoint + restart_cost).
 preemption {
   enabled                     = true
-  max_gpu_hours_lost_per_hour = 16
-  min_runtime                 = "10m"
+  max_gpu_hours_lost_per_hour = 64
+  min_runtime                 = "30m"
   restart_cost                = "2m"
-  gain_horizon                = "1h"
-  max_per_cycle               = 8
+  gain_horizon                = "1m"
+  max_per_cycle               = 2
 }
 
 backfill {

@@ -39,13 +39,13 @@ func opts(t *testing.T, nodes int) sim.Options {
 }
 
 // TestCriticalPreemptsScavenger: a scavenger job fills the node; a
-// critical job arriving after the scavenger's minimum runtime (10m) makes
+// critical job arriving after the scavenger's minimum runtime (30m) makes
 // the engine preempt it. The critical job starts once the grace period
 // (60s) has passed, at the next cycle.
 func TestCriticalPreemptsScavenger(t *testing.T) {
 	jobs := []trace.Job{
 		tj("scav", 0, 7200, 8, "scavenger", true),
-		tj("crit", 1200, 600, 4, "critical", false),
+		tj("crit", 2400, 600, 4, "critical", false),
 	}
 	res, err := sim.Run(jobs, newSched(t), opts(t, 1))
 	if err != nil {
@@ -58,12 +58,13 @@ func TestCriticalPreemptsScavenger(t *testing.T) {
 	for _, j := range res.Jobs {
 		starts[j.ID] = j
 	}
-	// Decided at the 1200 tick, stopped at 1260, admitted at the 1260 tick.
-	if got := starts["crit"].FirstStart; got != 1260 {
-		t.Fatalf("critical started at %d, want 1260", got)
+	// Decided at the 2400 tick, stopped at 2460, admitted at the 2460 tick.
+	if got := starts["crit"].FirstStart; got != 2460 {
+		t.Fatalf("critical started at %d, want 2460", got)
 	}
-	// The scavenger lost its 1260s (no checkpoint yet) and pays the restart.
-	if want := (1260.0 + 120) * 8 / 3600; res.LostGPUHours < want-1e-9 || res.LostGPUHours > want+1e-9 {
+	// The scavenger checkpointed at 1800, lost the 660s after it and pays
+	// the 120s restart, on 8 GPUs.
+	if want := (660.0 + 120) * 8 / 3600; res.LostGPUHours < want-1e-9 || res.LostGPUHours > want+1e-9 {
 		t.Fatalf("lost %v GPU-h, want %v", res.LostGPUHours, want)
 	}
 }
@@ -73,7 +74,7 @@ func TestCriticalPreemptsScavenger(t *testing.T) {
 func TestNonPreemptibleIsNeverPreempted(t *testing.T) {
 	jobs := []trace.Job{
 		tj("high", 0, 7200, 8, "high", false),
-		tj("crit", 1200, 600, 4, "critical", false),
+		tj("crit", 2400, 600, 4, "critical", false),
 	}
 	res, err := sim.Run(jobs, newSched(t), opts(t, 1))
 	if err != nil {
@@ -86,6 +87,28 @@ func TestNonPreemptibleIsNeverPreempted(t *testing.T) {
 		if j.ID == "crit" && j.FirstStart != 7200 {
 			t.Fatalf("critical started at %d, want 7200", j.FirstStart)
 		}
+	}
+}
+
+// TestMinRuntimeProtectsYoungJobs: before the victim's minimum runtime
+// (30m) the critical job waits; at the first cycle after it, it preempts.
+func TestMinRuntimeProtectsYoungJobs(t *testing.T) {
+	jobs := []trace.Job{
+		tj("scav", 0, 7200, 8, "scavenger", true),
+		tj("crit", 600, 600, 4, "critical", false),
+	}
+	res, err := sim.Run(jobs, newSched(t), opts(t, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range res.Jobs {
+		// 1800 is a cycle tick: preempted then, started after the grace.
+		if j.ID == "crit" && j.FirstStart != 1860 {
+			t.Fatalf("critical started at %d, want 1860", j.FirstStart)
+		}
+	}
+	if res.Preemptions != 1 {
+		t.Fatalf("preemptions %d", res.Preemptions)
 	}
 }
 

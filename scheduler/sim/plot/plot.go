@@ -39,7 +39,20 @@ var palette = []color.Color{
 	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 }
 
-func colour(i int) color.Color { return palette[i%len(palette)] }
+// policyColour keeps a policy's colour the same in every figure and run.
+var policyColour = map[string]color.Color{
+	"nomad-native": palette[0],
+	"fifo-gang":    palette[1],
+	"backfill":     palette[2],
+	"impact":       palette[3],
+}
+
+func colour(policy string, i int) color.Color {
+	if c, ok := policyColour[policy]; ok {
+		return c
+	}
+	return palette[(4+i)%len(palette)]
+}
 
 // All writes every figure into dir and returns their paths.
 func All(dir string, results []*sim.Result) ([]string, error) {
@@ -139,7 +152,7 @@ func WaitCDF(path string, results []*sim.Result) error {
 			if err != nil {
 				return err
 			}
-			l.Color = colour(k)
+			l.Color = colour(res.Policy, k)
 			l.Width = vg.Points(1.5)
 			p.Add(l)
 			p.Legend.Add(res.Policy, l)
@@ -230,13 +243,16 @@ func timePlot(path, title, ylabel string, results []*sim.Result, value func(*sim
 		if err != nil {
 			return err
 		}
-		l.Color = colour(k)
+		l.Color = colour(r.Policy, k)
 		l.Width = vg.Points(1.2)
 		p.Add(l)
 		p.Legend.Add(r.Policy, l)
 	}
+	p.Y.Min = 0
 	if bound {
 		p.Y.Max = 105
+	} else if p.Y.Max <= 0 {
+		p.Y.Max = 1 // nothing to show: keep the zero line at the bottom
 	}
 	return p.Save(14*vg.Inch, 5*vg.Inch, path)
 }

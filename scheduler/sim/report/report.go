@@ -159,7 +159,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "note:", n)
 	}
 	fmt.Fprintf(w, "\nScenario: %d jobs (%s, %s..%s) on %s.\n", r.Scenario.Jobs, r.Scenario.Trace, r.Scenario.From, r.Scenario.To, r.Scenario.Cluster)
-	fmt.Fprintf(w, "Labels: %s\n", r.Scenario.LabelRule)
+	fmt.Fprintf(w, "%s\n", r.Scenario.LabelRule)
 	fmt.Fprintf(w, "Model: %s\n", r.Scenario.Model.Description)
 	fmt.Fprintln(w, "Occupancy and fair share are measured over the submission window; waits, JCT, preemptions and lost work over the whole run.")
 	return nil
