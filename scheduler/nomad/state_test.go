@@ -3,12 +3,15 @@ package nomad
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -235,5 +238,37 @@ func TestElectorOneLeaderAndFailover(t *testing.T) {
 	waitUntil("takeover after release", func() bool { return els[1-cur].IsLeader() })
 	if took := time.Since(start); took > cfg.TTL+cfg.LockDelay {
 		t.Errorf("takeover after a clean release took %v", took)
+	}
+}
+
+func TestClientTLS(t *testing.T) {
+	f := nomadfake.New(nomadfake.Options{TLS: true})
+	defer f.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, f.CACertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(Config{Address: f.URL(), CACert: ca}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(context.Background()); err != nil {
+		t.Errorf("ping over TLS with the CA: %v", err)
+	}
+	if err := c.EnsureNodePool(context.Background(), parking, "parking"); err != nil {
+		t.Errorf("write over TLS: %v", err)
+	}
+	// Without the CA the server is not trusted; NOMAD_SKIP_VERIFY-style
+	// Insecure is the explicit opt-out.
+	bad, _ := NewClient(Config{Address: f.URL()}, nil)
+	if err := bad.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("ping without the CA: %v, want a certificate error", err)
+	}
+	insecure, _ := NewClient(Config{Address: f.URL(), Insecure: true}, nil)
+	if err := insecure.Ping(context.Background()); err != nil {
+		t.Errorf("insecure ping: %v", err)
+	}
+	if _, err := NewClient(Config{Address: f.URL(), CACert: filepath.Join(t.TempDir(), "missing.pem")}, nil); err == nil {
+		t.Error("a missing CA file was accepted")
 	}
 }

@@ -28,6 +28,7 @@ package nomadfake
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,6 +66,8 @@ type Options struct {
 	// ExitOnSignal makes tasks exit (alloc complete) when they receive a
 	// signal, like a trainer that checkpoints and quits.
 	ExitOnSignal bool
+	// TLS serves HTTPS with a self-signed certificate (see CACertPEM).
+	TLS bool
 }
 
 // Server is the fake Nomad agent. Create it with New and Close it.
@@ -143,8 +146,21 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, now: time.Now, exitOnSig: opts.ExitOnSignal}
 	s.reset(1)
-	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	if opts.TLS {
+		s.ts = httptest.NewTLSServer(http.HandlerFunc(s.serveHTTP))
+	} else {
+		s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	}
 	return s
+}
+
+// CACertPEM is the PEM of the certificate a TLS fake serves (nil without
+// TLS), to write to a file for the client's CA certificate setting.
+func (s *Server) CACertPEM() []byte {
+	if s.ts.Certificate() == nil {
+		return nil
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ts.Certificate().Raw})
 }
 
 func (s *Server) reset(startIndex uint64) {
