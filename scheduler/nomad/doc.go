@@ -32,7 +32,8 @@
 //		AdmitDeadline: 5 * time.Minute, Snapshot: w.Snapshot}, logger)
 //	err = x.Recover(ctx)            // on becoming leader: finish or drop what the last leader left
 //	res := x.Apply(ctx, plan)       // *engine.Plan; ApplyResult{Admitted, Conflicts, Preempting, Skipped, Failed}
-//	rolled := x.CheckDeadlines(ctx) // every cycle: done admissions forgotten, late/failed ones parked again
+//	rolled := x.CheckDeadlines(ctx) // every cycle: done admissions forgotten; late, failed or (after
+//	                                // BlockedGrace) unplaceable ones parked again, Nomad's reason in Outcome
 //	x.Busy(jobID); x.Outcome(jobID) // action under way; last rollback/conflict/preemption note (for explain)
 //	x.Wait()                        // on shutdown: wait for background preemptions
 //

@@ -38,6 +38,11 @@ type ExecutorConfig struct {
 	// affinity when the plan put every allocation of a group on one
 	// NVLink island number.
 	Snapshot func() *cluster.Snapshot
+	// BlockedGrace: an admitted job that Nomad still cannot place this
+	// long after the admission (a blocked evaluation) is rolled back at
+	// once with Nomad's reason, instead of at AdmitDeadline (default 30s;
+	// negative: wait for the deadline).
+	BlockedGrace time.Duration
 	// PlacementWait: after an admission, Apply waits up to this long for
 	// the model (Snapshot) to show the job's allocations, so that the next
 	// cycle does not see the GPUs as free and promise them twice (default
@@ -101,6 +106,9 @@ func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Log
 	}
 	if cfg.PlacementWait == 0 {
 		cfg.PlacementWait = 2 * time.Second
+	}
+	if cfg.BlockedGrace == 0 {
+		cfg.BlockedGrace = 30 * time.Second
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -727,10 +735,65 @@ func (x *Executor) admissionState(ctx context.Context, in *Intent) (bool, string
 	}
 	for _, tg := range job.TaskGroups {
 		if started[deref(tg.Name)] < derefI(tg.Count) {
-			return false, "", nil
+			return false, x.blockedReason(ctx, in, job), nil
 		}
 	}
 	return true, "", nil
+}
+
+// blockedReason says why Nomad could not place an admitted job, once it
+// has had BlockedGrace to do so: a blocked evaluation of the admitted
+// version names the groups and what stopped them. "" while there is
+// none (or the grace has not passed: capacity may be freeing up).
+func (x *Executor) blockedReason(ctx context.Context, in *Intent, job *api.Job) string {
+	if x.cfg.BlockedGrace < 0 || x.cfg.Clock().Sub(in.Created) < x.cfg.BlockedGrace {
+		return ""
+	}
+	ns, id := splitJobKey(in.JobID)
+	evals, _, err := x.c.api.Jobs().Evaluations(id, x.c.qns(ctx, ns))
+	if err != nil {
+		return ""
+	}
+	for _, e := range evals {
+		if e.Status != "blocked" || e.JobModifyIndex < derefU(job.JobModifyIndex) || len(e.FailedTGAllocs) == 0 {
+			continue
+		}
+		groups := make([]string, 0, len(e.FailedTGAllocs))
+		for g := range e.FailedTGAllocs {
+			groups = append(groups, g)
+		}
+		sort.Strings(groups)
+		var parts []string
+		for _, g := range groups {
+			parts = append(parts, fmt.Sprintf("group %s: %s", g, describeMetric(e.FailedTGAllocs[g])))
+		}
+		return "Nomad could not place the admitted job (" + strings.Join(parts, "; ") + ")"
+	}
+	return ""
+}
+
+// describeMetric summarises why Nomad's scheduler rejected nodes.
+func describeMetric(m *api.AllocationMetric) string {
+	if m == nil {
+		return "no placement"
+	}
+	var why []string
+	add := func(kind string, by map[string]int) {
+		keys := make([]string, 0, len(by))
+		for k := range by {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			why = append(why, fmt.Sprintf("%s %s on %d node(s)", kind, k, by[k]))
+		}
+	}
+	add("constraint", m.ConstraintFiltered)
+	add("exhausted", m.DimensionExhausted)
+	if len(why) == 0 {
+		return fmt.Sprintf("%d of %d node(s) in pool %s evaluated", m.NodesEvaluated, m.NodesInPool, m.NodePool)
+	}
+	return strings.Join(why, ", ")
 }
 
 func (x *Executor) rollback(ctx context.Context, in *Intent, reason string) error {
