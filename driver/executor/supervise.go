@@ -259,7 +259,11 @@ func (s *supervisor) barrierFailed(err error) int {
 		return s.finish(Exit{ExitCode: 128 + sigNum(stopSig), Signal: sigNum(stopSig), Stopped: true,
 			Err: "stopped while waiting at the gang barrier"})
 	case errors.As(err, &te):
-		s.event(fmt.Sprintf("Gang barrier timed out after %s: %d of %d members arrived", te.Timeout, te.Arrived, te.Size),
+		why := ""
+		if te.JoinErr != nil {
+			why = fmt.Sprintf(" (this member could not join: %v)", te.JoinErr)
+		}
+		s.event(fmt.Sprintf("Gang barrier timed out after %s: %d of %d members arrived%s", te.Timeout, te.Arrived, te.Size, why),
 			map[string]string{"gang_arrived": strconv.Itoa(te.Arrived), "gang_size": strconv.Itoa(te.Size)})
 	case errors.As(err, &se):
 		s.event(fmt.Sprintf("Gang %s was %s while waiting: %s", se.Gang, se.State, se.Reason), nil)

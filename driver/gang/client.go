@@ -178,11 +178,20 @@ type TimeoutError struct {
 	Arrived int
 	Size    int
 	Timeout time.Duration
+	// JoinErr is the last error of a member that never managed to join
+	// (size conflict, unreachable server, unresolvable size).
+	JoinErr error
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("gang %s: barrier timed out after %s: %d of %d members arrived", e.Gang, e.Timeout, e.Arrived, e.Size)
+	msg := fmt.Sprintf("gang %s: barrier timed out after %s: %d of %d members arrived", e.Gang, e.Timeout, e.Arrived, e.Size)
+	if e.JoinErr != nil {
+		msg += fmt.Sprintf(" (this member could not join: %v)", e.JoinErr)
+	}
+	return msg
 }
+
+func (e *TimeoutError) Unwrap() error { return e.JoinErr }
 
 // StoppedError is returned by Barrier when the gang failed or was stopped
 // while this member waited.
@@ -226,6 +235,7 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 	defer cancel()
 
 	last := Status{ID: cfg.Gang, Size: cfg.Join.Size}
+	var joinErr error // set while this member is not registered
 	leave := func() {
 		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer lcancel()
@@ -237,7 +247,7 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 			return Assignment{}, ctx.Err()
 		}
 		if bctx.Err() != nil {
-			return Assignment{}, &TimeoutError{Gang: cfg.Gang, Arrived: last.Arrived, Size: last.Size, Timeout: cfg.Timeout}
+			return Assignment{}, &TimeoutError{Gang: cfg.Gang, Arrived: last.Arrived, Size: last.Size, Timeout: cfg.Timeout, JoinErr: joinErr}
 		}
 		return Assignment{}, err
 	}
@@ -257,8 +267,12 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 		for {
 			st, err := c.Join(bctx, cfg.Gang, cfg.Member, cfg.Join)
 			if err == nil {
+				joinErr = nil
 				report(st)
 				return nil
+			}
+			if bctx.Err() == nil {
+				joinErr = err
 			}
 			var apiErr *APIError
 			if errors.As(err, &apiErr) && apiErr.Code != http.StatusConflict && apiErr.Code/100 == 4 {

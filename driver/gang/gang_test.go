@@ -386,3 +386,17 @@ func TestBarrierSurvivesServerRestart(t *testing.T) {
 		t.Fatal("member a did not pass the barrier after the restart")
 	}
 }
+
+// A member that cannot join (its size conflicts) times out with the reason.
+func TestBarrierTimeoutSaysWhyJoinFailed(t *testing.T) {
+	s := startServer(t)
+	c, _ := NewClient(s.URL, nil)
+	if _, err := c.Join(context.Background(), "g", "a", join(0, "1", 2)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Barrier(context.Background(), BarrierConfig{Gang: "g", Member: "b", Join: join(1, "1", 3), Timeout: 500 * time.Millisecond})
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.Arrived != 1 || te.Size != 2 || !strings.Contains(err.Error(), "could not join") || !strings.Contains(err.Error(), "asks for 3") {
+		t.Fatalf("got %v", err)
+	}
+}
