@@ -280,7 +280,7 @@ func (d *Driver) track(tc *driverpb.TaskConfig, proc *executor.Process, started 
 
 // pumpEvents forwards the supervisor's events to the TaskEvents streams.
 func (d *Driver) pumpEvents(h *taskHandle) {
-	var off int64
+	off := h.proc.EventOffset()
 	t := time.NewTicker(eventPollPeriod)
 	defer t.Stop()
 	for {
@@ -289,12 +289,17 @@ func (d *Driver) pumpEvents(h *taskHandle) {
 		if err != nil {
 			d.logger.Warn("reading task events", "task_id", h.id, "error", err)
 		}
-		off = next
 		for _, ev := range evs {
 			d.events.publish(&driverpb.DriverTaskEvent{TaskId: h.id, AllocId: h.cfg.GetAllocId(),
 				TaskName: h.cfg.GetName(), Timestamp: timestamppb.New(ev.Time), Message: ev.Message,
 				Annotations: ev.Annotations})
 		}
+		if next != off {
+			if err := h.proc.SaveEventOffset(next); err != nil {
+				d.logger.Warn("saving task event offset", "task_id", h.id, "error", err)
+			}
+		}
+		off = next
 		if exited {
 			return
 		}

@@ -285,6 +285,51 @@ command = "/bin/sh"
 args    = ["-c", "echo x > ready; exec sleep 60"]`, nil)
 	handle := start(t, inst, tk)
 	waitFile(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
+	// An event of the supervisor is forwarded once, not again by the next
+	// plugin process.
+	eventsFile := filepath.Join(tk.dir, ".impact-exec", "abcd1234", executor.EventsFile)
+	appendEvent := func(msg string) {
+		f, err := os.OpenFile(eventsFile, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "{\"time\":%q,\"message\":%q}\n", time.Now().Format(time.RFC3339Nano), msg)
+		f.Close()
+	}
+	recvUntil := func(inst *plugintest.Instance, want string) []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := inst.Driver.TaskEvents(ctx, &driverpb.TaskEventsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		appendEvent(want)
+		var got []string
+		for {
+			ev, err := s.Recv()
+			if err != nil {
+				t.Fatalf("no event %q (got %v): %v", want, got, err)
+			}
+			got = append(got, ev.GetMessage())
+			if ev.GetMessage() == want {
+				return got
+			}
+		}
+	}
+	recvUntil(inst, "before restart")
+	// Forwarding is at least once: wait until the plugin has recorded it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fi, err := os.Stat(eventsFile)
+		b, _ := os.ReadFile(filepath.Join(filepath.Dir(eventsFile), executor.EventOffsetFile))
+		if err == nil && strings.TrimSpace(string(b)) == fmt.Sprint(fi.Size()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event offset not recorded: %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	inst.Kill()
 	if !inst.Exited() {
 		t.Fatal("plugin still running after Kill")
@@ -297,11 +342,14 @@ args    = ["-c", "echo x > ready; exec sleep 60"]`, nil)
 	if _, err := inst2.Driver.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: handle}); err != nil {
 		t.Fatalf("RecoverTask: %v", err)
 	}
+	if got := recvUntil(inst2, "after restart"); len(got) != 1 {
+		t.Fatalf("events after recovery: %q, want only the new one", got)
+	}
 	// Recovering twice is fine.
 	if _, err := inst2.Driver.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: handle}); err != nil {
 		t.Fatalf("RecoverTask again: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		ins, err := inst2.Driver.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id})
 		if err == nil && ins.GetTask().GetState() == driverpb.TaskState_RUNNING && ins.GetDriver().GetAttributes()["pid"] != "" {

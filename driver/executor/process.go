@@ -279,6 +279,28 @@ func (p *Process) Events(off int64) ([]Event, int64, error) {
 	return out, off, nil
 }
 
+// EventOffsetFile records how far the plugin has forwarded events, so a
+// new plugin process does not send them again.
+const EventOffsetFile = "events.offset"
+
+// EventOffset returns the saved forwarding offset (0 if none).
+func (p *Process) EventOffset() int64 {
+	b, err := os.ReadFile(filepath.Join(p.state.Dir, EventOffsetFile))
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// SaveEventOffset records the forwarding offset.
+func (p *Process) SaveEventOffset(off int64) error {
+	return writeJSONAtomic(p.state.Dir, EventOffsetFile, off)
+}
+
 type procInfo struct {
 	ppid, pgrp int
 	state      byte
