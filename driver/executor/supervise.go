@@ -293,7 +293,7 @@ func (s *supervisor) monitorGang(client *gang.Client) {
 		if index == 0 {
 			st, err = client.Heartbeat(ctx, g.ID, g.Member)
 		} else {
-			st, err = client.Get(ctx, g.ID, index, hb)
+			st, err = client.GetMember(ctx, g.ID, g.Member, index, hb)
 		}
 		cancel()
 		var apiErr *gang.APIError

@@ -82,9 +82,23 @@ func (c *Client) Stop(ctx context.Context, gangID, reason string) (Status, error
 // Get returns the gang's status; with index > 0 it blocks until the status
 // changes past index or wait passes.
 func (c *Client) Get(ctx context.Context, gangID string, index uint64, wait time.Duration) (Status, error) {
-	p := PathPrefix + url.PathEscape(gangID)
+	return c.GetMember(ctx, gangID, "", index, wait)
+}
+
+// GetMember is Get with the member list trimmed to member (what a member
+// needs for itself; cheap for large gangs).
+func (c *Client) GetMember(ctx context.Context, gangID, member string, index uint64, wait time.Duration) (Status, error) {
+	q := url.Values{}
+	if member != "" {
+		q.Set("member", member)
+	}
 	if index > 0 {
-		p += "?index=" + strconv.FormatUint(index, 10) + "&wait=" + wait.String()
+		q.Set("index", strconv.FormatUint(index, 10))
+		q.Set("wait", wait.String())
+	}
+	p := PathPrefix + url.PathEscape(gangID)
+	if len(q) > 0 {
+		p += "?" + q.Encode()
 	}
 	return c.do(ctx, http.MethodGet, p, nil)
 }
@@ -335,7 +349,7 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 			nextHB = time.Now().Add(hb)
 			continue
 		}
-		st, err := c.Get(bctx, cfg.Gang, last.Index, time.Until(nextHB))
+		st, err := c.GetMember(bctx, cfg.Gang, cfg.Member, last.Index, time.Until(nextHB))
 		if err != nil {
 			var apiErr *APIError
 			if errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {

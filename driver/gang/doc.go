@@ -41,6 +41,10 @@
 //	PUT    /v1/gang/{gang}/stop                        ask every member to checkpoint and
 //	                                                   stop (StopRequest), e.g. preemption
 //
+// Answers to a member's own requests (join, heartbeat, exit, leave, and
+// GET with ?member=ID) list only that member in Status.Members, so a large
+// gang costs O(n) traffic per change; GET without member lists all.
+//
 // Errors come back as a non-2xx status with an ErrorResponse body: 400 for a
 // malformed request (names the field), 404 for an unknown gang or member,
 // 409 for a conflict (gang full, size mismatch, gang still stopping from a

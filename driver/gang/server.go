@@ -142,13 +142,13 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, gangID string) {
 	for {
 		st, changed, err := h.reg.Get(gangID)
 		if err != nil || index == 0 || st.Index > index {
-			h.reply(w, "get", gangID, "")(st, err)
+			h.reply(w, "get", gangID, q.Get("member"))(st, err)
 			return
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			writeJSON(w, http.StatusOK, st)
+			writeJSON(w, http.StatusOK, st.only(q.Get("member")))
 			return
 		case <-r.Context().Done():
 			return
@@ -176,8 +176,23 @@ func (h *Handler) reply(w http.ResponseWriter, op, gangID, member string) func(S
 			h.logger.Debug("gang changed", "op", op, "gang", gangID, "member", member,
 				"state", st.State, "arrived", st.Arrived, "size", st.Size)
 		}
-		writeJSON(w, http.StatusOK, st)
+		writeJSON(w, http.StatusOK, st.only(member))
 	}
+}
+
+// only trims the member list to one member: a member's own requests get
+// O(1) answers, so a gang of n members costs O(n) traffic per change, not
+// O(n^2).
+func (s Status) only(member string) Status {
+	if member == "" {
+		return s
+	}
+	m, ok := s.Member(member)
+	s.Members = nil
+	if ok {
+		s.Members = []Member{m}
+	}
+	return s
 }
 
 func method(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
