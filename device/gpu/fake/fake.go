@@ -461,17 +461,21 @@ func (b *Backend) Stats(ctx context.Context, uuids []string) ([]gpu.Stats, error
 	return out, nil
 }
 
-// WatchHealth delivers injected health events until ctx ends.
+// WatchHealth delivers injected health events until ctx ends. Events it
+// could not deliver before ctx ended stay queued for the next watch: the
+// plugin restarts its watch whenever the set of GPUs changes, and an XID
+// injected meanwhile must not be lost.
 func (b *Backend) WatchHealth(ctx context.Context, events chan<- gpu.HealthEvent) error {
 	for {
 		b.mu.Lock()
 		batch := b.pending
 		b.pending = nil
 		b.mu.Unlock()
-		for _, ev := range batch {
+		for i, ev := range batch {
 			select {
 			case events <- ev:
 			case <-ctx.Done():
+				b.requeue(batch[i:])
 				return ctx.Err()
 			}
 		}
@@ -480,6 +484,17 @@ func (b *Backend) WatchHealth(ctx context.Context, events chan<- gpu.HealthEvent
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// requeue puts undelivered events back in front of those pushed since.
+func (b *Backend) requeue(evs []gpu.HealthEvent) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pending = append(append([]gpu.HealthEvent(nil), evs...), b.pending...)
+	select {
+	case b.notify <- struct{}{}:
+	default:
 	}
 }
 

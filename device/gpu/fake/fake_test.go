@@ -306,20 +306,14 @@ func TestBackendControlFile(t *testing.T) {
 	if ev := waitEvent(t, events); ev.Kind != gpu.EventRecovered || ev.UUID != "GPU-bbbb" {
 		t.Fatalf("event %+v", ev)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, _ := b.Stats(ctx, []string{"GPU-aaaa", "GPU-bbbb"})
-		if len(st) == 2 && st[0].UtilizationPct == 85 {
-			s := st[0]
-			if s.MemoryUsedMiB != 512 || s.MemoryTotalMiB != 1000 || s.PowerW != 250.5 || s.TemperatureC != 70 || s.ECCUncorrected != 2 {
-				t.Fatalf("stats %+v", s)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats never updated: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The recovery event was delivered, so its line and the stats line
+	// after it have been read (lines are applied in order under one lock).
+	st, _ := b.Stats(ctx, []string{"GPU-aaaa", "GPU-bbbb"})
+	if len(st) != 2 {
+		t.Fatalf("stats for %d GPUs, want 2", len(st))
+	}
+	if s := st[0]; s.UtilizationPct != 85 || s.MemoryUsedMiB != 512 || s.MemoryTotalMiB != 1000 || s.PowerW != 250.5 || s.TemperatureC != 70 || s.ECCUncorrected != 2 {
+		t.Fatalf("stats %+v", s)
 	}
 }
 
@@ -362,5 +356,47 @@ stats "b" {
 	b.Step()
 	if ev := waitEvent(t, events); ev.Kind != gpu.EventLost || ev.UUID != "GPU-bbbb" {
 		t.Fatalf("event %+v", ev)
+	}
+}
+
+// TestUndeliveredEventsSurviveAWatchRestart: the plugin stops and restarts
+// its health watch whenever the set of GPUs changes; an event taken from the
+// queue but not yet delivered when the watch stops must reach the next one.
+func TestUndeliveredEventsSurviveAWatchRestart(t *testing.T) {
+	top, err := ParseTopology("t.hcl", []byte(twoGPUs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	top.ControlFile = ""
+	b := New(top, hclog.NewNullLogger(), Options{PollInterval: time.Hour})
+	defer b.Close()
+	at := time.Unix(1000, 0)
+	b.mu.Lock()
+	b.apply(Action{Kind: ActXID, UUID: "GPU-aaaa", XID: 79}, at)
+	b.apply(Action{Kind: ActXID, UUID: "GPU-bbbb", XID: 48}, at)
+	b.mu.Unlock()
+
+	// The first watch takes both events as one batch, delivers the first
+	// and blocks on the second, which nobody reads: then it is stopped.
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan gpu.HealthEvent)
+	done := make(chan error, 1)
+	go func() { done <- b.WatchHealth(ctx, events) }()
+	if ev := waitEvent(t, events); ev.XID != 79 {
+		t.Fatalf("first event %+v", ev)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch did not stop")
+	}
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	events2 := make(chan gpu.HealthEvent, 4)
+	go b.WatchHealth(ctx2, events2)
+	if ev := waitEvent(t, events2); ev.XID != 48 || ev.UUID != "GPU-bbbb" {
+		t.Fatalf("event after restart %+v, want XID 48 on GPU-bbbb", ev)
 	}
 }
