@@ -212,8 +212,8 @@ func (p *Plugin) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*de
 	}
 	res, err := reserve(snap, req.GetDeviceIds(), p.opts.DevRoot)
 	if err != nil {
-		var unknown *unknownIDsError
-		if errors.As(err, &unknown) {
+		var bad *requestError
+		if errors.As(err, &bad) {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		return nil, status.Error(codes.Internal, err.Error())

@@ -270,3 +270,52 @@ func TestMonitorSurvivesHealthWatchFailure(t *testing.T) {
 		t.Fatal("monitor did not stop after its health watch failed")
 	}
 }
+
+// ringOfFour is four GPUs whose direct NVLinks form the ring 0-2-1-3-0
+// (hybrid cube-mesh style): index order is not the NVLink order.
+func ringOfFour() gpu.Inventory {
+	inv := twoGPUs()
+	for i := 2; i < 4; i++ {
+		d := inv.Devices[0]
+		d.UUID, d.Index, d.Minor, d.PCIBusID = fmt.Sprintf("GPU-%d", i), i, i, fmt.Sprintf("00000000:%02X:00.0", i+1)
+		inv.Devices = append(inv.Devices, d)
+	}
+	inv.Links = []gpu.Link{
+		{A: "GPU-0", B: "GPU-2", NVLinks: 2, NVLinkP2P: true}, {A: "GPU-2", B: "GPU-1", NVLinks: 2, NVLinkP2P: true},
+		{A: "GPU-1", B: "GPU-3", NVLinks: 2, NVLinkP2P: true}, {A: "GPU-3", B: "GPU-0", NVLinks: 1, NVLinkP2P: true},
+	}
+	return inv
+}
+
+// TestReserveOverGRPC: the visible-devices order follows the NVLink ring,
+// whatever order Nomad hands the IDs in, and bad requests are
+// InvalidArgument (the client's fault), not Internal.
+func TestReserveOverGRPC(t *testing.T) {
+	inst := start(t, newScripted(ringOfFour()), "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, in := range [][]string{{"GPU-3", "GPU-1", "GPU-0", "GPU-2"}, {"GPU-1", "GPU-2", "GPU-3", "GPU-0"}} {
+		res, err := inst.Device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs := res.GetContainerRes().GetEnvs()
+		if got := envs[EnvCUDAVisible]; got != "GPU-0,GPU-2,GPU-1,GPU-3" || envs[EnvNVIDIAVisible] != got {
+			t.Fatalf("reserve %v: %s=%q, want the ring order GPU-0,GPU-2,GPU-1,GPU-3", in, EnvCUDAVisible, got)
+		}
+	}
+	cases := []struct {
+		name string
+		ids  []string
+		want string
+	}{
+		{"unknown", []string{"GPU-0", "GPU-9"}, "unknown device IDs: GPU-9"},
+		{"twice", []string{"GPU-1", "GPU-1"}, "GPU-1 requested twice"},
+	}
+	for _, tc := range cases {
+		_, err := inst.Device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: tc.ids})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want InvalidArgument naming %q", tc.name, err, tc.want)
+		}
+	}
+}

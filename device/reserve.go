@@ -20,12 +20,12 @@ const (
 // Control device nodes every CUDA process needs, besides /dev/nvidia<minor>.
 var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
 
-// unknownIDsError names the device IDs not in the latest fingerprint.
-type unknownIDsError struct{ ids []string }
+// requestError is a reserve failure caused by the request itself (IDs not
+// in the latest fingerprint, an ID asked for twice): the client gets
+// InvalidArgument, not Internal, since retrying cannot help.
+type requestError struct{ msg string }
 
-func (e *unknownIDsError) Error() string {
-	return "unknown device IDs: " + strings.Join(e.ids, ", ")
-}
+func (e *requestError) Error() string { return e.msg }
 
 // reserve builds the container reservation for a set of instance IDs:
 // both visibility variables with the UUIDs in NVLink-friendly order (Nomad
@@ -39,17 +39,17 @@ func reserve(snap *snapshot, ids []string, devRoot string) (*devicepb.ContainerR
 	var unknown []string
 	seen := map[string]bool{}
 	for _, id := range ids {
+		if seen[id] {
+			return nil, &requestError{msg: fmt.Sprintf("device ID %s requested twice", id)}
+		}
+		seen[id] = true
 		if _, ok := snap.byID[id]; !ok {
 			unknown = append(unknown, id)
 		}
-		if seen[id] {
-			return nil, fmt.Errorf("device ID %s requested twice", id)
-		}
-		seen[id] = true
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, &unknownIDsError{ids: unknown}
+		return nil, &requestError{msg: "unknown device IDs: " + strings.Join(unknown, ", ")}
 	}
 	ordered := snap.topo.Order(ids)
 	list := strings.Join(ordered, ",")
@@ -59,7 +59,11 @@ func reserve(snap *snapshot, ids []string, devRoot string) (*devicepb.ContainerR
 	var nodes []string
 	have := map[string]bool{}
 	for _, id := range ordered {
-		n := "nvidia" + strconv.Itoa(snap.byID[id].Device.Minor)
+		minor := snap.byID[id].Device.Minor
+		if minor < 0 {
+			continue // the driver did not say; there is no node to guess
+		}
+		n := "nvidia" + strconv.Itoa(minor)
 		if !have[n] {
 			have[n] = true
 			nodes = append(nodes, n)

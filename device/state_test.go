@@ -274,6 +274,29 @@ func TestReserve(t *testing.T) {
 	if _, err := reserve(&snap, ids(1, 1), dev); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Fatalf("duplicate: err = %v", err)
 	}
+	// A GPU whose minor number the driver did not report gets no device
+	// node (not /dev/nvidia-1), the control nodes still come.
+	if err := os.WriteFile(filepath.Join(dev, "nvidia-1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noMinor := exampleState(t, "two-islands-8x-a100.hcl")
+	noMinor.devices[5].Minor = gpu.Unknown
+	snap2, err := buildSnapshot(noMinor, newHealth(), settingsFor(t, "island"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = reserve(&snap2, ids(5), dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes = nil
+	for _, d := range res.Devices {
+		nodes = append(nodes, filepath.Base(d.HostPath))
+	}
+	sort.Strings(nodes)
+	if !reflect.DeepEqual(nodes, []string{"nvidia-uvm", "nvidiactl"}) {
+		t.Fatalf("device nodes of a GPU without minor: %v", nodes)
+	}
 	if res, err := reserve(&snap, nil, dev); err != nil || len(res.Envs) != 0 || len(res.Devices) != 0 {
 		t.Fatalf("empty reserve: %+v %v", res, err)
 	}

@@ -31,7 +31,8 @@ type Device struct {
 	UUID string
 	// Index is the NVML enumeration index (the order nvidia-smi shows).
 	Index int
-	// Minor is the device-node minor number: /dev/nvidia<Minor>.
+	// Minor is the device-node minor number (/dev/nvidia<Minor>), or
+	// Unknown.
 	Minor int
 	// Model is the product name, e.g. "NVIDIA H100 80GB HBM3".
 	Model string
