@@ -161,11 +161,23 @@ func (s *StateStore) LoadUsage(ctx context.Context) (map[string]float64, time.Ti
 	return out, at, nil
 }
 
+// usageItemKey is the Variable item holding a project's usage: the
+// project name escaped like a path segment, with a project literally named
+// "at" escaped further ("~61t") so that it cannot overwrite the "at" item
+// (the instant the values are measured at). unescapeSegment reverses both.
+func usageItemKey(project string) string {
+	k := varPathSegment(project)
+	if k == "at" {
+		return "~61t"
+	}
+	return k
+}
+
 // SaveUsage stores per-project usage measured at instant at.
 func (s *StateStore) SaveUsage(ctx context.Context, values map[string]float64, at time.Time) error {
 	items := map[string]string{"at": at.UTC().Format(time.RFC3339Nano)}
 	for k, v := range values {
-		items[varPathSegment(k)] = strconv.FormatFloat(v, 'g', -1, 64)
+		items[usageItemKey(k)] = strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	path := s.cfg.Prefix + "/usage"
 	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {

@@ -59,11 +59,12 @@ func TestStateStore(t *testing.T) {
 		t.Fatalf("empty usage = %v %v %v", vals, at, err)
 	}
 	now := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
-	if err := st.SaveUsage(ctx, map[string]float64{"olmo": 12.5, "team.a/b": 3}, now); err != nil {
+	// A project named "at" must not clobber the item holding the instant.
+	if err := st.SaveUsage(ctx, map[string]float64{"olmo": 12.5, "team.a/b": 3, "at": 7}, now); err != nil {
 		t.Fatal(err)
 	}
 	vals, at, err = st.LoadUsage(ctx)
-	if err != nil || vals["olmo"] != 12.5 || vals["team.a/b"] != 3 || !at.Equal(now) {
+	if err != nil || vals["olmo"] != 12.5 || vals["team.a/b"] != 3 || vals["at"] != 7 || !at.Equal(now) {
 		t.Fatalf("usage = %v at %v (%v)", vals, at, err)
 	}
 
