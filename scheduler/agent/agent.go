@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,10 +193,10 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
-func (a *Agent) newEngine(u *policy.Usage) (*engine.Engine, error) {
+func (a *Agent) newEngine(m *engine.Memory) (*engine.Engine, error) {
 	opts := []engine.Option{engine.WithLogger(a.log), engine.WithDefaultPool(a.opts.DefaultPool)}
-	if u != nil {
-		opts = append(opts, engine.WithUsage(u))
+	if m != nil {
+		opts = append(opts, engine.WithMemory(*m))
 	}
 	e, err := engine.New(a.opts.Policy, opts...)
 	if err != nil {
@@ -422,9 +423,8 @@ func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 		// the standby's own usage, which watched the same cluster.
 		a.stateLog.Error("loading durable state failed; continuing with this agent's own fair-share memory", "error", err)
 	case ok:
-		u := policy.NewUsage(a.opts.Policy.FairShare.HalfLife)
-		u.Restore(st.Usage, st.UsageAt)
-		if eng, err := a.newEngine(u); err != nil {
+		m := memoryFrom(st, a.clk())
+		if eng, err := a.newEngine(&m); err != nil {
 			a.stateLog.Error("restoring engine", "error", err)
 		} else {
 			a.engine = eng
@@ -540,6 +540,14 @@ func (a *Agent) cycle(ctx context.Context) {
 			res.Err = fmt.Errorf("applying plan: %w", err)
 		}
 		a.record(plan, snap, rep, start)
+		a.forgetUnapplied(plan, rep.Admitted)
+		for _, id := range rep.RolledBack {
+			a.engine.Forget(id)
+		}
+	} else {
+		// A standby (or a leader not yet recovered) decides but does not
+		// act: nothing it planned is under way.
+		a.forgetUnapplied(plan, nil)
 	}
 	v := buildView(snap, plan, a.historySnapshot(), start, res.Leader, a.opts.Policy)
 	v.stats.Utilization = a.utilization(ctx, snap)
@@ -581,6 +589,33 @@ func (a *Agent) utilization(ctx context.Context, snap *cluster.Snapshot) float64
 		return -1
 	}
 	return pct
+}
+
+// memoryFrom rebuilds the engine's memory from durable state: the decayed
+// usage, and the preemption budget spent in the last hour from the
+// preemption records (the engine caps work lost per sliding hour).
+func memoryFrom(st DurableState, now time.Time) engine.Memory {
+	m := engine.Memory{UsageAt: st.UsageAt, Usage: st.Usage, LastCycle: st.UsageAt}
+	for _, r := range st.Preemptions {
+		if now.Sub(r.At) < time.Hour && r.LostGPUHours > 0 {
+			m.Losses = append(m.Losses, engine.Loss{At: r.At, GPUHours: r.LostGPUHours})
+		}
+	}
+	sort.Slice(m.Losses, func(i, j int) bool { return m.Losses[i].At.Before(m.Losses[j].At) })
+	return m
+}
+
+// forgetUnapplied tells the engine which planned admissions were not
+// carried out (not leading, recovery pending, EnforceIndex conflict,
+// failure), so it queues those jobs again and frees their GPUs next cycle
+// instead of holding them for its admission TTL.
+func (a *Agent) forgetUnapplied(plan *engine.Plan, applied []string) {
+	done := setOf(applied)
+	for _, adm := range plan.Admissions {
+		if !done[adm.JobID] {
+			a.engine.Forget(adm.JobID)
+		}
+	}
 }
 
 // checkHolder asks the elector who leads (standbys only), so health can

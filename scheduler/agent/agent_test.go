@@ -365,11 +365,8 @@ func TestLockLossStopsActing(t *testing.T) {
 	pol := testPolicy(t)
 	a1 := startAgent(t, n, clk, "a1", pol)
 	waitFor(t, "leader", func() bool { return a1.a.IsLeader() })
-	// Expire the lock and keep it taken by someone else.
-	n.expireLock()
-	n.mu.Lock()
-	n.lockOwner = "someone-else"
-	n.mu.Unlock()
+	// The lock expires and another agent takes it at once.
+	n.stealLock("someone-else")
 	waitFor(t, "step down", func() bool { return !a1.a.IsLeader() })
 	n.submit("job", tier("high"), gpuGroup("w", 1, 1))
 	time.Sleep(100 * time.Millisecond)

@@ -284,9 +284,14 @@ func (e *fakeExec) Resign(context.Context) error {
 }
 
 // expireLock simulates the leader's lock being lost (missed renewals).
-func (f *fakeNomad) expireLock() string {
+func (f *fakeNomad) expireLock() string { return f.stealLock("") }
+
+// stealLock ends the current holder's lock and gives it to newOwner in one
+// step (another agent won it while this one missed its renewals).
+func (f *fakeNomad) stealLock(newOwner string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer func() { f.lockOwner = newOwner }()
 	owner := f.lockOwner
 	if owner != "" {
 		close(f.lockLost[owner])

@@ -177,6 +177,12 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 		e.State = agentapi.StateWaiting
 		e.Decision = DecisionAdmit
 		e.Reason = "fits now; the leader admits it (this agent is a standby)"
+	case ex != nil && ex.Status == engine.StatusAdmitted && h.Decision != DecisionAdmit:
+		// Planned by this cycle but not carried out (EnforceIndex
+		// conflict, failure): still parked, decided again next cycle.
+		e.State = agentapi.StateWaiting
+		e.Decision = DecisionWait
+		e.Reason = "admission planned but not carried out this cycle (job changed or Nomad refused); re-deciding"
 	case ex != nil && ex.Status == engine.StatusAdmitted:
 		e.State = agentapi.StateAdmitting
 		e.Position = 0
