@@ -101,6 +101,9 @@ func (e *Elector) Holder(ctx context.Context) (string, error) {
 // to return before contending again. On exit it releases the lock.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
 	for ctx.Err() == nil {
+		// The lock's TTL runs from when Nomad granted it, some time after
+		// the request left: counting from the send errs on the safe side.
+		sent := time.Now()
 		lockID, err := e.acquire(ctx)
 		if err != nil || lockID == "" {
 			if err != nil {
@@ -117,7 +120,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 			defer close(done)
 			lead(lctx)
 		}()
-		lost := e.hold(lctx, lockID, done)
+		lost := e.hold(lctx, lockID, sent, done)
 		cancel()
 		<-done
 		e.leader.Store(false)
@@ -154,11 +157,13 @@ func (e *Elector) acquire(ctx context.Context) (string, error) {
 }
 
 // hold renews the lock every TTL/2 until ctx ends or lead returns
-// (lost=false), or leadership is lost (lost=true).
-func (e *Elector) hold(ctx context.Context, lockID string, done <-chan struct{}) bool {
+// (lost=false), or leadership is lost (lost=true). lastOK is when the
+// request that last granted or renewed the lock was sent; once 3/4 of a
+// TTL passes without a newer success the agent steps down, before the
+// lock can expire and (after the lock delay) pass to another agent.
+func (e *Elector) hold(ctx context.Context, lockID string, lastOK time.Time, done <-chan struct{}) bool {
 	t := time.NewTicker(e.cfg.TTL / 2)
 	defer t.Stop()
-	lastOK := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -167,10 +172,19 @@ func (e *Elector) hold(ctx context.Context, lockID string, done <-chan struct{})
 			return false
 		case <-t.C:
 		}
+		// A renewal that hangs (Nomad stalled, a half-open connection)
+		// must not keep this agent leading past the point where it has to
+		// step down: the lock may already be free for another agent.
+		sent := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, lastOK.Add(e.cfg.TTL*3/4))
 		v := &api.Variable{Path: e.cfg.Path, Lock: &api.VariableLock{ID: lockID}}
-		_, _, err := e.c.api.Variables().RenewLock(v, e.c.w(ctx))
+		_, _, err := e.c.api.Variables().RenewLock(v, e.c.w(rctx))
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
 		if err == nil {
-			lastOK = time.Now()
+			lastOK = sent
 			continue
 		}
 		if statusCode(err) == http.StatusConflict {

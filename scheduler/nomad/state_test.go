@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,6 +240,51 @@ func TestElectorOneLeaderAndFailover(t *testing.T) {
 	waitUntil("takeover after release", func() bool { return els[1-cur].IsLeader() })
 	if took := time.Since(start); took > cfg.TTL+cfg.LockDelay {
 		t.Errorf("takeover after a clean release took %v", took)
+	}
+}
+
+// A leader whose renewals hang (Nomad accepted the connection and stalled)
+// must step down within its TTL: waiting on the request forever would keep
+// it acting after the lock expired and another agent took it.
+func TestElectorStepsDownWhenRenewalHangs(t *testing.T) {
+	e := newEnv(t, 0)
+	e.fake.AllowShortLockTTL(true)
+	cfg := ElectorConfig{HolderID: "agent-1", TTL: 400 * time.Millisecond, LockDelay: 400 * time.Millisecond, RetryInterval: 50 * time.Millisecond}
+	el := NewElector(e.c, cfg, e.log)
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan struct{})
+	ended := make(chan time.Time, 1)
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(done)
+		_ = el.Run(ctx, func(lctx context.Context) {
+			first := false
+			once.Do(func() { first = true; close(leading) })
+			<-lctx.Done()
+			if first {
+				ended <- time.Now()
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-leading:
+	case <-time.After(5 * time.Second):
+		t.Fatal("never became leader")
+	}
+	release := e.fake.Hang("PUT", "/v1/var/", "lock-renew")
+	defer release()
+	hungAt := time.Now()
+	select {
+	case at := <-ended:
+		// The last good renewal was at most TTL/2 before the hang; the
+		// step-down is due 3/4 TTL after it.
+		if took := at.Sub(hungAt); took > cfg.TTL {
+			t.Errorf("stepped down %v after renewals started hanging; want within the TTL (%v)", took, cfg.TTL)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("leader kept leading while its renewals hung")
 	}
 }
 

@@ -91,6 +91,7 @@ type Server struct {
 
 	behavior    map[string]ClientBehavior // node ID -> behaviour
 	failNext    []failure
+	hangs       []hang
 	signals     []SignalRecord
 	requests    []RequestRecord
 	idCounter   uint64
@@ -100,6 +101,13 @@ type Server struct {
 	lockDelayed map[string]time.Time // var key -> lock delay end
 	shortTTL    bool                 // accept lock TTLs under Nomad's 10s minimum
 	now         func() time.Time
+}
+
+// hang holds matching requests until released (or the client gives up),
+// like an agent that accepted a connection and then stalled.
+type hang struct {
+	method, pathPrefix, query string
+	release                   chan struct{}
 }
 
 type failure struct {
@@ -244,6 +252,31 @@ func (s *Server) FailNext(method, pathPrefix string, status int, body string) {
 	s.failNext = append(s.failNext, failure{method: method, pathPrefix: pathPrefix, status: status, body: body})
 }
 
+// Hang makes every request whose method matches (empty: any), whose path
+// starts with pathPrefix and whose raw query contains query stall until
+// the returned release is called or the client cancels; a released
+// request answers 503.
+func (s *Server) Hang(method, pathPrefix, query string) (release func()) {
+	h := hang{method: method, pathPrefix: pathPrefix, query: query, release: make(chan struct{})}
+	s.mu.Lock()
+	s.hangs = append(s.hangs, h)
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			for i := range s.hangs {
+				if s.hangs[i].release == h.release {
+					s.hangs = append(s.hangs[:i], s.hangs[i+1:]...)
+					break
+				}
+			}
+			s.mu.Unlock()
+			close(h.release)
+		})
+	}
+}
+
 // Signals returns the signals delivered so far.
 func (s *Server) Signals() []SignalRecord {
 	s.mu.Lock()
@@ -323,6 +356,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(f.status)
 			_, _ = io.WriteString(w, f.body)
+			return
+		}
+	}
+	for _, h := range s.hangs {
+		if (h.method == "" || h.method == r.Method) && strings.HasPrefix(r.URL.Path, h.pathPrefix) && strings.Contains(r.URL.RawQuery, h.query) {
+			s.mu.Unlock()
+			select {
+			case <-h.release:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
 	}
