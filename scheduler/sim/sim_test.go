@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strings"
@@ -325,6 +326,70 @@ func TestMembersFor(t *testing.T) {
 		for i := range got {
 			if got[i] != c.want[i] {
 				t.Fatalf("MembersFor(%d,%d) = %v", c.gpus, c.node, got)
+			}
+		}
+	}
+}
+
+// randomJobs builds a seeded random trace on 8-GPU nodes: mostly 1-GPU
+// jobs, some whole nodes and some multi-node gangs.
+func randomJobs(seed int64, n int) []trace.Job {
+	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+	next := func(k int) int {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return int(x % uint64(k))
+	}
+	var jobs []trace.Job
+	t := int64(0)
+	for i := 0; i < n; i++ {
+		t += int64(next(120))
+		gpus := []int{1, 1, 1, 1, 2, 4, 8, 16}[next(8)]
+		tier := trace.Tiers[next(len(trace.Tiers))]
+		dur := int64(60 + next(7200))
+		jobs = append(jobs, job(fmt.Sprintf("r%d", i), t, dur, gpus, tier, dur*int64(1+next(3))))
+	}
+	return jobs
+}
+
+// TestBaselineInvariants: on random traces every baseline finishes every
+// job, never allocates more than the cluster, delivers exactly the work of
+// the trace, loses nothing (no preemption), and gives equal results for
+// equal input.
+func TestBaselineInvariants(t *testing.T) {
+	for seed := int64(1); seed <= 5; seed++ {
+		jobs := randomJobs(seed, 300)
+		want := 0.0
+		for _, j := range jobs {
+			want += float64(j.Duration) * float64(j.GPUs) / 3600
+		}
+		for _, name := range []string{baseline.NomadNative, baseline.FIFOGang, baseline.Backfill} {
+			opts := sim.Options{Cluster: cluster(t, 4, 8), Model: sim.DefaultModel()}
+			a, err := sim.Run(jobs, mustBaseline(t, name), opts)
+			if err != nil {
+				t.Fatalf("seed %d %s: %v", seed, name, err)
+			}
+			b, err := sim.Run(jobs, mustBaseline(t, name), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.JobsCompleted != len(jobs) || a.Preemptions != 0 || a.LostGPUHours != 0 || math.Abs(a.DeliveredGPUHours-want) > 1e-6 {
+				t.Fatalf("seed %d %s: completed %d preemptions %d lost %v delivered %v want %v", seed, name, a.JobsCompleted, a.Preemptions, a.LostGPUHours, a.DeliveredGPUHours, want)
+			}
+			for _, s := range a.Series {
+				if s.Allocated > 32 || s.Partial > s.Allocated || s.Bound > 32 {
+					t.Fatalf("seed %d %s: bad sample %+v", seed, name, s)
+				}
+			}
+			if a.Occupancy > 1 || a.OccupancyVsBound > 1+1e-9 {
+				t.Fatalf("seed %d %s: occupancy %v vs bound %v", seed, name, a.Occupancy, a.OccupancyVsBound)
+			}
+			if name != baseline.NomadNative && a.PartialGangIdleGPUHours != 0 {
+				t.Fatalf("seed %d %s placed a gang partially", seed, name)
+			}
+			if a.WeightedJCTS != b.WeightedJCTS || a.Occupancy != b.Occupancy || a.MakespanS != b.MakespanS {
+				t.Fatalf("seed %d %s: two runs differ", seed, name)
 			}
 		}
 	}

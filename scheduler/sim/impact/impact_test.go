@@ -1,6 +1,7 @@
 package impact
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -156,5 +157,59 @@ func TestExamplePolicyMatchesBuiltin(t *testing.T) {
 	}
 	if string(b) != string(DefaultPolicyHCL) {
 		t.Fatal("example/sim/policy.hcl differs from scheduler/sim/impact/policy.hcl")
+	}
+}
+
+// TestRandomTraceInvariants: on random traces the engine finishes every
+// job, never places a gang partially, delivers the trace's work exactly
+// once (preempted work is lost, then redone), never preempts a
+// non-preemptible job, and gives equal results for equal input.
+func TestRandomTraceInvariants(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		x := seed*0x9e3779b97f4a7c15 + 7
+		next := func(k int) int {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			return int(x % uint64(k))
+		}
+		var jobs []trace.Job
+		want := 0.0
+		ts := int64(0)
+		for i := 0; i < 250; i++ {
+			ts += int64(next(90))
+			gpus := []int{1, 1, 1, 2, 4, 8, 16}[next(7)]
+			tier := trace.Tiers[next(len(trace.Tiers))]
+			dur := int64(120 + next(9000))
+			jobs = append(jobs, tj(fmt.Sprintf("r%d", i), ts, dur, gpus, tier, tier == "normal" || tier == "scavenger"))
+			want += float64(dur*int64(gpus)) / 3600
+		}
+		run := func() *sim.Result {
+			res, err := sim.Run(jobs, newSched(t), opts(t, 4))
+			if err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			return res
+		}
+		a, b := run(), run()
+		if a.JobsCompleted != len(jobs) || a.PartialGangIdleGPUHours != 0 {
+			t.Fatalf("seed %d: completed %d, partial %v", seed, a.JobsCompleted, a.PartialGangIdleGPUHours)
+		}
+		if d := a.DeliveredGPUHours - want; d > 1e-6 || d < -1e-6 {
+			t.Fatalf("seed %d: delivered %v, want %v", seed, a.DeliveredGPUHours, want)
+		}
+		for _, j := range a.Jobs {
+			if j.Preempted > 0 && (j.Tier == "critical" || j.Tier == "high") {
+				t.Fatalf("seed %d: non-preemptible %s preempted", seed, j.ID)
+			}
+		}
+		for _, s := range a.Series {
+			if s.Allocated > 32 || s.Partial != 0 {
+				t.Fatalf("seed %d: bad sample %+v", seed, s)
+			}
+		}
+		if a.WeightedJCTS != b.WeightedJCTS || a.Preemptions != b.Preemptions || a.LostGPUHours != b.LostGPUHours {
+			t.Fatalf("seed %d: two runs differ", seed)
+		}
 	}
 }
