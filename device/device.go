@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -29,6 +30,9 @@ const Version = "0.1.0"
 // stops the plugin.
 var errNotEnabled = status.Error(codes.FailedPrecondition, "device is not enabled")
 
+// errShutdown is what RPCs answer after Shutdown.
+var errShutdown = status.Error(codes.Unavailable, "device plugin is shutting down")
+
 // Options are hooks for tests; the zero value is right for production.
 type Options struct {
 	// NewBackend builds the GPU backend for validated settings. Default:
@@ -50,8 +54,10 @@ type Plugin struct {
 	mu       sync.Mutex
 	s        *settings
 	fakeTopo *fake.Topology
+	// mon is started by the first RPC that needs it and replaced when a
+	// new config arrives; open streams follow it (see snapshot).
 	mon      *monitor
-	backend  gpu.Backend
+	shutdown bool
 }
 
 var _ plugin.DevicePlugin = (*Plugin)(nil)
@@ -110,18 +116,14 @@ func (p *Plugin) stopLocked() {
 		p.mon.stop()
 		p.mon = nil
 	}
-	if p.backend != nil {
-		if err := p.backend.Close(); err != nil {
-			p.logger.Warn("closing backend", "error", err)
-		}
-		p.backend = nil
-	}
 }
 
-// Shutdown stops the monitor and releases the backend.
+// Shutdown stops the monitor and releases the backend; open streams end
+// with Unavailable and later RPCs fail.
 func (p *Plugin) Shutdown() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.shutdown = true
 	p.stopLocked()
 }
 
@@ -131,6 +133,9 @@ func (p *Plugin) Shutdown() {
 func (p *Plugin) monitor() (*monitor, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.shutdown {
+		return nil, errShutdown
+	}
 	if p.s == nil {
 		// Nomad always configures first; a missing config means the
 		// defaults.
@@ -151,9 +156,29 @@ func (p *Plugin) monitor() (*monitor, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "start %s backend: %v", p.s.backend, err)
 	}
-	p.backend = b
 	p.mon = startMonitor(b, *p.s, p.logger, p.opts.Now)
 	return p.mon, nil
+}
+
+// snapshot returns the current monitor, its latest device state and a
+// channel closed when that state is replaced. A monitor stopped by a new
+// config is followed to the next one, so open streams carry on with the
+// new settings; after Shutdown, or with enabled = false, it fails.
+func (p *Plugin) snapshot(ctx context.Context) (*monitor, *snapshot, <-chan struct{}, error) {
+	for {
+		m, err := p.monitor()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		snap, changed, err := m.current(ctx)
+		switch {
+		case errors.Is(err, errStopped):
+			continue
+		case err != nil:
+			return nil, nil, nil, status.FromContextError(err).Err()
+		}
+		return m, snap, changed, nil
+	}
 }
 
 func (p *Plugin) newBackend() (gpu.Backend, error) {
@@ -173,25 +198,25 @@ func (p *Plugin) newBackend() (gpu.Backend, error) {
 // new full set whenever it changes. The stream stays open until the client
 // goes away: a stream that ends makes Nomad drop the devices for good.
 func (p *Plugin) Fingerprint(_ *devicepb.FingerprintRequest, stream devicepb.DevicePlugin_FingerprintServer) error {
-	m, err := p.monitor()
-	if err != nil {
-		return err
-	}
 	ctx := stream.Context()
-	var sent uint64
+	var sent []group
+	first := true
 	for {
-		snap, version, changed, err := m.current(ctx)
+		m, snap, changed, err := p.snapshot(ctx)
 		if err != nil {
-			return status.FromContextError(err).Err()
+			return err
 		}
-		if version != sent {
+		// A monitor publishes only changed groups, but a new monitor
+		// (after a new config) may start from the same ones.
+		if first || !reflect.DeepEqual(snap.groups, sent) {
 			if err := stream.Send(fingerprintResponse(snap.groups)); err != nil {
 				return err
 			}
-			sent = version
+			sent, first = snap.groups, false
 		}
 		select {
 		case <-changed:
+		case <-m.stopped:
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
@@ -200,15 +225,11 @@ func (p *Plugin) Fingerprint(_ *devicepb.FingerprintRequest, stream devicepb.Dev
 
 // Reserve tells the client how to give the task its GPUs.
 func (p *Plugin) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*devicepb.ReserveResponse, error) {
-	m, err := p.monitor()
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	snap, _, _, err := m.current(ctx)
+	_, snap, _, err := p.snapshot(ctx)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "no device state yet: %v", err)
+		return nil, err
 	}
 	res, err := reserve(snap, req.GetDeviceIds(), p.opts.DevRoot)
 	if err != nil {
@@ -222,12 +243,9 @@ func (p *Plugin) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*de
 }
 
 // Stats streams per-GPU stats every collection interval until the client
-// goes away.
+// goes away. A failed sample is skipped (and logged when the error
+// changes), not sent as an error: an error would end the stream.
 func (p *Plugin) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_StatsServer) error {
-	m, err := p.monitor()
-	if err != nil {
-		return err
-	}
 	interval := time.Second
 	if d := req.GetCollectionInterval(); d != nil && d.AsDuration() > 0 {
 		interval = d.AsDuration()
@@ -235,19 +253,24 @@ func (p *Plugin) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_
 	ctx := stream.Context()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	var lastErr string
 	for {
-		snap, _, _, err := m.current(ctx)
+		m, snap, _, err := p.snapshot(ctx)
 		if err != nil {
-			return status.FromContextError(err).Err()
+			return err
 		}
-		p.mu.Lock()
-		b := p.backend
-		p.mu.Unlock()
-		if b != nil {
-			resp, err := collectStats(ctx, b, snap)
-			if err != nil {
+		resp, err := m.stats(ctx, snap)
+		switch {
+		case errors.Is(err, errStopped):
+			// Reconfigured meanwhile: the next tick reads the new monitor.
+		case err != nil:
+			if err.Error() != lastErr {
 				p.logger.Warn("stats collection failed", "error", err)
-			} else if err := stream.Send(resp); err != nil {
+				lastErr = err.Error()
+			}
+		default:
+			lastErr = ""
+			if err := stream.Send(resp); err != nil {
 				return err
 			}
 		}

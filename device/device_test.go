@@ -26,12 +26,14 @@ type scripted struct {
 	err     error
 	scans   int
 	watches int
+	closes  int
 	events  chan gpu.HealthEvent
 	scanned chan struct{}
+	watched chan struct{} // one token per WatchHealth start
 }
 
 func newScripted(inv gpu.Inventory) *scripted {
-	return &scripted{inv: inv, events: make(chan gpu.HealthEvent, 8), scanned: make(chan struct{}, 64)}
+	return &scripted{inv: inv, events: make(chan gpu.HealthEvent, 8), scanned: make(chan struct{}, 64), watched: make(chan struct{}, 64)}
 }
 
 func (s *scripted) Inventory(context.Context) (gpu.Inventory, error) {
@@ -57,6 +59,7 @@ func (s *scripted) WatchHealth(ctx context.Context, out chan<- gpu.HealthEvent) 
 	s.mu.Lock()
 	s.watches++
 	s.mu.Unlock()
+	s.watched <- struct{}{}
 	for {
 		select {
 		case ev := <-s.events:
@@ -67,7 +70,12 @@ func (s *scripted) WatchHealth(ctx context.Context, out chan<- gpu.HealthEvent) 
 	}
 }
 
-func (s *scripted) Close() error { return nil }
+func (s *scripted) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closes++
+	return nil
+}
 
 func (s *scripted) set(f func(*gpu.Inventory)) {
 	s.mu.Lock()
@@ -86,6 +94,11 @@ func twoGPUs() gpu.Inventory {
 }
 
 func start(t *testing.T, b gpu.Backend, cfg string) *plugintest.Instance {
+	_, inst := startPlugin(t, b, cfg)
+	return inst
+}
+
+func startPlugin(t *testing.T, b gpu.Backend, cfg string) (*Plugin, *plugintest.Instance) {
 	t.Helper()
 	p := New(hclog.NewNullLogger(), Options{NewBackend: func(string, string, hclog.Logger) (gpu.Backend, error) { return b, nil }})
 	t.Cleanup(p.Shutdown)
@@ -93,7 +106,7 @@ func start(t *testing.T, b gpu.Backend, cfg string) *plugintest.Instance {
 	if err := inst.SetConfigHCL(context.Background(), cfg, plugintest.DefaultNomadConfig()); err != nil {
 		t.Fatal(err)
 	}
-	return inst
+	return p, inst
 }
 
 func TestStatsBeforeFingerprint(t *testing.T) {
@@ -210,19 +223,19 @@ func TestFingerprintOnlyOnChange(t *testing.T) {
 		t.Fatalf("after XID with failing scans: %d devices, %d unhealthy", total, unhealthy)
 	}
 	// The health watch was restarted for each change of the GPU set
-	// (vanished, came back), so it covers the GPUs present.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b.mu.Lock()
-		watches := b.watches
-		b.mu.Unlock()
-		if watches == 3 {
-			break
+	// (vanished, came back), so it covers the GPUs present: three starts,
+	// and no more, since the failing scans change nothing.
+	for i := 1; i <= 3; i++ {
+		select {
+		case <-b.watched:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("health watch started %d times, want 3", i-1)
 		}
-		if watches > 3 || time.Now().After(deadline) {
-			t.Fatalf("health watch started %d times, want 3", watches)
-		}
-		time.Sleep(5 * time.Millisecond)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.watches != 3 {
+		t.Fatalf("health watch started %d times, want 3", b.watches)
 	}
 }
 
@@ -258,7 +271,7 @@ func TestMonitorSurvivesHealthWatchFailure(t *testing.T) {
 	m := startMonitor(b, settingsFor(t, "island"), hclog.NewNullLogger(), time.Now)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	snap, _, _, err := m.current(ctx)
+	snap, _, err := m.current(ctx)
 	if err != nil || len(snap.groups) != 1 {
 		t.Fatalf("snapshot %v %v", snap, err)
 	}
@@ -317,5 +330,145 @@ func TestReserveOverGRPC(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want InvalidArgument naming %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// fingerprints reads a fingerprint stream into a channel; next waits for
+// one message with a deadline, end for the stream's error.
+type fingerprints struct {
+	msgs chan *devicepb.FingerprintResponse
+	err  chan error
+}
+
+func readFingerprints(t *testing.T, inst *plugintest.Instance) fingerprints {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	fp, err := inst.Device.Fingerprint(ctx, &devicepb.FingerprintRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fingerprints{msgs: make(chan *devicepb.FingerprintResponse, 16), err: make(chan error, 1)}
+	go func() {
+		for {
+			m, err := fp.Recv()
+			if err != nil {
+				f.err <- err
+				return
+			}
+			f.msgs <- m
+		}
+	}()
+	return f
+}
+
+func (f fingerprints) next(t *testing.T, what string) *devicepb.FingerprintResponse {
+	t.Helper()
+	select {
+	case m := <-f.msgs:
+		return m
+	case err := <-f.err:
+		t.Fatalf("%s: stream ended: %v", what, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no fingerprint within 10s", what)
+	}
+	return nil
+}
+
+func (f fingerprints) end(t *testing.T, what string) error {
+	t.Helper()
+	select {
+	case m := <-f.msgs:
+		t.Fatalf("%s: unexpected fingerprint %v", what, m)
+	case err := <-f.err:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: stream still open after 10s", what)
+	}
+	return nil
+}
+
+// TestStreamsFollowNewConfig: a config that changes while a fingerprint
+// stream is open applies to that stream (it must not stay on the stopped
+// monitor), and the old backend is closed.
+func TestStreamsFollowNewConfig(t *testing.T) {
+	b := newScripted(twoGPUs())
+	b.inv.Links = nil // two islands of one GPU each
+	_, inst := startPlugin(t, b, "")
+	fps := readFingerprints(t, inst)
+	if n := len(fps.next(t, "first").GetDeviceGroup()); n != 2 {
+		t.Fatalf("%d groups by island, want 2", n)
+	}
+	if err := inst.SetConfigHCL(context.Background(), `group_by = "model"`, plugintest.DefaultNomadConfig()); err != nil {
+		t.Fatal(err)
+	}
+	second := fps.next(t, "after group_by = model")
+	if gs := second.GetDeviceGroup(); len(gs) != 1 || gs[0].GetDeviceName() != "Test" || len(gs[0].GetDevices()) != 2 {
+		t.Fatalf("groups by model: %v", gs)
+	}
+	b.mu.Lock()
+	closes := b.closes
+	b.mu.Unlock()
+	if closes != 1 {
+		t.Fatalf("backend closed %d times after one reconfiguration, want 1", closes)
+	}
+	// The same config again changes nothing: no restart, and no message
+	// (end below fails on any message before the stream's end).
+	if err := inst.SetConfigHCL(context.Background(), `group_by = "model"`, plugintest.DefaultNomadConfig()); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	closes = b.closes
+	b.mu.Unlock()
+	if closes != 1 {
+		t.Fatalf("backend closed %d times after an unchanged config, want still 1", closes)
+	}
+	// Disabling ends the stream with FailedPrecondition.
+	if err := inst.SetConfigHCL(context.Background(), `enabled = false`, plugintest.DefaultNomadConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fps.end(t, "after enabled = false"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("stream of a disabled plugin ended with %v, want FailedPrecondition", err)
+	}
+}
+
+// TestShutdownEndsStreams: open streams end with Unavailable (instead of
+// waiting forever on a stopped monitor), the backend is closed, and later
+// RPCs fail instead of starting a new backend.
+func TestShutdownEndsStreams(t *testing.T) {
+	b := newScripted(twoGPUs())
+	p, inst := startPlugin(t, b, "")
+	fps := readFingerprints(t, inst)
+	fps.next(t, "first")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := inst.Device.Stats(ctx, &devicepb.StatsRequest{CollectionInterval: durationpb.New(10 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	p.Shutdown()
+	if err := fps.end(t, "fingerprint after Shutdown"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("fingerprint ended with %v, want Unavailable", err)
+	}
+	for {
+		_, err := st.Recv()
+		if err == nil {
+			continue // samples taken before Shutdown
+		}
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("stats ended with %v, want Unavailable", err)
+		}
+		break
+	}
+	if _, err := inst.Device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: []string{"GPU-0"}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("reserve after Shutdown: %v", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closes != 1 {
+		t.Fatalf("backend closed %d times, want 1", b.closes)
 	}
 }

@@ -11,11 +11,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/device/gpu"
+	"github.com/impact-sched/nomad-impact/plugin/proto/devicepb"
 )
 
-// monitor owns the node's device state: it scans the backend every
-// fingerprint period, applies health events as they arrive, and publishes a
-// new snapshot only when the device groups changed.
+// errStopped is returned by a monitor that has been stopped (the plugin
+// was reconfigured or shut down); callers move to the plugin's next one.
+var errStopped = errors.New("device monitor stopped")
+
+// monitor owns the node's device state and the backend it comes from: it
+// scans the backend every fingerprint period, applies health events as
+// they arrive, and publishes a new snapshot only when the device groups
+// changed. Stopping it closes the backend.
 type monitor struct {
 	backend gpu.Backend
 	s       settings
@@ -27,6 +33,13 @@ type monitor struct {
 	version uint64
 	changed chan struct{} // closed and replaced on every new version
 	ready   chan struct{} // closed once the first snapshot exists
+
+	// backendMu keeps stats reads off a backend being closed (a closed
+	// NVML backend would initialise NVML again on the next call).
+	backendMu sync.RWMutex
+	closed    bool
+	stopOnce  sync.Once
+	stopped   chan struct{} // closed once stop has released the backend
 
 	// Owned by the run goroutine.
 	known       map[string]gpu.Device
@@ -43,29 +56,53 @@ type monitor struct {
 func startMonitor(backend gpu.Backend, s settings, logger hclog.Logger, now func() time.Time) *monitor {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &monitor{backend: backend, s: s, logger: logger.Named("monitor"), now: now,
-		changed: make(chan struct{}), ready: make(chan struct{}),
+		changed: make(chan struct{}), ready: make(chan struct{}), stopped: make(chan struct{}),
 		known: map[string]gpu.Device{}, links: map[[2]string]gpu.Link{}, present: map[string]bool{},
 		health: newHealth(), cancel: cancel, done: make(chan struct{})}
 	go m.run(ctx)
 	return m
 }
 
+// stop ends the scans and the health watch, closes the backend and wakes
+// everyone waiting in current. It may be called more than once.
 func (m *monitor) stop() {
-	m.cancel()
-	<-m.done
+	m.stopOnce.Do(func() {
+		m.cancel()
+		<-m.done
+		m.backendMu.Lock()
+		m.closed = true
+		if err := m.backend.Close(); err != nil {
+			m.logger.Warn("closing the GPU backend", "error", err)
+		}
+		m.backendMu.Unlock()
+		close(m.stopped)
+	})
 }
 
-// current returns the latest snapshot, its version and a channel closed
-// when a newer one exists. It waits for the first snapshot.
-func (m *monitor) current(ctx context.Context) (*snapshot, uint64, <-chan struct{}, error) {
+// current returns the latest snapshot and a channel closed when a newer
+// one exists. It waits for the first snapshot; it fails with errStopped
+// once the monitor is stopped, or with ctx's error.
+func (m *monitor) current(ctx context.Context) (*snapshot, <-chan struct{}, error) {
 	select {
 	case <-m.ready:
+	case <-m.stopped:
+		return nil, nil, errStopped
 	case <-ctx.Done():
-		return nil, 0, nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.snap, m.version, m.changed, nil
+	return m.snap, m.changed, nil
+}
+
+// stats samples the GPUs of snap, unless the monitor was stopped.
+func (m *monitor) stats(ctx context.Context, snap *snapshot) (*devicepb.StatsResponse, error) {
+	m.backendMu.RLock()
+	defer m.backendMu.RUnlock()
+	if m.closed {
+		return nil, errStopped
+	}
+	return collectStats(ctx, m.backend, snap)
 }
 
 func (m *monitor) run(ctx context.Context) {
