@@ -3,6 +3,7 @@ package device
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,16 +28,32 @@ type Config struct {
 	GroupBy           string   `cty:"group_by"`
 }
 
-// configSpec is the hclspec schema of Config. Every field has a default so
-// that an empty config {} (or none) means: enabled, NVML, group by island.
+// defaultConfig is what an empty config {} (or no plugin block) means:
+// enabled, NVML, a scan a minute, one device group per NVLink island. The
+// schema's defaults are written from it, so the two cannot drift.
+func defaultConfig() Config {
+	return Config{
+		Enabled:           true,
+		IgnoredGPUIDs:     []string{},
+		FingerprintPeriod: "1m",
+		Backend:           BackendNVML,
+		FakeTopology:      "",
+		GroupBy:           string(topology.ByIsland),
+	}
+}
+
+// configSpec is the hclspec schema of Config; every field defaults to
+// defaultConfig's value.
 func configSpec() *hclspecpb.Spec {
+	def := defaultConfig()
+	str := func(name, v string) *hclspecpb.Spec { return hclspec.AttrDefault(name, "string", hclspec.Quote(v)) }
 	return hclspec.Object(hclspec.Attrs{
-		"enabled":            hclspec.AttrDefault("enabled", "bool", "true"),
+		"enabled":            hclspec.AttrDefault("enabled", "bool", strconv.FormatBool(def.Enabled)),
 		"ignored_gpu_ids":    hclspec.AttrDefault("ignored_gpu_ids", "list(string)", "[]"),
-		"fingerprint_period": hclspec.AttrDefault("fingerprint_period", "string", hclspec.Quote("1m")),
-		"backend":            hclspec.AttrDefault("backend", "string", hclspec.Quote(BackendNVML)),
-		"fake_topology":      hclspec.AttrDefault("fake_topology", "string", hclspec.Quote("")),
-		"group_by":           hclspec.AttrDefault("group_by", "string", hclspec.Quote(string(topology.ByIsland))),
+		"fingerprint_period": str("fingerprint_period", def.FingerprintPeriod),
+		"backend":            str("backend", def.Backend),
+		"fake_topology":      str("fake_topology", def.FakeTopology),
+		"group_by":           str("group_by", def.GroupBy),
 	})
 }
 

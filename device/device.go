@@ -139,8 +139,7 @@ func (p *Plugin) monitor() (*monitor, error) {
 	if p.s == nil {
 		// Nomad always configures first; a missing config means the
 		// defaults.
-		cfg := Config{Enabled: true, FingerprintPeriod: "1m", Backend: BackendNVML, GroupBy: "island"}
-		s, err := cfg.parse()
+		s, err := defaultConfig().parse()
 		if err != nil {
 			return nil, err
 		}
