@@ -19,6 +19,8 @@
 //     struct decoding with errors naming the bad field; also the encoder.
 //   - plugin/plugintest: a conformance harness that launches a plugin binary
 //     as a Nomad client would and returns gRPC clients.
+//   - plugin/units     : the units the client accepts on device attributes
+//     (no dependencies, so pure packages share the one list).
 //
 // Usage, for a device plugin:
 //
@@ -70,7 +72,7 @@
 // Device plugins should check each fingerprint with [ValidateFingerprint]
 // before sending it: one bad attribute makes the client drop all devices and
 // stop the plugin. [IntAttr], [FloatAttr], [StringAttr] and [BoolAttr] build
-// attributes; [Units] lists the units the client accepts.
+// attributes; package plugin/units lists the units the client accepts.
 //
 // Tests: plugintest.StartDevice/StartDriver serve an implementation
 // in-process; plugintest.Build + plugintest.Launch/LoadLikeNomad run a

@@ -10,14 +10,15 @@ import (
 
 	"github.com/impact-sched/nomad-impact/plugin/proto/devicepb"
 	"github.com/impact-sched/nomad-impact/plugin/proto/structspb"
+	"github.com/impact-sched/nomad-impact/plugin/units"
 )
 
-// IntAttr is an integer attribute with an optional unit (see Units).
+// IntAttr is an integer attribute with an optional unit (see plugin/units).
 func IntAttr(v int64, unit string) *structspb.Attribute {
 	return &structspb.Attribute{Value: &structspb.Attribute_IntVal{IntVal: v}, Unit: unit}
 }
 
-// FloatAttr is a float attribute with an optional unit (see Units).
+// FloatAttr is a float attribute with an optional unit (see plugin/units).
 func FloatAttr(v float64, unit string) *structspb.Attribute {
 	return &structspb.Attribute{Value: &structspb.Attribute_FloatVal{FloatVal: v}, Unit: unit}
 }
@@ -33,29 +34,9 @@ func BoolAttr(v bool) *structspb.Attribute {
 	return &structspb.Attribute{Value: &structspb.Attribute_BoolVal{BoolVal: v}}
 }
 
-// Units are the units Nomad accepts on device attributes.
-func Units() []string {
-	return []string{
-		"KiB", "MiB", "GiB", "TiB", "PiB", "EiB",
-		"kB", "KB", "MB", "GB", "TB", "PB", "EB",
-		"KiB/s", "MiB/s", "GiB/s", "TiB/s", "PiB/s", "EiB/s",
-		"kB/s", "KB/s", "MB/s", "GB/s", "TB/s", "PB/s", "EB/s",
-		"MHz", "GHz",
-		"mW", "W", "kW", "MW", "GW",
-	}
-}
-
-func knownUnit(u string) bool {
-	for _, k := range Units() {
-		if k == u {
-			return true
-		}
-	}
-	return false
-}
-
 // ValidateAttribute applies the client's checks on a device attribute:
-// exactly one value, and a unit only on numbers and only a known one.
+// exactly one value, and a unit only on numbers and only one of
+// plugin/units.
 func ValidateAttribute(a *structspb.Attribute) error {
 	if a == nil || a.GetValue() == nil {
 		return errors.New("attribute has no value")
@@ -68,7 +49,7 @@ func ValidateAttribute(a *structspb.Attribute) error {
 	default:
 		return fmt.Errorf("unit %q on a non-numeric attribute", a.GetUnit())
 	}
-	if !knownUnit(a.GetUnit()) {
+	if !units.Known(a.GetUnit()) {
 		return fmt.Errorf("unknown unit %q", a.GetUnit())
 	}
 	return nil

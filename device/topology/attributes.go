@@ -3,7 +3,8 @@ package topology
 import (
 	"fmt"
 	"sort"
-	"strings"
+
+	"github.com/impact-sched/nomad-impact/plugin/units"
 )
 
 // Attribute is a typed device attribute, shaped like Nomad's (one of the
@@ -49,20 +50,10 @@ func (a Attribute) Validate() error {
 	if a.Int == nil && a.Float == nil {
 		return fmt.Errorf("unit %q on a non-numeric attribute", a.Unit)
 	}
-	if !knownUnits[a.Unit] {
+	if !units.Known(a.Unit) {
 		return fmt.Errorf("unknown unit %q", a.Unit)
 	}
 	return nil
-}
-
-var knownUnits = map[string]bool{}
-
-func init() {
-	for _, u := range strings.Fields(`KiB MiB GiB TiB PiB EiB kB KB MB GB TB PB EB
-		KiB/s MiB/s GiB/s TiB/s PiB/s EiB/s kB/s KB/s MB/s GB/s TB/s PB/s EB/s
-		MHz GHz mW W kW MW GW`) {
-		knownUnits[u] = true
-	}
 }
 
 // Attribute names. See doc.go for what each one means.
