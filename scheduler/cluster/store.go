@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Store is the mutable model of the cluster: it applies upserts and deletes
@@ -25,7 +26,18 @@ type Store struct {
 	// byJob indexes allocation IDs per job ID; each value is replaced, never
 	// modified in place, so snapshots can share it.
 	byJob cowMap[[]string]
+	// finished is the log of allocations that stopped (FinishAlloc), for
+	// usage charging; finishedBase is the sequence number of its first
+	// record. Records are only appended, and trimming builds a new slice,
+	// so a snapshot can share the slice it was given.
+	finished     []Finished
+	finishedBase uint64
 }
+
+// MaxFinished bounds the log of finished allocations a store keeps for
+// usage charging: the engine reads it every cycle, so only more than this
+// many allocations ending between two cycles loses charges (the oldest).
+const MaxFinished = 1 << 16
 
 // NewStore returns an empty store.
 func NewStore() *Store { return &Store{} }
@@ -131,13 +143,49 @@ func (s *Store) UpsertAlloc(a *Alloc) error {
 func (s *Store) DeleteAlloc(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.removeAlloc(id) != nil
+}
+
+// removeAlloc removes an allocation and returns it (nil when unknown).
+func (s *Store) removeAlloc(id string) *Alloc {
 	old, ok := s.allocs.get(id)
 	if !ok {
-		return false
+		return nil
 	}
 	s.allocs.del(id)
 	s.unindex(old)
 	s.version++
+	return old
+}
+
+// FinishAlloc removes an allocation that stopped at end and records the
+// GPU time it used (see Finished), so that fair-share usage is charged for
+// it even when it ran between two cycles. It reports whether the
+// allocation was known. Allocations without GPUs, or of jobs the store
+// does not hold or whose impact metadata is bad, are not charged (as in
+// the engine's per-cycle charge).
+func (s *Store) FinishAlloc(id string, end time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.removeAlloc(id)
+	if old == nil {
+		return false
+	}
+	j, known := s.jobs.get(old.JobID)
+	if !known || j.SpecErr != nil || len(old.GPUs) == 0 {
+		return true
+	}
+	if len(s.finished) >= MaxFinished {
+		keep := make([]Finished, MaxFinished/2, MaxFinished)
+		drop := len(s.finished) - len(keep)
+		copy(keep, s.finished[drop:])
+		s.finished = keep
+		s.finishedBase += uint64(drop)
+	}
+	s.finished = append(s.finished, Finished{
+		AllocID: old.ID, JobID: old.JobID, Project: j.Spec.Project,
+		GPUs: len(old.GPUs), Start: old.Start, End: end,
+	})
 	return true
 }
 
@@ -168,11 +216,13 @@ func (s *Store) Snapshot() *Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return &Snapshot{
-		version: s.version,
-		nodes:   s.nodes.freeze(),
-		jobs:    s.jobs.freeze(),
-		allocs:  s.allocs.freeze(),
-		byJob:   s.byJob.freeze(),
+		version:      s.version,
+		nodes:        s.nodes.freeze(),
+		jobs:         s.jobs.freeze(),
+		allocs:       s.allocs.freeze(),
+		byJob:        s.byJob.freeze(),
+		finished:     s.finished[:len(s.finished):len(s.finished)],
+		finishedBase: s.finishedBase,
 	}
 }
 
@@ -185,6 +235,9 @@ type Snapshot struct {
 	jobs    frozen[*Job]
 	allocs  frozen[*Alloc]
 	byJob   frozen[[]string]
+
+	finished     []Finished
+	finishedBase uint64
 
 	nodesOnce  sync.Once
 	nodeList   []*Node
@@ -248,6 +301,21 @@ func (s *Snapshot) EachJob(fn func(*Job)) { s.jobs.each(func(_ string, j *Job) {
 
 // EachAlloc calls fn for every allocation, in no particular order.
 func (s *Snapshot) EachAlloc(fn func(*Alloc)) { s.allocs.each(func(_ string, a *Alloc) { fn(a) }) }
+
+// FinishedSince returns the records of allocations finished (FinishAlloc)
+// with sequence number seq or later, oldest first, and the sequence number
+// to ask for next time. Records trimmed from the store's bounded log are
+// skipped. The slice is shared: do not modify.
+func (s *Snapshot) FinishedSince(seq uint64) ([]Finished, uint64) {
+	next := s.finishedBase + uint64(len(s.finished))
+	if seq >= next {
+		return nil, next
+	}
+	if seq < s.finishedBase {
+		seq = s.finishedBase
+	}
+	return s.finished[seq-s.finishedBase:], next
+}
 
 // JobAllocs returns the allocations of a job (its running gang), sorted by
 // ID.

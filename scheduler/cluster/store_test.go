@@ -79,6 +79,67 @@ func TestInvalidUpdates(t *testing.T) {
 	}
 }
 
+// FinishAlloc removes the allocation like DeleteAlloc and logs its GPU
+// time for usage charging; snapshots keep the log as it was, readers
+// resume by sequence number, and the log stays bounded.
+func TestFinishAllocLog(t *testing.T) {
+	s := NewStore()
+	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	_ = s.UpsertNode(node("n1", 8))
+	_ = s.UpsertJob(&Job{ID: "j1"})
+	_ = s.UpsertJob(&Job{ID: "bad", SpecErr: errors.New("bad meta")})
+	for _, a := range []*Alloc{
+		{ID: "a1", JobID: "j1", NodeID: "n1", GPUs: []string{"n1-g0", "n1-g1"}, Start: t0},
+		{ID: "a2", JobID: "j1", NodeID: "n1", Start: t0},                                 // no GPUs
+		{ID: "a3", JobID: "bad", NodeID: "n1", GPUs: []string{"n1-g2"}, Start: t0},       // bad meta
+		{ID: "a4", JobID: "unmanaged", NodeID: "n1", GPUs: []string{"n1-g3"}, Start: t0}, // job unknown
+	} {
+		if err := s.UpsertAlloc(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Snapshot()
+	for _, id := range []string{"a1", "a2", "a3", "a4"} {
+		if !s.FinishAlloc(id, t0.Add(time.Hour)) {
+			t.Fatalf("FinishAlloc(%s) = false for a known allocation", id)
+		}
+	}
+	if s.FinishAlloc("a1", t0) {
+		t.Fatal("FinishAlloc of a removed allocation reported true")
+	}
+	if recs, next := before.FinishedSince(0); len(recs) != 0 || next != 0 {
+		t.Fatalf("earlier snapshot sees %d records (next %d)", len(recs), next)
+	}
+	snap := s.Snapshot()
+	if snap.NumAllocs() != 0 || len(snap.JobAllocs("j1")) != 0 {
+		t.Fatalf("finished allocations still in the model: %d", snap.NumAllocs())
+	}
+	recs, next := snap.FinishedSince(0)
+	want := Finished{AllocID: "a1", JobID: "j1", GPUs: 2, Start: t0, End: t0.Add(time.Hour)}
+	if len(recs) != 1 || recs[0] != want || next != 1 {
+		t.Fatalf("FinishedSince(0) = %+v, %d; want [%+v], 1", recs, next, want)
+	}
+	if recs, next := snap.FinishedSince(next); len(recs) != 0 || next != 1 {
+		t.Fatalf("FinishedSince(1) = %v, %d; want nothing new", recs, next)
+	}
+	// Bounded: past MaxFinished the oldest records are dropped and a
+	// reader that fell behind gets what is left, in order.
+	for i := range MaxFinished + 10 {
+		id := fmt.Sprintf("b%d", i)
+		_ = s.UpsertAlloc(&Alloc{ID: id, JobID: "j1", NodeID: "n1", GPUs: []string{"n1-g0"}, Start: t0})
+		s.FinishAlloc(id, t0.Add(time.Duration(i)*time.Second))
+	}
+	recs, next = s.Snapshot().FinishedSince(0)
+	if next != MaxFinished+11 || len(recs) > MaxFinished || recs[len(recs)-1].AllocID != fmt.Sprintf("b%d", MaxFinished+9) {
+		t.Fatalf("after overflow: %d records, next %d", len(recs), next)
+	}
+	for i := 1; i < len(recs); i++ {
+		if !recs[i].End.After(recs[i-1].End) {
+			t.Fatalf("records out of order at %d", i)
+		}
+	}
+}
+
 // The store behaves like a plain map under any sequence of updates, and
 // every snapshot keeps exactly the state at the time it was taken.
 func TestStoreMatchesModel(t *testing.T) {

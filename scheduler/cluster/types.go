@@ -162,3 +162,19 @@ type Alloc struct {
 	// preemption under way); its GPUs are about to be freed.
 	Stopping bool
 }
+
+// Finished records the GPU time of an allocation that stopped. Fair-share
+// usage is charged per cycle from the allocations in the snapshot; an
+// allocation that ended since the last cycle (or started and ended between
+// two cycles, never appearing in one) is charged from these records.
+type Finished struct {
+	AllocID string
+	JobID   string
+	// Project is the job's impact_project as written ("" = the policy's
+	// default project).
+	Project string
+	// GPUs the allocation held.
+	GPUs int
+	// Start and End of the allocation's run.
+	Start, End time.Time
+}

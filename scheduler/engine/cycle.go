@@ -100,7 +100,7 @@ func (c *cycle) run() {
 		_, ok := c.e.inflight[a.ID]
 		return ok
 	}, c.e.cache)
-	c.e.accrue(c.st.Holders(), c.now)
+	c.e.accrue(c.snap, c.st.Holders(), c.now)
 	c.holdPending()
 	c.assessHolders()
 	queue := c.buildQueue()
@@ -796,11 +796,16 @@ func (c *cycle) holdersByEnd() []int {
 	return order
 }
 
-// accrue charges each project the GPU time its running allocations used
-// since the previous cycle. The first cycle charges nothing: usage before
-// it is what WithUsage restored.
-func (e *Engine) accrue(holders []placement.Holder, now time.Time) {
+// accrue charges each project the GPU time its allocations used since the
+// previous cycle: the running ones (from the snapshot) up to now, and the
+// ones that finished meanwhile (the store's finished log) up to their end,
+// so that an allocation that started and ended between two cycles is
+// charged too. The first cycle charges nothing: usage before it is what
+// WithUsage or WithMemory restored.
+func (e *Engine) accrue(snap *cluster.Snapshot, holders []placement.Holder, now time.Time) {
 	last := e.lastCycle
+	finished, next := snap.FinishedSince(e.finishedSeq)
+	e.finishedSeq = next
 	if last.IsZero() {
 		e.lastCycle = now
 		return
@@ -809,10 +814,22 @@ func (e *Engine) accrue(holders []placement.Holder, now time.Time) {
 		return
 	}
 	type key struct {
-		project string
-		from    int64
+		project  string
+		from, to int64
 	}
 	sums := map[key]int{}
+	charge := func(project string, gpus int, start, end time.Time) {
+		from := last
+		if start.After(from) {
+			from = start
+		}
+		if end.After(now) {
+			end = now
+		}
+		if gpus > 0 && end.After(from) {
+			sums[key{project, from.UnixNano(), end.UnixNano()}] += gpus
+		}
+	}
 	for i := range holders {
 		hd := &holders[i]
 		if hd.Job == nil || hd.Job.SpecErr != nil {
@@ -820,28 +837,21 @@ func (e *Engine) accrue(holders []placement.Holder, now time.Time) {
 		}
 		project := e.pol.ProjectName(hd.Job.Spec)
 		for _, a := range hd.Allocs {
-			from := last
-			if a.Start.After(from) {
-				from = a.Start
-			}
-			if !now.After(from) {
-				continue
-			}
-			sums[key{project, from.UnixNano()}] += len(a.GPUs)
+			charge(project, len(a.GPUs), a.Start, now)
 		}
+	}
+	for _, f := range finished {
+		charge(e.pol.ProjectName(policy.Spec{Project: f.Project}), f.GPUs, f.Start, f.End)
 	}
 	keys := make([]key, 0, len(sums))
 	for k := range sums {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(a, b int) bool {
-		if keys[a].project != keys[b].project {
-			return keys[a].project < keys[b].project
-		}
-		return keys[a].from < keys[b].from
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(strings.Compare(a.project, b.project), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
 	})
 	for _, k := range keys {
-		e.usage.AddInterval(k.project, sums[k], time.Unix(0, k.from), now)
+		e.usage.AddInterval(k.project, sums[k], time.Unix(0, k.from), time.Unix(0, k.to))
 	}
 	e.lastCycle = now
 }

@@ -27,6 +27,9 @@ type Engine struct {
 
 	usage     *policy.Usage
 	lastCycle time.Time
+	// finishedSeq is the next record of the snapshots' finished-allocation
+	// log (cluster.Store.FinishAlloc) to charge.
+	finishedSeq uint64
 	// losses records the GPU-hours of work lost to each preemption, for the
 	// policy's max_gpu_hours_lost_per_hour.
 	losses []loss

@@ -80,3 +80,40 @@ func fairShareRun(t *testing.T, pol *policy.Policy) (float64, float64) {
 	}
 	return s.gpuHours["a"] - at1, s.gpuHours["b"] - bt1
 }
+
+// Usage is charged for GPU time wherever it falls between cycles: an
+// allocation that starts and ends between two cycles (never in a
+// snapshot), and one that ends after a cycle, are charged exactly the
+// time they ran, and nothing is charged twice.
+func TestUsageChargedForAllocationsBetweenCycles(t *testing.T) {
+	pol := mustPolicy(t, `fair_share { half_life = "1000000h" }`) // no decay to speak of
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 1))
+	for _, j := range []*cluster.Job{
+		mkJob("short", running(), meta("impact_project", "p")),
+		mkJob("long", running(), meta("impact_project", "q")),
+	} {
+		_ = store.UpsertJob(j)
+	}
+	e := mustEngine(t, pol)
+	e.Decide(store.Snapshot(), t0) // first cycle: nothing to charge yet
+	// Between cycles: "short" runs 2 GPUs from +10m to +40m; "long" runs
+	// 1 GPU from +30m and is still running at the next cycle.
+	_ = store.UpsertAlloc(alloc("s1", "short", "n1", t0.Add(10*time.Minute), 0, 1))
+	_ = store.UpsertAlloc(alloc("l1", "long", "n1", t0.Add(30*time.Minute), 2))
+	store.FinishAlloc("s1", t0.Add(40*time.Minute))
+	e.Decide(store.Snapshot(), t0.Add(time.Hour))
+	u := e.Usage()
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-3 }
+	if p, q := u.Get("p", t0.Add(time.Hour)), u.Get("q", t0.Add(time.Hour)); !near(p, 1.0) || !near(q, 0.5) {
+		t.Fatalf("after cycle 2: p=%.4f q=%.4f GPU-hours, want 1.0 (2 GPUs x 30m) and 0.5 (1 GPU x 30m)", p, q)
+	}
+	// "long" ends 15m into the next interval: charged those 15m only.
+	store.FinishAlloc("l1", t0.Add(75*time.Minute))
+	e.Decide(store.Snapshot(), t0.Add(2*time.Hour))
+	u = e.Usage()
+	if p, q := u.Get("p", t0.Add(2*time.Hour)), u.Get("q", t0.Add(2*time.Hour)); !near(p, 1.0) || !near(q, 0.75) {
+		t.Fatalf("after cycle 3: p=%.4f q=%.4f GPU-hours, want 1.0 and 0.75", p, q)
+	}
+}

@@ -137,14 +137,15 @@ func findGPU(n *cluster.Node, id string) *cluster.GPU {
 }
 
 // Apply carries out a plan on a store the way an ideal executor would,
-// instantly: victims' allocations are deleted and their jobs queued again;
+// instantly: victims' allocations finish at now (FinishAlloc, so their GPU
+// time is charged) and their jobs are queued again;
 // admitted jobs become running with one allocation per placement (IDs
 // "<job>/<group>/<n>", started at now). The simulator and tests use it; the
 // live adapter acts through Nomad instead.
 func Apply(store *cluster.Store, snap *cluster.Snapshot, plan *Plan, now time.Time) error {
 	for _, p := range plan.Preemptions {
 		for _, id := range p.Allocs {
-			store.DeleteAlloc(id)
+			store.FinishAlloc(id, now)
 		}
 		if j, ok := snap.Job(p.JobID); ok {
 			cp := *j

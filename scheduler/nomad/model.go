@@ -160,10 +160,11 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 			continue
 		}
 		if terminalAlloc(a) {
-			// Terminal allocations hold nothing: forget them.
+			// Terminal allocations hold nothing: forget them, recording
+			// the GPU time they used for fair-share charging.
 			delete(m.allocs, id)
 			delete(m.jobAllocs[key], id)
-			store.DeleteAlloc(id)
+			finishAlloc(store, a)
 			continue
 		}
 		live = append(live, a)
@@ -196,6 +197,33 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// finishAlloc removes a terminal allocation from the model, recording when
+// it ended so that its GPU time since the last cycle is charged (see
+// cluster.Store.FinishAlloc); without an end time it is only deleted.
+func finishAlloc(store *cluster.Store, a *wireAlloc) {
+	if end := allocEnd(a); !end.IsZero() {
+		store.FinishAlloc(a.ID, end)
+		return
+	}
+	store.DeleteAlloc(a.ID)
+}
+
+// allocEnd is when a terminal allocation stopped: its last task's finish,
+// else the allocation's last modification (a lost allocation's tasks may
+// never report one); zero when Nomad gave neither.
+func allocEnd(a *wireAlloc) time.Time {
+	var end time.Time
+	for _, ts := range a.TaskStates {
+		if ts.FinishedAt.After(end) {
+			end = ts.FinishedAt
+		}
+	}
+	if end.IsZero() && a.ModifyTime > 0 {
+		end = time.Unix(0, a.ModifyTime)
+	}
+	return end
 }
 
 func terminalAlloc(a *wireAlloc) bool {

@@ -572,8 +572,11 @@ func (w *Watcher) resync(ctx context.Context) error {
 			nm.upsertJob(j, false, 0)
 		}
 	}
+	ended := map[string]*wireAlloc{}
 	for _, a := range allocs {
-		if !terminalAlloc(a) {
+		if terminalAlloc(a) {
+			ended[a.ID] = a
+		} else {
 			nm.upsertAlloc(a, 0)
 		}
 	}
@@ -591,8 +594,13 @@ func (w *Watcher) resync(ctx context.Context) error {
 		}
 	}
 	for _, a := range snap.Allocs() {
-		if nm.allocs[a.ID] == nil {
-			w.store.DeleteAlloc(a.ID)
+		if nm.allocs[a.ID] != nil {
+			continue
+		}
+		if t := ended[a.ID]; t != nil {
+			finishAlloc(w.store, t) // ended while the stream was down
+		} else {
+			w.store.DeleteAlloc(a.ID) // gone (garbage-collected): end unknown
 		}
 	}
 	// Keep the regression guard across resyncs unless Nomad reset.

@@ -201,3 +201,42 @@ func TestResyncReplayDoesNotResurrect(t *testing.T) {
 		t.Error("kept job missing")
 	}
 }
+
+// A managed job's allocation that ends leaves the model with a record of
+// the GPU time it used (start to the tasks' finish), so the engine charges
+// its project even when it ran between two cycles.
+func TestWatcherRecordsFinishedAllocations(t *testing.T) {
+	e := newEnv(t, 1)
+	t0 := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := t0
+	e.fake.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	// An admitted job: in the GPU pool, pinned by the scheduler.
+	j := gpuJob("pinned", map[string]string{"impact_project": "olmo"}, [2]int{1, 2})
+	gpu := "gpu"
+	j.NodePool = &gpu
+	j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, &api.Constraint{LTarget: PinTarget, RTarget: "node-0", Operand: "set_contains_any"})
+	e.register(j)
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("running allocation", func(s *cluster.Snapshot) bool { return s.NumAllocs() == 1 })
+	a := s.Allocs()[0]
+	if recs, _ := s.FinishedSince(0); len(recs) != 0 {
+		t.Fatalf("finished records before anything finished: %+v", recs)
+	}
+	mu.Lock()
+	now = t0.Add(90 * time.Minute)
+	mu.Unlock()
+	if err := e.fake.FinishAlloc(a.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	s = e.waitFor("allocation finished", func(s *cluster.Snapshot) bool { return s.NumAllocs() == 0 })
+	recs, _ := s.FinishedSince(0)
+	if len(recs) != 1 {
+		t.Fatalf("finished records = %+v, want one", recs)
+	}
+	r := recs[0]
+	if r.AllocID != a.ID || r.JobID != cluster.JobKey("default", "pinned") || r.Project != "olmo" || r.GPUs != 2 ||
+		!r.Start.Equal(a.Start) || !r.End.Equal(t0.Add(90*time.Minute)) {
+		t.Errorf("record = %+v, want %s of default/pinned, project olmo, 2 GPUs, %v to %v", r, a.ID, a.Start, t0.Add(90*time.Minute))
+	}
+}

@@ -86,6 +86,7 @@ type wireAlloc struct {
 	CreateIndex        uint64
 	ModifyIndex        uint64
 	CreateTime         int64
+	ModifyTime         int64
 	AllocatedResources *struct {
 		Tasks map[string]struct {
 			Devices []struct {
@@ -97,8 +98,9 @@ type wireAlloc struct {
 		}
 	}
 	TaskStates map[string]struct {
-		State     string
-		StartedAt time.Time
+		State      string
+		StartedAt  time.Time
+		FinishedAt time.Time
 	}
 }
 
