@@ -769,7 +769,7 @@ func (a *Agent) historySnapshot() map[string]jobHistory {
 // Only decision-relevant fields count as a change (not the wait time), so
 // a stable queue costs no writes.
 func (a *Agent) writeExplanations(ctx context.Context, v *view) {
-	for id, e := range v.byID {
+	for id, e := range v.explain {
 		if (e.State == agentapi.StateRunning || e.State == agentapi.StateAdmitting) && len(e.Nodes) == 0 {
 			// A job admitted before this agent led: the previous leader's
 			// Variable says more (score, placement) than this agent knows.

@@ -21,7 +21,6 @@ import (
 type view struct {
 	queue   agentapi.Queue
 	explain map[string]agentapi.Explanation // by cluster job ID (namespace/job)
-	byID    map[string]agentapi.Explanation // same map; kept for clarity at call sites
 	stats   ClusterStats
 }
 
@@ -100,7 +99,6 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 	v.queue.Leader = leader
 	v.queue.Cluster.HealthyGPUs = v.stats.HealthyGPUs
 	v.queue.Cluster.AllocatedGPUs = v.stats.AllocatedGPUs
-	v.byID = v.explain
 	return v
 }
 
