@@ -202,7 +202,10 @@ func hardwareAttributes(model string, devs []devInfo, st nodeState) map[string]t
 		attrs[AttrPCIBandwidth] = topology.Int(int64(bw), "MB/s")
 	}
 	attrs[AttrNVLinkLinks] = topology.Int(int64(first.NVLinkLinks), "")
-	attrs[AttrNVLinkBandwidth] = topology.Int(int64(first.NVLinkBandwidthGBps), "GB/s")
+	if first.NVLinkLinks == 0 || first.NVLinkBandwidthGBps > 0 {
+		// Links of a GPU whose generation is unknown have no known speed.
+		attrs[AttrNVLinkBandwidth] = topology.Int(int64(first.NVLinkBandwidthGBps), "GB/s")
+	}
 	return attrs
 }
 

@@ -134,6 +134,22 @@ func TestHardwareAttributes(t *testing.T) {
 			t.Errorf("%s = %+v, want %q", k, got, want)
 		}
 	}
+	// NVLinks of a GPU whose compute capability is unknown have no
+	// known speed: the bandwidth is left out, not reported as 0 GB/s.
+	unknownCC := exampleState(t, "two-islands-8x-a100.hcl")
+	for i := range unknownCC.devices {
+		unknownCC.devices[i].ComputeCapability, unknownCC.devices[i].NVLinkBandwidthGBps = "", 0
+	}
+	snapCC, err := buildSnapshot(unknownCC, newHealth(), settingsFor(t, "island"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := snapCC.groups[0].Attributes["nvlink_bandwidth"]; ok {
+		t.Errorf("nvlink_bandwidth %+v reported for links of unknown speed", a)
+	}
+	if _, ok := snapCC.groups[0].Attributes["compute_capability"]; ok {
+		t.Errorf("compute_capability reported while unknown")
+	}
 	mig, err := buildSnapshot(exampleState(t, "mig-4x-a100.hcl"), newHealth(), settingsFor(t, "island"))
 	if err != nil {
 		t.Fatal(err)

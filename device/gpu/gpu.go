@@ -49,7 +49,8 @@ type Device struct {
 	// NVLinkLinks is the number of active NVLink links of this GPU.
 	NVLinkLinks int
 	// NVLinkBandwidthGBps is the total bidirectional NVLink bandwidth of
-	// this GPU in GB/s (0 without NVLink).
+	// this GPU in GB/s (0 without NVLink, or when the NVLink generation
+	// is unknown).
 	NVLinkBandwidthGBps int
 	// PCIBusID is the PCI bus id as NVML prints it, e.g. "00000000:3B:00.0",
 	// without trailing NUL bytes.
@@ -276,12 +277,19 @@ func PCIeBandwidthMBps(gen, width int) int {
 }
 
 // NVLinkLinkGBps is the bidirectional bandwidth of one NVLink link in
-// GB/s for a GPU of the given compute capability major version: NVLink 2-4
-// (Volta, Ampere, Hopper) carry 50 GB/s per link, NVLink 5 (Blackwell,
-// compute capability 10+) 100 GB/s.
+// GB/s for a GPU of the given compute capability major version: NVLink 1
+// (Pascal, 6.x) carries 40 GB/s per link, NVLink 2-4 (Volta, Ampere,
+// Hopper) 50 GB/s, NVLink 5 (Blackwell, 10+) 100 GB/s. It is 0 when the
+// compute capability is unknown (or predates NVLink): not a guess.
 func NVLinkLinkGBps(ccMajor int) int {
-	if ccMajor >= 10 {
+	switch {
+	case ccMajor >= 10:
 		return 100
+	case ccMajor >= 7:
+		return 50
+	case ccMajor == 6:
+		return 40
+	default:
+		return 0
 	}
-	return 50
 }

@@ -24,8 +24,12 @@ func TestUnits(t *testing.T) {
 			t.Errorf("PCIe gen %d x%d = %d MB/s, want %d", tc.gen, tc.width, got, tc.want)
 		}
 	}
-	if NVLinkLinkGBps(9)*18 != 900 || NVLinkLinkGBps(8)*12 != 600 || NVLinkLinkGBps(10)*18 != 1800 {
-		t.Errorf("NVLink bandwidths do not match H100 900, A100 600, B200 1800 GB/s")
+	// Per-GPU totals of known parts: P100 4 links, V100 6, A100 12, H100
+	// 18, B200 18; unknown compute capability: no figure.
+	for _, tc := range []struct{ cc, links, want int }{{6, 4, 160}, {7, 6, 300}, {8, 12, 600}, {9, 18, 900}, {10, 18, 1800}, {0, 12, 0}} {
+		if got := NVLinkLinkGBps(tc.cc) * tc.links; got != tc.want {
+			t.Errorf("compute capability %d.x with %d links: %d GB/s, want %d", tc.cc, tc.links, got, tc.want)
+		}
 	}
 	for v, want := range map[int]string{12040: "12.4", 12060: "12.6", 11080: "11.8", 0: ""} {
 		if got := (Inventory{CUDADriverVersion: v}).CUDAVersion(); got != want {
