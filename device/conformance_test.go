@@ -2,9 +2,11 @@ package device_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -397,5 +399,41 @@ func TestConformanceNoNVML(t *testing.T) {
 	}
 	if inst.Exited() {
 		t.Fatal("plugin exited")
+	}
+}
+
+// TestRunByHand: started without Nomad's handshake, the binary explains
+// what it is and how to install it (exit 1); -version and -help answer
+// with exit 0.
+func TestRunByHand(t *testing.T) {
+	bin := pluginBinary(t)
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, plugin.MagicCookieKey+"=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return string(out), 0
+		case errors.As(err, &exit):
+			return string(out), exit.ExitCode()
+		}
+		t.Fatal(err)
+		return "", -1
+	}
+	out, code := run()
+	if code != 1 || !strings.Contains(out, "Nomad device plugin") || !strings.Contains(out, `plugin "impact-gpu"`) || !strings.Contains(out, "plugin_dir") {
+		t.Fatalf("bare run: exit %d, output:\n%s", code, out)
+	}
+	if out, code := run("-version"); code != 0 || !strings.HasPrefix(out, "impact-gpu "+device.Version) {
+		t.Fatalf("-version: exit %d, output %q", code, out)
+	}
+	if out, code := run("-help"); code != 0 || !strings.Contains(out, "fake_topology") {
+		t.Fatalf("-help: exit %d, output %q", code, out)
 	}
 }
