@@ -43,12 +43,14 @@ type reservation struct {
 // victimInfo is what the cycle knows about a running gang as a possible
 // victim.
 type victimInfo struct {
-	ok     bool // preemptible at all (policy, min runtime, not stopping)
-	tier   string
-	cost   float64
-	lost   float64
-	grace  time.Duration
-	signal string
+	ok   bool // preemptible at all (policy, min runtime, not stopping)
+	tier string
+	cost float64
+	lost float64
+	// lostBasis: what lost is counted from, for the victim's explanation.
+	lostBasis string
+	grace     time.Duration
+	signal    string
 }
 
 type cycle struct {
@@ -167,17 +169,34 @@ func (c *cycle) assessHolders() {
 		if c.now.Sub(start) < c.pol.MinRuntime(j.Spec) {
 			continue
 		}
-		lost := preempt.WorkLost(hd.Allocs, c.now)
+		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
 		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 		c.victims[h] = victimInfo{
-			ok:     true,
-			tier:   c.pol.TierOf(j.Spec).Name,
-			cost:   c.pol.Impact(j.Spec) * (lost + restart),
-			lost:   lost,
-			grace:  j.Spec.Grace,
-			signal: j.Spec.CheckpointSignal,
+			ok:        true,
+			tier:      c.pol.TierOf(j.Spec).Name,
+			cost:      c.pol.Impact(j.Spec) * (lost + restart),
+			lost:      lost,
+			lostBasis: lostBasis(hd.Allocs, j.Spec.CheckpointInterval),
+			grace:     j.Spec.Grace,
+			signal:    j.Spec.CheckpointSignal,
 		}
 	}
+}
+
+// lostBasis says, for explanations, what a victim's work lost is counted
+// from: Nomad reports no checkpoints, so unless the job declares
+// impact_checkpoint_interval (or the model knows a checkpoint) the whole
+// run since its start is assumed lost.
+func lostBasis(allocs []*cluster.Alloc, interval time.Duration) string {
+	if interval > 0 {
+		return fmt.Sprintf("its last expected checkpoint (impact_checkpoint_interval %s)", interval)
+	}
+	for _, a := range allocs {
+		if !a.LastCheckpoint.IsZero() {
+			return "its last checkpoint"
+		}
+	}
+	return "its start (no checkpoint known; set impact_checkpoint_interval to count from the last one)"
 }
 
 func earliestStart(allocs []*cluster.Alloc) time.Time {
@@ -551,8 +570,8 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 			Preemptor:        q.job.ID,
 			Cost:             v.cost,
 			LostGPUHours:     v.lost,
-			Reason: fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f",
-				q.job.ID, q.tier, q.score.Total, gain, cost),
+			Reason: fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
+				q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, v.lostBasis),
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)

@@ -31,6 +31,9 @@ func TestPreemptionChoosesCheapestWholeGangs(t *testing.T) {
 		allocs     []*cluster.Alloc
 		want       string // preempted job IDs, sorted, comma-separated
 		wantReason string // substring of the preemptor's reason when nothing is preempted
+		// substring of each victim's preemption reason (what its work
+		// lost is counted from)
+		wantVictimReason string
 	}{
 		{
 			name:  "cheapest: the gang that checkpointed recently",
@@ -39,7 +42,18 @@ func TestPreemptionChoosesCheapestWholeGangs(t *testing.T) {
 			allocs: []*cluster.Alloc{
 				withCheckpoint(alloc("a1", "s1", "n1", h(2), 0, 1, 2, 3), h(0.25)),
 				alloc("a2", "s2", "n1", h(2), 4, 5, 6, 7)},
-			want: "s1",
+			want:             "s1",
+			wantVictimReason: "counted from its last checkpoint",
+		},
+		{
+			name:  "cheapest: the gang whose impact_checkpoint_interval says it saved its work lately",
+			nodes: []*cluster.Node{mkNode("n1", 8, 2)},
+			jobs:  []*cluster.Job{scav("s1"), scav("s2", meta("impact_checkpoint_interval", "25m")), crit(4)},
+			allocs: []*cluster.Alloc{
+				alloc("a1", "s1", "n1", h(1), 0, 1, 2, 3),  // nothing known: 1h lost
+				alloc("a2", "s2", "n1", h(1), 4, 5, 6, 7)}, // checkpoints at +25m, +50m: 10m lost
+			want:             "s2",
+			wantVictimReason: "0.67 GPU-hours of its work lost, counted from its last expected checkpoint (impact_checkpoint_interval 25m0s)",
 		},
 		{
 			name:  "never the non-preemptible job, even when cheaper",
@@ -48,7 +62,8 @@ func TestPreemptionChoosesCheapestWholeGangs(t *testing.T) {
 			allocs: []*cluster.Alloc{
 				withCheckpoint(alloc("a1", "s1", "n1", h(2), 0, 1, 2, 3), h(0.1)),
 				alloc("a2", "s2", "n1", h(5), 4, 5, 6, 7)},
-			want: "s2",
+			want:             "s2",
+			wantVictimReason: "counted from its start (no checkpoint known",
 		},
 		{
 			name:  "never a job younger than the policy's min runtime",
@@ -162,6 +177,9 @@ func TestPreemptionChoosesCheapestWholeGangs(t *testing.T) {
 					}
 					if len(p.Allocs) != len(snap.JobAllocs(p.JobID)) {
 						t.Fatalf("preemption of %s stops %d of %d allocations", p.JobID, len(p.Allocs), len(snap.JobAllocs(p.JobID)))
+					}
+					if !strings.Contains(p.Reason, tc.wantVictimReason) {
+						t.Fatalf("preemption reason %q, want it to mention %q", p.Reason, tc.wantVictimReason)
 					}
 				}
 			} else if tc.wantReason != "" && !strings.Contains(exp.Reason, tc.wantReason) {

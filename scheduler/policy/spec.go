@@ -20,6 +20,10 @@ const (
 	MetaWalltime         = "impact_walltime"
 	MetaTopology         = "impact_topology"
 	MetaPool             = "impact_pool"
+	// MetaCheckpointInterval says how often the job saves its work; the
+	// scheduler then counts a victim's work lost from its last expected
+	// checkpoint instead of from its start.
+	MetaCheckpointInterval = "impact_checkpoint_interval"
 
 	// MetaPrefix marks a meta key as belonging to this contract; an unknown
 	// key with this prefix is an error (most likely a typo that would
@@ -86,6 +90,9 @@ type Spec struct {
 	// Pool is the node pool to run in once admitted; "" means the
 	// scheduler's default pool.
 	Pool string
+	// CheckpointInterval is how often the job saves its work (0: unknown;
+	// work lost to a preemption then counts from the allocation's start).
+	CheckpointInterval time.Duration
 }
 
 // MetaError is a malformed `impact_*` meta value. It names the key so that
@@ -230,6 +237,17 @@ var metaParsers = map[string]metaParser{
 			return ""
 		}
 		return `must be one of "nvlink", "node", "any"`
+	},
+	MetaCheckpointInterval: func(s *Spec, v string) string {
+		d, why := parseDuration(v)
+		if why != "" {
+			return why
+		}
+		if d == 0 {
+			return "must be greater than zero (omit the key when the job does not checkpoint)"
+		}
+		s.CheckpointInterval = d
+		return ""
 	},
 	MetaPool: func(s *Spec, v string) string {
 		if !validName(v) {

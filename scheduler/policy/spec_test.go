@@ -9,17 +9,18 @@ import (
 
 func TestParseMetaValid(t *testing.T) {
 	spec, err := ParseMeta(map[string]string{
-		"impact_tier":              "high",
-		"impact_project":           "olmo",
-		"impact_deadline":          "2026-12-05T00:00:00Z",
-		"impact_preemptible":       "false",
-		"impact_grace":             "10m",
-		"impact_checkpoint_signal": "SIGUSR1",
-		"impact_min_runtime":       "30m",
-		"impact_walltime":          "6h",
-		"impact_topology":          "nvlink",
-		"impact_pool":              "gpu",
-		"owner":                    "someone", // not ours: ignored
+		"impact_tier":                "high",
+		"impact_project":             "olmo",
+		"impact_deadline":            "2026-12-05T00:00:00Z",
+		"impact_preemptible":         "false",
+		"impact_grace":               "10m",
+		"impact_checkpoint_signal":   "SIGUSR1",
+		"impact_min_runtime":         "30m",
+		"impact_walltime":            "6h",
+		"impact_topology":            "nvlink",
+		"impact_pool":                "gpu",
+		"impact_checkpoint_interval": "45m",
+		"owner":                      "someone", // not ours: ignored
 	}, nil)
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
@@ -28,6 +29,7 @@ func TestParseMetaValid(t *testing.T) {
 		Tier: "high", Project: "olmo", Deadline: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC),
 		Preemptible: false, PreemptibleSet: true, Grace: 10 * time.Minute, CheckpointSignal: "SIGUSR1",
 		MinRuntime: 30 * time.Minute, Walltime: 6 * time.Hour, Topology: TopologyNVLink, Pool: "gpu",
+		CheckpointInterval: 45 * time.Minute,
 	}
 	if spec != want {
 		t.Fatalf("spec = %+v\nwant %+v", spec, want)
@@ -53,6 +55,9 @@ func TestParseMetaErrors(t *testing.T) {
 		{"bad duration", map[string]string{"impact_grace": "ten minutes"}, nil, "impact_grace", "duration"},
 		{"negative grace", map[string]string{"impact_grace": "-5m"}, nil, "impact_grace", "negative"},
 		{"zero walltime", map[string]string{"impact_walltime": "0s"}, nil, "impact_walltime", "greater than zero"},
+		{"zero checkpoint interval", map[string]string{"impact_checkpoint_interval": "0s"}, nil, "impact_checkpoint_interval", "greater than zero"},
+		{"bad checkpoint interval", map[string]string{"impact_checkpoint_interval": "hourly"}, nil, "impact_checkpoint_interval", "duration"},
+		{"checkpoint interval in group", map[string]string{}, map[string]string{"impact_checkpoint_interval": "1h"}, "impact_checkpoint_interval", "only be set in job meta"},
 		{"bad bool", map[string]string{"impact_preemptible": "sometimes"}, nil, "impact_preemptible", "true or false"},
 		{"bad deadline", map[string]string{"impact_deadline": "next friday"}, nil, "impact_deadline", "RFC 3339"},
 		{"bad topology", map[string]string{"impact_topology": "pcie"}, nil, "impact_topology", "nvlink"},

@@ -19,19 +19,34 @@ type Candidate struct {
 }
 
 // WorkLost is the GPU-hours of work a gang loses if stopped at now: per
-// allocation, its GPUs x the time since its last checkpoint (or start).
-func WorkLost(allocs []*cluster.Alloc, now time.Time) float64 {
+// allocation, its GPUs x the time since its last checkpoint (see
+// LastCheckpoint).
+func WorkLost(allocs []*cluster.Alloc, interval time.Duration, now time.Time) float64 {
 	sum := 0.0
 	for _, a := range allocs {
-		since := a.Start
-		if a.LastCheckpoint.After(since) {
-			since = a.LastCheckpoint
-		}
-		if d := now.Sub(since); d > 0 {
+		if d := now.Sub(LastCheckpoint(a, interval, now)); d > 0 {
 			sum += float64(len(a.GPUs)) * d.Hours()
 		}
 	}
 	return sum
+}
+
+// LastCheckpoint is the latest instant before now from which an
+// allocation could resume: the checkpoint the model knows of
+// (Alloc.LastCheckpoint), or the last one a job that saves its work every
+// interval (impact_checkpoint_interval; 0 = unknown) has made since it
+// started, or else its start. Nomad reports no checkpoints, so without an
+// interval the work lost counts from the start: the most a preemption can
+// cost, never an underestimate.
+func LastCheckpoint(a *cluster.Alloc, interval time.Duration, now time.Time) time.Time {
+	since := a.Start
+	if interval > 0 && now.After(a.Start) {
+		since = a.Start.Add(now.Sub(a.Start) / interval * interval)
+	}
+	if a.LastCheckpoint.After(since) {
+		since = a.LastCheckpoint
+	}
+	return since
 }
 
 // Index organises candidates by node so that repeated victim searches in

@@ -19,8 +19,36 @@ func TestWorkLost(t *testing.T) {
 		{GPUs: []string{"c"}, Start: t0.Add(-3 * time.Hour), LastCheckpoint: t0.Add(-30 * time.Minute)}, // 1 x 0.5h
 		{GPUs: []string{"d"}, Start: t0.Add(time.Hour)},                                                 // not started yet
 	}
-	if got := WorkLost(allocs, t0); math.Abs(got-6.5) > 1e-9 {
+	if got := WorkLost(allocs, 0, t0); math.Abs(got-6.5) > 1e-9 {
 		t.Fatalf("WorkLost = %v, want 6.5", got)
+	}
+	// A job that checkpoints every 40m: the first allocation's last
+	// checkpoint was at 2h40m (20m ago); the second's known checkpoint
+	// (30m ago) is older than that, so 20m too.
+	if got := WorkLost(allocs, 40*time.Minute, t0); math.Abs(got-3*(20.0/60)) > 1e-9 {
+		t.Fatalf("WorkLost with a 40m interval = %v, want %v", got, 3*(20.0/60))
+	}
+}
+
+func TestLastCheckpoint(t *testing.T) {
+	start := t0.Add(-100 * time.Minute)
+	cases := []struct {
+		name     string
+		interval time.Duration
+		known    time.Time
+		want     time.Time
+	}{
+		{"nothing known: start", 0, time.Time{}, start},
+		{"interval: last multiple", 30 * time.Minute, time.Time{}, start.Add(90 * time.Minute)},
+		{"interval longer than the run: start", 3 * time.Hour, time.Time{}, start},
+		{"known checkpoint newer than the interval's", 30 * time.Minute, t0.Add(-5 * time.Minute), t0.Add(-5 * time.Minute)},
+		{"known checkpoint older than the interval's", 30 * time.Minute, start.Add(10 * time.Minute), start.Add(90 * time.Minute)},
+	}
+	for _, c := range cases {
+		a := &cluster.Alloc{GPUs: []string{"g"}, Start: start, LastCheckpoint: c.known}
+		if got := LastCheckpoint(a, c.interval, t0); !got.Equal(c.want) {
+			t.Errorf("%s: LastCheckpoint = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 
