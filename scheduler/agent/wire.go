@@ -104,6 +104,9 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		Registrar: reg,
 		Metrics:   metrics,
 		Logger:    logger,
+		// A crashed leader's lock takes about three TTLs to free (measured
+		// on Nomad 2.0.6); report "no leader" only past that.
+		NoLeaderGrace: 4 * cfg.HA.LockTTL,
 	})
 	if err != nil {
 		return nil, err
