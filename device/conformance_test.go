@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,14 +13,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zclconf/go-cty/cty"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/impact-sched/nomad-impact/device"
+	"github.com/impact-sched/nomad-impact/device/gpu/fake"
 	"github.com/impact-sched/nomad-impact/device/topology"
 	"github.com/impact-sched/nomad-impact/plugin"
+	"github.com/impact-sched/nomad-impact/plugin/config"
+	"github.com/impact-sched/nomad-impact/plugin/hclspec"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
+	"github.com/impact-sched/nomad-impact/plugin/proto/basepb"
 	"github.com/impact-sched/nomad-impact/plugin/proto/devicepb"
 )
 
@@ -90,31 +94,36 @@ func (n node) config(extra string) string {
 	return fmt.Sprintf("backend = \"fake\"\nfake_topology = %q\nfingerprint_period = \"1h\"\n%s", n.topo, extra)
 }
 
-// recv reads a server stream into a channel so tests can wait with deadlines.
-func recv[T any](t *testing.T, next func() (T, error)) <-chan T {
-	ch := make(chan T, 16)
+// stream is a server stream read into a channel, so tests can wait with
+// deadlines. err is the stream's end, readable once msgs is closed (the
+// reader never logs: it may outlive the test).
+type stream[T any] struct {
+	msgs chan T
+	err  error
+}
+
+func recv[T any](next func() (T, error)) *stream[T] {
+	s := &stream[T]{msgs: make(chan T, 16)}
 	go func() {
-		defer close(ch)
+		defer close(s.msgs)
 		for {
 			m, err := next()
 			if err != nil {
-				if err != io.EOF && status.Code(err) != codes.Canceled {
-					t.Logf("stream ended: %v", err)
-				}
+				s.err = err
 				return
 			}
-			ch <- m
+			s.msgs <- m
 		}
 	}()
-	return ch
+	return s
 }
 
-func wait[T any](t *testing.T, ch <-chan T, what string) T {
+func wait[T any](t *testing.T, s *stream[T], what string) T {
 	t.Helper()
 	select {
-	case m, ok := <-ch:
+	case m, ok := <-s.msgs:
 		if !ok {
-			t.Fatalf("%s: stream ended", what)
+			t.Fatalf("%s: stream ended: %v", what, s.err)
 		}
 		return m
 	case <-time.After(15 * time.Second):
@@ -160,7 +169,7 @@ func TestConformanceFingerprintHealthReserveStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fps := recv(t, fp.Recv)
+	fps := recv(fp.Recv)
 	first := wait(t, fps, "first fingerprint")
 
 	// Two groups of four, one per island, typed topology attributes.
@@ -218,8 +227,19 @@ func TestConformanceFingerprintHealthReserveStats(t *testing.T) {
 	}
 	n.inject(t, "recover gpu3")
 	fourth := wait(t, fps, "fingerprint after recover")
-	if d := instances(fourth)[gpu3]; !d.GetHealthy() {
+	if d := instances(fourth)[gpu3]; !d.GetHealthy() || d.GetHealthDescription() != "" {
 		t.Fatalf("gpu3 after recover: %v", d)
+	}
+	if d := instances(fourth)[gpu2]; d.GetHealthy() {
+		t.Fatalf("recovering gpu3 cleared gpu2's XID: %v", d)
+	}
+	// The GPU with the XID is reset and usable again.
+	n.inject(t, "recover gpu2")
+	fifth := wait(t, fps, "fingerprint after gpu2 recovered")
+	for id, d := range instances(fifth) {
+		if !d.GetHealthy() {
+			t.Fatalf("%s still unhealthy after every GPU recovered: %v", id, d)
+		}
 	}
 
 	// Stats: every present GPU, with timestamps and units; injected
@@ -228,7 +248,7 @@ func TestConformanceFingerprintHealthReserveStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stats := recv(t, st.Recv)
+	stats := recv(st.Recv)
 	s := wait(t, stats, "first stats")
 	count := 0
 	for _, g := range s.GetGroups() {
@@ -253,7 +273,10 @@ func TestConformanceFingerprintHealthReserveStats(t *testing.T) {
 	deadline := time.After(15 * time.Second)
 	for found := false; !found; {
 		select {
-		case s := <-stats:
+		case s, ok := <-stats.msgs:
+			if !ok {
+				t.Fatalf("stats stream ended: %v", stats.err)
+			}
 			for _, g := range s.GetGroups() {
 				if ds, ok := g.GetInstanceStats()[gpu1]; ok && ds.GetSummary().GetIntNumeratorVal().GetValue() == 77 {
 					a := ds.GetStats().GetAttributes()
@@ -294,6 +317,10 @@ func TestConformanceFingerprintHealthReserveStats(t *testing.T) {
 
 func TestConformanceGroupByAndIgnored(t *testing.T) {
 	n := newNode(t)
+	topo, err := fake.LoadTopology(n.topo)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cases := []struct {
@@ -302,6 +329,8 @@ func TestConformanceGroupByAndIgnored(t *testing.T) {
 	}{
 		{`group_by = "model"`, []string{"NVIDIA A100-SXM4-80GB=8"}},
 		{`group_by = "numa"`, []string{"NVIDIA A100-SXM4-80GB (numa 0)=4", "NVIDIA A100-SXM4-80GB (numa 1)=4"}},
+		{fmt.Sprintf("ignored_gpu_ids = [%q, %q]", topo.Labels["gpu0"], topo.Labels["gpu5"]),
+			[]string{"NVIDIA A100-SXM4-80GB (island 0)=3", "NVIDIA A100-SXM4-80GB (island 1)=3"}},
 	}
 	for _, tc := range cases {
 		inst := plugintest.Launch(t, pluginBinary(t), plugin.KindDevice, plugintest.Options{})
@@ -312,7 +341,7 @@ func TestConformanceGroupByAndIgnored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		first := wait(t, recv(t, fp.Recv), tc.extra)
+		first := wait(t, recv(fp.Recv), tc.extra)
 		var got []string
 		for _, g := range first.GetDeviceGroup() {
 			got = append(got, fmt.Sprintf("%s=%d", g.GetDeviceName(), len(g.GetDevices())))
@@ -333,11 +362,13 @@ func TestConformanceBadConfig(t *testing.T) {
 	cases := []struct {
 		name, src, field string
 	}{
-		{"period", n.config(`group_by = "island"`) + "\n" + `enabled = true` + "\n", ""},
+		{"good config", n.config(`group_by = "island"`) + "\n" + `enabled = true` + "\n", ""},
 		{"bad period", fmt.Sprintf("backend = \"fake\"\nfake_topology = %q\nfingerprint_period = \"soon\"", n.topo), "fingerprint_period"},
+		{"negative period", `fingerprint_period = "-1s"`, "fingerprint_period"},
 		{"bad backend", `backend = "dcgm"`, "backend"},
 		{"bad group_by", fmt.Sprintf("backend = \"fake\"\nfake_topology = %q\ngroup_by = \"rack\"", n.topo), "group_by"},
 		{"fake without topology", `backend = "fake"`, "fake_topology"},
+		{"topology with nvml", fmt.Sprintf("fake_topology = %q", n.topo), "fake_topology"},
 		{"missing topology file", `backend = "fake"` + "\n" + `fake_topology = "/nonexistent/topo.hcl"`, "fake_topology"},
 		{"empty ignored id", `ignored_gpu_ids = [""]`, "ignored_gpu_ids"},
 	}
@@ -355,12 +386,50 @@ func TestConformanceBadConfig(t *testing.T) {
 			}
 		})
 	}
+	// Config bytes of the wrong type, field by field (a client with
+	// another schema version, or a corrupted message): InvalidArgument
+	// naming the field, and the plugin stays up.
+	schema, err := inst.Base.ConfigSchema(ctx, &basepb.ConfigSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := hclspec.DecodeHCL(schema.GetSpec(), nil, "empty.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := map[string]cty.Value{
+		"enabled":            cty.StringVal("yes"),
+		"ignored_gpu_ids":    cty.StringVal("GPU-1"),
+		"fingerprint_period": cty.ListVal([]cty.Value{cty.StringVal("1m")}),
+		"backend":            cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal("nvml")}),
+		"fake_topology":      cty.ListValEmpty(cty.String),
+		"group_by":           cty.TupleVal([]cty.Value{cty.True}),
+	}
+	if len(wrong) != len(defaults.Type().AttributeTypes()) {
+		t.Fatalf("schema has %d fields, the test covers %d", len(defaults.Type().AttributeTypes()), len(wrong))
+	}
+	for field, v := range wrong {
+		m := defaults.AsValueMap()
+		m[field] = v
+		data, err := config.Marshal(cty.ObjectVal(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = inst.Base.SetConfig(ctx, &basepb.SetConfigRequest{MsgpackConfig: data, PluginApiVersion: plugin.APIVersion})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"`+field+`"`) {
+			t.Errorf("%s of the wrong type: %v, want InvalidArgument naming it", field, err)
+		}
+	}
+	if _, err := inst.Base.PluginInfo(ctx, &basepb.PluginInfoRequest{}); err != nil || inst.Exited() {
+		t.Fatalf("plugin died on malformed config: %v", err)
+	}
+
 	// A bad topology file names the file and the problem.
 	bad := filepath.Join(t.TempDir(), "bad.hcl")
 	if err := os.WriteFile(bad, []byte("gpu \"a\" {\n  uuid = \"nope\"\n  model = \"m\"\n  memory_mib = 1\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := inst.SetConfigHCL(ctx, fmt.Sprintf("backend = \"fake\"\nfake_topology = %q", bad), nil)
+	err = inst.SetConfigHCL(ctx, fmt.Sprintf("backend = \"fake\"\nfake_topology = %q", bad), nil)
 	if err == nil || !strings.Contains(err.Error(), "bad.hcl") || !strings.Contains(err.Error(), `uuid "nope"`) {
 		t.Fatalf("bad topology: %v", err)
 	}
@@ -393,7 +462,7 @@ func TestConformanceNoNVML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := wait(t, recv(t, fp.Recv), "fingerprint without NVML")
+	first := wait(t, recv(fp.Recv), "fingerprint without NVML")
 	if len(first.GetDeviceGroup()) != 0 {
 		t.Fatalf("groups without NVML: %v", first.GetDeviceGroup())
 	}
