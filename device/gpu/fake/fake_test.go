@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -398,5 +399,46 @@ func TestUndeliveredEventsSurviveAWatchRestart(t *testing.T) {
 	go b.WatchHealth(ctx2, events2)
 	if ev := waitEvent(t, events2); ev.XID != 48 || ev.UUID != "GPU-bbbb" {
 		t.Fatalf("event after restart %+v, want XID 48 on GPU-bbbb", ev)
+	}
+}
+
+// TestExampleTopologiesReadme: example/topologies/README.md lists exactly
+// the shipped files, and every control line it shows is accepted by the
+// two-island topology it is written for.
+func TestExampleTopologiesReadme(t *testing.T) {
+	dir := "../../../example/topologies"
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([^`]+\\.hcl)` \\|").FindAllSubmatch(readme, -1) {
+		listed[string(m[1])] = true
+	}
+	for _, f := range files {
+		if !listed[filepath.Base(f)] {
+			t.Errorf("%s is not in the README's table", filepath.Base(f))
+		}
+		delete(listed, filepath.Base(f))
+	}
+	for f := range listed {
+		t.Errorf("README lists %s, which does not ship", f)
+	}
+	top, err := LoadTopology(filepath.Join(dir, "two-islands-8x-a100.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := regexp.MustCompile(`echo "([^"]+)" >> two-islands\.ctl`).FindAllSubmatch(readme, -1)
+	if len(lines) == 0 {
+		t.Fatal("README shows no control lines")
+	}
+	for _, m := range lines {
+		if _, ok, err := top.ParseControlLine(string(m[1])); !ok || err != nil {
+			t.Errorf("README control line %q: ok=%v err=%v", m[1], ok, err)
+		}
 	}
 }
