@@ -14,9 +14,11 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
-// maxPreemptAttempts bounds the victim searches of one cycle (successful
-// or not), so a long queue of jobs that may preempt but cannot gain enough
-// does not turn a cycle into a scan of the cluster per job.
+// maxPreemptAttemptsPerSuccess bounds the victim searches of one cycle
+// (successful or not) to this many per job the policy lets preempt in a
+// cycle (Preemption.MaxPerCycle), so a long queue of jobs that may preempt
+// but cannot gain enough does not turn a cycle into a scan of the cluster
+// per job.
 const maxPreemptAttemptsPerSuccess = 4
 
 // explainRejectionsUpTo: jobs this far down the queue get a per-node
@@ -575,12 +577,12 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			c.e.inflight[a.ID] = c.now.Add(v.grace)
+			c.e.inflight[a.ID] = inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)}
 		}
 		c.plan.Preemptions = append(c.plan.Preemptions, p)
 		c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 			"cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
-		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost})
+		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID})
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}
 	exp.Status = StatusPreempting
@@ -878,8 +880,8 @@ func (e *Engine) accrue(snap *cluster.Snapshot, holders []placement.Holder, now 
 // expireInflight forgets ordered preemptions whose allocations are gone, or
 // that the adapter never carried out within the TTL.
 func (e *Engine) expireInflight(snap *cluster.Snapshot, now time.Time) {
-	for id, at := range e.inflight {
-		if _, ok := snap.Alloc(id); !ok || now.Sub(at) > e.opts.inflightTTL {
+	for id, st := range e.inflight {
+		if _, ok := snap.Alloc(id); !ok || now.Sub(st.expires) > e.opts.inflightTTL {
 			delete(e.inflight, id)
 		}
 	}

@@ -33,11 +33,11 @@ type Engine struct {
 	// losses records the GPU-hours of work lost to each preemption, for the
 	// policy's max_gpu_hours_lost_per_hour.
 	losses []loss
-	// inflight: allocation ID -> when this engine ordered it stopped. The
-	// adapter takes a grace period to act; until the allocation disappears
-	// (or reports Stopping) the engine must neither pick it again nor
-	// treat its GPUs as free.
-	inflight map[string]time.Time
+	// inflight: allocation ID -> the preemption this engine ordered for it.
+	// The adapter takes a grace period to act; until the allocation
+	// disappears (or reports Stopping) the engine must neither pick it
+	// again nor treat its GPUs as free.
+	inflight map[string]inflightStop
 	// pending: job ID -> an admission this engine planned whose allocations
 	// are not in the snapshot yet. Nomad places them a moment after the
 	// adapter re-registers the job; until then the planned GPUs look free
@@ -51,6 +51,16 @@ type Engine struct {
 type loss struct {
 	at       time.Time
 	gpuHours float64
+	// job is the victim (empty for losses restored from Memory).
+	job string
+}
+
+// inflightStop is a preemption ordered for one allocation.
+type inflightStop struct {
+	job string
+	// decided is the cycle that ordered it; expires is decided + the
+	// victim's grace, from which WithInflightTTL counts.
+	decided, expires time.Time
 }
 
 type options struct {
@@ -100,10 +110,38 @@ type pendingAdmission struct {
 	allocs []AllocPlacement
 }
 
-// Forget drops what the engine remembers of a job's planned admission (the
-// adapter rolled it back, or the job was deregistered): the job is queued
-// and its planned GPUs free again from the next cycle.
-func (e *Engine) Forget(jobID string) { delete(e.pending, jobID) }
+// Forget drops what the engine remembers of actions it planned for a job
+// that the adapter did not carry out (rolled back, lost an EnforceIndex
+// race, failed, or the job was deregistered), so that nothing waits for
+// them to expire:
+//   - a planned admission: the job is queued and its planned GPUs are free
+//     again from the next cycle;
+//   - a planned preemption: its allocations no longer count as stopping
+//     (the preemptor stops waiting for them) and the work it would have
+//     lost is given back to the max_gpu_hours_lost_per_hour budget.
+//
+// Do not call it for a preemption that is under way: the engine would
+// treat the victim's GPUs as busy and could order it again.
+func (e *Engine) Forget(jobID string) {
+	delete(e.pending, jobID)
+	decided := map[time.Time]bool{}
+	for id, st := range e.inflight {
+		if st.job == jobID {
+			decided[st.decided] = true
+			delete(e.inflight, id)
+		}
+	}
+	if len(decided) == 0 {
+		return
+	}
+	keep := e.losses[:0]
+	for _, l := range e.losses {
+		if l.job != jobID || !decided[l.at] {
+			keep = append(keep, l)
+		}
+	}
+	e.losses = keep
+}
 
 // New builds an engine for a validated policy.
 func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
@@ -131,7 +169,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		opts:     o,
 		logger:   o.logger.Named("engine"),
 		usage:    u,
-		inflight: map[string]time.Time{},
+		inflight: map[string]inflightStop{},
 		pending:  map[string]pendingAdmission{},
 		cache:    placement.NewCache(),
 	}

@@ -236,6 +236,42 @@ func TestPreemptionFollowThrough(t *testing.T) {
 	}
 }
 
+// A preemption the adapter could not carry out is forgotten: the victim's
+// GPUs no longer count as being freed, the budget of work lost is given
+// back, and the next cycle may order it again.
+func TestForgetUnappliedPreemption(t *testing.T) {
+	pol := mustPolicy(t, `preemption { max_gpu_hours_lost_per_hour = 100 }`)
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 2))
+	_ = store.UpsertJob(mkJob("s1", running(), meta("impact_tier", "scavenger")))
+	_ = store.UpsertAlloc(alloc("a1", "s1", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))
+	_ = store.UpsertJob(mkJob("c", group("main", 1, 8), meta("impact_tier", "critical")))
+	e := mustEngine(t, pol)
+	if got := join(preemptedIDs(e.Decide(store.Snapshot(), t0))); got != "s1" {
+		t.Fatalf("first cycle preempted %q, want s1", got)
+	}
+	if e.LostGPUHours(t0) <= 0 {
+		t.Fatal("preemption not charged to the budget")
+	}
+	// Without Forget the engine waits for the victim it believes stopping.
+	if p := e.Decide(store.Snapshot(), t0.Add(time.Minute)); len(p.Preemptions) != 0 {
+		t.Fatalf("preempted again while the first preemption is believed under way: %v", preemptedIDs(p))
+	}
+	e.Forget("s1") // the adapter failed to act on it
+	if got := e.LostGPUHours(t0.Add(time.Minute)); got != 0 {
+		t.Fatalf("budget after Forget: %v GPU-hours lost, want 0", got)
+	}
+	p := e.Decide(store.Snapshot(), t0.Add(2*time.Minute))
+	if got := join(preemptedIDs(p)); got != "s1" {
+		t.Fatalf("after Forget preempted %q, want s1 again (explanation %+v)", got, p.Explanations["c"])
+	}
+	// Forget of another job leaves this preemption alone.
+	e.Forget("c")
+	if p := e.Decide(store.Snapshot(), t0.Add(3*time.Minute)); len(p.Preemptions) != 0 {
+		t.Fatalf("Forget of another job dropped the preemption of s1: %v", preemptedIDs(p))
+	}
+}
+
 // A new engine started from another's memory keeps its fair-share usage and
 // its preemption budget.
 func TestMemoryRoundTrip(t *testing.T) {
