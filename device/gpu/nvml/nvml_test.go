@@ -597,3 +597,54 @@ func TestWatchHealthWaitError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestScanErrors: a GPU that cannot be opened or read is left out (the
+// plugin then reports it lost); a failing device count is a plain error
+// (the plugin keeps its last state), not ErrUnavailable (which would make
+// every GPU vanish); a driver that is not loaded is ErrUnavailable.
+func TestScanErrors(t *testing.T) {
+	devs := []*mock.Device{fakeGPU(0), fakeGPU(1), fakeGPU(2)}
+	devs[2].GetUUIDFunc = func() (string, nv.Return) { return "", nv.ERROR_GPU_IS_LOST }
+	lib := library(devs)
+	open := lib.DeviceGetHandleByIndexFunc
+	lib.DeviceGetHandleByIndexFunc = func(i int) (nv.Device, nv.Return) {
+		if i == 1 {
+			return nil, nv.ERROR_GPU_IS_LOST
+		}
+		return open(i)
+	}
+	b := newBackend(lib)
+	inv, err := b.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Devices) != 1 || inv.Devices[0].Index != 0 || len(inv.Links) != 0 {
+		t.Fatalf("inventory %+v, want GPU 0 alone", inv.Devices)
+	}
+
+	lib.DeviceGetCountFunc = func() (int, nv.Return) { return 0, nv.ERROR_UNKNOWN }
+	if _, err := b.Inventory(context.Background()); err == nil || errors.Is(err, gpu.ErrUnavailable) || !strings.Contains(err.Error(), "device count") {
+		t.Fatalf("failing count: err = %v, want a plain error", err)
+	}
+
+	noDriver := &mock.Interface{InitFunc: func() nv.Return { return nv.ERROR_DRIVER_NOT_LOADED }}
+	if _, err := newBackend(noDriver).Inventory(context.Background()); !errors.Is(err, gpu.ErrUnavailable) || !strings.Contains(err.Error(), "driver not loaded") {
+		t.Fatalf("driver not loaded: err = %v, want ErrUnavailable saying so", err)
+	}
+}
+
+// TestEventWithoutUUIDIsDropped: an event whose GPU cannot name itself is
+// not attributed to anything (and does not crash the watch).
+func TestEventWithoutUUIDIsDropped(t *testing.T) {
+	lost := &mock.Device{GetUUIDFunc: func() (string, nv.Return) { return "", nv.ERROR_GPU_IS_LOST }}
+	b := newBackend(library(nil))
+	for _, data := range []nv.EventData{
+		{Device: lost, EventType: nv.EventTypeXidCriticalError, EventData: 79},
+		{Device: nil, EventType: nv.EventTypeXidCriticalError, EventData: 79},
+		{Device: fakeGPU(0), EventType: nv.EventTypeSingleBitEccError},
+	} {
+		if ev, ok := b.toEvent(data); ok {
+			t.Errorf("event %+v from %+v", ev, data)
+		}
+	}
+}
