@@ -62,7 +62,10 @@ type Result struct {
 	LostFraction float64 `json:"lost_fraction"`
 
 	DecisionLatencyMS Latency `json:"decision_latency_ms"`
-	Cycles            int     `json:"cycles"`
+	// Cycles counts decisions made; CyclesSkipped the cycles where the
+	// scheduler saw there was nothing to decide.
+	Cycles        int `json:"cycles"`
+	CyclesSkipped int `json:"cycles_skipped"`
 
 	JobsTotal     int `json:"jobs_total"`
 	JobsCompleted int `json:"jobs_completed"`
@@ -121,6 +124,7 @@ func (r *runner) result() *Result {
 		LostGPUHours:      a.lost / 3600,
 		DeliveredGPUHours: a.delivered / 3600,
 		Cycles:            len(r.lat),
+		CyclesSkipped:     r.calls - len(r.lat),
 		JobsTotal:         len(r.st.Jobs),
 		JobsUnschedulable: len(r.unsch),
 		Unschedulable:     r.unsch,

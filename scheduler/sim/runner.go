@@ -21,6 +21,7 @@ type runner struct {
 	acc    accounting
 	lat    []float64 // decision latencies, ms
 	issued int       // preemptions asked for
+	calls  int       // scheduler calls, skipped ones included
 	unsch  []string  // jobs that can never fit the cluster
 	wall   time.Time
 }
@@ -186,7 +187,10 @@ func (r *runner) cycle() error {
 	}
 	t0 := time.Now()
 	acts, err := r.sched.Schedule(st, r.now)
-	r.lat = append(r.lat, float64(time.Since(t0).Nanoseconds())/1e6)
+	if !acts.Skipped {
+		r.lat = append(r.lat, float64(time.Since(t0).Nanoseconds())/1e6)
+	}
+	r.calls++
 	r.last = r.now
 	r.dirty = false
 	st.changes = st.changes[:0]

@@ -104,6 +104,11 @@ type Preemption struct {
 type Actions struct {
 	Preempt []Preemption
 	Place   []Placement
+	// Skipped says the scheduler saw at a glance that there was nothing to
+	// decide (no room for any waiting job and nothing it may preempt) and
+	// did not run its decision; such cycles are left out of the decision
+	// latency, which measures real decisions.
+	Skipped bool
 }
 
 // Options configure a run.

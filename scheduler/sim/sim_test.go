@@ -394,3 +394,37 @@ func TestBaselineInvariants(t *testing.T) {
 		}
 	}
 }
+
+// skipper never decides anything, then places everything at once.
+type skipper struct{ calls int }
+
+func (*skipper) Name() string { return "skipper" }
+func (s *skipper) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
+	s.calls++
+	if s.calls < 3 {
+		return sim.Actions{Skipped: true}, nil
+	}
+	var acts sim.Actions
+	free := st.Nodes[0].FreeGPUsOn()
+	for i, j := range st.Queue() {
+		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: free[i : i+1]}})
+	}
+	return acts, nil
+}
+
+// TestSkippedCyclesAreNotDecisions: a cycle the scheduler skips is counted
+// apart and kept out of the decision latency.
+func TestSkippedCyclesAreNotDecisions(t *testing.T) {
+	m := model()
+	m.Recheck = 100
+	// Cycles at 0 (A submitted) and 100 (recheck) are skipped; at 150 (B
+	// submitted) A and B are placed; at 250 C is.
+	jobs := []trace.Job{job("A", 0, 10, 1, "normal", 0), job("B", 150, 10, 1, "normal", 0), job("C", 250, 10, 1, "normal", 0)}
+	res, err := sim.Run(jobs, &skipper{}, sim.Options{Cluster: cluster(t, 1, 4), Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cycles != 2 || res.CyclesSkipped != 2 || res.JobsCompleted != 3 || res.Jobs[0].FirstStart != 150 {
+		t.Fatalf("cycles %d skipped %d completed %d A started %d", res.Cycles, res.CyclesSkipped, res.JobsCompleted, res.Jobs[0].FirstStart)
+	}
+}

@@ -36,7 +36,7 @@ func (nomadNative) Name() string { return NomadNative }
 // allocation independently: what fits is placed, the rest stays blocked.
 func (nomadNative) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
 	if st.MaxNodeFree == 0 {
-		return sim.Actions{}, nil
+		return sim.Actions{Skipped: true}, nil
 	}
 	s := newScratch(st)
 	maxFree := st.MaxNodeFree
@@ -74,7 +74,7 @@ func (fifoGang) Name() string { return FIFOGang }
 // at the first that does not fit.
 func (fifoGang) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
 	if st.MaxNodeFree == 0 {
-		return sim.Actions{}, nil
+		return sim.Actions{Skipped: true}, nil
 	}
 	s := newScratch(st)
 	for _, j := range st.Queue() {
@@ -101,7 +101,7 @@ func (*backfill) Name() string { return Backfill }
 // first job that does not fit).
 func (b *backfill) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 	if st.MaxNodeFree == 0 {
-		return sim.Actions{}, nil
+		return sim.Actions{Skipped: true}, nil
 	}
 	s := newScratch(st)
 	order := byPriority(st.Queue(), len(trace.Tiers))

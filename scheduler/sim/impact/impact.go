@@ -280,7 +280,7 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 		return sim.Actions{}, fmt.Errorf("update model: %w", err)
 	}
 	if s.idle(st) {
-		return sim.Actions{}, nil
+		return sim.Actions{Skipped: true}, nil
 	}
 	plan := s.eng.Decide(s.store.Snapshot(), at(now))
 	var acts sim.Actions

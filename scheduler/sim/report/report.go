@@ -85,7 +85,7 @@ var Definitions = map[string]string{
 	"preemptions":                 "jobs stopped by preemption (preemptions_issued counts the orders; a job finishing inside its grace period is not stopped)",
 	"lost_gpu_hours":              "GPU-hours of running allocations that did not become kept progress: work since the last checkpoint at a preemption, restart time and the grace period's unsaved work",
 	"delivered_gpu_hours":         "GPU-hours of useful progress kept (sum of duration x GPUs of completed work)",
-	"decision_latency_ms":         "wall time of each scheduling decision (one cycle of the policy), milliseconds",
+	"decision_latency_ms":         "wall time of each scheduling decision (one cycle of the policy, the impact adapter's model update included), milliseconds; cycles where the policy saw at a glance that nothing could be placed or preempted are counted in cycles_skipped, not here",
 	"jobs_completed":              "jobs that finished",
 	"fair_share":                  "per project, mean over window samples of allocated GPUs against its max-min fair share (equal shares, capped by its outstanding demand); fair_share_deviation = mean of sum |allocated - fair| / (2 x capacity)",
 }
