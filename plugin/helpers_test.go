@@ -3,23 +3,20 @@ package plugin_test
 import (
 	"os"
 	"os/exec"
-
-	"google.golang.org/protobuf/proto"
 	"strings"
+
+	"github.com/impact-sched/nomad-impact/plugin"
 )
 
-// execBare runs a plugin binary without the handshake environment.
+// execBare runs a plugin binary without the handshake environment, as an
+// operator running it by hand would.
 func execBare(bin string) (string, error) {
 	cmd := exec.Command(bin)
-	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NOMAD_PLUGIN_MAGIC_COOKIE=") {
-			env = append(env, kv)
+		if !strings.HasPrefix(kv, plugin.MagicCookieKey+"=") {
+			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
-
-func protoUnmarshalOptions() proto.UnmarshalOptions { return proto.UnmarshalOptions{} }

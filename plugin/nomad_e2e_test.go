@@ -37,25 +37,7 @@ func TestNomadAgentLoadsPlugins(t *testing.T) {
 		copyExecutable(t, testPluginBin, filepath.Join(pluginDir, name))
 	}
 	ports := freePorts(t, 3)
-	cfg := fmt.Sprintf(`
-bind_addr  = "127.0.0.1"
-data_dir   = %q
-plugin_dir = %q
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-client {
-  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
+	cfg := agentConfig(dir, pluginDir, ports, `
 plugin "impact-testdevice" {
   config {
     vendor  = "impact"
@@ -71,7 +53,7 @@ plugin "impact-testdriver" {
   args = ["-driver"]
   config {}
 }
-`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2])
+`)
 	cfgFile := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -247,7 +229,6 @@ func getText(ctx context.Context, url string) (string, error) {
 	return string(body), nil
 }
 
-// nomadAttr is a device attribute as Nomad's HTTP API renders it.
 // TestNomadAgentRefusesBadPluginConfig: a config the plugin rejects aborts
 // the agent's start-up, and the agent's output names the bad field.
 func TestNomadAgentRefusesBadPluginConfig(t *testing.T) {
@@ -261,28 +242,14 @@ func TestNomadAgentRefusesBadPluginConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyExecutable(t, testPluginBin, filepath.Join(pluginDir, "impact-testdevice"))
-	ports := freePorts(t, 3)
-	cfg := fmt.Sprintf(`
-bind_addr  = "127.0.0.1"
-data_dir   = %q
-plugin_dir = %q
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-client {
-  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
+	cfg := agentConfig(dir, pluginDir, freePorts(t, 3), `
 plugin "impact-testdevice" {
   config {
     vendor  = "impact"
     devices = 100
   }
 }
-`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2])
+`)
 	cfgFile := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -305,6 +272,32 @@ plugin "impact-testdevice" {
 	t.Logf("agent refused to start: %s", line)
 }
 
+// agentConfig is a dev agent's configuration on 127.0.0.1 with its own
+// ports and data directory under dir, followed by the plugin blocks.
+func agentConfig(dir, pluginDir string, ports []int, plugins string) string {
+	return fmt.Sprintf(`
+bind_addr  = "127.0.0.1"
+data_dir   = %q
+plugin_dir = %q
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+client {
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2]) + plugins
+}
+
+// nomadAttr is a device attribute as Nomad's HTTP API renders it.
 type nomadAttr struct {
 	FloatVal  *float64 `json:"Float"`
 	IntVal    *int64   `json:"Int"`

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/impact-sched/nomad-impact/plugin"
@@ -64,7 +65,7 @@ func TestTaskErrorCarriesRecoverableDetail(t *testing.T) {
 			if d.GetTypeUrl() == "type.googleapis.com/hashicorp.nomad.plugins.shared.structs.RecoverableError" {
 				found = true
 				var re structspb.RecoverableError
-				if err := anypb.UnmarshalTo(d, &re, protoUnmarshalOptions()); err != nil || re.GetRecoverable() != rec {
+				if err := anypb.UnmarshalTo(d, &re, proto.UnmarshalOptions{}); err != nil || re.GetRecoverable() != rec {
 					t.Errorf("detail = %v, %v", &re, err)
 				}
 			}
