@@ -29,6 +29,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/config"
@@ -198,29 +199,26 @@ func sameVersion(a, b string) bool {
 // with empty src gives empty bytes, as the client sends for a plugin
 // without schema.
 func EncodeConfig(spec *hclspecpb.Spec, src string) ([]byte, error) {
-	if spec == nil {
-		if strings.TrimSpace(src) != "" {
-			return nil, errors.New("configuration not allowed but config passed")
-		}
-		return nil, nil
-	}
-	val, err := hclspec.DecodeHCL(spec, []byte(src), "config.hcl")
-	if err != nil {
-		return nil, err
-	}
-	return config.Marshal(val)
+	return encodeConfig(spec, src, "", "config.hcl", hclspec.DecodeHCL)
 }
 
 // EncodeConfigJSON is EncodeConfig for HCL JSON syntax, the route agent
 // plugin config really takes (the config map is JSON-encoded first).
 func EncodeConfigJSON(spec *hclspecpb.Spec, src string) ([]byte, error) {
+	return encodeConfig(spec, src, "{}", "config.json", hclspec.DecodeJSON)
+}
+
+// encodeConfig decodes src with decode and marshals the value; empty is
+// the syntax's spelling of "no config" besides blank text, filename names
+// src in errors.
+func encodeConfig(spec *hclspecpb.Spec, src, empty, filename string, decode func(*hclspecpb.Spec, []byte, string) (cty.Value, error)) ([]byte, error) {
 	if spec == nil {
-		if strings.TrimSpace(src) != "" && strings.TrimSpace(src) != "{}" {
+		if trimmed := strings.TrimSpace(src); trimmed != "" && trimmed != empty {
 			return nil, errors.New("configuration not allowed but config passed")
 		}
 		return nil, nil
 	}
-	val, err := hclspec.DecodeJSON(spec, []byte(src), "config.json")
+	val, err := decode(spec, []byte(src), filename)
 	if err != nil {
 		return nil, err
 	}
