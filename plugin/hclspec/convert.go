@@ -175,33 +175,17 @@ func convert(spec *Spec, implied, path string) (hcldec.Spec, error) {
 		}
 		return &hcldec.BlockAttrsSpec{TypeName: n, ElementType: ty, Required: b.BlockAttrs.GetRequired()}, nil
 	case *hclspecpb.Spec_BlockList:
-		n, err := name(b.BlockList.GetName())
+		r, err := repeated(b.BlockList, name, path+".block_list")
 		if err != nil {
 			return nil, err
 		}
-		nested, err := convertNested(b.BlockList.GetNested(), path+".block_list")
-		if err != nil {
-			return nil, err
-		}
-		lo, hi, err := itemLimits(b.BlockList.GetMinItems(), b.BlockList.GetMaxItems(), path)
-		if err != nil {
-			return nil, err
-		}
-		return &hcldec.BlockListSpec{TypeName: n, Nested: nested, MinItems: lo, MaxItems: hi}, nil
+		return &hcldec.BlockListSpec{TypeName: r.name, Nested: r.nested, MinItems: r.lo, MaxItems: r.hi}, nil
 	case *hclspecpb.Spec_BlockSet:
-		n, err := name(b.BlockSet.GetName())
+		r, err := repeated(b.BlockSet, name, path+".block_set")
 		if err != nil {
 			return nil, err
 		}
-		nested, err := convertNested(b.BlockSet.GetNested(), path+".block_set")
-		if err != nil {
-			return nil, err
-		}
-		lo, hi, err := itemLimits(b.BlockSet.GetMinItems(), b.BlockSet.GetMaxItems(), path)
-		if err != nil {
-			return nil, err
-		}
-		return &hcldec.BlockSetSpec{TypeName: n, Nested: nested, MinItems: lo, MaxItems: hi}, nil
+		return &hcldec.BlockSetSpec{TypeName: r.name, Nested: r.nested, MinItems: r.lo, MaxItems: r.hi}, nil
 	case *hclspecpb.Spec_BlockMap:
 		n, err := name(b.BlockMap.GetName())
 		if err != nil {
@@ -245,6 +229,38 @@ func convertNested(spec *Spec, path string) (hcldec.Spec, error) {
 		return nil, fmt.Errorf("%s: nested spec is missing", path)
 	}
 	return convert(spec, "", path+".nested")
+}
+
+// repeatedBlock is what BlockList and BlockSet have in common.
+type repeatedBlock interface {
+	GetName() string
+	GetNested() *Spec
+	GetMinItems() uint64
+	GetMaxItems() uint64
+}
+
+// repeatedSpec is a converted BlockList or BlockSet, before it is wrapped
+// in the hcldec type of its kind.
+type repeatedSpec struct {
+	name   string
+	nested hcldec.Spec
+	lo, hi int
+}
+
+func repeated(b repeatedBlock, name func(string) (string, error), path string) (repeatedSpec, error) {
+	n, err := name(b.GetName())
+	if err != nil {
+		return repeatedSpec{}, err
+	}
+	nested, err := convertNested(b.GetNested(), path)
+	if err != nil {
+		return repeatedSpec{}, err
+	}
+	lo, hi, err := itemLimits(b.GetMinItems(), b.GetMaxItems(), path)
+	if err != nil {
+		return repeatedSpec{}, err
+	}
+	return repeatedSpec{name: n, nested: nested, lo: lo, hi: hi}, nil
 }
 
 // itemLimits guards the uint64 -> int conversion hcldec needs.
