@@ -394,6 +394,7 @@ func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 		applied = make([]AppliedEvent, 0, len(b.Events))
 	}
 	n := 0
+	changed := false
 	for i := range b.Events {
 		e := &b.Events[i]
 		k := eventKey{e.Topic, e.Type, e.Key}
@@ -404,7 +405,9 @@ func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 		w.seenAtLast[k]++
 		w.atLast[k]++
 		n++
-		w.applyEvent(e)
+		if w.applyEvent(e) {
+			changed = true
+		}
 		if applied != nil {
 			applied = append(applied, AppliedEvent{Index: e.Index, Topic: e.Topic, Type: e.Type, Key: e.Key})
 		}
@@ -415,7 +418,12 @@ func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 		w.mu.Unlock()
 		return nil
 	}
-	err := w.m.flush(w.store, translateConfig{parkingPool: w.cfg.ParkingPool})
+	// Only a change of the model is worth a cycle: evaluation events and
+	// stale replays leave it as it was.
+	var err error
+	if changed {
+		err = w.m.flush(w.store, translateConfig{parkingPool: w.cfg.ParkingPool})
+	}
 	w.lastIndex.Store(b.Index)
 	w.mu.Lock()
 	w.stats.LastIndex = b.Index
@@ -428,7 +436,9 @@ func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 	if w.cfg.OnBatch != nil {
 		w.cfg.OnBatch(b.Index, applied)
 	}
-	w.notify()
+	if changed {
+		w.notify()
+	}
 	if err != nil {
 		w.log.Error("model rejected an update", "index", b.Index, "error", err)
 	}
@@ -442,27 +452,31 @@ func (w *Watcher) syncNodeErrs() {
 	}
 }
 
-func (w *Watcher) applyEvent(e *wireEvent) {
+// applyEvent applies one event to the mirror and reports whether it changed
+// anything (an older version of an object, or a topic the model does not
+// hold, changes nothing).
+func (w *Watcher) applyEvent(e *wireEvent) bool {
 	p := &e.Payload
 	switch e.Topic {
 	case "Job":
-		if p.Job == nil {
-			return
+		if p.Job != nil {
+			deleted := e.Type == "JobDeregistered" && p.Deleted
+			return w.m.upsertJob(p.Job, deleted, e.Index)
 		}
-		deleted := e.Type == "JobDeregistered" && p.Deleted
-		w.m.upsertJob(p.Job, deleted, e.Index)
 	case "Allocation":
 		if p.Allocation != nil {
-			w.m.upsertAlloc(p.Allocation, e.Index)
+			return w.m.upsertAlloc(p.Allocation, e.Index)
 		}
 	case "Node":
 		switch {
 		case e.Type == "NodeDeregistration":
 			w.m.deleteNode(e.Key)
+			return true
 		case p.Node != nil:
-			w.m.upsertNode(p.Node, e.Index)
+			return w.m.upsertNode(p.Node, e.Index)
 		}
 	}
+	return false
 }
 
 // probeReset reports whether Nomad's table indexes are now below what the

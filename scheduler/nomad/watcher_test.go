@@ -240,3 +240,48 @@ func TestWatcherRecordsFinishedAllocations(t *testing.T) {
 		t.Errorf("record = %+v, want %s of default/pinned, project olmo, 2 GPUs, %v to %v", r, a.ID, a.Start, t0.Add(90*time.Minute))
 	}
 }
+
+// Only batches that change the model signal a change (each is worth a
+// scheduling cycle); evaluation events and stale replays are counted as
+// applied but signal nothing.
+func TestWatcherSignalsOnlyModelChanges(t *testing.T) {
+	w := NewWatcher(nil, WatcherConfig{ParkingPool: parking}, nil)
+	changed := func() bool {
+		select {
+		case <-w.Changes():
+			return true
+		default:
+			return false
+		}
+	}
+	apply := func(line string) {
+		t.Helper()
+		var b wireBatch
+		if err := decodeBatch([]byte(line), &b); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.applyBatch(&b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(`{"Index":10,"Events":[{"Topic":"Evaluation","Type":"EvaluationUpdated","Key":"e1","Index":10,"Payload":{"Evaluation":{"ID":"e1","JobID":"j","Status":"blocked"}}}]}`)
+	if changed() {
+		t.Error("an evaluation event signalled a model change")
+	}
+	job := `{"Index":%d,"Events":[{"Topic":"Job","Type":"JobRegistered","Key":"j","Namespace":"default","Index":%d,"Payload":{"Job":{"ID":"j","Namespace":"default","NodePool":"` + parking + `","Status":"pending","ModifyIndex":%d,"JobModifyIndex":%d,"TaskGroups":[{"Name":"g","Count":1}]}}}]}`
+	apply(fmt.Sprintf(job, 11, 11, 11, 11))
+	if !changed() {
+		t.Fatal("a job registration did not signal a change")
+	}
+	if _, ok := w.Snapshot().Job(cluster.JobKey("default", "j")); !ok {
+		t.Fatal("job not in the model")
+	}
+	// An older version of the job, replayed at a later index: no change.
+	apply(fmt.Sprintf(job, 12, 12, 9, 9))
+	if changed() {
+		t.Error("a stale job version signalled a change")
+	}
+	if st := w.Stats(); st.EventsApplied != 3 || st.LastIndex != 12 {
+		t.Errorf("stats %+v: want 3 events applied up to index 12", st)
+	}
+}

@@ -25,11 +25,13 @@ type wireEvent struct {
 	Payload   wirePayload
 }
 
+// wirePayload has no field for the Evaluation topic's payload: the model
+// has no use for evaluations (the executor asks Nomad about blocked ones
+// when it needs to), so the decoder skips them without allocating.
 type wirePayload struct {
 	Job        *wireJob
 	Allocation *wireAlloc
 	Node       *wireNode
-	Evaluation *wireEval
 	Deleted    bool
 }
 
@@ -138,14 +140,6 @@ type wireAttr struct {
 	String *string
 	Bool   *bool
 	Unit   string
-}
-
-type wireEval struct {
-	ID          string
-	Namespace   string
-	JobID       string
-	Status      string
-	ModifyIndex uint64
 }
 
 // decodeBatch decodes one NDJSON line of the event stream. A heartbeat
