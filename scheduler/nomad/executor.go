@@ -270,7 +270,17 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 		}
 		// The register may or may not have happened: look.
 		cur, _, rerr := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
-		if rerr != nil || derefU(cur.JobModifyIndex) == a.ModifyIndex {
+		if rerr != nil {
+			// Unknown: watch the job as if admitted, so that a gang
+			// that did get placed is still held to the deadline (and
+			// rolled back) and not left half-placed. CheckDeadlines
+			// settles it: a job still parked needs nothing.
+			x.mu.Lock()
+			x.pending[a.JobID] = in
+			x.mu.Unlock()
+			return fmt.Errorf("admit %s: register: %w (outcome unknown, reading the job back failed: %v; watching it until the admission deadline)", a.JobID, err, rerr)
+		}
+		if derefU(cur.JobModifyIndex) == a.ModifyIndex {
 			_ = x.st.DeleteIntent(ctx, a.JobID)
 			return fmt.Errorf("admit %s: register: %w", a.JobID, err)
 		}

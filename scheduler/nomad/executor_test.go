@@ -223,6 +223,45 @@ func TestAdmissionDeadlineRollsBackHalfPlacedGang(t *testing.T) {
 	})
 }
 
+// A register whose answer is lost (and the job cannot be read back) may
+// have placed the gang: the executor keeps watching the job, so a gang
+// that does not fully start is still rolled back at the deadline.
+func TestAdmitWithUnknownOutcomeIsWatched(t *testing.T) {
+	e := newEnv(t, 2)
+	e.fake.SetClientBehavior("node-1", nomadfake.ClientHold)
+	e.register(gpuJob("lost", nil, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	x := e.executor(clk)
+	e.fake.FailAfterNext("PUT", "/v1/jobs", 503, "connection reset")
+	e.fake.FailNextOnceLost("GET", "/v1/job/lost", 503, "connection reset")
+	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "lost")}})
+	key := cluster.JobKey("default", "lost")
+	if res.Failed[key] == nil || !strings.Contains(res.Failed[key].Error(), "outcome unknown") {
+		t.Fatalf("apply = %+v, want a failure with an unknown outcome", res)
+	}
+	if !pinnedAPI(e.fake.Job("lost")) {
+		t.Fatal("test setup: the register did not take effect")
+	}
+	if !x.Busy(key) {
+		t.Fatal("admission with an unknown outcome is not watched")
+	}
+	if rolled := x.CheckDeadlines(context.Background()); len(rolled) != 0 {
+		t.Fatalf("rolled back before the deadline: %v", rolled)
+	}
+	clk.Add(2 * time.Minute)
+	if rolled := x.CheckDeadlines(context.Background()); len(rolled) != 1 || rolled[0] != key {
+		t.Fatalf("rolled = %v, want the half-placed gang", rolled)
+	}
+	if job := e.fake.Job("lost"); *job.NodePool != parking || pinnedAPI(job) {
+		t.Errorf("after rollback pool %s pinned %v", *job.NodePool, pinnedAPI(job))
+	}
+	if x.Busy(key) {
+		t.Error("still busy after the rollback")
+	}
+}
+
 func admitAndRun(t *testing.T, e *env, x *Executor, job string) {
 	t.Helper()
 	s := e.waitFor("job "+job, func(s *cluster.Snapshot) bool {

@@ -91,6 +91,8 @@ type Server struct {
 
 	behavior    map[string]ClientBehavior // node ID -> behaviour
 	failNext    []failure
+	failAfter   []failure
+	armed       []failure // failNext entries armed when a failAfter fires
 	hangs       []hang
 	signals     []SignalRecord
 	requests    []RequestRecord
@@ -252,6 +254,24 @@ func (s *Server) FailNext(method, pathPrefix string, status int, body string) {
 	s.failNext = append(s.failNext, failure{method: method, pathPrefix: pathPrefix, status: status, body: body})
 }
 
+// FailAfterNext makes the next request whose method matches (empty: any)
+// and whose path starts with pathPrefix take effect, then answer status
+// with body, as when the response to a write is lost on the way back.
+func (s *Server) FailAfterNext(method, pathPrefix string, status int, body string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failAfter = append(s.failAfter, failure{method: method, pathPrefix: pathPrefix, status: status, body: body})
+}
+
+// FailNextOnceLost queues a FailNext that is armed only when the next
+// FailAfterNext fires: the request after a lost response fails too (the
+// connection is still down), while earlier requests go through.
+func (s *Server) FailNextOnceLost(method, pathPrefix string, status int, body string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = append(s.armed, failure{method: method, pathPrefix: pathPrefix, status: status, body: body})
+}
+
 // Hang makes every request whose method matches (empty: any), whose path
 // starts with pathPrefix and whose raw query contains query stall until
 // the returned release is called or the client cancels; a released
@@ -377,6 +397,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, index, err := s.route(r)
+	s.mu.Lock()
+	for i, f := range s.failAfter {
+		if (f.method == "" || f.method == r.Method) && strings.HasPrefix(r.URL.Path, f.pathPrefix) {
+			s.failAfter = append(s.failAfter[:i], s.failAfter[i+1:]...)
+			s.failNext = append(s.failNext, s.armed...)
+			s.armed = nil
+			out, err = nil, &httpError{status: f.status, msg: f.body}
+			break
+		}
+	}
+	s.mu.Unlock()
 	if err != nil {
 		var he *httpError
 		if e, ok := err.(*httpError); ok {
