@@ -69,12 +69,11 @@ const (
 	AttrNodeIslands   = "node_islands"
 	AttrNodeNUMANodes = "node_numa_nodes"
 
-	instPrefix     = "gpu."
-	instIndex      = "index"
-	instIsland     = "island"
-	instNUMA       = "numa"
-	instParent     = "parent"
-	instIslandSize = "island_size"
+	instPrefix = "gpu."
+	instIndex  = "index"
+	instIsland = "island"
+	instNUMA   = "numa"
+	instParent = "parent"
 )
 
 // Version is the topology encoding published in AttrVersion.

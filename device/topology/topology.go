@@ -107,8 +107,7 @@ func Build(gpus []GPU, links []Link, nvswitch bool) (Topology, error) {
 			return Topology{}, fmt.Errorf("MIG instance %s: parent GPU %s is not a physical GPU of this node", g.ID, g.Parent)
 		}
 	}
-	var find func(string) string
-	find = func(x string) string {
+	find := func(x string) string {
 		for parent[x] != x {
 			parent[x] = parent[parent[x]]
 			x = parent[x]

@@ -359,9 +359,10 @@ var _ io.Writer = (*tbWriter)(nil)
 // relative to the current directory starting with ./ or ../) into dir and
 // returns the binary's path.
 func BuildMain(ctx context.Context, pkg, dir string) (string, error) {
+	// go test puts its own toolchain first on the PATH of the tests.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("build %s: no go toolchain on PATH: %w", pkg, err)
 	}
 	name := filepath.Base(strings.TrimSuffix(pkg, "/"))
 	if runtime.GOOS == "windows" {

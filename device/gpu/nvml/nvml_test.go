@@ -129,8 +129,7 @@ func islandsOf(inv gpu.Inventory) map[string]int {
 	for _, d := range inv.Devices {
 		parent[d.UUID] = d.UUID
 	}
-	var find func(string) string
-	find = func(x string) string {
+	find := func(x string) string {
 		for parent[x] != x {
 			x = parent[x]
 		}
