@@ -200,10 +200,8 @@ func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) error {
 	if f, err := os.Create(filepath.Join(p.state.Dir, StopFile)); err == nil {
 		f.Close()
 	}
-	if st, err := p.Status(); err == nil && st.Phase == PhaseBarrier {
-		// Not started yet (gang barrier): any stop aborts the wait.
-		sig = syscall.SIGTERM
-	}
+	// The stop file tells the supervisor that sig is a stop even when it is
+	// not a terminating signal and the task has not started yet.
 	if err := p.Signal(sig); err != nil && !p.Exited() {
 		p.logger.Warn("sending stop signal", "signal", sig, "error", err)
 	}

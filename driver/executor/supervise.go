@@ -224,18 +224,20 @@ func (s *supervisor) run() int {
 	return s.finish(ex)
 }
 
-// relaySignals forwards signals to the task's process group, or aborts the
-// barrier wait on a terminating signal before the task has started.
+// relaySignals forwards signals to the task's process group. Before the
+// task has started (gang barrier), a terminating signal, or any signal
+// after the plugin has marked a stop (the stop file), aborts the start.
 func (s *supervisor) relaySignals(sigs <-chan os.Signal, cancelBarrier context.CancelFunc) {
 	for sig := range sigs {
 		s.mu.Lock()
 		pgid := s.pgid
-		if pgid == 0 && terminating(sig) && s.stopSig == nil {
+		abort := pgid == 0 && (terminating(sig) || fileExists(filepath.Join(s.dir, StopFile)))
+		if abort && s.stopSig == nil {
 			s.stopSig = sig
 		}
 		s.mu.Unlock()
 		if pgid == 0 {
-			if terminating(sig) {
+			if abort {
 				s.logger.Info("stop requested before the task started", "signal", sig)
 				cancelBarrier()
 			}

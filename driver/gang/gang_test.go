@@ -208,7 +208,7 @@ func TestBarrierTimeout(t *testing.T) {
 	var progress []int
 	start := time.Now()
 	_, err := c.Barrier(context.Background(), BarrierConfig{
-		Gang: "g", Member: "a", Join: join(0, "1", 2), Timeout: 300 * time.Millisecond,
+		Gang: "g", Member: "a", Join: join(0, "1", 2), Timeout: time.Second,
 		Progress: func(st Status) { progress = append(progress, st.Arrived) },
 	})
 	var te *TimeoutError
@@ -218,7 +218,7 @@ func TestBarrierTimeout(t *testing.T) {
 	if te.Arrived != 1 || te.Size != 2 || !strings.Contains(err.Error(), "1 of 2 members arrived") {
 		t.Fatalf("timeout error: %v", err)
 	}
-	if el := time.Since(start); el < 300*time.Millisecond || el > 5*time.Second {
+	if el := time.Since(start); el < time.Second || el > 10*time.Second {
 		t.Fatalf("barrier returned after %s", el)
 	}
 	if len(progress) == 0 || progress[0] != 1 {
@@ -394,7 +394,7 @@ func TestBarrierTimeoutSaysWhyJoinFailed(t *testing.T) {
 	if _, err := c.Join(context.Background(), "g", "a", join(0, "1", 2)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.Barrier(context.Background(), BarrierConfig{Gang: "g", Member: "b", Join: join(1, "1", 3), Timeout: 500 * time.Millisecond})
+	_, err := c.Barrier(context.Background(), BarrierConfig{Gang: "g", Member: "b", Join: join(1, "1", 3), Timeout: time.Second})
 	var te *TimeoutError
 	if !errors.As(err, &te) || te.Arrived != 1 || te.Size != 2 || !strings.Contains(err.Error(), "could not join") || !strings.Contains(err.Error(), "asks for 3") {
 		t.Fatalf("got %v", err)
