@@ -11,7 +11,9 @@
 // stream sends a full new set only when the groups differ. Stats and
 // Reserve read the same snapshot. Nothing touches NVML until an RPC needs
 // it, because Nomad also runs the plugin in processes that only validate
-// the config.
+// the config. The monitor owns the backend: a different config stops it
+// (closing the backend) and open streams carry on with the next one;
+// after Shutdown they end with Unavailable.
 //
 // # Device groups
 //
@@ -64,6 +66,11 @@
 // NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES list the UUIDs island by
 // island, following NVLink links inside an island (Nomad hands them over in
 // arbitrary order); /dev/nvidia<minor>, /dev/nvidiactl, /dev/nvidia-uvm and
-// /dev/nvidia-uvm-tools are passed when they exist. Unknown IDs are an
-// InvalidArgument error naming them.
+// /dev/nvidia-uvm-tools are passed when they exist. Unknown or repeated
+// IDs are an InvalidArgument error naming them.
+//
+// # Running it
+//
+// Nomad starts the binary from its plugin_dir (see example/agent.hcl); run
+// by hand it prints how to install it and exits 1.
 package device
