@@ -134,9 +134,10 @@ func (c *cycle) holdPending() {
 	for _, id := range ids {
 		p := c.e.pending[id]
 		j, ok := c.snap.Job(id)
+		appeared := c.snap.JobAllocs(id)
 		// Held until every planned allocation is there: Nomad may place a
 		// gang's members one by one.
-		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(c.snap.JobAllocs(id)) >= len(p.allocs) {
+		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(appeared) >= len(p.allocs) {
 			delete(c.e.pending, id)
 			continue
 		}
@@ -144,7 +145,13 @@ func (c *cycle) holdPending() {
 			c.st.Hold(a.NodeID, a.GPUs)
 		}
 		if j.SpecErr == nil {
-			c.projectGPUs[c.pol.ProjectName(j.Spec)] += j.GPUs()
+			// Members already running are charged to the quota as
+			// holders (assessHolders); only the rest is added here.
+			held := j.GPUs()
+			for _, a := range appeared {
+				held -= len(a.GPUs)
+			}
+			c.projectGPUs[c.pol.ProjectName(j.Spec)] += max(0, held)
 		}
 	}
 	c.st.Commit()
