@@ -53,20 +53,28 @@ func (s *baseServer) SetConfig(ctx context.Context, req *basepb.SetConfigRequest
 	val, err := decodePluginConfig(s.impl, req.GetMsgpackConfig())
 	if err != nil {
 		s.logger.Error("rejecting plugin config", "error", err)
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, withCode(err, codes.InvalidArgument)
 	}
 	cfg := &Config{Value: val, Nomad: req.GetNomadConfig(), APIVersion: req.GetPluginApiVersion()}
 	if err := s.impl.SetConfig(ctx, cfg); err != nil {
 		s.logger.Error("plugin rejected its config", "error", err)
-		if _, ok := status.FromError(err); ok {
-			return nil, err
-		}
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, withCode(err, codes.InvalidArgument)
 	}
 	return &basepb.SetConfigResponse{}, nil
 }
 
+// withCode returns err as a gRPC status error: as it is when it already
+// carries a status, else with the given code.
+func withCode(err error, code codes.Code) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(code, err.Error())
+}
+
 // decodePluginConfig decodes SetConfig's bytes against the plugin's schema.
+// Bad bytes are the client's fault (plain errors, InvalidArgument); a
+// schema that does not convert is the plugin's own (Internal).
 func decodePluginConfig(impl Base, data []byte) (cty.Value, error) {
 	spec := impl.ConfigSchema()
 	if spec == nil {
@@ -77,7 +85,7 @@ func decodePluginConfig(impl Base, data []byte) (cty.Value, error) {
 	}
 	dec, err := config.NewDecoder(spec)
 	if err != nil {
-		return cty.NilVal, fmt.Errorf("plugin's own config schema is invalid: %w", err)
+		return cty.NilVal, status.Errorf(codes.Internal, "plugin's own config schema is invalid: %v", err)
 	}
 	return dec.Value(data)
 }

@@ -27,8 +27,13 @@ type recorder struct {
 	calls  []*plugin.Config
 }
 
-func (r *recorder) PluginInfo() plugin.Info       { return r.info }
-func (r *recorder) ConfigSchema() *hclspecpb.Spec { return r.schema }
+func (r *recorder) PluginInfo() plugin.Info { return r.info }
+
+func (r *recorder) ConfigSchema() *hclspecpb.Spec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.schema
+}
 func (r *recorder) SetConfig(_ context.Context, c *plugin.Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -189,5 +194,24 @@ func TestEncodeConfigRoutesAgree(t *testing.T) {
 	// 0.1 is not an exact binary fraction: go-cty writes it as a string.
 	if !strings.Contains(string(native), "\xa30.1") {
 		t.Errorf("0.1 not encoded as a decimal string: %x", native)
+	}
+}
+
+// TestSetConfigErrorCodes: bytes that do not fit the schema are the
+// client's fault (InvalidArgument); a schema that stopped converting is the
+// plugin's own (Internal), since the client cannot fix it.
+func TestSetConfigErrorCodes(t *testing.T) {
+	ctx := ctxT(t)
+	good := hclspec.Object(hclspec.Attrs{"n": hclspec.AttrDefault("n", "number", "1")})
+	rec := &recorder{info: plugin.Info{Name: "d", Version: "0.1.0"}, schema: good}
+	inst := plugintest.StartDevice(t, device{recorder: rec})
+	if _, err := inst.Base.SetConfig(ctx, &basepb.SetConfigRequest{MsgpackConfig: []byte{0x81, 0xa1, 'n', 0xa1, 'x'}}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"n"`) {
+		t.Errorf("bad bytes: %v, want InvalidArgument naming n", err)
+	}
+	rec.mu.Lock()
+	rec.schema = hclspec.Object(hclspec.Attrs{"n": hclspec.Attr("n", "")})
+	rec.mu.Unlock()
+	if _, err := inst.Base.SetConfig(ctx, &basepb.SetConfigRequest{MsgpackConfig: []byte{0x80}}); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "schema is invalid") {
+		t.Errorf("invalid schema: %v, want Internal", err)
 	}
 }
