@@ -483,3 +483,27 @@ func TestUnplaceableAdmissionRolledBackWithNomadsReason(t *testing.T) {
 		}
 	}
 }
+
+// Outcome notes stay bounded: the oldest are forgotten first, a note
+// deleted and set again counts as new, and the newest are always kept.
+func TestNotesBounded(t *testing.T) {
+	n := newNotes(3)
+	n.set("a", "1")
+	n.set("b", "1")
+	n.del("a")
+	n.set("a", "2") // re-set: now the newest
+	n.set("c", "1")
+	n.set("d", "1") // over capacity: b, the oldest live note, goes
+	if n.get("b") != "" || n.get("a") != "2" || n.get("c") != "1" || n.get("d") != "1" {
+		t.Fatalf("notes = %v, want a, c, d kept and b forgotten", n.m)
+	}
+	for i := range 100 {
+		n.set(fmt.Sprint("k", i), "x")
+		if i%3 == 0 {
+			n.del(fmt.Sprint("k", i))
+		}
+	}
+	if len(n.m) > 3 || len(n.order) > 6 || n.get("k98") != "x" {
+		t.Fatalf("after churn: %d notes, %d order entries, k98=%q", len(n.m), len(n.order), n.get("k98"))
+	}
+}
