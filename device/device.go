@@ -245,10 +245,7 @@ func (p *Plugin) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*de
 // goes away. A failed sample is skipped (and logged when the error
 // changes), not sent as an error: an error would end the stream.
 func (p *Plugin) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_StatsServer) error {
-	interval := time.Second
-	if d := req.GetCollectionInterval(); d != nil && d.AsDuration() > 0 {
-		interval = d.AsDuration()
-	}
+	interval := statsInterval(req)
 	ctx := stream.Context()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -279,4 +276,22 @@ func (p *Plugin) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// Bounds of the stats collection interval. Nomad asks for its client's
+// collection interval (1s by default); a request for less than
+// minStatsInterval would have the plugin spin on NVML calls, and none at
+// all gets Nomad's default.
+const (
+	minStatsInterval     = 100 * time.Millisecond
+	defaultStatsInterval = time.Second
+)
+
+// statsInterval is the interval a Stats request asks for, within bounds.
+func statsInterval(req *devicepb.StatsRequest) time.Duration {
+	d := req.GetCollectionInterval()
+	if d == nil || !d.IsValid() || d.AsDuration() <= 0 {
+		return defaultStatsInterval
+	}
+	return max(d.AsDuration(), minStatsInterval)
 }

@@ -472,3 +472,22 @@ func TestShutdownEndsStreams(t *testing.T) {
 		t.Fatalf("backend closed %d times, want 1", b.closes)
 	}
 }
+
+func TestStatsInterval(t *testing.T) {
+	cases := []struct {
+		in   *durationpb.Duration
+		want time.Duration
+	}{
+		{nil, time.Second},
+		{durationpb.New(0), time.Second},
+		{durationpb.New(-time.Second), time.Second},
+		{&durationpb.Duration{Seconds: 1, Nanos: -5}, time.Second}, // invalid: mixed signs
+		{durationpb.New(time.Nanosecond), minStatsInterval},
+		{durationpb.New(5 * time.Second), 5 * time.Second},
+	}
+	for _, tc := range cases {
+		if got := statsInterval(&devicepb.StatsRequest{CollectionInterval: tc.in}); got != tc.want {
+			t.Errorf("interval %v: got %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
