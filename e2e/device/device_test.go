@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/impact-sched/nomad-impact/device/gpu/fake"
 	"github.com/impact-sched/nomad-impact/device/topology"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
 )
@@ -66,7 +67,8 @@ func pluginBinary(t *testing.T, dir string) {
 type agent struct {
 	client *api.Client
 	logs   *syncBuffer
-	ctl    string
+	// ctl is the topology's control file ("" if it names none).
+	ctl string
 }
 
 type syncBuffer struct {
@@ -106,8 +108,12 @@ func startAgentWith(t *testing.T, topoFile, groupBy string) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topoPath := filepath.Join(dir, "two-islands.hcl")
+	topoPath := filepath.Join(dir, topoFile)
 	if err := os.WriteFile(topoPath, topo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := fake.LoadTopology(topoPath)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ports := freePorts(t, 3)
@@ -162,7 +168,7 @@ plugin "impact-gpu" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &agent{client: c, logs: logs, ctl: filepath.Join(dir, "two-islands.ctl")}
+	return &agent{client: c, logs: logs, ctl: parsed.ControlFile}
 }
 
 // waitFor polls cond until it holds or the deadline passes.
