@@ -53,7 +53,7 @@ func DefaultModel() Model {
 		CheckpointInterval: 1800,
 		RestartCost:        120,
 		Grace:              60,
-		Cycle:              30,
+		Cycle:              60,
 		Recheck:            300,
 		Sample:             600,
 	}
