@@ -136,6 +136,8 @@ func ParseTopology(path string, src []byte) (*Topology, error) {
 	return t, nil
 }
 
+// build validates a decoded topology file block by block (gpu, nvlink and
+// nvswitch, event, stats, each with its own helper) into a Topology.
 func build(path string, spec *fileSpec) (*Topology, error) {
 	t := &Topology{Path: path, Labels: map[string]string{}, Stats: map[string]StatsUpdate{}}
 	inv := &t.Inventory
@@ -163,142 +165,167 @@ func build(path string, spec *fileSpec) (*Topology, error) {
 	uuids := map[string]string{}
 	indexes := map[int]string{}
 	for i, g := range spec.GPUs {
-		where := fmt.Sprintf("gpu %q", g.Label)
-		if _, dup := t.Labels[g.Label]; dup {
-			return nil, fmt.Errorf("%s: label used twice", where)
+		if err := t.addGPU(i, g, uuids, indexes); err != nil {
+			return nil, err
 		}
-		if !gpuUUID.MatchString(g.UUID) {
-			return nil, fmt.Errorf("%s: uuid %q must look like GPU-<hex and dashes>", where, g.UUID)
-		}
-		if other, dup := uuids[g.UUID]; dup {
-			return nil, fmt.Errorf("%s: uuid %s also used by %s", where, g.UUID, other)
-		}
-		uuids[g.UUID] = where
-		if g.Model == "" {
-			return nil, fmt.Errorf("%s: model is empty", where)
-		}
-		if g.MemoryMiB <= 0 {
-			return nil, fmt.Errorf("%s: memory_mib must be positive, got %d", where, g.MemoryMiB)
-		}
-		d := gpu.Device{UUID: g.UUID, Index: i, Model: g.Model, MemoryMiB: uint64(g.MemoryMiB),
-			PowerLimitW: gpu.Unknown, PCIeGeneration: gpu.Unknown, PCIeWidth: gpu.Unknown, NUMANode: gpu.Unknown}
-		if g.Index != nil {
-			if *g.Index < 0 {
-				return nil, fmt.Errorf("%s: index must not be negative", where)
-			}
-			d.Index = *g.Index
-		}
-		if other, dup := indexes[d.Index]; dup {
-			return nil, fmt.Errorf("%s: index %d also used by %s", where, d.Index, other)
-		}
-		indexes[d.Index] = where
-		d.Minor = d.Index
-		if g.Minor != nil {
-			d.Minor = *g.Minor
-		}
-		d.PCIBusID = fmt.Sprintf("00000000:%02X:00.0", 0x10+d.Index)
-		if g.PCIBusID != nil {
-			if !busID.MatchString(*g.PCIBusID) {
-				return nil, fmt.Errorf("%s: pci_bus_id %q must look like 00000000:3B:00.0", where, *g.PCIBusID)
-			}
-			d.PCIBusID = *g.PCIBusID
-		}
-		if g.NUMANode != nil {
-			if *g.NUMANode < 0 {
-				return nil, fmt.Errorf("%s: numa_node must not be negative (leave it out when unknown)", where)
-			}
-			d.NUMANode = *g.NUMANode
-		}
-		if g.ComputeCapability != nil {
-			if !ccForm.MatchString(*g.ComputeCapability) {
-				return nil, fmt.Errorf("%s: compute_capability %q must look like 9.0", where, *g.ComputeCapability)
-			}
-			d.ComputeCapability = *g.ComputeCapability
-		}
-		for name, p := range map[string]struct {
-			src *int
-			dst *int
-		}{"power_limit_w": {g.PowerLimitW, &d.PowerLimitW}, "pcie_generation": {g.PCIeGeneration, &d.PCIeGeneration}, "pcie_width": {g.PCIeWidth, &d.PCIeWidth}} {
-			if p.src != nil {
-				if *p.src <= 0 {
-					return nil, fmt.Errorf("%s: %s must be positive, got %d", where, name, *p.src)
-				}
-				*p.dst = *p.src
-			}
-		}
-		for j, m := range g.MIG {
-			mw := fmt.Sprintf("%s: mig %q", where, m.Profile)
-			if !migUUID.MatchString(m.UUID) {
-				return nil, fmt.Errorf("%s: uuid %q must look like MIG-<hex and dashes>", mw, m.UUID)
-			}
-			if other, dup := uuids[m.UUID]; dup {
-				return nil, fmt.Errorf("%s: uuid %s also used by %s", mw, m.UUID, other)
-			}
-			uuids[m.UUID] = mw
-			if m.MemoryMiB <= 0 || m.MemoryMiB > g.MemoryMiB {
-				return nil, fmt.Errorf("%s: memory_mib must be in 1..%d, got %d", mw, g.MemoryMiB, m.MemoryMiB)
-			}
-			inst := gpu.MIGInstance{UUID: m.UUID, Profile: m.Profile, GPUInstanceID: j + 1, MemoryMiB: uint64(m.MemoryMiB)}
-			if m.GPUInstance != nil {
-				inst.GPUInstanceID = *m.GPUInstance
-			}
-			if m.ComputeInstance != nil {
-				inst.ComputeInstanceID = *m.ComputeInstance
-			}
-			d.MIG = append(d.MIG, inst)
-		}
-		d.MIGEnabled = len(d.MIG) > 0
-		t.Labels[g.Label] = g.UUID
-		inv.Devices = append(inv.Devices, d)
 	}
 	if err := buildLinks(t, spec); err != nil {
 		return nil, err
 	}
 	for i, e := range spec.Events {
-		where := fmt.Sprintf("event %d (gpu %q)", i+1, e.GPU)
-		after, err := time.ParseDuration(e.After)
-		if err != nil || after < 0 {
-			return nil, fmt.Errorf("%s: after %q must be a non-negative duration like 30s", where, e.After)
+		if err := t.addEvent(i, e); err != nil {
+			return nil, err
 		}
-		uuid, err := t.Resolve(e.GPU)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
-		}
-		n := 0
-		a := Action{UUID: uuid}
-		if e.XID != nil {
-			n++
-			a.Kind, a.XID = ActXID, *e.XID
-			if a.XID <= 0 {
-				return nil, fmt.Errorf("%s: xid must be positive, got %d", where, a.XID)
-			}
-		}
-		if e.Lost != nil && *e.Lost {
-			n++
-			a.Kind = ActLost
-		}
-		if e.Recover != nil && *e.Recover {
-			n++
-			a.Kind = ActRecover
-		}
-		if n != 1 {
-			return nil, fmt.Errorf("%s: set exactly one of xid, lost = true or recover = true", where)
-		}
-		t.Events = append(t.Events, Scripted{After: after, Action: a})
 	}
-	for _, s := range spec.Stats {
-		uuid, err := t.Resolve(s.GPU)
-		if err != nil {
-			return nil, fmt.Errorf("stats %q: %w", s.GPU, err)
+	for _, st := range spec.Stats {
+		if err := t.addStats(st); err != nil {
+			return nil, err
 		}
-		u := StatsUpdate{Utilization: s.Utilization, MemoryUtil: s.MemoryUtil, MemoryUsedMiB: s.MemoryUsedMiB,
-			PowerW: s.PowerW, TemperatureC: s.TemperatureC, ECCCorrected: s.ECCCorrected, ECCUncorrected: s.ECCUncorrected}
-		if err := u.validate(); err != nil {
-			return nil, fmt.Errorf("stats %q: %w", s.GPU, err)
-		}
-		t.Stats[uuid] = u
 	}
 	return t, nil
+}
+
+// addGPU validates one gpu block (the i-th) and adds the device; uuids and
+// indexes record what earlier blocks used, to catch duplicates.
+func (t *Topology) addGPU(i int, g gpuSpec, uuids map[string]string, indexes map[int]string) error {
+	where := fmt.Sprintf("gpu %q", g.Label)
+	if _, dup := t.Labels[g.Label]; dup {
+		return fmt.Errorf("%s: label used twice", where)
+	}
+	if !gpuUUID.MatchString(g.UUID) {
+		return fmt.Errorf("%s: uuid %q must look like GPU-<hex and dashes>", where, g.UUID)
+	}
+	if other, dup := uuids[g.UUID]; dup {
+		return fmt.Errorf("%s: uuid %s also used by %s", where, g.UUID, other)
+	}
+	uuids[g.UUID] = where
+	if g.Model == "" {
+		return fmt.Errorf("%s: model is empty", where)
+	}
+	if g.MemoryMiB <= 0 {
+		return fmt.Errorf("%s: memory_mib must be positive, got %d", where, g.MemoryMiB)
+	}
+	d := gpu.Device{UUID: g.UUID, Index: i, Model: g.Model, MemoryMiB: uint64(g.MemoryMiB),
+		PowerLimitW: gpu.Unknown, PCIeGeneration: gpu.Unknown, PCIeWidth: gpu.Unknown, NUMANode: gpu.Unknown}
+	if g.Index != nil {
+		if *g.Index < 0 {
+			return fmt.Errorf("%s: index must not be negative", where)
+		}
+		d.Index = *g.Index
+	}
+	if other, dup := indexes[d.Index]; dup {
+		return fmt.Errorf("%s: index %d also used by %s", where, d.Index, other)
+	}
+	indexes[d.Index] = where
+	d.Minor = d.Index
+	if g.Minor != nil {
+		d.Minor = *g.Minor
+	}
+	d.PCIBusID = fmt.Sprintf("00000000:%02X:00.0", 0x10+d.Index)
+	if g.PCIBusID != nil {
+		if !busID.MatchString(*g.PCIBusID) {
+			return fmt.Errorf("%s: pci_bus_id %q must look like 00000000:3B:00.0", where, *g.PCIBusID)
+		}
+		d.PCIBusID = *g.PCIBusID
+	}
+	if g.NUMANode != nil {
+		if *g.NUMANode < 0 {
+			return fmt.Errorf("%s: numa_node must not be negative (leave it out when unknown)", where)
+		}
+		d.NUMANode = *g.NUMANode
+	}
+	if g.ComputeCapability != nil {
+		if !ccForm.MatchString(*g.ComputeCapability) {
+			return fmt.Errorf("%s: compute_capability %q must look like 9.0", where, *g.ComputeCapability)
+		}
+		d.ComputeCapability = *g.ComputeCapability
+	}
+	for name, p := range map[string]struct {
+		src *int
+		dst *int
+	}{"power_limit_w": {g.PowerLimitW, &d.PowerLimitW}, "pcie_generation": {g.PCIeGeneration, &d.PCIeGeneration}, "pcie_width": {g.PCIeWidth, &d.PCIeWidth}} {
+		if p.src != nil {
+			if *p.src <= 0 {
+				return fmt.Errorf("%s: %s must be positive, got %d", where, name, *p.src)
+			}
+			*p.dst = *p.src
+		}
+	}
+	for j, m := range g.MIG {
+		mw := fmt.Sprintf("%s: mig %q", where, m.Profile)
+		if !migUUID.MatchString(m.UUID) {
+			return fmt.Errorf("%s: uuid %q must look like MIG-<hex and dashes>", mw, m.UUID)
+		}
+		if other, dup := uuids[m.UUID]; dup {
+			return fmt.Errorf("%s: uuid %s also used by %s", mw, m.UUID, other)
+		}
+		uuids[m.UUID] = mw
+		if m.MemoryMiB <= 0 || m.MemoryMiB > g.MemoryMiB {
+			return fmt.Errorf("%s: memory_mib must be in 1..%d, got %d", mw, g.MemoryMiB, m.MemoryMiB)
+		}
+		inst := gpu.MIGInstance{UUID: m.UUID, Profile: m.Profile, GPUInstanceID: j + 1, MemoryMiB: uint64(m.MemoryMiB)}
+		if m.GPUInstance != nil {
+			inst.GPUInstanceID = *m.GPUInstance
+		}
+		if m.ComputeInstance != nil {
+			inst.ComputeInstanceID = *m.ComputeInstance
+		}
+		d.MIG = append(d.MIG, inst)
+	}
+	d.MIGEnabled = len(d.MIG) > 0
+	t.Labels[g.Label] = g.UUID
+	t.Inventory.Devices = append(t.Inventory.Devices, d)
+	return nil
+}
+
+// addEvent validates the i-th event block and schedules it.
+func (t *Topology) addEvent(i int, e eventSpec) error {
+	where := fmt.Sprintf("event %d (gpu %q)", i+1, e.GPU)
+	after, err := time.ParseDuration(e.After)
+	if err != nil || after < 0 {
+		return fmt.Errorf("%s: after %q must be a non-negative duration like 30s", where, e.After)
+	}
+	uuid, err := t.Resolve(e.GPU)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	n := 0
+	a := Action{UUID: uuid}
+	if e.XID != nil {
+		n++
+		a.Kind, a.XID = ActXID, *e.XID
+		if a.XID <= 0 {
+			return fmt.Errorf("%s: xid must be positive, got %d", where, a.XID)
+		}
+	}
+	if e.Lost != nil && *e.Lost {
+		n++
+		a.Kind = ActLost
+	}
+	if e.Recover != nil && *e.Recover {
+		n++
+		a.Kind = ActRecover
+	}
+	if n != 1 {
+		return fmt.Errorf("%s: set exactly one of xid, lost = true or recover = true", where)
+	}
+	t.Events = append(t.Events, Scripted{After: after, Action: a})
+	return nil
+}
+
+// addStats validates a stats block and sets its GPU's initial stats.
+func (t *Topology) addStats(s statsSpec) error {
+	uuid, err := t.Resolve(s.GPU)
+	if err != nil {
+		return fmt.Errorf("stats %q: %w", s.GPU, err)
+	}
+	u := StatsUpdate{Utilization: s.Utilization, MemoryUtil: s.MemoryUtil, MemoryUsedMiB: s.MemoryUsedMiB,
+		PowerW: s.PowerW, TemperatureC: s.TemperatureC, ECCCorrected: s.ECCCorrected, ECCUncorrected: s.ECCUncorrected}
+	if err := u.validate(); err != nil {
+		return fmt.Errorf("stats %q: %w", s.GPU, err)
+	}
+	t.Stats[uuid] = u
+	return nil
 }
 
 func buildLinks(t *Topology, spec *fileSpec) error {
