@@ -23,19 +23,7 @@ import (
 // devices (with the typed config applied) and a healthy driver. Run with
 // PATH=/opt/nomad-e2e:$PATH go test -run NomadAgent -v ./plugin/
 func TestNomadAgentLoadsPlugins(t *testing.T) {
-	nomad, err := exec.LookPath("nomad")
-	if err != nil {
-		t.Skip("no nomad binary on PATH")
-	}
-	dir := t.TempDir()
-	pluginDir := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The file names must match the plugin blocks; PluginInfo names differ.
-	for _, name := range []string{"impact-testdevice", "impact-testdriver"} {
-		copyExecutable(t, testPluginBin, filepath.Join(pluginDir, name))
-	}
+	nomad, dir, pluginDir := agentSetup(t, "impact-testdevice", "impact-testdriver")
 	ports := freePorts(t, 3)
 	cfg := agentConfig(dir, pluginDir, ports, `
 plugin "impact-testdevice" {
@@ -232,16 +220,7 @@ func getText(ctx context.Context, url string) (string, error) {
 // TestNomadAgentRefusesBadPluginConfig: a config the plugin rejects aborts
 // the agent's start-up, and the agent's output names the bad field.
 func TestNomadAgentRefusesBadPluginConfig(t *testing.T) {
-	nomad, err := exec.LookPath("nomad")
-	if err != nil {
-		t.Skip("no nomad binary on PATH")
-	}
-	dir := t.TempDir()
-	pluginDir := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	copyExecutable(t, testPluginBin, filepath.Join(pluginDir, "impact-testdevice"))
+	nomad, dir, pluginDir := agentSetup(t, "impact-testdevice")
 	cfg := agentConfig(dir, pluginDir, freePorts(t, 3), `
 plugin "impact-testdevice" {
   config {
@@ -270,6 +249,27 @@ plugin "impact-testdevice" {
 		t.Fatalf("agent output does not name the field:\n%s", out)
 	}
 	t.Logf("agent refused to start: %s", line)
+}
+
+// agentSetup skips the test without a nomad binary on PATH; otherwise it
+// returns it, a temporary directory for the agent and a plugin directory
+// in it holding the test plugin under each name (the file names must match
+// the plugin blocks; PluginInfo names differ).
+func agentSetup(t *testing.T, names ...string) (nomad, dir, pluginDir string) {
+	t.Helper()
+	nomad, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	dir = t.TempDir()
+	pluginDir = filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		copyExecutable(t, testPluginBin, filepath.Join(pluginDir, name))
+	}
+	return nomad, dir, pluginDir
 }
 
 // agentConfig is a dev agent's configuration on 127.0.0.1 with its own
