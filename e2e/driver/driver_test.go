@@ -48,13 +48,13 @@ func freePorts(t *testing.T, n int) []int {
 	return out
 }
 
-// pluginBinary returns impact-exec: $IMPACT_BIN/plugins/impact-exec (as
-// `make e2e` builds it) or a fresh build.
-func pluginBinary(t *testing.T, dir string) {
+// pluginBinary puts plugin name (impact-exec, impact-gpu) into dir:
+// $IMPACT_BIN/plugins/<name> (as `make e2e` builds it) or a fresh build.
+func pluginBinary(t *testing.T, dir, name string) {
 	t.Helper()
-	dst := filepath.Join(dir, "impact-exec")
+	dst := filepath.Join(dir, name)
 	if bin := os.Getenv("IMPACT_BIN"); bin != "" {
-		src := filepath.Join(bin, "plugins", "impact-exec")
+		src := filepath.Join(bin, "plugins", name)
 		if b, err := os.ReadFile(src); err == nil {
 			if err := os.WriteFile(dst, b, 0o755); err != nil {
 				t.Fatal(err)
@@ -62,9 +62,9 @@ func pluginBinary(t *testing.T, dir string) {
 			return
 		}
 	}
-	out, err := exec.Command("go", "build", "-o", dst, "github.com/impact-sched/nomad-impact/cmd/impact-exec").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", dst, "github.com/impact-sched/nomad-impact/cmd/"+name).CombinedOutput()
 	if err != nil {
-		t.Fatalf("building impact-exec: %v\n%s", err, out)
+		t.Fatalf("building %s: %v\n%s", name, err, out)
 	}
 }
 
@@ -107,10 +107,22 @@ func agentDir(t *testing.T) string {
 // impact-exec in its plugin dir) and starts it; it is stopped at cleanup.
 func startAgent(t *testing.T, rendezvous string) *agent {
 	t.Helper()
+	return startAgentWith(t, rendezvous, nil)
+}
+
+// startAgentWith also installs impact-gpu when gpu is not nil; gpu gets the
+// agent dir and returns the impact-gpu plugin block.
+func startAgentWith(t *testing.T, rendezvous string, gpu func(dir string) string) *agent {
+	t.Helper()
 	dir := agentDir(t)
 	pluginDir := filepath.Join(dir, "plugins")
 	os.MkdirAll(pluginDir, 0o755)
-	pluginBinary(t, pluginDir)
+	pluginBinary(t, pluginDir, "impact-exec")
+	extra := ""
+	if gpu != nil {
+		pluginBinary(t, pluginDir, "impact-gpu")
+		extra = gpu(dir)
+	}
 	ports := freePorts(t, 3)
 	cfg := fmt.Sprintf(`
 data_dir  = %q
@@ -148,7 +160,8 @@ plugin "impact-exec" {
     heartbeat_interval = "1s"
   }
 }
-`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2], ports[1], rendezvous)
+%s
+`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2], ports[1], rendezvous, extra)
 	a := &agent{addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, cfgPath: filepath.Join(dir, "agent.hcl")}
 	if err := os.WriteFile(a.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -818,5 +831,147 @@ func TestGangNomadServiceDiscovery(t *testing.T) {
 	// Rank 0's own service port is everybody's MASTER_PORT.
 	if r0["MASTER_PORT"] != r0["PORT"] || r1["MASTER_PORT"] != r0["PORT"] {
 		t.Fatalf("master port: %v", got)
+	}
+}
+
+const gpuGangHCL = `
+job "gpu-gang" {
+  type = "batch"
+  meta {
+    impact_tier              = "high"
+    impact_project           = "olmo"
+    impact_checkpoint_signal = "SIGUSR1"
+    impact_grace             = "30s"
+  }
+  group "workers" {
+    count = 2
+    task "trainer" {
+      driver = "impact-exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GPUS=$CUDA_VISIBLE_DEVICES"]
+        gang {
+          size = 2
+        }
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+        device "nvidia/gpu" {
+          count = 4
+        }
+      }
+    }
+  }
+}
+`
+
+// The driver and the device plugin together: two members of a gang on one
+// node of two 4-GPU NVLink islands each get one whole island, disjoint,
+// and see them in CUDA_VISIBLE_DEVICES next to their ranks.
+func TestGangWithGPUs(t *testing.T) {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const topo = "two-islands-8x-a100.hcl"
+	a := startAgentWith(t, srv.URL, func(dir string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", "example", "topologies", topo))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, topo)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf(`plugin "impact-gpu" {
+  config {
+    backend       = "fake"
+    fake_topology = %q
+    group_by      = "island"
+  }
+}`, path)
+	})
+	a.waitDriver(t)
+	f := filepath.Join(t.TempDir(), "gpu-gang.nomad.hcl")
+	os.WriteFile(f, []byte(gpuGangHCL), 0o644)
+	a.nomad(t, "job", "run", "-detach", f)
+	var as []allocStub
+	eventually(t, 90*time.Second, "both GPU members complete", func() (bool, string) {
+		as = nil
+		_ = a.get(t, "/v1/job/gpu-gang/allocations", &as)
+		done := 0
+		for _, al := range as {
+			if al.ClientStatus == "complete" {
+				done++
+			}
+		}
+		info := fmt.Sprintf("%d allocs, %d complete", len(as), done)
+		if len(as) > 0 {
+			info += "; " + taskEvents(as[0])
+		}
+		return len(as) == 2 && done == 2, info
+	})
+	// GPU UUID -> index, from the topology file.
+	index := map[string]int{}
+	topoText, _ := os.ReadFile(filepath.Join("..", "..", "example", "topologies", topo))
+	cur := -1
+	for _, line := range strings.Split(string(topoText), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.Trim(strings.TrimSpace(v), `"`)
+		switch k {
+		case "index":
+			cur, _ = strconv.Atoi(v)
+		case "uuid":
+			index[v] = cur
+		}
+	}
+	if len(index) != 8 {
+		t.Fatalf("topology: %v", index)
+	}
+	seen := map[string]string{}
+	localRanks := map[string]bool{}
+	for _, al := range as {
+		var out string
+		_ = a.get(t, "/v1/client/fs/logs/"+al.ID+"?task=trainer&type=stdout&plain=true", &out)
+		t.Logf("%s: %s", al.Name, strings.TrimSpace(out))
+		kv := map[string]string{}
+		for _, f := range strings.Fields(out) {
+			k, v, _ := strings.Cut(f, "=")
+			kv[k] = v
+		}
+		gpus := strings.Split(kv["GPUS"], ",")
+		if len(gpus) != 4 || kv["LOCAL_WORLD_SIZE"] != "2" {
+			t.Fatalf("%s: %q", al.Name, out)
+		}
+		// One NVLink island: indices 0-3 or 4-7 of the topology.
+		islands := map[int]bool{}
+		for _, g := range gpus {
+			idx, ok := index[g]
+			if !ok {
+				t.Fatalf("%s: unknown GPU %s", al.Name, g)
+			}
+			islands[idx/4] = true
+		}
+		if len(islands) != 1 {
+			t.Fatalf("%s: GPUs span islands: %v", al.Name, gpus)
+		}
+		localRanks[kv["LOCAL_RANK"]] = true
+		for _, g := range gpus {
+			if other, dup := seen[g]; dup {
+				t.Fatalf("GPU %s given to both %s and %s", g, other, al.Name)
+			}
+			seen[g] = al.Name
+		}
+	}
+	if len(seen) != 8 || !localRanks["0"] || !localRanks["1"] {
+		t.Fatalf("GPUs %v, local ranks %v", seen, localRanks)
 	}
 }
