@@ -14,6 +14,7 @@ package impact
 import (
 	_ "embed"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -139,11 +140,25 @@ func (s *Scheduler) clusterJob(j *sim.Job, state cluster.JobState) *cluster.Job 
 	}
 }
 
-func (s *Scheduler) allocs(j *sim.Job, ckpt int64, stopping bool) []*cluster.Alloc {
+// allocs describes the running allocations of j. prev, when it describes
+// the same run, lends its IDs and GPU lists (saving the formatting).
+func (s *Scheduler) allocs(j *sim.Job, ckpt int64, stopping bool, prev []*cluster.Alloc) []*cluster.Alloc {
 	out := make([]*cluster.Alloc, 0, len(j.Allocs))
+	if len(prev) == len(j.Allocs) {
+		for _, p := range prev {
+			ca := *p
+			ca.Stopping = stopping
+			ca.LastCheckpoint = time.Time{}
+			if ckpt > j.Start {
+				ca.LastCheckpoint = at(ckpt)
+			}
+			out = append(out, &ca)
+		}
+		return out
+	}
 	for m, a := range j.Allocs {
 		ca := &cluster.Alloc{
-			ID:       fmt.Sprintf("%s/%d/%d", j.ID, j.Restarts, m),
+			ID:       j.ID + "/" + strconv.Itoa(j.Restarts) + "/" + strconv.Itoa(m),
 			JobID:    j.ID,
 			Group:    "main",
 			NodeID:   s.nodeIDs[a.Node],
@@ -194,7 +209,7 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobRunning)); err != nil {
 				return err
 			}
-			ri := &runInfo{job: j, ckpt: j.Start, allocs: s.allocs(j, j.Start, false)}
+			ri := &runInfo{job: j, ckpt: j.Start, allocs: s.allocs(j, j.Start, false, nil)}
 			s.running[j.Index] = ri
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
@@ -204,7 +219,7 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			if ri == nil || j.State != sim.Stopping {
 				continue // already stopped or finished: the next change says which
 			}
-			ri.allocs = s.allocs(j, ri.ckpt, true)
+			ri.allocs = s.allocs(j, ri.ckpt, true, ri.allocs)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
 			}
@@ -225,15 +240,16 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			delete(s.jobs, j.ID)
 		}
 	}
-	// Checkpoints taken since the last cycle.
+	// Checkpoints taken since the last cycle. Only preemptible jobs: the
+	// engine reads a checkpoint only to price a job as a victim.
 	for _, ri := range s.running {
 		j := ri.job
-		if j.State != sim.Running {
+		if j.State != sim.Running || !j.IsPreemptible {
 			continue
 		}
 		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {
 			ri.ckpt = ck
-			ri.allocs = s.allocs(j, ck, false)
+			ri.allocs = s.allocs(j, ck, false, ri.allocs)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
 			}
