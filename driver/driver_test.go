@@ -3,7 +3,9 @@ package driver
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -616,5 +618,49 @@ args    = ["30"]`, map[string]string{"GREETING": "hi"})
 	}
 	if _, err := inst.Driver.StopTask(ctxT(t, 10*time.Second), &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Timeout: durationpb.New(5 * time.Second)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// `impact-exec gang-server` serves the rendezvous endpoint until SIGTERM.
+func TestGangServerSubcommand(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(binary, "gang-server", "-listen", addr, "-ttl", "10s")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	c, _ := gang.NewClient("http://"+addr, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := c.Join(context.Background(), "g", "a.t", gang.JoinRequest{Size: 1, JobID: "j", AllocID: "a", Task: "t",
+			NodeID: "n", Addr: "127.0.0.1", Port: 1})
+		if err == nil {
+			if st.State != gang.StateReady {
+				t.Fatalf("gang of one: %+v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gang-server not serving: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("gang-server exit: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("gang-server did not stop on SIGTERM")
 	}
 }
