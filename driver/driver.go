@@ -168,11 +168,6 @@ type taskHandle struct {
 	startedAt time.Time
 	stats     *executor.StatsTracker
 	stopPump  chan struct{}
-
-	mu       sync.Mutex
-	exit     *executor.Exit
-	exitErr  error
-	exitedAt time.Time
 }
 
 func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) (*driverpb.StartTaskResponse, error) {
@@ -266,15 +261,6 @@ func (d *Driver) track(tc *driverpb.TaskConfig, proc *executor.Process, started 
 	d.tasks[h.id] = h
 	d.mu.Unlock()
 	go d.pumpEvents(h)
-	go func() {
-		ex, err := proc.Wait(context.Background())
-		h.mu.Lock()
-		h.exit, h.exitErr, h.exitedAt = &ex, err, time.Now()
-		if err == nil && !ex.ExitedAt.IsZero() {
-			h.exitedAt = ex.ExitedAt
-		}
-		h.mu.Unlock()
-	}()
 	return h
 }
 
