@@ -59,7 +59,7 @@ func (s *scripted) WatchHealth(ctx context.Context, out chan<- gpu.HealthEvent) 
 	s.mu.Lock()
 	s.watches++
 	s.mu.Unlock()
-	s.watched <- struct{}{}
+	s.signalWatch()
 	for {
 		select {
 		case ev := <-s.events:
@@ -75,6 +75,14 @@ func (s *scripted) Close() error {
 	defer s.mu.Unlock()
 	s.closes++
 	return nil
+}
+
+// signalWatch records a WatchHealth start without ever blocking it.
+func (s *scripted) signalWatch() {
+	select {
+	case s.watched <- struct{}{}:
+	default:
+	}
 }
 
 func (s *scripted) set(f func(*gpu.Inventory)) {
@@ -263,7 +271,26 @@ func TestUnavailableBackendReportsNoDevices(t *testing.T) {
 type failingWatch struct{ *scripted }
 
 func (f failingWatch) WatchHealth(context.Context, chan<- gpu.HealthEvent) error {
+	f.signalWatch()
 	return errors.New("event set broken")
+}
+
+// TestFailedHealthWatchIsRetried: a health watch that fails (an NVML event
+// wait error) is started again at the next scans, not abandoned until the
+// set of GPUs changes.
+func TestFailedHealthWatchIsRetried(t *testing.T) {
+	b := failingWatch{newScripted(twoGPUs())}
+	s := settingsFor(t, "island")
+	s.period = 10 * time.Millisecond
+	m := startMonitor(b, s, hclog.NewNullLogger(), time.Now)
+	defer m.stop()
+	for i := 1; i <= 3; i++ {
+		select {
+		case <-b.watched:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("health watch started %d times in 10s, want retries", i-1)
+		}
+	}
 }
 
 func TestMonitorSurvivesHealthWatchFailure(t *testing.T) {

@@ -120,13 +120,19 @@ func (m *monitor) run(ctx context.Context) {
 			return
 		case err := <-w.done:
 			if ctx.Err() == nil {
-				// The source failed: until the set of GPUs changes
-				// (which restarts it) only scans detect failures.
-				m.logger.Error("health events stopped; only scans detect failures now", "error", err)
+				// The source failed: until the next scan retries it,
+				// only scans detect failures.
+				m.logger.Error("health events stopped; retrying at the next scan", "error", err)
 			}
 			w.done = nil
 		case <-tick.C:
 			m.rescan(ctx, w)
+			if w.done == nil {
+				// Still failed (rescan restarts it only when the GPUs
+				// changed): try again, once per period.
+				w.stop()
+				w.start(ctx)
+			}
 		case ev := <-events:
 			if m.event(ev) {
 				m.rescan(ctx, w) // the set of GPUs changes too
