@@ -157,15 +157,20 @@ func (m *monitor) event(ev gpu.HealthEvent) bool {
 
 // rescan scans, and when the set of GPUs changed restarts the health watch
 // so that it covers exactly the present GPUs (a GPU that came back after a
-// reset, or that appeared, has a new handle to register).
+// reset, or that appeared, has a new handle to register). Events the old
+// watch still delivered are applied; a GPU lost or back among them means
+// another scan, as for any such event.
 func (m *monitor) rescan(ctx context.Context, w *watch) {
-	if !m.scan(ctx) {
-		return
-	}
-	drained := w.stop()
-	w.start(ctx)
-	for _, ev := range drained {
-		m.event(ev)
+	for m.scan(ctx) {
+		drained := w.stop()
+		w.start(ctx)
+		again := false
+		for _, ev := range drained {
+			again = m.event(ev) || again
+		}
+		if !again {
+			return
+		}
 	}
 }
 
