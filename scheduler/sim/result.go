@@ -50,8 +50,11 @@ type Result struct {
 	// WaitS is, per tier, first start - submit of each job, in seconds.
 	WaitS map[string]Percentiles `json:"wait_s"`
 	// WeightedJCTS is sum(w_tier * (finish - submit)) / sum(w_tier).
-	WeightedJCTS float64            `json:"weighted_jct_s"`
-	MeanJCTS     map[string]float64 `json:"mean_jct_s"`
+	WeightedJCTS float64 `json:"weighted_jct_s"`
+	// WeightedJCTFloorS is the same mean if every job started at once
+	// and ran uninterrupted: its duration. No policy can go below it.
+	WeightedJCTFloorS float64            `json:"weighted_jct_floor_s"`
+	MeanJCTS          map[string]float64 `json:"mean_jct_s"`
 
 	Preemptions       int     `json:"preemptions"`
 	PreemptionsIssued int     `json:"preemptions_issued"`
@@ -156,7 +159,7 @@ func (r *runner) result() *Result {
 	res.MakespanS = a.end - a.first
 
 	jct := map[string][]float64{}
-	var wsum, wjct float64
+	var wsum, wjct, wfloor float64
 	for _, j := range r.st.Jobs {
 		res.Jobs = append(res.Jobs, JobResult{ID: j.ID, Tier: j.Tier, Submit: j.Submit, FirstStart: j.FirstStart, Finish: j.Finish, Preempted: j.Preempted})
 		if j.State != Done {
@@ -172,10 +175,12 @@ func (r *runner) result() *Result {
 		}
 		wsum += w
 		wjct += w * c
+		wfloor += w * float64(j.Duration)
 	}
 	res.JobsUnfinished = res.JobsTotal - res.JobsCompleted - res.JobsUnschedulable
 	if wsum > 0 {
 		res.WeightedJCTS = wjct / wsum
+		res.WeightedJCTFloorS = wfloor / wsum
 	}
 	for _, t := range trace.Tiers {
 		ws := res.Waits[t]

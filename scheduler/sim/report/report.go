@@ -82,6 +82,8 @@ var Definitions = map[string]string{
 	"partial_gang_idle_gpu_hours": "GPU-hours held by placed members of gangs whose other members were not yet placed (whole run)",
 	"wait_s":                      "per tier, first start minus submit of each completed job, seconds, nearest-rank percentiles",
 	"weighted_jct_s":              "sum over completed jobs of w(tier) x (finish - submit) / sum of w(tier), seconds; weights in scenario.jct_tier_weights",
+	"weighted_jct_floor_s":        "the same mean with every job starting at its submit and never stopped (its duration): the floor no policy can beat",
+	"comparisons":                 "impact against each baseline: ratios baseline/impact (above 1: impact better), occupancy in percentage points (impact minus baseline); weighted_jct_ratio_ceiling is the best ratio any policy could reach (baseline JCT / floor)",
 	"preemptions":                 "jobs stopped by preemption (preemptions_issued counts the orders; a job finishing inside its grace period is not stopped)",
 	"lost_gpu_hours":              "GPU-hours of running allocations that did not become kept progress: work since the last checkpoint at a preemption, restart time and the grace period's unsaved work",
 	"delivered_gpu_hours":         "GPU-hours of useful progress kept (sum of duration x GPUs of completed work)",
@@ -90,11 +92,68 @@ var Definitions = map[string]string{
 	"fair_share":                  "per project, mean over window samples of allocated GPUs against its max-min fair share (equal shares, capped by its outstanding demand); fair_share_deviation = mean of sum |allocated - fair| / (2 x capacity)",
 }
 
+// Comparison is the impact policy against one baseline. Ratios are
+// baseline / impact (above 1: impact is better); points are impact minus
+// baseline, in percentage points.
+type Comparison struct {
+	Baseline                string  `json:"baseline"`
+	TopTierP99WaitRatio     float64 `json:"top_tier_p99_wait_ratio"`
+	WeightedJCTRatio        float64 `json:"weighted_jct_ratio"`
+	WeightedJCTRatioCeiling float64 `json:"weighted_jct_ratio_ceiling"`
+	OccupancyPoints         float64 `json:"occupancy_points"`
+	ImpactOccupancyVsBound  float64 `json:"impact_occupancy_vs_bound"`
+	BaselinePartialIdleGPUH float64 `json:"baseline_partial_gang_idle_gpu_hours"`
+	ImpactPartialIdleGPUH   float64 `json:"impact_partial_gang_idle_gpu_hours"`
+	ImpactLostFraction      float64 `json:"impact_lost_fraction"`
+}
+
+// Compare builds the comparisons of the policy named impact against every
+// other policy in r.
+func (r *Report) Compare(impact string) {
+	var imp *sim.Result
+	for _, p := range r.Policies {
+		if p.Policy == impact {
+			imp = p
+		}
+	}
+	if imp == nil {
+		return
+	}
+	top := trace.Tiers[0]
+	ratio := func(a, b float64) float64 {
+		if b <= 0 {
+			if a <= 0 {
+				return 1
+			}
+			return a // b is zero: at least a times better, in seconds
+		}
+		return a / b
+	}
+	for _, p := range r.Policies {
+		if p == imp {
+			continue
+		}
+		r.Comparisons = append(r.Comparisons, Comparison{
+			Baseline:                p.Policy,
+			TopTierP99WaitRatio:     ratio(p.WaitS[top].P99, imp.WaitS[top].P99),
+			WeightedJCTRatio:        ratio(p.WeightedJCTS, imp.WeightedJCTS),
+			WeightedJCTRatioCeiling: ratio(p.WeightedJCTS, imp.WeightedJCTFloorS),
+			OccupancyPoints:         100 * (imp.Occupancy - p.Occupancy),
+			ImpactOccupancyVsBound:  imp.OccupancyVsBound,
+			BaselinePartialIdleGPUH: p.PartialGangIdleGPUHours,
+			ImpactPartialIdleGPUH:   imp.PartialGangIdleGPUHours,
+			ImpactLostFraction:      imp.LostFraction,
+		})
+	}
+}
+
 // Report is report.json.
 type Report struct {
 	Scenario    Scenario          `json:"scenario"`
 	Definitions map[string]string `json:"definitions"`
 	Policies    []*sim.Result     `json:"policies"`
+	// Comparisons of the impact policy against each baseline.
+	Comparisons []Comparison `json:"comparisons,omitempty"`
 	// WallS is each policy's run time in seconds (they may run in parallel).
 	WallS map[string]float64 `json:"wall_s"`
 }
@@ -165,6 +224,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
+	}
+	if len(r.Comparisons) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, c := range r.Comparisons {
+		fmt.Fprintf(w, "impact vs %s: %s p99 wait %.1fx lower; weighted JCT %.2fx lower (%.2fx if no job waited at all); occupancy %+.1f points; partial-gang idle %.0f vs %.0f GPU-h\n",
+			c.Baseline, trace.Tiers[0], c.TopTierP99WaitRatio, c.WeightedJCTRatio, c.WeightedJCTRatioCeiling, c.OccupancyPoints, c.ImpactPartialIdleGPUH, c.BaselinePartialIdleGPUH)
 	}
 	fmt.Fprintf(w, "\nScenario: %d jobs (%s, %s..%s) on %s.\n", r.Scenario.Jobs, r.Scenario.Trace, r.Scenario.From, r.Scenario.To, r.Scenario.Cluster)
 	fmt.Fprintf(w, "%s\n", r.Scenario.LabelRule)

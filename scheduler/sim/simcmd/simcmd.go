@@ -289,6 +289,7 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 		Policies:    results,
 		WallS:       wall,
 	}
+	rep.Compare(impact.Name)
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}

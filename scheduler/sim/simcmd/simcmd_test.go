@@ -62,7 +62,12 @@ func TestSimAllPolicies(t *testing.T) {
 				Description string `json:"description"`
 			} `json:"model"`
 		} `json:"scenario"`
-		Policies []map[string]any `json:"policies"`
+		Policies    []map[string]any `json:"policies"`
+		Comparisons []struct {
+			Baseline string  `json:"baseline"`
+			Ceiling  float64 `json:"weighted_jct_ratio_ceiling"`
+			Ratio    float64 `json:"weighted_jct_ratio"`
+		} `json:"comparisons"`
 	}
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
@@ -72,6 +77,18 @@ func TestSimAllPolicies(t *testing.T) {
 	}
 	if len(rep.Policies) != 4 {
 		t.Fatalf("%d policies in report", len(rep.Policies))
+	}
+	if len(rep.Comparisons) != 3 {
+		t.Fatalf("%d comparisons, want impact against 3 baselines", len(rep.Comparisons))
+	}
+	for _, c := range rep.Comparisons {
+		// No policy beats jobs that never wait.
+		if c.Ratio > c.Ceiling+1e-9 {
+			t.Errorf("%s: JCT ratio %v above its ceiling %v", c.Baseline, c.Ratio, c.Ceiling)
+		}
+	}
+	if !strings.Contains(stdout.String(), "impact vs nomad-native: critical p99 wait") {
+		t.Errorf("no comparison lines under the table:\n%s", stdout.String())
 	}
 	for _, p := range rep.Policies {
 		for _, k := range []string{"occupancy", "occupancy_vs_bound", "partial_gang_idle_gpu_hours", "wait_s", "weighted_jct_s", "preemptions", "lost_gpu_hours", "delivered_gpu_hours", "decision_latency_ms", "jobs_completed", "fair_share"} {
