@@ -34,6 +34,13 @@ var configSpec = hclspec.Object(hclspec.Attrs{
 	// Nomad HTTP address for gangs with discovery = "nomad" when the task
 	// has no task API socket (identity { env = true }).
 	"nomad_addr": hclspec.AttrDefault("nomad_addr", "string", hclspec.Quote("")),
+	// Without rendezvous_addr, find the impact agent in Consul: passing
+	// instances of consul_service with consul_tag (the leader holds the
+	// registry), at consul_addr (default: CONSUL_HTTP_ADDR or the local
+	// agent). Empty consul_service: no Consul lookup.
+	"consul_addr":    hclspec.AttrDefault("consul_addr", "string", hclspec.Quote("")),
+	"consul_service": hclspec.AttrDefault("consul_service", "string", hclspec.Quote("")),
+	"consul_tag":     hclspec.AttrDefault("consul_tag", "string", hclspec.Quote("leader")),
 })
 
 // Config is the decoded plugin config.
@@ -44,6 +51,9 @@ type Config struct {
 	AdvertiseAddr     string `cty:"advertise_addr"`
 	EnforceResources  bool   `cty:"enforce_resources"`
 	NomadAddr         string `cty:"nomad_addr"`
+	ConsulAddr        string `cty:"consul_addr"`
+	ConsulService     string `cty:"consul_service"`
+	ConsulTag         string `cty:"consul_tag"`
 
 	barrierTimeout time.Duration
 	heartbeat      time.Duration
@@ -159,7 +169,7 @@ const (
 func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string, time.Duration, error) {
 	g := tc.Gang
 	if g == nil {
-		if cfg.RendezvousAddr == "" {
+		if cfg.RendezvousAddr == "" && cfg.ConsulService == "" {
 			return nil, "", 0, nil
 		}
 		g = defaultGangConfig()
@@ -174,11 +184,13 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 	}
 	switch g.Discovery {
 	case "", "impact":
-		if addr == "" {
-			return nil, "", 0, fmt.Errorf("gang: no rendezvous address: set rendezvous_addr in the plugin config or the task's gang block (or use discovery = \"nomad\")")
+		if addr == "" && cfg.ConsulService == "" {
+			return nil, "", 0, fmt.Errorf("gang: no rendezvous address: set rendezvous_addr (or consul_service) in the plugin config, or rendezvous_addr in the task's gang block (or use discovery = \"nomad\")")
 		}
-		if err := checkURL("gang.rendezvous_addr", addr); err != nil {
-			return nil, "", 0, err
+		if addr != "" {
+			if err := checkURL("gang.rendezvous_addr", addr); err != nil {
+				return nil, "", 0, err
+			}
 		}
 	case "nomad":
 		if g.Service == "" {
@@ -254,6 +266,9 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 	if host == "" && addr != "" {
 		host = localAddrFor(addr)
 	}
+	if host == "" && cfg.ConsulService != "" {
+		host = localAddrFor("http://" + firstNonEmpty(cfg.ConsulAddr, "127.0.0.1:8500"))
+	}
 	if host == "" {
 		host = "127.0.0.1"
 	}
@@ -283,6 +298,7 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 		Timeout: timeout, Heartbeat: hb, Propagate: g.PropagateFailure,
 		CheckpointSignal: ckpt, Grace: grace,
 		Discovery: g.Discovery, Service: g.Service, NomadAddr: nomadAddr, NomadToken: t.env["NOMAD_TOKEN"],
+		ConsulAddr: cfg.ConsulAddr, ConsulService: cfg.ConsulService, ConsulTag: cfg.ConsulTag,
 	}, g.KillSignal, killTimeout, nil
 }
 

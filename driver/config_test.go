@@ -90,11 +90,20 @@ func TestGangSpec(t *testing.T) {
 			tc.check(t, "", gs.ID, gs.Join.Size, gs.Join.Port, gs.Join.Addr, gs.CheckpointSignal, gs.Grace)
 		})
 	}
+	// Without rendezvous_addr, consul_service makes the whole job a gang
+	// found through Consul.
+	viaConsul := base
+	viaConsul.ConsulService, viaConsul.ConsulTag, viaConsul.ConsulAddr = "impact-scheduler", "leader", "127.0.0.1:8500"
+	gs, _, _, err := gangSpec(viaConsul, decodeTask(t, `command = "x"`), info)
+	if err != nil || gs == nil || gs.URL != "" || gs.ConsulService != "impact-scheduler" || gs.ConsulTag != "leader" || gs.ID != "default:train" {
+		t.Fatalf("consul: %+v %v", gs, err)
+	}
+
 	// Nomad discovery reads services through the task API socket when present.
 	task := decodeTask(t, "command = \"x\"\ngang {\n discovery = \"nomad\"\n service = \"rdzv\"\n size = 2\n}")
 	info.env["NOMAD_UNIX_ADDR"] = "/alloc/t/secrets/api.sock"
 	info.env["NOMAD_TOKEN"] = "jwt"
-	gs, _, _, err := gangSpec(base, task, info)
+	gs, _, _, err = gangSpec(base, task, info)
 	if err != nil || gs.NomadAddr != "unix:///alloc/t/secrets/api.sock" || gs.NomadToken != "jwt" || gs.Service != "rdzv" {
 		t.Fatalf("nomad discovery: %+v %v", gs, err)
 	}

@@ -20,6 +20,12 @@
 //	                                  cgroups v2, or v1 memory+cpu controllers
 //	nomad_addr         string  ""     Nomad API for discovery = "nomad" when the task
 //	                                  has no task API socket
+//	consul_service     string  ""     without rendezvous_addr: find the impact agent in
+//	                                  Consul (it registers "impact-scheduler"); members
+//	                                  follow a failover to the new leader
+//	consul_tag         string  leader only instances with this tag
+//	consul_addr        string  ""     Consul HTTP address (default CONSUL_HTTP_ADDR or
+//	                                  127.0.0.1:8500)
 //
 // # Task config (task "x" { driver = "impact-exec"; config { ... } })
 //
@@ -27,7 +33,7 @@
 //	                                 relative to the task dir)
 //	args     list(string)  []
 //	gang {                           optional; without it the whole job is one gang
-//	                                 when rendezvous_addr is set
+//	                                 when rendezvous_addr or consul_service is set
 //	  enabled           bool    true
 //	  name              string  ""      narrows the gang: "<ns>:<job>:<name>"
 //	  size              number  0       members; 0 = the job's allocation count, asked

@@ -541,3 +541,83 @@ func TestRunsAsTaskUser(t *testing.T) {
 		t.Fatalf("unknown user: %+v", ex)
 	}
 }
+
+// fakeConsul answers the health query for the impact agent's service with
+// the current leader's address.
+type fakeConsul struct {
+	mu     sync.Mutex
+	leader string // host:port
+}
+
+func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/health/service/impact-scheduler" || r.URL.Query().Get("tag") != "leader" {
+		http.Error(w, "unexpected "+r.URL.String(), 404)
+		return
+	}
+	f.mu.Lock()
+	host, port, _ := strings.Cut(f.leader, ":")
+	f.mu.Unlock()
+	fmt.Fprintf(w, `[{"Node":{"Address":"127.0.0.9"},"Service":{"Service":"impact-scheduler","Address":%q,"Port":%s,"Tags":["leader"]},"Checks":[]}]`, host, port)
+}
+
+func (f *fakeConsul) set(leader string) {
+	f.mu.Lock()
+	f.leader = leader
+	f.mu.Unlock()
+}
+
+// Members find the rendezvous server (the leading impact agent) through
+// Consul and follow a failover to a new leader without stopping.
+func TestGangConsulFailover(t *testing.T) {
+	a, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	fc := &fakeConsul{}
+	fc.set(strings.TrimPrefix(a.URL, "http://"))
+	csrv := httptest.NewServer(fc)
+	defer csrv.Close()
+
+	script := `trap 'exit 130' INT; echo $RANK > rank; while [ ! -f ../fail ]; do sleep 0.05; done; exit 9`
+	specs := make([]Spec, 2)
+	procs := make([]*Process, 2)
+	for i := range 2 {
+		var state string
+		specs[i], state = gangSpec(t, "", i, 2, script)
+		specs[i].Gang.ConsulAddr = strings.TrimPrefix(csrv.URL, "http://")
+		specs[i].Gang.ConsulService, specs[i].Gang.ConsulTag = "impact-scheduler", "leader"
+		specs[i].Gang.CheckpointSignal, specs[i].KillSignal = "", "SIGINT"
+		procs[i] = launch(t, specs[i], state)
+	}
+	for i := range 2 {
+		if got := strings.TrimSpace(waitFile(t, filepath.Join(specs[i].Dir, "rank"), 20*time.Second)); got != fmt.Sprint(i) {
+			t.Fatalf("member %d rank %q", i, got)
+		}
+	}
+	// Failover: Consul now names b; a goes away.
+	fc.set(strings.TrimPrefix(b.URL, "http://"))
+	a.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, _, err := b.Registry.Get("default:train")
+		if err == nil && st.Arrived == 2 && st.State == gang.StateReady {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members did not move to the new leader: %+v %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	os.WriteFile(filepath.Join(filepath.Dir(specs[1].Dir), "fail"), []byte("1"), 0o644)
+	if ex := wait(t, procs[1], 10*time.Second); ex.ExitCode != 9 {
+		t.Fatalf("failing member: %+v", ex)
+	}
+	if ex := wait(t, procs[0], 10*time.Second); ex.ExitCode != 130 || !ex.Stopped {
+		t.Fatalf("peer after failover and failure: %+v", ex)
+	}
+}

@@ -70,7 +70,13 @@ type GangSpec struct {
 	NomadAddr  string `json:"nomad_addr,omitempty"`
 	NomadToken string `json:"nomad_token,omitempty"`
 
-	URL       string           `json:"url"`
+	// URL is the rendezvous endpoint; when empty it is looked up in Consul
+	// (ConsulService, with ConsulTag, at ConsulAddr).
+	URL           string `json:"url"`
+	ConsulAddr    string `json:"consul_addr,omitempty"`
+	ConsulService string `json:"consul_service,omitempty"`
+	ConsulTag     string `json:"consul_tag,omitempty"`
+
 	ID        string           `json:"id"`
 	Member    string           `json:"member"`
 	Join      gang.JoinRequest `json:"join"`
@@ -98,8 +104,8 @@ func (s *Spec) Validate() error {
 		switch {
 		case g.Discovery == "nomad" && (g.Service == "" || g.NomadAddr == "" || g.Join.Size <= 0):
 			return fmt.Errorf("gang: nomad discovery needs a service, a nomad address and a size")
-		case g.Discovery != "nomad" && g.URL == "":
-			return fmt.Errorf("gang: rendezvous url is required")
+		case g.Discovery != "nomad" && g.URL == "" && g.ConsulService == "":
+			return fmt.Errorf("gang: a rendezvous url or a consul service is required")
 		case g.ID == "" || g.Member == "":
 			return fmt.Errorf("gang: id and member are required")
 		case g.Timeout <= 0:

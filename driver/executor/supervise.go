@@ -106,8 +106,13 @@ func (s *supervisor) run() int {
 		var err error
 		if g.Discovery == "nomad" {
 			s.nomad, err = gang.NewNomadClient(g.NomadAddr, g.NomadToken)
-		} else {
+		} else if g.URL != "" {
 			client, err = gang.NewClient(g.URL, nil)
+		} else {
+			var resolve func(context.Context) (string, error)
+			if resolve, err = gang.ConsulResolver(g.ConsulAddr, "", g.ConsulService, g.ConsulTag); err == nil {
+				client = gang.NewResolvingClient(resolve, nil)
+			}
 		}
 		if err != nil {
 			return s.finish(Exit{ExitCode: 1, Err: err.Error()})

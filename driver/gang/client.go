@@ -11,13 +11,51 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Client talks to a rendezvous endpoint (an impact agent or a Server).
 type Client struct {
-	base string
 	http *http.Client
+
+	// Either a fixed base URL, or a resolver (e.g. Consul) asked again
+	// after a transport error, so members follow a failed-over agent.
+	mu      sync.Mutex
+	base    string
+	resolve func(context.Context) (string, error)
+}
+
+// NewResolvingClient returns a client whose base URL comes from resolve;
+// it is cached and resolved again after a transport error.
+func NewResolvingClient(resolve func(context.Context) (string, error), hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &Client{resolve: resolve, http: hc}
+}
+
+func (c *Client) baseURL(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base != "" || c.resolve == nil {
+		return c.base, nil
+	}
+	b, err := c.resolve(ctx)
+	if err != nil {
+		return "", fmt.Errorf("resolving the rendezvous server: %w", err)
+	}
+	c.base = strings.TrimSuffix(b, "/")
+	return c.base, nil
+}
+
+// forget drops a resolved base URL after a transport error.
+func (c *Client) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resolve != nil {
+		c.base = ""
+	}
 }
 
 // APIError is a non-2xx answer of the endpoint.
@@ -112,7 +150,11 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (Status,
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	base, err := c.baseURL(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return Status{}, fmt.Errorf("rendezvous request: %w", err)
 	}
@@ -121,6 +163,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (Status,
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		c.forget()
 		return Status{}, fmt.Errorf("rendezvous %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
