@@ -78,6 +78,12 @@
 // gang as ready with the ranks already in use, so a restart never stops a
 // running gang and failure propagation keeps working afterwards.
 //
+// Clients reach the server by URL or through Consul (ConsulResolver: the
+// leading impact agent's "impact-scheduler" instance, resolved again after a
+// transport error, so members follow a failover and resume there). Without
+// any server, NomadClient.NomadBarrier rendezvouses through Nomad's native
+// service discovery instead (see nomad.go).
+//
 // Member TTLs are checked lazily on every request against the server's
 // injected clock, so the registry has no background goroutine and tests can
 // drive time.
