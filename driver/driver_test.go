@@ -612,9 +612,14 @@ args    = ["30"]`, map[string]string{"GREETING": "hi"})
 	if out != "hi there\n" || errOut != "oops\n" || res.GetExitCode() != 3 {
 		t.Fatalf("non-tty exec: %q %q %+v", out, errOut, res)
 	}
-	out, _, res = execStream(t, inst, tk.cfg.Id, true, []string{"/bin/sh", "-c", "tty; stty size"}, "")
-	if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "40 100") || res.GetExitCode() != 0 {
-		t.Fatalf("tty exec: %q %+v", out, res)
+	if f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0); err != nil {
+		t.Logf("no pseudo-terminals here (%v): terminal exec not tested", err)
+	} else {
+		f.Close()
+		out, _, res = execStream(t, inst, tk.cfg.Id, true, []string{"/bin/sh", "-c", "tty; stty size"}, "")
+		if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "40 100") || res.GetExitCode() != 0 {
+			t.Fatalf("tty exec: %q %+v", out, res)
+		}
 	}
 	if _, err := inst.Driver.StopTask(ctxT(t, 10*time.Second), &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Timeout: durationpb.New(5 * time.Second)}); err != nil {
 		t.Fatal(err)
