@@ -24,7 +24,7 @@ type Resources struct {
 }
 
 // CgroupRoot is where cgroup file systems are mounted.
-var CgroupRoot = "/sys/fs/cgroup"
+const CgroupRoot = "/sys/fs/cgroup"
 
 // cgroups is the set of cgroups one task runs in.
 type cgroups struct {

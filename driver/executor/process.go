@@ -39,7 +39,7 @@ type Process struct {
 
 // PollInterval is how often an attached (not our child) supervisor is
 // checked for liveness.
-var PollInterval = 100 * time.Millisecond
+const PollInterval = 100 * time.Millisecond
 
 // Launch writes spec into dir and starts `exe supervise dir` in its own
 // session, so it survives the plugin. It returns once the supervisor has
