@@ -159,3 +159,16 @@ func TestSimHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestSimClusterFile(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"--trace", tr, "--format", "generic", "--cluster", "../../../example/sim/cluster.hcl", "--policies", "fifo-gang,impact", "--no-plots", "--quiet", "--out", filepath.Join(dir, "o")}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "on 512 GPUs") || !strings.Contains(stdout.String(), "../../../example/sim/cluster.hcl") {
+		t.Fatalf("cluster file not used:\n%s", stdout.String())
+	}
+}
