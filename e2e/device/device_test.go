@@ -478,3 +478,57 @@ func TestNUMAGrouping(t *testing.T) {
 	}
 	t.Logf("numa2: both GPUs on NUMA node %d", numaOf[seen[0]])
 }
+
+// TestDeviceStatsReachNomad: per-GPU stats travel through Nomad's client to
+// its HTTP API with their values and units (what `nomad node status
+// -stats` shows), including a change injected through the control file.
+func TestDeviceStatsReachNomad(t *testing.T) {
+	a := startAgent(t, "island")
+	node, topo := a.gpuNode(t)
+	var gpu1 string
+	for _, g := range topo.GPUs {
+		if g.Index == 1 {
+			gpu1 = g.ID
+		}
+	}
+	if err := os.WriteFile(a.ctl, []byte("stats 1 utilization=77 memory_used_mib=4096 power_w=287.5 temperature_c=66\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the injected stats of GPU 1 in the node's host stats", func() (bool, error) {
+		hs, err := a.client.Nodes().Stats(node.ID, nil)
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		var ds *api.DeviceStats
+		for _, g := range hs.DeviceStats {
+			n += len(g.InstanceStats)
+			if s, ok := g.InstanceStats[gpu1]; ok {
+				ds = s
+			}
+		}
+		if ds == nil || ds.Summary == nil || ds.Summary.IntNumeratorVal == nil || *ds.Summary.IntNumeratorVal != 77 {
+			return false, fmt.Errorf("%d GPU stats, none with the injected utilisation yet", n)
+		}
+		if n != 8 {
+			return false, fmt.Errorf("stats for %d GPUs, want 8", n)
+		}
+		at := ds.Stats.Attributes
+		mem, pow, temp := at["Memory state"], at["Power usage"], at["Temperature"]
+		switch {
+		case ds.Summary.Unit != "%":
+			return false, fmt.Errorf("summary unit %q", ds.Summary.Unit)
+		case mem == nil || mem.IntNumeratorVal == nil || *mem.IntNumeratorVal != 4096 || mem.IntDenominatorVal == nil || *mem.IntDenominatorVal != 81920 || mem.Unit != "MiB":
+			return false, fmt.Errorf("memory state %+v", mem)
+		case pow == nil || pow.FloatNumeratorVal == nil || *pow.FloatNumeratorVal != 287.5 || pow.FloatDenominatorVal == nil || *pow.FloatDenominatorVal != 400 || pow.Unit != "W":
+			return false, fmt.Errorf("power usage %+v", pow)
+		case temp == nil || temp.IntNumeratorVal == nil || *temp.IntNumeratorVal != 66 || temp.Unit != "C":
+			return false, fmt.Errorf("temperature %+v", temp)
+		case ds.Timestamp.IsZero():
+			return false, fmt.Errorf("no timestamp")
+		}
+		t.Logf("node stats of %s: utilization %d%%, memory %d/%d MiB, power %.1f/%.0f W, %d C (%d GPUs with stats)",
+			gpu1, *ds.Summary.IntNumeratorVal, *mem.IntNumeratorVal, *mem.IntDenominatorVal, *pow.FloatNumeratorVal, *pow.FloatDenominatorVal, *temp.IntNumeratorVal, n)
+		return true, nil
+	})
+}
