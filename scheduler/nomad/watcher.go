@@ -307,6 +307,7 @@ func (w *Watcher) consume(ctx context.Context, body io.ReadCloser, resumeAt uint
 	}()
 	r := bufio.NewReaderSize(body, 256<<10)
 	var batch wireBatch
+	var scratch []byte
 	for {
 		line, err := readLine(r)
 		if err != nil {
@@ -320,7 +321,7 @@ func (w *Watcher) consume(ctx context.Context, body io.ReadCloser, resumeAt uint
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if err := decodeBatch(line, &batch); err != nil {
+		if err := decodeBatch(line, &batch, &scratch); err != nil {
 			return doubtful{fmt.Errorf("decode event batch: %w", err)}
 		}
 		if resumeAt > 0 && batch.Index > 0 {

@@ -257,7 +257,7 @@ func TestWatcherSignalsOnlyModelChanges(t *testing.T) {
 	apply := func(line string) {
 		t.Helper()
 		var b wireBatch
-		if err := decodeBatch([]byte(line), &b); err != nil {
+		if err := decodeBatch([]byte(line), &b, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.applyBatch(&b, time.Now()); err != nil {

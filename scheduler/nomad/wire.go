@@ -143,8 +143,25 @@ type wireAttr struct {
 }
 
 // decodeBatch decodes one NDJSON line of the event stream. A heartbeat
-// (`{}`) decodes to a batch with Index 0 and no events.
-func decodeBatch(line []byte, into *wireBatch) error {
+// (`{}`) decodes to a batch with Index 0 and no events. It decodes the line
+// reduced to what the wire structs use (slimBatch), or the line as it is
+// when that fails; scratch, when not nil, keeps the reduced line's buffer
+// from one call to the next.
+func decodeBatch(line []byte, into *wireBatch, scratch *[]byte) error {
+	var buf []byte
+	if scratch != nil {
+		buf = (*scratch)[:0]
+	}
+	slim, ok := slimBatch(buf, line)
+	if scratch != nil {
+		*scratch = slim[:0]
+	}
+	if ok {
+		*into = wireBatch{}
+		if err := json.Unmarshal(slim, into); err == nil {
+			return nil
+		}
+	}
 	*into = wireBatch{}
 	return json.Unmarshal(line, into)
 }
