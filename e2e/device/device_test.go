@@ -398,6 +398,20 @@ func TestXIDMakesGPUUnhealthyOnNode(t *testing.T) {
 	if strings.Join(seen, ",") != strings.Join(topo.Islands[0], ",") {
 		t.Fatalf("after XID the job got %v, want island 0 %v", seen, topo.Islands[0])
 	}
+	// The GPU is reset: the node reports it healthy again.
+	f, err := os.OpenFile(a.ctl, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fmt.Fprintf(f, "recover %d\n", idx)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.gpuNode(t)
+	t.Logf("node reports %s healthy again after recovery", victim)
 }
 
 // TestIslandConstraint pins a request to an island through the typed int
