@@ -122,6 +122,9 @@ func TestFromAttributesErrors(t *testing.T) {
 		{"version not int", func(g *DeviceGroup) { g.Attributes["topology_version"] = String("1") }, "topology_version must be an int"},
 		{"empty id", func(g *DeviceGroup) { g.Instances[0].ID = "" }, "empty ID"},
 		{"negative island", func(g *DeviceGroup) { g.Attributes["gpu.GPU-0.island"] = Int(-1, "") }, "negative"},
+		{"instance twice", func(g *DeviceGroup) { g.Instances = append(g.Instances, g.Instances[0]) }, "also in group"},
+		{"nvswitch not bool", func(g *DeviceGroup) { g.Attributes["nvswitch"] = Int(1, "") }, "nvswitch must be a bool"},
+		{"parent not string", func(g *DeviceGroup) { g.Attributes["gpu.GPU-0.parent"] = Int(1, "") }, "gpu.GPU-0.parent must be a string"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
