@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == "supervise" {
 		os.Exit(Supervise(os.Args[2], hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Debug})))
 	}
+	// Supervisors are this (maybe race-instrumented) binary: without this
+	// the race runtime sleeps a second at every supervisor's exit.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
 
@@ -81,6 +84,7 @@ func waitFile(t *testing.T, path string, d time.Duration) string {
 }
 
 func TestExitCodeEnvAndLogs(t *testing.T) {
+	t.Parallel()
 	spec, state := testSpec(t, `echo "$GREETING from $(pwd)"; echo oops >&2; exit 3`)
 	p := launch(t, spec, state)
 	ex := wait(t, p, 10*time.Second)
@@ -102,6 +106,7 @@ func TestExitCodeEnvAndLogs(t *testing.T) {
 }
 
 func TestStopEscalatesToSIGKILL(t *testing.T) {
+	t.Parallel()
 	ready := "ready"
 	// TERM is trapped and ignored, so only SIGKILL ends the task.
 	spec, state := testSpec(t, `trap 'echo got-term' TERM; echo x > `+ready+`; while true; do sleep 0.05; done`)
@@ -121,6 +126,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 }
 
 func TestStopWithSignalBeforeTimeout(t *testing.T) {
+	t.Parallel()
 	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
 	p := launch(t, spec, state)
 	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
@@ -134,6 +140,7 @@ func TestStopWithSignalBeforeTimeout(t *testing.T) {
 }
 
 func TestSignalForwarded(t *testing.T) {
+	t.Parallel()
 	spec, state := testSpec(t, `trap 'echo usr1 > got; exit 0' USR1; echo x > ready; while true; do sleep 0.05; done`)
 	p := launch(t, spec, state)
 	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
@@ -156,6 +163,7 @@ func TestSignalForwarded(t *testing.T) {
 }
 
 func TestAttachAfterPluginLoss(t *testing.T) {
+	t.Parallel()
 	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
 	p := launch(t, spec, state)
 	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
@@ -200,6 +208,7 @@ func TestAttachAfterPluginLoss(t *testing.T) {
 }
 
 func TestBadCommand(t *testing.T) {
+	t.Parallel()
 	spec, state := testSpec(t, "")
 	spec.Command, spec.Args = "no-such-command-xyz", nil
 	p := launch(t, spec, state)
@@ -232,6 +241,7 @@ func events(t *testing.T, p *Process) string {
 }
 
 func TestGangRendezvousEnv(t *testing.T) {
+	t.Parallel()
 	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +271,7 @@ func TestGangRendezvousEnv(t *testing.T) {
 }
 
 func TestGangBarrierTimeout(t *testing.T) {
+	t.Parallel()
 	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +293,7 @@ func TestGangBarrierTimeout(t *testing.T) {
 }
 
 func TestGangStopWhileWaiting(t *testing.T) {
+	t.Parallel()
 	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +317,7 @@ func TestGangStopWhileWaiting(t *testing.T) {
 
 // A failing member makes its running peers checkpoint and stop.
 func TestGangFailurePropagates(t *testing.T) {
+	t.Parallel()
 	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -355,6 +368,7 @@ func TestGangFailurePropagates(t *testing.T) {
 }
 
 func TestMemoryLimitOOM(t *testing.T) {
+	t.Parallel()
 	probe := filepath.Join(CgroupRoot, "memory", "impact-exec-probe")
 	if _, err := os.Stat(filepath.Join(CgroupRoot, "cgroup.controllers")); err != nil {
 		if err := os.MkdirAll(probe, 0o755); err != nil {
@@ -386,6 +400,7 @@ func TestMemoryLimitOOM(t *testing.T) {
 // Running members survive a restart of the rendezvous server: they
 // re-register with their ranks, and failure propagation still works.
 func TestGangSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
 	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -462,6 +477,7 @@ func (f *fakeNomad) set(regs ...gang.ServiceRegistration) {
 // Rendezvous through Nomad's service discovery: ranks follow the
 // alloc_index tags, and a member leaving the service stops the others.
 func TestGangNomadDiscovery(t *testing.T) {
+	t.Parallel()
 	fn := &fakeNomad{}
 	srv := httptest.NewServer(fn)
 	defer srv.Close()
@@ -515,6 +531,7 @@ func TestGangNomadDiscovery(t *testing.T) {
 }
 
 func TestRunsAsTaskUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("switching users needs root")
 	}
@@ -569,6 +586,7 @@ func (f *fakeConsul) set(leader string) {
 // Members find the rendezvous server (the leading impact agent) through
 // Consul and follow a failover to a new leader without stopping.
 func TestGangConsulFailover(t *testing.T) {
+	t.Parallel()
 	a, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
