@@ -24,6 +24,7 @@ type Scenario struct {
 	From         string             `json:"from,omitempty"`
 	To           string             `json:"to,omitempty"`
 	Jobs         int                `json:"jobs"`
+	OutsideRows  int                `json:"rows_outside_window"`
 	SkippedRows  int                `json:"skipped_bad_rows"`
 	SkipErrors   []string           `json:"skipped_row_errors,omitempty"`
 	Nodes        int                `json:"nodes"`

@@ -275,6 +275,7 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 			From:        f.from,
 			To:          f.to,
 			Jobs:        len(tr.Jobs),
+			OutsideRows: tr.Filtered,
 			SkippedRows: tr.Skipped,
 			SkipErrors:  tr.SkipErrors,
 			Nodes:       len(cl.Nodes),
