@@ -1,6 +1,9 @@
 package nomad
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // Nomad's event payloads are whole objects: an allocation carries its
 // entire job, a node every fingerprinted attribute and driver. The watcher
@@ -237,16 +240,25 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index after the string starting at b[i] == '"'.
+// It jumps from quote to quote (bytes.IndexByte is vectorised); a quote
+// preceded by an odd number of backslashes is escaped.
 func skipString(b []byte, i int) (int, bool) {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, true
+	j := i + 1
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return len(b), false
 		}
+		q := j + k
+		n := 0
+		for p := q - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1, true
+		}
+		j = q + 1
 	}
-	return len(b), false
 }
 
 // skipValue returns the index after the value starting at b[i]: a string,
