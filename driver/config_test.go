@@ -27,6 +27,7 @@ func decodeTask(t *testing.T, hcl string) TaskConfig {
 }
 
 func TestGangSpec(t *testing.T) {
+	t.Parallel()
 	base := defaultConfig()
 	withAddr := base
 	withAddr.RendezvousAddr = "http://127.0.0.1:4690"
@@ -110,6 +111,7 @@ func TestGangSpec(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cfg  Config
 		want string

@@ -125,6 +125,7 @@ func waitFile(t *testing.T, path string, d time.Duration) string {
 }
 
 func TestConformanceBasics(t *testing.T) {
+	t.Parallel()
 	inst := load(t, "")
 	ctx := ctxT(t, time.Minute)
 	schema, err := inst.Driver.TaskConfigSchema(ctx, &driverpb.TaskConfigSchemaRequest{})
@@ -194,6 +195,7 @@ gang {
 }
 
 func TestConformanceStopSignalStatsExec(t *testing.T) {
+	t.Parallel()
 	inst := load(t, "")
 	ctx := ctxT(t, time.Minute)
 
@@ -280,6 +282,7 @@ args    = ["-c", "trap 'echo usr1 > got; exit 0' USR1; echo x > ready; while tru
 // The plugin process is killed while a task runs; a new plugin process
 // recovers it from the handle alone and can wait, stat and stop it.
 func TestConformanceRecoverAfterPluginRestart(t *testing.T) {
+	t.Parallel()
 	inst := load(t, "")
 	tk := newTask(t, "survivor", `
 command = "/bin/sh"
@@ -398,6 +401,7 @@ args    = ["-c", "echo x > ready; exec sleep 60"]`, nil)
 // Gang members started through the driver rendezvous, get their rank, and
 // a missing member times out with an event naming the arrived count.
 func TestConformanceGang(t *testing.T) {
+	t.Parallel()
 	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -543,6 +547,7 @@ func merge(ms ...map[string]string) map[string]string {
 
 // The task's memory is limited through cgroups and an OOM kill is reported.
 func TestConformanceOOM(t *testing.T) {
+	t.Parallel()
 	probe := filepath.Join(executor.CgroupRoot, "memory", "impact-exec-probe")
 	if _, err := os.Stat(filepath.Join(executor.CgroupRoot, "cgroup.controllers")); err != nil {
 		if err := os.MkdirAll(probe, 0o755); err != nil {
@@ -603,6 +608,7 @@ func execStream(t *testing.T, inst *plugintest.Instance, id string, tty bool, ar
 }
 
 func TestConformanceExecStreaming(t *testing.T) {
+	t.Parallel()
 	inst := load(t, "")
 	tk := newTask(t, "shell", `
 command = "sleep"
@@ -628,6 +634,7 @@ args    = ["30"]`, map[string]string{"GREETING": "hi"})
 
 // `impact-exec gang-server` serves the rendezvous endpoint until SIGTERM.
 func TestGangServerSubcommand(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -400,7 +400,7 @@ func TestMemoryLimitOOM(t *testing.T) {
 // Running members survive a restart of the rendezvous server: they
 // re-register with their ranks, and failure propagation still works.
 func TestGangSurvivesServerRestart(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it reuses its server's port after closing it.
 	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ func join(i int, node string, size int) JoinRequest {
 }
 
 func TestRegistryRanksAndStates(t *testing.T) {
+	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	reg := NewRegistry(RegistryConfig{Clock: clk.Now})
 	ctx := context.Background()
@@ -92,6 +93,7 @@ func TestRegistryRanksAndStates(t *testing.T) {
 }
 
 func TestRegistryTTL(t *testing.T) {
+	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	reg := NewRegistry(RegistryConfig{Clock: clk.Now, DefaultTTL: 10 * time.Second})
 	ctx := context.Background()
@@ -123,6 +125,7 @@ func TestRegistryTTL(t *testing.T) {
 }
 
 func TestRegistrySizeResolution(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	reg := NewRegistry(RegistryConfig{})
 	if _, err := reg.Join(ctx, "g", "a", join(0, "1", 0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "size unknown") {
@@ -160,6 +163,7 @@ func startServer(t *testing.T) *Server {
 
 // Several members rendezvous through a test server and get consistent ranks.
 func TestBarrierRendezvous(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	const n = 4
 	var wg sync.WaitGroup
@@ -203,6 +207,7 @@ func TestBarrierRendezvous(t *testing.T) {
 // A missing member makes the barrier time out with the arrived count, and
 // the member that gave up is removed from the gang.
 func TestBarrierTimeout(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	c, _ := NewClient(s.URL, nil)
 	var progress []int
@@ -232,6 +237,7 @@ func TestBarrierTimeout(t *testing.T) {
 // A member that fails while others wait or run makes the gang failed, and
 // the waiting members' barriers return a StoppedError.
 func TestBarrierPeerFailure(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	c, _ := NewClient(s.URL, nil)
 	ctx := context.Background()
@@ -264,6 +270,7 @@ func TestBarrierPeerFailure(t *testing.T) {
 }
 
 func TestHandlerErrors(t *testing.T) {
+	t.Parallel()
 	h := NewHandler(NewRegistry(RegistryConfig{}), nil)
 	cases := []struct {
 		method, path, body string
@@ -314,6 +321,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 // A restarted server (empty registry) takes running members back with the
 // ranks they already use, and refuses a mismatching resume.
 func TestRegistryResume(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryConfig{})
 	ctx := context.Background()
 	res := func(i, gen int) JoinRequest {
@@ -353,6 +361,7 @@ func TestRegistryResume(t *testing.T) {
 
 // Members waiting at the barrier join again when the server restarts.
 func TestBarrierSurvivesServerRestart(t *testing.T) {
+	// Not parallel: it reuses its server's port after closing it.
 	s, err := StartServer("127.0.0.1:0", RegistryConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -389,6 +398,7 @@ func TestBarrierSurvivesServerRestart(t *testing.T) {
 
 // A member that cannot join (its size conflicts) times out with the reason.
 func TestBarrierTimeoutSaysWhyJoinFailed(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	c, _ := NewClient(s.URL, nil)
 	if _, err := c.Join(context.Background(), "g", "a", join(0, "1", 2)); err != nil {
