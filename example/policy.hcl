@@ -12,8 +12,9 @@ default_project = "default"
 
 # Tiers, from most to least important, a factor of ten apart so that the
 # other terms (fair share up to +-50, deadline up to 50, aging up to 20)
-# reorder jobs within a tier but rarely across tiers. `weight` is the tier's term in the
-# impact score and its value per GPU when weighing a preemption's gain
+# reorder jobs within a tier but rarely across tiers. `weight` is the
+# tier's term in the impact score and its value per GPU when weighing a
+# preemption's gain
 # against its cost. `may_preempt` lists the tiers whose preemptible jobs this
 # tier may stop. `preemptible` is the default for jobs of the tier that do
 # not set `impact_preemptible`.
@@ -90,7 +91,10 @@ deadline {
 # runtime, of tiers the preemptor may preempt; a preemption happens only when
 # its gain (preemptor impact x GPUs x gain_horizon) exceeds its cost
 # (victims' impact x (GPU-hours lost since their last checkpoint + restart
-# cost)), and within the limits below.
+# cost)), and within the limits below. Nomad does not report checkpoints:
+# a job that saves its work regularly should say how often in its meta
+# (impact_checkpoint_interval = "30m"), otherwise all the work since its
+# start counts as lost, which makes it an expensive (rarely chosen) victim.
 preemption {
   enabled                     = true
   max_gpu_hours_lost_per_hour = 64    # over any sliding hour; 0 = no cap
