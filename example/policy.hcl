@@ -14,10 +14,9 @@ default_project = "default"
 # other terms (fair share up to +-50, deadline up to 50, aging up to 20)
 # reorder jobs within a tier but rarely across tiers. `weight` is the
 # tier's term in the impact score and its value per GPU when weighing a
-# preemption's gain
-# against its cost. `may_preempt` lists the tiers whose preemptible jobs this
-# tier may stop. `preemptible` is the default for jobs of the tier that do
-# not set `impact_preemptible`.
+# preemption's gain against its cost. `may_preempt` lists the tiers whose
+# preemptible jobs this tier may stop. `preemptible` is the default for
+# jobs of the tier that do not set `impact_preemptible`.
 tier "critical" {
   weight      = 10000
   may_preempt = ["high", "normal", "scavenger"]
