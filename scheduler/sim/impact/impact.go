@@ -261,10 +261,12 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 // idle reports a cycle whose plan is certainly empty, so the engine need
 // not run: no node has room for any waiting allocation, no waiting job
 // belongs to a tier that may preempt, and no allocation ended since the
-// last cycle. Skipping it changes nothing: the engine charges fair-share
-// usage of the allocations still running by elapsed time at its next
-// cycle, and the one thing it could miss, usage of allocations that ended
-// in between, cannot happen.
+// last cycle. The skipped plan would be empty; what changes is only where
+// the engine splits its fair-share accrual (it charges the allocations
+// still running by elapsed time at its next cycle: the same totals up to
+// floating-point rounding, which can still tip a later tie between
+// scores). Usage of allocations that ended in between, which the engine
+// would never charge, cannot arise because such cycles are not skipped.
 func (s *Scheduler) idle(st *sim.State) bool {
 	for _, c := range st.Changes() {
 		if c.Kind == sim.Finished || c.Kind == sim.Requeued {
