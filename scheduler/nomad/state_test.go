@@ -164,7 +164,9 @@ func TestExplainWriterWritesOnChangeOnly(t *testing.T) {
 func TestElectorOneLeaderAndFailover(t *testing.T) {
 	e := newEnv(t, 0)
 	e.fake.AllowShortLockTTL(true)
-	cfg := ElectorConfig{TTL: 200 * time.Millisecond, LockDelay: 200 * time.Millisecond, RetryInterval: 20 * time.Millisecond}
+	// TTL 400ms: each renewal has TTL/4 (100ms) to answer before the leader
+	// steps down, enough for a loaded CI machine running -race.
+	cfg := ElectorConfig{TTL: 400 * time.Millisecond, LockDelay: 400 * time.Millisecond, RetryInterval: 20 * time.Millisecond}
 	var leading [2]atomic.Bool
 	var terms [2]atomic.Int32
 	els := [2]*Elector{}
