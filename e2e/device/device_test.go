@@ -1,7 +1,11 @@
 // Package device is the end-to-end suite of the impact-gpu device plugin:
 // a real Nomad dev agent (127.0.0.1 only) loads the plugin with a fake
-// two-island topology, and 4-GPU tasks must get four GPUs of one NVLink
-// island. It is skipped unless a nomad binary is on PATH.
+// topology, and the suite checks what Nomad makes of it: 4-GPU tasks get
+// four GPUs of one NVLink island (and see exactly those), island
+// constraints, NUMA grouping, a GPU made unhealthy by an injected XID and
+// healthy again after recovery, and device stats in the node's host stats.
+// It is skipped unless a nomad binary is on PATH (PATH=/opt/nomad-e2e:$PATH
+// go test -v ./e2e/device/).
 package device
 
 import (
