@@ -168,6 +168,10 @@ type taskHandle struct {
 	startedAt time.Time
 	stats     *executor.StatsTracker
 	stopPump  chan struct{}
+
+	evMu     sync.Mutex // guards the event forwarding offset
+	evOff    int64
+	evLoaded bool
 }
 
 func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) (*driverpb.StartTaskResponse, error) {
@@ -264,28 +268,14 @@ func (d *Driver) track(tc *driverpb.TaskConfig, proc *executor.Process, started 
 	return h
 }
 
-// pumpEvents forwards the supervisor's events to the TaskEvents streams.
+// pumpEvents forwards the supervisor's events to the TaskEvents streams
+// until the task has exited.
 func (d *Driver) pumpEvents(h *taskHandle) {
-	off := h.proc.EventOffset()
 	t := time.NewTicker(eventPollPeriod)
 	defer t.Stop()
 	for {
 		exited := h.proc.Exited()
-		evs, next, err := h.proc.Events(off)
-		if err != nil {
-			d.logger.Warn("reading task events", "task_id", h.id, "error", err)
-		}
-		for _, ev := range evs {
-			d.events.publish(&driverpb.DriverTaskEvent{TaskId: h.id, AllocId: h.cfg.GetAllocId(),
-				TaskName: h.cfg.GetName(), Timestamp: timestamppb.New(ev.Time), Message: ev.Message,
-				Annotations: ev.Annotations})
-		}
-		if next != off {
-			if err := h.proc.SaveEventOffset(next); err != nil {
-				d.logger.Warn("saving task event offset", "task_id", h.id, "error", err)
-			}
-		}
-		off = next
+		d.forwardEvents(h)
 		if exited {
 			return
 		}
@@ -295,6 +285,33 @@ func (d *Driver) pumpEvents(h *taskHandle) {
 			return
 		}
 	}
+}
+
+// forwardEvents publishes the events written since the last call and
+// records the offset. WaitTask calls it too, so the last events of a task
+// (a barrier timeout, say) reach Nomad before its exit does: Nomad drops
+// events of tasks it no longer runs.
+func (d *Driver) forwardEvents(h *taskHandle) {
+	h.evMu.Lock()
+	defer h.evMu.Unlock()
+	if !h.evLoaded {
+		h.evOff, h.evLoaded = h.proc.EventOffset(), true
+	}
+	evs, next, err := h.proc.Events(h.evOff)
+	if err != nil {
+		d.logger.Warn("reading task events", "task_id", h.id, "error", err)
+	}
+	for _, ev := range evs {
+		d.events.publish(&driverpb.DriverTaskEvent{TaskId: h.id, AllocId: h.cfg.GetAllocId(),
+			TaskName: h.cfg.GetName(), Timestamp: timestamppb.New(ev.Time), Message: ev.Message,
+			Annotations: ev.Annotations})
+	}
+	if next != h.evOff {
+		if err := h.proc.SaveEventOffset(next); err != nil {
+			d.logger.Warn("saving task event offset", "task_id", h.id, "error", err)
+		}
+	}
+	h.evOff = next
 }
 
 func (d *Driver) handle(id string) (*taskHandle, error) {
@@ -348,10 +365,12 @@ func (d *Driver) WaitTask(ctx context.Context, req *driverpb.WaitTaskRequest) (*
 		return nil, err
 	}
 	ex, err := h.proc.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	d.forwardEvents(h)
+	d.events.drain(time.Second)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
 		return &driverpb.WaitTaskResponse{Result: &driverpb.ExitResult{ExitCode: 1}, Err: err.Error()}, nil
 	}
 	return &driverpb.WaitTaskResponse{Result: exitResult(ex), Err: ex.Err}, nil

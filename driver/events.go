@@ -2,6 +2,7 @@ package driver
 
 import (
 	"sync"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
 )
@@ -53,5 +54,23 @@ func (b *eventBroker) subscribe() (<-chan *driverpb.DriverTaskEvent, func()) {
 		b.mu.Lock()
 		delete(b.subs, ch)
 		b.mu.Unlock()
+	}
+}
+
+// drain waits (at most d) until every open stream has taken its queued
+// events, so they are on their way before a task's exit is reported.
+func (b *eventBroker) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		b.mu.Lock()
+		queued := 0
+		for ch := range b.subs {
+			queued += len(ch)
+		}
+		b.mu.Unlock()
+		if queued == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
