@@ -289,8 +289,6 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 		j, ok := w.Snapshot().Job(key)
 		return ok && j.State == cluster.JobQueued
 	})
-	job, _, _ := c.api.Jobs().Info("train-a", nil)
-	sum, _, _ := c.api.Jobs().Summary("train-a", nil)
 	poll("blocked eval", 10*time.Second, func() bool {
 		evs, _, _ := c.api.Jobs().Evaluations("train-a", nil)
 		for _, e := range evs {
@@ -300,6 +298,10 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 		}
 		return false
 	})
+	// Read the job and its summary once Nomad has processed the
+	// evaluation: before that the summary shows nothing queued yet.
+	job, _, _ := c.api.Jobs().Info("train-a", nil)
+	sum, _, _ := c.api.Jobs().Summary("train-a", nil)
 	evs, _, _ := c.api.Jobs().Evaluations("train-a", nil)
 	var evStatus []string
 	for _, e := range evs {
