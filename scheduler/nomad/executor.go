@@ -268,8 +268,16 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 			_ = x.st.DeleteIntent(ctx, a.JobID)
 			return fmt.Errorf("admit %s: %s: %w", a.JobID, strings.TrimSpace(err.Error()), ErrConflict)
 		}
-		// The register may or may not have happened: look.
-		cur, _, rerr := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+		// The register may or may not have happened: look (a few
+		// times: the error may be a passing one).
+		var cur *api.Job
+		var rerr error
+		for attempt := range 3 {
+			if cur, _, rerr = x.c.api.Jobs().Info(id, x.c.qns(ctx, ns)); rerr == nil || ctx.Err() != nil {
+				break
+			}
+			_ = sleepCtx(ctx, time.Duration(attempt+1)*100*time.Millisecond)
+		}
 		if rerr != nil {
 			// Unknown: watch the job as if admitted, so that a gang
 			// that did get placed is still held to the deadline (and

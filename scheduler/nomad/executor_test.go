@@ -235,7 +235,9 @@ func TestAdmitWithUnknownOutcomeIsWatched(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	x := e.executor(clk)
 	e.fake.FailAfterNext("PUT", "/v1/jobs", 503, "connection reset")
-	e.fake.FailNextOnceLost("GET", "/v1/job/lost", 503, "connection reset")
+	for range 3 { // every read-back attempt fails
+		e.fake.FailNextOnceLost("GET", "/v1/job/lost", 503, "connection reset")
+	}
 	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "lost")}})
 	key := cluster.JobKey("default", "lost")
 	if res.Failed[key] == nil || !strings.Contains(res.Failed[key].Error(), "outcome unknown") {
@@ -259,6 +261,25 @@ func TestAdmitWithUnknownOutcomeIsWatched(t *testing.T) {
 	}
 	if x.Busy(key) {
 		t.Error("still busy after the rollback")
+	}
+}
+
+// A lost register answer followed by one failed read-back is settled by
+// the next read: the job was registered, so it is admitted.
+func TestAdmitLostAnswerSettledByReadBack(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("lost", nil, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+	x := e.executor(nil)
+	e.fake.FailAfterNext("PUT", "/v1/jobs", 503, "connection reset")
+	e.fake.FailNextOnceLost("GET", "/v1/job/lost", 503, "connection reset")
+	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "lost")}})
+	if len(res.Admitted) != 1 || len(res.Failed) != 0 {
+		t.Fatalf("apply = %+v, want the job admitted", res)
+	}
+	if in, _ := x.st.Intent(context.Background(), cluster.JobKey("default", "lost")); in == nil || in.Phase != PhaseRegistered {
+		t.Fatalf("intent = %+v, want one in phase registered", in)
 	}
 }
 
