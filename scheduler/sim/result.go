@@ -205,17 +205,18 @@ func (r *runner) result() *Result {
 		res.DecisionLatencyMS = Latency{P50: percentile(lat, 50), P99: percentile(lat, 99), Max: lat[len(lat)-1]}
 	}
 	if n := float64(a.fsSamples); n > 0 {
+		// Sum in project order: map order would change the float total's
+		// last bits from run to run.
+		var projects []string
+		for p := range a.fsAbsDev {
+			projects = append(projects, p)
+		}
+		sort.Strings(projects)
 		total := 0.0
-		for p := range a.fsAlloc {
+		for _, p := range projects {
 			fs := FairShare{MeanAllocatedGPUs: a.fsAlloc[p] / n, MeanFairGPUs: a.fsFair[p] / n, MeanAbsDeviationGPUs: a.fsAbsDev[p] / n}
 			res.FairShare[p] = fs
 			total += fs.MeanAbsDeviationGPUs
-		}
-		for p := range a.fsFair {
-			if _, ok := res.FairShare[p]; !ok {
-				res.FairShare[p] = FairShare{MeanFairGPUs: a.fsFair[p] / n, MeanAbsDeviationGPUs: a.fsAbsDev[p] / n}
-				total += a.fsAbsDev[p] / n
-			}
 		}
 		res.FairShareDeviation = total / (2 * float64(a.capacity))
 	}

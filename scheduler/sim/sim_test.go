@@ -428,3 +428,30 @@ func TestSkippedCyclesAreNotDecisions(t *testing.T) {
 		t.Fatalf("cycles %d skipped %d completed %d A started %d", res.Cycles, res.CyclesSkipped, res.JobsCompleted, res.Jobs[0].FirstStart)
 	}
 }
+
+// TestFairShareDeviationIsExactlyRepeatable: the fair-share total sums
+// many projects' floats; equal input must give the same bits (a sum in map
+// order differs in its last bits from run to run).
+func TestFairShareDeviationIsExactlyRepeatable(t *testing.T) {
+	jobs := randomJobs(11, 300)
+	for i := range jobs {
+		jobs[i].Project = fmt.Sprintf("proj-%02d", i%23)
+	}
+	opts := sim.Options{Cluster: cluster(t, 4, 8), Model: sim.DefaultModel()}
+	opts.Model.Sample = 60
+	var first float64
+	for run := 0; run < 8; run++ {
+		res, err := sim.Run(jobs, mustBaseline(t, baseline.NomadNative), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.FairShare) != 23 || res.FairShareDeviation <= 0 {
+			t.Fatalf("fair share over %d projects, deviation %v", len(res.FairShare), res.FairShareDeviation)
+		}
+		if run == 0 {
+			first = res.FairShareDeviation
+		} else if math.Float64bits(res.FairShareDeviation) != math.Float64bits(first) {
+			t.Fatalf("run %d: deviation %v, first run %v", run, res.FairShareDeviation, first)
+		}
+	}
+}
