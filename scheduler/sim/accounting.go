@@ -99,7 +99,7 @@ func (a *accounting) finishSeries(t int64) {
 
 func (a *accounting) sample(t int64) {
 	a.series = append(a.series, Sample{T: t, Allocated: a.alloc, Partial: a.partial,
-		Bound: min(a.capacity, a.demandG), Queue: len(a.r.st.pending)})
+		Bound: min(a.capacity, a.demandG), Queue: len(a.r.st.Queue())})
 	if t < a.r.opts.WindowStart || t >= a.r.opts.WindowEnd {
 		return
 	}

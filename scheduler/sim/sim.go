@@ -19,7 +19,6 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -214,9 +213,6 @@ func (h *eventHeap) pop() event {
 	}
 	return top
 }
-
-// ErrStuck reports a run that ended with jobs that could never start.
-var ErrStuck = errors.New("jobs left waiting with nothing running")
 
 // MembersFor splits a job of gpus GPUs into gang members for nodes of
 // nodeGPUs: one member if it fits a node, else whole-node members.
