@@ -510,11 +510,9 @@ func (x *Executor) liveAllocs(ctx context.Context, jobID string) ([]*api.Allocat
 	}
 	var out []*api.AllocationListStub
 	for _, a := range as {
-		switch a.ClientStatus {
-		case "complete", "failed", "lost":
-			continue
+		if !terminalStatus(a.ClientStatus) {
+			out = append(out, a)
 		}
-		out = append(out, a)
 	}
 	return out, nil
 }

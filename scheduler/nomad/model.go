@@ -226,8 +226,12 @@ func allocEnd(a *wireAlloc) time.Time {
 	return end
 }
 
-func terminalAlloc(a *wireAlloc) bool {
-	switch a.ClientStatus {
+func terminalAlloc(a *wireAlloc) bool { return terminalStatus(a.ClientStatus) }
+
+// terminalStatus reports whether an allocation's client status is final:
+// it holds no resources any more.
+func terminalStatus(clientStatus string) bool {
+	switch clientStatus {
 	case "complete", "failed", "lost":
 		return true
 	}
