@@ -121,7 +121,7 @@ func TestSimErrors(t *testing.T) {
 		{[]string{}, 1, "--trace is required"},
 		{[]string{"--trace", tr, "--format", "csv"}, 1, `unknown trace format "csv"`},
 		{[]string{"--trace", tr, "--format", "generic", "--policies", "impact,slurm"}, 1, `unknown policy "slurm"`},
-		{[]string{"--trace", bad, "--format", "generic"}, 1, "bad.csv:3: column duration_s"},
+		{[]string{"--trace", bad, "--format", "generic"}, 1, "bad.csv:3:5: column duration_s"},
 		{[]string{"--trace", tr, "--format", "generic", "--nodes", "0"}, 1, "nodes must be at least 1"},
 		{[]string{"--trace", tr, "--format", "generic", "--from", "100", "--to", "50"}, 1, "must be after"},
 		{[]string{"--trace", tr, "--format", "philly", "--from", "yesterday"}, 1, "--from"},
@@ -143,7 +143,7 @@ func TestSimSkipBad(t *testing.T) {
 	os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644)
 	var stdout, stderr bytes.Buffer
 	code := Main([]string{"--trace", bad, "--format", "generic", "--nodes", "1", "--policies", "fifo-gang", "--skip-bad", "--no-plots", "--out", filepath.Join(dir, "o")}, &stdout, &stderr)
-	if code != 0 || !strings.Contains(stderr.String(), "skipped 1 bad rows (first: "+bad+":3: column duration_s") {
+	if code != 0 || !strings.Contains(stderr.String(), "skipped 1 bad rows (first: "+bad+":3:5: column duration_s") {
 		t.Fatalf("exit %d stderr %q", code, stderr.String())
 	}
 }

@@ -61,7 +61,7 @@ func Synthesize(jobs []Job, source string, seed int64) error {
 		if j.Tier == "" {
 			j.Tier = pickTier(unit(seed, j.ID, "tier"))
 		} else if tierIndex(j.Tier) < 0 {
-			return &RowError{File: source, Line: j.Line, Column: "tier",
+			return &RowError{File: source, Line: j.Line, Col: j.tierCol, Column: "tier",
 				Err: fmt.Errorf("unknown tier %q (want one of %s)", j.Tier, strings.Join(Tiers, ", "))}
 		}
 		if j.Preemptible == nil {

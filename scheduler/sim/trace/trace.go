@@ -19,6 +19,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,6 +63,9 @@ type Job struct {
 	Walltime    int64
 	// Line is the 1-based line of the row in the file, for error messages.
 	Line int
+	// tierCol is the 1-based byte column of the tier field (generic rows
+	// that give a tier), for Synthesize's error on an unknown tier.
+	tierCol int
 }
 
 // Trace is the result of reading a file.
@@ -87,19 +91,30 @@ type ReadOptions struct {
 	SkipBad bool
 }
 
-// RowError is a bad row: the file, 1-based line and the column at fault.
+// RowError is a bad row: the file, 1-based line and the column at fault,
+// by name and by position. Its message reads
+// `FILE:LINE:COL: column NAME: what is wrong`, the position editors and
+// compilers use, so a reader can jump to the field.
 type RowError struct {
-	File   string
-	Line   int
+	File string
+	Line int
+	// Col is the 1-based byte column where the faulty field starts (or
+	// where the CSV syntax error is); 0 when the fault is the whole row.
+	Col int
+	// Column names the faulty field; empty when the fault is the whole row.
 	Column string
 	Err    error
 }
 
 func (e *RowError) Error() string {
-	if e.Column == "" {
-		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	pos := fmt.Sprintf("%s:%d", e.File, e.Line)
+	if e.Col > 0 {
+		pos += fmt.Sprintf(":%d", e.Col)
 	}
-	return fmt.Sprintf("%s:%d: column %s: %v", e.File, e.Line, e.Column, e.Err)
+	if e.Column == "" {
+		return fmt.Sprintf("%s: %v", pos, e.Err)
+	}
+	return fmt.Sprintf("%s: column %s: %v", pos, e.Column, e.Err)
 }
 
 func (e *RowError) Unwrap() error { return e.Err }
@@ -129,11 +144,12 @@ func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, er
 		br = bufio.NewReaderSize(zr, 1<<16)
 	}
 	var p rowParser
+	var columns []string
 	switch format {
 	case FormatPhilly:
-		p = &phillyParser{}
+		p, columns = &phillyParser{}, phillyColumns
 	case FormatGeneric:
-		p = &genericParser{}
+		p, columns = &genericParser{}, GenericColumns
 	default:
 		return nil, fmt.Errorf("%s: unknown trace format %q", name, format)
 	}
@@ -160,12 +176,13 @@ func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, er
 		line, _ := cr.FieldPos(0)
 		var job Job
 		if err != nil {
+			col := 0
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
-				line = pe.Line
+				line, col = pe.Line, pe.Column
 				err = pe.Err
 			}
-			err = &RowError{File: name, Line: line, Err: err}
+			err = &RowError{File: name, Line: line, Col: col, Err: err}
 		} else if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
 			continue // a blank line (e.g. trailing) is not a row
 		} else {
@@ -174,6 +191,9 @@ func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, er
 				var re *RowError
 				if errors.As(err, &re) {
 					re.File, re.Line = name, line
+					if k := slices.Index(columns, re.Column); k >= 0 {
+						re.Line, re.Col = cr.FieldPos(k)
+					}
 				} else {
 					err = &RowError{File: name, Line: line, Err: err}
 				}
@@ -181,7 +201,8 @@ func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, er
 		}
 		if err == nil {
 			if prev, dup := seen[job.ID]; dup {
-				err = &RowError{File: name, Line: line, Column: "id", Err: fmt.Errorf("duplicate job id %q (first on line %d)", job.ID, prev)}
+				_, col := cr.FieldPos(0)
+				err = &RowError{File: name, Line: line, Col: col, Column: "id", Err: fmt.Errorf("duplicate job id %q (first on line %d)", job.ID, prev)}
 			}
 		}
 		if err != nil {
@@ -200,6 +221,9 @@ func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, er
 			continue
 		}
 		job.Line = line
+		if k := slices.Index(columns, "tier"); k >= 0 && job.Tier != "" {
+			_, job.tierCol = cr.FieldPos(k)
+		}
 		t.Jobs = append(t.Jobs, job)
 	}
 	sort.SliceStable(t.Jobs, func(i, j int) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -81,24 +82,25 @@ func TestReaderErrors(t *testing.T) {
 		want      string // substring of the error
 		line      int
 		column    string
+		col       int // 1-based byte column; 0: the whole row; -1: not checked
 	}{
-		{"philly bad time", ph + "2017-10-09 07:01:55,6,1,6,a\n2017-13-09 07:01:55,6,1,6,a\n", FormatPhilly, "not a", 3, "timestamp"},
-		{"philly zero gpus", ph + "2017-10-09 07:01:55,6,0,6,a\n", FormatPhilly, "at least 1", 2, "num_gpus"},
-		{"philly fractional gpus", ph + "2017-10-09 07:01:55,6,1.5,6,a\n", FormatPhilly, "whole number", 2, "num_gpus"},
-		{"philly negative duration", ph + "2017-10-09 07:01:55,-6,1,6,a\n", FormatPhilly, "negative", 2, "duration"},
-		{"philly zero duration", ph + "2017-10-09 07:01:55,0,1,6,a\n", FormatPhilly, "greater than zero", 2, "duration"},
-		{"philly nan gpu_time", ph + "2017-10-09 07:01:55,6,1,NaN,a\n", FormatPhilly, "not a number", 2, "gpu_time"},
-		{"philly empty cluster", ph + "2017-10-09 07:01:55,6,1,6,\n", FormatPhilly, "empty cluster", 2, "cluster"},
-		{"philly short row", ph + "2017-10-09 07:01:55,6,1\n", FormatPhilly, "3 fields, want 5", 2, ""},
-		{"philly bad header", "when,duration,num_gpus,gpu_time,cluster\n", FormatPhilly, "want \"timestamp\"", 1, ""},
-		{"generic empty id", gh + ",0,1,1,,,,\n", FormatGeneric, "empty job id", 2, "id"},
-		{"generic duplicate id", gh + "a,0,1,1,,,,\na,1,1,1,,,,\n", FormatGeneric, "duplicate job id \"a\" (first on line 2)", 3, "id"},
-		{"generic bad preemptible", gh + "a,0,1,1,,,maybe,\n", FormatGeneric, "not true or false", 2, "preemptible"},
-		{"generic bad walltime", gh + "a,0,1,1,,,,soon\n", FormatGeneric, "not a number", 2, "walltime_s"},
-		{"generic missing submit", gh + "a,,1,1,,,,\n", FormatGeneric, "empty value", 2, "submit_s"},
-		{"generic quote", gh + "a,0,1,1,\"x,,,\n", FormatGeneric, "", 2, ""},
-		{"generic wrong header order", "id,duration_s,submit_s,gpus,project,tier,preemptible,walltime_s\n", FormatGeneric, "column 2", 1, ""},
-		{"empty file", "", FormatGeneric, "empty trace", 0, ""},
+		{"philly bad time", ph + "2017-10-09 07:01:55,6,1,6,a\n2017-13-09 07:01:55,6,1,6,a\n", FormatPhilly, "not a", 3, "timestamp", 1},
+		{"philly zero gpus", ph + "2017-10-09 07:01:55,6,0,6,a\n", FormatPhilly, "at least 1", 2, "num_gpus", 23},
+		{"philly fractional gpus", ph + "2017-10-09 07:01:55,6,1.5,6,a\n", FormatPhilly, "whole number", 2, "num_gpus", 23},
+		{"philly negative duration", ph + "2017-10-09 07:01:55,-6,1,6,a\n", FormatPhilly, "negative", 2, "duration", 21},
+		{"philly zero duration", ph + "2017-10-09 07:01:55,0,1,6,a\n", FormatPhilly, "greater than zero", 2, "duration", 21},
+		{"philly nan gpu_time", ph + "2017-10-09 07:01:55,6,1,NaN,a\n", FormatPhilly, "not a number", 2, "gpu_time", 25},
+		{"philly empty cluster", ph + "2017-10-09 07:01:55,6,1,6,\n", FormatPhilly, "empty cluster", 2, "cluster", 27},
+		{"philly short row", ph + "2017-10-09 07:01:55,6,1\n", FormatPhilly, "3 fields, want 5", 2, "", 0},
+		{"philly bad header", "when,duration,num_gpus,gpu_time,cluster\n", FormatPhilly, "want \"timestamp\"", 1, "", 0},
+		{"generic empty id", gh + ",0,1,1,,,,\n", FormatGeneric, "empty job id", 2, "id", 1},
+		{"generic duplicate id", gh + "a,0,1,1,,,,\na,1,1,1,,,,\n", FormatGeneric, "duplicate job id \"a\" (first on line 2)", 3, "id", 1},
+		{"generic bad preemptible", gh + "a,0,1,1,,,maybe,\n", FormatGeneric, "not true or false", 2, "preemptible", 11},
+		{"generic bad walltime", gh + "a,0,1,1,,,,soon\n", FormatGeneric, "not a number", 2, "walltime_s", 12},
+		{"generic missing submit", gh + "a,,1,1,,,,\n", FormatGeneric, "empty value", 2, "submit_s", 3},
+		{"generic quote", gh + "a,0,1,1,\"x,,,\n", FormatGeneric, "", 2, "", -1},
+		{"generic wrong header order", "id,duration_s,submit_s,gpus,project,tier,preemptible,walltime_s\n", FormatGeneric, "column 2", 1, "", 0},
+		{"empty file", "", FormatGeneric, "empty trace", 0, "", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +121,16 @@ func TestReaderErrors(t *testing.T) {
 			if re.Line != tc.line || re.Column != tc.column {
 				t.Fatalf("error %q at line %d column %q, want line %d column %q", err, re.Line, re.Column, tc.line, tc.column)
 			}
+			if tc.col < 0 {
+				return
+			}
+			pos := fmt.Sprintf("bad.csv:%d:%d: ", tc.line, tc.col)
+			if tc.col == 0 {
+				pos = fmt.Sprintf("bad.csv:%d: ", tc.line)
+			}
+			if re.Col != tc.col || !strings.HasPrefix(err.Error(), pos) {
+				t.Fatalf("error %q: column position %d, want it to start with %q", err, re.Col, pos)
+			}
 		})
 	}
 }
@@ -136,7 +148,7 @@ func TestSkipBadCounts(t *testing.T) {
 	if len(tr.Jobs) != 2 || tr.Skipped != 2 || len(tr.SkipErrors) != 2 {
 		t.Fatalf("jobs %d skipped %d errors %v", len(tr.Jobs), tr.Skipped, tr.SkipErrors)
 	}
-	if !strings.Contains(tr.SkipErrors[0], "s.csv:3: column submit_s") {
+	if !strings.Contains(tr.SkipErrors[0], "s.csv:3:3: column submit_s") {
 		t.Fatalf("skip error %q does not name line and column", tr.SkipErrors[0])
 	}
 }
@@ -208,8 +220,16 @@ func TestSynthesizeKeepsGivenLabelsAndRejectsUnknownTier(t *testing.T) {
 	if js[0].Tier != "scavenger" || *js[0].Preemptible || js[0].Walltime != 11 || js[0].Project != "x" {
 		t.Fatalf("given labels changed: %+v", js[0])
 	}
+	// Read from a file, the error points at the field.
+	tr, err := Read(strings.NewReader("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,1,1,p,urgent,,\n"), "g.csv", FormatGeneric, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Synthesize(tr.Jobs, tr.Source, 1); err == nil || !strings.HasPrefix(err.Error(), "g.csv:2:11: column tier: unknown tier \"urgent\"") {
+		t.Fatalf("error = %v", err)
+	}
 	bad := []Job{{ID: "b", Duration: 10, GPUs: 1, Tier: "urgent", Line: 9}}
-	err := Synthesize(bad, "g.csv", 1)
+	err = Synthesize(bad, "g.csv", 1)
 	if err == nil || !strings.Contains(err.Error(), "g.csv:9: column tier: unknown tier \"urgent\"") {
 		t.Fatalf("error = %v", err)
 	}
