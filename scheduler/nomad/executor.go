@@ -77,7 +77,7 @@ type Executor struct {
 	mu       sync.Mutex
 	busy     map[string]bool    // jobs with an action under way
 	pending  map[string]*Intent // admissions waiting to be fully running
-	outcomes *notes             // last rollback/conflict/preemption note per job
+	outcomes *bounded[string]   // last rollback/conflict/preemption note per job
 	wg       sync.WaitGroup
 
 	// crashAt, in tests, makes the executor stop dead at a named step, as
@@ -115,7 +115,7 @@ func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Log
 	}
 	return &Executor{
 		c: c, st: st, cfg: cfg, log: logger.Named("executor"),
-		busy: map[string]bool{}, pending: map[string]*Intent{}, outcomes: newNotes(maxOutcomes),
+		busy: map[string]bool{}, pending: map[string]*Intent{}, outcomes: newBounded[string](maxOutcomes),
 	}
 }
 
@@ -139,7 +139,8 @@ func (x *Executor) Busy(jobID string) bool {
 func (x *Executor) Outcome(jobID string) string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.outcomes.get(jobID)
+	note, _ := x.outcomes.get(jobID)
+	return note
 }
 
 func (x *Executor) claim(jobID string) bool {
@@ -834,57 +835,6 @@ func (x *Executor) rollback(ctx context.Context, in *Intent, reason string) erro
 // was ever rolled back, in conflict or preempted would otherwise grow for
 // as long as the agent runs.
 const maxOutcomes = 10000
-
-// notes is a map of the last note per job that forgets the oldest notes
-// beyond its capacity. Not safe for concurrent use.
-type notes struct {
-	max   int
-	gen   uint64
-	m     map[string]note
-	order []noteKey // oldest first; entries of deleted or re-set keys are stale
-}
-
-type note struct {
-	v   string
-	gen uint64
-}
-
-type noteKey struct {
-	k   string
-	gen uint64
-}
-
-func newNotes(max int) *notes { return &notes{max: max, m: map[string]note{}} }
-
-func (n *notes) get(k string) string { return n.m[k].v }
-
-func (n *notes) del(k string) { delete(n.m, k) }
-
-func (n *notes) set(k, v string) {
-	if old, ok := n.m[k]; ok {
-		n.m[k] = note{v: v, gen: old.gen}
-		return
-	}
-	n.gen++
-	n.m[k] = note{v: v, gen: n.gen}
-	n.order = append(n.order, noteKey{k, n.gen})
-	for len(n.m) > n.max {
-		old := n.order[0]
-		n.order = n.order[1:]
-		if cur, ok := n.m[old.k]; ok && cur.gen == old.gen {
-			delete(n.m, old.k)
-		}
-	}
-	if len(n.order) > 2*n.max {
-		live := make([]noteKey, 0, len(n.m))
-		for _, o := range n.order {
-			if cur, ok := n.m[o.k]; ok && cur.gen == o.gen {
-				live = append(live, o)
-			}
-		}
-		n.order = live
-	}
-}
 
 func deref(p *string) string {
 	if p == nil {

@@ -26,16 +26,22 @@ type ExplainWriter struct {
 	c   *Client
 	log hclog.Logger
 
-	mu   sync.Mutex
-	last map[string]map[string]string // job -> items written (without decided_at)
+	mu sync.Mutex
+	// last holds the items written per job (without decided_at), to skip
+	// unchanged writes; bounded, since jobs come and go.
+	last *bounded[map[string]string]
 }
+
+// maxExplainCache bounds ExplainWriter's memory of what it wrote; a job
+// forgotten there is only written once more.
+const maxExplainCache = 100000
 
 // NewExplainWriter builds a writer.
 func NewExplainWriter(c *Client, logger hclog.Logger) *ExplainWriter {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &ExplainWriter{c: c, log: logger.Named("explain"), last: map[string]map[string]string{}}
+	return &ExplainWriter{c: c, log: logger.Named("explain"), last: newBounded[map[string]string](maxExplainCache)}
 }
 
 // ExplainPath is the Variable path of a job's explanation.
@@ -103,7 +109,8 @@ func (x *ExplainWriter) WriteOne(ctx context.Context, e *engine.Explanation, dec
 	}
 	items := ExplainItems(e)
 	x.mu.Lock()
-	same := maps.Equal(x.last[e.JobID], items)
+	prev, seen := x.last.get(e.JobID)
+	same := seen && maps.Equal(prev, items)
 	x.mu.Unlock()
 	if same {
 		return nil
@@ -119,7 +126,7 @@ func (x *ExplainWriter) WriteOne(ctx context.Context, e *engine.Explanation, dec
 		return fmt.Errorf("write explanation %s (namespace %s): %w", path, ns, err)
 	}
 	x.mu.Lock()
-	x.last[e.JobID] = items
+	x.last.set(e.JobID, items)
 	x.mu.Unlock()
 	return nil
 }
@@ -141,7 +148,7 @@ func (x *ExplainWriter) Read(ctx context.Context, jobID string) (map[string]stri
 func (x *ExplainWriter) Forget(ctx context.Context, jobID string) error {
 	ns, id := splitJobKey(jobID)
 	x.mu.Lock()
-	delete(x.last, jobID)
+	x.last.del(jobID)
 	x.mu.Unlock()
 	if _, err := x.c.api.Variables().Delete(ExplainPath(id), x.c.wns(ctx, ns)); err != nil && !isNotFound(err) {
 		return fmt.Errorf("delete explanation of %s: %w", jobID, err)
