@@ -75,6 +75,22 @@ ha {
   state_prefix = "impact"
 }
 
+device_stats {
+  # The utilisation metrics (impact_gpu_utilization_percent{node,gpu,index},
+  # impact_gpu_memory_used_mib, impact_node_gpu_utilization_percent,
+  # impact_gpus_utilization_percent of allocated GPUs) come from the GPU
+  # device stats impact-gpu reports to each Nomad client. Every interval the
+  # agent asks Nomad for the stats of each ready node with GPUs
+  # (GET /v1/client/stats?node_id=..., which the servers forward to the
+  # client; node read in the ACL policy), 8 nodes at a time, each request
+  # bounded by node_timeout. A node that does not answer is logged, counted
+  # in impact_gpu_stats_errors_total and left out; it never stops
+  # scheduling. enabled = false turns the poll off.
+  enabled      = true
+  interval     = "15s"
+  node_timeout = "5s"
+}
+
 # Register in Consul as service "impact-scheduler" with an HTTP health check
 # on /v1/health (tags "leader" / "standby"). Leave the block out to disable.
 # consul {

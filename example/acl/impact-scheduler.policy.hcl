@@ -41,7 +41,9 @@ namespace "default" {
 
 # Nodes with their GPUs (device attributes from impact-gpu: islands, NUMA,
 # health) are the capacity the scheduler places on; the Node event topic and
-# node listing need read. It never changes nodes.
+# node listing need read, and so does the GPU utilisation poll
+# (GET /v1/client/stats?node_id=..., device_stats in impact.hcl). It never
+# changes nodes.
 node {
   policy = "read"
 }

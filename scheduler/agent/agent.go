@@ -46,8 +46,10 @@ type Options struct {
 	Elector   Elector
 	State     StateStore
 	Pools     PoolManager
-	// Utilization, when set, feeds the GPU utilisation metric.
-	Utilization UtilizationSource
+	// Utilization, when set, is polled every StatsInterval (default 15s)
+	// for the utilisation metrics.
+	Utilization   UtilizationSource
+	StatsInterval time.Duration
 	// Registrar, when set, registers the agent in Consul.
 	Registrar *Registrar
 	Metrics   *Metrics
@@ -76,7 +78,7 @@ type Agent struct {
 	clk  func() time.Time
 
 	// Loggers of the components, named once.
-	cycleLog, leaderLog, stateLog, explainLog hclog.Logger
+	cycleLog, leaderLog, stateLog, explainLog, statsLog hclog.Logger
 
 	engine *engine.Engine // owned by the loop goroutine
 	cycles atomic.Uint64
@@ -155,6 +157,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.PoolRetryFor <= 0 {
 		opts.PoolRetryFor = 2 * time.Minute
 	}
+	if opts.StatsInterval <= 0 {
+		opts.StatsInterval = 15 * time.Second
+	}
 	if opts.SaveEvery <= 0 {
 		opts.SaveEvery = 30 * time.Second
 	}
@@ -177,6 +182,7 @@ func New(opts Options) (*Agent, error) {
 		leaderLog:   log.Named("leader"),
 		stateLog:    log.Named("state"),
 		explainLog:  log.Named("explain"),
+		statsLog:    log.Named("devicestats"),
 		history:     map[string]jobHistory{},
 		written:     map[string]string{},
 		preemptions: map[string]PreemptionRecord{},
@@ -255,6 +261,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.campaign(ctx)
 	}()
+	if a.opts.Utilization != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.pollUtilization(ctx)
+		}()
+	}
 
 	err := a.loop(ctx)
 	a.stepDown()
@@ -550,7 +563,6 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.forgetUnapplied(plan, nil)
 	}
 	v := buildView(snap, plan, a.historySnapshot(), start, res.Leader, a.opts.Policy)
-	v.stats.Utilization = a.utilization(ctx, snap)
 	a.view.Store(v)
 	a.opts.Metrics.RecordCluster(v.stats)
 	if lctx != nil {
@@ -561,34 +573,6 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.saveState(lctx, start, acted)
 	}
 	a.finish(res, wallStart)
-}
-
-// utilization asks the UtilizationSource, if any, about the allocations
-// holding GPUs; -1 means unknown.
-func (a *Agent) utilization(ctx context.Context, snap *cluster.Snapshot) float64 {
-	if a.opts.Utilization == nil {
-		return -1
-	}
-	var ids []string
-	for _, al := range snap.Allocs() {
-		if len(al.GPUs) > 0 {
-			ids = append(ids, al.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return -1
-	}
-	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	pct, ok, err := a.opts.Utilization.GPUUtilization(uctx, ids)
-	if err != nil {
-		a.cycleLog.Debug("reading GPU utilisation", "error", err)
-		return -1
-	}
-	if !ok {
-		return -1
-	}
-	return pct
 }
 
 // memoryFrom rebuilds the engine's memory from durable state: the decayed

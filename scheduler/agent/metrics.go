@@ -20,12 +20,9 @@ import (
 // preemptions, lost work), utilisation (GPU use from device stats), plus the
 // scheduler's own health (decision latency, event lag, leadership).
 var (
-	mGPUsTotal     = []string{"gpus", "total"}
-	mGPUsHealthy   = []string{"gpus", "healthy"}
-	mGPUsAllocated = []string{"gpus", "allocated"}
-	// mGPUUtilization is set only when device stats are available; it is
-	// not pre-declared, so no data reads as absent rather than 0%.
-	mGPUUtilization  = []string{"gpus", "utilization_percent"}
+	mGPUsTotal       = []string{"gpus", "total"}
+	mGPUsHealthy     = []string{"gpus", "healthy"}
+	mGPUsAllocated   = []string{"gpus", "allocated"}
 	mOccupancy       = []string{"occupancy", "ratio"}
 	mWaitingJobs     = []string{"queue", "waiting_jobs"}
 	mWaitingGPUs     = []string{"queue", "waiting_gpus"}
@@ -48,6 +45,7 @@ var (
 	mResyncs         = []string{"events", "resyncs"}
 	mReconnects      = []string{"events", "reconnects"}
 	mApplyLatency    = []string{"events", "apply_ms"}
+	mStatsErrors     = []string{"gpu", "stats_errors_total"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -56,6 +54,8 @@ var (
 type Metrics struct {
 	m        *metrics.Metrics
 	registry *prometheus.Registry
+	// gpus serves the utilisation layer (see utilization.go).
+	gpus *gpuCollector
 
 	mu        sync.Mutex
 	seenTiers map[string]bool
@@ -71,6 +71,10 @@ func NewMetrics() (*Metrics, error) {
 	}
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("registering process collector: %w", err)
+	}
+	gpus := newGPUCollector()
+	if err := reg.Register(gpus); err != nil {
+		return nil, fmt.Errorf("registering GPU utilisation collector: %w", err)
 	}
 	gauge := func(name []string, help string) metricsprom.GaugeDefinition {
 		return metricsprom.GaugeDefinition{Name: append([]string{"impact"}, name...), Help: help}
@@ -104,6 +108,7 @@ func NewMetrics() (*Metrics, error) {
 			counter(mActionErrors, "Admissions, preemptions or explanations that failed."),
 			counter(mRollbacks, "Admissions rolled back because the gang did not fully start in time."),
 			counter(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
+			counter(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		},
 		SummaryDefinitions: []metricsprom.SummaryDefinition{
 			summary(mDecisionLatency, "Time engine.Decide took, milliseconds."),
@@ -120,7 +125,7 @@ func NewMetrics() (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return &Metrics{m: m, registry: reg, seenTiers: map[string]bool{}}, nil
+	return &Metrics{m: m, registry: reg, gpus: gpus, seenTiers: map[string]bool{}}, nil
 }
 
 // Handler serves /metrics in the Prometheus text format.
@@ -143,11 +148,8 @@ type ClusterStats struct {
 	TotalGPUs     int
 	HealthyGPUs   int
 	AllocatedGPUs int
-	// Utilization is the mean device utilisation of allocated GPUs in
-	// percent; negative when no device stats are available.
-	Utilization float64
-	Tiers       map[string]TierStats
-	InvalidJobs int
+	Tiers         map[string]TierStats
+	InvalidJobs   int
 }
 
 // RecordCluster publishes the layer gauges. Tiers seen before but now empty
@@ -160,9 +162,6 @@ func (m *Metrics) RecordCluster(s ClusterStats) {
 		m.m.SetGauge(mOccupancy, float32(s.AllocatedGPUs)/float32(s.HealthyGPUs))
 	} else {
 		m.m.SetGauge(mOccupancy, 0)
-	}
-	if s.Utilization >= 0 {
-		m.m.SetGauge(mGPUUtilization, float32(s.Utilization))
 	}
 	m.m.SetGauge(mInvalidJobs, float32(s.InvalidJobs))
 
@@ -184,6 +183,13 @@ func (m *Metrics) RecordCluster(s ClusterStats) {
 		m.m.SetGaugeWithLabels(mWaitMax, float32(st.MaxWait.Seconds()), l)
 	}
 }
+
+// RecordUtilization publishes a device stats poll (the utilisation layer);
+// it replaces the previous poll's series.
+func (m *Metrics) RecordUtilization(s UtilizationStats) { m.gpus.update(s) }
+
+// RecordStatsError counts a node whose device stats could not be read.
+func (m *Metrics) RecordStatsError() { m.m.IncrCounter(mStatsErrors, 1) }
 
 // RecordAdmission counts an admission and how long the job waited.
 func (m *Metrics) RecordAdmission(tier string, waited time.Duration) {

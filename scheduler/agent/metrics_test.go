@@ -13,7 +13,7 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12, Utilization: 71.5,
+	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12,
 		Tiers: map[string]TierStats{"high": {Jobs: 2, GPUs: 8, MaxWait: 90 * time.Second}}, InvalidJobs: 1})
 	m.RecordAdmission("high", 30*time.Second)
 	m.RecordPreemption("scavenger", 1.5)
@@ -21,7 +21,7 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	m.RecordEvents(250*time.Millisecond, ModelStatus{Index: 1234, EventsApplied: 99, Resyncs: 2})
 	m.RecordLeader(true)
 	// A tier that empties must read zero, not its last value.
-	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12, Utilization: -1,
+	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12,
 		Tiers: map[string]TierStats{"normal": {Jobs: 1, GPUs: 1}}})
 
 	srv := httptest.NewServer(m.Handler())
@@ -36,7 +36,6 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	for _, want := range []string{
 		"impact_gpus_healthy 15",
 		"impact_gpus_allocated 12",
-		"impact_gpus_utilization_percent 71.5",
 		"impact_occupancy_ratio 0.8",
 		`impact_queue_waiting_jobs{tier="high"} 0`,
 		`impact_queue_waiting_jobs{tier="normal"} 1`,

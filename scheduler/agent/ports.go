@@ -147,11 +147,23 @@ type PoolManager interface {
 	EnsureNodePool(ctx context.Context, name, description string) error
 }
 
-// UtilizationSource reads the GPU utilisation of running allocations from
-// device stats (the fourth layer of the pyramid). Optional: without one,
-// impact_gpus_utilization_percent is absent.
+// UtilizationSource reads the device stats of client nodes: the fourth
+// layer of the pyramid, whether allocated GPUs are actually busy. Optional:
+// without one the utilisation metrics are absent.
 type UtilizationSource interface {
-	// GPUUtilization returns the mean utilisation, in percent, of the GPUs
-	// held by the given allocations; ok is false when no stats exist.
-	GPUUtilization(ctx context.Context, allocIDs []string) (percent float64, ok bool, err error)
+	// GPUStats reads the stats of the GPUs on the given nodes. Nodes it
+	// could not read are returned in failed with why; that is never fatal
+	// (a slow client must not stop the others from being read).
+	GPUStats(ctx context.Context, nodeIDs []string) (gpus []GPUStat, failed map[string]error)
+}
+
+// GPUStat is one GPU's latest device stats. Negative values are unknown
+// (the plugin sent none, e.g. for a MIG instance), never a made-up zero.
+type GPUStat struct {
+	NodeID   string
+	DeviceID string
+	// Utilization is the GPU's busy time in percent.
+	Utilization float64
+	// MemoryUsedMiB and MemoryTotalMiB are its framebuffer.
+	MemoryUsedMiB, MemoryTotalMiB float64
 }

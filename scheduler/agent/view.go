@@ -34,7 +34,7 @@ const (
 )
 
 func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHistory, now time.Time, leader bool, pol *policy.Policy) *view {
-	v := &view{explain: map[string]agentapi.Explanation{}, stats: ClusterStats{Utilization: -1, Tiers: map[string]TierStats{}}}
+	v := &view{explain: map[string]agentapi.Explanation{}, stats: ClusterStats{Tiers: map[string]TierStats{}}}
 	for _, n := range snap.Nodes() {
 		for _, g := range n.GPUs {
 			v.stats.TotalGPUs++

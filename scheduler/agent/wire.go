@@ -79,6 +79,10 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	if err != nil {
 		return nil, err
 	}
+	var util UtilizationSource
+	if cfg.DeviceStatsEnabled() {
+		util = &statsAdapter{r: nomad.NewDeviceStatsReader(client, nomad.DeviceStatsConfig{NodeTimeout: cfg.DeviceStats.NodeTimeout}, logger)}
+	}
 	var reg *Registrar
 	if cfg.ConsulEnabled() {
 		reg, err = NewRegistrar(ConsulConfig{
@@ -102,8 +106,11 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		State:     &stateAdapter{st: state},
 		Pools:     client,
 		Registrar: reg,
-		Metrics:   metrics,
-		Logger:    logger,
+
+		Utilization:   util,
+		StatsInterval: cfg.DeviceStats.Interval,
+		Metrics:       metrics,
+		Logger:        logger,
 		// A crashed leader's lock takes about three TTLs to free (measured
 		// on Nomad 2.0.6); report "no leader" only past that.
 		NoLeaderGrace: 4 * cfg.HA.LockTTL,
@@ -336,6 +343,25 @@ func (e *electorAdapter) Resign(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the elector to release the lock: %w", ctx.Err())
 	}
+}
+
+// statsAdapter adapts nomad.DeviceStatsReader to UtilizationSource.
+type statsAdapter struct{ r *nomad.DeviceStatsReader }
+
+func (s *statsAdapter) GPUStats(ctx context.Context, nodeIDs []string) ([]GPUStat, map[string]error) {
+	p := s.r.Poll(ctx, nodeIDs)
+	out := make([]GPUStat, 0, len(p.GPUs))
+	for _, g := range p.GPUs {
+		st := GPUStat{NodeID: g.NodeID, DeviceID: g.DeviceID, Utilization: -1, MemoryUsedMiB: -1, MemoryTotalMiB: -1}
+		if g.HasUtilization {
+			st.Utilization = g.UtilizationPct
+		}
+		if g.HasMemory {
+			st.MemoryUsedMiB, st.MemoryTotalMiB = g.MemoryUsedMiB, g.MemoryTotalMiB
+		}
+		out = append(out, st)
+	}
+	return out, p.Failed
 }
 
 // stateAdapter maps DurableState onto nomad.StateStore. Admission intents

@@ -143,31 +143,17 @@ func indent(s string) string {
 }
 
 // printConfig shows the effective configuration and where each value came
-// from, with secrets redacted.
+// from, with secrets redacted. Unset settings are left out.
 func printConfig(w io.Writer, cfg *config.Config) {
-	r := cfg.Redacted()
-	rows := []struct{ path, value string }{
-		{"nomad.address", r.Nomad.Address}, {"nomad.token", r.Nomad.Token}, {"nomad.namespace", r.Nomad.Namespace},
-		{"nomad.region", r.Nomad.Region}, {"nomad.ca_cert", r.Nomad.CACert}, {"nomad.client_cert", r.Nomad.ClientCert},
-		{"parking_pool", r.ParkingPool}, {"default_pool", r.DefaultPool}, {"policy", r.PolicyFile},
-		{"cycle.interval", r.Cycle.Interval.String()}, {"cycle.debounce", r.Cycle.Debounce.String()},
-		{"cycle.admission_deadline", r.Cycle.AdmissionDeadline.String()},
-		{"http.listen", r.HTTP.Listen}, {"ha.lock_ttl", r.HA.LockTTL.String()}, {"ha.state_prefix", r.HA.StatePrefix},
-		{"consul.enabled", fmt.Sprint(r.ConsulEnabled())}, {"log_level", r.LogLevel},
-	}
-	if r.ConsulEnabled() {
-		rows = append(rows, struct{ path, value string }{"consul.address", r.Consul.Address},
-			struct{ path, value string }{"consul.service_name", r.Consul.ServiceName})
-	}
 	fmt.Fprintln(w, "Configuration is valid. Effective settings:")
-	for _, row := range rows {
-		if row.value == "" {
+	for _, st := range cfg.Settings() {
+		if st.Value == "" {
 			continue
 		}
-		origin := r.Origin(row.path)
+		origin := st.Origin
 		if origin == "" {
 			origin = "derived"
 		}
-		fmt.Fprintf(w, "  %-26s %-40s (%s)\n", row.path, row.value, origin)
+		fmt.Fprintf(w, "  %-26s %-40s (%s)\n", st.Path, st.Value, origin)
 	}
 }

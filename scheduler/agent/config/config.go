@@ -40,6 +40,8 @@ const (
 	DefaultConsulAddress     = "127.0.0.1:8500"
 	DefaultLockTTL           = 15 * time.Second
 	DefaultStatePrefix       = "impact"
+	DefaultStatsInterval     = 15 * time.Second
+	DefaultStatsNodeTimeout  = 5 * time.Second
 )
 
 // Config is the complete, merged configuration of one `impact agent`.
@@ -49,6 +51,8 @@ type Config struct {
 	HTTP   HTTP
 	Cycle  Cycle
 	HA     HA
+	// DeviceStats is the GPU utilisation poll.
+	DeviceStats DeviceStats
 
 	// ParkingPool is the node pool (with no nodes) that managed jobs are
 	// submitted to; the agent creates it at start-up.
@@ -126,9 +130,21 @@ type HA struct {
 	StatePrefix string
 }
 
+// DeviceStats controls the poll of the clients' GPU device stats (the
+// utilisation metrics).
+type DeviceStats struct {
+	// Enabled turns the poll on (default true).
+	Enabled *bool
+	// Interval is how often every ready node with GPUs is asked.
+	Interval time.Duration
+	// NodeTimeout bounds the request for one node.
+	NodeTimeout time.Duration
+}
+
 // Default returns the built-in defaults. Fields that have no sensible
 // default (token, TLS files, policy file) stay empty.
 func Default() *Config {
+	enabled := true
 	c := &Config{
 		Nomad: Nomad{Address: DefaultNomadAddress, Namespace: "default"},
 		Consul: Consul{
@@ -143,6 +159,7 @@ func Default() *Config {
 			AdmissionDeadline: DefaultAdmissionDeadline,
 		},
 		HA:          HA{LockTTL: DefaultLockTTL, StatePrefix: DefaultStatePrefix},
+		DeviceStats: DeviceStats{Enabled: &enabled, Interval: DefaultStatsInterval, NodeTimeout: DefaultStatsNodeTimeout},
 		ParkingPool: DefaultParkingPool,
 		DefaultPool: DefaultTargetPool,
 		LogLevel:    DefaultLogLevel,
@@ -204,6 +221,10 @@ func (c *Config) clone() *Config {
 		v := *c.Consul.Enabled
 		out.Consul.Enabled = &v
 	}
+	if c.DeviceStats.Enabled != nil {
+		v := *c.DeviceStats.Enabled
+		out.DeviceStats.Enabled = &v
+	}
 	out.origins = make(map[string]string, len(c.origins))
 	for k, v := range c.origins {
 		out.origins[k] = v
@@ -214,6 +235,11 @@ func (c *Config) clone() *Config {
 // ConsulEnabled reports whether Consul registration is on.
 func (c *Config) ConsulEnabled() bool {
 	return c.Consul.Enabled != nil && *c.Consul.Enabled
+}
+
+// DeviceStatsEnabled reports whether GPU device stats are polled.
+func (c *Config) DeviceStatsEnabled() bool {
+	return c.DeviceStats.Enabled == nil || *c.DeviceStats.Enabled
 }
 
 // JSONLogs reports whether logs are JSON lines.
@@ -304,6 +330,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HA.StatePrefix == "" || strings.HasPrefix(c.HA.StatePrefix, "/") || strings.HasSuffix(c.HA.StatePrefix, "/") {
 		bad("ha.state_prefix", "%q must be a non-empty Variables path without leading or trailing '/'", c.HA.StatePrefix)
+	}
+	if c.DeviceStatsEnabled() && c.DeviceStats.NodeTimeout > c.DeviceStats.Interval {
+		bad("device_stats.node_timeout", "%s must not exceed device_stats.interval %s", c.DeviceStats.NodeTimeout, c.DeviceStats.Interval)
 	}
 	if c.PolicyFile == "" {
 		bad("policy", "must name the policy file (tiers, projects, preemption limits)")

@@ -194,6 +194,7 @@ func TestParseErrorsNameFileLineField(t *testing.T) {
 		{"bool not string", "log_json = \"yes\"\n", []string{"bad.hcl:1: log_json: must be true or false"}},
 		{"empty string", "nomad {\n token = \"\"\n}\n", []string{"bad.hcl:2: nomad.token: must not be empty"}},
 		{"variables", "policy = var.x\n", []string{"bad.hcl:1: policy:"}},
+		{"stats enabled not bool", "device_stats {\n  enabled = \"no\"\n}\n", []string{"bad.hcl:2: device_stats.enabled: must be true or false"}},
 		{"several at once", "foo = 1\nbar = 2\n", []string{"bad.hcl:2: bar: unknown setting", "bad.hcl:1: foo: unknown setting"}},
 	}
 	for _, tc := range cases {
@@ -238,6 +239,8 @@ func TestValidateErrors(t *testing.T) {
 			[]string{"bad.hcl:3: ha.lock_ttl: must be between 10s and 24h"}},
 		{"prefix slash", "policy = \"p\"\nha {\n  state_prefix = \"/impact\"\n}\n", nil,
 			[]string{"bad.hcl:3: ha.state_prefix:"}},
+		{"stats timeout above interval", "policy = \"p\"\ndevice_stats {\n  interval     = \"2s\"\n  node_timeout = \"3s\"\n}\n", nil,
+			[]string{"bad.hcl:4: device_stats.node_timeout: 3s must not exceed device_stats.interval 2s"}},
 		{"bad env bool", "policy = \"p\"\n", map[string]string{"NOMAD_SKIP_VERIFY": "maybe"},
 			[]string{"env NOMAD_SKIP_VERIFY: nomad.tls_skip_verify: not a boolean"}},
 	}
@@ -300,17 +303,50 @@ func TestMergeDoesNotAlias(t *testing.T) {
 	}
 }
 
-// The example config shipped for operators must load.
+// The example config shipped for operators must load, and it promises
+// that every setting it leaves active shows the default: check that, so the
+// comments stay true when a default changes.
 func TestExampleConfigLoads(t *testing.T) {
 	p := filepath.Join("..", "..", "..", "example", "impact.hcl")
-	if _, err := os.Stat(p); err != nil {
-		t.Skip("example/impact.hcl not present")
-	}
 	c, err := Load([]string{p}, env(nil), nil)
 	if err != nil {
 		t.Fatalf("example/impact.hcl: %v", err)
 	}
-	if c.ParkingPool != DefaultParkingPool {
-		t.Errorf("example parking pool %q", c.ParkingPool)
+	fc, err := ParseFile(p)
+	if err != nil {
+		t.Fatal(err)
 	}
+	def := Default()
+	dfields := def.fields()
+	for i, f := range fc.fields() {
+		if f.isZero() || f.path == "policy" {
+			continue
+		}
+		d := dfields[i]
+		if d.isZero() {
+			t.Errorf("example sets %s, which has no default", f.path)
+			continue
+		}
+		if got, want := fieldString(f), fieldString(d); got != want {
+			t.Errorf("example sets %s = %s, but the default is %s", f.path, got, want)
+		}
+	}
+	if want := filepath.Join(filepath.Dir(p), "policy.hcl"); c.PolicyFile != want {
+		t.Errorf("policy %q, want %q", c.PolicyFile, want)
+	}
+	if _, err := os.Stat(c.PolicyFile); err != nil {
+		t.Errorf("the example's policy file: %v", err)
+	}
+}
+
+func fieldString(f field) string {
+	c := &Config{}
+	dst := c.fields()
+	for i := range dst {
+		if dst[i].path == f.path {
+			dst[i].copyFrom(f)
+			return c.Settings()[i].Value
+		}
+	}
+	return ""
 }

@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // field is one setting, addressed by its path in the file. The table below
 // is the single list Merge, Default and the origin bookkeeping walk, so a
@@ -62,6 +65,9 @@ func (c *Config) fields() []field {
 		d("cycle.admission_deadline", &c.Cycle.AdmissionDeadline),
 		d("ha.lock_ttl", &c.HA.LockTTL),
 		s("ha.state_prefix", &c.HA.StatePrefix),
+		b("device_stats.enabled", &c.DeviceStats.Enabled),
+		d("device_stats.interval", &c.DeviceStats.Interval),
+		d("device_stats.node_timeout", &c.DeviceStats.NodeTimeout),
 		s("parking_pool", &c.ParkingPool),
 		s("default_pool", &c.DefaultPool),
 		s("policy", &c.PolicyFile),
@@ -79,4 +85,34 @@ func (c *Config) field(path string) (field, bool) {
 		}
 	}
 	return field{}, false
+}
+
+// Setting is one effective setting, for `impact agent -check`.
+type Setting struct {
+	Path   string // as written in the file, e.g. "nomad.address"
+	Value  string // "" when unset; tokens are "<redacted>"
+	Origin string // see Origin
+}
+
+// Settings lists every setting in file order, secrets redacted, so that
+// -check shows all of them (a new setting appears without touching the
+// CLI).
+func (c *Config) Settings() []Setting {
+	r := c.Redacted()
+	fs := r.fields()
+	out := make([]Setting, 0, len(fs))
+	for _, f := range fs {
+		s := Setting{Path: f.path, Origin: r.Origin(f.path)}
+		switch {
+		case f.isZero():
+		case f.s != nil:
+			s.Value = *f.s
+		case f.d != nil:
+			s.Value = f.d.String()
+		default:
+			s.Value = fmt.Sprint(**f.b)
+		}
+		out = append(out, s)
+	}
+	return out
 }
