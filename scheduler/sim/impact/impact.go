@@ -12,6 +12,7 @@
 package impact
 
 import (
+	"container/heap"
 	_ "embed"
 	"fmt"
 	"strconv"
@@ -55,12 +56,57 @@ type Scheduler struct {
 	jobs    map[string]*sim.Job
 	running map[int]*runInfo // by job index
 	cjobs   map[int]*cluster.Job
+	// ckpts holds the next checkpoint of every running preemptible job,
+	// earliest first, so a cycle visits only the jobs that checkpointed
+	// since the last one instead of every running job.
+	ckpts ckptHeap
 }
 
 type runInfo struct {
 	job    *sim.Job
 	allocs []*cluster.Alloc
 	ckpt   int64 // last checkpoint time told to the store
+}
+
+// nextCkpt is when the run of ri takes its next checkpoint: the first
+// CheckpointInterval of progress after the last one told.
+func (s *Scheduler) nextCkpt(ri *runInfo) int64 {
+	if ri.ckpt > ri.job.Start {
+		return ri.ckpt + s.model.CheckpointInterval
+	}
+	return ri.job.ExpectedEnd(s.model) - (ri.job.Duration - ri.job.Saved) + s.model.CheckpointInterval
+}
+
+type ckptEntry struct {
+	t  int64
+	ri *runInfo
+}
+
+// ckptHeap is a min-heap by time, then job index (deterministic order).
+type ckptHeap []ckptEntry
+
+func (h ckptHeap) Len() int { return len(h) }
+func (h ckptHeap) Less(a, b int) bool {
+	if h[a].t != h[b].t {
+		return h[a].t < h[b].t
+	}
+	return h[a].ri.job.Index < h[b].ri.job.Index
+}
+func (h ckptHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *ckptHeap) Push(x any)   { *h = append(*h, x.(ckptEntry)) }
+func (h *ckptHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// watchCkpt schedules the next checkpoint of a running preemptible job.
+// Only those: the engine reads a checkpoint only to price a job as a victim.
+func (s *Scheduler) watchCkpt(ri *runInfo) {
+	if s.model.CheckpointInterval > 0 && ri.job.IsPreemptible {
+		heap.Push(&s.ckpts, ckptEntry{t: s.nextCkpt(ri), ri: ri})
+	}
 }
 
 // New builds the scheduler for a validated policy.
@@ -211,6 +257,7 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			}
 			ri := &runInfo{job: j, ckpt: j.Start, allocs: s.allocs(j, j.Start, false, nil)}
 			s.running[j.Index] = ri
+			s.watchCkpt(ri)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
 			}
@@ -240,11 +287,13 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			delete(s.jobs, j.ID)
 		}
 	}
-	// Checkpoints taken since the last cycle. Only preemptible jobs: the
-	// engine reads a checkpoint only to price a job as a victim.
-	for _, ri := range s.running {
+	// Checkpoints taken since the last cycle. A run that ended (its
+	// runInfo is gone or replaced) or is stopping is dropped: a stopping
+	// job's checkpoints no longer matter, it is not a victim again.
+	for len(s.ckpts) > 0 && s.ckpts[0].t <= now {
+		ri := heap.Pop(&s.ckpts).(ckptEntry).ri
 		j := ri.job
-		if j.State != sim.Running || !j.IsPreemptible {
+		if s.running[j.Index] != ri || j.State != sim.Running {
 			continue
 		}
 		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {
@@ -254,6 +303,9 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 				return err
 			}
 		}
+		// Always later than now, so this loop ends even if the model and
+		// nextCkpt ever disagreed.
+		heap.Push(&s.ckpts, ckptEntry{t: max(s.nextCkpt(ri), now+1), ri: ri})
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package impact
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"testing"
 
@@ -211,5 +212,35 @@ func TestRandomTraceInvariants(t *testing.T) {
 		if a.WeightedJCTS != b.WeightedJCTS || a.Preemptions != b.Preemptions || a.LostGPUHours != b.LostGPUHours {
 			t.Fatalf("seed %d: two runs differ", seed)
 		}
+	}
+}
+
+// TestEngineSeesCheckpoints: the engine must be told of the checkpoints
+// the simulated jobs take, or it prices victims by the work since their
+// start. A (from 0) checkpointed at 3600 and would lose 100s at 3700; B
+// (from 1000) checkpointed at 2800 and would lose 900s: the critical job
+// arriving at 3700 preempts A. Counting from the starts it would pick B.
+func TestEngineSeesCheckpoints(t *testing.T) {
+	jobs := []trace.Job{
+		tj("A", 0, 20000, 8, "scavenger", true),
+		tj("B", 1000, 20000, 8, "scavenger", true),
+		tj("crit", 3700, 600, 8, "critical", false),
+	}
+	res, err := sim.Run(jobs, newSched(t), opts(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]sim.JobResult{}
+	for _, j := range res.Jobs {
+		got[j.ID] = j
+	}
+	if got["A"].Preempted != 1 || got["B"].Preempted != 0 || got["crit"].FirstStart != 3760 {
+		t.Fatalf("A preempted %d, B preempted %d, critical started at %d; want A once, B never, start 3760",
+			got["A"].Preempted, got["B"].Preempted, got["crit"].FirstStart)
+	}
+	// A keeps the 3600s it saved: it loses 160s (100 + the grace) and the
+	// 120s restart, on 8 GPUs.
+	if want := (160.0 + 120) * 8 / 3600; math.Abs(res.LostGPUHours-want) > 1e-9 {
+		t.Fatalf("lost %v GPU-h, want %v", res.LostGPUHours, want)
 	}
 }
