@@ -43,10 +43,11 @@ type ExecutorConfig struct {
 	// once with Nomad's reason, instead of at AdmitDeadline (default 30s;
 	// negative: wait for the deadline).
 	BlockedGrace time.Duration
-	// PlacementWait: after an admission, Apply waits up to this long for
-	// the model (Snapshot) to show the job's allocations, so that the next
-	// cycle does not see the GPUs as free and promise them twice (default
-	// 2s; negative: do not wait). Needs Snapshot.
+	// PlacementWait: after its admissions, Apply waits up to this long (in
+	// all, not per job) for the model (Snapshot) to show their
+	// allocations, so that the next cycle sees the GPUs taken (the engine
+	// also holds them for its admission TTL) (default 2s; negative: do not
+	// wait). Needs Snapshot.
 	PlacementWait time.Duration
 	// Clock (default time.Now).
 	Clock func() time.Time
@@ -203,6 +204,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 			}
 		}()
 	}
+	var admitted []engine.Admission
 	for _, a := range plan.Admissions {
 		if !x.claim(a.JobID) {
 			res.Skipped = append(res.Skipped, a.JobID)
@@ -213,6 +215,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 		switch {
 		case err == nil:
 			res.Admitted = append(res.Admitted, a.JobID)
+			admitted = append(admitted, a)
 		case errors.Is(err, ErrConflict):
 			res.Conflicts = append(res.Conflicts, a.JobID)
 			x.setOutcome(a.JobID, err.Error())
@@ -220,6 +223,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 			res.Failed[a.JobID] = err
 		}
 	}
+	x.awaitPlacement(ctx, admitted)
 	return res
 }
 
@@ -310,31 +314,37 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 	x.outcomes.del(a.JobID)
 	x.mu.Unlock()
 	x.log.Info("admitted", "job", a.JobID, "pool", pool, "pins", pins, "modify_index", resp.JobModifyIndex)
-	x.awaitPlacement(ctx, a)
 	return nil
 }
 
-// awaitPlacement waits (bounded by PlacementWait) until the model shows
-// the admitted job's allocations: until then its GPUs look free to the
-// engine.
-func (x *Executor) awaitPlacement(ctx context.Context, a engine.Admission) {
-	if x.cfg.Snapshot == nil || x.cfg.PlacementWait < 0 {
+// awaitPlacement waits, PlacementWait at most in all, until the model
+// shows the allocations of the admitted jobs: until then their GPUs look
+// free to the model.
+func (x *Executor) awaitPlacement(ctx context.Context, admitted []engine.Admission) {
+	if x.cfg.Snapshot == nil || x.cfg.PlacementWait < 0 || len(admitted) == 0 {
 		return
-	}
-	want := 0
-	for _, g := range a.Groups {
-		want += len(g.Allocs)
 	}
 	deadline := time.Now().Add(x.cfg.PlacementWait)
 	for {
-		if len(x.cfg.Snapshot().JobAllocs(a.JobID)) >= want {
+		snap := x.cfg.Snapshot()
+		waiting := 0
+		for _, a := range admitted {
+			want := 0
+			for _, g := range a.Groups {
+				want += len(g.Allocs)
+			}
+			if len(snap.JobAllocs(a.JobID)) < want {
+				waiting++
+			}
+		}
+		if waiting == 0 {
 			return
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			x.log.Debug("admitted job's allocations not in the model yet", "job", a.JobID)
+			x.log.Debug("admitted jobs' allocations not all in the model yet", "waiting", waiting)
 			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		_ = sleepCtx(ctx, 2*time.Millisecond)
 	}
 }
 

@@ -283,6 +283,35 @@ func TestAdmitLostAnswerSettledByReadBack(t *testing.T) {
 	}
 }
 
+// Apply waits for the model to show admitted jobs' allocations once for
+// the whole plan (PlacementWait in all), not once per admission.
+func TestApplyWaitsForPlacementOncePerPlan(t *testing.T) {
+	e := newEnv(t, 2)
+	jobs := []string{"w1", "w2", "w3"}
+	for _, id := range jobs {
+		e.register(gpuJob(id, nil, [2]int{2, 4}))
+	}
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("jobs", func(s *cluster.Snapshot) bool { return s.NumJobs() == len(jobs) })
+	x := e.executor(nil)
+	// A model that never shows the allocations: every admission waits.
+	x.cfg.Snapshot = func() *cluster.Snapshot { return s }
+	x.cfg.PlacementWait = time.Second
+	var plan engine.Plan
+	for _, id := range jobs {
+		plan.Admissions = append(plan.Admissions, admission(t, s, id))
+	}
+	start := time.Now()
+	res := x.Apply(context.Background(), &plan)
+	took := time.Since(start)
+	if len(res.Admitted) != len(jobs) {
+		t.Fatalf("apply = %+v", res)
+	}
+	if took < time.Second || took > 2500*time.Millisecond {
+		t.Errorf("Apply took %v; want about PlacementWait (1s) for the whole plan, not 1s per admission", took)
+	}
+}
+
 func admitAndRun(t *testing.T, e *env, x *Executor, job string) {
 	t.Helper()
 	s := e.waitFor("job "+job, func(s *cluster.Snapshot) bool {
