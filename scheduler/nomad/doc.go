@@ -80,6 +80,13 @@
 // agent that lost its state), after undecodable data, and every
 // ResyncInterval as a safety net.
 //
+// A terminal allocation leaves the model through cluster.Store.FinishAlloc
+// with its end (the tasks' FinishedAt, else its ModifyTime), so the engine
+// charges fair-share usage for GPU time that fell between two cycles.
+// Nomad reports no checkpoints: an allocation's LastCheckpoint stays zero,
+// and a victim's work lost counts from its start unless the job declares
+// impact_checkpoint_interval (every preemption's reason says which).
+//
 // The executor records an intent in a Variable before it changes a job and
 // removes it once the change is complete, so a leader that dies between
 // deciding and acting leaves an intent that the next leader's Recover
