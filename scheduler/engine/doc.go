@@ -4,8 +4,9 @@
 //
 // One Decide(snapshot, now):
 //
-//  1. Charge fair-share usage for the GPU time running allocations used
-//     since the previous cycle (decayed with the policy's half-life).
+//  1. Charge fair-share usage for the GPU time allocations used since the
+//     previous cycle (decayed with the policy's half-life): the running
+//     ones, and those that finished meanwhile (cluster.Store.FinishAlloc).
 //  2. Build the cycle's capacity (placement.State) from the snapshot.
 //  3. Order the queued jobs by impact score (tier x project weight,
 //     fair-share deficit, deadline urgency, age), keeping every term; jobs
