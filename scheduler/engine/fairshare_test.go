@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -116,4 +120,84 @@ func TestUsageChargedForAllocationsBetweenCycles(t *testing.T) {
 	if p, q := u.Get("p", t0.Add(2*time.Hour)), u.Get("q", t0.Add(2*time.Hour)); !near(p, 1.0) || !near(q, 0.75) {
 		t.Fatalf("after cycle 3: p=%.4f q=%.4f GPU-hours, want 1.0 and 0.75", p, q)
 	}
+}
+
+// Whatever the cycle times, the usage charged is the GPU time allocations
+// held between the first and the last cycle: allocations seen running,
+// ending between cycles, or starting and ending between two cycles are
+// each charged exactly once (no decay to speak of here).
+func TestUsageChargeIndependentOfCycleTimes(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		pol := mustPolicy(rt, `fair_share { half_life = "1000000h" }`)
+		store := cluster.NewStore()
+		_ = store.UpsertNode(mkNode("n1", 8, 1))
+		_ = store.UpsertJob(mkJob("j", running(), meta("impact_project", "p")))
+		type span struct {
+			id         string
+			gpus       int
+			start, end time.Duration // from t0
+		}
+		var spans []span
+		for i := range rapid.IntRange(1, 8).Draw(rt, "allocs") {
+			start := time.Duration(rapid.IntRange(0, 600).Draw(rt, "start")) * time.Minute
+			spans = append(spans, span{
+				id: fmt.Sprintf("a%d", i), gpus: rapid.IntRange(1, 8).Draw(rt, "gpus"),
+				start: start, end: start + time.Duration(rapid.IntRange(1, 300).Draw(rt, "len"))*time.Minute,
+			})
+		}
+		var cycles []time.Duration
+		at := time.Duration(0)
+		for range rapid.IntRange(2, 12).Draw(rt, "cycles") {
+			cycles = append(cycles, at)
+			at += time.Duration(rapid.IntRange(1, 200).Draw(rt, "gap")) * time.Minute
+		}
+		// Replay events (starts, ends) and cycles in time order; at equal
+		// times events come first, as the model is updated before a cycle.
+		e := mustEngine(rt, pol)
+		type ev struct {
+			at    time.Duration
+			kind  int // 0 start, 1 end, 2 cycle
+			index int
+		}
+		var evs []ev
+		for i, s := range spans {
+			evs = append(evs, ev{s.start, 0, i}, ev{s.end, 1, i})
+		}
+		for i, c := range cycles {
+			evs = append(evs, ev{c, 2, i})
+		}
+		slices.SortStableFunc(evs, func(a, b ev) int {
+			if a.at != b.at {
+				return cmp.Compare(a.at, b.at)
+			}
+			return cmp.Compare(a.kind, b.kind)
+		})
+		for _, x := range evs {
+			switch x.kind {
+			case 0:
+				s := spans[x.index]
+				var gpus []int
+				for g := range s.gpus {
+					gpus = append(gpus, g)
+				}
+				_ = store.UpsertAlloc(alloc(s.id, "j", "n1", t0.Add(s.start), gpus...))
+			case 1:
+				store.FinishAlloc(spans[x.index].id, t0.Add(spans[x.index].end))
+			case 2:
+				e.Decide(store.Snapshot(), t0.Add(x.at))
+			}
+		}
+		first, last := cycles[0], cycles[len(cycles)-1]
+		want := 0.0
+		for _, s := range spans {
+			from, to := max(s.start, first), min(s.end, last)
+			if to > from {
+				want += float64(s.gpus) * (to - from).Hours()
+			}
+		}
+		got := e.Usage().Get("p", t0.Add(last))
+		if math.Abs(got-want) > 1e-3*math.Max(1, want) {
+			rt.Fatalf("charged %.4f GPU-hours, want %.4f", got, want)
+		}
+	})
 }
