@@ -68,13 +68,16 @@ func Launch(ctx context.Context, exe, dir string, spec Spec, logger hclog.Logger
 	}
 	p := &Process{logger: logger, exited: make(chan struct{})}
 	p.state = State{Dir: dir, SupervisorPID: cmd.Process.Pid}
+	// Read the start time before anything can reap the supervisor: once
+	// cmd.Wait has run, /proc/PID is gone (or another process's) and the
+	// PID-reuse guard would be lost.
+	if st, err := procStat(cmd.Process.Pid); err == nil {
+		p.state.SupervisorStart = st.start
+	}
 	go func() {
 		_ = cmd.Wait()
 		p.markExited()
 	}()
-	if st, err := procStat(cmd.Process.Pid); err == nil {
-		p.state.SupervisorStart = st.start
-	}
 	// Wait until the supervisor reports (its signal handlers are set).
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
