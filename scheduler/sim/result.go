@@ -53,8 +53,14 @@ type Result struct {
 	WeightedJCTS float64 `json:"weighted_jct_s"`
 	// WeightedJCTFloorS is the same mean if every job started at once
 	// and ran uninterrupted: its duration. No policy can go below it.
-	WeightedJCTFloorS float64            `json:"weighted_jct_floor_s"`
-	MeanJCTS          map[string]float64 `json:"mean_jct_s"`
+	WeightedJCTFloorS float64 `json:"weighted_jct_floor_s"`
+	// MeanJCTS and MeanJCTFloorS are, per tier, the mean completion time of
+	// completed jobs and its floor (their mean duration); JobsCompletedByTier
+	// counts them. With these a reader can recompute the weighted JCT and
+	// its floor under any tier weights.
+	MeanJCTS            map[string]float64 `json:"mean_jct_s"`
+	MeanJCTFloorS       map[string]float64 `json:"mean_jct_floor_s"`
+	JobsCompletedByTier map[string]int     `json:"jobs_completed_by_tier"`
 
 	Preemptions       int     `json:"preemptions"`
 	PreemptionsIssued int     `json:"preemptions_issued"`
@@ -118,24 +124,26 @@ func percentile(sorted []float64, p float64) float64 {
 func (r *runner) result() *Result {
 	a := &r.acc
 	res := &Result{
-		Policy:            r.sched.Name(),
-		Capacity:          a.capacity,
-		WindowStart:       r.opts.WindowStart,
-		WindowEnd:         r.opts.WindowEnd,
-		Preemptions:       a.preemptions,
-		PreemptionsIssued: r.issued,
-		LostGPUHours:      a.lost / 3600,
-		DeliveredGPUHours: a.delivered / 3600,
-		Cycles:            len(r.lat),
-		CyclesSkipped:     r.calls - len(r.lat),
-		JobsTotal:         len(r.st.Jobs),
-		JobsUnschedulable: len(r.unsch),
-		Unschedulable:     r.unsch,
-		WaitS:             map[string]Percentiles{},
-		MeanJCTS:          map[string]float64{},
-		Waits:             map[string][]int64{},
-		FairShare:         map[string]FairShare{},
-		Series:            a.series,
+		Policy:              r.sched.Name(),
+		Capacity:            a.capacity,
+		WindowStart:         r.opts.WindowStart,
+		WindowEnd:           r.opts.WindowEnd,
+		Preemptions:         a.preemptions,
+		PreemptionsIssued:   r.issued,
+		LostGPUHours:        a.lost / 3600,
+		DeliveredGPUHours:   a.delivered / 3600,
+		Cycles:              len(r.lat),
+		CyclesSkipped:       r.calls - len(r.lat),
+		JobsTotal:           len(r.st.Jobs),
+		JobsUnschedulable:   len(r.unsch),
+		Unschedulable:       r.unsch,
+		WaitS:               map[string]Percentiles{},
+		MeanJCTS:            map[string]float64{},
+		MeanJCTFloorS:       map[string]float64{},
+		JobsCompletedByTier: map[string]int{},
+		Waits:               map[string][]int64{},
+		FairShare:           map[string]FairShare{},
+		Series:              a.series,
 	}
 	if a.delivered > 0 {
 		res.LostFraction = a.lost / a.delivered
@@ -159,6 +167,7 @@ func (r *runner) result() *Result {
 	res.MakespanS = a.end - a.first
 
 	jct := map[string][]float64{}
+	floor := map[string]float64{}
 	var wsum, wjct, wfloor float64
 	for _, j := range r.st.Jobs {
 		res.Jobs = append(res.Jobs, JobResult{ID: j.ID, Tier: j.Tier, Submit: j.Submit, FirstStart: j.FirstStart, Finish: j.Finish, Preempted: j.Preempted})
@@ -176,6 +185,7 @@ func (r *runner) result() *Result {
 		wsum += w
 		wjct += w * c
 		wfloor += w * float64(j.Duration)
+		floor[j.Tier] += float64(j.Duration)
 	}
 	res.JobsUnfinished = res.JobsTotal - res.JobsCompleted - res.JobsUnschedulable
 	if wsum > 0 {
@@ -198,6 +208,8 @@ func (r *runner) result() *Result {
 			s += c
 		}
 		res.MeanJCTS[t] = s / float64(len(jct[t]))
+		res.MeanJCTFloorS[t] = floor[t] / float64(len(jct[t]))
+		res.JobsCompletedByTier[t] = len(jct[t])
 	}
 	lat := append([]float64(nil), r.lat...)
 	sort.Float64s(lat)

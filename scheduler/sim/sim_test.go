@@ -86,6 +86,11 @@ func TestFIFOHandComputed(t *testing.T) {
 	if !near(res.WeightedJCTS, want) {
 		t.Fatalf("weighted JCT %v, want %v", res.WeightedJCTS, want)
 	}
+	// Floor: the durations, A 100, B 50, C 30.
+	if floor := (8*50.0 + 2*100 + 1*30) / 11; !near(res.WeightedJCTFloorS, floor) || res.MeanJCTFloorS["critical"] != 50 ||
+		res.MeanJCTS["critical"] != 140 || res.JobsCompletedByTier["scavenger"] != 1 {
+		t.Fatalf("floor %v (want %v), per tier %v, JCT %v, counts %v", res.WeightedJCTFloorS, floor, res.MeanJCTFloorS, res.MeanJCTS, res.JobsCompletedByTier)
+	}
 	// Allocated: 2x100 + 4x50 + 2x30 = 460 GPU-s of 4x180.
 	if !near(res.Occupancy, 460.0/720) {
 		t.Fatalf("occupancy %v, want %v", res.Occupancy, 460.0/720)

@@ -82,9 +82,9 @@ var Definitions = map[string]string{
 	"occupancy_run":               "occupancy over the whole run, from the first submit to the last finish (drain included)",
 	"partial_gang_idle_gpu_hours": "GPU-hours held by placed members of gangs whose other members were not yet placed (whole run)",
 	"wait_s":                      "per tier, first start minus submit of each completed job, seconds, nearest-rank percentiles",
-	"weighted_jct_s":              "sum over completed jobs of w(tier) x (finish - submit) / sum of w(tier), seconds; weights in scenario.jct_tier_weights",
-	"weighted_jct_floor_s":        "the same mean with every job starting at its submit and never stopped (its duration): the floor no policy can beat",
-	"comparisons":                 "impact against each baseline: ratios baseline/impact (above 1: impact better), occupancy in percentage points (impact minus baseline); weighted_jct_ratio_ceiling is the best ratio any policy could reach (baseline JCT / floor)",
+	"weighted_jct_s":              "sum over completed jobs of w(tier) x (finish - submit) / sum of w(tier), seconds; weights in scenario.jct_tier_weights. The weights are fixed by the report, not read from the impact policy, so that every policy is measured with the same ruler and a policy file cannot change the score of the others",
+	"weighted_jct_floor_s":        "the same mean with every job starting at its submit and never stopped (its duration): the floor no policy can beat; mean_jct_s and mean_jct_floor_s give both per tier",
+	"comparisons":                 "impact against each baseline: ratios baseline/impact (above 1: impact better), occupancy in percentage points (impact minus baseline); weighted_jct_ratio_ceiling is the best weighted-JCT ratio any policy could reach (baseline weighted JCT / floor); jct_ratio_ceiling_any_tier_weights is the best such ceiling under any tier weights that never weigh a lower tier above a higher one",
 	"preemptions":                 "jobs stopped by preemption (preemptions_issued counts the orders; a job finishing inside its grace period is not stopped)",
 	"lost_gpu_hours":              "GPU-hours of running allocations that did not become kept progress: work since the last checkpoint at a preemption, restart time and the grace period's unsaved work",
 	"delivered_gpu_hours":         "GPU-hours of useful progress kept (sum of duration x GPUs of completed work)",
@@ -101,11 +101,17 @@ type Comparison struct {
 	TopTierP99WaitRatio     float64 `json:"top_tier_p99_wait_ratio"`
 	WeightedJCTRatio        float64 `json:"weighted_jct_ratio"`
 	WeightedJCTRatioCeiling float64 `json:"weighted_jct_ratio_ceiling"`
-	OccupancyPoints         float64 `json:"occupancy_points"`
-	ImpactOccupancyVsBound  float64 `json:"impact_occupancy_vs_bound"`
-	BaselinePartialIdleGPUH float64 `json:"baseline_partial_gang_idle_gpu_hours"`
-	ImpactPartialIdleGPUH   float64 `json:"impact_partial_gang_idle_gpu_hours"`
-	ImpactLostFraction      float64 `json:"impact_lost_fraction"`
+	// JCTRatioCeilingAnyWeights is the largest WeightedJCTRatioCeiling
+	// over every choice of tier weights w(critical) >= w(high) >= ... >= 0.
+	// Over that cone the ratio of two weighted sums is largest on one of
+	// its edges, the weights 1 for the top k tiers and 0 below, so it is
+	// the largest of those k ratios.
+	JCTRatioCeilingAnyWeights float64 `json:"jct_ratio_ceiling_any_tier_weights"`
+	OccupancyPoints           float64 `json:"occupancy_points"`
+	ImpactOccupancyVsBound    float64 `json:"impact_occupancy_vs_bound"`
+	BaselinePartialIdleGPUH   float64 `json:"baseline_partial_gang_idle_gpu_hours"`
+	ImpactPartialIdleGPUH     float64 `json:"impact_partial_gang_idle_gpu_hours"`
+	ImpactLostFraction        float64 `json:"impact_lost_fraction"`
 }
 
 // Compare builds the comparisons of the policy named impact against every
@@ -135,17 +141,34 @@ func (r *Report) Compare(impact string) {
 			continue
 		}
 		r.Comparisons = append(r.Comparisons, Comparison{
-			Baseline:                p.Policy,
-			TopTierP99WaitRatio:     ratio(p.WaitS[top].P99, imp.WaitS[top].P99),
-			WeightedJCTRatio:        ratio(p.WeightedJCTS, imp.WeightedJCTS),
-			WeightedJCTRatioCeiling: ratio(p.WeightedJCTS, imp.WeightedJCTFloorS),
-			OccupancyPoints:         100 * (imp.Occupancy - p.Occupancy),
-			ImpactOccupancyVsBound:  imp.OccupancyVsBound,
-			BaselinePartialIdleGPUH: p.PartialGangIdleGPUHours,
-			ImpactPartialIdleGPUH:   imp.PartialGangIdleGPUHours,
-			ImpactLostFraction:      imp.LostFraction,
+			Baseline:                  p.Policy,
+			TopTierP99WaitRatio:       ratio(p.WaitS[top].P99, imp.WaitS[top].P99),
+			WeightedJCTRatio:          ratio(p.WeightedJCTS, imp.WeightedJCTS),
+			WeightedJCTRatioCeiling:   ratio(p.WeightedJCTS, imp.WeightedJCTFloorS),
+			JCTRatioCeilingAnyWeights: ceilingAnyWeights(p),
+			OccupancyPoints:           100 * (imp.Occupancy - p.Occupancy),
+			ImpactOccupancyVsBound:    imp.OccupancyVsBound,
+			BaselinePartialIdleGPUH:   p.PartialGangIdleGPUHours,
+			ImpactPartialIdleGPUH:     imp.PartialGangIdleGPUHours,
+			ImpactLostFraction:        imp.LostFraction,
 		})
 	}
+}
+
+// ceilingAnyWeights is the best ratio of p's completion times to their
+// floor under tier weights that never favour a lower tier: the largest,
+// over k, of the ratio over the top k tiers with equal weights per job.
+func ceilingAnyWeights(p *sim.Result) float64 {
+	best, jct, floor := 0.0, 0.0, 0.0
+	for _, t := range trace.Tiers {
+		n := float64(p.JobsCompletedByTier[t])
+		jct += n * p.MeanJCTS[t]
+		floor += n * p.MeanJCTFloorS[t]
+		if floor > 0 {
+			best = max(best, jct/floor)
+		}
+	}
+	return best
 }
 
 // Report is report.json.
@@ -202,12 +225,12 @@ func hours(s float64) string {
 func (r *Report) WriteTable(w io.Writer) error {
 	top := trace.Tiers[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\toccupancy\tvs bound\tpartial-gang idle GPU-h\t%s wait p50\t%s wait p99\tnormal wait p99\tweighted JCT\tpreemptions\tlost GPU-h (%% of delivered)\tdelivered GPU-h\tfair-share dev\tdecision ms p50/p99\tcompleted\t\n", top, top)
+	fmt.Fprintf(tw, "policy\toccupancy\tvs bound\tpartial-gang idle GPU-h\t%s wait p50\t%s wait p99\tnormal wait p99\tweighted JCT (floor)\tpreemptions\tlost GPU-h (%% of delivered)\tdelivered GPU-h\tfair-share dev\tdecision ms p50/p99\tcompleted\t\n", top, top)
 	for _, p := range r.Policies {
 		wt := p.WaitS[top]
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.0f\t%s\t%s\t%s\t%s\t%d\t%.0f (%.2f%%)\t%.0f\t%.1f%%\t%.2f/%.2f\t%d/%d\t\n",
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.0f\t%s\t%s\t%s\t%s (%s)\t%d\t%.0f (%.2f%%)\t%.0f\t%.1f%%\t%.2f/%.2f\t%d/%d\t\n",
 			p.Policy, 100*p.Occupancy, 100*p.OccupancyVsBound, p.PartialGangIdleGPUHours,
-			hours(wt.P50), hours(wt.P99), hours(p.WaitS["normal"].P99), hours(p.WeightedJCTS),
+			hours(wt.P50), hours(wt.P99), hours(p.WaitS["normal"].P99), hours(p.WeightedJCTS), hours(p.WeightedJCTFloorS),
 			p.Preemptions, p.LostGPUHours, 100*p.LostFraction, p.DeliveredGPUHours, 100*p.FairShareDeviation,
 			p.DecisionLatencyMS.P50, p.DecisionLatencyMS.P99, p.JobsCompleted, p.JobsTotal-p.JobsUnschedulable)
 	}
@@ -230,8 +253,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w)
 	}
 	for _, c := range r.Comparisons {
-		fmt.Fprintf(w, "impact vs %s: %s p99 wait %.1fx lower; weighted JCT %.2fx lower (%.2fx if no job waited at all); occupancy %+.1f points; partial-gang idle %.0f vs %.0f GPU-h\n",
-			c.Baseline, trace.Tiers[0], c.TopTierP99WaitRatio, c.WeightedJCTRatio, c.WeightedJCTRatioCeiling, c.OccupancyPoints, c.ImpactPartialIdleGPUH, c.BaselinePartialIdleGPUH)
+		fmt.Fprintf(w, "impact vs %s: %s p99 wait %.1fx lower; weighted JCT %.2fx lower (no policy can exceed %.2fx: the floor, no job ever waiting; %.2fx under any tier weights favouring higher tiers); occupancy %+.1f points; partial-gang idle %.0f vs %.0f GPU-h\n",
+			c.Baseline, trace.Tiers[0], c.TopTierP99WaitRatio, c.WeightedJCTRatio, c.WeightedJCTRatioCeiling, c.JCTRatioCeilingAnyWeights, c.OccupancyPoints, c.ImpactPartialIdleGPUH, c.BaselinePartialIdleGPUH)
 	}
 	fmt.Fprintf(w, "\nScenario: %d jobs (%s, %s..%s) on %s.\n", r.Scenario.Jobs, r.Scenario.Trace, r.Scenario.From, r.Scenario.To, r.Scenario.Cluster)
 	fmt.Fprintf(w, "%s\n", r.Scenario.LabelRule)

@@ -290,6 +290,14 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 		Policies:    results,
 		WallS:       wall,
 	}
+	for _, n := range names {
+		if n == impact.Name {
+			rep.Scenario.ImpactPolicy = "built in (the text of example/sim/policy.hcl)"
+			if f.policyFile != "" {
+				rep.Scenario.ImpactPolicy = f.policyFile
+			}
+		}
+	}
 	rep.Compare(impact.Name)
 	if err := rep.WriteTable(stdout); err != nil {
 		return err

@@ -56,9 +56,10 @@ func TestSimAllPolicies(t *testing.T) {
 	}
 	var rep struct {
 		Scenario struct {
-			LabelRule string `json:"label_rule"`
-			Jobs      int    `json:"jobs"`
-			Model     struct {
+			LabelRule    string `json:"label_rule"`
+			Jobs         int    `json:"jobs"`
+			ImpactPolicy string `json:"impact_policy"`
+			Model        struct {
 				Description string `json:"description"`
 			} `json:"model"`
 		} `json:"scenario"`
@@ -72,7 +73,7 @@ func TestSimAllPolicies(t *testing.T) {
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Scenario.Jobs != 120 || !strings.Contains(rep.Scenario.LabelRule, "seed 3") || !strings.Contains(rep.Scenario.Model.Description, "checkpoint") {
+	if rep.Scenario.Jobs != 120 || !strings.Contains(rep.Scenario.ImpactPolicy, "example/sim/policy.hcl") || !strings.Contains(rep.Scenario.LabelRule, "seed 3") || !strings.Contains(rep.Scenario.Model.Description, "checkpoint") {
 		t.Fatalf("scenario = %+v", rep.Scenario)
 	}
 	if len(rep.Policies) != 4 {
@@ -91,7 +92,7 @@ func TestSimAllPolicies(t *testing.T) {
 		t.Errorf("no comparison lines under the table:\n%s", stdout.String())
 	}
 	for _, p := range rep.Policies {
-		for _, k := range []string{"occupancy", "occupancy_vs_bound", "partial_gang_idle_gpu_hours", "wait_s", "weighted_jct_s", "preemptions", "lost_gpu_hours", "delivered_gpu_hours", "decision_latency_ms", "jobs_completed", "fair_share"} {
+		for _, k := range []string{"occupancy", "occupancy_vs_bound", "partial_gang_idle_gpu_hours", "wait_s", "weighted_jct_s", "weighted_jct_floor_s", "mean_jct_floor_s", "preemptions", "lost_gpu_hours", "delivered_gpu_hours", "decision_latency_ms", "jobs_completed", "fair_share"} {
 			if _, ok := p[k]; !ok {
 				t.Errorf("policy %v lacks %s", p["policy"], k)
 			}
