@@ -639,3 +639,83 @@ func TestGangConsulFailover(t *testing.T) {
 		t.Fatalf("peer after failover and failure: %+v", ex)
 	}
 }
+
+// waitCond polls cond until it holds or d passes.
+func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func procState(pid int) byte {
+	st, err := procStat(pid)
+	if err != nil {
+		return 0
+	}
+	return st.state
+}
+
+// SIGSTOP cannot be caught: it must freeze the task, not its supervisor
+// (a frozen supervisor would stop heartbeating and fail its gang).
+func TestSignalStopFreezesTaskNotSupervisor(t *testing.T) {
+	t.Parallel()
+	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
+	p := launch(t, spec, state)
+	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	var child int
+	waitCond(t, 10*time.Second, "task running", func() bool {
+		pg, ok := p.runningGroup()
+		child = pg
+		return ok
+	})
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, 5*time.Second, "task stopped (state T)", func() bool { return procState(child) == 'T' })
+	if s := procState(p.State().SupervisorPID); s == 'T' || s == 0 {
+		t.Fatalf("supervisor state %q after SIGSTOP", s)
+	}
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, 5*time.Second, "task continued", func() bool { return procState(child) == 'S' || procState(child) == 'R' })
+}
+
+// SIGKILL as the stop signal while the task waits at its gang barrier
+// aborts the wait through the supervisor: the exit is recorded as a stop
+// by SIGKILL and the member leaves its gang.
+func TestStopWithSIGKILLAtBarrier(t *testing.T) {
+	t.Parallel()
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	spec, state := gangSpec(t, srv.URL, 0, 2, `echo started > started`)
+	p := launch(t, spec, state)
+	waitCond(t, 10*time.Second, "member joined", func() bool {
+		st, _, err := srv.Registry.Get("default:train")
+		return err == nil && st.Arrived == 1
+	})
+	if err := p.Signal(syscall.SIGKILL); err == nil {
+		t.Fatal("SIGKILL before the command runs should be refused, not kill the supervisor")
+	}
+	if err := p.Stop(syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	ex := wait(t, p, 5*time.Second)
+	if !ex.Stopped || ex.Signal != int(syscall.SIGKILL) || ex.ExitCode != 137 || !strings.Contains(ex.Err, "barrier") {
+		t.Fatalf("exit: %+v", ex)
+	}
+	if _, _, err := srv.Registry.Get("default:train"); err == nil {
+		t.Fatal("the stopped member is still registered in its gang")
+	}
+	if fileExists(filepath.Join(spec.Dir, "started")) {
+		t.Fatal("command ran")
+	}
+}

@@ -177,21 +177,39 @@ func (p *Process) Status() (Status, error) {
 }
 
 // Signal sends sig to the task: through the supervisor, which forwards it
-// to the task's process group (SIGKILL goes to the group directly).
+// to the task's process group. SIGKILL and SIGSTOP cannot be caught, so
+// the supervisor could not forward them (it would die or freeze itself,
+// and a frozen member stops heartbeating and fails its gang): they go to
+// the task's process group directly, and only once the command runs.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p.Exited() {
 		return fmt.Errorf("task has exited")
 	}
-	if sig == syscall.SIGKILL {
-		st, err := p.Status()
-		if err == nil && st.ChildPID > 0 {
-			return syscall.Kill(-st.ChildPID, sig)
+	if uncatchable(sig) {
+		pgid, ok := p.runningGroup()
+		if !ok {
+			return fmt.Errorf("task has not started its command yet: %s cannot be delivered", sig)
 		}
+		if err := syscall.Kill(-pgid, sig); err != nil {
+			return fmt.Errorf("signalling task process group %d: %w", pgid, err)
+		}
+		return nil
 	}
 	if err := syscall.Kill(p.state.SupervisorPID, sig); err != nil {
 		return fmt.Errorf("signalling supervisor %d: %w", p.state.SupervisorPID, err)
 	}
 	return nil
+}
+
+func uncatchable(sig syscall.Signal) bool { return sig == syscall.SIGKILL || sig == syscall.SIGSTOP }
+
+// runningGroup returns the task's process group while its command runs.
+func (p *Process) runningGroup() (int, bool) {
+	st, err := p.Status()
+	if err != nil || st.Phase != PhaseRunning || st.ChildPID <= 0 {
+		return 0, false
+	}
+	return st.ChildPID, true
 }
 
 // Stop stops the task: sig to its process group, SIGKILL after timeout.
@@ -200,18 +218,27 @@ func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) error {
 	if p.Exited() {
 		return nil
 	}
-	if f, err := os.Create(filepath.Join(p.state.Dir, StopFile)); err == nil {
-		f.Close()
-	}
 	// The stop file tells the supervisor that sig is a stop even when it is
-	// not a terminating signal and the task has not started yet.
-	if err := p.Signal(sig); err != nil && !p.Exited() {
+	// not a terminating signal and the task has not started yet; it names
+	// the signal, which the exit then reports.
+	if err := os.WriteFile(filepath.Join(p.state.Dir, StopFile), []byte(strconv.Itoa(int(sig))), 0o644); err != nil {
+		p.logger.Warn("marking the stop", "error", err)
+	}
+	first := sig
+	if _, running := p.runningGroup(); uncatchable(sig) && !running {
+		// Before the command runs only the supervisor can abort the start
+		// (and leave the gang): ask it with a signal it can catch.
+		first = syscall.SIGTERM
+	}
+	if err := p.Signal(first); err != nil && !p.Exited() {
 		p.logger.Warn("sending stop signal", "signal", sig, "error", err)
 	}
 	if p.waitExited(timeout) {
 		return nil
 	}
-	_ = p.Signal(syscall.SIGKILL)
+	if _, running := p.runningGroup(); running {
+		_ = p.Signal(syscall.SIGKILL)
+	}
 	if p.waitExited(5 * time.Second) {
 		return nil
 	}

@@ -236,9 +236,15 @@ func (s *supervisor) relaySignals(sigs <-chan os.Signal, cancelBarrier context.C
 	for sig := range sigs {
 		s.mu.Lock()
 		pgid := s.pgid
-		abort := pgid == 0 && (terminating(sig) || fileExists(filepath.Join(s.dir, StopFile)))
+		stopSig, stopping := s.stopSignal()
+		abort := pgid == 0 && (terminating(sig) || stopping)
 		if abort && s.stopSig == nil {
 			s.stopSig = sig
+			if stopSig != 0 {
+				// The plugin's stop names the signal Nomad asked for (it
+				// may be one the supervisor cannot catch, like SIGKILL).
+				s.stopSig = stopSig
+			}
 		}
 		s.mu.Unlock()
 		if pgid == 0 {
@@ -252,6 +258,20 @@ func (s *supervisor) relaySignals(sigs <-chan os.Signal, cancelBarrier context.C
 			s.logger.Warn("forwarding signal", "signal", sig, "error", err)
 		}
 	}
+}
+
+// stopSignal reports whether the plugin has marked a stop, and the signal
+// it named (0 if none or unreadable).
+func (s *supervisor) stopSignal() (syscall.Signal, bool) {
+	b, err := os.ReadFile(filepath.Join(s.dir, StopFile))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 || n > 64 {
+		return 0, true
+	}
+	return syscall.Signal(n), true
 }
 
 func (s *supervisor) barrierFailed(err error) int {
