@@ -719,3 +719,39 @@ func TestStopWithSIGKILLAtBarrier(t *testing.T) {
 		t.Fatal("command ran")
 	}
 }
+
+// The log paths are FIFOs whose reader (Nomad's logmon) is not there yet:
+// the task still starts, and its output waits in the pipe for the reader.
+func TestLogFIFOWithoutReader(t *testing.T) {
+	t.Parallel()
+	spec, state := testSpec(t, `echo one; while [ ! -f go ]; do sleep 0.05; done; echo two`)
+	for _, p := range []string{spec.StdoutPath, spec.StderrPath} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := launch(t, spec, state)
+	waitCond(t, 10*time.Second, "task running with nobody reading its log FIFOs", func() bool {
+		_, ok := p.runningGroup()
+		return ok
+	})
+	// logmon arrives: what the task wrote meanwhile is there.
+	r, err := os.Open(spec.StdoutPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf := make([]byte, 64)
+	n, err := r.Read(buf)
+	if err != nil || string(buf[:n]) != "one\n" {
+		t.Fatalf("first read: %q %v", buf[:n], err)
+	}
+	os.WriteFile(filepath.Join(spec.Dir, "go"), []byte("1"), 0o644)
+	n, err = r.Read(buf)
+	if err != nil || string(buf[:n]) != "two\n" {
+		t.Fatalf("second read: %q %v", buf[:n], err)
+	}
+	if ex := wait(t, p, 10*time.Second); ex.ExitCode != 0 {
+		t.Fatalf("exit: %+v", ex)
+	}
+}

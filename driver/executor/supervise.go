@@ -502,12 +502,21 @@ func closeFiles(cmd *exec.Cmd) {
 }
 
 // openLog opens a log destination (usually a FIFO read by Nomad's logmon)
-// for writing; empty means /dev/null.
+// for writing; empty means /dev/null. A FIFO is opened read-write: a
+// write-only open blocks until a reader has it open, so a logmon that is
+// not reading (restarting with its agent, or gone) would hang the
+// supervisor before the task starts, deaf to stops. Read-write never
+// blocks; the pipe keeps what the task writes (up to its capacity) until
+// logmon reads again, and the task gets no EPIPE/SIGPIPE meanwhile.
 func openLog(p string) (*os.File, error) {
 	if p == "" {
 		p = os.DevNull
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	flag := os.O_WRONLY | os.O_APPEND | os.O_CREATE
+	if fi, err := os.Stat(p); err == nil && fi.Mode()&os.ModeNamedPipe != 0 {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(p, flag, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening log %s: %w", p, err)
 	}
