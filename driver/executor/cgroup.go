@@ -209,6 +209,39 @@ func (cg *cgroups) oomKilled() bool {
 	return false
 }
 
+// killAll kills every process left in the task's cgroups, so no
+// grandchild that escaped the task's process group (setsid, setpgid)
+// outlives it: v2's cgroup.kill (Linux 5.14+), else SIGKILL to each PID
+// listed in cgroup.procs until none is left. The cgroups are the task's
+// own: ours, or the per-task one Nomad made on v2.
+func (cg *cgroups) killAll() {
+	if cg == nil || len(cg.dirs) == 0 {
+		return
+	}
+	if cg.v2 && writeFile(cg.dirs[0], "cgroup.kill", "1") == nil {
+		return
+	}
+	for try := 0; try < 10; try++ {
+		left := 0
+		for _, d := range cg.dirs {
+			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 && pid != os.Getpid() {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					left++
+				}
+			}
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // let the killed leave before looking again
+	}
+}
+
 // remove deletes the cgroups this task created (they must be empty).
 func (cg *cgroups) remove() {
 	if cg == nil {

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -754,4 +755,56 @@ func TestLogFIFOWithoutReader(t *testing.T) {
 	if ex := wait(t, p, 10*time.Second); ex.ExitCode != 0 {
 		t.Fatalf("exit: %+v", ex)
 	}
+}
+
+// The supervisor dies (SIGKILL) while its task runs: a new plugin cannot
+// recover the task, and kills the orphaned command so that the task Nomad
+// starts again does not run beside it.
+func TestAttachKillsOrphanOfLostSupervisor(t *testing.T) {
+	t.Parallel()
+	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
+	p := launch(t, spec, state)
+	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	var child int
+	waitCond(t, 10*time.Second, "task running", func() bool {
+		pg, ok := p.runningGroup()
+		child = pg
+		return ok
+	})
+	if err := syscall.Kill(p.State().SupervisorPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if s := procState(child); s == 0 || s == 'Z' {
+		t.Fatalf("the task died with its supervisor (state %q): nothing to test", s)
+	}
+	_, err := Attach(p.State(), hclog.NewNullLogger())
+	if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "orphaned task") {
+		t.Fatalf("attach: %v", err)
+	}
+	waitCond(t, 5*time.Second, "orphaned task killed", func() bool { s := procState(child); return s == 0 || s == 'Z' })
+}
+
+// A grandchild that leaves the task's process group (setsid) is still
+// killed when the task ends, through the task's cgroup.
+func TestNoGrandchildOutlivesTask(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("cgroups need root")
+	}
+	spec, state := testSpec(t, `setsid sleep 30 & echo $! > escaped; sleep 0.2`)
+	spec.Resources = Resources{MemoryLimitBytes: 256 << 20, CPUShares: 100}
+	p := launch(t, spec, state)
+	if ex := wait(t, p, 10*time.Second); ex.ExitCode != 0 {
+		log, _ := os.ReadFile(filepath.Join(state, LogFile))
+		t.Fatalf("exit: %+v; events: %s; log: %s", ex, events(t, p), log)
+	}
+	if ev := events(t, p); strings.Contains(ev, "not enforced") {
+		t.Skipf("no cgroups here: %s", ev)
+	}
+	var pid int
+	if _, err := fmt.Sscan(waitFile(t, filepath.Join(spec.Dir, "escaped"), time.Second), &pid); err != nil || pid <= 0 {
+		t.Fatalf("escaped pid: %v", err)
+	}
+	waitCond(t, 5*time.Second, "escaped grandchild killed", func() bool { s := procState(pid); return s == 0 || s == 'Z' })
 }

@@ -119,6 +119,12 @@ func Attach(state State, logger hclog.Logger) (*Process, error) {
 		return p, nil
 	}
 	if !alive(state) {
+		// Nomad answers a failed recovery by starting the task again: the
+		// old command, orphaned by its dead supervisor, must not keep
+		// running (and holding its GPUs) beside the new one.
+		if pid := killOrphan(state.Dir); pid > 0 {
+			return nil, fmt.Errorf("supervisor pid %d: %w; its orphaned task (process group %d) was killed", state.SupervisorPID, ErrLost, pid)
+		}
 		return nil, fmt.Errorf("supervisor pid %d: %w", state.SupervisorPID, ErrLost)
 	}
 	go func() {
@@ -327,6 +333,25 @@ func (p *Process) EventOffset() int64 {
 // SaveEventOffset records the forwarding offset.
 func (p *Process) SaveEventOffset(off int64) error {
 	return writeJSONAtomic(p.state.Dir, EventOffsetFile, off)
+}
+
+// killOrphan kills the process group of a task whose supervisor died
+// while the command ran, if the process recorded in the status file is
+// still that command (same start time, still leading its group). It
+// returns the group it killed, or 0.
+func killOrphan(dir string) int {
+	var st Status
+	if err := readJSON(dir, StatusFile, &st); err != nil || st.Phase != PhaseRunning || st.ChildPID <= 0 || st.ChildStart == 0 {
+		return 0
+	}
+	ps, err := procStat(st.ChildPID)
+	if err != nil || ps.start != st.ChildStart || ps.pgrp != st.ChildPID || ps.state == 'Z' {
+		return 0
+	}
+	if err := syscall.Kill(-st.ChildPID, syscall.SIGKILL); err != nil {
+		return 0
+	}
+	return st.ChildPID
 }
 
 type procInfo struct {

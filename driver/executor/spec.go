@@ -128,11 +128,14 @@ const (
 
 // Status is the supervisor's status file.
 type Status struct {
-	Phase         Phase             `json:"phase"`
-	SupervisorPID int               `json:"supervisor_pid"`
-	ChildPID      int               `json:"child_pid,omitempty"`
-	StartedAt     time.Time         `json:"started_at,omitzero"`
-	GangEnv       map[string]string `json:"gang_env,omitempty"`
+	Phase         Phase `json:"phase"`
+	SupervisorPID int   `json:"supervisor_pid"`
+	ChildPID      int   `json:"child_pid,omitempty"`
+	// ChildStart is the child's start time in clock ticks since boot, so
+	// an orphaned task can be told from a process that reused its PID.
+	ChildStart uint64            `json:"child_start,omitempty"`
+	StartedAt  time.Time         `json:"started_at,omitzero"`
+	GangEnv    map[string]string `json:"gang_env,omitempty"`
 }
 
 // Exit is the supervisor's exit file: how the task ended.

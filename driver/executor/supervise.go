@@ -182,6 +182,9 @@ func (s *supervisor) run() int {
 	closeFiles(cmd)
 
 	st.Phase, st.ChildPID, st.StartedAt = PhaseRunning, cmd.Process.Pid, s.now()
+	if ps, err := procStat(cmd.Process.Pid); err == nil {
+		st.ChildStart = ps.start
+	}
 	if err := writeJSONAtomic(s.dir, StatusFile, st); err != nil {
 		s.logger.Error("writing status", "error", err)
 	}
@@ -195,8 +198,10 @@ func (s *supervisor) run() int {
 	}
 	werr := cmd.Wait()
 	close(s.childDone)
-	// Clean up whatever else is left in the task's process group.
+	// Clean up whatever else is left in the task's process group, and in
+	// its cgroup (processes that left the group with setsid/setpgid).
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	cg.killAll()
 
 	ex := Exit{}
 	var ee *exec.ExitError
