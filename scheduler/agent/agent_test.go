@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -59,12 +60,9 @@ type runningAgent struct {
 func startAgent(t testing.TB, n *fakeNomad, clk *testClock, name string, pol *policy.Policy) *runningAgent {
 	t.Helper()
 	ex := &fakeExec{n: n, agent: name}
-	a, err := New(Options{
-		Name: name, ParkingPool: "impact-queue", DefaultPool: "gpu",
-		Interval: 40 * time.Millisecond, Debounce: 2 * time.Millisecond, SaveEvery: time.Nanosecond,
-		Policy: pol, Model: n.model(), Executor: ex, Explainer: ex, Elector: ex, State: ex, Pools: ex,
-		Logger: hclog.NewNullLogger(), Clock: clk.Now,
-	})
+	opts := fakeOptions(t, n, ex, clk.Now)
+	opts.Policy, opts.Interval, opts.Debounce, opts.SaveEvery = pol, 40*time.Millisecond, 2*time.Millisecond, time.Nanosecond
+	a, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +71,31 @@ func startAgent(t testing.TB, n *fakeNomad, clk *testClock, name string, pol *po
 	go func() { ra.done <- a.Run(ctx) }()
 	t.Cleanup(ra.stop)
 	return ra
+}
+
+// fakeOptions are Options with one fakeExec behind every port; tests
+// replace what they exercise.
+func fakeOptions(t testing.TB, n *fakeNomad, ex *fakeExec, clock func() time.Time) Options {
+	return Options{
+		Name: ex.agent, ParkingPool: "impact-queue", DefaultPool: "gpu", Interval: 20 * time.Millisecond,
+		Policy: testPolicy(t), Model: n.model(), Executor: ex, Explainer: ex, Elector: ex, State: ex, Pools: ex,
+		Logger: hclog.NewNullLogger(), Clock: clock,
+	}
+}
+
+// runTestAgent builds an agent from opts and runs it until the test ends
+// (the cleanup waits for Run to return).
+func runTestAgent(t testing.TB, opts Options) *Agent {
+	t.Helper()
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a
 }
 
 func (r *runningAgent) stop() {
@@ -95,6 +118,16 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitCycles waits until each agent has run k more cycles, so that a check
+// that something did not happen covers real cycles, not a guessed sleep.
+func waitCycles(t testing.TB, k uint64, agents ...*Agent) {
+	t.Helper()
+	for _, a := range agents {
+		c0 := a.cycles.Load()
+		waitFor(t, fmt.Sprintf("%d more cycles of %s", k, a.opts.Name), func() bool { return a.cycles.Load() >= c0+k })
 	}
 }
 
@@ -229,7 +262,7 @@ func TestExplanationWrittenAndBadMetaStaysParked(t *testing.T) {
 	if big.State == agentapi.StateRunning || big.Decision == DecisionAdmit || big.Reason == "" {
 		t.Errorf("a 16-GPU job on an 8-GPU cluster must wait with a reason: %+v", big)
 	}
-	time.Sleep(100 * time.Millisecond) // a few cycles
+	waitCycles(t, 3, ra.a)
 	if n.registerCount("default/typo") != 0 {
 		t.Error("job with bad meta was admitted")
 	}
@@ -254,16 +287,9 @@ func TestEnforceIndexConflictIsRetried(t *testing.T) {
 	ex := &conflictExec{fakeExec: &fakeExec{n: n, agent: "a1"}, before: func() {
 		staleOnce.Do(func() { n.userUpdateSilently("default/job") })
 	}}
-	a, err := New(Options{Name: "a1", ParkingPool: "impact-queue", DefaultPool: "gpu",
-		Interval: 20 * time.Millisecond, Debounce: time.Millisecond, Policy: pol, Model: n.model(),
-		Executor: ex, Explainer: ex.fakeExec, Elector: ex.fakeExec, State: ex.fakeExec, Pools: ex.fakeExec, Clock: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	opts := fakeOptions(t, n, ex.fakeExec, clk.Now)
+	opts.Policy, opts.Executor, opts.Debounce = pol, ex, time.Millisecond
+	runTestAgent(t, opts)
 	waitFor(t, "admission after the conflict", func() bool { return n.registerCount("default/job") == 1 })
 	ex.mu.Lock()
 	skipped := ex.skipped
@@ -316,7 +342,7 @@ func TestTwoAgentsOneLeaderFailoverWithoutDoubleAdmission(t *testing.T) {
 	a1 := startAgent(t, n, clk, "a1", pol)
 	a2 := startAgent(t, n, clk, "a2", pol)
 	waitFor(t, "a leader", func() bool { return a1.a.IsLeader() || a2.a.IsLeader() })
-	time.Sleep(50 * time.Millisecond)
+	waitCycles(t, 2, a1.a, a2.a)
 	if a1.a.IsLeader() && a2.a.IsLeader() {
 		t.Fatal("two leaders")
 	}
@@ -347,7 +373,7 @@ func TestTwoAgentsOneLeaderFailoverWithoutDoubleAdmission(t *testing.T) {
 	waitFor(t, "standby takes over", func() bool { return standby.a.IsLeader() })
 	n.submit("second", tier("normal"), gpuGroup("w", 1, 4))
 	waitFor(t, "second admitted by the new leader", func() bool { return n.registerCount("default/second") == 1 })
-	time.Sleep(100 * time.Millisecond) // several cycles of the new leader
+	waitCycles(t, 3, standby.a)
 	for _, id := range []string{"default/first", "default/second"} {
 		if c := n.registerCount(id); c != 1 {
 			t.Errorf("%s admitted %d times", id, c)
@@ -369,7 +395,7 @@ func TestLockLossStopsActing(t *testing.T) {
 	n.stealLock("someone-else")
 	waitFor(t, "step down", func() bool { return !a1.a.IsLeader() })
 	n.submit("job", tier("high"), gpuGroup("w", 1, 1))
-	time.Sleep(100 * time.Millisecond)
+	waitCycles(t, 3, a1.a)
 	if n.registerCount("default/job") != 0 {
 		t.Error("an agent that lost the lock admitted a job")
 	}
@@ -474,16 +500,9 @@ func TestHealthNamesLeaderAndReportsNone(t *testing.T) {
 
 	ex := &fakeExec{n: n, agent: "a3"}
 	el := neverElected{ex}
-	a, err := New(Options{Name: "a3", ParkingPool: "impact-queue", DefaultPool: "gpu",
-		Interval: 20 * time.Millisecond, Policy: testPolicy(t), Model: n.model(), Executor: ex, Explainer: ex,
-		Elector: el, State: ex, Pools: ex, Clock: clk.Now, NoLeaderGrace: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	opts := fakeOptions(t, n, ex, clk.Now)
+	opts.Elector, opts.NoLeaderGrace = el, 50*time.Millisecond
+	a := runTestAgent(t, opts)
 	waitFor(t, "no-leader problem", func() bool {
 		h := a.Health()
 		return h.Status == agentapi.StatusDegraded && len(h.Problems) == 1 &&
@@ -517,16 +536,9 @@ func TestNoActionBeforeRecoverSucceeds(t *testing.T) {
 	n.addNode("node-1", 8, 1, "gpu")
 	n.submit("job", tier("high"), gpuGroup("w", 1, 4))
 	ex := &recoveringExec{fakeExec: &fakeExec{n: n, agent: "a1"}, failures: 3}
-	a, err := New(Options{Name: "a1", ParkingPool: "impact-queue", DefaultPool: "gpu",
-		Interval: 10 * time.Millisecond, Policy: testPolicy(t), Model: n.model(), Executor: ex, Explainer: ex.fakeExec,
-		Elector: ex.fakeExec, State: ex.fakeExec, Pools: ex.fakeExec, Clock: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	opts := fakeOptions(t, n, ex.fakeExec, clk.Now)
+	opts.Executor, opts.Interval = ex, 10*time.Millisecond
+	a := runTestAgent(t, opts)
 	waitFor(t, "admitted after recovery", func() bool { return n.registerCount("default/job") == 1 })
 	ex.mu.Lock()
 	calls := ex.calls
@@ -542,8 +554,9 @@ func TestNoActionBeforeRecoverSucceeds(t *testing.T) {
 	if len(first.Admissions) != 1 {
 		t.Errorf("first applied plan %+v, want the admission", first)
 	}
-	// Recover runs once per term, not every cycle.
-	time.Sleep(50 * time.Millisecond)
+	// Recover runs once per term, not every cycle: a few more cycles as
+	// leader do not call it again.
+	waitCycles(t, 3, a)
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	if ex.calls != 4 {

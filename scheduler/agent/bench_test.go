@@ -1,13 +1,10 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 )
 
 // BenchmarkFreedCapacityToAdmission measures the time from capacity being
@@ -22,18 +19,9 @@ func BenchmarkFreedCapacityToAdmission(b *testing.B) {
 	clk := newTestClock()
 	n := newFakeNomad(clk.Now)
 	n.addNode("node-1", 8, 1, "gpu")
-	ex := &fakeExec{n: n, agent: "bench"}
-	a, err := New(Options{Name: "bench", ParkingPool: "impact-queue", DefaultPool: "gpu",
-		Interval: interval, Debounce: debounce, Policy: testPolicy(b), Model: n.model(),
-		Executor: ex, Explainer: ex, Elector: ex, State: ex, Pools: ex,
-		Logger: hclog.NewNullLogger(), Clock: clk.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	opts := fakeOptions(b, n, &fakeExec{n: n, agent: "bench"}, clk.Now)
+	opts.Interval, opts.Debounce = interval, debounce
+	a := runTestAgent(b, opts)
 
 	admitted := func(id string) (time.Time, bool) {
 		n.mu.Lock()

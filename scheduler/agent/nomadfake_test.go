@@ -373,7 +373,7 @@ func TestFakeNomadBadMetaStaysParked(t *testing.T) {
 		v := c.fake.Variable("nomad/jobs/typo/impact")
 		return v != nil && v["status"] == "parked" && strings.Contains(v["reason"], "impact_grace"), fmt.Sprint(v)
 	})
-	time.Sleep(300 * time.Millisecond)
+	waitCycles(t, 3, s.svc.Agent)
 	if c.admissions("typo") != 0 || c.pool("typo") != "impact-queue" {
 		t.Error("a job with bad meta left the parking pool")
 	}
@@ -407,7 +407,7 @@ func TestFakeNomadFailoverWithoutDoubleAdmission(t *testing.T) {
 	eventuallyT(t, 15*time.Second, "standby takes over", func() (bool, string) { return standby.svc.Agent.IsLeader(), "" })
 	c.submit("second", map[string]string{"impact_tier": "normal"}, 1, 4)
 	eventuallyT(t, 10*time.Second, "second running", func() (bool, string) { return c.running("second") == 1, "" })
-	time.Sleep(500 * time.Millisecond) // several cycles of the new leader
+	waitCycles(t, 3, standby.svc.Agent)
 	for _, id := range []string{"first", "second"} {
 		if n := c.admissions(id); n != 1 {
 			t.Errorf("%s admitted %d times", id, n)
@@ -439,13 +439,23 @@ func TestFakeNomadStreamDrop(t *testing.T) {
 	eventuallyT(t, 5*time.Second, "leader", func() (bool, string) { return s.svc.Agent.IsLeader(), "" })
 	c.submit("one", map[string]string{"impact_tier": "high"}, 1, 4)
 	eventuallyT(t, 10*time.Second, "one running", func() (bool, string) { return c.running("one") == 1, "" })
+	// Three drops, each after the watcher has reconnected from the last.
+	w := s.svc.Agent.opts.Model.(*watcherModel).w
 	for i := 0; i < 3; i++ {
+		eventuallyT(t, 10*time.Second, "stream connected", func() (bool, string) {
+			st := w.Stats()
+			return st.Connected, fmt.Sprintf("%+v", st)
+		})
+		r0 := w.Stats().Reconnects
 		c.fake.DropStreams()
-		time.Sleep(20 * time.Millisecond)
+		eventuallyT(t, 10*time.Second, "the drop seen", func() (bool, string) {
+			st := w.Stats()
+			return st.Reconnects > r0, fmt.Sprintf("%+v", st)
+		})
 	}
 	c.submit("two", map[string]string{"impact_tier": "normal"}, 1, 4)
 	eventuallyT(t, 10*time.Second, "two running after the drops", func() (bool, string) { return c.running("two") == 1, "" })
-	time.Sleep(500 * time.Millisecond)
+	waitCycles(t, 3, s.svc.Agent)
 	for _, id := range []string{"one", "two"} {
 		if n := c.admissions(id); n != 1 {
 			t.Errorf("%s admitted %d times", id, n)

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 )
 
@@ -113,17 +111,9 @@ func TestUtilizationMetricsFollowPolls(t *testing.T) {
 			{NodeID: "node-a", DeviceID: "node-a-gpu1", Utilization: 60, MemoryUsedMiB: 1024, MemoryTotalMiB: 81920},
 		}, map[string]error{"node-b": errors.New("rpc error: no path to node")}
 	})
-	ex := &fakeExec{n: n, agent: "a1"}
-	a, err := New(Options{Name: "a1", ParkingPool: "impact-queue", DefaultPool: "gpu", Interval: time.Hour,
-		Policy: testPolicy(t), Model: n.model(), Executor: ex, Explainer: ex, Elector: ex, State: ex, Pools: ex,
-		Utilization: src, StatsInterval: 5 * time.Millisecond, Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	opts := fakeOptions(t, n, &fakeExec{n: n, agent: "a1"}, nil)
+	opts.Interval, opts.Utilization, opts.StatsInterval = time.Hour, src, 5*time.Millisecond
+	a := runTestAgent(t, opts)
 
 	if nodes := <-src.calls; !reflect.DeepEqual(nodes, []string{"node-a", "node-b"}) {
 		t.Errorf("polled %v, want both ready GPU nodes", nodes)
