@@ -1,7 +1,9 @@
 // Package plot draws the figures of `impact sim` with gonum/plot, as PNG:
-// waiting-time CDFs per tier (one panel per tier, one line per policy),
-// occupancy over time per policy against the bound, and GPUs held idle by
-// partially placed gangs over time.
+// waiting-time CDFs per tier (one panel per tier, one line per policy, log
+// time axis, each policy's p99 in the legend), occupancy over time (one
+// panel per policy against its own bound, GPUs idle in partial gangs
+// shaded, the window's figures in the title), and GPUs held idle by
+// partially placed gangs over time (each policy's total in the legend).
 package plot
 
 import (
@@ -133,9 +135,16 @@ func WaitCDF(path string, results []*sim.Result) error {
 			break
 		}
 		p := gplot.New()
-		p.Title.Text = fmt.Sprintf("waiting time, tier %s", tier)
-		p.X.Label.Text = "waited at most"
-		p.Y.Label.Text = "share of jobs"
+		n := 0
+		for _, res := range results {
+			n = max(n, len(res.Waits[tier]))
+		}
+		p.Title.Text = fmt.Sprintf("tier %s (%d jobs): share of jobs that waited at most x from submit to start", tier, n)
+		p.Title.Padding = vg.Points(4)
+		// Short: gonum places this label's glyph box at the linear midpoint
+		// of a log axis, near its right end, and pads the plot by its width.
+		p.X.Label.Text = "x (log scale)"
+		p.Y.Label.Text = "share of the tier's jobs"
 		p.X.Scale = gplot.LogScale{}
 		p.X.Tick.Marker = logTicks{}
 		p.X.Min, p.X.Max = minX, maxX
@@ -155,7 +164,7 @@ func WaitCDF(path string, results []*sim.Result) error {
 			l.Color = colour(res.Policy, k)
 			l.Width = vg.Points(1.5)
 			p.Add(l)
-			p.Legend.Add(res.Policy, l)
+			p.Legend.Add(fmt.Sprintf("%s (p99 %s)", res.Policy, duration(res.WaitS[tier].P99)), l)
 		}
 		plots[i/cols][i%cols] = p
 	}
@@ -171,6 +180,19 @@ func WaitCDF(path string, results []*sim.Result) error {
 		}
 	}
 	return writePNG(path, img)
+}
+
+// duration writes seconds the way the table does.
+func duration(s float64) string {
+	switch {
+	case s >= 86400:
+		return fmt.Sprintf("%.1fd", s/86400)
+	case s >= 3600:
+		return fmt.Sprintf("%.1fh", s/3600)
+	case s >= 60:
+		return fmt.Sprintf("%.0fm", s/60)
+	}
+	return fmt.Sprintf("%.0fs", s)
 }
 
 func writePNG(path string, img *vgimg.Canvas) error {
@@ -207,56 +229,6 @@ func hourly(res *sim.Result, start int64, value func(sim.Sample) float64) plotte
 	return pts
 }
 
-func timePlot(path, title, ylabel string, results []*sim.Result, value func(*sim.Result, sim.Sample) float64, bound bool) error {
-	if len(results) == 0 {
-		return nil
-	}
-	start := results[0].WindowStart
-	end := results[0].WindowEnd
-	p := gplot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "days since the start of the window"
-	p.Y.Label.Text = ylabel
-	p.Add(plotter.NewGrid())
-	p.X.Min, p.X.Max = 0, float64(end-start)/86400
-	p.Y.Min = 0
-	p.Legend.Top = false
-	p.Legend.Left = true
-	p.Legend.XOffs = vg.Points(10)
-	p.Legend.YOffs = vg.Points(10)
-	if bound {
-		res := results[0]
-		pts := hourly(res, start, func(s sim.Sample) float64 { return 100 * float64(s.Bound) / float64(res.Capacity) })
-		l, err := plotter.NewLine(clip(pts, p.X.Max))
-		if err != nil {
-			return err
-		}
-		l.Color = color.Black
-		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		p.Add(l)
-		p.Legend.Add("bound min(capacity, demand) ("+res.Policy+")", l)
-	}
-	for k, res := range results {
-		r := res
-		pts := hourly(r, start, func(s sim.Sample) float64 { return value(r, s) })
-		l, err := plotter.NewLine(clip(pts, p.X.Max))
-		if err != nil {
-			return err
-		}
-		l.Color = colour(r.Policy, k)
-		l.Width = vg.Points(1.2)
-		p.Add(l)
-		p.Legend.Add(r.Policy, l)
-	}
-	p.Y.Min = 0
-	if bound {
-		p.Y.Max = 105
-	} else if p.Y.Max <= 0 {
-		p.Y.Max = 1 // nothing to show: keep the zero line at the bottom
-	}
-	return p.Save(14*vg.Inch, 5*vg.Inch, path)
-}
-
 func clip(pts plotter.XYs, maxX float64) plotter.XYs {
 	out := pts[:0:0]
 	for _, pt := range pts {
@@ -270,15 +242,158 @@ func clip(pts plotter.XYs, maxX float64) plotter.XYs {
 	return out
 }
 
-// Occupancy draws allocated GPUs as a share of capacity per policy, hourly
-// means over the submission window, with the bound.
-func Occupancy(path string, results []*sim.Result) error {
-	return timePlot(path, "occupancy: allocated GPUs / healthy GPUs (hourly mean)", "% of GPUs", results,
-		func(r *sim.Result, s sim.Sample) float64 { return 100 * float64(s.Allocated) / float64(r.Capacity) }, true)
+// dayTicks marks every day of a window of days, labelling every day of a
+// short window and every other day of a longer one.
+type dayTicks struct{ days float64 }
+
+func (d dayTicks) Ticks(lo, hi float64) []gplot.Tick {
+	step := 1.0
+	switch {
+	case d.days > 60:
+		step = 7
+	case d.days > 25:
+		step = 2
+	}
+	var out []gplot.Tick
+	for v := math.Ceil(lo); v <= hi; v++ {
+		t := gplot.Tick{Value: v}
+		if math.Mod(v, step) == 0 {
+			t.Label = fmt.Sprintf("%.0f", v)
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
-// PartialIdle draws GPUs held idle by partially placed gangs per policy.
+// tint is c mixed with white: a fill that keeps lines on it readable.
+func tint(c color.Color, keep float64) color.Color {
+	r, g, b, _ := c.RGBA()
+	mix := func(v uint32) uint8 { return uint8(float64(v>>8)*keep + 255*(1-keep)) }
+	return color.RGBA{R: mix(r), G: mix(g), B: mix(b), A: 0xff}
+}
+
+// idleColour marks GPUs held idle by partial gangs: dark, so it stands out
+// on every policy's tint (nomad-native's colour is red).
+var idleColour = color.RGBA{R: 0x3b, G: 0x0a, B: 0x45, A: 0xff}
+
+// stack draws one panel per result, one above the other with a shared
+// time axis, at panelHeight each, and writes the PNG.
+func stack(path string, panels []*gplot.Plot, panelHeight vg.Length) error {
+	rows := make([][]*gplot.Plot, len(panels))
+	for i, p := range panels {
+		rows[i] = []*gplot.Plot{p}
+	}
+	img := vgimg.New(14*vg.Inch, panelHeight*vg.Length(len(panels))+vg.Points(20))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Points(14), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(20)}
+	canvases := gplot.Align(rows, tiles, dc)
+	for i, p := range panels {
+		p.Draw(canvases[i][0])
+	}
+	return writePNG(path, img)
+}
+
+func window(results []*sim.Result) (start int64, days float64) {
+	start = results[0].WindowStart
+	return start, float64(results[0].WindowEnd-start) / 86400
+}
+
+// Occupancy draws, one panel per policy, allocated GPUs as a share of
+// capacity (hourly means over the submission window) against that
+// policy's own bound min(capacity, outstanding demand), with the part held
+// idle by partially placed gangs shaded red. Each panel's title gives the
+// window's figures from report.json.
+func Occupancy(path string, results []*sim.Result) error {
+	if len(results) == 0 {
+		return nil
+	}
+	start, days := window(results)
+	var panels []*gplot.Plot
+	for k, res := range results {
+		r := res
+		p := gplot.New()
+		p.Title.Text = fmt.Sprintf("%s: occupancy %.1f%% of GPU-hours, %.1f%% of the bound (hourly means)", r.Policy, 100*r.Occupancy, 100*r.OccupancyVsBound)
+		p.Title.Padding = vg.Points(4)
+		p.X.Min, p.X.Max = 0, days
+		p.X.Tick.Marker = dayTicks{days}
+		p.Y.Min, p.Y.Max = 0, 105
+		p.Y.Label.Text = "% of GPUs"
+		p.Add(plotter.NewGrid())
+		pct := func(v int) float64 { return 100 * float64(v) / float64(r.Capacity) }
+		alloc, err := plotter.NewLine(clip(hourly(r, start, func(s sim.Sample) float64 { return pct(s.Allocated) }), days))
+		if err != nil {
+			return err
+		}
+		alloc.Color = colour(r.Policy, k)
+		alloc.FillColor = tint(alloc.Color, 0.3)
+		alloc.Width = vg.Points(1)
+		bound, err := plotter.NewLine(clip(hourly(r, start, func(s sim.Sample) float64 { return pct(s.Bound) }), days))
+		if err != nil {
+			return err
+		}
+		bound.Color = color.Black
+		bound.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		idle, err := plotter.NewLine(clip(hourly(r, start, func(s sim.Sample) float64 { return pct(s.Partial) }), days))
+		if err != nil {
+			return err
+		}
+		idle.Color = idleColour
+		idle.FillColor = idleColour
+		p.Add(alloc)
+		if r.PartialGangIdleGPUHours > 0 {
+			p.Add(idle)
+		}
+		p.Add(bound)
+		if k == 0 {
+			p.Legend.Add("allocated", alloc)
+			p.Legend.Add("held idle by partially placed gangs", idle)
+			p.Legend.Add("bound: min(capacity, GPUs asked by submitted jobs)", bound)
+			p.Legend.Top, p.Legend.Left = false, false
+			p.Legend.XOffs, p.Legend.YOffs = -vg.Points(10), vg.Points(8)
+		}
+		if k == len(results)-1 {
+			p.X.Label.Text = "days since the start of the submission window"
+		}
+		panels = append(panels, p)
+	}
+	return stack(path, panels, 2.3*vg.Inch)
+}
+
+// PartialIdle draws GPUs held idle by partially placed gangs per policy
+// (hourly means), with each policy's total in the legend.
 func PartialIdle(path string, results []*sim.Result) error {
-	return timePlot(path, "GPUs held idle by partially placed gangs (hourly mean)", "GPUs", results,
-		func(_ *sim.Result, s sim.Sample) float64 { return float64(s.Partial) }, false)
+	if len(results) == 0 {
+		return nil
+	}
+	start, days := window(results)
+	p := gplot.New()
+	p.Title.Text = "GPUs held idle by partially placed gangs (hourly means; total over the run in the legend)"
+	p.Title.Padding = vg.Points(4)
+	p.X.Label.Text = "days since the start of the submission window"
+	p.Y.Label.Text = "idle GPUs"
+	p.X.Min, p.X.Max = 0, days
+	p.X.Tick.Marker = dayTicks{days}
+	p.Add(plotter.NewGrid())
+	top := 0.0
+	for k, res := range results {
+		r := res
+		pts := clip(hourly(r, start, func(s sim.Sample) float64 { return float64(s.Partial) }), days)
+		for _, pt := range pts {
+			top = math.Max(top, pt.Y)
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = colour(r.Policy, k)
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s: %.0f GPU-h", r.Policy, r.PartialGangIdleGPUHours), l)
+	}
+	p.Legend.Top, p.Legend.Left = true, false
+	p.Legend.XOffs = -vg.Points(10)
+	p.Y.Min = 0
+	// Headroom for the legend; a run with no partial gang keeps an axis.
+	p.Y.Max = math.Max(1, top*1.3)
+	return stack(path, []*gplot.Plot{p}, 5*vg.Inch)
 }
