@@ -256,7 +256,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "impact vs %s: %s p99 wait %.1fx lower; weighted JCT %.2fx lower (no policy can exceed %.2fx: the floor, no job ever waiting; %.2fx under any tier weights favouring higher tiers); occupancy %+.1f points; partial-gang idle %.0f vs %.0f GPU-h\n",
 			c.Baseline, trace.Tiers[0], c.TopTierP99WaitRatio, c.WeightedJCTRatio, c.WeightedJCTRatioCeiling, c.JCTRatioCeilingAnyWeights, c.OccupancyPoints, c.ImpactPartialIdleGPUH, c.BaselinePartialIdleGPUH)
 	}
-	fmt.Fprintf(w, "\nScenario: %d jobs (%s, %s..%s) on %s.\n", r.Scenario.Jobs, r.Scenario.Trace, r.Scenario.From, r.Scenario.To, r.Scenario.Cluster)
+	span := ""
+	if r.Scenario.From != "" || r.Scenario.To != "" {
+		span = fmt.Sprintf(", submitted %s..%s", r.Scenario.From, r.Scenario.To)
+	}
+	fmt.Fprintf(w, "\nScenario: %d jobs (%s%s) on %s.\n", r.Scenario.Jobs, r.Scenario.Trace, span, r.Scenario.Cluster)
 	fmt.Fprintf(w, "%s\n", r.Scenario.LabelRule)
 	fmt.Fprintf(w, "Model: %s\n", r.Scenario.Model.Description)
 	fmt.Fprintln(w, "Occupancy and fair share are measured over the submission window; waits, JCT, preemptions and lost work over the whole run.")

@@ -64,6 +64,9 @@ func TestTableShowsFloorAndCeilings(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
+	if strings.Contains(out, "..)") {
+		t.Errorf("a scenario without --from/--to prints an empty span:\n%s", out)
+	}
 	for _, want := range []string{
 		"weighted JCT (floor)",
 		"1.9h (1.0h)", // the baseline's weighted JCT and the floor
