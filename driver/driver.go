@@ -544,8 +544,11 @@ func (d *Driver) ExecTask(ctx context.Context, req *driverpb.ExecTaskRequest) (*
 	if len(req.GetCommand()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "ExecTask: command is empty")
 	}
-	taskDir, _ := taskDirs(h.cfg)
-	res, err := runExec(ctx, req.GetCommand(), taskDir, h.cfg.GetEnv(), req.GetTimeout().AsDuration())
+	cmd, err := d.execCommand(h, req.GetCommand())
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "ExecTask: %v", err)
+	}
+	res, err := runExec(ctx, cmd, req.GetTimeout().AsDuration())
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "ExecTask: %v", err)
 	}

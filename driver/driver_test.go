@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -674,5 +675,42 @@ func TestGangServerSubcommand(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		cmd.Process.Kill()
 		t.Fatal("gang-server did not stop on SIGTERM")
+	}
+}
+
+// Exec commands (script checks, `nomad alloc exec`) run as the task's
+// user, not as the plugin's, and see the task's env.
+func TestExecRunsAsTaskUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("switching users needs root")
+	}
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skip("no user nobody")
+	}
+	inst := load(t, "")
+	tk := newTask(t, "unprivileged", `
+command = "sleep"
+args    = ["30"]`, map[string]string{"GREETING": "hi"})
+	tk.cfg.User = "nobody"
+	// The task user needs to reach its task dir.
+	for d := tk.dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	start(t, inst, tk)
+	ctx := ctxT(t, 30*time.Second)
+	ex, err := inst.Driver.ExecTask(ctx, &driverpb.ExecTaskRequest{TaskId: tk.cfg.Id, Command: []string{"/bin/sh", "-c", "id -un; echo $GREETING"}, Timeout: durationpb.New(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(ex.GetStdout()); got != "nobody\nhi\n" {
+		t.Fatalf("exec ran as/with %q, want nobody and the task env", got)
+	}
+	out, _, res := execStream(t, inst, tk.cfg.Id, false, []string{"id", "-un"}, "")
+	if out != "nobody\n" || res.GetExitCode() != 0 {
+		t.Fatalf("streaming exec ran as %q (%+v)", out, res)
+	}
+	if _, err := inst.Driver.StopTask(ctx, &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Timeout: durationpb.New(5 * time.Second)}); err != nil {
+		t.Fatal(err)
 	}
 }

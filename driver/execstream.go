@@ -1,12 +1,9 @@
 package driver
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -15,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
 )
 
@@ -36,14 +34,11 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 	if err != nil {
 		return err
 	}
-	taskDir, _ := taskDirs(h.cfg)
-	argv := setup.GetCommand()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = taskDir
-	for k, v := range h.cfg.GetEnv() {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	cmd, err := d.execCommand(h, setup.GetCommand())
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition, "ExecTaskStreaming: %v", err)
 	}
-	sort.Strings(cmd.Env)
+	argv := cmd.Args
 
 	var sendMu sync.Mutex
 	send := func(r *driverpb.ExecTaskStreamingResponse) error {
@@ -61,7 +56,7 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		}
 		defer master.Close()
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
 		if err := cmd.Start(); err != nil {
 			slave.Close()
 			return status.Errorf(codes.InvalidArgument, "ExecTaskStreaming: starting %s: %v", argv[0], err)
@@ -79,7 +74,7 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 			})
 		}()
 	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr.Setpgid = true
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
@@ -144,22 +139,11 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 	// Output first (pipes hit EOF, a pty master EIO once the last holder
 	// of the terminal exits), then the exit status.
 	outputs.Wait()
-	waitErr := cmd.Wait()
-	res := &driverpb.ExitResult{}
-	var ee *exec.ExitError
-	switch {
-	case waitErr == nil:
-	case errors.As(waitErr, &ee):
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			res.Signal = int32(ws.Signal())
-			res.ExitCode = 128 + res.Signal
-		} else {
-			res.ExitCode = int32(ws.ExitStatus())
-		}
-	default:
-		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", waitErr)
+	code, sig, err := executor.ExitStatus(cmd.Wait())
+	if err != nil {
+		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
 	}
+	res := &driverpb.ExitResult{ExitCode: int32(code), Signal: int32(sig)}
 	return send(&driverpb.ExecTaskStreamingResponse{Exited: true, Result: res})
 }
 

@@ -204,18 +204,7 @@ func (s *supervisor) run() int {
 	cg.killAll()
 
 	ex := Exit{}
-	var ee *exec.ExitError
-	switch {
-	case werr == nil:
-	case errors.As(werr, &ee):
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			ex.Signal = int(ws.Signal())
-			ex.ExitCode = 128 + ex.Signal
-		} else {
-			ex.ExitCode = ws.ExitStatus()
-		}
-	default:
+	if ex.ExitCode, ex.Signal, werr = ExitStatus(werr); werr != nil {
 		ex.ExitCode, ex.Err = 1, fmt.Sprintf("waiting for task: %v", werr)
 	}
 	ex.OOMKilled = cg.oomKilled()
@@ -482,7 +471,7 @@ func (s *supervisor) command(env map[string]string) (*exec.Cmd, error) {
 	cmd.Env = envList(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if sp.User != "" {
-		cred, err := credential(sp.User)
+		cred, err := Credential(sp.User)
 		if err != nil {
 			return nil, err
 		}
@@ -528,7 +517,11 @@ func openLog(p string) (*os.File, error) {
 	return f, nil
 }
 
-func credential(name string) (*syscall.Credential, error) {
+// Credential is what a process started as the task's user (Nomad's
+// task.user) runs with; nil when that is already this process's user.
+// The driver's exec commands use it too, so `nomad alloc exec` never
+// runs as the plugin's user (root) in a task that runs as another.
+func Credential(name string) (*syscall.Credential, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		return nil, fmt.Errorf("task user %q: %w", name, err)
@@ -583,6 +576,28 @@ func (s *supervisor) finish(ex Exit) int {
 	_ = writeJSONAtomic(s.dir, StatusFile, st)
 	s.logger.Info("task exited", "exit_code", ex.ExitCode, "signal", ex.Signal, "err", ex.Err)
 	return 0
+}
+
+// ExitStatus turns the error of an exec.Cmd's Wait into an exit code and
+// signal, a signal death counting as 128+signal as in a shell; err is
+// returned only when the process's end is unknown.
+func ExitStatus(waitErr error) (code, signal int, err error) {
+	var ee *exec.ExitError
+	switch {
+	case waitErr == nil:
+		return 0, 0, nil
+	case errors.As(waitErr, &ee):
+		ws, ok := ee.Sys().(syscall.WaitStatus)
+		if !ok {
+			return ee.ExitCode(), 0, nil
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal()), int(ws.Signal()), nil
+		}
+		return ws.ExitStatus(), 0, nil
+	default:
+		return 0, 0, waitErr
+	}
 }
 
 func sigNum(s os.Signal) int {
