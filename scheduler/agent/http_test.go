@@ -136,5 +136,44 @@ func TestHTTPErrors(t *testing.T) {
 		if resp.StatusCode != tc.code || !strings.Contains(string(b), tc.body) {
 			t.Errorf("%s %s: %d %q, want %d containing %q", tc.method, tc.path, resp.StatusCode, b, tc.code, tc.body)
 		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(tc.path, "/v1/gang") && ct != "application/json" {
+			t.Errorf("%s %s: Content-Type %q, want application/json (errors too)", tc.method, tc.path, ct)
+		}
+		if tc.code == 405 && resp.Header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s %s: 405 without Allow: GET, HEAD", tc.method, tc.path)
+		}
+	}
+}
+
+// Every endpoint answers with its content type; HEAD works like GET
+// without a body (monitoring probes use it).
+func TestHTTPContentTypes(t *testing.T) {
+	m, err := NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := newTestServer(t, sampleView(), HandlerOptions{Metrics: m.Handler()})
+	for _, tc := range []struct{ method, path, ctype string }{
+		{"GET", "/v1/health", "application/json"},
+		{"GET", "/v1/queue", "application/json"},
+		{"GET", "/v1/explain/train-a", "application/json"},
+		{"GET", "/v1/explain/eval%2Fb", "application/json"},
+		{"HEAD", "/v1/queue", "application/json"},
+		{"HEAD", "/v1/health", "application/json"},
+		{"GET", "/metrics", "text/plain"},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), tc.ctype) {
+			t.Errorf("%s %s: %d %q, want 200 %s", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), tc.ctype)
+		}
+		if tc.method == "HEAD" && len(b) != 0 {
+			t.Errorf("HEAD %s: %d bytes of body", tc.path, len(b))
+		}
 	}
 }
