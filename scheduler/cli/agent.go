@@ -25,9 +25,13 @@ const agentHelp = `Usage: impact agent [options]
 
   The agent watches Nomad's event stream, decides on a timer and after
   events, and serves its view over HTTP (/v1/health, /v1/queue,
-  /v1/explain/<job>, /metrics, and the task driver's /v1/gang/). Run two or
-  more for high availability: one leads (a Nomad Variables lock), the others
-  stand by with a warm model and take over within the lock TTL.
+  /v1/explain/<job>, /metrics, and the task driver's /v1/gang/). It polls
+  the clients' GPU device stats for the utilisation metrics (device_stats).
+  Run two or more for high availability: one leads (a Nomad Variables lock),
+  the others stand by with a warm model; one takes over at once when the
+  leader stops cleanly, and after about three ha.lock_ttl when it dies.
+  SIGINT or SIGTERM stops the agent: preemptions under way finish (up to
+  30s), then it releases the lock.
 
   Settings come from, lowest to highest precedence: defaults, the
   environment (NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE,
@@ -44,10 +48,16 @@ Options:
   -default-pool=<pool>    Pool of admitted jobs without impact_pool
                           (overrides default_pool).
   -name=<name>            This agent's name among several (default: host name).
-  -log-level=<level>      trace, debug, info, warn or error.
+  -log-level=<level>      trace, debug, info, warn, error or off.
   -log-json               Log JSON lines.
   -check                  Load and validate the configuration and policy,
-                          print the effective configuration, and exit.
+                          print every effective setting with where it came
+                          from (tokens redacted), and exit without
+                          contacting Nomad.
+
+  Exit status: 0 after a clean stop (or a valid -check), 1 on invalid
+  configuration, a start-up failure (such as the parking pool that cannot be
+  created) or an unrecoverable error.
 `
 
 type multiFlag []string

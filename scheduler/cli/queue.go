@@ -18,15 +18,18 @@ import (
 const queueHelp = `Usage: impact queue [options]
 
   Shows the jobs the impact scheduler manages: waiting jobs first, in the
-  order they will be admitted (highest impact score first), then jobs being
-  admitted and running. Reads GET /v1/queue of an impact agent.
+  order they will be admitted (highest impact score first), then jobs whose
+  impact_* meta is invalid (parked until fixed), then jobs being admitted
+  and running. Reads GET /v1/queue of an impact agent; a standby agent
+  answers too, with the view it computed but does not act on.
 
 Options:
 
   -address=<addr>   The impact agent's HTTP address. Defaults to the
                     IMPACT_ADDR environment variable, else %s.
-  -json             Print the agent's JSON answer, for scripts.
-  -waiting          Only list waiting jobs.
+  -json             Print the agent's JSON answer (filtered by -waiting),
+                    for scripts.
+  -waiting          Only list jobs still parked: waiting and invalid ones.
 `
 
 func queueCommand() Command { return queueCmd(os.Getenv) }
