@@ -44,6 +44,9 @@ type Driver struct {
 	cfg     Config
 	cfgGen  chan struct{} // closed when the config changes
 	tasks   map[string]*taskHandle
+	// starting holds the IDs of StartTask calls in progress, so a second
+	// StartTask of the same task cannot launch it twice.
+	starting map[string]bool
 	decoder *config.Decoder
 	events  *eventBroker
 }
@@ -56,7 +59,7 @@ func New(logger hclog.Logger, exe string) *Driver {
 		panic(fmt.Sprintf("impact-exec task config schema is invalid: %v", err)) // a programming error
 	}
 	return &Driver{logger: logger.Named("driver"), exe: exe, cfg: defaultConfig(),
-		cfgGen: make(chan struct{}), tasks: map[string]*taskHandle{}, decoder: dec, events: newEventBroker()}
+		cfgGen: make(chan struct{}), tasks: map[string]*taskHandle{}, starting: map[string]bool{}, decoder: dec, events: newEventBroker()}
 }
 
 var _ plugin.DriverPlugin = (*Driver)(nil)
@@ -181,10 +184,17 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 	}
 	d.mu.Lock()
 	_, exists := d.tasks[tc.GetId()]
-	d.mu.Unlock()
-	if exists {
+	if exists || d.starting[tc.GetId()] {
+		d.mu.Unlock()
 		return nil, fatal(codes.AlreadyExists, "task %s is already started", tc.GetId())
 	}
+	d.starting[tc.GetId()] = true
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.starting, tc.GetId())
+		d.mu.Unlock()
+	}()
 	var cfg TaskConfig
 	if err := d.decoder.Decode(tc.GetMsgpackDriverConfig(), &cfg); err != nil {
 		return nil, fatal(codes.InvalidArgument, "task %s: config: %v", tc.GetName(), err)
@@ -223,7 +233,10 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		return nil, recoverable(codes.Internal, "task %s: %v", tc.GetName(), err)
 	}
 	now := time.Now()
-	d.track(tc, proc, now)
+	if !d.track(tc, proc, now) {
+		_ = proc.Destroy()
+		return nil, fatal(codes.AlreadyExists, "task %s was recovered while it was being started", tc.GetId())
+	}
 	st, err := json.Marshal(driverState{Executor: proc.State(), StartedAt: now})
 	if err != nil {
 		return nil, fatal(codes.Internal, "encoding task state: %v", err)
@@ -258,14 +271,20 @@ func sanitize(s string) string {
 	}, s)
 }
 
-func (d *Driver) track(tc *driverpb.TaskConfig, proc *executor.Process, started time.Time) *taskHandle {
+// track starts tracking a task; false (and nothing done) when the ID is
+// tracked already, e.g. by a concurrent RecoverTask.
+func (d *Driver) track(tc *driverpb.TaskConfig, proc *executor.Process, started time.Time) bool {
 	h := &taskHandle{id: tc.GetId(), cfg: tc, proc: proc, startedAt: started,
 		stats: executor.NewStatsTracker(), stopPump: make(chan struct{})}
 	d.mu.Lock()
+	if _, ok := d.tasks[h.id]; ok {
+		d.mu.Unlock()
+		return false
+	}
 	d.tasks[h.id] = h
 	d.mu.Unlock()
 	go d.pumpEvents(h)
-	return h
+	return true
 }
 
 // pumpEvents forwards the supervisor's events to the TaskEvents streams
@@ -354,7 +373,10 @@ func (d *Driver) RecoverTask(_ context.Context, req *driverpb.RecoverTaskRequest
 	if tc.GetId() == "" {
 		tc.Id = id
 	}
-	d.track(tc, proc, st.StartedAt)
+	if !d.track(tc, proc, st.StartedAt) {
+		proc.Release() // recovered meanwhile by a concurrent call
+		return &driverpb.RecoverTaskResponse{}, nil
+	}
 	d.logger.Info("task recovered", "task_id", id, "supervisor_pid", st.Executor.SupervisorPID, "exited", proc.Exited())
 	return &driverpb.RecoverTaskResponse{}, nil
 }
@@ -413,9 +435,13 @@ func (d *Driver) DestroyTask(_ context.Context, req *driverpb.DestroyTaskRequest
 	if err := h.proc.Destroy(); err != nil {
 		return nil, status.Errorf(codes.Internal, "destroying task %s: %v", h.id, err)
 	}
-	close(h.stopPump)
+	// Concurrent DestroyTasks of one task all get here: only the one that
+	// removes the handle stops its event pump.
 	d.mu.Lock()
-	delete(d.tasks, h.id)
+	if d.tasks[h.id] == h {
+		delete(d.tasks, h.id)
+		close(h.stopPump)
+	}
 	d.mu.Unlock()
 	return &driverpb.DestroyTaskResponse{}, nil
 }

@@ -714,3 +714,78 @@ args    = ["30"]`, map[string]string{"GREETING": "hi"})
 		t.Fatal(err)
 	}
 }
+
+// Concurrent calls for one task: a second StartTask is refused while the
+// first launches, concurrent RecoverTasks track it once, and concurrent
+// DestroyTasks all succeed without taking the plugin down.
+func TestConcurrentCallsForOneTask(t *testing.T) {
+	t.Parallel()
+	inst := load(t, "")
+	ctx := ctxT(t, time.Minute)
+	tk := newTask(t, "once", `
+command = "/bin/sh"
+args    = ["-c", "echo run >> runs; exec sleep 30"]`, nil)
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	handles := make([]*driverpb.TaskHandle, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := inst.Driver.StartTask(ctx, &driverpb.StartTaskRequest{Task: tk.cfg})
+			errs[i], handles[i] = err, r.GetHandle()
+		}()
+	}
+	wg.Wait()
+	var handle *driverpb.TaskHandle
+	for i, err := range errs {
+		switch {
+		case err == nil && handle == nil:
+			handle = handles[i]
+		case err == nil:
+			t.Fatal("the same task was started twice")
+		case status.Code(err) != codes.AlreadyExists:
+			t.Fatalf("StartTask: %v", err)
+		}
+	}
+	if handle == nil {
+		t.Fatal("no StartTask succeeded")
+	}
+	if got := waitFile(t, filepath.Join(tk.dir, "runs"), 10*time.Second); got != "run\n" {
+		t.Fatalf("command ran %q", got)
+	}
+
+	// A new plugin process recovers the task from several calls at once.
+	inst.Kill()
+	inst2 := load(t, "")
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := inst2.Driver.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: handle}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, err := inst2.Driver.StopTask(ctx, &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGTERM", Timeout: durationpb.New(5 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := inst2.Driver.DestroyTask(ctx, &driverpb.DestroyTaskRequest{TaskId: tk.cfg.Id, Force: true}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, err := inst2.Driver.Capabilities(ctx, &driverpb.CapabilitiesRequest{}); err != nil {
+		t.Fatalf("plugin after concurrent destroys: %v", err)
+	}
+	if _, err := inst2.Driver.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id}); status.Code(err) != codes.NotFound {
+		t.Fatalf("destroyed task still tracked: %v", err)
+	}
+}

@@ -35,6 +35,9 @@ type Process struct {
 	logger hclog.Logger
 	exited chan struct{} // closed once the supervisor is gone
 	once   sync.Once
+
+	release     chan struct{} // closed by Release: stop watching
+	releaseOnce sync.Once
 }
 
 // PollInterval is how often an attached (not our child) supervisor is
@@ -66,7 +69,7 @@ func Launch(ctx context.Context, exe, dir string, spec Spec, logger hclog.Logger
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting supervisor %s: %w", exe, err)
 	}
-	p := &Process{logger: logger, exited: make(chan struct{})}
+	p := &Process{logger: logger, exited: make(chan struct{}), release: make(chan struct{})}
 	p.state = State{Dir: dir, SupervisorPID: cmd.Process.Pid}
 	// Read the start time before anything can reap the supervisor: once
 	// cmd.Wait has run, /proc/PID is gone (or another process's) and the
@@ -113,7 +116,7 @@ func Attach(state State, logger hclog.Logger) (*Process, error) {
 	if _, err := os.Stat(filepath.Join(state.Dir, SpecFile)); err != nil {
 		return nil, fmt.Errorf("task state dir: %w", err)
 	}
-	p := &Process{state: state, logger: logger, exited: make(chan struct{})}
+	p := &Process{state: state, logger: logger, exited: make(chan struct{}), release: make(chan struct{})}
 	if fileExists(filepath.Join(state.Dir, ExitFile)) {
 		p.markExited()
 		return p, nil
@@ -130,7 +133,12 @@ func Attach(state State, logger hclog.Logger) (*Process, error) {
 	go func() {
 		t := time.NewTicker(PollInterval)
 		defer t.Stop()
-		for range t.C {
+		for {
+			select {
+			case <-p.release:
+				return
+			case <-t.C:
+			}
 			if !alive(state) {
 				p.markExited()
 				return
@@ -139,6 +147,10 @@ func Attach(state State, logger hclog.Logger) (*Process, error) {
 	}()
 	return p, nil
 }
+
+// Release stops watching an attached supervisor that is not wanted (the
+// task is tracked already); the task itself is left alone.
+func (p *Process) Release() { p.releaseOnce.Do(func() { close(p.release) }) }
 
 func (p *Process) markExited() { p.once.Do(func() { close(p.exited) }) }
 
