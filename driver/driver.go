@@ -40,15 +40,15 @@ type Driver struct {
 	logger hclog.Logger
 	exe    string // this binary, re-executed as `supervise`
 
-	mu      sync.Mutex
-	cfg     Config
-	cfgGen  chan struct{} // closed when the config changes
-	tasks   map[string]*taskHandle
+	mu     sync.Mutex
+	cfg    Config
+	cfgGen chan struct{} // closed when the config changes
+	tasks  map[string]*taskHandle
 	// starting holds the IDs of StartTask calls in progress, so a second
 	// StartTask of the same task cannot launch it twice.
 	starting map[string]bool
-	decoder *config.Decoder
-	events  *eventBroker
+	decoder  *config.Decoder
+	events   *eventBroker
 }
 
 // New returns a driver. exe is the path of the impact-exec binary that
