@@ -789,3 +789,47 @@ args    = ["-c", "echo run >> runs; exec sleep 30"]`, nil)
 		t.Fatalf("destroyed task still tracked: %v", err)
 	}
 }
+
+// Run by hand (no Nomad magic cookie) the binary explains itself instead
+// of serving; -h lists the subcommands it really has; -version prints it.
+func TestRunByHand(t *testing.T) {
+	t.Parallel()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, plugin.MagicCookieKey+"=") {
+			env = append(env, kv)
+		}
+	}
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(binary, args...)
+		cmd.Env = env
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	out, errOut, code := run()
+	if code != 1 || out != "" || !strings.Contains(errOut, "not meant to be run by hand") || !strings.Contains(errOut, `plugin "impact-exec"`) {
+		t.Fatalf("by hand: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, _, code = run("-h")
+	if code != 0 || !strings.Contains(out, "supervise DIR") || !strings.Contains(out, "gang-server [-listen") {
+		t.Fatalf("-h: exit %d: %q", code, out)
+	}
+	if out, _, code = run("-version"); code != 0 || !strings.HasPrefix(out, pluginName+" "+pluginVersion) {
+		t.Fatalf("-version: exit %d: %q", code, out)
+	}
+	if _, errOut, code = run("bogus"); code != 2 || !strings.Contains(errOut, `unknown argument "bogus"`) {
+		t.Fatalf("bogus: exit %d: %q", code, errOut)
+	}
+	// The gang-server flags -h shows are the ones it takes.
+	if _, errOut, code = run("gang-server", "-h"); code != 0 || !strings.Contains(errOut, "-listen") || !strings.Contains(errOut, "-ttl") {
+		t.Fatalf("gang-server -h: exit %d: %q", code, errOut)
+	}
+}

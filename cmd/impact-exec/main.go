@@ -1,5 +1,6 @@
 // Command impact-exec is the impact-exec Nomad task driver plugin; see
-// package driver.
+// package driver. A Nomad client starts it from its plugin directory; run
+// by hand it explains how to install it (-h also lists its subcommands).
 package main
 
 import (
@@ -9,5 +10,5 @@ import (
 )
 
 func main() {
-	os.Exit(driver.Main(os.Args[1:], os.Stderr))
+	os.Exit(driver.Main(os.Args[1:], os.Stdout, os.Stderr))
 }
