@@ -808,3 +808,34 @@ func TestNoGrandchildOutlivesTask(t *testing.T) {
 	}
 	waitCond(t, 5*time.Second, "escaped grandchild killed", func() bool { s := procState(pid); return s == 0 || s == 'Z' })
 }
+
+// The task's env reaches the task, but its values do not stay on disk in
+// the state dir (readable through `nomad alloc fs`) once the task starts.
+func TestSecretsLeaveTheSpecFile(t *testing.T) {
+	t.Parallel()
+	spec, state := testSpec(t, `echo "$VAULT_TOKEN"`)
+	spec.Env["VAULT_TOKEN"] = "s.verysecret"
+	spec.Gang = &GangSpec{Discovery: "nomad", Service: "svc", NomadAddr: "http://127.0.0.1:1", NomadToken: "nomad-jwt-secret",
+		ID: "default:j", Member: "a.t", Join: gang.JoinRequest{Size: 1, Namespace: "default", JobID: "j", AllocID: "a",
+			Task: "t", NodeID: "n", Addr: "127.0.0.1", Port: 1}, Timeout: time.Second, Heartbeat: 50 * time.Millisecond}
+	p := launch(t, spec, state)
+	for _, secret := range []string{"s.verysecret", "nomad-jwt-secret"} {
+		b, err := os.ReadFile(filepath.Join(state, SpecFile))
+		if err != nil || strings.Contains(string(b), secret) {
+			t.Fatalf("spec file after the start holds %q (%v): %s", secret, err, b)
+		}
+	}
+	wait(t, p, 10*time.Second) // the barrier times out: no Nomad there
+	spec2, state2 := testSpec(t, `echo "$VAULT_TOKEN"`)
+	spec2.Env["VAULT_TOKEN"] = "s.verysecret"
+	p2 := launch(t, spec2, state2)
+	if ex := wait(t, p2, 10*time.Second); ex.ExitCode != 0 {
+		t.Fatalf("exit: %+v", ex)
+	}
+	if out, _ := os.ReadFile(spec2.StdoutPath); strings.TrimSpace(string(out)) != "s.verysecret" {
+		t.Fatalf("the task did not get its env: %q", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(state2, SpecFile)); strings.Contains(string(b), "s.verysecret") || !strings.Contains(string(b), "VAULT_TOKEN") {
+		t.Fatalf("spec file: %s", b)
+	}
+}

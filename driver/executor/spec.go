@@ -5,7 +5,8 @@
 // The plugin and the supervisor talk only through files in the task's
 // state directory and through signals:
 //
-//	spec.json      written by the plugin: what to run, gang settings
+//	spec.json      written by the plugin: what to run, gang settings; the
+//	               supervisor rewrites it without the env values once read
 //	status.json    written by the supervisor: phase, child pid (atomic rename)
 //	events.jsonl   appended by the supervisor: task events for Nomad
 //	stop           created by the plugin before a stop, so the exit counts as a stop

@@ -73,8 +73,33 @@ func Supervise(dir string, logger hclog.Logger) int {
 	if err := s.spec.Validate(); err != nil {
 		return s.finish(Exit{ExitCode: 1, Err: fmt.Sprintf("invalid task spec: %v", err)})
 	}
+	if err := writeJSONAtomic(dir, SpecFile, s.spec.redacted()); err != nil {
+		s.logger.Warn("removing the task env from the spec file", "error", err)
+	}
 	return s.run()
 }
+
+// redacted is the spec as kept on disk once the supervisor has read it:
+// the env's values (Vault and workload identity tokens among them) and the
+// Nomad token are dropped, since the state dir lies in the task dir that
+// `nomad alloc fs` can read. The keys stay, for debugging.
+func (s Spec) redacted() Spec {
+	env := make(map[string]string, len(s.Env))
+	for k := range s.Env {
+		env[k] = redactedValue
+	}
+	s.Env = env
+	if s.Gang != nil {
+		g := *s.Gang
+		if g.NomadToken != "" {
+			g.NomadToken = redactedValue
+		}
+		s.Gang = &g
+	}
+	return s
+}
+
+const redactedValue = "(redacted)"
 
 func (s *supervisor) run() int {
 	sigs := make(chan os.Signal, 16)
