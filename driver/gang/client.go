@@ -392,7 +392,9 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 			nextHB = time.Now().Add(hb)
 			continue
 		}
-		st, err := c.GetMember(bctx, cfg.Gang, cfg.Member, last.Index, time.Until(nextHB))
+		// At least 1ms: the heartbeat check above may pass just before
+		// nextHB, and a negative wait is a 400 that costs a backoff.
+		st, err := c.GetMember(bctx, cfg.Gang, cfg.Member, last.Index, max(time.Until(nextHB), time.Millisecond))
 		if err != nil {
 			var apiErr *APIError
 			if errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {
