@@ -410,3 +410,48 @@ func TestBarrierTimeoutSaysWhyJoinFailed(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TTL and retention boundaries on the injected clock: a member silent for
+// exactly its TTL is alive, a nanosecond more and it is lost; an ended
+// gang is kept exactly Retention, then dropped.
+func TestRegistryTTLAndRetentionBoundaries(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	reg := NewRegistry(RegistryConfig{Clock: clk.Now, DefaultTTL: 10 * time.Second, Retention: time.Minute})
+	ctx := context.Background()
+	for i, m := range []string{"a", "b"} {
+		if _, err := reg.Join(ctx, "g", m, join(i, "1", 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A member's own TTL (JoinRequest.TTL) overrides the default.
+	c := join(2, "1", 1)
+	c.TTL = "2s"
+	if _, err := reg.Join(ctx, "solo", "c", c); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second)
+	st, err := reg.Heartbeat("g", "a")
+	if err != nil || st.State != StateReady {
+		t.Fatalf("after exactly the TTL: %+v %v", st, err)
+	}
+	if st, _, err := reg.Get("solo"); err != nil || st.State != StateFailed || !strings.Contains(st.Reason, "missed its heartbeats for 2s") {
+		t.Fatalf("member with a 2s TTL after 10s: %+v %v", st, err)
+	}
+	clk.Advance(time.Nanosecond)
+	st, err = reg.Heartbeat("g", "a")
+	if err != nil || st.State != StateFailed || !strings.Contains(st.Reason, "b missed its heartbeats for 10s") {
+		t.Fatalf("a nanosecond after the TTL: %+v %v", st, err)
+	}
+	if _, err := reg.Exit("g", "a", ExitRequest{ExitCode: 143, Signal: 15, Stopped: true}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if _, _, err := reg.Get("g"); err != nil {
+		t.Fatalf("ended gang dropped before its retention: %v", err)
+	}
+	clk.Advance(time.Nanosecond)
+	if _, _, err := reg.Get("g"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ended gang kept past its retention: %v", err)
+	}
+}
