@@ -460,3 +460,29 @@ func TestFairShareDeviationIsExactlyRepeatable(t *testing.T) {
 		}
 	}
 }
+
+// TestPriorityOrder: one node of 4 GPUs held by A until 100. B (normal)
+// and then C (critical) wait for the whole node. nomad-native and backfill
+// take evaluations in priority order and start C at 100, B after it;
+// fifo-gang starts B first.
+func TestPriorityOrder(t *testing.T) {
+	jobs := []trace.Job{
+		job("A", 0, 100, 4, "normal", 0),
+		job("B", 1, 50, 4, "normal", 0),
+		job("C", 2, 50, 4, "critical", 0),
+	}
+	opts := sim.Options{Cluster: cluster(t, 1, 4), Model: model()}
+	cases := map[string]map[string]int64{
+		baseline.NomadNative: {"C": 100, "B": 150},
+		baseline.Backfill:    {"C": 100, "B": 150},
+		baseline.FIFOGang:    {"B": 100, "C": 150},
+	}
+	for name, want := range cases {
+		_, st := starts(t, jobs, mustBaseline(t, name), opts)
+		for id, w := range want {
+			if st[id] != w {
+				t.Errorf("%s: %s started at %d, want %d", name, id, st[id], w)
+			}
+		}
+	}
+}

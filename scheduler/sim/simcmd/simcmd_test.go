@@ -113,7 +113,9 @@ func TestSimErrors(t *testing.T) {
 	dir := t.TempDir()
 	tr := writeTrace(t, dir)
 	bad := filepath.Join(dir, "bad.csv")
-	os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644)
+	if err := os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		code int
@@ -141,7 +143,9 @@ func TestSimErrors(t *testing.T) {
 func TestSimSkipBad(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.csv")
-	os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644)
+	if err := os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var stdout, stderr bytes.Buffer
 	code := Main([]string{"--trace", bad, "--format", "generic", "--nodes", "1", "--policies", "fifo-gang", "--skip-bad", "--no-plots", "--out", filepath.Join(dir, "o")}, &stdout, &stderr)
 	if code != 0 || !strings.Contains(stderr.String(), "skipped 1 bad rows (first: "+bad+":3:5: column duration_s") {
