@@ -272,11 +272,14 @@ func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) error {
 	return nil
 }
 
-func (p *Process) waitExited(d time.Duration) bool {
+func (p *Process) waitExited(d time.Duration) bool { return waitClosed(p.exited, d) }
+
+// waitClosed reports whether ch is closed within d.
+func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-p.exited:
+	case <-ch:
 		return true
 	case <-t.C:
 		return false

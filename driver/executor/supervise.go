@@ -437,16 +437,7 @@ func (s *supervisor) propagateStop(st gang.Status) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
-func (s *supervisor) waitChild(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.childDone:
-		return true
-	case <-t.C:
-		return false
-	}
-}
+func (s *supervisor) waitChild(d time.Duration) bool { return waitClosed(s.childDone, d) }
 
 func (s *supervisor) reportGangExit(client *gang.Client, req gang.ExitRequest) {
 	if client == nil {

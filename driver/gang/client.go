@@ -351,7 +351,15 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 	if err := join(); err != nil {
 		return Assignment{}, err
 	}
-	backoff := 200 * time.Millisecond
+	// pause waits before a retry; false once the barrier has timed out.
+	pause := func() bool {
+		select {
+		case <-bctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+			return true
+		}
+	}
 
 	nextHB := time.Now().Add(hb)
 	for {
@@ -381,10 +389,8 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 			}
 			if err != nil {
 				// Transport error: the server may be restarting; retry.
-				select {
-				case <-bctx.Done():
+				if !pause() {
 					return fail(err)
-				case <-time.After(backoff):
 				}
 				continue
 			}
@@ -403,10 +409,8 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 				}
 				continue
 			}
-			select {
-			case <-bctx.Done():
+			if !pause() {
 				return fail(err)
-			case <-time.After(backoff):
 			}
 			continue
 		}

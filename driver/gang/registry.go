@@ -145,12 +145,7 @@ func (r *Registry) Join(ctx context.Context, gangID, memberID string, req JoinRe
 	case g.state == StateReady:
 		return Status{}, fmt.Errorf("%w: gang %q is already complete with %d members", ErrConflict, gangID, g.size)
 	}
-	g.members[memberID] = &memberRecord{ttl: ttl, Member: Member{
-		ID: memberID, State: MemberWaiting, AllocID: req.AllocID, AllocName: req.AllocName,
-		AllocIndex: req.AllocIndex, Group: req.Group, Task: req.Task, NodeID: req.NodeID,
-		NodeName: req.NodeName, Addr: req.Addr, Port: req.Port,
-		Rank: -1, NodeRank: -1, LocalRank: -1, JoinedAt: now, LastSeen: now,
-	}}
+	g.members[memberID] = newMemberRecord(memberID, MemberWaiting, req, ttl, now)
 	if len(g.members) == g.size {
 		assignRanks(g)
 		g.state = StateReady
@@ -192,14 +187,21 @@ func (r *Registry) resume(gangID, memberID string, req JoinRequest, ttl time.Dur
 	case len(g.members) >= g.size:
 		return Status{}, fmt.Errorf("%w: gang %q is already complete with %d members", ErrConflict, gangID, g.size)
 	}
-	g.members[memberID] = &memberRecord{ttl: ttl, Member: Member{
-		ID: memberID, State: MemberRunning, AllocID: req.AllocID, AllocName: req.AllocName,
-		AllocIndex: req.AllocIndex, Group: req.Group, Task: req.Task, NodeID: req.NodeID,
-		NodeName: req.NodeName, Addr: req.Addr, Port: req.Port, Rank: res.Rank, NodeRank: res.NodeRank,
-		LocalRank: res.LocalRank, LocalWorldSize: res.LocalWorldSize, JoinedAt: now, LastSeen: now,
-	}}
+	m := newMemberRecord(memberID, MemberRunning, req, ttl, now)
+	m.Rank, m.NodeRank, m.LocalRank, m.LocalWorldSize = res.Rank, res.NodeRank, res.LocalRank, res.LocalWorldSize
+	g.members[memberID] = m
 	r.changedLocked(g)
 	return r.statusLocked(g), nil
+}
+
+// newMemberRecord is a member as its join describes it, without ranks.
+func newMemberRecord(id string, state MemberState, req JoinRequest, ttl time.Duration, now time.Time) *memberRecord {
+	return &memberRecord{ttl: ttl, Member: Member{
+		ID: id, State: state, AllocID: req.AllocID, AllocName: req.AllocName,
+		AllocIndex: req.AllocIndex, Group: req.Group, Task: req.Task, NodeID: req.NodeID,
+		NodeName: req.NodeName, Addr: req.Addr, Port: req.Port,
+		Rank: -1, NodeRank: -1, LocalRank: -1, JoinedAt: now, LastSeen: now,
+	}}
 }
 
 // Heartbeat refreshes a member's TTL.
