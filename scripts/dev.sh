@@ -113,11 +113,24 @@ for _ in $(seq 1 30); do
 	kill -0 "${pids[1]}" 2>/dev/null || { tail -30 "$data/impact.log"; die "impact agent exited"; }
 	sleep 1
 done
+bin/impact queue >/dev/null 2>&1 || { tail -30 "$data/impact.log"; die "impact agent not answering on $IMPACT_ADDR after 30s"; }
+
+# The fake backend's control file (relative paths are next to the topology
+# copy): writing "stats <index> utilization=<pct>" there shows up in the
+# impact agent's impact_gpu_utilization_percent within a stats interval.
+ctl=$(sed -n 's/^[[:space:]]*control_file[[:space:]]*=[[:space:]]*"\(.*\)".*/\1/p' "$data/topology.hcl")
+case "$ctl" in
+"") ctl_hint="(the topology names no control_file)" ;;
+/*) ctl_hint="echo 'stats 1 utilization=77' >> $ctl" ;;
+*) ctl_hint="echo 'stats 1 utilization=77' >> $data/$ctl" ;;
+esac
+[ "$backend" = fake ] || ctl_hint="(real GPUs: DEV_GPU_BACKEND=$backend)"
 
 cat <<MSG
 
   Nomad UI:        $NOMAD_ADDR/ui
   Impact API:      $IMPACT_ADDR/v1/queue   (metrics: $IMPACT_ADDR/metrics)
+  Fake GPU stats:  $ctl_hint
 
   In another shell:
     export NOMAD_ADDR=$NOMAD_ADDR IMPACT_ADDR=$IMPACT_ADDR
