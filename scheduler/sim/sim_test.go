@@ -486,3 +486,30 @@ func TestPriorityOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointDuringGrace: a checkpoint taken inside the grace period is
+// kept. Checkpoint every 100s, grace 50s, restart 20s; H preempts L at 280;
+// L checkpoints at 300, stops at 330 losing 30s; H runs 330..380; L
+// restarts, reloads until 400 and does its last 700s: done at 1100.
+func TestCheckpointDuringGrace(t *testing.T) {
+	m := model()
+	m.CheckpointInterval, m.RestartCost, m.Grace = 100, 20, 50
+	jobs := []trace.Job{
+		job("L", 0, 1000, 1, "scavenger", 0),
+		job("H", 280, 50, 1, "critical", 0),
+	}
+	res, err := sim.Run(jobs, scripted{}, sim.Options{Cluster: cluster(t, 1, 1), Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Preemptions != 1 || res.MakespanS != 1100 || res.WaitS["critical"].P50 != 50 {
+		t.Fatalf("preemptions %d makespan %d critical wait %v", res.Preemptions, res.MakespanS, res.WaitS["critical"].P50)
+	}
+	if !near(res.LostGPUHours*3600, 30+20) || !near(res.DeliveredGPUHours*3600, 1050) {
+		t.Fatalf("lost %v delivered %v GPU-s", res.LostGPUHours*3600, res.DeliveredGPUHours*3600)
+	}
+	// L's completion time 1100, H's 100 (weights scavenger 1, critical 8).
+	if !near(res.WeightedJCTS, (1100+8*100.0)/9) {
+		t.Fatalf("weighted JCT %v", res.WeightedJCTS)
+	}
+}
