@@ -20,6 +20,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
@@ -111,20 +112,6 @@ func waitTask(t *testing.T, inst *plugintest.Instance, id string, d time.Duratio
 	return resp
 }
 
-func waitFile(t *testing.T, path string, d time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not written within %s", path, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestConformanceBasics(t *testing.T) {
 	t.Parallel()
 	inst := load(t, "")
@@ -155,7 +142,7 @@ args    = ["-c", "echo hello $NOMAD_TASK_NAME; exit %d"]`, code), nil)
 		if res.GetResult().GetExitCode() != int32(code) || res.GetResult().GetSignal() != 0 || res.GetErr() != "" {
 			t.Fatalf("exit %d: %+v", code, res)
 		}
-		if out := waitFile(t, tk.stdout, time.Second); strings.TrimSpace(out) != "hello main" {
+		if out := testwait.File(t, tk.stdout, time.Second); strings.TrimSpace(out) != "hello main" {
 			t.Fatalf("stdout %q", out)
 		}
 		// Waiting again returns at once; InspectTask says exited.
@@ -205,7 +192,7 @@ func TestConformanceStopSignalStatsExec(t *testing.T) {
 command = "/bin/sh"
 args    = ["-c", "trap 'echo term' TERM; echo x > ready; while true; do sleep 0.05; done"]`, nil)
 	start(t, inst, tk)
-	waitFile(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
 	began := time.Now()
 	if _, err := inst.Driver.StopTask(ctx, &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGTERM", Timeout: durationpb.New(400 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
@@ -265,14 +252,14 @@ args    = ["30"]`, nil)
 command = "/bin/sh"
 args    = ["-c", "trap 'echo usr1 > got; exit 0' USR1; echo x > ready; while true; do sleep 0.05; done"]`, nil)
 	start(t, inst, tk)
-	waitFile(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
 	if _, err := inst.Driver.SignalTask(ctx, &driverpb.SignalTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGUSR1"}); err != nil {
 		t.Fatal(err)
 	}
 	if res := waitTask(t, inst, tk.cfg.Id, 10*time.Second); res.GetResult().GetExitCode() != 0 {
 		t.Fatalf("after signal: %+v", res)
 	}
-	if got := waitFile(t, filepath.Join(tk.dir, "got"), time.Second); strings.TrimSpace(got) != "usr1" {
+	if got := testwait.File(t, filepath.Join(tk.dir, "got"), time.Second); strings.TrimSpace(got) != "usr1" {
 		t.Fatalf("signal file %q", got)
 	}
 	if _, err := inst.Driver.SignalTask(ctx, &driverpb.SignalTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGBOGUS"}); status.Code(err) != codes.InvalidArgument {
@@ -289,7 +276,7 @@ func TestConformanceRecoverAfterPluginRestart(t *testing.T) {
 command = "/bin/sh"
 args    = ["-c", "echo x > ready; exec sleep 60"]`, nil)
 	handle := start(t, inst, tk)
-	waitFile(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
 	// An event of the supervisor is forwarded once, not again by the next
 	// plugin process.
 	eventsFile := filepath.Join(tk.dir, ".impact-exec", "abcd1234", executor.EventsFile)
@@ -467,7 +454,7 @@ gang {
 		if res := waitTask(t, inst, tk.cfg.Id, 20*time.Second); res.GetResult().GetExitCode() != 0 {
 			t.Fatalf("member %d: %+v", i, res)
 		}
-		if got := strings.TrimSpace(waitFile(t, filepath.Join(tk.dir, "rank"), time.Second)); got != fmt.Sprintf("%d 2 29500", i) {
+		if got := strings.TrimSpace(testwait.File(t, filepath.Join(tk.dir, "rank"), time.Second)); got != fmt.Sprintf("%d 2 29500", i) {
 			t.Fatalf("member %d wrote %q", i, got)
 		}
 	}
@@ -514,8 +501,8 @@ gang {
 	failing := newTask(t, "failing", failCfg, merge(meta, map[string]string{"NOMAD_ALLOC_INDEX": "1"}))
 	start(t, inst, peer)
 	start(t, inst, failing)
-	waitFile(t, filepath.Join(peer.dir, "ready"), 10*time.Second)
-	waitFile(t, filepath.Join(failing.dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(peer.dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(failing.dir, "ready"), 10*time.Second)
 	os.WriteFile(filepath.Join(failing.dir, "go"), []byte("1"), 0o644)
 	if res := waitTask(t, inst, failing.cfg.Id, 10*time.Second); res.GetResult().GetExitCode() != 5 {
 		t.Fatalf("failing member: %+v", res)
@@ -524,7 +511,7 @@ gang {
 	if res.GetResult().GetExitCode() != 130 || !strings.Contains(res.GetErr(), "gang") {
 		t.Fatalf("peer: %+v", res)
 	}
-	if got := strings.TrimSpace(waitFile(t, filepath.Join(peer.dir, "ckpt"), time.Second)); got != "ckpt" {
+	if got := strings.TrimSpace(testwait.File(t, filepath.Join(peer.dir, "ckpt"), time.Second)); got != "ckpt" {
 		t.Fatalf("peer checkpoint file %q", got)
 	}
 	deadline = time.Now().Add(5 * time.Second)
@@ -752,7 +739,7 @@ args    = ["-c", "echo run >> runs; exec sleep 30"]`, nil)
 	if handle == nil {
 		t.Fatal("no StartTask succeeded")
 	}
-	if got := waitFile(t, filepath.Join(tk.dir, "runs"), 10*time.Second); got != "run\n" {
+	if got := testwait.File(t, filepath.Join(tk.dir, "runs"), 10*time.Second); got != "run\n" {
 		t.Fatalf("command ran %q", got)
 	}
 

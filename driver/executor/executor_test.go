@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
 )
 
 // The test binary doubles as the supervisor: Launch runs `<test> supervise DIR`.
@@ -70,20 +71,6 @@ func wait(t *testing.T, p *Process, d time.Duration) Exit {
 	return ex
 }
 
-func waitFile(t *testing.T, path string, d time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not written within %s", path, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestExitCodeEnvAndLogs(t *testing.T) {
 	t.Parallel()
 	spec, state := testSpec(t, `echo "$GREETING from $(pwd)"; echo oops >&2; exit 3`)
@@ -112,7 +99,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	// TERM is trapped and ignored, so only SIGKILL ends the task.
 	spec, state := testSpec(t, `trap 'echo got-term' TERM; echo x > `+ready+`; while true; do sleep 0.05; done`)
 	p := launch(t, spec, state)
-	waitFile(t, filepath.Join(spec.Dir, ready), 10*time.Second)
+	testwait.File(t, filepath.Join(spec.Dir, ready), 10*time.Second)
 	start := time.Now()
 	if err := p.Stop(syscall.SIGTERM, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -130,7 +117,7 @@ func TestStopWithSignalBeforeTimeout(t *testing.T) {
 	t.Parallel()
 	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
 	p := launch(t, spec, state)
-	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
 	if err := p.Stop(syscall.SIGINT, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +131,7 @@ func TestSignalForwarded(t *testing.T) {
 	t.Parallel()
 	spec, state := testSpec(t, `trap 'echo usr1 > got; exit 0' USR1; echo x > ready; while true; do sleep 0.05; done`)
 	p := launch(t, spec, state)
-	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
 	sig, err := ParseSignal("SIGUSR1")
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +142,7 @@ func TestSignalForwarded(t *testing.T) {
 	if ex := wait(t, p, 10*time.Second); ex.ExitCode != 0 || ex.Signal != 0 {
 		t.Fatalf("exit: %+v", ex)
 	}
-	if got := waitFile(t, filepath.Join(spec.Dir, "got"), time.Second); strings.TrimSpace(got) != "usr1" {
+	if got := testwait.File(t, filepath.Join(spec.Dir, "got"), time.Second); strings.TrimSpace(got) != "usr1" {
 		t.Fatalf("got %q", got)
 	}
 	if err := p.Signal(sig); err == nil {
@@ -167,7 +154,7 @@ func TestAttachAfterPluginLoss(t *testing.T) {
 	t.Parallel()
 	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
 	p := launch(t, spec, state)
-	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
 	// A new plugin process only has the persisted state.
 	q, err := Attach(p.State(), hclog.NewNullLogger())
 	if err != nil {
@@ -243,11 +230,7 @@ func events(t *testing.T, p *Process) string {
 
 func TestGangRendezvousEnv(t *testing.T) {
 	t.Parallel()
-	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startGangServer(t)
 	const n = 3
 	procs := make([]*Process, n)
 	specs := make([]Spec, n)
@@ -273,11 +256,7 @@ func TestGangRendezvousEnv(t *testing.T) {
 
 func TestGangBarrierTimeout(t *testing.T) {
 	t.Parallel()
-	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startGangServer(t)
 	spec, state := gangSpec(t, srv.URL, 0, 2, `echo started > started`)
 	spec.Gang.Timeout = time.Second
 	p := launch(t, spec, state)
@@ -295,11 +274,7 @@ func TestGangBarrierTimeout(t *testing.T) {
 
 func TestGangStopWhileWaiting(t *testing.T) {
 	t.Parallel()
-	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startGangServer(t)
 	spec, state := gangSpec(t, srv.URL, 0, 2, `echo started > started`)
 	p := launch(t, spec, state)
 	// A non-terminating kill signal (job kill_signal = "SIGUSR2") still
@@ -319,11 +294,7 @@ func TestGangStopWhileWaiting(t *testing.T) {
 // A failing member makes its running peers checkpoint and stop.
 func TestGangFailurePropagates(t *testing.T) {
 	t.Parallel()
-	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startGangServer(t)
 	peer := `trap 'echo ckpt > checkpointed' USR1; trap 'exit 143' TERM; echo x > ready; while true; do sleep 0.05; done`
 	var wg sync.WaitGroup
 	specs := make([]Spec, 3)
@@ -339,7 +310,7 @@ func TestGangFailurePropagates(t *testing.T) {
 		procs[i] = launch(t, specs[i], state)
 	}
 	for i := range 2 {
-		waitFile(t, filepath.Join(specs[i].Dir, "ready"), 20*time.Second)
+		testwait.File(t, filepath.Join(specs[i].Dir, "ready"), 20*time.Second)
 	}
 	os.WriteFile(filepath.Join(filepath.Dir(specs[2].Dir), "go"), []byte("1"), 0o644)
 	if ex := wait(t, procs[2], 10*time.Second); ex.ExitCode != 7 {
@@ -353,7 +324,7 @@ func TestGangFailurePropagates(t *testing.T) {
 			if !ex.Stopped || ex.ExitCode != 143 || !strings.Contains(ex.Err, "gang") {
 				t.Errorf("peer %d: %+v", i, ex)
 			}
-			if got := waitFile(t, filepath.Join(specs[i].Dir, "checkpointed"), time.Second); strings.TrimSpace(got) != "ckpt" {
+			if got := testwait.File(t, filepath.Join(specs[i].Dir, "checkpointed"), time.Second); strings.TrimSpace(got) != "ckpt" {
 				t.Errorf("peer %d checkpoint: %q", i, got)
 			}
 			if ev := events(t, procs[i]); !strings.Contains(ev, "sending checkpoint signal SIGUSR1") || !strings.Contains(ev, "exited with code 7") {
@@ -418,7 +389,7 @@ func TestGangSurvivesServerRestart(t *testing.T) {
 		procs[i] = launch(t, specs[i], state)
 	}
 	for i := range 2 {
-		waitFile(t, filepath.Join(specs[i].Dir, "ready"), 20*time.Second)
+		testwait.File(t, filepath.Join(specs[i].Dir, "ready"), 20*time.Second)
 	}
 	srv.Close()
 	srv2, err := gang.StartServer(addr, gang.RegistryConfig{}, nil)
@@ -513,10 +484,10 @@ func TestGangNomadDiscovery(t *testing.T) {
 	}
 	fn.set(reg("alloc0", 1, 20000), reg("alloc1", 0, 20001))
 	// alloc1 has alloc_index 0: it is rank 0 and the master.
-	if got := strings.TrimSpace(waitFile(t, filepath.Join(specs[1].Dir, "rank"), 10*time.Second)); got != "0 2 20001" {
+	if got := strings.TrimSpace(testwait.File(t, filepath.Join(specs[1].Dir, "rank"), 10*time.Second)); got != "0 2 20001" {
 		t.Fatalf("alloc1: %q", got)
 	}
-	if got := strings.TrimSpace(waitFile(t, filepath.Join(specs[0].Dir, "rank"), 10*time.Second)); got != "1 2 20001" {
+	if got := strings.TrimSpace(testwait.File(t, filepath.Join(specs[0].Dir, "rank"), 10*time.Second)); got != "1 2 20001" {
 		t.Fatalf("alloc0: %q", got)
 	}
 	// alloc1's allocation stops: its registration goes, alloc0 stops.
@@ -614,7 +585,7 @@ func TestGangConsulFailover(t *testing.T) {
 		procs[i] = launch(t, specs[i], state)
 	}
 	for i := range 2 {
-		if got := strings.TrimSpace(waitFile(t, filepath.Join(specs[i].Dir, "rank"), 20*time.Second)); got != fmt.Sprint(i) {
+		if got := strings.TrimSpace(testwait.File(t, filepath.Join(specs[i].Dir, "rank"), 20*time.Second)); got != fmt.Sprint(i) {
 			t.Fatalf("member %d rank %q", i, got)
 		}
 	}
@@ -641,18 +612,6 @@ func TestGangConsulFailover(t *testing.T) {
 	}
 }
 
-// waitCond polls cond until it holds or d passes.
-func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func procState(pid int) byte {
 	st, err := procStat(pid)
 	if err != nil {
@@ -667,9 +626,9 @@ func TestSignalStopFreezesTaskNotSupervisor(t *testing.T) {
 	t.Parallel()
 	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
 	p := launch(t, spec, state)
-	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
 	var child int
-	waitCond(t, 10*time.Second, "task running", func() bool {
+	testwait.For(t, 10*time.Second, "task running", func() bool {
 		pg, ok := p.runningGroup()
 		child = pg
 		return ok
@@ -677,14 +636,14 @@ func TestSignalStopFreezesTaskNotSupervisor(t *testing.T) {
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitCond(t, 5*time.Second, "task stopped (state T)", func() bool { return procState(child) == 'T' })
+	testwait.For(t, 5*time.Second, "task stopped (state T)", func() bool { return procState(child) == 'T' })
 	if s := procState(p.State().SupervisorPID); s == 'T' || s == 0 {
 		t.Fatalf("supervisor state %q after SIGSTOP", s)
 	}
 	if err := p.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitCond(t, 5*time.Second, "task continued", func() bool { return procState(child) == 'S' || procState(child) == 'R' })
+	testwait.For(t, 5*time.Second, "task continued", func() bool { return procState(child) == 'S' || procState(child) == 'R' })
 }
 
 // SIGKILL as the stop signal while the task waits at its gang barrier
@@ -692,14 +651,10 @@ func TestSignalStopFreezesTaskNotSupervisor(t *testing.T) {
 // by SIGKILL and the member leaves its gang.
 func TestStopWithSIGKILLAtBarrier(t *testing.T) {
 	t.Parallel()
-	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startGangServer(t)
 	spec, state := gangSpec(t, srv.URL, 0, 2, `echo started > started`)
 	p := launch(t, spec, state)
-	waitCond(t, 10*time.Second, "member joined", func() bool {
+	testwait.For(t, 10*time.Second, "member joined", func() bool {
 		st, _, err := srv.Registry.Get("default:train")
 		return err == nil && st.Arrived == 1
 	})
@@ -732,7 +687,7 @@ func TestLogFIFOWithoutReader(t *testing.T) {
 		}
 	}
 	p := launch(t, spec, state)
-	waitCond(t, 10*time.Second, "task running with nobody reading its log FIFOs", func() bool {
+	testwait.For(t, 10*time.Second, "task running with nobody reading its log FIFOs", func() bool {
 		_, ok := p.runningGroup()
 		return ok
 	})
@@ -764,9 +719,9 @@ func TestAttachKillsOrphanOfLostSupervisor(t *testing.T) {
 	t.Parallel()
 	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
 	p := launch(t, spec, state)
-	waitFile(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
+	testwait.File(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
 	var child int
-	waitCond(t, 10*time.Second, "task running", func() bool {
+	testwait.For(t, 10*time.Second, "task running", func() bool {
 		pg, ok := p.runningGroup()
 		child = pg
 		return ok
@@ -782,7 +737,7 @@ func TestAttachKillsOrphanOfLostSupervisor(t *testing.T) {
 	if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "orphaned task") {
 		t.Fatalf("attach: %v", err)
 	}
-	waitCond(t, 5*time.Second, "orphaned task killed", func() bool { s := procState(child); return s == 0 || s == 'Z' })
+	testwait.For(t, 5*time.Second, "orphaned task killed", func() bool { s := procState(child); return s == 0 || s == 'Z' })
 }
 
 // A grandchild that leaves the task's process group (setsid) is still
@@ -803,10 +758,10 @@ func TestNoGrandchildOutlivesTask(t *testing.T) {
 		t.Skipf("no cgroups here: %s", ev)
 	}
 	var pid int
-	if _, err := fmt.Sscan(waitFile(t, filepath.Join(spec.Dir, "escaped"), time.Second), &pid); err != nil || pid <= 0 {
+	if _, err := fmt.Sscan(testwait.File(t, filepath.Join(spec.Dir, "escaped"), time.Second), &pid); err != nil || pid <= 0 {
 		t.Fatalf("escaped pid: %v", err)
 	}
-	waitCond(t, 5*time.Second, "escaped grandchild killed", func() bool { s := procState(pid); return s == 0 || s == 'Z' })
+	testwait.For(t, 5*time.Second, "escaped grandchild killed", func() bool { s := procState(pid); return s == 0 || s == 'Z' })
 }
 
 // The task's env reaches the task, but its values do not stay on disk in
@@ -838,4 +793,15 @@ func TestSecretsLeaveTheSpecFile(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(state2, SpecFile)); strings.Contains(string(b), "s.verysecret") || !strings.Contains(string(b), "VAULT_TOKEN") {
 		t.Fatalf("spec file: %s", b)
 	}
+}
+
+// startGangServer starts a rendezvous server, closed at the test's end.
+func startGangServer(t *testing.T) *gang.Server {
+	t.Helper()
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
 }

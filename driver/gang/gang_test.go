@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
 )
 
 type fakeClock struct {
@@ -251,7 +253,7 @@ func TestBarrierPeerFailure(t *testing.T) {
 		done <- err
 	}()
 	// Wait until b has arrived, then stop the gang.
-	waitFor(t, 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "b arrived", func() bool {
 		st, err := c.Get(ctx, "g", 0, 0)
 		return err == nil && st.Arrived == 2
 	})
@@ -304,17 +306,6 @@ func TestHandlerErrors(t *testing.T) {
 	st, err := c.Join(context.Background(), "ns/job:x", "a.t", join(0, "1", 1))
 	if err != nil || st.ID != "ns/job:x" || st.State != StateReady {
 		t.Fatalf("escaped gang id: %+v %v", st, err)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -374,7 +365,7 @@ func TestBarrierSurvivesServerRestart(t *testing.T) {
 			Timeout: 20 * time.Second, Heartbeat: 100 * time.Millisecond})
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool { _, _, err := s.Registry.Get("g"); return err == nil })
+	testwait.For(t, 5*time.Second, "a joined", func() bool { _, _, err := s.Registry.Get("g"); return err == nil })
 	s.Close()
 	s2, err := StartServer(addr, RegistryConfig{}, nil)
 	if err != nil {
@@ -382,7 +373,10 @@ func TestBarrierSurvivesServerRestart(t *testing.T) {
 	}
 	defer s2.Close()
 	// a re-joins the new registry; then b arrives and both pass.
-	waitFor(t, 10*time.Second, func() bool { st, _, err := s2.Registry.Get("g"); return err == nil && st.Arrived == 1 })
+	testwait.For(t, 10*time.Second, "a joined the restarted server", func() bool {
+		st, _, err := s2.Registry.Get("g")
+		return err == nil && st.Arrived == 1
+	})
 	if _, err := c.Barrier(context.Background(), BarrierConfig{Gang: "g", Member: "b", Join: join(1, "1", 2), Timeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
