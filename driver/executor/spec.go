@@ -9,7 +9,8 @@
 //	               supervisor rewrites it without the env values once read
 //	status.json    written by the supervisor: phase, child pid (atomic rename)
 //	events.jsonl   appended by the supervisor: task events for Nomad
-//	stop           created by the plugin before a stop, so the exit counts as a stop
+//	stop           created by the plugin before a stop (holding the signal
+//	               number), so the exit counts as a stop
 //	exit.json      written by the supervisor as its last act (atomic rename)
 //	supervisor.log the supervisor's own log
 //
