@@ -177,3 +177,40 @@ func TestSimClusterFile(t *testing.T) {
 		t.Fatalf("cluster file not used:\n%s", stdout.String())
 	}
 }
+
+// TestSimDeterministic: two runs with the same seed write the same
+// report.json, except wall-clock figures (run time, decision latency) and
+// the command line (the output directory differs).
+func TestSimDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	read := func(out string) map[string]any {
+		var stdout, stderr bytes.Buffer
+		if code := Main([]string{"--trace", tr, "--format", "generic", "--nodes", "3", "--seed", "5", "--no-plots", "--quiet", "--out", out}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep map[string]any
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			t.Fatal(err)
+		}
+		delete(rep, "wall_s")
+		delete(rep["scenario"].(map[string]any), "command")
+		for _, p := range rep["policies"].([]any) {
+			delete(p.(map[string]any), "decision_latency_ms")
+		}
+		return rep
+	}
+	a, b := read(filepath.Join(dir, "a")), read(filepath.Join(dir, "b"))
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if !bytes.Equal(ja, jb) {
+		t.Fatalf("two runs differ:\n%s\n%s", ja, jb)
+	}
+	if !bytes.Contains(ja, []byte(`"preemptions"`)) {
+		t.Fatal("report has no policies")
+	}
+}
