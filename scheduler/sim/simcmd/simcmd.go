@@ -184,14 +184,15 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 	model.RestartCost = int64(f.restart / time.Second)
 	model.Grace = int64(f.grace / time.Second)
 	model.Cycle = int64(f.cycle / time.Second)
-	baseModel := model
-	baseModel.Cycle = int64(f.baseCycle / time.Second)
-	if err := baseModel.Validate(); err != nil {
-		return err
-	}
 	model.Recheck = int64(f.recheck / time.Second)
 	if err := model.Validate(); err != nil {
 		return err
+	}
+	// The baselines share every modelled effect but the cycle.
+	baseModel := model
+	baseModel.Cycle = int64(f.baseCycle / time.Second)
+	if err := baseModel.Validate(); err != nil {
+		return fmt.Errorf("--baseline-cycle: %w", err)
 	}
 
 	if os.Getenv("GOGC") == "" {

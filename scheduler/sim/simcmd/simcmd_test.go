@@ -214,3 +214,34 @@ func TestSimDeterministic(t *testing.T) {
 		t.Fatal("report has no policies")
 	}
 }
+
+// TestSimRecheckReachesBaselines: --recheck applies to the baselines too
+// (they decide at least that often while jobs wait), not only to impact.
+func TestSimRecheckReachesBaselines(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	calls := func(recheck string) float64 {
+		out := filepath.Join(dir, "r"+recheck)
+		var stdout, stderr bytes.Buffer
+		if code := Main([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "fifo-gang", "--recheck", recheck, "--no-plots", "--quiet", "--out", out}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep struct {
+			Policies []struct {
+				Cycles        float64 `json:"cycles"`
+				CyclesSkipped float64 `json:"cycles_skipped"`
+			} `json:"policies"`
+		}
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Policies[0].Cycles + rep.Policies[0].CyclesSkipped
+	}
+	if fast, slow := calls("10s"), calls("1h"); fast <= slow {
+		t.Fatalf("fifo-gang decided %v times with --recheck 10s and %v with 1h: the flag did not reach it", fast, slow)
+	}
+}
