@@ -16,7 +16,14 @@
 //     receives SIGUSR1 (its checkpoint signal), its allocation is stopped,
 //     the job is pending again, and the critical job runs;
 //  4. the explanation Variable nomad/jobs/<job>/impact exists for the
-//     preempted job.
+//     preempted job;
+//  5. GPU utilisation injected through the fake backend's control file
+//     reaches the impact agent's /metrics (device stats through Nomad).
+//
+// TestSchedulerWithACL repeats the preemption and the utilisation check
+// with a token of example/acl/impact-scheduler.policy.hcl only, and
+// TestSchedulerFailover kills the leader of two agents. The Nomad agent
+// comes from e2e/internal/nomadagent (shared with the other suites).
 package scheduler
 
 import (
@@ -24,166 +31,53 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var out []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
-}
-
-// binary returns a built binary: $IMPACT_BIN/<rel> (as `make e2e` builds
-// them) or a fresh go build into dir.
-func binary(t *testing.T, dir, rel, pkg string) string {
-	t.Helper()
-	dst := filepath.Join(dir, filepath.Base(rel))
-	if bin := os.Getenv("IMPACT_BIN"); bin != "" {
-		if b, err := os.ReadFile(filepath.Join(bin, rel)); err == nil {
-			if err := os.WriteFile(dst, b, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			return dst
-		}
-	}
-	cmd := exec.Command("go", "build", "-o", dst, pkg)
-	cmd.Dir = repoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v\n%s", pkg, err, out)
-	}
-	return dst
-}
-
-// proc is a child process with its output kept for failure reports.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	buf  bytes.Buffer
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.buf.Write(b)
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := p.buf.String()
-	if len(s) > 12000 {
-		s = s[len(s)-12000:]
-	}
-	return s
-}
-
-func start(t *testing.T, name string, env []string, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: name}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("%s output (tail):\n%s", name, p.output())
-		}
-	})
-	return p
-}
-
 type env struct {
-	t        *testing.T
-	dir      string
-	nomadURL string
-	impact   string // impact binary
-	apiURL   string // impact agent API
-	// mgmtToken is the bootstrap token when ACLs are on; the test acts as
-	// an operator with it, the impact agent gets its own limited token.
-	mgmtToken string
+	t *testing.T
+	// a is the Nomad agent; the test acts as an operator with its
+	// management token when ACLs are on, the impact agent gets its own.
+	a *nomadagent.Agent
+	// dir holds job files, markers and the impact agent's configs.
+	dir    string
+	impact string // impact binary
+	apiURL string // impact agent API
+	// ctl is the fake GPU backend's control file (stats, XIDs).
+	ctl string
 }
 
-func (e *env) nomad(args ...string) (string, error) {
-	cmd := exec.Command("nomad", args...)
-	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+e.nomadURL, "NOMAD_TOKEN="+e.mgmtToken)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
+func (e *env) nomad(args ...string) (string, error) { return e.a.CLI(args...) }
 
-func (e *env) get(base, path string, out any) error {
-	req, err := http.NewRequest(http.MethodGet, base+path, nil)
-	if err != nil {
-		return err
-	}
-	if e.mgmtToken != "" && base == e.nomadURL {
-		req.Header.Set("X-Nomad-Token", e.mgmtToken)
-	}
-	resp, err := http.DefaultClient.Do(req)
+// getAPI decodes GET path of an impact agent's API (base is its URL).
+func getAPI(base, path string, out any) error {
+	resp, err := http.Get(base + path)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != 200 && !(path == "/v1/health" && resp.StatusCode == 503) {
 		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if s, ok := out.(*string); ok {
+		*s = string(b)
+		return nil
 	}
 	return json.Unmarshal(b, out)
 }
 
-func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, info := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last: %s)", what, d, info)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
+var eventually = nomadagent.Eventually
 
 // job is a batch job of one group: count allocations of gpus GPUs each,
 // running a shell that appends "checkpoint" to marker on SIGUSR1 and exits
@@ -262,7 +156,7 @@ type allocStub struct {
 
 func (e *env) allocs(jobID string) []allocStub {
 	var out []allocStub
-	if err := e.get(e.nomadURL, "/v1/job/"+jobID+"/allocations?all=true", &out); err != nil {
+	if err := e.a.Get("/v1/job/"+jobID+"/allocations?all=true", &out); err != nil {
 		e.t.Logf("allocations of %s: %v", jobID, err)
 	}
 	return out
@@ -275,7 +169,7 @@ type jobStub struct {
 
 func (e *env) job(jobID string) jobStub {
 	var j jobStub
-	_ = e.get(e.nomadURL, "/v1/job/"+jobID, &j)
+	_ = e.a.Get("/v1/job/"+jobID, &j)
 	return j
 }
 
@@ -291,63 +185,25 @@ func (e *env) firstStart(jobID string) int64 {
 }
 
 func setup(t *testing.T, acl bool) *env {
-	if _, err := exec.LookPath("nomad"); err != nil {
-		t.Skip("no nomad binary on PATH")
-	}
-	root := repoRoot(t)
-	// Not t.TempDir: a Nomad client leaves task secrets mounted, which
-	// would fail the test's cleanup; removal here is best effort.
-	dir, err := os.MkdirTemp("", "impact-e2e-scheduler-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	plugins := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	binary(t, plugins, "plugins/impact-gpu", "github.com/impact-sched/nomad-impact/cmd/impact-gpu")
-	impact := binary(t, dir, "impact", "github.com/impact-sched/nomad-impact/cmd/impact")
+	nomadagent.Binary(t) // skip before building anything
+	root := nomadagent.RepoRoot()
+	bins := t.TempDir()
+	gpu := nomadagent.ImpactBinary(t, bins, "plugins/impact-gpu", "github.com/impact-sched/nomad-impact/cmd/impact-gpu")
+	impact := nomadagent.ImpactBinary(t, bins, "impact", "github.com/impact-sched/nomad-impact/cmd/impact")
 
 	topo, err := os.ReadFile(filepath.Join(root, "example", "topologies", "two-islands-8x-a100.hcl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	topoPath := filepath.Join(dir, "two-islands.hcl")
+	topoPath := filepath.Join(bins, "two-islands.hcl")
 	if err := os.WriteFile(topoPath, topo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-
-	ports := freePorts(t, 4)
-	nomadCfg := fmt.Sprintf(`
-data_dir   = %q
-bind_addr  = "127.0.0.1"
-log_level  = "DEBUG"
-plugin_dir = %q
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-server {
-  enabled          = true
-  bootstrap_expect = 1
-}
-client {
-  enabled = true
-  servers = ["127.0.0.1:%d"]
-  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
-acl {
-  enabled = %t
-}
+	a := nomadagent.Start(t, nomadagent.Config{
+		Prefix:  "impact-e2e-scheduler-",
+		ACL:     acl,
+		Plugins: map[string]string{"impact-gpu": gpu},
+		Extra: fmt.Sprintf(`
 plugin "raw_exec" {
   config {
     enabled = true
@@ -361,63 +217,20 @@ plugin "impact-gpu" {
     fingerprint_period = "2s"
   }
 }
-`, filepath.Join(dir, "nomad-data"), plugins, ports[0], ports[1], ports[2], ports[1], acl, topoPath)
-	nomadCfgPath := filepath.Join(dir, "nomad.hcl")
-	if err := os.WriteFile(nomadCfgPath, []byte(nomadCfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, dir: dir, nomadURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), impact: impact,
-		apiURL: fmt.Sprintf("http://127.0.0.1:%d", ports[3])}
-	start(t, "nomad", nil, "nomad", "agent", "-config", nomadCfgPath)
-	// Runs before Nomad is stopped (cleanups run last-in first-out): stop
-	// every job so no task process outlives the suite.
-	t.Cleanup(e.stopAllJobs)
-	if acl {
-		eventually(t, 60*time.Second, "acl bootstrap", func() (bool, string) {
-			out, err := e.nomad("acl", "bootstrap", "-json")
-			if err != nil {
-				return false, out
-			}
-			var tok struct{ SecretID string }
-			if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.SecretID == "" {
-				return false, out
-			}
-			e.mgmtToken = tok.SecretID
-			return true, ""
-		})
-	}
-
+`, topoPath),
+	})
+	e := &env{t: t, a: a, dir: a.Dir, impact: impact,
+		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
+		ctl:    filepath.Join(bins, "two-islands.ctl")}
 	// The node is ready with its 8 fake GPUs fingerprinted.
-	eventually(t, 90*time.Second, "nomad node with 8 GPUs", func() (bool, string) {
-		var nodes []struct {
-			ID     string
-			Status string
-		}
-		if err := e.get(e.nomadURL, "/v1/nodes", &nodes); err != nil || len(nodes) == 0 {
-			return false, fmt.Sprint("nodes: ", err)
-		}
-		var node struct {
-			NodeResources struct {
-				Devices []struct {
-					Name      string
-					Instances []struct{ ID string }
-				}
-			}
-		}
-		if err := e.get(e.nomadURL, "/v1/node/"+nodes[0].ID, &node); err != nil {
-			return false, err.Error()
-		}
-		n := 0
-		for _, d := range node.NodeResources.Devices {
-			n += len(d.Instances)
-		}
-		return nodes[0].Status == "ready" && n == 8, fmt.Sprintf("status %s, %d GPUs", nodes[0].Status, n)
+	a.WaitNode(90*time.Second, "nomad node with 8 GPUs", func(n nomadagent.Node) (bool, string) {
+		return n.Devices("gpu") == 8, fmt.Sprintf("%d GPUs", n.Devices("gpu"))
 	})
 	return e
 }
 
 // startImpact writes the policy and config and starts `impact agent`.
-func (e *env) startImpact(t *testing.T, env ...string) *proc {
+func (e *env) startImpact(t *testing.T, env ...string) *nomadagent.Process {
 	t.Helper()
 	p := e.launchImpact(t, "e2e", e.apiURL, env...)
 	eventually(t, 30*time.Second, "impact agent leading", func() (bool, string) {
@@ -425,7 +238,7 @@ func (e *env) startImpact(t *testing.T, env ...string) *proc {
 			Status string
 			Leader bool
 		}
-		err := e.get(e.apiURL, "/v1/health", &h)
+		err := getAPI(e.apiURL, "/v1/health", &h)
 		return err == nil && h.Leader, fmt.Sprintf("%+v %v", h, err)
 	})
 	return p
@@ -433,7 +246,7 @@ func (e *env) startImpact(t *testing.T, env ...string) *proc {
 
 // launchImpact writes the policy and a config named name listening at
 // apiURL, and starts `impact agent` without waiting for anything.
-func (e *env) launchImpact(t *testing.T, name, apiURL string, env ...string) *proc {
+func (e *env) launchImpact(t *testing.T, name, apiURL string, env ...string) *nomadagent.Process {
 	t.Helper()
 	policy := `
 default_tier    = "normal"
@@ -471,18 +284,82 @@ ha {
   lock_ttl     = "10s"
   state_prefix = "impact"
 }
-`, name, e.nomadURL, strings.TrimPrefix(apiURL, "http://"))
+device_stats {
+  interval     = "1s"
+  node_timeout = "1s"
+}
+`, name, e.a.Addr, strings.TrimPrefix(apiURL, "http://"))
 	cfgPath := filepath.Join(e.dir, name+".hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return start(e.t, "impact agent "+name, env, e.impact, "agent", "-config", cfgPath)
+	return nomadagent.StartProcess(e.t, "impact agent "+name, env, e.impact, "agent", "-config", cfgPath)
 }
 
 type health struct {
 	Status     string
 	Leader     bool
 	LeaderName string `json:"leader_name"`
+	Cycles     uint64
+}
+
+// waitCycles waits until the impact agent at url has run k more cycles, so
+// a check that something did not happen covers real cycles.
+func waitCycles(t *testing.T, url string, k uint64) {
+	t.Helper()
+	var h health
+	if err := getAPI(url, "/v1/health", &h); err != nil {
+		t.Fatal(err)
+	}
+	c0 := h.Cycles
+	eventually(t, 30*time.Second, fmt.Sprintf("%d more cycles", k), func() (bool, string) {
+		err := getAPI(url, "/v1/health", &h)
+		return err == nil && h.Cycles >= c0+k, fmt.Sprintf("%+v %v", h, err)
+	})
+}
+
+// gpuMetrics reads the impact agent's per-GPU utilisation series: GPU
+// index -> value, and the number of allocated GPUs with stats.
+func gpuMetrics(url string) (map[string]string, string, error) {
+	var text string
+	if err := getAPI(url, "/metrics", &text); err != nil {
+		return nil, "", err
+	}
+	perGPU := map[string]string{}
+	known := ""
+	for _, line := range strings.Split(text, "\n") {
+		if m := gpuUtilLine.FindStringSubmatch(line); m != nil {
+			perGPU[m[1]] = m[2]
+		}
+		if v, ok := strings.CutPrefix(line, "impact_gpus_allocated_with_stats "); ok {
+			known = v
+		}
+	}
+	return perGPU, known, nil
+}
+
+var gpuUtilLine = regexp.MustCompile(`^impact_gpu_utilization_percent\{gpu="[^"]+",index="(\d+)",node="[^"]+"\} (\S+)$`)
+
+// checkUtilization injects a utilisation for GPU 1 through the fake
+// backend's control file and waits for it in the impact agent's metrics,
+// next to the other 7 GPUs and the blocker's 4 allocated GPUs with stats:
+// device stats flow impact-gpu -> Nomad client -> /v1/client/stats ->
+// impact agent -> /metrics.
+func (e *env) checkUtilization(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(e.ctl, []byte("stats 1 utilization=77 memory_used_mib=4096\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "GPU utilisation in the impact agent's metrics", func() (bool, string) {
+		perGPU, known, err := gpuMetrics(e.apiURL)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(perGPU) == 8 && perGPU["1"] == "77" && known != "" && known != "0",
+			fmt.Sprintf("per GPU %v, allocated with stats %q", perGPU, known)
+	})
+	perGPU, known, _ := gpuMetrics(e.apiURL)
+	t.Logf("impact_gpu_utilization_percent by GPU index: %v; impact_gpus_allocated_with_stats %s", perGPU, known)
 }
 
 // TestSchedulerFailover runs two agents: one leads; when it is killed
@@ -490,14 +367,14 @@ type health struct {
 // delay pass, and keeps admitting, with no job admitted twice.
 func TestSchedulerFailover(t *testing.T) {
 	e := setup(t, false)
-	ports := freePorts(t, 2)
+	ports := nomadagent.FreePorts(t, 2)
 	urls := []string{fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	procs := []*proc{e.launchImpact(t, "ha-a", urls[0]), e.launchImpact(t, "ha-b", urls[1])}
+	procs := []*nomadagent.Process{e.launchImpact(t, "ha-a", urls[0]), e.launchImpact(t, "ha-b", urls[1])}
 	leader := -1
 	eventually(t, 60*time.Second, "exactly one leader", func() (bool, string) {
 		var hs [2]health
 		for i, u := range urls {
-			if err := e.get(u, "/v1/health", &hs[i]); err != nil {
+			if err := getAPI(u, "/v1/health", &hs[i]); err != nil {
 				return false, err.Error()
 			}
 		}
@@ -518,12 +395,10 @@ func TestSchedulerFailover(t *testing.T) {
 	})
 
 	killed := time.Now()
-	if err := procs[leader].cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	procs[leader].Kill()
 	eventually(t, 90*time.Second, "standby takes over", func() (bool, string) {
 		var h health
-		err := e.get(urls[standby], "/v1/health", &h)
+		err := getAPI(urls[standby], "/v1/health", &h)
 		return err == nil && h.Leader, fmt.Sprintf("%+v %v", h, err)
 	})
 	t.Logf("standby led %s after the leader was killed", time.Since(killed).Round(100*time.Millisecond))
@@ -531,15 +406,44 @@ func TestSchedulerFailover(t *testing.T) {
 	eventually(t, 60*time.Second, "admitted by the new leader", func() (bool, string) {
 		return e.runningAllocs("after") == 1, fmt.Sprintf("%+v", e.allocs("after"))
 	})
-	time.Sleep(3 * time.Second) // a few cycles of the new leader
+	waitCycles(t, urls[standby], 3)
 	for _, id := range []string{"before", "after"} {
 		var j struct{ Version uint64 }
-		if err := e.get(e.nomadURL, "/v1/job/"+id, &j); err != nil {
+		if err := e.a.Get("/v1/job/"+id, &j); err != nil {
 			t.Fatal(err)
 		}
 		if j.Version != 1 || len(e.allocs(id)) != 1 {
 			t.Errorf("%s: version %d with %d allocations, want exactly one admission (version 1, one allocation)", id, j.Version, len(e.allocs(id)))
 		}
+	}
+}
+
+// waitRunning waits until an allocation of the job runs.
+func (e *env) waitRunning(t *testing.T, jobID string, d time.Duration) {
+	t.Helper()
+	eventually(t, d, jobID+" running", func() (bool, string) {
+		return e.runningAllocs(jobID) > 0, fmt.Sprintf("%+v", e.allocs(jobID))
+	})
+}
+
+// preemptScavenger runs a scavenger job "victim" (admitted by the impact
+// agent), then a critical job "incident" that only fits by preempting it,
+// and checks the victim received its checkpoint signal (SIGUSR1, written
+// to victim.mark) before the critical job ran.
+func (e *env) preemptScavenger(t *testing.T) {
+	t.Helper()
+	marker := filepath.Join(e.dir, "victim.mark")
+	e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: marker})
+	e.waitRunning(t, "victim", 60*time.Second)
+	// Wall time must pass the policy's 1s min runtime of the victim.
+	time.Sleep(2 * time.Second)
+	e.run(job{name: "incident", tier: "critical", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
+		marker: filepath.Join(e.dir, "incident.mark")})
+	eventually(t, 90*time.Second, "critical job running", func() (bool, string) {
+		return e.runningAllocs("incident") > 0, fmt.Sprintf("incident %+v victim %+v", e.allocs("incident"), e.allocs("victim"))
+	})
+	if b, err := os.ReadFile(marker); err != nil || !strings.Contains(string(b), "checkpoint") {
+		t.Errorf("scavenger did not receive its checkpoint signal (marker %q: %v)", b, err)
 	}
 }
 
@@ -566,14 +470,7 @@ func TestScheduler(t *testing.T) {
 
 	// Hold one island for the whole suite, outside the scheduler.
 	e.run(job{name: "blocker", pool: "default", count: 1, gpus: 4, seconds: 600, marker: filepath.Join(e.dir, "blocker.mark")})
-	eventually(t, 60*time.Second, "blocker running", func() (bool, string) {
-		for _, a := range e.allocs("blocker") {
-			if a.ClientStatus == "running" {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprint(e.allocs("blocker"))
-	})
+	e.waitRunning(t, "blocker", 60*time.Second)
 
 	t.Run("impact order", func(t *testing.T) {
 		for _, j := range []job{
@@ -621,6 +518,8 @@ func TestScheduler(t *testing.T) {
 		return
 	}
 
+	t.Run("utilisation metrics", func(t *testing.T) { e.checkUtilization(t) })
+
 	t.Run("gang admitted whole", func(t *testing.T) {
 		e.run(job{name: "gang", tier: "high", pool: "impact-queue", count: 2, gpus: 2, seconds: 5,
 			marker: filepath.Join(e.dir, "gang.mark")})
@@ -645,32 +544,7 @@ func TestScheduler(t *testing.T) {
 	})
 
 	t.Run("critical preempts scavenger", func(t *testing.T) {
-		marker := filepath.Join(e.dir, "victim.mark")
-		e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: marker})
-		eventually(t, 60*time.Second, "scavenger running", func() (bool, string) {
-			for _, a := range e.allocs("victim") {
-				if a.ClientStatus == "running" {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("%+v", e.allocs("victim"))
-		})
-		time.Sleep(2 * time.Second) // past the policy's 1s min runtime
-		e.run(job{name: "incident", tier: "critical", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
-			marker: filepath.Join(e.dir, "incident.mark")})
-
-		eventually(t, 90*time.Second, "critical job running", func() (bool, string) {
-			for _, a := range e.allocs("incident") {
-				if a.ClientStatus == "running" {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("incident %+v victim %+v", e.allocs("incident"), e.allocs("victim"))
-		})
-		b, err := os.ReadFile(marker)
-		if err != nil || !strings.Contains(string(b), "checkpoint") {
-			t.Errorf("scavenger did not receive its checkpoint signal (marker %q: %v)", b, err)
-		}
+		e.preemptScavenger(t)
 		eventually(t, 30*time.Second, "scavenger back to pending", func() (bool, string) {
 			st := e.job("victim")
 			stopped := true
@@ -690,7 +564,7 @@ func TestScheduler(t *testing.T) {
 			Items map[string]string
 		}
 		eventually(t, 30*time.Second, "nomad/jobs/victim/impact written", func() (bool, string) {
-			err := e.get(e.nomadURL, "/v1/var/nomad/jobs/victim/impact", &v)
+			err := e.a.Get("/v1/var/nomad/jobs/victim/impact", &v)
 			return err == nil && len(v.Items) > 0, fmt.Sprint(err)
 		})
 		t.Logf("explain Variable of the preempted job: %v", v.Items)
@@ -716,7 +590,7 @@ func TestScheduler(t *testing.T) {
 // explanations with no more than that policy grants.
 func TestSchedulerWithACL(t *testing.T) {
 	e := setup(t, true)
-	policy := filepath.Join(repoRoot(t), "example", "acl", "impact-scheduler.policy.hcl")
+	policy := filepath.Join(nomadagent.RepoRoot(), "example", "acl", "impact-scheduler.policy.hcl")
 	if out, err := e.nomad("acl", "policy", "apply", "-description", "impact scheduler", "impact-scheduler", policy); err != nil {
 		t.Fatalf("applying the example ACL policy: %v\n%s", err, out)
 	}
@@ -731,62 +605,14 @@ func TestSchedulerWithACL(t *testing.T) {
 	// The agent creates the parking pool itself (node_pool write).
 	e.startImpact(t, "NOMAD_TOKEN="+tok.SecretID)
 	e.run(job{name: "blocker", pool: "default", count: 1, gpus: 4, seconds: 600, marker: filepath.Join(e.dir, "blocker.mark")})
-	e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
-		marker: filepath.Join(e.dir, "victim.mark")})
-	eventually(t, 60*time.Second, "scavenger admitted and running", func() (bool, string) {
-		for _, a := range e.allocs("victim") {
-			if a.ClientStatus == "running" {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v", e.allocs("victim"))
-	})
-	time.Sleep(2 * time.Second)
-	e.run(job{name: "incident", tier: "critical", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
-		marker: filepath.Join(e.dir, "incident.mark")})
-	eventually(t, 90*time.Second, "critical running after preempting with the limited token", func() (bool, string) {
-		for _, a := range e.allocs("incident") {
-			if a.ClientStatus == "running" {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("incident %+v victim %+v", e.allocs("incident"), e.allocs("victim"))
-	})
-	if b, err := os.ReadFile(filepath.Join(e.dir, "victim.mark")); err != nil || !strings.Contains(string(b), "checkpoint") {
-		t.Errorf("checkpoint signal not delivered with the limited token: %q %v", b, err)
-	}
+	e.preemptScavenger(t)
+	// node read is enough for the device stats poll.
+	e.checkUtilization(t)
 	var v struct{ Items map[string]string }
 	eventually(t, 30*time.Second, "explanation written with the limited token", func() (bool, string) {
-		err := e.get(e.nomadURL, "/v1/var/nomad/jobs/victim/impact", &v)
+		err := e.a.Get("/v1/var/nomad/jobs/victim/impact", &v)
 		return err == nil && len(v.Items) > 0, fmt.Sprint(err)
 	})
-}
-
-func (e *env) stopAllJobs() {
-	var jobs []struct{ ID string }
-	if err := e.get(e.nomadURL, "/v1/jobs", &jobs); err != nil {
-		return
-	}
-	for _, j := range jobs {
-		_, _ = e.nomad("job", "stop", "-detach", j.ID)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var allocs []allocStub
-		if err := e.get(e.nomadURL, "/v1/allocations", &allocs); err != nil {
-			return
-		}
-		live := 0
-		for _, a := range allocs {
-			if a.ClientStatus == "running" || a.ClientStatus == "pending" {
-				live++
-			}
-		}
-		if live == 0 {
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {
