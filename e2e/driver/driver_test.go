@@ -721,9 +721,15 @@ func TestGangFailureAndTimeoutOnNomad(t *testing.T) {
 		}
 		return len(as) == 2 && failed == 2, fmt.Sprintf("%d allocs, %d failed", len(as), failed)
 	})
+	ranks := map[string]int{}
 	for _, al := range allocsOf("prop") {
 		out, evs := logsOf(al), taskEvents(al)
 		t.Logf("%s:\n%s\nevents:\n%s", al.Name, out, evs)
+		for _, r := range []string{"rank=0", "rank=1"} {
+			if strings.Contains(out, r) {
+				ranks[r]++
+			}
+		}
 		if strings.Contains(out, "rank=0") {
 			if !strings.Contains(out, "checkpoint\ninterrupted") {
 				t.Errorf("rank 0 was not checkpointed then interrupted: %q", out)
@@ -733,6 +739,10 @@ func TestGangFailureAndTimeoutOnNomad(t *testing.T) {
 				t.Errorf("rank 0 events lack the propagation: %s", evs)
 			}
 		}
+	}
+	// The checks above ran: one member printed each rank.
+	if ranks["rank=0"] != 1 || ranks["rank=1"] != 1 {
+		t.Fatalf("ranks printed by the members: %v, want rank=0 and rank=1 once each", ranks)
 	}
 	eventually(t, 60*time.Second, "lonely member failed at the barrier", func() (bool, string) {
 		as := allocsOf("lonely")
