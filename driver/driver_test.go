@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -819,4 +821,83 @@ func TestRunByHand(t *testing.T) {
 	if _, errOut, code = run("gang-server", "-h"); code != 0 || !strings.Contains(errOut, "-listen") || !strings.Contains(errOut, "-ttl") {
 		t.Fatalf("gang-server -h: exit %d: %q", code, errOut)
 	}
+}
+
+// fakeStream is a server stream whose context the test cancels.
+type fakeStream[T any] struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent chan *T
+}
+
+func (f *fakeStream[T]) Context() context.Context { return f.ctx }
+
+func (f *fakeStream[T]) Send(m *T) error {
+	select {
+	case f.sent <- m:
+	default:
+	}
+	return nil
+}
+
+func newFakeStream[T any]() (*fakeStream[T], context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &fakeStream[T]{ctx: ctx, sent: make(chan *T, 16)}, cancel
+}
+
+// returnsAfterCancel runs serve, waits for its first message, cancels its
+// stream and requires it to return: no stream goroutine outlives its client.
+func returnsAfterCancel[T any](t *testing.T, what string, serve func(*fakeStream[T]) error, first bool) {
+	t.Helper()
+	s, cancel := newFakeStream[T]()
+	done := make(chan error, 1)
+	go func() { done <- serve(s) }()
+	if first {
+		select {
+		case <-s.sent:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no first message", what)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s after cancel: %v", what, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s still running 5s after its client went away", what)
+	}
+}
+
+func TestStreamsEndWhenTheClientGoesAway(t *testing.T) {
+	t.Parallel()
+	d := New(hclog.NewNullLogger(), binary)
+	returnsAfterCancel(t, "Fingerprint", func(s *fakeStream[driverpb.FingerprintResponse]) error {
+		return d.Fingerprint(&driverpb.FingerprintRequest{}, s)
+	}, true)
+
+	returnsAfterCancel(t, "TaskEvents", func(s *fakeStream[driverpb.DriverTaskEvent]) error {
+		return d.TaskEvents(&driverpb.TaskEventsRequest{}, s)
+	}, false)
+	d.events.mu.Lock()
+	subs := len(d.events.subs)
+	d.events.mu.Unlock()
+	if subs != 0 {
+		t.Fatalf("%d event subscriptions left after the streams ended", subs)
+	}
+
+	tk := newTask(t, "streamed", `
+command = "sleep"
+args    = ["30"]`, nil)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := d.StartTask(ctx, &driverpb.StartTaskRequest{Task: tk.cfg}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.DestroyTask(context.Background(), &driverpb.DestroyTaskRequest{TaskId: tk.cfg.Id, Force: true})
+	})
+	returnsAfterCancel(t, "TaskStats", func(s *fakeStream[driverpb.TaskStatsResponse]) error {
+		return d.TaskStats(&driverpb.TaskStatsRequest{TaskId: tk.cfg.Id, CollectionInterval: durationpb.New(time.Hour)}, s)
+	}, true)
 }
