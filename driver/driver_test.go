@@ -901,3 +901,34 @@ args    = ["30"]`, nil)
 		return d.TaskStats(&driverpb.TaskStatsRequest{TaskId: tk.cfg.Id, CollectionInterval: durationpb.New(time.Hour)}, s)
 	}, true)
 }
+
+// RecoverTask refuses handles it cannot read, naming why, without
+// tracking anything; Nomad then destroys and restarts the task.
+func TestRecoverRejectsBadHandles(t *testing.T) {
+	t.Parallel()
+	d := New(hclog.NewNullLogger(), binary)
+	ctx := ctxT(t, 10*time.Second)
+	tk := newTask(t, "old", `command = "true"`, nil)
+	state := []byte(`{"executor":{"dir":"/nonexistent","supervisor_pid":1}}`)
+	cases := []struct {
+		name   string
+		handle *driverpb.TaskHandle
+		code   codes.Code
+		says   string
+	}{
+		{"no handle", nil, codes.InvalidArgument, "handle"},
+		{"newer version", &driverpb.TaskHandle{Version: taskHandleVersion + 1, Config: tk.cfg, DriverState: state}, codes.FailedPrecondition, "handle version 2"},
+		{"pre-0.9 version", &driverpb.TaskHandle{Version: 0, Config: tk.cfg, DriverState: state}, codes.FailedPrecondition, "handle version 0"},
+		{"bad state", &driverpb.TaskHandle{Version: taskHandleVersion, Config: tk.cfg, DriverState: []byte("{")}, codes.FailedPrecondition, "decoding driver state"},
+		{"gone state dir", &driverpb.TaskHandle{Version: taskHandleVersion, Config: tk.cfg, DriverState: state}, codes.FailedPrecondition, "task state dir"},
+	}
+	for _, c := range cases {
+		_, err := d.RecoverTask(ctx, &driverpb.RecoverTaskRequest{Handle: c.handle})
+		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want %s saying %q", c.name, err, c.code, c.says)
+		}
+	}
+	if _, err := d.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id}); status.Code(err) != codes.NotFound {
+		t.Fatalf("a refused handle is tracked: %v", err)
+	}
+}
