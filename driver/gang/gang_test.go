@@ -449,3 +449,87 @@ func TestRegistryTTLAndRetentionBoundaries(t *testing.T) {
 		t.Fatalf("ended gang kept past its retention: %v", err)
 	}
 }
+
+func permutations(n int) [][]int {
+	if n == 1 {
+		return [][]int{{0}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// Ranks depend on who the members are, never on the order they join in
+// (or the order Nomad lists their services).
+func TestRanksIndependentOfArrivalOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nodes := []string{"2", "1", "2", "1"}
+	var want map[string]Assignment
+	for _, order := range permutations(4) {
+		reg := NewRegistry(RegistryConfig{})
+		var st Status
+		for _, i := range order {
+			var err error
+			if st, err = reg.Join(ctx, "g", MemberID(fmt.Sprintf("alloc%d", i), "trainer"), join(i, nodes[i], 4)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, _, _ = reg.Get("g")
+		got := map[string]Assignment{}
+		for i := range 4 {
+			id := MemberID(fmt.Sprintf("alloc%d", i), "trainer")
+			a, err := AssignmentFor(st, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[id] = a
+		}
+		if want == nil {
+			want = got
+			// alloc index order; node ranks by first appearance in rank order.
+			if a := got[MemberID("alloc0", "trainer")]; a.Rank != 0 || a.NodeRank != 0 || a.MasterAddr != "10.0.0.2" {
+				t.Fatalf("rank 0: %+v", a)
+			}
+			if a := got[MemberID("alloc3", "trainer")]; a.Rank != 3 || a.NodeRank != 1 || a.LocalRank != 1 {
+				t.Fatalf("rank 3: %+v", a)
+			}
+			continue
+		}
+		for id, a := range got {
+			if a != want[id] {
+				t.Fatalf("join order %v: %s got %+v, first order gave %+v", order, id, a, want[id])
+			}
+		}
+	}
+
+	regs := []ServiceRegistration{
+		{ID: "s-a", AllocID: "a", NodeID: "n2", Address: "10.0.0.2", Port: 1, Tags: []string{"alloc_index=1"}},
+		{ID: "s-b", AllocID: "b", NodeID: "n1", Address: "10.0.0.1", Port: 2, Tags: []string{"alloc_index=0"}},
+		{ID: "s-c", AllocID: "c", NodeID: "n1", Address: "10.0.0.1", Port: 3, Tags: []string{"alloc_index=2"}},
+	}
+	var wantOrder []string
+	for _, order := range permutations(3) {
+		shuffled := make([]ServiceRegistration, 0, 3)
+		for _, i := range order {
+			shuffled = append(shuffled, regs[i])
+		}
+		a, allocs, err := assignFromServices("g", "a", byAlloc(shuffled))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Rank != 1 || a.MasterPort != 2 || a.NodeRank != 1 || a.NNodes != 2 {
+			t.Fatalf("order %v: %+v", order, a)
+		}
+		if wantOrder == nil {
+			wantOrder = allocs
+		} else if fmt.Sprint(allocs) != fmt.Sprint(wantOrder) {
+			t.Fatalf("order %v: rank order %v, first gave %v", order, allocs, wantOrder)
+		}
+	}
+}
