@@ -805,3 +805,21 @@ func startGangServer(t *testing.T) *gang.Server {
 	t.Cleanup(func() { srv.Close() })
 	return srv
 }
+
+// Destroy removes the state dir, yet waiting afterwards (a WaitTask still
+// pending, or a second one) still reports how the task ended.
+func TestWaitAfterDestroy(t *testing.T) {
+	t.Parallel()
+	spec, state := testSpec(t, `exit 4`)
+	p := launch(t, spec, state)
+	<-p.Done()
+	if err := p.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Fatalf("state dir after destroy: %v", err)
+	}
+	if ex := wait(t, p, time.Second); ex.ExitCode != 4 {
+		t.Fatalf("exit after destroy: %+v", ex)
+	}
+}

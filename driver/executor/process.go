@@ -38,6 +38,9 @@ type Process struct {
 
 	release     chan struct{} // closed by Release: stop watching
 	releaseOnce sync.Once
+
+	exitMu sync.Mutex
+	exit   *Exit // the exit file, once read
 }
 
 // PollInterval is how often an attached (not our child) supervisor is
@@ -177,6 +180,18 @@ func (p *Process) Wait(ctx context.Context) (Exit, error) {
 	case <-ctx.Done():
 		return Exit{}, ctx.Err()
 	}
+	return p.result()
+}
+
+// result reads the exit file once and keeps it: Destroy removes the state
+// dir, and a WaitTask still pending (or called again) must get the same
+// answer afterwards.
+func (p *Process) result() (Exit, error) {
+	p.exitMu.Lock()
+	defer p.exitMu.Unlock()
+	if p.exit != nil {
+		return *p.exit, nil
+	}
 	var ex Exit
 	if err := readJSON(p.state.Dir, ExitFile, &ex); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -184,6 +199,7 @@ func (p *Process) Wait(ctx context.Context) (Exit, error) {
 		}
 		return Exit{}, err
 	}
+	p.exit = &ex
 	return ex, nil
 }
 
@@ -293,6 +309,7 @@ func (p *Process) Destroy() error {
 			return err
 		}
 	}
+	_, _ = p.result() // kept for a WaitTask still to answer
 	return os.RemoveAll(p.state.Dir)
 }
 
