@@ -172,7 +172,7 @@ func (r *runner) submit(j *Job) {
 	j.State = Pending
 	j.queuedAt = r.now
 	r.st.pending = append(r.st.Queue(), j) // submit order: always the tail
-	r.st.changes = append(r.st.changes, Change{Submitted, j})
+	r.st.changes = append(r.st.changes, Change{Kind: Submitted, Job: j, At: r.now})
 	r.acc.demand(j, +1)
 	r.markDirty()
 }
@@ -274,7 +274,7 @@ func (r *runner) place(p Placement) error {
 	j.epoch++
 	r.st.pendingDirty = true
 	r.st.running[j.Index] = j
-	r.st.changes = append(r.st.changes, Change{Started, j})
+	r.st.changes = append(r.st.changes, Change{Kind: Started, Job: j, At: r.now, Allocs: append([]Alloc(nil), j.Allocs...)})
 	r.push(event{t: j.ExpectedEnd(r.opts.Model), kind: evFinish, job: j.Index, epoch: j.epoch})
 	return nil
 }
@@ -294,7 +294,7 @@ func (r *runner) preempt(p Preemption) error {
 	r.issued++
 	j.State = Stopping
 	j.StopAt = r.now + grace
-	r.st.changes = append(r.st.changes, Change{StopRequested, j})
+	r.st.changes = append(r.st.changes, Change{Kind: StopRequested, Job: j, At: r.now})
 	if j.ExpectedEnd(r.opts.Model) <= j.StopAt {
 		return nil // it finishes inside its grace period: the finish event ends it
 	}
@@ -330,11 +330,12 @@ func (r *runner) finish(j *Job) {
 	j.Saved = j.Duration
 	j.State = Done
 	j.Finish = r.now
+	held := append([]Alloc(nil), j.Allocs...)
 	r.freeGPUs(j)
 	r.acc.demand(j, -1)
 	r.acc.done++
 	r.acc.end = r.now
-	r.st.changes = append(r.st.changes, Change{Finished, j})
+	r.st.changes = append(r.st.changes, Change{Kind: Finished, Job: j, At: r.now, Allocs: held})
 	r.markDirty()
 }
 
@@ -351,12 +352,13 @@ func (r *runner) release(j *Job) {
 	j.Restarts++
 	j.Preempted++
 	r.acc.preemptions++
+	held := append([]Alloc(nil), j.Allocs...)
 	r.freeGPUs(j)
 	j.Start = -1
 	j.State = Pending
 	j.queuedAt = r.now
 	j.epoch++
 	r.st.enqueue(j)
-	r.st.changes = append(r.st.changes, Change{Requeued, j})
+	r.st.changes = append(r.st.changes, Change{Kind: Requeued, Job: j, At: r.now, Allocs: held})
 	r.markDirty()
 }

@@ -243,6 +243,13 @@ const (
 type Change struct {
 	Kind ChangeKind
 	Job  *Job
+	// At is when it happened (for Started, the run's start).
+	At int64
+	// Allocs, for Started, Finished and Requeued, are the allocations of
+	// the run that started or ended (a copy: the job's own are cleared
+	// when it releases its GPUs), so that a scheduler that learns of a run
+	// only after it ended can still account for it.
+	Allocs []Alloc
 }
 
 // Changes returns what happened to jobs since the previous cycle, in order,

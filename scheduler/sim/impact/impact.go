@@ -186,38 +186,37 @@ func (s *Scheduler) clusterJob(j *sim.Job, state cluster.JobState) *cluster.Job 
 	}
 }
 
-// allocs describes the running allocations of j. prev, when it describes
-// the same run, lends its IDs and GPU lists (saving the formatting).
-func (s *Scheduler) allocs(j *sim.Job, ckpt int64, stopping bool, prev []*cluster.Alloc) []*cluster.Alloc {
-	out := make([]*cluster.Alloc, 0, len(j.Allocs))
-	if len(prev) == len(j.Allocs) {
-		for _, p := range prev {
-			ca := *p
-			ca.Stopping = stopping
-			ca.LastCheckpoint = time.Time{}
-			if ckpt > j.Start {
-				ca.LastCheckpoint = at(ckpt)
-			}
-			out = append(out, &ca)
-		}
-		return out
-	}
-	for m, a := range j.Allocs {
+// runAllocs describes a run of j on held, started at start.
+func (s *Scheduler) runAllocs(j *sim.Job, held []sim.Alloc, start int64) []*cluster.Alloc {
+	out := make([]*cluster.Alloc, 0, len(held))
+	for m, a := range held {
 		ca := &cluster.Alloc{
-			ID:       j.ID + "/" + strconv.Itoa(j.Restarts) + "/" + strconv.Itoa(m),
-			JobID:    j.ID,
-			Group:    "main",
-			NodeID:   s.nodeIDs[a.Node],
-			Start:    at(j.Start),
-			Stopping: stopping,
-		}
-		if ckpt > j.Start {
-			ca.LastCheckpoint = at(ckpt)
+			ID:     j.ID + "/" + strconv.Itoa(j.Restarts) + "/" + strconv.Itoa(m),
+			JobID:  j.ID,
+			Group:  "main",
+			NodeID: s.nodeIDs[a.Node],
+			Start:  at(start),
 		}
 		for _, g := range a.GPUs {
 			ca.GPUs = append(ca.GPUs, s.gpuIDs[a.Node][g])
 		}
 		out = append(out, ca)
+	}
+	return out
+}
+
+// restamp copies a run's allocations with its last checkpoint (none if
+// ckpt is the start) and whether it is stopping.
+func restamp(prev []*cluster.Alloc, ckpt int64, stopping bool) []*cluster.Alloc {
+	out := make([]*cluster.Alloc, 0, len(prev))
+	for _, p := range prev {
+		ca := *p
+		ca.Stopping = stopping
+		ca.LastCheckpoint = time.Time{}
+		if ckpt > p.Start.Unix() {
+			ca.LastCheckpoint = at(ckpt)
+		}
+		out = append(out, &ca)
 	}
 	return out
 }
@@ -231,9 +230,12 @@ func (s *Scheduler) upsertAllocs(as []*cluster.Alloc) error {
 	return nil
 }
 
-func (s *Scheduler) deleteAllocs(ri *runInfo) {
+// finishAllocs tells the store a run ended at end, as the live watcher
+// does: the engine charges the run's GPU time up to end to its project's
+// fair-share usage, even if no cycle saw it running.
+func (s *Scheduler) finishAllocs(ri *runInfo, end int64) {
 	for _, a := range ri.allocs {
-		s.store.DeleteAlloc(a.ID)
+		s.store.FinishAlloc(a.ID, at(end))
 	}
 }
 
@@ -249,15 +251,16 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 				return err
 			}
 		case sim.Started:
-			if j.State != sim.Running && j.State != sim.Stopping {
-				continue // already finished: its Finished change follows
-			}
+			// A run that already ended is recorded too: its Finished
+			// change follows and charges its GPU time.
 			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobRunning)); err != nil {
 				return err
 			}
-			ri := &runInfo{job: j, ckpt: j.Start, allocs: s.allocs(j, j.Start, false, nil)}
+			ri := &runInfo{job: j, ckpt: c.At, allocs: s.runAllocs(j, c.Allocs, c.At)}
 			s.running[j.Index] = ri
-			s.watchCkpt(ri)
+			if j.State == sim.Running {
+				s.watchCkpt(ri)
+			}
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
 			}
@@ -266,13 +269,13 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			if ri == nil || j.State != sim.Stopping {
 				continue // already stopped or finished: the next change says which
 			}
-			ri.allocs = s.allocs(j, ri.ckpt, true, ri.allocs)
+			ri.allocs = restamp(ri.allocs, ri.ckpt, true)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
 			}
 		case sim.Requeued:
 			if ri := s.running[j.Index]; ri != nil {
-				s.deleteAllocs(ri)
+				s.finishAllocs(ri, c.At)
 				delete(s.running, j.Index)
 			}
 			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued)); err != nil {
@@ -280,7 +283,7 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			}
 		case sim.Finished:
 			if ri := s.running[j.Index]; ri != nil {
-				s.deleteAllocs(ri)
+				s.finishAllocs(ri, c.At)
 				delete(s.running, j.Index)
 			}
 			s.store.DeleteJob(j.ID)
@@ -298,7 +301,7 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 		}
 		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {
 			ri.ckpt = ck
-			ri.allocs = s.allocs(j, ck, false, ri.allocs)
+			ri.allocs = restamp(ri.allocs, ck, false)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
 			}
@@ -313,12 +316,12 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 // idle reports a cycle whose plan is certainly empty, so the engine need
 // not run: no node has room for any waiting allocation, no waiting job
 // belongs to a tier that may preempt, and no allocation ended since the
-// last cycle. The skipped plan would be empty; what changes is only where
-// the engine splits its fair-share accrual (it charges the allocations
-// still running by elapsed time at its next cycle: the same totals up to
-// floating-point rounding, which can still tip a later tie between
-// scores). Usage of allocations that ended in between, which the engine
-// would never charge, cannot arise because such cycles are not skipped.
+// last cycle (its GPUs could admit a job). The skipped plan would be
+// empty; what changes is only where the engine splits its fair-share
+// accrual (at its next cycle it charges the allocations still running by
+// elapsed time, and those that ended meanwhile from the store's finished
+// log: the same totals up to floating-point rounding, which can still tip
+// a later tie between scores).
 func (s *Scheduler) idle(st *sim.State) bool {
 	for _, c := range st.Changes() {
 		if c.Kind == sim.Finished || c.Kind == sim.Requeued {

@@ -244,3 +244,32 @@ func TestEngineSeesCheckpoints(t *testing.T) {
 		t.Fatalf("lost %v GPU-h, want %v", res.LostGPUHours, want)
 	}
 }
+
+// TestUsageChargedForRunsNoCycleSaw: fair share must count every GPU-hour,
+// as the live adapter's FinishAlloc makes it. Job a (project A, 8 GPUs)
+// runs 0..3600 while the queue is empty, so no cycle sees it run or end;
+// when b arrives at 7200 the engine must still charge A 8 GPU-h (decayed
+// over two hours of a 24h half-life), and nothing to B yet.
+func TestUsageChargedForRunsNoCycleSaw(t *testing.T) {
+	a := tj("a", 0, 3600, 8, "normal", true)
+	a.Project = "A"
+	b := tj("b", 7200, 60, 1, "normal", true)
+	b.Project = "B"
+	s := newSched(t)
+	res, err := sim.Run([]trace.Job{a, b}, s, opts(t, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.JobsCompleted != 2 {
+		t.Fatalf("completed %d", res.JobsCompleted)
+	}
+	u := s.eng.Usage()
+	// Charged at the 7200 cycle for [0, 3600]: 8 GPU-h decayed from about
+	// the middle of the run (1800) to 7200, 1.5h: 8 x 2^(-1.5/24) = 7.66.
+	if got := u.Get("A", at(7200)); got < 7.5 || got > 8 {
+		t.Fatalf("project A usage %v GPU-h at 7200, want about 7.66", got)
+	}
+	if got := u.Get("B", at(7200)); got != 0 {
+		t.Fatalf("project B usage %v GPU-h, want 0", got)
+	}
+}
