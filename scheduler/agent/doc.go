@@ -14,6 +14,15 @@
 // Variables, so it resumes where the old one stopped and never admits a job
 // twice.
 //
+// # Utilisation
+//
+// When a UtilizationSource is set (production: nomad.DeviceStatsReader,
+// device_stats in the config), a goroutine apart from the loop polls the
+// device stats of every ready node with GPUs each StatsInterval and serves
+// per-GPU, per-node and cluster gauges from the last poll (utilization.go).
+// A slow client never delays a decision; a node that cannot be read is
+// logged and counted, and its series disappear instead of freezing.
+//
 // # Ports
 //
 // The agent consumes the adapter through the small interfaces in ports.go,
