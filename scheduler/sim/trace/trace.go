@@ -168,21 +168,27 @@ func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, er
 		return nil, &RowError{File: name, Line: 1, Err: err}
 	}
 	seen := make(map[string]int)
+	lastLine := 1 // the last line read, for errors that have no row
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := cr.FieldPos(0)
+		var line int
+		if err == nil {
+			line, _ = cr.FieldPos(0)
+			lastLine = line
+		}
 		var job Job
 		if err != nil {
-			col := 0
 			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line, col = pe.Line, pe.Column
-				err = pe.Err
+			if !errors.As(err, &pe) {
+				// The file itself cannot be read (truncated or corrupt
+				// gzip, I/O): no later row can be, so not even --skip-bad
+				// goes on (it would read the same error forever).
+				return nil, fmt.Errorf("%s: read after line %d: %w", name, lastLine, err)
 			}
-			err = &RowError{File: name, Line: line, Col: col, Err: err}
+			err = &RowError{File: name, Line: pe.Line, Col: pe.Column, Err: pe.Err}
 		} else if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
 			continue // a blank line (e.g. trailing) is not a row
 		} else {

@@ -234,3 +234,25 @@ func TestSynthesizeKeepsGivenLabelsAndRejectsUnknownTier(t *testing.T) {
 		t.Fatalf("error = %v", err)
 	}
 }
+
+// TestTruncatedGzipFails: a file cut short is an error naming the file and
+// the last line read, with or without --skip-bad (which must not loop on
+// an error no row can get past).
+func TestTruncatedGzipFails(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("timestamp,duration,num_gpus,gpu_time,cluster\n")
+	for i := 0; i < 2000; i++ {
+		b.WriteString("2017-10-09 07:01:55,66.0,1,66.0,11cb48\n")
+	}
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write([]byte(b.String()))
+	w.Close()
+	cut := gz.Bytes()[:gz.Len()/2]
+	for _, skip := range []bool{false, true} {
+		_, err := Read(bytes.NewReader(cut), "t.csv.gz", FormatPhilly, ReadOptions{SkipBad: skip})
+		if err == nil || !strings.HasPrefix(err.Error(), "t.csv.gz: read after line ") || !strings.Contains(err.Error(), "unexpected EOF") {
+			t.Fatalf("skip-bad %v: error = %v", skip, err)
+		}
+	}
+}
