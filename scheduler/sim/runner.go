@@ -53,12 +53,18 @@ func newRunner(jobs []trace.Job, sched Scheduler, opts Options) *runner {
 		j := &Job{Job: tj, Index: i, Start: -1, FirstStart: -1, Finish: -1}
 		j.TierRank = tierRank(tj.Tier)
 		j.IsPreemptible = tj.Preemptible != nil && *tj.Preemptible
+		st.Jobs = append(st.Jobs, j)
+		if tj.GPUs > capacity {
+			// Checked before building members: a bad row asking for a
+			// billion GPUs must not allocate a member per node's worth.
+			r.unsch = append(r.unsch, j.ID)
+			continue
+		}
 		j.Members = MembersFor(tj.GPUs, nodeGPUs)
 		j.Allocs = make([]Alloc, len(j.Members))
 		for m := range j.Allocs {
 			j.Allocs[m].Node = -1
 		}
-		st.Jobs = append(st.Jobs, j)
 		if j.TotalGPUs() > capacity || (len(j.Members) > 1 && len(j.Members) > wideNodes) {
 			r.unsch = append(r.unsch, j.ID)
 			continue

@@ -294,12 +294,14 @@ func TestInvalidActionsFailTheRun(t *testing.T) {
 }
 
 func TestUnschedulableJobsAreReported(t *testing.T) {
-	jobs := []trace.Job{job("A", 0, 10, 1, "normal", 0), job("huge", 1, 10, 64, "normal", 0)}
+	// "absurd" asks for 2^31-1 GPUs: reported, without building a member
+	// per node's worth of them (16 GiB of slice).
+	jobs := []trace.Job{job("A", 0, 10, 1, "normal", 0), job("huge", 1, 10, 64, "normal", 0), job("absurd", 2, 10, math.MaxInt32, "normal", 0)}
 	res, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 2, 8), Model: model()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.JobsUnschedulable != 1 || res.Unschedulable[0] != "huge" || res.JobsCompleted != 1 || res.JobsUnfinished != 0 {
+	if res.JobsUnschedulable != 2 || res.Unschedulable[0] != "huge" || res.Unschedulable[1] != "absurd" || res.JobsCompleted != 1 || res.JobsUnfinished != 0 {
 		t.Fatalf("unschedulable %v completed %d unfinished %d", res.Unschedulable, res.JobsCompleted, res.JobsUnfinished)
 	}
 }
