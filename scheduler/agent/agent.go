@@ -233,6 +233,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 
 	if err := a.ensurePool(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped during start-up (SIGTERM while Nomad was slow or
+			// down): a clean stop, not a failure.
+			return nil
+		}
 		return err
 	}
 	if r := a.opts.Registrar; r != nil {

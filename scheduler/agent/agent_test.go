@@ -440,11 +440,22 @@ func TestCycleErrorsMakeHealthDegraded(t *testing.T) {
 	waitFor(t, "recovered", func() bool { return ra.a.Health().Status == agentapi.StatusOK })
 }
 
-type failingPools struct{ n int }
+type failingPools struct {
+	mu sync.Mutex
+	n  int
+}
 
 func (f *failingPools) EnsureNodePool(context.Context, string, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.n++
 	return errors.New("Permission denied")
+}
+
+func (f *failingPools) tries() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
 }
 
 func TestParkingPoolFailureIsFatalAfterRetries(t *testing.T) {
@@ -463,8 +474,36 @@ func TestParkingPoolFailureIsFatalAfterRetries(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `creating parking pool "impact-queue": Permission denied`) {
 		t.Errorf("want a clear pool error, got %v", err)
 	}
-	if fp.n < 2 {
-		t.Errorf("pool creation tried %d times, want retries", fp.n)
+	if fp.tries() < 2 {
+		t.Errorf("pool creation tried %d times, want retries", fp.tries())
+	}
+}
+
+// Stopping the agent while it still retries the parking pool (Nomad down
+// at start-up) is a clean stop: Run returns nil, so a SIGTERM then does not
+// exit 1.
+func TestStopDuringStartUpIsClean(t *testing.T) {
+	n := newFakeNomad(time.Now)
+	ex := &fakeExec{n: n, agent: "a1"}
+	fp := &failingPools{}
+	opts := fakeOptions(t, n, ex, time.Now)
+	opts.Pools, opts.PoolRetryFor = fp, time.Hour
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitFor(t, "a failed pool attempt", func() bool { return fp.tries() > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after a stop during start-up: %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after the stop")
 	}
 }
 
