@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // ownGoroutines lists the goroutines running code of the agent, the Nomad
@@ -59,4 +61,36 @@ func TestServiceStopsAllGoroutines(t *testing.T) {
 		left = ownGoroutines("agent.TestServiceStopsAllGoroutines")
 		return len(left) == 0, fmt.Sprintf("%d left:\n%s", len(left), strings.Join(left, "\n\n"))
 	})
+}
+
+// A port clash fails Run at once, with the address in the error, and does
+// not leave a caller waiting on Listening forever.
+func TestServicePortClash(t *testing.T) {
+	c := newFakeCluster(t, 1, 1, 4)
+	first := c.start("first")
+	cfg := *first.svc.Config
+	cfg.Name = "second"
+	cfg.HTTP.Listen = first.svc.Addr()
+	svc, err := NewService(&cfg, "test", hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "http listen "+cfg.HTTP.Listen) {
+			t.Errorf("Run: %v, want the listen error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not fail on a port in use")
+	}
+	select {
+	case <-svc.Listening():
+	default:
+		t.Fatal("Listening not closed after the listen failure")
+	}
+	if a := svc.Addr(); a != "" {
+		t.Errorf("Addr %q after a failed listen", a)
+	}
 }

@@ -139,6 +139,8 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 func (s *Service) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.Config.HTTP.Listen)
 	if err != nil {
+		// Whoever waits on Listening must not wait forever.
+		close(s.listening)
 		return fmt.Errorf("http listen %s: %w", s.Config.HTTP.Listen, err)
 	}
 	s.addr = ln.Addr().String()
@@ -167,11 +169,13 @@ func (s *Service) Run(ctx context.Context) error {
 	return runErr
 }
 
-// Listening is closed once the API listens; Addr is then its address
-// (useful with http.listen = "127.0.0.1:0").
+// Listening is closed once the API listens, or once Run failed to listen;
+// Addr is then its address (useful with http.listen = "127.0.0.1:0"), or
+// "" after the failure.
 func (s *Service) Listening() <-chan struct{} { return s.listening }
 
-// Addr is the API's listen address, once Listening is closed.
+// Addr is the API's listen address ("" when listening failed), once
+// Listening is closed.
 func (s *Service) Addr() string {
 	<-s.listening
 	return s.addr
