@@ -151,3 +151,16 @@ func (c *cowMap[V]) freeze() frozen[V] {
 	}
 	return frozen[V]{shards: &cp, n: c.n}
 }
+
+// shard returns the key (the shard's pointer, nil when empty) and values of
+// shard i.
+func (f frozen[V]) shard(i int) (any, []V) {
+	if f.shards == nil {
+		return nil, nil
+	}
+	s := f.shards[i]
+	if s == nil || len(s.vals) == 0 {
+		return nil, nil
+	}
+	return s, s.vals
+}

@@ -352,3 +352,47 @@ func Build(nodes []*Node, jobs []*Job, allocs []*Alloc) (*Snapshot, error) {
 	}
 	return s.Snapshot(), nil
 }
+
+// NumShards is the number of shards of each table of a snapshot (see
+// JobShard and AllocShard).
+func (s *Snapshot) NumShards() int { return shardCount }
+
+// ShardKey identifies the contents of one table shard. The store copies a
+// shard before changing it, so two snapshots whose shard i has equal keys
+// hold exactly the same objects in it: a consumer that derives something
+// per snapshot (the engine's queue, placement's capacity) can keep what it
+// derived per shard and redo only the shards whose key changed. A nil key
+// is an empty shard.
+type ShardKey = any
+
+// JobShard returns shard i of the job table: its key and its jobs, in no
+// particular order. The slice is shared: do not modify.
+func (s *Snapshot) JobShard(i int) (ShardKey, []*Job) { return s.jobs.shard(i) }
+
+// AllocShard returns shard i of the allocation table (see JobShard).
+func (s *Snapshot) AllocShard(i int) (ShardKey, []*Alloc) { return s.allocs.shard(i) }
+
+// NodesKey identifies the node table: equal keys, equal nodes (the same
+// *Node objects). Comparing costs a scan of the shard pointers.
+func (s *Snapshot) NodesKey() NodesKey {
+	if s.nodes.shards == nil {
+		return NodesKey{}
+	}
+	return NodesKey{p: s.nodes.shards}
+}
+
+// NodesKey is the identity of a node table (see Snapshot.NodesKey).
+type NodesKey struct {
+	p *[shardCount]*shard[*Node]
+}
+
+// Equal reports whether two node tables hold the same nodes.
+func (k NodesKey) Equal(o NodesKey) bool {
+	if k.p == nil || o.p == nil {
+		return k.p == o.p
+	}
+	return k.p == o.p || *k.p == *o.p
+}
+
+// ShardOf returns the shard (of every table) that holds key id.
+func (s *Snapshot) ShardOf(id string) int { return shardOf(id) }

@@ -281,3 +281,68 @@ func BenchmarkMemory100kJobs(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// A shard's key changes exactly when its contents do: snapshots taken with
+// no write to a shard in between share its key (and objects), and a write
+// gives the shard a new key without touching the older snapshot's.
+func TestShardKeys(t *testing.T) {
+	s := NewStore()
+	for i := range 50 {
+		if err := s.UpsertJob(&Job{ID: fmt.Sprintf("j%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.UpsertNode(&Node{ID: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	a := s.Snapshot()
+	b := s.Snapshot()
+	if !a.NodesKey().Equal(b.NodesKey()) {
+		t.Fatal("node tables of snapshots with no write between differ")
+	}
+	for i := range a.NumShards() {
+		ka, ja := a.JobShard(i)
+		kb, _ := b.JobShard(i)
+		if ka != kb {
+			t.Fatalf("shard %d: keys differ with no write between", i)
+		}
+		if (ka == nil) != (len(ja) == 0) {
+			t.Fatalf("shard %d: key %v for %d jobs", i, ka, len(ja))
+		}
+	}
+	changed := a.ShardOf("j7")
+	before, jobsBefore := a.JobShard(changed)
+	n := len(jobsBefore)
+	if err := s.UpsertJob(&Job{ID: "j7", Priority: 9}); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Snapshot()
+	for i := range c.NumShards() {
+		ka, _ := a.JobShard(i)
+		kc, jc := c.JobShard(i)
+		if (ka == kc) == (i == changed) {
+			t.Fatalf("shard %d: key changed=%v after a write to shard %d", i, ka != kc, changed)
+		}
+		if i == changed {
+			found := false
+			for _, j := range jc {
+				found = found || (j.ID == "j7" && j.Priority == 9)
+			}
+			if !found || len(jc) != n {
+				t.Fatalf("written shard holds %d jobs (want %d), updated j7 found: %v", len(jc), n, found)
+			}
+		}
+	}
+	if k, jobs := a.JobShard(changed); k != before || len(jobs) != n {
+		t.Fatal("a write changed an older snapshot's shard")
+	}
+	if !a.NodesKey().Equal(c.NodesKey()) {
+		t.Fatal("a job write changed the node table's key")
+	}
+	if err := s.UpsertNode(&Node{ID: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	if a.NodesKey().Equal(s.Snapshot().NodesKey()) {
+		t.Fatal("a node write left the node table's key unchanged")
+	}
+}

@@ -34,6 +34,16 @@ type queued struct {
 	gpus    int
 	parked  string
 	pool    string
+	// impact is the policy's Impact of the job's spec, quota its
+	// project's GPU quota (0: none), proj its project's index in the
+	// engine's queueCache: fixed for a job object, kept across cycles.
+	impact float64
+	quota  int
+	proj   int32
+	// preemptible is the policy's IsPreemptible of the job's spec.
+	preemptible bool
+	// rank is the job's position in the previous cycle's order (-1: new).
+	rank int32
 }
 
 type reservation struct {
@@ -75,10 +85,20 @@ type cycle struct {
 	stopping        []int // holders stopping, not yet counted for a preemptor
 	candCache       map[string]*candList
 	exps            []Explanation
-	reasons         map[needsKey]string
-	resNote         string
-	claimVersion    int
-	poolMax         map[string][2]int
+	reasons         map[reasonKey]string
+	// lastReasonKey/lastReason: the reason given last (consecutive
+	// waiting jobs mostly share it).
+	lastReasonKey reasonKey
+	lastReason    string
+	// resNotes: the reservation note after each reservation of the cycle
+	// (see reservationNote); the last one is current.
+	resNotes     []string
+	claimVersion int
+	poolMax      map[string][2]int
+	// lastPool...: poolMax's last answer (most jobs share a pool).
+	lastPool      string
+	lastPoolMax   [2]int
+	lastPoolMaxOK bool
 }
 
 func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
@@ -100,10 +120,14 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 
 func (c *cycle) run() {
 	c.e.expireInflight(c.snap, c.now)
-	c.st = placement.New(c.snap, func(a *cluster.Alloc) bool {
-		_, ok := c.e.inflight[a.ID]
-		return ok
-	}, c.e.cache)
+	var stopping func(*cluster.Alloc) bool
+	if len(c.e.inflight) > 0 {
+		stopping = func(a *cluster.Alloc) bool {
+			_, ok := c.e.inflight[a.ID]
+			return ok
+		}
+	}
+	c.st = placement.New(c.snap, stopping, c.e.cache)
 	c.e.accrue(c.snap, c.st.Holders(), c.now)
 	c.holdPending()
 	c.assessHolders()
@@ -218,77 +242,10 @@ func earliestStart(allocs []*cluster.Alloc) time.Time {
 	return t
 }
 
-// buildQueue scores the queued jobs and sorts them: score, then Nomad
-// priority, then submit time, then ID (so equal input gives equal order).
-func (c *cycle) buildQueue() []*queued {
-	var q []queued
-	active := map[string]bool{}
-	c.snap.EachJob(func(j *cluster.Job) {
-		if j.SpecErr == nil {
-			active[c.pol.ProjectName(j.Spec)] = true
-		}
-		if j.State != cluster.JobQueued {
-			return
-		}
-		e := queued{job: j, gpus: j.GPUs()}
-		switch {
-		case j.SpecErr != nil:
-			e.parked = "bad impact metadata: " + j.SpecErr.Error()
-		case c.pol.CheckSpec(j.Spec) != nil:
-			e.parked = "bad impact metadata: " + c.pol.CheckSpec(j.Spec).Error()
-		default:
-			e.tier = c.pol.TierOf(j.Spec).Name
-			e.project = c.pol.ProjectName(j.Spec)
-			e.pool = j.Spec.Pool
-			if e.pool == "" {
-				e.pool = c.e.opts.defaultPool
-			}
-		}
-		q = append(q, e)
-	})
-	names := make([]string, 0, len(active))
-	for p := range active {
-		names = append(names, p)
-	}
-	sort.Strings(names)
-	scorer := c.pol.NewScorer(c.e.usage, c.now, names)
-	for i := range q {
-		if q[i].parked == "" {
-			q[i].score = scorer.Score(q[i].job.Spec, q[i].job.Submit)
-		}
-	}
-	out := make([]*queued, len(q))
-	for i := range q {
-		out[i] = &q[i]
-	}
-	// IDs are unique, so this is a total order: no stable sort needed.
-	slices.SortFunc(out, func(x, y *queued) int {
-		if (x.parked == "") != (y.parked == "") {
-			if x.parked == "" {
-				return -1
-			}
-			return 1
-		}
-		if x.score.Total != y.score.Total {
-			if x.score.Total > y.score.Total {
-				return -1
-			}
-			return 1
-		}
-		if x.job.Priority != y.job.Priority {
-			return y.job.Priority - x.job.Priority
-		}
-		if c := x.job.Submit.Compare(y.job.Submit); c != 0 {
-			return c
-		}
-		return strings.Compare(x.job.ID, y.job.ID)
-	})
-	return out
-}
-
 func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 	req := placement.Request{Pool: q.pool, AllowReserved: allowReserved, LocalityLabels: c.e.opts.localityLabels}
-	for _, g := range q.job.Groups {
+	for gi := range q.job.Groups {
+		g := &q.job.Groups[gi]
 		topo := g.Spec.Topology
 		if topo == policy.TopologyUnset {
 			topo = q.job.Spec.Topology
@@ -316,9 +273,9 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Status, exp.Reason = StatusParked, why
 		return
 	}
-	if pr := c.pol.ProjectOf(j.Spec); pr.GPUQuota > 0 && c.projectGPUs[q.project]+q.gpus > pr.GPUQuota {
+	if q.quota > 0 && c.projectGPUs[q.project]+q.gpus > q.quota {
 		exp.Status = StatusWaiting
-		exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], pr.GPUQuota, q.gpus)
+		exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], q.quota, q.gpus)
 		return
 	}
 	backfill := c.mayBackfill(q)
@@ -333,18 +290,15 @@ func (c *cycle) decide(q *queued, pos int) {
 			return
 		}
 		exp.Rejected = rej
-		exp.Reason = fmt.Sprintf("no placement for the whole gang (%d GPUs) on free GPUs", q.gpus)
+		exp.Reason = c.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: c.noteFor(backfill)})
 	} else {
-		exp.Reason = c.needsReason(q.gpus, free, q.pool)
+		exp.Reason = c.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, note: c.noteFor(backfill)})
 		if pos <= explainRejectionsUpTo {
 			exp.Rejected = placement.Rejections{}
 			c.st.Explain(c.request(q, backfill), exp.Rejected)
 		}
 	}
 	exp.Status = StatusWaiting
-	if len(c.reservations) > 0 && !backfill {
-		exp.Reason += c.resNote
-	}
 	if c.tryPreempt(q, exp) {
 		return
 	}
@@ -353,24 +307,56 @@ func (c *cycle) decide(q *queued, pos int) {
 	}
 }
 
-// needsReason formats "needs N GPUs, M free": thousands of waiting jobs
-// share a handful of distinct sentences, so they are formatted once.
-func (c *cycle) needsReason(gpus, free int, pool string) string {
-	k := needsKey{gpus, free, pool}
+// reason formats a waiting job's reason, "needs N GPUs, M free" or "no
+// placement for the whole gang", with the note on reservations appended:
+// thousands of waiting jobs share a handful of distinct sentences, so each
+// is formatted once per cycle.
+func (c *cycle) reason(k reasonKey) string {
+	if c.lastReason != "" && k == c.lastReasonKey {
+		return c.lastReason
+	}
 	if r, ok := c.reasons[k]; ok {
+		c.lastReasonKey, c.lastReason = k, r
 		return r
 	}
-	r := fmt.Sprintf("needs %d GPUs, %d free%s", gpus, free, poolSuffix(pool))
+	var r string
+	switch k.kind {
+	case reasonNeeds:
+		r = fmt.Sprintf("needs %d GPUs, %d free%s", k.gpus, k.free, poolSuffix(k.pool))
+	default:
+		r = fmt.Sprintf("no placement for the whole gang (%d GPUs) on free GPUs", k.gpus)
+	}
+	if k.note >= 0 {
+		r += c.resNotes[k.note]
+	}
 	if c.reasons == nil {
-		c.reasons = map[needsKey]string{}
+		c.reasons = map[reasonKey]string{}
 	}
 	c.reasons[k] = r
+	c.lastReasonKey, c.lastReason = k, r
 	return r
 }
 
-type needsKey struct {
+// noteFor returns the index of the reservation note a waiting job's reason
+// ends with (-1: none): jobs that may not backfill are told why reserved
+// GPUs are not theirs.
+func (c *cycle) noteFor(backfill bool) int {
+	if len(c.reservations) == 0 || backfill {
+		return -1
+	}
+	return len(c.resNotes) - 1
+}
+
+const (
+	reasonNeeds = iota
+	reasonNoPlacement
+)
+
+type reasonKey struct {
+	kind       int
 	gpus, free int
 	pool       string
+	note       int
 }
 
 func poolSuffix(pool string) string {
@@ -382,13 +368,18 @@ func poolSuffix(pool string) string {
 
 // tooBig parks a job no node set of its pool could ever hold.
 func (c *cycle) tooBig(q *queued) string {
-	mx, ok := c.poolMax[q.pool]
+	mx, ok := c.lastPoolMax, c.lastPoolMaxOK && q.pool == c.lastPool
+	if !ok {
+		mx, ok = c.poolMax[q.pool]
+	}
 	if !ok {
 		n, isl := c.st.MaxNodeGPUs(q.pool)
 		mx = [2]int{n, isl}
 		c.poolMax[q.pool] = mx
 	}
-	for _, g := range q.job.Groups {
+	c.lastPool, c.lastPoolMax, c.lastPoolMaxOK = q.pool, mx, true
+	for gi := range q.job.Groups {
+		g := &q.job.Groups[gi]
 		if g.GPUs == 0 || g.Count == 0 {
 			continue
 		}
@@ -414,7 +405,7 @@ func (c *cycle) mayBackfill(q *queued) bool {
 		return false
 	}
 	wall := q.job.Spec.Walltime
-	pre := c.pol.IsPreemptible(q.job.Spec)
+	pre := q.preemptible
 	for _, r := range c.reservations {
 		endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until)
 		preemptibleByIt := pre && c.pol.MayPreempt(r.tier, q.tier)
@@ -744,7 +735,7 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 	}
 	c.reserveSlots(found)
 	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.tier, until: until})
-	c.resNote = c.reservationNote()
+	c.resNotes = append(c.resNotes, c.reservationNote())
 	exp.Status = StatusReserved
 	exp.ReservedUntil = until
 	if until.IsZero() {

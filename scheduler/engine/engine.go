@@ -46,6 +46,8 @@ type Engine struct {
 	pending map[string]pendingAdmission
 	// cache memoizes per-node and per-allocation masks across cycles.
 	cache *placement.Cache
+	// queue memoizes the queued jobs per shard of the job table.
+	queue queueCache
 }
 
 type loss struct {

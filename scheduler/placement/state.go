@@ -115,13 +115,56 @@ type State struct {
 }
 
 // Cache memoizes what placement derives from the model's immutable
-// objects (a node's healthy and island masks, an allocation's GPU mask),
-// keyed by pointer: the store shares unchanged objects between snapshots,
-// so a cycle after a few updates recomputes only what changed. One Cache
+// objects across cycles: the node table (ordinals, healthy and island
+// masks), kept while the snapshot's node table is unchanged, and per shard
+// of the allocation table each allocation's node ordinal and GPU mask,
+// kept while the shard is unchanged (cluster.ShardKey): a cycle after a
+// few updates redoes only the shards those updates touched. One Cache
 // belongs to one engine; it is not safe for concurrent use.
 type Cache struct {
-	nodes  map[*cluster.Node]*nodeStatic
-	allocs map[allocKey]uint64
+	nodes map[*cluster.Node]*nodeStatic
+
+	// The node table of the last snapshot.
+	nodesKey cluster.NodesKey
+	table    *nodeTable
+
+	// Per allocation shard: its key and entries.
+	shardKeys []cluster.ShardKey
+	shards    [][]allocEnt
+}
+
+// nodeTable is what New derives from a node table; shared read-only by
+// the States built from equal tables.
+type nodeTable struct {
+	nodes   []*cluster.Node
+	byID    map[string]int
+	statics []*nodeStatic
+	ignored int
+}
+
+// allocEnt is an allocation on a known node with its GPU mask.
+type allocEnt struct {
+	a    *cluster.Alloc
+	ord  int
+	mask uint64
+	// job is the allocation's job as of job shard jobShard with key
+	// jobKey: reused while that shard is unchanged.
+	jobShard int
+	jobKey   cluster.ShardKey
+	job      *cluster.Job
+	jobKnown bool
+}
+
+// lookupJob returns the allocation's job, from the entry while the job
+// table's shard holding it is unchanged.
+func (e *allocEnt) lookupJob(snap *cluster.Snapshot) *cluster.Job {
+	key, _ := snap.JobShard(e.jobShard)
+	if e.jobKnown && key == e.jobKey {
+		return e.job
+	}
+	e.job, _ = snap.Job(e.a.JobID)
+	e.jobKey, e.jobKnown = key, true
+	return e.job
 }
 
 type nodeStatic struct {
@@ -131,14 +174,9 @@ type nodeStatic struct {
 	bit     map[string]uint64
 }
 
-type allocKey struct {
-	a *cluster.Alloc
-	n *cluster.Node
-}
-
 // NewCache returns an empty cache.
 func NewCache() *Cache {
-	return &Cache{nodes: map[*cluster.Node]*nodeStatic{}, allocs: map[allocKey]uint64{}}
+	return &Cache{nodes: map[*cluster.Node]*nodeStatic{}}
 }
 
 func (c *Cache) node(n *cluster.Node) *nodeStatic {
@@ -167,22 +205,14 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 	return ns
 }
 
-func (c *Cache) allocMask(a *cluster.Alloc, n *cluster.Node, ns *nodeStatic) uint64 {
-	k := allocKey{a, n}
-	if m, ok := c.allocs[k]; ok {
-		return m
+// nodeTable returns the snapshot's node table, rebuilding it (and
+// forgetting every allocation shard, whose ordinals it invalidates) when
+// the nodes changed.
+func (c *Cache) nodeTable(snap *cluster.Snapshot) *nodeTable {
+	key := snap.NodesKey()
+	if c.table != nil && key.Equal(c.nodesKey) {
+		return c.table
 	}
-	var m uint64
-	for _, id := range a.GPUs {
-		m |= ns.bit[id]
-	}
-	c.allocs[k] = m
-	return m
-}
-
-// trim drops entries of objects no longer in the snapshot once the cache
-// has grown well past the live set.
-func (c *Cache) trim(snap *cluster.Snapshot) {
 	if len(c.nodes) > 2*snap.NumNodes()+64 {
 		live := make(map[*cluster.Node]*nodeStatic, snap.NumNodes())
 		for _, n := range snap.Nodes() {
@@ -192,17 +222,48 @@ func (c *Cache) trim(snap *cluster.Snapshot) {
 		}
 		c.nodes = live
 	}
-	if len(c.allocs) > 2*snap.NumAllocs()+256 {
-		live := make(map[allocKey]uint64, snap.NumAllocs())
-		for k, v := range c.allocs {
-			if cur, ok := snap.Alloc(k.a.ID); ok && cur == k.a {
-				if n, ok := snap.Node(k.a.NodeID); ok && n == k.n {
-					live[k] = v
-				}
-			}
-		}
-		c.allocs = live
+	nodes := snap.Nodes()
+	t := &nodeTable{
+		nodes:   nodes,
+		byID:    make(map[string]int, len(nodes)),
+		statics: make([]*nodeStatic, len(nodes)),
 	}
+	for i, n := range nodes {
+		t.byID[n.ID] = i
+		t.statics[i] = c.node(n)
+		t.ignored += t.statics[i].ignored
+	}
+	c.nodesKey, c.table = key, t
+	c.shardKeys, c.shards = nil, nil
+	return t
+}
+
+// allocShard returns the entries of allocation shard i (allocations on
+// unknown nodes left out), recomputing them when the shard changed.
+func (c *Cache) allocShard(snap *cluster.Snapshot, i int, t *nodeTable) []allocEnt {
+	if c.shardKeys == nil {
+		c.shardKeys = make([]cluster.ShardKey, snap.NumShards())
+		c.shards = make([][]allocEnt, snap.NumShards())
+	}
+	key, allocs := snap.AllocShard(i)
+	if key == c.shardKeys[i] {
+		return c.shards[i]
+	}
+	ents := make([]allocEnt, 0, len(allocs))
+	for _, a := range allocs {
+		ord, ok := t.byID[a.NodeID]
+		if !ok {
+			continue // node gone: nothing to hold
+		}
+		st := t.statics[ord]
+		var m uint64
+		for _, id := range a.GPUs {
+			m |= st.bit[id]
+		}
+		ents = append(ents, allocEnt{a: a, ord: ord, mask: m, jobShard: snap.ShardOf(a.JobID)})
+	}
+	c.shardKeys[i], c.shards[i] = key, ents
+	return ents
 }
 
 // New builds the state of a snapshot: nodes sorted by ID, running
@@ -213,26 +274,23 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 	if cache == nil {
 		cache = NewCache()
 	}
-	cache.trim(snap)
-	nodes := snap.Nodes()
+	t := cache.nodeTable(snap)
+	nodes := t.nodes
 	s := &State{
 		nodes:         make([]nodeState, len(nodes)),
-		byID:          make(map[string]int, len(nodes)),
+		byID:          t.byID,
 		all:           newIndex(len(nodes)),
 		pools:         map[string]*index{},
 		isReservedSet: make([]bool, len(nodes)),
+		ignoredGPUs:   t.ignored,
 	}
-	statics := make([]*nodeStatic, len(nodes))
 	for i, n := range nodes {
 		ns := &s.nodes[i]
 		ns.node = n
 		ns.sched = n.Schedulable()
-		s.byID[n.ID] = i
-		st := cache.node(n)
-		statics[i] = st
+		st := t.statics[i]
 		ns.healthy = st.healthy
 		ns.islands = st.islands
-		s.ignoredGPUs += st.ignored
 		pix := s.pools[n.Pool]
 		if pix == nil {
 			pix = newIndex(len(nodes))
@@ -246,34 +304,39 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 	// the snapshot's iteration order.
 	byJob := make(map[string]int, snap.NumAllocs())
 	s.holders = make([]Holder, 0, snap.NumAllocs())
-	snap.EachAlloc(func(a *cluster.Alloc) {
-		ord, ok := s.byID[a.NodeID]
-		if !ok {
-			return // node gone: nothing to hold
+	var masks [][]uint64
+	for si := 0; si < snap.NumShards(); si++ {
+		ents := cache.allocShard(snap, si, t)
+		for k := range ents {
+			e := &ents[k]
+			a := e.a
+			h, ok := byJob[a.JobID]
+			if !ok {
+				h = len(s.holders)
+				byJob[a.JobID] = h
+				s.holders = append(s.holders, Holder{JobID: a.JobID, Job: e.lookupJob(snap)})
+				masks = append(masks, nil)
+			}
+			hd := &s.holders[h]
+			hd.Allocs = append(hd.Allocs, a)
+			hd.Slots = append(hd.Slots, Slot{Node: e.ord})
+			masks[h] = append(masks[h], e.mask)
 		}
-		h, ok := byJob[a.JobID]
-		if !ok {
-			h = len(s.holders)
-			byJob[a.JobID] = h
-			j, _ := snap.Job(a.JobID)
-			s.holders = append(s.holders, Holder{JobID: a.JobID, Job: j})
-		}
-		hd := &s.holders[h]
-		hd.Allocs = append(hd.Allocs, a)
-		hd.Slots = append(hd.Slots, Slot{Node: ord})
-	})
+	}
 	perm := make([]int32, len(s.holders))
 	for i := range perm {
 		perm[i] = int32(i)
 	}
 	slices.SortFunc(perm, func(a, b int32) int { return strings.Compare(s.holders[a].JobID, s.holders[b].JobID) })
 	sorted := make([]Holder, len(s.holders))
+	sortedMasks := make([][]uint64, len(s.holders))
 	for i, k := range perm {
-		sorted[i] = s.holders[k]
+		sorted[i], sortedMasks[i] = s.holders[k], masks[k]
 	}
 	s.holders = sorted
 	for h := range s.holders {
 		hd := &s.holders[h]
+		hm := sortedMasks[h]
 		if len(hd.Allocs) > 1 {
 			idx := make([]int, len(hd.Allocs))
 			for i := range idx {
@@ -282,18 +345,18 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 			slices.SortFunc(idx, func(x, y int) int { return strings.Compare(hd.Allocs[x].ID, hd.Allocs[y].ID) })
 			allocs := make([]*cluster.Alloc, len(idx))
 			slots := make([]Slot, len(idx))
+			ms := make([]uint64, len(idx))
 			for i, k := range idx {
-				allocs[i], slots[i] = hd.Allocs[k], hd.Slots[k]
+				allocs[i], slots[i], ms[i] = hd.Allocs[k], hd.Slots[k], hm[k]
 			}
-			hd.Allocs, hd.Slots = allocs, slots
+			hd.Allocs, hd.Slots, hm = allocs, slots, ms
 		}
 		for i, a := range hd.Allocs {
 			ord := hd.Slots[i].Node
 			ns := &s.nodes[ord]
-			mask := cache.allocMask(a, ns.node, statics[ord])
 			// A GPU claimed twice by the snapshot stays claimed once;
 			// nothing double counts.
-			mask &^= ns.used
+			mask := hm[i] &^ ns.used
 			ns.used |= mask
 			hd.Slots[i].Mask = mask
 			hd.GPUs += bits.OnesCount64(mask)

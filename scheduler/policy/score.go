@@ -76,10 +76,18 @@ func (s *Scorer) Deficit(project string) float64 { return s.deficits[project] }
 
 // Score computes the impact score of a job waiting since submit.
 func (s *Scorer) Score(spec Spec, submit time.Time) Score {
+	return s.ScoreWith(spec, submit, s.p.Impact(spec), s.deficits[s.p.ProjectName(spec)])
+}
+
+// ScoreWith is Score for a caller that already knows the spec's
+// Impact(spec) and its project's Deficit (the engine keeps both per job
+// and per project across a cycle's thousands of waiting jobs); equal
+// inputs give Score's exact result.
+func (s *Scorer) ScoreWith(spec Spec, submit time.Time, impact, deficit float64) Score {
 	p := s.p
 	var sc Score
-	sc.Tier = p.Impact(spec)
-	sc.FairShare = p.FairShare.Weight * s.deficits[p.ProjectName(spec)]
+	sc.Tier = impact
+	sc.FairShare = p.FairShare.Weight * deficit
 	if !spec.Deadline.IsZero() && p.Deadline.Horizon > 0 {
 		left := spec.Deadline.Sub(s.now)
 		u := 1 - float64(left)/float64(p.Deadline.Horizon)
