@@ -105,6 +105,7 @@ type Agent struct {
 	holder         string
 	holderErr      error
 	noLeaderSince  time.Time // wall clock; zero while some agent holds the lock
+	consulErr      error     // last Consul registration error; nil once registered
 }
 
 type leadershipChange struct {
@@ -240,19 +241,28 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	var wg sync.WaitGroup
 	if r := a.opts.Registrar; r != nil {
-		if err := r.Register(); err != nil {
-			// Not fatal: scheduling works without Consul; health says so.
-			a.log.Error("consul registration failed", "error", err)
-		}
+		// Deferred before wg.Wait runs in the body's end, so the retry
+		// below has stopped when it deregisters.
 		defer func() {
 			if err := r.Deregister(); err != nil {
 				a.log.Error("consul deregistration failed", "error", err)
 			}
 		}()
+		if err := r.Register(); err != nil {
+			// Not fatal: scheduling works without Consul. Health reports
+			// it, and registration is retried until it succeeds.
+			a.log.Error("consul registration failed; retrying in the background", "error", err)
+			a.setConsulErr(err)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.retryRegister(ctx, r)
+			}()
+		}
 	}
 
-	var wg sync.WaitGroup
 	watchErr := make(chan error, 1)
 	wg.Add(2)
 	go func() {
@@ -304,6 +314,33 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// retryRegister retries the Consul registration with backoff (1s doubling
+// to 1m) until it succeeds or ctx ends: Consul down at start-up must not
+// leave the agent out of the catalog until its next restart.
+func (a *Agent) retryRegister(ctx context.Context, r *Registrar) {
+	backoff := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		err := r.Register()
+		a.setConsulErr(err)
+		if err == nil {
+			return
+		}
+		a.log.Warn("consul registration failed, retrying", "error", err, "backoff", backoff)
+		backoff = min(backoff*2, time.Minute)
+	}
+}
+
+func (a *Agent) setConsulErr(err error) {
+	a.mu.Lock()
+	a.consulErr = err
+	a.mu.Unlock()
 }
 
 // ensurePool creates the parking pool, retrying for a while: at start-up
@@ -860,6 +897,9 @@ func (a *Agent) Health() agentapi.Health {
 	}
 	if a.electionErr != nil {
 		h.Problems = append(h.Problems, "leader election: "+a.electionErr.Error())
+	}
+	if a.consulErr != nil {
+		h.Problems = append(h.Problems, "consul registration (retrying): "+a.consulErr.Error())
 	}
 	if h.Leader {
 		h.LeaderName = a.opts.Name

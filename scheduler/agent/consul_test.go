@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -18,6 +20,8 @@ type fakeConsul struct {
 	services map[string]map[string]any
 	tokens   []string
 	calls    []string
+	// failRegisters answers that many registrations with a 500 first.
+	failRegisters int
 }
 
 func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -26,6 +30,9 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path)
 	f.tokens = append(f.tokens, r.Header.Get("X-Consul-Token"))
 	switch {
+	case r.URL.Path == "/v1/agent/service/register" && f.failRegisters > 0:
+		f.failRegisters--
+		http.Error(w, "No cluster leader", 500)
 	case r.Method == http.MethodPut && r.URL.Path == "/v1/agent/service/register":
 		var body map[string]any
 		b, _ := io.ReadAll(r.Body)
@@ -110,5 +117,61 @@ func TestConsulRegisterErrorIsReported(t *testing.T) {
 	err = r.Register()
 	if err == nil || !strings.Contains(err.Error(), "Permission denied") {
 		t.Errorf("want the Consul error surfaced, got %v", err)
+	}
+}
+
+// Consul failing at start-up: the agent schedules anyway, health says why
+// it is not registered, and registration is retried until it succeeds;
+// shutdown deregisters.
+func TestConsulRegistrationRetried(t *testing.T) {
+	fc := &fakeConsul{services: map[string]map[string]any{}, failRegisters: 1}
+	srv := httptest.NewServer(fc)
+	defer srv.Close()
+	r, err := NewRegistrar(ConsulConfig{Address: strings.TrimPrefix(srv.URL, "http://"), ServiceName: "impact-scheduler",
+		ServiceID: "impact-scheduler-a1", Advertise: "127.0.0.1:4680", CheckInterval: "10s"}, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newFakeNomad(time.Now)
+	opts := fakeOptions(t, n, &fakeExec{n: n, agent: "a1"}, time.Now)
+	opts.Registrar = r
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	registered := func() bool {
+		fc.mu.Lock()
+		defer fc.mu.Unlock()
+		return fc.services["impact-scheduler-a1"] != nil
+	}
+	sawProblem := false
+	waitFor(t, "registered after a retry", func() bool {
+		for _, p := range a.Health().Problems {
+			if strings.Contains(p, "consul registration (retrying): ") && strings.Contains(p, "No cluster leader") {
+				sawProblem = true
+			}
+		}
+		return registered()
+	})
+	if !sawProblem {
+		t.Error("health never reported the failed registration")
+	}
+	waitFor(t, "health clear once registered", func() bool {
+		for _, p := range a.Health().Problems {
+			if strings.Contains(p, "consul") {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if registered() {
+		t.Error("still registered after shutdown")
 	}
 }
