@@ -932,3 +932,31 @@ func TestRecoverRejectsBadHandles(t *testing.T) {
 		t.Fatalf("a refused handle is tracked: %v", err)
 	}
 }
+
+// A StartTask failure a retry may fix (the supervisor cannot be started)
+// is recoverable, so Nomad's restart policy applies; a bad task config is
+// not. The fingerprint says why the driver cannot work.
+func TestStartFailuresRecoverableFlag(t *testing.T) {
+	t.Parallel()
+	d := New(hclog.NewNullLogger(), filepath.Join(t.TempDir(), "missing-impact-exec"))
+	ctx := ctxT(t, 10*time.Second)
+	if fp := d.fingerprint(defaultConfig()); fp.GetHealth() != driverpb.FingerprintResponse_UNHEALTHY || !strings.Contains(fp.GetHealthDescription(), "missing-impact-exec") {
+		t.Fatalf("fingerprint without the supervisor binary: %+v", fp)
+	}
+	tk := newTask(t, "t", `command = "/bin/true"`, nil)
+	_, err := d.StartTask(ctx, &driverpb.StartTaskRequest{Task: tk.cfg})
+	if rec, ok := IsRecoverable(err); err == nil || !ok || !rec {
+		t.Fatalf("supervisor start failure: err %v, recoverable %v (detail %v)", err, rec, ok)
+	}
+	bad := newTask(t, "bad", `
+command = "/bin/true"
+gang {
+  size    = 2
+  timeout = "soon"
+  rendezvous_addr = "http://127.0.0.1:1"
+}`, nil)
+	_, err = d.StartTask(ctx, &driverpb.StartTaskRequest{Task: bad.cfg})
+	if rec, ok := IsRecoverable(err); err == nil || !ok || rec || status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "gang.timeout") {
+		t.Fatalf("bad gang timeout: err %v, recoverable %v (detail %v)", err, rec, ok)
+	}
+}
