@@ -17,6 +17,12 @@ default_project = "default"
 # preemption's gain against its cost. `may_preempt` lists the tiers whose
 # preemptible jobs this tier may stop. `preemptible` is the default for
 # jobs of the tier that do not set `impact_preemptible`.
+# `max_gpu_hours_lost_per_hour` (default 0) gives the preemptions ordered
+# by the tier's jobs a budget of their own (GPU-hours of victims' work lost
+# over any sliding hour), counted apart from the shared budget of the
+# `preemption` block, which the tiers without one share. Give it to a tier
+# that preempts often, so that its preemptions cannot spend what a higher
+# tier's urgent ones need.
 tier "critical" {
   weight      = 10000
   may_preempt = ["high", "normal", "scavenger"]
@@ -29,10 +35,13 @@ tier "high" {
   preemptible = false
 }
 
+# Normal jobs preempting scavengers have 32 GPU-hours lost per hour of
+# their own: critical and high keep the whole shared 64.
 tier "normal" {
-  weight      = 100
-  may_preempt = ["scavenger"]
-  preemptible = true
+  weight                      = 100
+  may_preempt                 = ["scavenger"]
+  preemptible                 = true
+  max_gpu_hours_lost_per_hour = 32
 }
 
 # Scavenger work fills idle GPUs and gives them back on demand.
@@ -96,7 +105,7 @@ deadline {
 # start counts as lost, which makes it an expensive (rarely chosen) victim.
 preemption {
   enabled                     = true
-  max_gpu_hours_lost_per_hour = 64    # over any sliding hour; 0 = no cap
+  max_gpu_hours_lost_per_hour = 64    # over any sliding hour, shared by the tiers without their own; 0 = no cap
   min_runtime                 = "10m" # a job's impact_min_runtime may raise it
   restart_cost                = "5m"  # per GPU, added to the work lost
   gain_horizon                = "1h"

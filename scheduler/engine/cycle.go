@@ -550,9 +550,14 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
 		return false
 	}
-	if mx := c.pol.Preemption.MaxGPUHoursLostPerHour; mx > 0 {
-		if already := c.e.LostGPUHours(c.now); already+lost > mx {
-			exp.Reason += fmt.Sprintf("; preemption limit: %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", already, lost, mx)
+	budget, mx := c.e.budgetOf(q.tier)
+	if mx > 0 {
+		if already := c.e.lostFrom(budget, c.now); already+lost > mx {
+			which := "shared"
+			if budget != "" {
+				which = fmt.Sprintf("tier %q", budget)
+			}
+			exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
 			return false
 		}
 	}
@@ -580,7 +585,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		c.plan.Preemptions = append(c.plan.Preemptions, p)
 		c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 			"cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
-		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID})
+		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}
 	exp.Status = StatusPreempting

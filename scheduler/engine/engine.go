@@ -55,6 +55,9 @@ type loss struct {
 	gpuHours float64
 	// job is the victim (empty for losses restored from Memory).
 	job string
+	// budget is the preemptor's tier when that tier has a budget of its
+	// own (policy.Tier.MaxGPUHoursLostPerHour), "" for the shared one.
+	budget string
 }
 
 // inflightStop is a preemption ordered for one allocation.
@@ -189,7 +192,7 @@ func (e *Engine) Policy() *policy.Policy { return e.pol }
 func (e *Engine) Usage() *policy.Usage { return e.usage.Clone() }
 
 // LostGPUHours returns the GPU-hours of work lost to preemptions ordered in
-// the hour before now.
+// the hour before now (all budgets together).
 func (e *Engine) LostGPUHours(now time.Time) float64 {
 	sum := 0.0
 	for _, l := range e.losses {
@@ -198,6 +201,28 @@ func (e *Engine) LostGPUHours(now time.Time) float64 {
 		}
 	}
 	return sum
+}
+
+// lostFrom returns the GPU-hours lost in the hour before now to
+// preemptions charged to one budget ("" = the shared one).
+func (e *Engine) lostFrom(budget string, now time.Time) float64 {
+	sum := 0.0
+	for _, l := range e.losses {
+		if l.budget == budget && now.Sub(l.at) < time.Hour {
+			sum += l.gpuHours
+		}
+	}
+	return sum
+}
+
+// budgetOf returns the preemption budget a preemptor of a tier draws on:
+// its tier's own (key = the tier's name) when the policy gives it one,
+// else the shared one (key ""), and its cap (0 = none).
+func (e *Engine) budgetOf(tier string) (key string, limit float64) {
+	if t := e.pol.Tiers[tier]; t != nil && t.MaxGPUHoursLostPerHour > 0 {
+		return tier, t.MaxGPUHoursLostPerHour
+	}
+	return "", e.pol.Preemption.MaxGPUHoursLostPerHour
 }
 
 // Decide runs one cycle on snap at instant now and returns the plan. See

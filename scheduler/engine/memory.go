@@ -29,6 +29,9 @@ type Memory struct {
 type Loss struct {
 	At       time.Time `json:"at"`
 	GPUHours float64   `json:"gpu_hours"`
+	// Budget is the preemptor's tier when the loss was charged to that
+	// tier's own budget; empty for the shared budget.
+	Budget string `json:"budget,omitempty"`
 }
 
 // Memory returns a copy of the engine's memory as of instant now.
@@ -36,7 +39,7 @@ func (e *Engine) Memory(now time.Time) Memory {
 	m := Memory{UsageAt: now, Usage: e.usage.Values(now), LastCycle: e.lastCycle}
 	for _, l := range e.losses {
 		if now.Sub(l.at) < time.Hour {
-			m.Losses = append(m.Losses, Loss{At: l.at, GPUHours: l.gpuHours})
+			m.Losses = append(m.Losses, Loss{At: l.at, GPUHours: l.gpuHours, Budget: l.budget})
 		}
 	}
 	sort.Slice(m.Losses, func(i, j int) bool { return m.Losses[i].At.Before(m.Losses[j].At) })
@@ -55,6 +58,6 @@ func (e *Engine) restore(m *Memory) {
 	e.lastCycle = m.LastCycle
 	e.losses = e.losses[:0]
 	for _, l := range m.Losses {
-		e.losses = append(e.losses, loss{at: l.At, gpuHours: l.GPUHours})
+		e.losses = append(e.losses, loss{at: l.At, gpuHours: l.GPUHours, budget: l.Budget})
 	}
 }

@@ -169,7 +169,8 @@ func (d *decoder) tier(b *hcl.Block, key string) {
 	}
 	t := &Tier{Name: name}
 	d.p.Tiers[name] = t
-	d.block(b, key, map[string]any{"weight": &t.Weight, "may_preempt": &t.MayPreempt, "preemptible": &t.Preemptible})
+	d.block(b, key, map[string]any{"weight": &t.Weight, "may_preempt": &t.MayPreempt, "preemptible": &t.Preemptible,
+		"max_gpu_hours_lost_per_hour": &t.MaxGPUHoursLostPerHour})
 }
 
 func (d *decoder) project(b *hcl.Block, key string) {

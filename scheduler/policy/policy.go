@@ -54,6 +54,13 @@ type Tier struct {
 	// Preemptible is the default for jobs of this tier that do not set
 	// impact_preemptible.
 	Preemptible bool
+	// MaxGPUHoursLostPerHour, when > 0, gives the preemptions this tier's
+	// jobs order a budget of their own (work lost over any sliding hour),
+	// counted apart from Preemption.MaxGPUHoursLostPerHour: a lower tier
+	// that preempts often (normal over scavenger) then cannot spend the
+	// budget a higher tier's urgent preemptions need. 0: this tier's
+	// preemptions draw on the shared budget.
+	MaxGPUHoursLostPerHour float64
 }
 
 // Project is a team or budget that is charged for GPU-hours.
@@ -94,7 +101,9 @@ type Preemption struct {
 	// Enabled switches preemption on.
 	Enabled bool
 	// MaxGPUHoursLostPerHour caps the work thrown away (GPU-hours since
-	// the victims' last checkpoint) over any sliding hour; 0 = no cap.
+	// the victims' last checkpoint) over any sliding hour; 0 = no cap. It
+	// is shared by the preemptions of every tier without a budget of its
+	// own (Tier.MaxGPUHoursLostPerHour).
 	MaxGPUHoursLostPerHour float64
 	// MinRuntime protects every job for its first MinRuntime (a job's
 	// impact_min_runtime may raise it).
@@ -244,6 +253,10 @@ func (p *Policy) Merge(o *Policy) *Policy {
 			ct.Preemptible = ot.Preemptible
 			take(f)
 		}
+		if f := prefix + "max_gpu_hours_lost_per_hour"; set(f) {
+			ct.MaxGPUHoursLostPerHour = ot.MaxGPUHoursLostPerHour
+			take(f)
+		}
 	}
 	for _, name := range sortedKeys(o.Projects) {
 		op := o.Projects[name]
@@ -347,6 +360,9 @@ func (p *Policy) Validate() error {
 		prefix := fmt.Sprintf("tier %q ", name)
 		if !finite(t.Weight) || t.Weight < 0 {
 			bad(prefix+"weight", "must be a number >= 0, got %v", t.Weight)
+		}
+		if !finite(t.MaxGPUHoursLostPerHour) || t.MaxGPUHoursLostPerHour < 0 {
+			bad(prefix+"max_gpu_hours_lost_per_hour", "must be a number >= 0 (0 = the shared preemption budget), got %v", t.MaxGPUHoursLostPerHour)
 		}
 		for _, v := range t.MayPreempt {
 			if _, ok := p.Tiers[v]; !ok {

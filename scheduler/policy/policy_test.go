@@ -38,6 +38,9 @@ func TestExamplePolicy(t *testing.T) {
 	if !p.MayPreempt("critical", "scavenger") || p.MayPreempt("scavenger", "normal") {
 		t.Fatal("may_preempt not as written")
 	}
+	if p.Tiers["normal"].MaxGPUHoursLostPerHour != 32 || p.Tiers["critical"].MaxGPUHoursLostPerHour != 0 || p.Preemption.MaxGPUHoursLostPerHour != 64 {
+		t.Fatalf("preemption budgets: normal %v, critical %v, shared %v", p.Tiers["normal"].MaxGPUHoursLostPerHour, p.Tiers["critical"].MaxGPUHoursLostPerHour, p.Preemption.MaxGPUHoursLostPerHour)
+	}
 	olmo := p.Projects["olmo"]
 	if olmo == nil || olmo.Share != 3 || olmo.Weight != 1.5 || olmo.GPUQuota != 256 {
 		t.Fatalf("project olmo = %+v", olmo)
@@ -50,6 +53,7 @@ func TestExamplePolicy(t *testing.T) {
 func TestMergeKeepsUnsetDefaults(t *testing.T) {
 	p, err := LoadBytes([]byte(`
 tier "normal" { weight = 20 }
+tier "high" { max_gpu_hours_lost_per_hour = 12 }
 project "x" { gpu_quota = 8 }
 preemption { enabled = false }
 `), "p.hcl")
@@ -58,6 +62,9 @@ preemption { enabled = false }
 	}
 	if p.Tiers["normal"].Weight != 20 {
 		t.Fatalf("weight not merged")
+	}
+	if h := p.Tiers["high"]; h.MaxGPUHoursLostPerHour != 12 || h.Weight != 1000 || p.Tiers["normal"].MaxGPUHoursLostPerHour != 0 {
+		t.Fatalf("tier budgets: high %+v, normal %+v", h, p.Tiers["normal"])
 	}
 	if n := p.Tiers["normal"]; len(n.MayPreempt) != 1 || n.MayPreempt[0] != "scavenger" || !n.Preemptible {
 		t.Fatalf("may_preempt of normal lost in merge: %+v", p.Tiers["normal"])
@@ -91,6 +98,7 @@ func TestPolicyFileErrors(t *testing.T) {
 		{"fractional int", "backfill {\n  reservations = 1.5\n}\n", []string{"bad.hcl:2", "backfill reservations", "whole number"}},
 		{"negative quota", "project \"p\" {\n  gpu_quota = -4\n}\n", []string{"bad.hcl:2", `project "p" gpu_quota`}},
 		{"duplicate block", "tier \"a\" { weight = 1 }\ntier \"a\" {}\n", []string{"bad.hcl:2", "defined twice"}},
+		{"negative tier budget", "tier \"normal\" {\n\n  max_gpu_hours_lost_per_hour = -2\n}\n", []string{"bad.hcl:3", `tier "normal" max_gpu_hours_lost_per_hour`, ">= 0"}},
 		{"half life zero", "fair_share {\n half_life = \"0s\"\n}\n", []string{"bad.hcl:2", "fair_share half_life", "> 0"}},
 	}
 	for _, tc := range cases {
