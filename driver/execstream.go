@@ -118,12 +118,12 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		for {
 			msg, err := stream.Recv()
 			if err != nil {
+				// The whole process group (with a terminal the command
+				// leads its own session and group): a background child
+				// still holding the terminal would otherwise keep the
+				// output pump, and this call, alive after the client left.
 				if cmd.Process != nil {
-					if setup.GetTty() {
-						_ = cmd.Process.Kill()
-					} else {
-						_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-					}
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 				}
 				return
 			}
