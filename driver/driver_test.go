@@ -99,6 +99,13 @@ func start(t *testing.T, inst *plugintest.Instance, tk task) *driverpb.TaskHandl
 	if err != nil {
 		t.Fatalf("StartTask: %v", err)
 	}
+	// Tasks outlive the plugin by design: end this one with the test
+	// (an error means it was stopped already, or its plugin is gone).
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = inst.Driver.StopTask(ctx, &driverpb.StopTaskRequest{TaskId: tk.cfg.Id, Signal: "SIGKILL", Timeout: durationpb.New(0)})
+	})
 	if resp.GetHandle().GetConfig().GetId() != tk.cfg.Id || resp.GetHandle().GetVersion() != taskHandleVersion {
 		t.Fatalf("handle: %+v", resp.GetHandle())
 	}
@@ -959,4 +966,48 @@ gang {
 	if rec, ok := IsRecoverable(err); err == nil || !ok || rec || status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "gang.timeout") {
 		t.Fatalf("bad gang timeout: err %v, recoverable %v (detail %v)", err, rec, ok)
 	}
+}
+
+// A terminal exec whose shell leaves a background child holding the
+// terminal (and ignoring the SIGHUP of the session's end): when the client
+// goes away, the child is killed too (it kept the call alive).
+func TestExecStreamingClientGoneKillsTerminalGroup(t *testing.T) {
+	t.Parallel()
+	if f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0); err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	} else {
+		f.Close()
+	}
+	inst := load(t, "")
+	tk := newTask(t, "shell", `
+command = "sleep"
+args    = ["30"]`, nil)
+	start(t, inst, tk)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := inst.Driver.ExecTaskStreaming(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&driverpb.ExecTaskStreamingRequest{Setup: &driverpb.ExecTaskStreamingRequest_Setup{
+		TaskId: tk.cfg.Id, Command: []string{"/bin/sh", "-c", "trap '' HUP; sleep 30 & echo bg=$!; wait"}, Tty: true}}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	pid := 0
+	for pid == 0 {
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatalf("no pid in %q: %v", out.String(), err)
+		}
+		out.Write(r.GetStdout().GetData())
+		if _, rest, ok := strings.Cut(out.String(), "bg="); ok && strings.Contains(rest, "\n") {
+			fmt.Sscan(rest, &pid)
+		}
+	}
+	cancel()
+	testwait.For(t, 10*time.Second, "background child of the terminal exec killed", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
 }
