@@ -624,15 +624,7 @@ func procState(pid int) byte {
 // (a frozen supervisor would stop heartbeating and fail its gang).
 func TestSignalStopFreezesTaskNotSupervisor(t *testing.T) {
 	t.Parallel()
-	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
-	p := launch(t, spec, state)
-	testwait.File(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
-	var child int
-	testwait.For(t, 10*time.Second, "task running", func() bool {
-		pg, ok := p.runningGroup()
-		child = pg
-		return ok
-	})
+	p, child := launchSleeper(t)
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -717,15 +709,7 @@ func TestLogFIFOWithoutReader(t *testing.T) {
 // starts again does not run beside it.
 func TestAttachKillsOrphanOfLostSupervisor(t *testing.T) {
 	t.Parallel()
-	spec, state := testSpec(t, `echo x > ready; exec sleep 30`)
-	p := launch(t, spec, state)
-	testwait.File(t, filepath.Join(spec.Dir, "ready"), 10*time.Second)
-	var child int
-	testwait.For(t, 10*time.Second, "task running", func() bool {
-		pg, ok := p.runningGroup()
-		child = pg
-		return ok
-	})
+	p, child := launchSleeper(t)
 	if err := syscall.Kill(p.State().SupervisorPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -822,4 +806,19 @@ func TestWaitAfterDestroy(t *testing.T) {
 	if ex := wait(t, p, time.Second); ex.ExitCode != 4 {
 		t.Fatalf("exit after destroy: %+v", ex)
 	}
+}
+
+// launchSleeper starts a task that sleeps 30s and returns it once its
+// command runs, with the command's PID (its process group).
+func launchSleeper(t *testing.T) (*Process, int) {
+	t.Helper()
+	spec, state := testSpec(t, `exec sleep 30`)
+	p := launch(t, spec, state)
+	var child int
+	testwait.For(t, 10*time.Second, "task running", func() bool {
+		pg, ok := p.runningGroup()
+		child = pg
+		return ok
+	})
+	return p, child
 }
