@@ -309,7 +309,7 @@ func (s *supervisor) barrierFailed(err error) int {
 		if te.JoinErr != nil {
 			why = fmt.Sprintf(" (this member could not join: %v)", te.JoinErr)
 		}
-		s.event(fmt.Sprintf("Gang barrier timed out after %s: %d of %d members arrived%s", te.Timeout, te.Arrived, te.Size, why),
+		s.event(fmt.Sprintf("Gang barrier timed out after %s: %s%s", te.Timeout, te.Progress(), why),
 			map[string]string{"gang_arrived": strconv.Itoa(te.Arrived), "gang_size": strconv.Itoa(te.Size)})
 	case errors.As(err, &se):
 		s.event(fmt.Sprintf("Gang %s was %s while waiting: %s", se.Gang, se.State, se.Reason), nil)

@@ -241,7 +241,7 @@ type TimeoutError struct {
 }
 
 func (e *TimeoutError) Error() string {
-	msg := fmt.Sprintf("gang %s: barrier timed out after %s: %d of %d members arrived", e.Gang, e.Timeout, e.Arrived, e.Size)
+	msg := fmt.Sprintf("gang %s: barrier timed out after %s: %s", e.Gang, e.Timeout, e.Progress())
 	if e.JoinErr != nil {
 		msg += fmt.Sprintf(" (this member could not join: %v)", e.JoinErr)
 	}
@@ -249,6 +249,16 @@ func (e *TimeoutError) Error() string {
 }
 
 func (e *TimeoutError) Unwrap() error { return e.JoinErr }
+
+// Progress says how many members arrived: "1 of 2 members arrived", or,
+// when this member never learnt the gang's size (it could not join a gang
+// whose size the server resolves), "0 members arrived (gang size unknown)".
+func (e *TimeoutError) Progress() string {
+	if e.Size <= 0 {
+		return fmt.Sprintf("%d members arrived (gang size unknown)", e.Arrived)
+	}
+	return fmt.Sprintf("%d of %d members arrived", e.Arrived, e.Size)
+}
 
 // StoppedError is returned by Barrier when the gang failed or was stopped
 // while this member waited.

@@ -533,3 +533,19 @@ func TestRanksIndependentOfArrivalOrder(t *testing.T) {
 		}
 	}
 }
+
+// A member that cannot reach the server never learns the size the server
+// would resolve: its timeout says so instead of "0 of 0 members".
+func TestBarrierTimeoutWithoutServer(t *testing.T) {
+	t.Parallel()
+	c, _ := NewClient("http://127.0.0.1:1", nil)
+	j := join(0, "1", 0)
+	_, err := c.Barrier(context.Background(), BarrierConfig{Gang: "g", Member: "a", Join: j, Timeout: 300 * time.Millisecond})
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.JoinErr == nil {
+		t.Fatalf("want a TimeoutError with the join error, got %v", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "0 members arrived (gang size unknown)") || !strings.Contains(msg, "could not join") {
+		t.Fatalf("message: %s", msg)
+	}
+}
