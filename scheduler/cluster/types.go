@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"strings"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -46,6 +47,68 @@ type Node struct {
 	Ready bool
 	// GPUs of the node, in index order.
 	GPUs []GPU
+	// Class and Datacenter are Nomad's node class and datacenter, and
+	// Attributes its fingerprinted attributes (${attr.*}): what jobs'
+	// constraints (TaskGroup.Constraints) may test. Node meta is Labels.
+	Class      string
+	Datacenter string
+	Attributes map[string]string
+}
+
+// Constraint is a job's constraint on a node fact that the scheduler
+// checks itself, so that it never admits a job Nomad would then refuse to
+// place: Target is one of ${node.class}, ${node.datacenter},
+// ${node.unique.id}, ${node.unique.name}, ${node.pool}, ${meta.KEY},
+// ${attr.KEY}; Operand is "=" or "!=" (Nomad's "==", "is" and "not" are
+// normalised to them), "is_set" or "is_not_set".
+type Constraint struct {
+	Target  string
+	Operand string
+	Value   string
+}
+
+// Lookup resolves a constraint target on the node; ok is false when the
+// node does not have the fact (or the target is not one the model knows).
+func (n *Node) Lookup(target string) (string, bool) {
+	switch target {
+	case "${node.class}":
+		return n.Class, true
+	case "${node.datacenter}":
+		return n.Datacenter, true
+	case "${node.unique.id}":
+		return n.ID, true
+	case "${node.unique.name}":
+		return n.Name, true
+	case "${node.pool}":
+		return n.Pool, true
+	}
+	if k, ok := strings.CutPrefix(target, "${meta."); ok && strings.HasSuffix(k, "}") {
+		v, ok := n.Labels[k[:len(k)-1]]
+		return v, ok
+	}
+	if k, ok := strings.CutPrefix(target, "${attr."); ok && strings.HasSuffix(k, "}") {
+		v, ok := n.Attributes[k[:len(k)-1]]
+		return v, ok
+	}
+	return "", false
+}
+
+// Satisfies reports whether the node meets a constraint, as Nomad judges
+// it: "=" needs the fact present and equal, "!=" holds when it is absent
+// or different.
+func (n *Node) Satisfies(c Constraint) bool {
+	v, ok := n.Lookup(c.Target)
+	switch c.Operand {
+	case "=":
+		return ok && v == c.Value
+	case "!=":
+		return !ok || v != c.Value
+	case "is_set":
+		return ok
+	case "is_not_set":
+		return !ok
+	}
+	return false
 }
 
 // Schedulable reports whether new work may be placed on the node.
@@ -83,6 +146,12 @@ type TaskGroup struct {
 	// Spec is the group's effective impact contract (job meta with the
 	// group's overrides, policy.ParseGroupMeta).
 	Spec policy.Spec
+	// DistinctHosts: no two allocations of the group on one node (a
+	// group-level distinct_hosts constraint).
+	DistinctHosts bool
+	// Constraints every node of the group must satisfy: the job's, the
+	// group's and its tasks' simple node constraints.
+	Constraints []Constraint
 }
 
 // Job is a job the scheduler manages.
@@ -107,6 +176,9 @@ type Job struct {
 	// SpecErr, when not nil, is why the job's metadata is unusable; the job
 	// stays parked and explain shows the error.
 	SpecErr error
+	// DistinctHosts: no two allocations of the job, whatever their group,
+	// on one node (a job-level distinct_hosts constraint).
+	DistinctHosts bool
 	// ModifyIndex is Nomad's JobModifyIndex when the model read the job;
 	// plans carry it so that the adapter can enforce it on re-register.
 	ModifyIndex uint64

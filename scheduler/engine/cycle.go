@@ -243,14 +243,15 @@ func earliestStart(allocs []*cluster.Alloc) time.Time {
 }
 
 func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
-	req := placement.Request{Pool: q.pool, AllowReserved: allowReserved, LocalityLabels: c.e.opts.localityLabels}
+	req := placement.Request{Pool: q.pool, AllowReserved: allowReserved, LocalityLabels: c.e.opts.localityLabels, DistinctHosts: q.job.DistinctHosts}
 	for gi := range q.job.Groups {
 		g := &q.job.Groups[gi]
 		topo := g.Spec.Topology
 		if topo == policy.TopologyUnset {
 			topo = q.job.Spec.Topology
 		}
-		req.Groups = append(req.Groups, placement.Group{Name: g.Name, Count: g.Count, GPUs: g.GPUs, Topology: topo})
+		req.Groups = append(req.Groups, placement.Group{Name: g.Name, Count: g.Count, GPUs: g.GPUs, Topology: topo,
+			DistinctHosts: g.DistinctHosts, Constraints: g.Constraints})
 	}
 	return req
 }

@@ -72,8 +72,10 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 			bad("admission of %s places %d groups, job has %d", adm.JobID, len(adm.Groups), len(j.Groups))
 			continue
 		}
+		jobNodes := map[string]string{} // node -> group, for a job-level distinct_hosts
 		for gi, g := range j.Groups {
 			gp := adm.Groups[gi]
+			groupNodes := map[string]bool{}
 			want := g.Count
 			if g.GPUs == 0 {
 				want = 0
@@ -95,6 +97,19 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 				if !n.Schedulable() {
 					bad("admission of %s on unschedulable node %s", adm.JobID, n.ID)
 				}
+				for _, c := range g.Constraints {
+					if !n.Satisfies(c) {
+						bad("admission of %s group %q on node %s, which fails its constraint %s %s %q", adm.JobID, g.Name, n.ID, c.Target, c.Operand, c.Value)
+					}
+				}
+				if g.DistinctHosts && groupNodes[n.ID] {
+					bad("admission of %s group %q puts two allocations on node %s despite distinct_hosts", adm.JobID, g.Name, n.ID)
+				}
+				groupNodes[n.ID] = true
+				if other, dup := jobNodes[n.ID]; dup && j.DistinctHosts {
+					bad("admission of %s puts groups %q and %q on node %s despite the job's distinct_hosts", adm.JobID, other, g.Name, n.ID)
+				}
+				jobNodes[n.ID] = g.Name
 				if j.Spec.Pool != "" && n.Pool != j.Spec.Pool {
 					bad("admission of %s on node %s of pool %q, job wants %q", adm.JobID, n.ID, n.Pool, j.Spec.Pool)
 				}

@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -15,6 +16,15 @@ type Group struct {
 	Count    int
 	GPUs     int
 	Topology policy.Topology
+	// DistinctHosts puts each allocation of the group on a node of its
+	// own (Nomad's distinct_hosts).
+	DistinctHosts bool
+	// Constraints every node of the group must satisfy.
+	Constraints []cluster.Constraint
+	// Avoid lists node ordinals the group may not use: a caller placing a
+	// distinct-hosts group one allocation at a time (preemption) names the
+	// nodes taken so far.
+	Avoid []int
 }
 
 // Request is an all-or-nothing placement of every group of one job.
@@ -28,6 +38,9 @@ type Request struct {
 	// LocalityLabels are the node labels a multi-node gang tries to share,
 	// tightest first.
 	LocalityLabels []string
+	// DistinctHosts puts every allocation of the job, whatever its group,
+	// on a node of its own (a job-level distinct_hosts).
+	DistinctHosts bool
 }
 
 // GPUs is the total GPUs asked.
@@ -87,10 +100,15 @@ func (s *State) Place(req Request, rej Rejections) (Result, bool) {
 		return ga.Count*ga.GPUs > gb.Count*gb.GPUs
 	})
 	res := Result{Groups: make([][]Slot, len(req.Groups))}
+	var taken []int // nodes used so far, for a job-level distinct_hosts
 	for _, gi := range order {
 		g := req.Groups[gi]
 		if g.Count == 0 || g.GPUs == 0 {
 			continue
+		}
+		if req.DistinctHosts {
+			g.DistinctHosts = true
+			g.Avoid = append(g.Avoid[:len(g.Avoid):len(g.Avoid)], taken...)
 		}
 		slots, ok := s.placeGroup(ix, g, req.LocalityLabels)
 		if !ok {
@@ -99,6 +117,11 @@ func (s *State) Place(req Request, rej Rejections) (Result, bool) {
 			return Result{}, false
 		}
 		res.Groups[gi] = slots
+		if req.DistinctHosts {
+			for _, sl := range slots {
+				taken = append(taken, sl.Node)
+			}
+		}
 	}
 	if req.AllowReserved {
 		// Give back to the reservation what this job did not take.
@@ -149,6 +172,9 @@ func (s *State) bestFitOne(ix *index, g Group) (int, uint64, bool) {
 		best, bestMask, bestLeft := -1, uint64(0), 1<<30
 		for _, o := range ix.buckets[k] {
 			ord := int(o)
+			if !s.Allowed(ord, g) {
+				continue
+			}
 			mask, left, ok := s.pick(ord, s.nodes[ord].free(), g.GPUs, g.Topology)
 			if !ok {
 				continue
@@ -257,7 +283,14 @@ func (s *State) placeGang(ix *index, g Group, labels []string) ([]Slot, bool) {
 	for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
 		for _, o := range ix.buckets[k] {
 			ord := int(o)
-			if c := s.capacity(ord, g.GPUs, g.Topology); c > 0 {
+			if !s.Allowed(ord, g) {
+				continue
+			}
+			c := s.capacity(ord, g.GPUs, g.Topology)
+			if g.DistinctHosts {
+				c = min(c, 1)
+			}
+			if c > 0 {
 				cands = append(cands, cand{ord: ord, cap: min(c, g.Count), free: k})
 				total += min(c, g.Count)
 			}
@@ -297,6 +330,24 @@ func (s *State) placeGang(ix *index, g Group, labels []string) ([]Slot, bool) {
 		}
 	}
 	return slots, len(slots) == g.Count
+}
+
+// Allowed reports whether a group may use a node at all: the node meets
+// the group's constraints and is not one it must avoid.
+func (s *State) Allowed(ord int, g Group) bool {
+	if len(g.Constraints) == 0 && len(g.Avoid) == 0 {
+		return true
+	}
+	if slices.Contains(g.Avoid, ord) {
+		return false
+	}
+	n := s.nodes[ord].node
+	for _, c := range g.Constraints {
+		if !n.Satisfies(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // nodesNeeded: how many of the (capacity-sorted) candidates cover count.
@@ -427,6 +478,17 @@ func (s *State) rejectGroup(g Group, ix *index, pool string, rej Rejections) {
 }
 
 func (s *State) rejectNodes(g Group, ix *index, rej Rejections) {
+	if len(g.Constraints) > 0 {
+		bad := 0
+		for k := range ix.buckets {
+			for _, o := range ix.buckets[k] {
+				if !s.Allowed(int(o), Group{Constraints: g.Constraints}) {
+					bad++
+				}
+			}
+		}
+		rej.add(fmt.Sprintf("does not meet the constraints of group %q", g.Name), bad)
+	}
 	small := 0
 	for k := 0; k < g.GPUs && k <= cluster.MaxGPUsPerNode; k++ {
 		small += len(ix.buckets[k])

@@ -128,21 +128,40 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 	slices.SortStableFunc(order, func(a, b int) int { return req.Groups[b].GPUs - req.Groups[a].GPUs })
 
 	var vs []vic
+	var jobNodes []int // nodes taken so far, for a job-level distinct_hosts
 	for _, gi := range order {
 		g := req.Groups[gi]
 		if g.Count == 0 || g.GPUs == 0 {
 			continue
 		}
+		var groupNodes []int
 		for range g.Count {
-			one := placement.Request{Pool: req.Pool, Groups: []placement.Group{{Name: g.Name, Count: 1, GPUs: g.GPUs, Topology: g.Topology}}}
-			if r, ok := st.Place(one, nil); ok {
+			// One allocation at a time: a distinct-hosts group (or job)
+			// avoids the nodes its earlier allocations took.
+			one := placement.Group{Name: g.Name, Count: 1, GPUs: g.GPUs, Topology: g.Topology, Constraints: g.Constraints,
+				Avoid: slices.Clip(g.Avoid)}
+			if g.DistinctHosts || req.DistinctHosts {
+				one.Avoid = append(one.Avoid, groupNodes...)
+			}
+			if req.DistinctHosts {
+				one.Avoid = append(one.Avoid, jobNodes...)
+			}
+			took := func(ord int) {
+				groupNodes = append(groupNodes, ord)
+				jobNodes = append(jobNodes, ord)
+			}
+			if r, ok := st.Place(placement.Request{Pool: req.Pool, Groups: []placement.Group{one}}, nil); ok {
 				res.Groups[gi] = append(res.Groups[gi], r.Groups[0]...)
+				took(r.Groups[0][0].Node)
 				continue
 			}
 			bestOrd, bestCost, bestN := -1, 0.0, 0
 			var bestSet []int
 			var bestMask uint64
 			for _, ord := range nodes {
+				if !st.Allowed(ord, one) {
+					continue
+				}
 				vs = vs[:0]
 				inUse := st.Used(ord) &^ st.Reserved(ord)
 				for _, h := range byNode[ord] {
@@ -208,6 +227,7 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 			sl := placement.Slot{Node: bestOrd, Mask: bestMask}
 			st.Take(sl)
 			res.Groups[gi] = append(res.Groups[gi], sl)
+			took(bestOrd)
 		}
 	}
 	return victims, res, true
