@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -285,9 +286,16 @@ func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster
 		cj.State = cluster.JobRunning
 	}
 	cj.Spec, cj.SpecErr = policy.ParseMeta(j.Meta, nil)
+	jobCons, jobDistinct := translateConstraints(j.Constraints)
+	cj.DistinctHosts = jobDistinct
 	for _, g := range j.TaskGroups {
 		tg := cluster.TaskGroup{Name: g.Name, Count: g.Count}
+		var groupCons []cluster.Constraint
+		groupCons, tg.DistinctHosts = translateConstraints(g.Constraints)
+		tg.Constraints = append(append([]cluster.Constraint(nil), jobCons...), groupCons...)
 		for _, t := range g.Tasks {
+			taskCons, _ := translateConstraints(t.Constraints)
+			tg.Constraints = append(tg.Constraints, taskCons...)
 			if t.Resources == nil {
 				continue
 			}
@@ -316,6 +324,48 @@ func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster
 		cj.Groups = append(cj.Groups, tg)
 	}
 	return cj
+}
+
+// constraintTargets are the node facts the model keeps for constraints
+// (cluster.Node.Lookup); ${meta.*} and ${attr.*} are matched by prefix.
+var constraintTargets = map[string]bool{
+	"${node.class}": true, "${node.datacenter}": true, "${node.unique.id}": true,
+	"${node.unique.name}": true, "${node.pool}": true,
+}
+
+// translateConstraints keeps the constraints the scheduler can check
+// itself: distinct_hosts (reported apart, as Nomad applies it to the level
+// it is written at) and equality, inequality and presence tests of node
+// facts the model holds, with a literal right side. Others (regexp,
+// version, set_contains, distinct_property, ordering, interpolated right
+// sides, the scheduler's own set_contains_any pin) are left to Nomad, as
+// before: an admission that breaks one fails in Nomad and is rolled back.
+func translateConstraints(cs []wireConstraint) (out []cluster.Constraint, distinctHosts bool) {
+	for _, c := range cs {
+		op := c.Operand
+		switch op {
+		case "distinct_hosts":
+			// As Nomad reads it: on unless RTarget parses as false.
+			if v, err := strconv.ParseBool(c.RTarget); c.RTarget == "" || err != nil || v {
+				distinctHosts = true
+			}
+			continue
+		case "", "==", "is":
+			op = "="
+		case "not":
+			op = "!="
+		case "=", "!=", "is_set", "is_not_set":
+		default:
+			continue
+		}
+		known := constraintTargets[c.LTarget] ||
+			((strings.HasPrefix(c.LTarget, "${meta.") || strings.HasPrefix(c.LTarget, "${attr.")) && strings.HasSuffix(c.LTarget, "}"))
+		if !known || strings.Contains(c.RTarget, "${") {
+			continue
+		}
+		out = append(out, cluster.Constraint{Target: c.LTarget, Operand: op, Value: c.RTarget})
+	}
+	return out, distinctHosts
 }
 
 func translateAlloc(a *wireAlloc, jobKey string) *cluster.Alloc {
@@ -359,6 +409,7 @@ func translateAlloc(a *wireAlloc, jobKey string) *cluster.Alloc {
 func translateNode(n *wireNode) (*cluster.Node, error) {
 	cn := &cluster.Node{
 		ID: n.ID, Name: n.Name, Pool: n.NodePool, Labels: n.Meta,
+		Class: n.NodeClass, Datacenter: n.Datacenter, Attributes: n.Attributes,
 		Eligible: n.SchedulingEligibility == "eligible",
 		Ready:    n.Status == "ready" && !n.Drain,
 	}

@@ -35,10 +35,10 @@ var batchKeep = keep{
 			"Job": keep{
 				"ID": nil, "Namespace": nil, "Name": nil, "Type": nil, "NodePool": nil, "Status": nil,
 				"Priority": nil, "Stop": nil, "SubmitTime": nil, "Version": nil, "CreateIndex": nil,
-				"ModifyIndex": nil, "JobModifyIndex": nil, "Meta": nil,
+				"ModifyIndex": nil, "JobModifyIndex": nil, "Meta": nil, "Constraints": nil,
 				"TaskGroups": keep{
 					"Name": nil, "Count": nil, "Meta": nil, "Constraints": nil,
-					"Tasks": keep{"Name": nil, "Resources": keep{"Devices": nil}},
+					"Tasks": keep{"Name": nil, "Constraints": nil, "Resources": keep{"Devices": nil}},
 				},
 			},
 			"Allocation": keep{
@@ -50,7 +50,7 @@ var batchKeep = keep{
 			},
 			"Node": keep{
 				"ID": nil, "Name": nil, "NodePool": nil, "Datacenter": nil, "Status": nil,
-				"SchedulingEligibility": nil, "Drain": nil, "Meta": nil, "ModifyIndex": nil,
+				"SchedulingEligibility": nil, "Drain": nil, "NodeClass": nil, "Meta": nil, "Attributes": nil, "ModifyIndex": nil,
 				"NodeResources": keep{"Devices": nil},
 			},
 		},

@@ -50,6 +50,7 @@ type wireJob struct {
 	ModifyIndex    uint64
 	JobModifyIndex uint64
 	Meta           map[string]string
+	Constraints    []wireConstraint
 	TaskGroups     []wireGroup
 }
 
@@ -68,8 +69,9 @@ type wireConstraint struct {
 }
 
 type wireTask struct {
-	Name      string
-	Resources *struct {
+	Name        string
+	Constraints []wireConstraint
+	Resources   *struct {
 		Devices []struct {
 			Name  string
 			Count *uint64
@@ -114,7 +116,9 @@ type wireNode struct {
 	Status                string
 	SchedulingEligibility string
 	Drain                 bool
+	NodeClass             string
 	Meta                  map[string]string
+	Attributes            map[string]string
 	ModifyIndex           uint64
 	NodeResources         *struct {
 		Devices []wireDeviceGroup

@@ -1,0 +1,90 @@
+package nomad
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+)
+
+// A job's own distinct_hosts and simple node constraints reach the model
+// from an event line (through slimBatch), at the level Nomad applies them:
+// job-level distinct_hosts to the job, group-level to the group; job, group
+// and task constraints to every node of the group. What the scheduler
+// cannot check (regexp, version, interpolated right sides, its own pin) is
+// left out.
+func TestTranslateJobConstraints(t *testing.T) {
+	line := []byte(`{"Index":7,"Events":[{"Topic":"Job","Type":"JobRegistered","Key":"train","Namespace":"default","Index":7,"Payload":{"Job":{
+"ID":"train","Namespace":"default","Name":"train","Type":"batch","NodePool":"impact-queue","Status":"pending","Priority":50,
+"Constraints":[{"LTarget":"","RTarget":"true","Operand":"distinct_hosts"},{"LTarget":"${attr.cpu.arch}","RTarget":"amd64","Operand":"="}],
+"TaskGroups":[
+ {"Name":"workers","Count":2,"Constraints":[
+   {"LTarget":"","RTarget":"","Operand":"distinct_hosts"},
+   {"LTarget":"${node.class}","RTarget":"h100","Operand":"=="},
+   {"LTarget":"${meta.rack}","RTarget":"r9","Operand":"not"},
+   {"LTarget":"${attr.kernel.version}","RTarget":"5.0","Operand":"version"},
+   {"LTarget":"${meta.zone}","RTarget":"${node.datacenter}","Operand":"="},
+   {"LTarget":"${node.unique.id}","RTarget":"a,b","Operand":"set_contains_any"}],
+  "Tasks":[{"Name":"t","Constraints":[{"LTarget":"${meta.ib}","RTarget":"","Operand":"is_set"}],"Resources":{"Devices":[{"Name":"nvidia/gpu","Count":4}]}}]},
+ {"Name":"ps","Count":1,"Constraints":[{"LTarget":"","RTarget":"false","Operand":"distinct_hosts"}],
+  "Tasks":[{"Name":"t","Resources":{"Devices":[{"Name":"nvidia/gpu","Count":1}]}}]}
+]}}}]}`)
+	var b wireBatch
+	if err := decodeBatch(line, &b, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := slimBatch(nil, line); !ok {
+		t.Fatal("slimBatch gave up on the line: the test would not cover it")
+	}
+	j := translateJob(b.Events[0].Payload.Job, "default/train", 0, translateConfig{parkingPool: "impact-queue"})
+	if !j.DistinctHosts {
+		t.Fatal("job-level distinct_hosts lost")
+	}
+	arch := cluster.Constraint{Target: "${attr.cpu.arch}", Operand: "=", Value: "amd64"}
+	want := [][]cluster.Constraint{
+		{arch,
+			{Target: "${node.class}", Operand: "=", Value: "h100"},
+			{Target: "${meta.rack}", Operand: "!=", Value: "r9"},
+			{Target: "${meta.ib}", Operand: "is_set"}},
+		{arch},
+	}
+	for i, g := range j.Groups {
+		if !reflect.DeepEqual(g.Constraints, want[i]) {
+			t.Fatalf("group %s constraints %+v, want %+v", g.Name, g.Constraints, want[i])
+		}
+	}
+	if !j.Groups[0].DistinctHosts || j.Groups[1].DistinctHosts {
+		t.Fatalf("group distinct_hosts: workers %v (want true), ps %v (want false: RTarget false)", j.Groups[0].DistinctHosts, j.Groups[1].DistinctHosts)
+	}
+}
+
+// The node facts constraints test reach the model from a node event.
+func TestTranslateNodeFacts(t *testing.T) {
+	line := []byte(`{"Index":3,"Events":[{"Topic":"Node","Type":"NodeRegistration","Key":"n1","Index":3,"Payload":{"Node":{
+"ID":"n1","Name":"gpu-1","NodePool":"gpu","Datacenter":"dc2","Status":"ready","SchedulingEligibility":"eligible",
+"NodeClass":"h100","Meta":{"rack":"r1"},"Attributes":{"cpu.arch":"amd64","kernel.name":"linux"},"Drivers":{"exec":{"Detected":true}}}}}]}`)
+	var b wireBatch
+	if err := decodeBatch(line, &b, nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := translateNode(b.Events[0].Payload.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []cluster.Constraint{
+		{Target: "${node.class}", Operand: "=", Value: "h100"},
+		{Target: "${node.datacenter}", Operand: "=", Value: "dc2"},
+		{Target: "${attr.cpu.arch}", Operand: "=", Value: "amd64"},
+		{Target: "${meta.rack}", Operand: "=", Value: "r1"},
+		{Target: "${attr.gpu.count}", Operand: "is_not_set"},
+		{Target: "${meta.zone}", Operand: "!=", Value: "z1"},
+	} {
+		if !n.Satisfies(c) {
+			t.Errorf("node %+v does not satisfy %+v", n, c)
+		}
+	}
+	if n.Satisfies(cluster.Constraint{Target: "${node.class}", Operand: "!=", Value: "h100"}) ||
+		n.Satisfies(cluster.Constraint{Target: "${meta.zone}", Operand: "=", Value: ""}) {
+		t.Error("node satisfies a constraint it fails")
+	}
+}
