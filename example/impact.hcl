@@ -80,7 +80,8 @@ device_stats {
   # impact_gpu_memory_used_mib, impact_node_gpu_utilization_percent,
   # impact_gpus_utilization_percent of allocated GPUs) come from the GPU
   # device stats impact-gpu reports to each Nomad client. Every interval the
-  # agent asks Nomad for the stats of each ready node with GPUs
+  # leading agent (standbys serve no utilisation series) asks Nomad for the
+  # stats of each ready node with GPUs
   # (GET /v1/client/stats?node_id=..., which the servers forward to the
   # client; node read in the ACL policy), 8 nodes at a time, each request
   # bounded by node_timeout. A node that does not answer is logged, counted

@@ -17,9 +17,10 @@
 // # Utilisation
 //
 // When a UtilizationSource is set (production: nomad.DeviceStatsReader,
-// device_stats in the config), a goroutine apart from the loop polls the
-// device stats of every ready node with GPUs each StatsInterval and serves
-// per-GPU, per-node and cluster gauges from the last poll (utilization.go).
+// device_stats in the config), a goroutine apart from the loop polls, while
+// this agent leads, the device stats of every ready node with GPUs each
+// StatsInterval and serves per-GPU, per-node and cluster gauges from the
+// last poll (utilization.go).
 // A slow client never delays a decision; a node that cannot be read is
 // logged and counted, and its series disappear instead of freezing.
 //

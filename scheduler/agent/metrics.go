@@ -188,6 +188,9 @@ func (m *Metrics) RecordCluster(s ClusterStats) {
 // it replaces the previous poll's series.
 func (m *Metrics) RecordUtilization(s UtilizationStats) { m.gpus.update(s) }
 
+// clearUtilization removes the utilisation series (a standby serves none).
+func (m *Metrics) clearUtilization() { m.gpus.clear() }
+
 // RecordStatsError counts a node whose device stats could not be read.
 func (m *Metrics) RecordStatsError() { m.m.IncrCounter(mStatsErrors, 1) }
 

@@ -117,9 +117,10 @@ func statsNodes(snap *cluster.Snapshot) []string {
 	return ids
 }
 
-// pollUtilization runs until ctx ends: a poll every StatsInterval, the
-// first as soon as the model has synced with Nomad (checked every second
-// until then, so stats do not wait a whole interval after start-up).
+// pollUtilization runs until ctx ends: a poll every StatsInterval while
+// leading, the first as soon as the agent leads with a synced model
+// (checked every second until then, so stats do not wait a whole interval
+// after start-up or a failover).
 func (a *Agent) pollUtilization(ctx context.Context) {
 	failing := map[string]bool{}
 	t := time.NewTimer(0)
@@ -143,7 +144,17 @@ func (a *Agent) pollUtilization(ctx context.Context) {
 // it breaks and when it recovers, not on every poll; every failure is
 // counted in impact_gpu_stats_errors_total.
 // It returns false when the model is not synced yet (nothing polled).
+// Only the leader polls: every poll is one request per GPU node that the
+// servers forward to its client, and standbys doing the same would
+// multiply that load by the number of agents. A standby serves no
+// utilisation series (absent, not stale); the new leader's first poll
+// follows its election within a second.
 func (a *Agent) pollOnce(ctx context.Context, failing map[string]bool) bool {
+	if !a.leader.Load() {
+		a.opts.Metrics.clearUtilization()
+		clear(failing)
+		return false
+	}
 	if !a.opts.Model.Status().Synced {
 		return false
 	}
@@ -207,6 +218,12 @@ func (c *gpuCollector) update(s UtilizationStats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last, c.set = s, true
+}
+
+func (c *gpuCollector) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.set = UtilizationStats{}, false
 }
 
 func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -168,3 +168,24 @@ func TestNoUtilizationSourceNoSeries(t *testing.T) {
 		}
 	}
 }
+
+// A standby does not poll (the leader does, once for the cluster) and
+// serves no utilisation series.
+func TestStandbyDoesNotPollStats(t *testing.T) {
+	n := utilNomad(t)
+	src := &scriptedStats{calls: make(chan []string, 1)}
+	src.set(func([]string) ([]GPUStat, map[string]error) { return nil, nil })
+	ex := &fakeExec{n: n, agent: "standby"}
+	opts := fakeOptions(t, n, ex, nil)
+	opts.Elector, opts.Utilization, opts.StatsInterval = neverElected{ex}, src, 5*time.Millisecond
+	a := runTestAgent(t, opts)
+	waitCycles(t, 3, a)
+	select {
+	case nodes := <-src.calls:
+		t.Fatalf("a standby polled %v", nodes)
+	default:
+	}
+	if out := scrape(t, a); strings.Contains(out, "impact_gpus_allocated_with_stats") {
+		t.Error("a standby serves utilisation series")
+	}
+}
