@@ -42,6 +42,9 @@ type queued struct {
 	proj   int32
 	// preemptible is the policy's IsPreemptible of the job's spec.
 	preemptible bool
+	// maxAlloc and maxNVLink are the most GPUs one allocation of the job
+	// asks, of any group and of groups asking NVLink topology (tooBig).
+	maxAlloc, maxNVLink int
 	// rank is the job's position in the previous cycle's order (-1: new).
 	rank int32
 }
@@ -379,6 +382,9 @@ func (c *cycle) tooBig(q *queued) string {
 		c.poolMax[q.pool] = mx
 	}
 	c.lastPool, c.lastPoolMax, c.lastPoolMaxOK = q.pool, mx, true
+	if q.maxAlloc <= mx[0] && q.maxNVLink <= mx[1] {
+		return "" // the common case, without reading the job's groups
+	}
 	for gi := range q.job.Groups {
 		g := &q.job.Groups[gi]
 		if g.GPUs == 0 || g.Count == 0 {
@@ -542,6 +548,9 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		exp.Reason += "; preempting eligible gangs would not make room"
 		return false
 	}
+	if isGang(request()) {
+		victims, res = c.replaceGang(request(), victims, res)
+	}
 	cost, lost := 0.0, 0.0
 	for _, h := range victims {
 		cost += c.victims[h].cost
@@ -593,6 +602,35 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 	exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
 	exp.Rejected = nil
 	return true
+}
+
+// isGang: does the request place some group as more than one allocation?
+func isGang(req placement.Request) bool {
+	for _, g := range req.Groups {
+		if g.Count > 1 && g.GPUs > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceGang re-places a gang on the GPUs the chosen victims free (and
+// those already free) as a whole, the way an admission is placed: fewest
+// nodes, then a shared switch or rack, best fit. The victim search places
+// one allocation at a time, cheapest node first, which scatters a
+// multi-node gang. Victims the new placement does not touch are spared.
+// When the whole-gang placement fails, the search's own stands.
+func (c *cycle) replaceGang(req placement.Request, victims []int, res placement.Result) ([]int, placement.Result) {
+	cp := c.st.Checkpoint()
+	defer c.st.Rollback(cp)
+	for _, h := range victims {
+		c.st.ReleaseHolder(h)
+	}
+	whole, ok := c.st.Place(req, nil)
+	if !ok {
+		return victims, res
+	}
+	return c.slotsUse(whole, victims), whole
 }
 
 // candidates lists the gangs a job may preempt (by its tier and pool), and

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // queueCache keeps, per shard of the snapshot's job table, what a cycle
@@ -77,6 +78,20 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 			e.proj = qc.project(e.project)
 			e.impact = c.pol.Impact(j.Spec)
 			e.preemptible = c.pol.IsPreemptible(j.Spec)
+			for gi := range j.Groups {
+				g := &j.Groups[gi]
+				if g.GPUs == 0 || g.Count == 0 {
+					continue
+				}
+				e.maxAlloc = max(e.maxAlloc, g.GPUs)
+				topo := g.Spec.Topology
+				if topo == policy.TopologyUnset {
+					topo = j.Spec.Topology
+				}
+				if topo == policy.TopologyNVLink {
+					e.maxNVLink = max(e.maxNVLink, g.GPUs)
+				}
+			}
 			e.quota = c.pol.ProjectOf(j.Spec).GPUQuota
 			e.pool = j.Spec.Pool
 			if e.pool == "" {
