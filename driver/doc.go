@@ -58,6 +58,19 @@
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, IMPACT_GANG_ID,
 // IMPACT_GANG_EPOCH.
 //
+// # Processes
+//
+// A task's command runs in its own process group, as the task's user, with
+// the task's env plus the rendezvous env; exec commands (script checks,
+// `nomad alloc exec`) get the same user and env. Stops send the kill
+// signal to the group, then SIGKILL after the kill timeout; when the task
+// ends, what is left of its group (and, with enforce_resources, of its
+// cgroup) is killed. A task whose supervisor died cannot be recovered: its
+// orphaned command is killed so Nomad's restart does not run it twice. The
+// task's env values do not stay on disk: the supervisor drops them from
+// its spec file once read (the state dir lies in the task dir, readable
+// through `nomad alloc fs`).
+//
 // The binary also runs `impact-exec supervise DIR` (one per task, started by
 // the driver) and `impact-exec gang-server [-listen ADDR] [-ttl D]` (a
 // standalone rendezvous server).
