@@ -1011,3 +1011,40 @@ args    = ["30"]`, nil)
 		return err != nil || strings.Contains(string(b), ") Z ")
 	})
 }
+
+// A terminal exec ends with its command even when a background child
+// (ignoring SIGHUP) still holds the terminal, as a closed terminal window
+// would: the client gets the output and the exit, not a hang.
+func TestExecStreamingTerminalEndsWithItsCommand(t *testing.T) {
+	t.Parallel()
+	if f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0); err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	} else {
+		f.Close()
+	}
+	inst := load(t, "")
+	tk := newTask(t, "shell", `
+command = "sleep"
+args    = ["30"]`, nil)
+	start(t, inst, tk)
+	done := make(chan struct{})
+	var out string
+	var res *driverpb.ExitResult
+	go func() {
+		defer close(done)
+		out, _, res = execStream(t, inst, tk.cfg.Id, true, []string{"/bin/sh", "-c", "trap '' HUP; sleep 30 & echo bg=$!; exit 3"}, "")
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("terminal exec did not end with its command")
+	}
+	var pid int
+	if _, rest, ok := strings.Cut(out, "bg="); ok {
+		fmt.Sscan(rest, &pid)
+	}
+	if pid <= 0 || res.GetExitCode() != 3 {
+		t.Fatalf("output %q, result %+v", out, res)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL) // it ignored the hang-up, as asked
+}

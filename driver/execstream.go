@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -18,6 +19,10 @@ import (
 
 // execChunk is the largest output chunk sent per message (as Nomad's SDK).
 const execChunk = 1024
+
+// ttyDrain is how long a terminal's output is read after its command
+// exited before the terminal is hung up.
+const ttyDrain = 500 * time.Millisecond
 
 // ExecTaskStreaming serves `nomad alloc exec`: a command in the task's
 // directory and environment, with or without a terminal.
@@ -49,12 +54,14 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 	var stdin io.WriteCloser
 	var outputs sync.WaitGroup
 	var resize func(rows, cols int32)
+	var hangUp func() // closes the terminal (tty only)
 	if setup.GetTty() {
 		master, slave, err := openPTY()
 		if err != nil {
 			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
 		}
 		defer master.Close()
+		hangUp = func() { _ = master.Close() }
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
 		if err := cmd.Start(); err != nil {
@@ -64,7 +71,7 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		slave.Close()
 		stdin = master
 		resize = func(rows, cols int32) {
-			_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
+			setWinsize(master, rows, cols)
 		}
 		outputs.Add(1)
 		go func() {
@@ -136,10 +143,28 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		}
 	}()
 
-	// Output first (pipes hit EOF, a pty master EIO once the last holder
-	// of the terminal exits), then the exit status.
-	outputs.Wait()
-	code, sig, err := executor.ExitStatus(cmd.Wait())
+	// Output first (pipes hit EOF once the command and its children are
+	// done), then the exit status. A terminal's session ends with its
+	// command, as when a terminal window closes: a background child still
+	// holding the terminal would otherwise keep the session (and the
+	// client waiting for the exit) open, so after a short drain the
+	// terminal is hung up.
+	var waitErr error
+	if hangUp != nil {
+		waitErr = cmd.Wait()
+		drained := make(chan struct{})
+		go func() { outputs.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(ttyDrain):
+			hangUp()
+			<-drained
+		}
+	} else {
+		outputs.Wait()
+		waitErr = cmd.Wait()
+	}
+	code, sig, err := executor.ExitStatus(waitErr)
 	if err != nil {
 		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
 	}
@@ -177,28 +202,41 @@ func pump(r io.Reader, send func(*driverpb.ExecTaskStreamingIOOperation) error) 
 	}
 }
 
-// openPTY opens a pseudo-terminal pair through /dev/ptmx.
+// openPTY opens a pseudo-terminal pair through /dev/ptmx. The master is
+// non-blocking, in Go's poller (never call its Fd, which would make it
+// blocking again): closing it then ends a read that is waiting, which is
+// how a session is hung up while a background child holds the terminal.
 func openPTY() (*os.File, *os.File, error) {
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening /dev/ptmx: %w", err)
 	}
-	fd := int(master.Fd())
-	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
-		master.Close()
-		return nil, nil, fmt.Errorf("unlocking pty: %w", err)
-	}
 	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
-	if err != nil {
-		master.Close()
-		return nil, nil, fmt.Errorf("pty number: %w", err)
+	if err == nil {
+		err = unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0)
 	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("setting up pty: %w", err)
+	}
+	master := os.NewFile(uintptr(fd), "/dev/ptmx")
 	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
 		master.Close()
 		return nil, nil, fmt.Errorf("opening pty slave: %w", err)
 	}
 	return master, slave, nil
+}
+
+// setWinsize resizes the terminal without taking master out of the poller.
+func setWinsize(master *os.File, rows, cols int32) {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_ = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
+	})
 }
 
 func isPTYMaster(f *os.File) bool { return f.Name() == "/dev/ptmx" }
