@@ -374,7 +374,7 @@ func (x *Executor) pinJob(job *api.Job, a engine.Admission, pool string) error {
 		}
 		tg.Constraints = append(tg.Constraints, &api.Constraint{LTarget: PinTarget, RTarget: strings.Join(nodes, ","), Operand: "set_contains_any"})
 		if len(nodes) > 1 && len(nodes) == len(g.Allocs) {
-			tg.Constraints = append(tg.Constraints, &api.Constraint{Operand: "distinct_hosts", RTarget: "true"})
+			tg.Constraints = append(tg.Constraints, ownDistinctHosts())
 		}
 		if island, ok := commonIsland(snap, g); ok {
 			w := int8(IslandAffinityWeight)
@@ -423,13 +423,21 @@ func commonIsland(snap *cluster.Snapshot, g engine.GroupPlacement) (int, bool) {
 	return island, found
 }
 
+// ownDistinctHosts is the distinct_hosts constraint an admission adds. It
+// carries PinTarget as its LTarget, which Nomad's distinct_hosts check
+// ignores (it reads only the operand and RTarget), so that withoutPins can
+// tell it from a distinct_hosts the user wrote, whose LTarget is empty.
+func ownDistinctHosts() *api.Constraint {
+	return &api.Constraint{LTarget: PinTarget, Operand: "distinct_hosts", RTarget: "true"}
+}
+
+// withoutPins drops the constraints an admission added (the node pin and
+// our own distinct_hosts) and keeps every constraint of the user's, so a
+// job parked again is the job its user submitted.
 func withoutPins(cs []*api.Constraint) []*api.Constraint {
 	out := cs[:0:0]
 	for _, c := range cs {
-		if c.LTarget == PinTarget && c.Operand == "set_contains_any" {
-			continue
-		}
-		if c.Operand == "distinct_hosts" && c.LTarget == "" {
+		if c.LTarget == PinTarget && (c.Operand == "set_contains_any" || c.Operand == "distinct_hosts") {
 			continue
 		}
 		out = append(out, c)
