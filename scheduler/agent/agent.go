@@ -595,7 +595,7 @@ func (a *Agent) cycle(ctx context.Context) {
 			res.Err = fmt.Errorf("applying plan: %w", err)
 		}
 		a.record(plan, snap, rep, start)
-		a.forgetUnapplied(plan, rep.Admitted)
+		a.forgetUnapplied(plan, &rep)
 		for _, id := range rep.RolledBack {
 			a.engine.Forget(id)
 		}
@@ -631,15 +631,31 @@ func memoryFrom(st DurableState, now time.Time) engine.Memory {
 	return m
 }
 
-// forgetUnapplied tells the engine which planned admissions were not
-// carried out (not leading, recovery pending, EnforceIndex conflict,
-// failure), so it queues those jobs again and frees their GPUs next cycle
-// instead of holding them for its admission TTL.
-func (a *Agent) forgetUnapplied(plan *engine.Plan, applied []string) {
-	done := setOf(applied)
+// forgetUnapplied tells the engine which planned actions were not carried
+// out (not leading, recovery pending, EnforceIndex conflict, failure), so
+// it queues those jobs again and frees their GPUs next cycle instead of
+// holding them for its admission TTL, and so a preemption that never
+// started is planned afresh (and its lost-work budget given back) rather
+// than waited on. rep is nil when nothing was applied. Preemptions that
+// started, or were skipped because an earlier cycle already did them, are
+// under way and must not be forgotten.
+func (a *Agent) forgetUnapplied(plan *engine.Plan, rep *ApplyReport) {
+	var admitted, underway map[string]bool
+	if rep != nil {
+		admitted = setOf(rep.Admitted)
+		underway = setOf(rep.Preempted)
+		for id := range rep.Skipped {
+			underway[id] = true
+		}
+	}
 	for _, adm := range plan.Admissions {
-		if !done[adm.JobID] {
+		if !admitted[adm.JobID] {
 			a.engine.Forget(adm.JobID)
+		}
+	}
+	for _, p := range plan.Preemptions {
+		if !underway[p.JobID] {
+			a.engine.Forget(p.JobID)
 		}
 	}
 }

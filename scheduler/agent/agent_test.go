@@ -602,3 +602,31 @@ func TestNoActionBeforeRecoverSucceeds(t *testing.T) {
 		t.Errorf("Recover called again after success: %d calls", ex.calls)
 	}
 }
+
+// A preemption whose Apply failed never started: the engine must plan it
+// afresh next cycle instead of waiting for victims that are not stopping.
+func TestFailedPreemptionIsPlannedAgain(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("sweep", map[string]string{"impact_tier": "scavenger", "impact_grace": "5s"}, gpuGroup("w", 1, 8))
+	startAgent(t, n, clk, "a1", testPolicy(t))
+	waitFor(t, "scavenger admitted", func() bool { return n.registerCount("default/sweep") == 1 })
+	clk.Advance(time.Hour) // past every min runtime
+
+	n.mu.Lock()
+	n.failApply = 1 // the cycle that plans the preemption fails to act
+	n.mu.Unlock()
+	n.submit("incident", tier("critical"), gpuGroup("w", 1, 8))
+	waitFor(t, "the failed apply", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.failApply == 0
+	})
+	waitFor(t, "critical admitted after the preemption is retried", func() bool {
+		return n.registerCount("default/incident") == 1
+	})
+	if st, _ := n.jobState("default/sweep"); st != cluster.JobQueued {
+		t.Errorf("scavenger state %v, want preempted back into the queue", st)
+	}
+}
