@@ -619,7 +619,8 @@ func isGang(req placement.Request) bool {
 // nodes, then a shared switch or rack, best fit. The victim search places
 // one allocation at a time, cheapest node first, which scatters a
 // multi-node gang. Victims the new placement does not touch are spared.
-// When the whole-gang placement fails, the search's own stands.
+// When the whole-gang placement fails or is no better, the search's own
+// stands.
 func (c *cycle) replaceGang(req placement.Request, victims []int, res placement.Result) ([]int, placement.Result) {
 	cp := c.st.Checkpoint()
 	defer c.st.Rollback(cp)
@@ -630,7 +631,26 @@ func (c *cycle) replaceGang(req placement.Request, victims []int, res placement.
 	if !ok {
 		return victims, res
 	}
-	return c.slotsUse(whole, victims), whole
+	// Only an improvement is taken: fewer victims, or fewer nodes. An
+	// equal one would just move the preemptor's reservation around.
+	spared := c.slotsUse(whole, victims)
+	if len(spared) < len(victims) || resultNodes(whole) < resultNodes(res) {
+		return spared, whole
+	}
+	return victims, res
+}
+
+// resultNodes counts the distinct nodes of a placement.
+func resultNodes(res placement.Result) int {
+	var seen []int
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			if !slices.Contains(seen, sl.Node) {
+				seen = append(seen, sl.Node)
+			}
+		}
+	}
+	return len(seen)
 }
 
 // candidates lists the gangs a job may preempt (by its tier and pool), and
