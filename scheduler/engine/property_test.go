@@ -54,6 +54,7 @@ func genWorld(t *rapid.T) (*cluster.Store, *policy.Policy) {
 		if rapid.IntRange(0, 5).Draw(t, "pool") == 0 {
 			opts = append(opts, inPool("other"))
 		}
+		opts = append(opts, withClass(rapid.SampledFrom([]string{"a", "b"}).Draw(t, "class")))
 		n := mkNode(id, gpus, islands, opts...)
 		for g := range n.GPUs {
 			if rapid.IntRange(0, 15).Draw(t, "unhealthy") == 0 {
@@ -144,7 +145,17 @@ func genWorld(t *rapid.T) (*cluster.Store, *policy.Policy) {
 		for g := range rapid.IntRange(1, 2).Draw(t, "qgroups") {
 			opts = append(opts, group(fmt.Sprintf("g%d", g), rapid.IntRange(1, 3).Draw(t, "qcount"), rapid.IntRange(0, 8).Draw(t, "qper")))
 		}
-		if err := store.UpsertJob(mkJob(fmt.Sprintf("q%d", q), opts...)); err != nil {
+		j := mkJob(fmt.Sprintf("q%d", q), opts...)
+		// A job's own constraints: distinct_hosts at either level, a node
+		// class.
+		j.DistinctHosts = rapid.IntRange(0, 4).Draw(t, "qdistinct") == 0
+		for gi := range j.Groups {
+			j.Groups[gi].DistinctHosts = rapid.IntRange(0, 3).Draw(t, "gdistinct") == 0
+			if rapid.IntRange(0, 4).Draw(t, "gclass") == 0 {
+				j.Groups[gi].Constraints = []cluster.Constraint{{Target: "${node.class}", Operand: rapid.SampledFrom([]string{"=", "!="}).Draw(t, "gop"), Value: "a"}}
+			}
+		}
+		if err := store.UpsertJob(j); err != nil {
 			t.Fatal(err)
 		}
 	}
