@@ -8,7 +8,13 @@
 // Snapshots are what the engine decides on: a cycle never sees a half-applied
 // update, and deciding never blocks updates. Tables are copy-on-write and
 // sharded, so a snapshot costs O(1) and an update after it copies one small
-// shard, not the table.
+// shard, not the table. A shard's key (JobShard, AllocShard, NodesKey)
+// changes exactly when the shard does, so consumers can keep what they
+// derive per shard from one cycle to the next and redo only changed shards.
+//
+// Jobs carry the node constraints of their own that the scheduler checks
+// (distinct_hosts, node class/datacenter/meta/attribute tests), so that it
+// never admits what Nomad would then refuse to place.
 //
 // The package knows nothing of Nomad's types: the adapter (scheduler/nomad)
 // and the simulator (scheduler/sim) translate into it.

@@ -12,10 +12,14 @@
 //     fair-share deficit, deadline urgency, age), keeping every term; jobs
 //     with bad metadata are parked with the error as the reason.
 //  4. For each job in order: place every group all-or-nothing on free GPUs
-//     (topology-aware, best fit). If it does not fit and its tier may
+//     (topology-aware, best fit, honouring the job's distinct_hosts and
+//     node constraints). If it does not fit and its tier may
 //     preempt, choose the cheapest whole gangs to stop (preemptible, of a
 //     tier it may preempt, past min runtime), only if the gain exceeds the
-//     cost and the policy's limits allow; the preemptor then holds a
+//     cost and the policy's limits allow (the hourly budget of work lost
+//     is the preemptor tier's own when the policy gives it one, else the
+//     shared one; a gang is then placed whole on what its victims free,
+//     sparing those it does not need); the preemptor then holds a
 //     reservation on the GPUs being freed and is admitted by a later cycle.
 //     Otherwise the first blocked jobs (Backfill.Reservations of them) get a
 //     reservation on the GPUs they will get when running work ends; later
@@ -34,6 +38,12 @@
 // Cost is bounded: a full pool rejects a job in O(1) from the free-capacity
 // index, victim searches per cycle are capped, and the shadow schedule of a
 // reservation tries a handful of placements, not one per running gang.
+//
+// Long queues stay cheap: the queued jobs' static facts (tier, project,
+// pool, impact, GPUs) are kept per shard of the snapshot's job table and
+// redone only for shards that changed; scores are recomputed each cycle
+// (they depend on now and usage) and sorted from the previous cycle's
+// order; waiting reasons are formatted once per distinct sentence.
 //
 // The engine reads no clock: `now` is an argument, so the simulator can
 // replay months in seconds and tests are exact.

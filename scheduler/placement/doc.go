@@ -17,7 +17,16 @@
 // allocation's GPUs in one NVLink island (other topologies prefer one
 // island); a multi-allocation group goes on the fewest nodes, then on nodes
 // sharing a locality label (switch, then rack), with best fit on the last
-// node; unschedulable nodes, unhealthy GPUs and other pools are never used.
+// node; unschedulable nodes, unhealthy GPUs and other pools are never used;
+// neither are nodes failing a group's own constraints (node class, meta,
+// attributes), and a distinct_hosts group (or job) takes at most one node
+// per allocation.
 // When a job does not fit, Rejections counts the nodes by the reason they
 // could not take it, for explain.
+//
+// A Cache carries what New derives from the snapshot between cycles: the
+// node table while the nodes are unchanged, and per shard of the
+// allocation table the allocations' nodes, GPU masks and jobs while the
+// shard is unchanged (cluster.ShardKey), so building a State after a few
+// updates redoes only what they touched.
 package placement

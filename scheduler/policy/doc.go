@@ -9,7 +9,8 @@
 //     key, so the caller can keep the job parked and say why; nothing is
 //     defaulted silently.
 //   - Policy, the operator's policy file (tiers, projects, aging, fair-share
-//     half-life, preemption limits, backfill), built with the
+//     half-life, preemption limits, shared or per preempting tier,
+//     backfill), built with the
 //     Default -> Merge -> Validate pattern. Parse errors and validation
 //     errors name the file, line and field.
 //   - Score and Usage: the impact score of a waiting job with every term kept
