@@ -1,6 +1,10 @@
 package nomad
 
 import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -86,5 +90,54 @@ func TestTranslateNodeFacts(t *testing.T) {
 	if n.Satisfies(cluster.Constraint{Target: "${node.class}", Operand: "!=", Value: "h100"}) ||
 		n.Satisfies(cluster.Constraint{Target: "${meta.zone}", Operand: "=", Value: ""}) {
 		t.Error("node satisfies a constraint it fails")
+	}
+}
+
+// On a node read from a real Nomad 2.0.6 agent (the recorded GET
+// /v1/node/:id), and on the node events of its recorded stream, the facts
+// constraints test arrive under the names the wire structs use.
+func TestRealNodeFacts(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("nomadfake", "testdata", "node.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wn wireNode
+	if err := json.Unmarshal(b, &wn); err != nil {
+		t.Fatal(err)
+	}
+	n, err := translateNode(&wn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Attributes["cpu.arch"] == "" || n.Datacenter == "" {
+		t.Fatalf("node %s: attributes %d, datacenter %q", n.ID, len(n.Attributes), n.Datacenter)
+	}
+	if !n.Satisfies(cluster.Constraint{Target: "${attr.cpu.arch}", Operand: "=", Value: n.Attributes["cpu.arch"]}) {
+		t.Fatal("node fails a constraint on its own architecture")
+	}
+	f, err := os.Open(filepath.Join("nomadfake", "testdata", "events.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	nodes := 0
+	for sc.Scan() {
+		var batch wireBatch
+		if err := decodeBatch(sc.Bytes(), &batch, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range batch.Events {
+			if ev.Payload.Node != nil {
+				nodes++
+				if len(ev.Payload.Node.Attributes) == 0 {
+					t.Fatalf("node event %d without attributes", ev.Index)
+				}
+			}
+		}
+	}
+	if nodes == 0 {
+		t.Fatal("no node event in the recording")
 	}
 }
