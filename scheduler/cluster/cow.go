@@ -68,6 +68,13 @@ type cowMap[V any] struct {
 	shards [shardCount]*shard[V]
 	owned  [shardCount]bool
 	n      int
+	// frozen is the shard array handed out by the last freeze; changed
+	// says whether a shard was created or copied since (an update with no
+	// shard change is impossible: freeze marks every shard shared). A
+	// freeze with nothing changed shares the last array instead of
+	// copying 1,024 pointers.
+	frozen  *[shardCount]*shard[V]
+	changed bool
 }
 
 func shardOf(k string) int {
@@ -86,12 +93,14 @@ func (c *cowMap[V]) writable(i int) *shard[V] {
 		s = &shard[V]{idx: make(map[string]int32)}
 		c.shards[i] = s
 		c.owned[i] = true
+		c.changed = true
 		return s
 	}
 	if !c.owned[i] {
 		s = s.clone()
 		c.shards[i] = s
 		c.owned[i] = true
+		c.changed = true
 	}
 	return s
 }
@@ -145,10 +154,14 @@ func (c *cowMap[V]) del(k string) bool {
 }
 
 func (c *cowMap[V]) freeze() frozen[V] {
+	if c.frozen != nil && !c.changed {
+		return frozen[V]{shards: c.frozen, n: c.n}
+	}
 	cp := c.shards
 	for i := range c.owned {
 		c.owned[i] = false
 	}
+	c.frozen, c.changed = &cp, false
 	return frozen[V]{shards: &cp, n: c.n}
 }
 

@@ -58,14 +58,12 @@ type reservation struct {
 // victimInfo is what the cycle knows about a running gang as a possible
 // victim.
 type victimInfo struct {
-	ok   bool // preemptible at all (policy, min runtime, not stopping)
-	tier string
-	cost float64
-	lost float64
-	// lostBasis: what lost is counted from, for the victim's explanation.
-	lostBasis string
-	grace     time.Duration
-	signal    string
+	ok     bool // preemptible at all (policy, min runtime, not stopping)
+	tier   string
+	cost   float64
+	lost   float64
+	grace  time.Duration
+	signal string
 }
 
 type cycle struct {
@@ -208,13 +206,12 @@ func (c *cycle) assessHolders() {
 		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
 		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 		c.victims[h] = victimInfo{
-			ok:        true,
-			tier:      c.pol.TierOf(j.Spec).Name,
-			cost:      c.pol.Impact(j.Spec) * (lost + restart),
-			lost:      lost,
-			lostBasis: lostBasis(hd.Allocs, j.Spec.CheckpointInterval),
-			grace:     j.Spec.Grace,
-			signal:    j.Spec.CheckpointSignal,
+			ok:     true,
+			tier:   c.pol.TierOf(j.Spec).Name,
+			cost:   c.pol.Impact(j.Spec) * (lost + restart),
+			lost:   lost,
+			grace:  j.Spec.Grace,
+			signal: j.Spec.CheckpointSignal,
 		}
 	}
 }
@@ -586,7 +583,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 			Cost:             v.cost,
 			LostGPUHours:     v.lost,
 			Reason: fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-				q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, v.lostBasis),
+				q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval)),
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)

@@ -304,7 +304,6 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 	// the snapshot's iteration order.
 	byJob := make(map[string]int, snap.NumAllocs())
 	s.holders = make([]Holder, 0, snap.NumAllocs())
-	var masks [][]uint64
 	for si := 0; si < snap.NumShards(); si++ {
 		ents := cache.allocShard(snap, si, t)
 		for k := range ents {
@@ -315,28 +314,17 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 				h = len(s.holders)
 				byJob[a.JobID] = h
 				s.holders = append(s.holders, Holder{JobID: a.JobID, Job: e.lookupJob(snap)})
-				masks = append(masks, nil)
 			}
 			hd := &s.holders[h]
 			hd.Allocs = append(hd.Allocs, a)
-			hd.Slots = append(hd.Slots, Slot{Node: e.ord})
-			masks[h] = append(masks[h], e.mask)
+			// The allocation's whole mask for now; reduced below to the
+			// GPUs no earlier gang claimed.
+			hd.Slots = append(hd.Slots, Slot{Node: e.ord, Mask: e.mask})
 		}
 	}
-	perm := make([]int32, len(s.holders))
-	for i := range perm {
-		perm[i] = int32(i)
-	}
-	slices.SortFunc(perm, func(a, b int32) int { return strings.Compare(s.holders[a].JobID, s.holders[b].JobID) })
-	sorted := make([]Holder, len(s.holders))
-	sortedMasks := make([][]uint64, len(s.holders))
-	for i, k := range perm {
-		sorted[i], sortedMasks[i] = s.holders[k], masks[k]
-	}
-	s.holders = sorted
+	slices.SortFunc(s.holders, func(a, b Holder) int { return strings.Compare(a.JobID, b.JobID) })
 	for h := range s.holders {
 		hd := &s.holders[h]
-		hm := sortedMasks[h]
 		if len(hd.Allocs) > 1 {
 			idx := make([]int, len(hd.Allocs))
 			for i := range idx {
@@ -345,18 +333,17 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 			slices.SortFunc(idx, func(x, y int) int { return strings.Compare(hd.Allocs[x].ID, hd.Allocs[y].ID) })
 			allocs := make([]*cluster.Alloc, len(idx))
 			slots := make([]Slot, len(idx))
-			ms := make([]uint64, len(idx))
 			for i, k := range idx {
-				allocs[i], slots[i], ms[i] = hd.Allocs[k], hd.Slots[k], hm[k]
+				allocs[i], slots[i] = hd.Allocs[k], hd.Slots[k]
 			}
-			hd.Allocs, hd.Slots, hm = allocs, slots, ms
+			hd.Allocs, hd.Slots = allocs, slots
 		}
 		for i, a := range hd.Allocs {
 			ord := hd.Slots[i].Node
 			ns := &s.nodes[ord]
 			// A GPU claimed twice by the snapshot stays claimed once;
 			// nothing double counts.
-			mask := hm[i] &^ ns.used
+			mask := hd.Slots[i].Mask &^ ns.used
 			ns.used |= mask
 			hd.Slots[i].Mask = mask
 			hd.GPUs += bits.OnesCount64(mask)
