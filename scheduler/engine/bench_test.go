@@ -144,3 +144,35 @@ func BenchmarkDecideSmallQueueBusyCluster(b *testing.B) {
 		e.Decide(snap, t0.Add(time.Duration(i)*time.Second))
 	}
 }
+
+// BenchmarkDecideSteadyLongQueue is a long replay's common cycle: the same
+// engine, 10,000 jobs waiting on a busy cluster, a few updates between
+// cycles (here: 8 waiting jobs re-submitted), time moving on. What a cycle
+// derives from unchanged parts of the snapshot is kept from the last one.
+func BenchmarkDecideSteadyLongQueue(b *testing.B) {
+	snap := bigCluster(b, 2000, 5000, 10000, 1)
+	store := cluster.NewStore()
+	for _, n := range snap.Nodes() {
+		_ = store.UpsertNode(n)
+	}
+	var queued []*cluster.Job
+	for _, j := range snap.Jobs() {
+		_ = store.UpsertJob(j)
+		if j.State == cluster.JobQueued {
+			queued = append(queued, j)
+		}
+	}
+	for _, a := range snap.Allocs() {
+		_ = store.UpsertAlloc(a)
+	}
+	e := mustEngine(b, nil)
+	e.Decide(store.Snapshot(), t0)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range 8 {
+			cp := *queued[(i*8+k)%len(queued)]
+			_ = store.UpsertJob(&cp)
+		}
+		e.Decide(store.Snapshot(), t0.Add(time.Duration(i+1)*time.Minute))
+	}
+}
