@@ -86,7 +86,11 @@ type cycle struct {
 	stopping        []int // holders stopping, not yet counted for a preemptor
 	candCache       map[string]*candList
 	exps            []Explanation
-	reasons         map[reasonKey]string
+	// explain: build the plan's explanations and queue (see
+	// WithoutExplanations); scratch stands in for them when not.
+	explain bool
+	scratch Explanation
+	reasons map[reasonKey]string
 	// lastReasonKey/lastReason: the reason given last (consecutive
 	// waiting jobs mostly share it).
 	lastReasonKey reasonKey
@@ -113,6 +117,7 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 			SnapshotVersion: snap.Version(),
 			Explanations:    map[string]*Explanation{},
 		},
+		explain:     !e.opts.noExplain,
 		projectGPUs: map[string]int{},
 		claimed:     map[int]bool{},
 		poolMax:     map[string][2]int{},
@@ -133,9 +138,11 @@ func (c *cycle) run() {
 	c.holdPending()
 	c.assessHolders()
 	queue := c.buildQueue()
-	c.plan.Queue = make([]string, 0, len(queue))
-	c.plan.Explanations = make(map[string]*Explanation, len(queue))
-	c.exps = make([]Explanation, len(queue))
+	if c.explain {
+		c.plan.Queue = make([]string, 0, len(queue))
+		c.plan.Explanations = make(map[string]*Explanation, len(queue))
+		c.exps = make([]Explanation, len(queue))
+	}
 	for i, q := range queue {
 		c.decide(q, i+1)
 	}
@@ -258,10 +265,18 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 
 func (c *cycle) decide(q *queued, pos int) {
 	j := q.job
-	exp := &c.exps[pos-1]
-	*exp = Explanation{JobID: j.ID, Position: pos, Score: q.score, Tier: q.tier, Project: q.project, GPUs: q.gpus}
-	c.plan.Explanations[j.ID] = exp
-	c.plan.Queue = append(c.plan.Queue, j.ID)
+	var exp *Explanation
+	if c.explain {
+		exp = &c.exps[pos-1]
+		*exp = Explanation{JobID: j.ID, Position: pos, Score: q.score, Tier: q.tier, Project: q.project, GPUs: q.gpus}
+		c.plan.Explanations[j.ID] = exp
+		c.plan.Queue = append(c.plan.Queue, j.ID)
+	} else {
+		// Decisions never read what explanations say: a scratch one
+		// takes what is written.
+		exp = &c.scratch
+		*exp = Explanation{}
+	}
 	if q.parked != "" {
 		exp.Status, exp.Reason = StatusParked, q.parked
 		return
@@ -276,7 +291,9 @@ func (c *cycle) decide(q *queued, pos int) {
 	}
 	if q.quota > 0 && c.projectGPUs[q.project]+q.gpus > q.quota {
 		exp.Status = StatusWaiting
-		exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], q.quota, q.gpus)
+		if c.explain {
+			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], q.quota, q.gpus)
+		}
 		return
 	}
 	backfill := c.mayBackfill(q)
@@ -285,14 +302,19 @@ func (c *cycle) decide(q *queued, pos int) {
 		free += c.st.ReservedFreeGPUs(q.pool)
 	}
 	if q.gpus <= free {
-		rej := placement.Rejections{}
+		var rej placement.Rejections
+		if c.explain {
+			rej = placement.Rejections{}
+		}
 		if res, ok := c.st.Place(c.request(q, backfill), rej); ok {
 			c.admit(q, exp, res, backfill && len(c.reservations) > 0)
 			return
 		}
-		exp.Rejected = rej
-		exp.Reason = c.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: c.noteFor(backfill)})
-	} else {
+		if c.explain {
+			exp.Rejected = rej
+			exp.Reason = c.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: c.noteFor(backfill)})
+		}
+	} else if c.explain {
 		exp.Reason = c.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, note: c.noteFor(backfill)})
 		if pos <= explainRejectionsUpTo {
 			exp.Rejected = placement.Rejections{}
@@ -526,7 +548,9 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 	if short := q.gpus - c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
 		// Even the cheapest victims, per GPU, would cost more than the
 		// gain: no need to search.
-		exp.Reason += fmt.Sprintf("; preemption would cost at least %.1f, more than its gain %.1f", cl.minPerGPU*float64(short), gain)
+		if c.explain {
+			exp.Reason += fmt.Sprintf("; preemption would cost at least %.1f, more than its gain %.1f", cl.minPerGPU*float64(short), gain)
+		}
 		return false
 	}
 	if cl.index == nil {
@@ -554,17 +578,21 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		lost += c.victims[h].lost
 	}
 	if gain <= cost {
-		exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
+		if c.explain {
+			exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
+		}
 		return false
 	}
 	budget, mx := c.e.budgetOf(q.tier)
 	if mx > 0 {
 		if already := c.e.lostFrom(budget, c.now); already+lost > mx {
-			which := "shared"
-			if budget != "" {
-				which = fmt.Sprintf("tier %q", budget)
+			if c.explain {
+				which := "shared"
+				if budget != "" {
+					which = fmt.Sprintf("tier %q", budget)
+				}
+				exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
 			}
-			exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
 			return false
 		}
 	}
@@ -596,7 +624,9 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}
 	exp.Status = StatusPreempting
-	exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
+	if c.explain {
+		exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
+	}
 	exp.Rejected = nil
 	return true
 }
@@ -796,9 +826,14 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 	}
 	c.reserveSlots(found)
 	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.tier, until: until})
-	c.resNotes = append(c.resNotes, c.reservationNote())
+	if c.explain {
+		c.resNotes = append(c.resNotes, c.reservationNote())
+	}
 	exp.Status = StatusReserved
 	exp.ReservedUntil = until
+	if !c.explain {
+		return
+	}
 	if until.IsZero() {
 		exp.Reason += "; GPUs reserved (time unknown: running work has no walltime)"
 	} else {

@@ -76,6 +76,7 @@ type options struct {
 	memory         *Memory
 	inflightTTL    time.Duration
 	admissionTTL   time.Duration
+	noExplain      bool
 }
 
 // Option configures an Engine.
@@ -94,6 +95,14 @@ func WithDefaultPool(pool string) Option { return func(o *options) { o.defaultPo
 func WithLocalityLabels(labels ...string) Option {
 	return func(o *options) { o.localityLabels = append([]string(nil), labels...) }
 }
+
+// WithoutExplanations makes plans carry only admissions and preemptions:
+// Plan.Explanations and Plan.Queue stay empty and no waiting reason is
+// formatted. Decisions are the same. For callers that act on plans but
+// never show why a job waits (the simulator, which replays tens of
+// thousands of waiting jobs a cycle); the live service keeps them for
+// explain.
+func WithoutExplanations() Option { return func(o *options) { o.noExplain = true } }
 
 // WithUsage starts the engine from saved fair-share usage (after a restart
 // or a leader change). The engine takes ownership.
