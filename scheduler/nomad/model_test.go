@@ -2,11 +2,16 @@ package nomad
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 )
@@ -139,5 +144,75 @@ func TestRealNodeFacts(t *testing.T) {
 	}
 	if nodes == 0 {
 		t.Fatal("no node event in the recording")
+	}
+}
+
+// On a real Nomad agent: a parked job's distinct_hosts and node
+// constraints, and the node facts they test, reach the watcher's model,
+// and the real node satisfies the constraints it should.
+func TestRealNomadJobConstraints(t *testing.T) {
+	bin, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	addr := startDevAgent(t, bin)
+	c, err := NewClient(Config{Address: addr}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.EnsureNodePool(ctx, parking, "parking"); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWatcher(c, WatcherConfig{ParkingPool: parking}, testLogger(t))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = w.Run(wctx) }()
+	<-w.Ready()
+	var node *cluster.Node
+	for deadline := time.Now().Add(60 * time.Second); node == nil; {
+		if ns := w.Snapshot().Nodes(); len(ns) == 1 && ns[0].Attributes["cpu.arch"] != "" {
+			node = ns[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node with attributes never appeared in the model (stats %+v)", w.Stats())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	job := scenarioJob("constrained")
+	job.Constraints = []*api.Constraint{api.NewConstraint("", "distinct_hosts", "true")}
+	job.TaskGroups[0].Constraints = []*api.Constraint{
+		api.NewConstraint("${attr.cpu.arch}", "=", node.Attributes["cpu.arch"]),
+		api.NewConstraint("${node.datacenter}", "!=", "elsewhere"),
+		api.NewConstraint("${attr.kernel.name}", "regexp", "^lin"),
+	}
+	if _, _, err := c.api.Jobs().Register(job, nil); err != nil {
+		t.Fatal(err)
+	}
+	key := cluster.JobKey("default", "constrained")
+	var j *cluster.Job
+	for deadline := time.Now().Add(20 * time.Second); j == nil || j.State != cluster.JobQueued; {
+		j, _ = w.Snapshot().Job(key)
+		if time.Now().After(deadline) {
+			t.Fatal("job not queued in the model")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !j.DistinctHosts {
+		t.Error("job-level distinct_hosts lost")
+	}
+	want := []cluster.Constraint{
+		{Target: "${attr.cpu.arch}", Operand: "=", Value: node.Attributes["cpu.arch"]},
+		{Target: "${node.datacenter}", Operand: "!=", Value: "elsewhere"},
+	}
+	if !reflect.DeepEqual(j.Groups[0].Constraints, want) {
+		t.Fatalf("group constraints in the model %+v, want %+v (regexp left to Nomad)", j.Groups[0].Constraints, want)
+	}
+	for _, cn := range want {
+		if !node.Satisfies(cn) {
+			t.Errorf("the real node (%s, dc %q) fails %+v", node.ID, node.Datacenter, cn)
+		}
 	}
 }
