@@ -345,6 +345,9 @@ func translateConstraints(cs []wireConstraint) (out []cluster.Constraint, distin
 		op := c.Operand
 		switch op {
 		case "distinct_hosts":
+			if c.LTarget == PinTarget {
+				continue // the admission's own (ownDistinctHosts), not the user's
+			}
 			// As Nomad reads it: on unless RTarget parses as false.
 			if v, err := strconv.ParseBool(c.RTarget); c.RTarget == "" || err != nil || v {
 				distinctHosts = true

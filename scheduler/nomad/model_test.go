@@ -35,7 +35,7 @@ func TestTranslateJobConstraints(t *testing.T) {
    {"LTarget":"${meta.zone}","RTarget":"${node.datacenter}","Operand":"="},
    {"LTarget":"${node.unique.id}","RTarget":"a,b","Operand":"set_contains_any"}],
   "Tasks":[{"Name":"t","Constraints":[{"LTarget":"${meta.ib}","RTarget":"","Operand":"is_set"}],"Resources":{"Devices":[{"Name":"nvidia/gpu","Count":4}]}}]},
- {"Name":"ps","Count":1,"Constraints":[{"LTarget":"","RTarget":"false","Operand":"distinct_hosts"}],
+ {"Name":"ps","Count":1,"Constraints":[{"LTarget":"","RTarget":"false","Operand":"distinct_hosts"},{"LTarget":"${node.unique.id}","RTarget":"true","Operand":"distinct_hosts"}],
   "Tasks":[{"Name":"t","Resources":{"Devices":[{"Name":"nvidia/gpu","Count":1}]}}]}
 ]}}}]}`)
 	var b wireBatch
@@ -63,7 +63,7 @@ func TestTranslateJobConstraints(t *testing.T) {
 		}
 	}
 	if !j.Groups[0].DistinctHosts || j.Groups[1].DistinctHosts {
-		t.Fatalf("group distinct_hosts: workers %v (want true), ps %v (want false: RTarget false)", j.Groups[0].DistinctHosts, j.Groups[1].DistinctHosts)
+		t.Fatalf("group distinct_hosts: workers %v (want true), ps %v (want false: the user's says false, the other is an admission's own)", j.Groups[0].DistinctHosts, j.Groups[1].DistinctHosts)
 	}
 }
 
