@@ -114,7 +114,9 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	eng, err := engine.New(pol, engine.WithLogger(logger.Named("sim")), engine.WithLocalityLabels("rack"))
+	eng, err := engine.New(pol, engine.WithLogger(logger.Named("sim")), engine.WithLocalityLabels("rack"),
+		// Nobody reads waiting reasons in a replay: skip formatting them.
+		engine.WithoutExplanations())
 	if err != nil {
 		return nil, fmt.Errorf("impact scheduler: %w", err)
 	}
