@@ -13,9 +13,13 @@
 # impact_pool of the example jobs), enables raw_exec, and points impact-exec
 # at the agent's gang rendezvous (/v1/gang/).
 #
+# The impact agent runs on a copy of example/policy.hcl whose preemption
+# min_runtime is DEV_MIN_RUNTIME (default 1m, instead of 10m), so that a
+# preemption can be watched without a long wait.
+#
 # Environment: NOMAD_PORT (default 4646; RPC and Serf use the next two),
 # IMPACT_LISTEN (default 127.0.0.1:4680), DEV_DATA_DIR (default a fresh
-# temporary directory).
+# temporary directory), DEV_MIN_RUNTIME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -27,6 +31,7 @@ for f in bin/impact bin/plugins/impact-gpu bin/plugins/impact-exec; do
 done
 [ -f example/agent.hcl ] || die "example/agent.hcl (the Nomad agent's plugin config) is missing"
 [ -f example/impact.hcl ] || die "example/impact.hcl (the impact agent's config) is missing"
+[ -f example/policy.hcl ] || die "example/policy.hcl (the scheduling policy) is missing"
 
 port=${NOMAD_PORT:-4646}
 listen=${IMPACT_LISTEN:-127.0.0.1:4680}
@@ -85,6 +90,12 @@ plugin "raw_exec" {
 }
 HCL
 
+min_runtime=${DEV_MIN_RUNTIME:-1m}
+sed -E "s/^([[:space:]]*min_runtime[[:space:]]*=[[:space:]]*)\"[^\"]*\"/\1\"$min_runtime\"/" \
+	example/policy.hcl >"$data/policy.hcl"
+grep -Eq "^[[:space:]]*min_runtime[[:space:]]*=[[:space:]]*\"$min_runtime\"" "$data/policy.hcl" ||
+	die "could not set min_runtime in $data/policy.hcl (a copy of example/policy.hcl)"
+
 echo "==> Starting Nomad dev agent on $NOMAD_ADDR (log: $data/nomad.log)"
 nomad agent -dev -bind 127.0.0.1 -network-interface lo \
 	-config "$root/example/agent.hcl" -config "$data/dev-overlay.hcl" \
@@ -103,8 +114,8 @@ done
 echo
 nomad node status 2>/dev/null | grep -q ready || { tail -30 "$data/nomad.log"; die "no ready Nomad client after 120s"; }
 
-echo "==> Starting impact agent on $IMPACT_ADDR (log: $data/impact.log)"
-bin/impact agent -config example/impact.hcl -http-listen "$listen" -nomad-address "$NOMAD_ADDR" -default-pool gpu \
+echo "==> Starting impact agent on $IMPACT_ADDR (log: $data/impact.log; policy $data/policy.hcl, min_runtime $min_runtime)"
+bin/impact agent -config example/impact.hcl -policy "$data/policy.hcl" -http-listen "$listen" -nomad-address "$NOMAD_ADDR" -default-pool gpu \
 	>"$data/impact.log" 2>&1 &
 pids+=($!)
 
@@ -138,6 +149,8 @@ cat <<MSG
     bin/impact queue
     bin/impact explain llm-pretrain
     nomad var get nomad/jobs/llm-pretrain/impact
+    nomad job run example/jobs/sweep.nomad.hcl    # scavenger, fills the node
+    nomad job run example/jobs/urgent.nomad.hcl   # critical: preempts the sweep after $min_runtime
 
   Logs: $data/nomad.log, $data/impact.log. Ctrl-C stops both.
 
