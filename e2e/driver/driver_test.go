@@ -12,12 +12,8 @@
 package driver
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,128 +24,29 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
 
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var out []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
-}
+type agent struct{ *nomadagent.Agent }
 
-// pluginBinary puts plugin name (impact-exec, impact-gpu) into dir:
-// $IMPACT_BIN/plugins/<name> (as `make e2e` builds it) or a fresh build.
-func pluginBinary(t *testing.T, dir, name string) {
-	t.Helper()
-	dst := filepath.Join(dir, name)
-	if bin := os.Getenv("IMPACT_BIN"); bin != "" {
-		src := filepath.Join(bin, "plugins", name)
-		if b, err := os.ReadFile(src); err == nil {
-			if err := os.WriteFile(dst, b, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	out, err := exec.Command("go", "build", "-o", dst, "github.com/impact-sched/nomad-impact/cmd/"+name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("building %s: %v\n%s", name, err, out)
-	}
-}
-
-type agent struct {
-	addr    string
-	dir     string
-	cfgPath string
-	cmd     *exec.Cmd
-	log     *bytes.Buffer
-	done    chan struct{}
-}
-
-// agentDir is the agent's data and plugin dir. Not t.TempDir: the client
-// mounts secrets dirs (tmpfs) inside it, which are unmounted here first.
-func agentDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "impact-e2e-driver-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		killSupervisors(t, dir)
-		if b, err := os.ReadFile("/proc/self/mounts"); err == nil {
-			lines := strings.Split(string(b), "\n")
-			for i := len(lines) - 1; i >= 0; i-- {
-				f := strings.Fields(lines[i])
-				if len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
-					_ = syscall.Unmount(f[1], syscall.MNT_DETACH)
-				}
-			}
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Logf("leaving %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// startAgent writes a server+client agent config (127.0.0.1, free ports,
-// impact-exec in its plugin dir) and starts it; it is stopped at cleanup.
+// startAgent starts a server+client agent (nomadagent: 127.0.0.1, free
+// ports, its own dirs) with impact-exec in its plugin dir, pointed at the
+// rendezvous server; it is stopped at cleanup.
 func startAgent(t *testing.T, rendezvous string) *agent {
 	t.Helper()
 	return startAgentWith(t, rendezvous, nil)
 }
 
-// startAgentWith also installs impact-gpu when gpu is not nil; gpu gets the
-// agent dir and returns the impact-gpu plugin block.
+// startAgentWith also installs impact-gpu when gpu is not nil; gpu gets a
+// directory for its files and returns the impact-gpu plugin block.
 func startAgentWith(t *testing.T, rendezvous string, gpu func(dir string) string) *agent {
 	t.Helper()
-	dir := agentDir(t)
-	pluginDir := filepath.Join(dir, "plugins")
-	os.MkdirAll(pluginDir, 0o755)
-	pluginBinary(t, pluginDir, "impact-exec")
-	extra := ""
-	if gpu != nil {
-		pluginBinary(t, pluginDir, "impact-gpu")
-		extra = gpu(dir)
+	nomadagent.Binary(t) // skip early, before building anything
+	bin := t.TempDir()
+	plugins := map[string]string{
+		"impact-exec": nomadagent.ImpactBinary(t, bin, "plugins/impact-exec", "github.com/impact-sched/nomad-impact/cmd/impact-exec"),
 	}
-	ports := freePorts(t, 3)
-	cfg := fmt.Sprintf(`
-data_dir  = %q
-bind_addr = "127.0.0.1"
-log_level = "DEBUG"
-plugin_dir = %q
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-server {
-  enabled          = true
-  bootstrap_expect = 1
-}
-client {
-  enabled = true
-  servers = ["127.0.0.1:%d"]
-  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
+	extra := fmt.Sprintf(`
 telemetry {
   publish_allocation_metrics = true
   collection_interval        = "1s"
@@ -160,18 +57,19 @@ plugin "impact-exec" {
     heartbeat_interval = "1s"
   }
 }
-%s
-`, filepath.Join(dir, "data"), pluginDir, ports[0], ports[1], ports[2], ports[1], rendezvous, extra)
-	a := &agent{addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, cfgPath: filepath.Join(dir, "agent.hcl")}
-	if err := os.WriteFile(a.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+`, rendezvous)
+	if gpu != nil {
+		plugins["impact-gpu"] = nomadagent.ImpactBinary(t, bin, "plugins/impact-gpu", "github.com/impact-sched/nomad-impact/cmd/impact-gpu")
+		extra += gpu(bin)
 	}
-	a.start(t)
+	// INFO: the plugin's "task recovered" lines must stay within the log
+	// tail the helper keeps.
+	a := &agent{nomadagent.Start(t, nomadagent.Config{Prefix: "impact-e2e-driver-", Plugins: plugins, LogLevel: "INFO", Extra: extra})}
+	// Runs before the helper's own cleanup: stop the jobs, then kill any
+	// task a failed test left behind (an agent shutdown leaves them running).
 	t.Cleanup(func() {
-		a.stop(t)
-		if t.Failed() {
-			t.Logf("agent log:\n%s", tail(a.log.String(), 8000))
-		}
+		a.StopAllJobs()
+		killSupervisors(a.Dir)
 	})
 	return a
 }
@@ -198,7 +96,7 @@ func taskStatuses(dir string) map[string]taskStatus {
 
 // killSupervisors ends the tasks this suite's agent left running (by pid,
 // from their status files), so a failed test leaves nothing behind.
-func killSupervisors(t *testing.T, dir string) {
+func killSupervisors(dir string) {
 	for _, st := range taskStatuses(dir) {
 		if st.Phase == "exited" {
 			continue
@@ -215,107 +113,29 @@ func killSupervisors(t *testing.T, dir string) {
 // waitDriver waits until the node is ready with impact-exec healthy.
 func (a *agent) waitDriver(t *testing.T) {
 	t.Helper()
-	eventually(t, 90*time.Second, "impact-exec healthy on the node", func() (bool, string) {
-		var nodes []struct{ ID string }
-		if err := a.get(t, "/v1/nodes", &nodes); err != nil || len(nodes) == 0 {
-			return false, fmt.Sprint(err)
-		}
-		var node struct {
-			Status  string
-			Drivers map[string]struct {
-				Healthy  bool
-				Detected bool
-			}
-		}
-		if err := a.get(t, "/v1/node/"+nodes[0].ID, &node); err != nil {
-			return false, err.Error()
-		}
-		d := node.Drivers["impact-exec"]
-		return node.Status == "ready" && d.Healthy, fmt.Sprintf("status %s driver %+v", node.Status, d)
+	a.WaitNode(90*time.Second, "impact-exec healthy on the node", func(n nomadagent.Node) (bool, string) {
+		d := n.Drivers["impact-exec"]
+		return d.Healthy, fmt.Sprintf("driver %+v", d)
 	})
-}
-
-func (a *agent) start(t *testing.T) {
-	t.Helper()
-	a.log = &bytes.Buffer{}
-	a.cmd = exec.Command("nomad", "agent", "-config", a.cfgPath)
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	a.done = make(chan struct{})
-	go func() { _ = a.cmd.Wait(); close(a.done) }()
-}
-
-// stop shuts the agent down gracefully (SIGINT); a client shutdown leaves
-// its tasks running, to be recovered by the next start.
-func (a *agent) stop(t *testing.T) {
-	t.Helper()
-	select {
-	case <-a.done:
-		return
-	default:
-	}
-	_ = a.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-a.done:
-	case <-time.After(30 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.done
-	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 func (a *agent) get(t *testing.T, path string, out any) error {
 	t.Helper()
-	resp, err := http.Get(a.addr + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	if s, ok := out.(*string); ok {
-		*s = string(b)
-		return nil
-	}
-	return json.Unmarshal(b, out)
+	return a.Get(path, out)
 }
 
 func (a *agent) nomad(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("nomad", args...)
-	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+a.addr)
-	out, err := cmd.CombinedOutput()
+	out, err := a.CLI(args...)
 	if err != nil {
 		t.Fatalf("nomad %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return out
 }
 
 func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for {
-		ok, info := cond()
-		if ok {
-			return
-		}
-		last = info
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last: %s)", what, d, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	nomadagent.Eventually(t, d, what, cond)
 }
 
 type allocStub struct {
@@ -488,7 +308,7 @@ job "survivor" {
 func (a *agent) pluginPIDs() []int {
 	var out []int
 	entries, _ := os.ReadDir("/proc")
-	want := filepath.Join(a.dir, "plugins", "impact-exec")
+	want := filepath.Join(a.PluginDir, "impact-exec")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -546,7 +366,7 @@ func TestTaskSurvivesPluginCrashAndAgentRestart(t *testing.T) {
 		return alloc.ClientStatus == "running" && strings.Contains(logs(), "started"), alloc.ClientStatus
 	})
 	var st taskStatus
-	for _, s := range taskStatuses(a.dir) {
+	for _, s := range taskStatuses(a.Dir) {
 		st = s
 	}
 	if st.ChildPID == 0 || !alive(st.ChildPID) {
@@ -564,23 +384,23 @@ func TestTaskSurvivesPluginCrashAndAgentRestart(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "plugin relaunched and task recovered", func() (bool, string) {
 		now := a.pluginPIDs()
-		return len(now) == 1 && now[0] != old[0] && strings.Contains(a.log.String(), "task recovered"), fmt.Sprint(now)
+		return len(now) == 1 && now[0] != old[0] && strings.Contains(a.Output(), "task recovered"), fmt.Sprint(now)
 	})
 	if !alive(st.ChildPID) {
 		t.Fatal("task died with the plugin")
 	}
 
 	// 2. The agent restarts: the task keeps running and is recovered again.
-	a.stop(t)
+	a.Stop()
 	if !alive(st.ChildPID) {
 		t.Fatal("task died with the agent")
 	}
-	a.start(t)
+	a.Restart()
 	a.waitDriver(t)
 	eventually(t, 60*time.Second, "task recovered after agent restart", func() (bool, string) {
 		var as []allocStub
 		_ = a.get(t, "/v1/job/survivor/allocations", &as)
-		ok := len(as) == 1 && as[0].ClientStatus == "running" && strings.Contains(a.log.String(), "task recovered")
+		ok := len(as) == 1 && as[0].ClientStatus == "running" && strings.Contains(a.Output(), "task recovered")
 		return ok, fmt.Sprintf("%+v", as)
 	})
 	if !alive(st.ChildPID) {
