@@ -1,25 +1,22 @@
 // Package device is the end-to-end suite of the impact-gpu device plugin:
-// a real Nomad dev agent (127.0.0.1 only) loads the plugin with a fake
-// topology, and the suite checks what Nomad makes of it: 4-GPU tasks get
-// four GPUs of one NVLink island (and see exactly those), island
-// constraints, NUMA grouping, a GPU made unhealthy by an injected XID and
-// healthy again after recovery, and device stats in the node's host stats.
+// a real Nomad agent (server and client, 127.0.0.1 only, started by
+// e2e/internal/nomadagent) loads the plugin with a fake topology, and the
+// suite checks what Nomad makes of it: 4-GPU tasks get four GPUs of one
+// NVLink island (and see exactly those), island constraints, NUMA
+// grouping, a GPU made unhealthy by an injected XID and healthy again
+// after recovery, and device stats in the node's host stats.
 // It is skipped unless a nomad binary is on PATH (PATH=/opt/nomad-e2e:$PATH
 // go test -v ./e2e/device/).
 package device
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,87 +24,26 @@ import (
 
 	"github.com/impact-sched/nomad-impact/device/gpu/fake"
 	"github.com/impact-sched/nomad-impact/device/topology"
-	"github.com/impact-sched/nomad-impact/plugin/plugintest"
+	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var out []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
-}
-
-// pluginBinary uses the binary `make build` put under $IMPACT_BIN/plugins,
-// or builds one.
-func pluginBinary(t *testing.T, dir string) {
-	t.Helper()
-	dst := filepath.Join(dir, "impact-gpu")
-	if bin := os.Getenv("IMPACT_BIN"); bin != "" {
-		if src, err := os.ReadFile(filepath.Join(bin, "plugins", "impact-gpu")); err == nil {
-			if err := os.WriteFile(dst, src, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if _, err := plugintest.BuildMain(ctx, "../../cmd/impact-gpu", dir); err != nil {
-		t.Fatal(err)
-	}
-}
 
 type agent struct {
 	client *api.Client
-	logs   *syncBuffer
 	// ctl is the topology's control file ("" if it names none).
 	ctl string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startAgent(t *testing.T, groupBy string) *agent {
 	return startAgentWith(t, "two-islands-8x-a100.hcl", groupBy)
 }
 
+// startAgentWith starts a server+client agent (nomadagent: 127.0.0.1, free
+// ports, its own dirs, stopped at cleanup) with impact-gpu on the fake
+// backend serving topoFile, grouped by groupBy, and raw_exec for the jobs.
 func startAgentWith(t *testing.T, topoFile, groupBy string) *agent {
 	t.Helper()
-	nomad, err := exec.LookPath("nomad")
-	if err != nil {
-		t.Skip("no nomad binary on PATH")
-	}
+	nomadagent.Binary(t) // skip early, before building anything
 	dir := t.TempDir()
-	plugins := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pluginBinary(t, plugins)
 	topo, err := os.ReadFile(filepath.Join("../../example/topologies", topoFile))
 	if err != nil {
 		t.Fatal(err)
@@ -120,20 +56,8 @@ func startAgentWith(t *testing.T, topoFile, groupBy string) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
-	cfg := fmt.Sprintf(`
-bind_addr  = "127.0.0.1"
-plugin_dir = %q
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-client {
-  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
+	gpu := nomadagent.ImpactBinary(t, dir, "plugins/impact-gpu", "github.com/impact-sched/nomad-impact/cmd/impact-gpu")
+	a := nomadagent.Start(t, nomadagent.Config{Prefix: "impact-e2e-device-", Plugins: map[string]string{"impact-gpu": gpu}, Extra: fmt.Sprintf(`
 plugin "raw_exec" {
   config {
     enabled = true
@@ -146,33 +70,12 @@ plugin "impact-gpu" {
     group_by      = %q
   }
 }
-`, plugins, ports[0], ports[1], ports[2], topoPath, groupBy)
-	cfgPath := filepath.Join(dir, "agent.hcl")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, nomad, "agent", "-dev", "-config", cfgPath)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 20 * time.Second
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-	c, err := api.NewClient(&api.Config{Address: fmt.Sprintf("http://127.0.0.1:%d", ports[0])})
+`, topoPath, groupBy)})
+	c, err := api.NewClient(&api.Config{Address: a.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &agent{client: c, logs: logs, ctl: parsed.ControlFile}
+	return &agent{client: c, ctl: parsed.ControlFile}
 }
 
 // waitFor polls cond until it holds or the deadline passes.
