@@ -973,16 +973,7 @@ gang {
 // goes away, the child is killed too (it kept the call alive).
 func TestExecStreamingClientGoneKillsTerminalGroup(t *testing.T) {
 	t.Parallel()
-	if f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0); err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	} else {
-		f.Close()
-	}
-	inst := load(t, "")
-	tk := newTask(t, "shell", `
-command = "sleep"
-args    = ["30"]`, nil)
-	start(t, inst, tk)
+	inst, tk := terminalExecTask(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, err := inst.Driver.ExecTaskStreaming(ctx)
@@ -1017,16 +1008,7 @@ args    = ["30"]`, nil)
 // would: the client gets the output and the exit, not a hang.
 func TestExecStreamingTerminalEndsWithItsCommand(t *testing.T) {
 	t.Parallel()
-	if f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0); err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	} else {
-		f.Close()
-	}
-	inst := load(t, "")
-	tk := newTask(t, "shell", `
-command = "sleep"
-args    = ["30"]`, nil)
-	start(t, inst, tk)
+	inst, tk := terminalExecTask(t)
 	done := make(chan struct{})
 	var out string
 	var res *driverpb.ExitResult
@@ -1047,4 +1029,21 @@ args    = ["30"]`, nil)
 		t.Fatalf("output %q, result %+v", out, res)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL) // it ignored the hang-up, as asked
+}
+
+// terminalExecTask starts a plugin and a sleeping task to run terminal
+// execs in; it skips where there are no pseudo-terminals.
+func terminalExecTask(t *testing.T) (*plugintest.Instance, task) {
+	t.Helper()
+	if f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0); err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	} else {
+		f.Close()
+	}
+	inst := load(t, "")
+	tk := newTask(t, "shell", `
+command = "sleep"
+args    = ["30"]`, nil)
+	start(t, inst, tk)
+	return inst, tk
 }
