@@ -30,6 +30,11 @@ type UtilizationStats struct {
 	// is meaningless when AllocatedKnown is 0.
 	AllocatedMean  float64
 	AllocatedKnown int
+	// Jobs maps a job (cluster.JobKey) to the mean utilisation of the GPUs
+	// its allocations hold, over those with stats: whether a job keeps the
+	// GPUs it was given busy. Nomad's task-stats protocol has no GPU field,
+	// so this is where per-job GPU use is reported.
+	Jobs map[string]float64
 }
 
 // GPUUtilization is one GPU's stats, placed in the model.
@@ -50,17 +55,22 @@ type GPUUtilization struct {
 // admitted work uses what it was given.
 func utilizationOf(snap *cluster.Snapshot, stats []GPUStat) UtilizationStats {
 	type key struct{ node, dev string }
-	allocated := map[key]bool{}
+	holder := map[key]string{} // GPU -> job holding it
 	for _, a := range snap.Allocs() {
 		for _, g := range a.GPUs {
-			allocated[key{a.NodeID, g}] = true
+			holder[key{a.NodeID, g}] = a.JobID
 		}
 	}
+	type mean struct {
+		sum float64
+		n   int
+	}
+	jobs := map[string]*mean{}
 	known := map[key]GPUStat{}
 	for _, s := range stats {
 		known[key{s.NodeID, s.DeviceID}] = s
 	}
-	out := UtilizationStats{Nodes: map[string]float64{}}
+	out := UtilizationStats{Nodes: map[string]float64{}, Jobs: map[string]float64{}}
 	var allocSum float64
 	for _, n := range snap.Nodes() {
 		name := n.Name
@@ -74,7 +84,8 @@ func utilizationOf(snap *cluster.Snapshot, stats []GPUStat) UtilizationStats {
 			if !ok {
 				continue
 			}
-			gu := GPUUtilization{Node: name, DeviceID: g.ID, Index: g.Index, Allocated: allocated[key{n.ID, g.ID}],
+			job, held := holder[key{n.ID, g.ID}]
+			gu := GPUUtilization{Node: name, DeviceID: g.ID, Index: g.Index, Allocated: held,
 				Utilization: s.Utilization, MemoryUsedMiB: s.MemoryUsedMiB, MemoryTotalMiB: s.MemoryTotalMiB}
 			out.GPUs = append(out.GPUs, gu)
 			if s.Utilization < 0 {
@@ -82,9 +93,16 @@ func utilizationOf(snap *cluster.Snapshot, stats []GPUStat) UtilizationStats {
 			}
 			sum += s.Utilization
 			cnt++
-			if gu.Allocated {
+			if held {
 				allocSum += s.Utilization
 				out.AllocatedKnown++
+				m := jobs[job]
+				if m == nil {
+					m = &mean{}
+					jobs[job] = m
+				}
+				m.sum += s.Utilization
+				m.n++
 			}
 		}
 		if cnt > 0 {
@@ -93,6 +111,9 @@ func utilizationOf(snap *cluster.Snapshot, stats []GPUStat) UtilizationStats {
 	}
 	if out.AllocatedKnown > 0 {
 		out.AllocatedMean = allocSum / float64(out.AllocatedKnown)
+	}
+	for j, m := range jobs {
+		out.Jobs[j] = m.sum / float64(m.n)
 	}
 	sort.Slice(out.GPUs, func(i, j int) bool {
 		a, b := out.GPUs[i], out.GPUs[j]
@@ -195,7 +216,7 @@ func (a *Agent) pollOnce(ctx context.Context, failing map[string]bool) bool {
 // unreadable): the armon sink never forgets a labelled gauge, so a dead
 // node would keep reporting its last utilisation.
 type gpuCollector struct {
-	gpu, memUsed, memTotal, node, cluster, known *prometheus.Desc
+	gpu, memUsed, memTotal, node, job, cluster, known *prometheus.Desc
 
 	mu   sync.Mutex
 	last UtilizationStats
@@ -209,6 +230,7 @@ func newGPUCollector() *gpuCollector {
 		memUsed:  prometheus.NewDesc("impact_gpu_memory_used_mib", "Framebuffer memory in use on one GPU, MiB.", gpuLabels, nil),
 		memTotal: prometheus.NewDesc("impact_gpu_memory_total_mib", "Framebuffer memory of one GPU, MiB.", gpuLabels, nil),
 		node:     prometheus.NewDesc("impact_node_gpu_utilization_percent", "Mean utilisation of a node's GPUs with stats, percent.", []string{"node"}, nil),
+		job:      prometheus.NewDesc("impact_job_gpu_utilization_percent", "Mean utilisation of the GPUs a job's allocations hold, over those with stats, percent.", []string{"job"}, nil),
 		cluster:  prometheus.NewDesc("impact_gpus_utilization_percent", "Mean utilisation of allocated GPUs with stats, percent (utilisation layer); absent when none has stats.", nil, nil),
 		known:    prometheus.NewDesc("impact_gpus_allocated_with_stats", "Allocated GPUs whose device stats were read in the last poll (the denominator of impact_gpus_utilization_percent).", nil, nil),
 	}
@@ -227,7 +249,7 @@ func (c *gpuCollector) clear() {
 }
 
 func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.gpu, c.memUsed, c.memTotal, c.node, c.cluster, c.known} {
+	for _, d := range []*prometheus.Desc{c.gpu, c.memUsed, c.memTotal, c.node, c.job, c.cluster, c.known} {
 		ch <- d
 	}
 }
@@ -251,6 +273,9 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for n, v := range s.Nodes {
 		ch <- prometheus.MustNewConstMetric(c.node, prometheus.GaugeValue, v, n)
+	}
+	for j, v := range s.Jobs {
+		ch <- prometheus.MustNewConstMetric(c.job, prometheus.GaugeValue, v, j)
 	}
 	if s.AllocatedKnown > 0 {
 		ch <- prometheus.MustNewConstMetric(c.cluster, prometheus.GaugeValue, s.AllocatedMean)

@@ -48,6 +48,7 @@ func TestUtilizationOf(t *testing.T) {
 		Nodes:          map[string]float64{"node-a": 50, "node-b": 40},
 		AllocatedMean:  90,
 		AllocatedKnown: 1,
+		Jobs:           map[string]float64{"default/other": 90},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
@@ -100,7 +101,7 @@ func scrape(t *testing.T, a *Agent) string {
 }
 
 // The agent polls the stats of its nodes on its own schedule and publishes
-// per-GPU, per-node and cluster gauges; a node that cannot be read is
+// per-GPU, per-node, per-job and cluster gauges; a node that cannot be read is
 // counted, and its series disappear rather than freeze at their last value.
 func TestUtilizationMetricsFollowPolls(t *testing.T) {
 	n := utilNomad(t)
@@ -126,6 +127,7 @@ func TestUtilizationMetricsFollowPolls(t *testing.T) {
 			`impact_gpu_memory_used_mib{gpu="node-a-gpu0",index="0",node="node-a"} 2048`,
 			`impact_gpu_memory_total_mib{gpu="node-a-gpu1",index="1",node="node-a"} 81920`,
 			`impact_node_gpu_utilization_percent{node="node-a"} 70`,
+			`impact_job_gpu_utilization_percent{job="default/other"} 70`,
 			"impact_gpus_utilization_percent 70",
 			"impact_gpus_allocated_with_stats 2",
 		} {
@@ -147,6 +149,7 @@ func TestUtilizationMetricsFollowPolls(t *testing.T) {
 	waitFor(t, "stale utilisation series removed", func() bool {
 		out := scrape(t, a)
 		return !strings.Contains(out, "impact_gpu_utilization_percent{") &&
+			!strings.Contains(out, "impact_job_gpu_utilization_percent{") &&
 			!strings.Contains(out, "impact_gpus_utilization_percent ") &&
 			strings.Contains(out, "impact_gpus_allocated_with_stats 0")
 	})
