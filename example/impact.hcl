@@ -52,7 +52,9 @@ cycle {
   # Events arriving within this window are decided on together.
   debounce = "500ms"
   # An admitted gang that is not fully running after this long is parked
-  # again (the admission is rolled back).
+  # again (the admission is rolled back). One that Nomad cannot place (a
+  # blocked evaluation: CPU, memory, a constraint) is parked 30s after
+  # admission, whatever this says.
   admission_deadline = "5m"
 }
 
