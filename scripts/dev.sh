@@ -50,7 +50,9 @@ cleanup() {
 		wait "${pids[$i]}" 2>/dev/null || true
 	done
 }
-trap cleanup EXIT INT TERM
+interrupted=
+trap cleanup EXIT
+trap 'interrupted=1; cleanup; exit 130' INT TERM
 
 backend=${DEV_GPU_BACKEND:-fake}
 topology=${DEV_TOPOLOGY:-$root/example/topologies/two-islands-8x-a100.hcl}
@@ -156,4 +158,8 @@ cat <<MSG
 
 MSG
 wait -n "${pids[@]}" || true
-echo "dev.sh: a process exited; see the logs in $data" >&2
+# On Ctrl-C the agents get the SIGINT too and may exit before this shell
+# runs its trap: give the trap a moment, so that only a real crash is
+# reported as one.
+sleep 1
+[ -n "$interrupted" ] || echo "dev.sh: a process exited; see the logs in $data" >&2
