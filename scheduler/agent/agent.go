@@ -85,14 +85,17 @@ type Agent struct {
 	leader atomic.Bool
 	view   atomic.Pointer[view]
 
-	mu             sync.Mutex
-	lastCycle      time.Time
-	lastErr        error
-	electionErr    error
-	history        map[string]jobHistory // job ID -> what the agent last did to it
-	written        map[string]string     // job ID -> last explanation written (digest)
-	preemptions    map[string]PreemptionRecord
-	admissions     map[string]time.Time
+	mu          sync.Mutex
+	lastCycle   time.Time
+	lastErr     error
+	electionErr error
+	history     map[string]jobHistory // job ID -> what the agent last did to it
+	written     map[string]string     // job ID -> last explanation written (digest)
+	preemptions map[string]PreemptionRecord
+	admissions  map[string]time.Time
+	// rollbacks counts a job's admissions rolled back in a row, for the
+	// back-off before the next (see deferRolledBack).
+	rollbacks      map[string]int
 	lastSave       time.Time
 	wake           chan struct{}
 	leadership     chan leadershipChange
@@ -188,6 +191,7 @@ func New(opts Options) (*Agent, error) {
 		written:     map[string]string{},
 		preemptions: map[string]PreemptionRecord{},
 		admissions:  map[string]time.Time{},
+		rollbacks:   map[string]int{},
 		wake:        make(chan struct{}, 1),
 		leadership:  make(chan leadershipChange, 2),
 	}
@@ -596,9 +600,7 @@ func (a *Agent) cycle(ctx context.Context) {
 		}
 		a.record(plan, snap, rep, start)
 		a.forgetUnapplied(plan, &rep)
-		for _, id := range rep.RolledBack {
-			a.engine.Forget(id)
-		}
+		a.deferRolledBack(snap, rep.RolledBack, start)
 	} else {
 		// A standby (or a leader not yet recovered) decides but does not
 		// act: nothing it planned is under way.
@@ -615,6 +617,40 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.saveState(lctx, start, acted)
 	}
 	a.finish(res, wallStart)
+}
+
+// Back-off after a rolled-back admission: the first retry waits
+// rollbackBackoff, each further one in a row twice as long, up to
+// maxRollbackBackoff.
+const (
+	rollbackBackoff    = 30 * time.Second
+	maxRollbackBackoff = 30 * time.Minute
+)
+
+// deferRolledBack hands rolled-back admissions back to the engine and holds
+// them off for a back-off that doubles with each rollback in a row. A job
+// Nomad cannot place although the model says it fits (CPU, memory, a
+// constraint the model does not read) would otherwise be admitted again at
+// once, rolled back at its deadline, and so on, holding GPUs all along.
+// The count is kept while the job is in the model (a job that left it,
+// stopped or purged, starts afresh if submitted again).
+func (a *Agent) deferRolledBack(snap *cluster.Snapshot, rolledBack []string, now time.Time) {
+	for id := range a.rollbacks {
+		if _, ok := snap.Job(id); !ok {
+			delete(a.rollbacks, id)
+		}
+	}
+	for _, id := range rolledBack {
+		a.engine.Forget(id)
+		a.rollbacks[id]++
+		n := a.rollbacks[id]
+		wait := maxRollbackBackoff
+		if n <= 16 {
+			wait = min(maxRollbackBackoff, rollbackBackoff<<(n-1))
+		}
+		a.engine.Defer(id, now.Add(wait), fmt.Sprintf("its admission was rolled back %d time(s) in a row (Nomad did not start the whole gang); retrying with back-off", n))
+		a.cycleLog.Info("admission rolled back; holding the job back", "job", id, "rollbacks", n, "retry_after", wait)
+	}
 }
 
 // memoryFrom rebuilds the engine's memory from durable state: the decayed

@@ -630,3 +630,73 @@ func TestFailedPreemptionIsPlannedAgain(t *testing.T) {
 		t.Errorf("scavenger state %v, want preempted back into the queue", st)
 	}
 }
+
+// rollbackExec is a fakeExec whose Nomad never starts job "stuck": each
+// admission of it comes back rolled back, as the executor reports a gang
+// that missed its deadline.
+type rollbackExec struct {
+	*fakeExec
+	mu       sync.Mutex
+	attempts int
+}
+
+func (r *rollbackExec) Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (ApplyReport, error) {
+	rest := *plan
+	rest.Admissions = nil
+	var stuck bool
+	for _, adm := range plan.Admissions {
+		if adm.JobID == "default/stuck" {
+			stuck = true
+			continue
+		}
+		rest.Admissions = append(rest.Admissions, adm)
+	}
+	rep, err := r.fakeExec.Apply(ctx, &rest, snap)
+	if stuck {
+		r.mu.Lock()
+		r.attempts++
+		r.mu.Unlock()
+		rep.RolledBack = append(rep.RolledBack, "default/stuck")
+	}
+	return rep, err
+}
+
+func (r *rollbackExec) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts
+}
+
+// A job Nomad cannot start is retried with a back-off that doubles with
+// each rollback in a row (30s, 1m, ...), not at once in a loop, and the
+// explanation says it is held back.
+func TestRolledBackAdmissionBacksOff(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("stuck", tier("high"), gpuGroup("w", 1, 4))
+	ex := &rollbackExec{fakeExec: &fakeExec{n: n, agent: "a1"}}
+	opts := fakeOptions(t, n, ex.fakeExec, clk.Now)
+	opts.Executor, opts.Interval = ex, 5*time.Millisecond
+	a := runTestAgent(t, opts)
+
+	waitFor(t, "first admission attempt", func() bool { return ex.count() == 1 })
+	waitCycles(t, 5, a)
+	if got := ex.count(); got != 1 {
+		t.Fatalf("%d admission attempts before the back-off ended, want 1", got)
+	}
+	waitFor(t, "explanation says it is held back", func() bool {
+		e, ok := a.Explain("", "stuck")
+		return ok && strings.Contains(e.Reason, "held back until") && strings.Contains(e.Reason, "rolled back 1 time")
+	})
+
+	clk.Advance(31 * time.Second) // first back-off: 30s
+	waitFor(t, "second attempt after 30s", func() bool { return ex.count() == 2 })
+	clk.Advance(31 * time.Second) // second back-off: 1m, not over yet
+	waitCycles(t, 5, a)
+	if got := ex.count(); got != 2 {
+		t.Fatalf("%d attempts 31s into a 1m back-off, want 2", got)
+	}
+	clk.Advance(30 * time.Second)
+	waitFor(t, "third attempt after 1m", func() bool { return ex.count() == 3 })
+}

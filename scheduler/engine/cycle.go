@@ -285,6 +285,16 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
 		return
 	}
+	if d, ok := c.e.deferred[j.ID]; ok {
+		if c.now.Before(d.until) {
+			exp.Status = StatusWaiting
+			if c.explain {
+				exp.Reason = fmt.Sprintf("held back until %s: %s", d.until.UTC().Format(time.RFC3339), d.why)
+			}
+			return
+		}
+		delete(c.e.deferred, j.ID)
+	}
 	if why := c.tooBig(q); why != "" {
 		exp.Status, exp.Reason = StatusParked, why
 		return
@@ -821,7 +831,10 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 	}
 	c.st.Rollback(cp)
 	if !ok {
-		exp.Reason += "; no reservation possible (running work outside the scheduler's reach)"
+		// Every holder was released and it still does not fit: the job's
+		// own constraints or size rule the pool's nodes out, or earlier
+		// reservations this cycle hold what would fit.
+		exp.Reason += "; no reservation possible: it does not fit even once all running work has ended (its constraints or size rule out the pool's nodes, or earlier reservations hold them)"
 		return
 	}
 	c.reserveSlots(found)

@@ -44,6 +44,11 @@ type Engine struct {
 	// and the job may still look queued, so the engine holds them and does
 	// not admit the job again.
 	pending map[string]pendingAdmission
+	// deferred: job ID -> when an admission Nomad could not carry out
+	// (rolled back) may be planned again. Without it a job that fits the
+	// model but not Nomad (CPU, memory, a constraint the model does not
+	// read) would be admitted and rolled back in a loop, holding GPUs.
+	deferred map[string]deferral
 	// cache memoizes per-node and per-allocation masks across cycles.
 	cache *placement.Cache
 	// queue memoizes the queued jobs per shard of the job table.
@@ -138,6 +143,7 @@ type pendingAdmission struct {
 // treat the victim's GPUs as busy and could order it again.
 func (e *Engine) Forget(jobID string) {
 	delete(e.pending, jobID)
+	delete(e.deferred, jobID)
 	decided := map[time.Time]bool{}
 	for id, st := range e.inflight {
 		if st.job == jobID {
@@ -155,6 +161,21 @@ func (e *Engine) Forget(jobID string) {
 		}
 	}
 	e.losses = keep
+}
+
+// deferral is a job held back from admission until a time.
+type deferral struct {
+	until time.Time
+	why   string
+}
+
+// Defer keeps a queued job from being admitted (or preempting, or
+// reserving) before until; it keeps its place in the queue and its
+// explanation says why and until when. The adapter calls it after
+// rolling back an admission Nomad could not place, with a back-off of its
+// choosing. Forget clears it.
+func (e *Engine) Defer(jobID string, until time.Time, why string) {
+	e.deferred[jobID] = deferral{until: until, why: why}
 }
 
 // New builds an engine for a validated policy.
@@ -185,6 +206,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		usage:    u,
 		inflight: map[string]inflightStop{},
 		pending:  map[string]pendingAdmission{},
+		deferred: map[string]deferral{},
 		cache:    placement.NewCache(),
 	}
 	if o.memory != nil {
