@@ -27,6 +27,7 @@
 package nomadfake
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -68,6 +69,11 @@ type Options struct {
 	ExitOnSignal bool
 	// TLS serves HTTPS with a self-signed certificate (see CACertPEM).
 	TLS bool
+	// TLSConfig, when set, serves HTTPS with this configuration instead
+	// (its server certificate, and e.g. ClientAuth/ClientCAs to require
+	// mTLS client certificates, as an agent with verify_https_client
+	// does). It implies TLS.
+	TLSConfig *tls.Config
 }
 
 // Server is the fake Nomad agent. Create it with New and Close it.
@@ -156,7 +162,11 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, now: time.Now, exitOnSig: opts.ExitOnSignal}
 	s.reset(1)
-	if opts.TLS {
+	if opts.TLSConfig != nil {
+		s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+		s.ts.TLS = opts.TLSConfig.Clone()
+		s.ts.StartTLS()
+	} else if opts.TLS {
 		s.ts = httptest.NewTLSServer(http.HandlerFunc(s.serveHTTP))
 	} else {
 		s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
