@@ -6,7 +6,8 @@
 //
 //   - Spec, the impact contract of a job, parsed from its `impact_*` meta
 //     keys by ParseMeta. Malformed metadata yields a *MetaError naming the
-//     key, so the caller can keep the job parked and say why; nothing is
+//     key (MetaErrors, one per key, when several are wrong), so the caller
+//     can keep the job parked and say everything to fix; nothing is
 //     defaulted silently.
 //   - Policy, the operator's policy file (tiers, projects, aging, fair-share
 //     half-life, preemption limits, shared or per preempting tier,

@@ -121,32 +121,72 @@ func (e *MetaError) Error() string {
 	return fmt.Sprintf("%s %s = %q: %s", where, e.Key, e.Value, e.Reason)
 }
 
+// MetaErrors is every malformed `impact_*` meta value of one job (or task
+// group), in a stable order: the job's keys sorted, then the group's keys
+// sorted. It is returned only when there is more than one problem (a single
+// one is a plain *MetaError), so that an operator fixes them all at once
+// instead of meeting them one by one. errors.As(err, &me) with a *MetaError
+// finds the first; Unwrap lists them all.
+type MetaErrors []*MetaError
+
+func (es MetaErrors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return fmt.Sprintf("%d impact meta errors: %s", len(es), strings.Join(parts, "; "))
+}
+
+// Unwrap returns every *MetaError, for errors.As and errors.Is.
+func (es MetaErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// metaErr folds the problems found into the error ParseMeta returns: nil,
+// one *MetaError, or MetaErrors.
+func metaErr(errs []*MetaError) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return MetaErrors(errs)
+}
+
 // ParseMeta parses the impact contract of a job, or of one task group when
 // groupMeta is given (pass nil for the job itself). Group meta may override
 // impact_topology, impact_grace and impact_checkpoint_signal; other impact
-// keys in group meta must repeat the job's value. The first error found, in
-// key order, is returned as a *MetaError (the Spec is then meaningless).
+// keys in group meta must repeat the job's value. Every problem is reported,
+// one per key, job keys first and each part in key order: a single one as a
+// *MetaError, several as MetaErrors (the Spec is then meaningless and
+// returned zero).
 // ParseGroupMeta does the same and names the group in errors.
 func ParseMeta(jobMeta, groupMeta map[string]string) (Spec, error) {
 	var s Spec
-	if err := parseInto(&s, jobMeta, false); err != nil {
-		return Spec{}, err
-	}
-	if groupMeta == nil {
-		return s, nil
-	}
-	for _, k := range sortedImpactKeys(groupMeta) {
-		v := groupMeta[k]
-		if !groupOverridable[k] {
-			if jv, ok := jobMeta[k]; !ok || jv != v {
-				if _, known := metaParsers[k]; known {
-					return Spec{}, &MetaError{Key: k, Value: v, InGroup: true,
-						Reason: "may only be set in job meta (group meta may override impact_topology, impact_grace, impact_checkpoint_signal)"}
+	errs := parseInto(&s, jobMeta, false)
+	if groupMeta != nil {
+		for _, k := range sortedImpactKeys(groupMeta) {
+			v := groupMeta[k]
+			if _, known := metaParsers[k]; known && !groupOverridable[k] {
+				if jv, ok := jobMeta[k]; !ok || jv != v {
+					errs = append(errs, &MetaError{Key: k, Value: v, InGroup: true,
+						Reason: "may only be set in job meta (group meta may override impact_topology, impact_grace, impact_checkpoint_signal)"})
 				}
+				// A repeat of the job's value was parsed (and, if bad,
+				// reported) with the job's meta.
+				continue
+			}
+			if e := parseKey(&s, k, v, true); e != nil {
+				errs = append(errs, e)
 			}
 		}
 	}
-	if err := parseInto(&s, groupMeta, true); err != nil {
+	if err := metaErr(errs); err != nil {
 		return Spec{}, err
 	}
 	return s, nil
@@ -155,8 +195,17 @@ func ParseMeta(jobMeta, groupMeta map[string]string) (Spec, error) {
 // ParseGroupMeta is ParseMeta for a named task group: errors name the group.
 func ParseGroupMeta(jobMeta, groupMeta map[string]string, group string) (Spec, error) {
 	s, err := ParseMeta(jobMeta, groupMeta)
-	if me, ok := err.(*MetaError); ok && me.InGroup {
-		me.Group = group
+	switch e := err.(type) {
+	case *MetaError:
+		if e.InGroup {
+			e.Group = group
+		}
+	case MetaErrors:
+		for _, me := range e {
+			if me.InGroup {
+				me.Group = group
+			}
+		}
 	}
 	return s, err
 }
@@ -258,16 +307,26 @@ var metaParsers = map[string]metaParser{
 	},
 }
 
-func parseInto(s *Spec, meta map[string]string, inGroup bool) error {
+// parseInto parses every impact key of meta into s, returning one
+// *MetaError per bad key in key order.
+func parseInto(s *Spec, meta map[string]string, inGroup bool) []*MetaError {
+	var errs []*MetaError
 	for _, k := range sortedImpactKeys(meta) {
-		v := meta[k]
-		p, ok := metaParsers[k]
-		if !ok {
-			return &MetaError{Key: k, Value: v, InGroup: inGroup, Reason: "unknown impact key (known: " + knownKeys() + ")"}
+		if e := parseKey(s, k, meta[k], inGroup); e != nil {
+			errs = append(errs, e)
 		}
-		if why := p(s, v); why != "" {
-			return &MetaError{Key: k, Value: v, InGroup: inGroup, Reason: why}
-		}
+	}
+	return errs
+}
+
+// parseKey parses one impact key into s, or says what is wrong with it.
+func parseKey(s *Spec, k, v string, inGroup bool) *MetaError {
+	p, ok := metaParsers[k]
+	if !ok {
+		return &MetaError{Key: k, Value: v, InGroup: inGroup, Reason: "unknown impact key (known: " + knownKeys() + ")"}
+	}
+	if why := p(s, v); why != "" {
+		return &MetaError{Key: k, Value: v, InGroup: inGroup, Reason: why}
 	}
 	return nil
 }

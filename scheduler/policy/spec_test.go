@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,96 @@ func TestCheckSpecUnknownTier(t *testing.T) {
 	}
 	if err := p.CheckSpec(Spec{}); err != nil {
 		t.Fatalf("empty tier resolves to the default: %v", err)
+	}
+}
+
+// Several bad keys are all reported in one error, job keys first and each
+// part in key order, and errors.As still finds a *MetaError (the first).
+func TestParseMetaReportsEveryBadKey(t *testing.T) {
+	cases := []struct {
+		name     string
+		job, grp map[string]string
+		want     []string // "key@where" in order
+	}{
+		{"two job keys",
+			map[string]string{"impact_walltime": "0s", "impact_grace": "soon", "impact_tier": "normal"}, nil,
+			[]string{"impact_grace@job meta", "impact_walltime@job meta"}},
+		{"three job keys with a typo",
+			map[string]string{"impact_teir": "high", "impact_deadline": "friday", "impact_preemptible": "maybe"}, nil,
+			[]string{"impact_deadline@job meta", "impact_preemptible@job meta", "impact_teir@job meta"}},
+		{"job and group keys",
+			map[string]string{"impact_tier": "normal", "impact_pool": "a b"},
+			map[string]string{"impact_topology": "rack", "impact_tier": "critical"},
+			[]string{"impact_pool@job meta", "impact_tier@group \"workers\" meta", "impact_topology@group \"workers\" meta"}},
+		{"group repeats a bad job value once",
+			map[string]string{"impact_project": "a b", "impact_grace": "x"},
+			map[string]string{"impact_project": "a b"},
+			[]string{"impact_grace@job meta", "impact_project@job meta"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				spec Spec
+				err  error
+			)
+			if tc.grp == nil {
+				spec, err = ParseMeta(tc.job, nil)
+			} else {
+				spec, err = ParseGroupMeta(tc.job, tc.grp, "workers")
+			}
+			if spec != (Spec{}) {
+				t.Fatalf("spec must be zero on error, got %+v", spec)
+			}
+			var multi MetaErrors
+			if !errors.As(err, &multi) {
+				t.Fatalf("want MetaErrors, got %T %v", err, err)
+			}
+			var got []string
+			for _, me := range multi {
+				where := "job meta"
+				if me.Group != "" {
+					where = "group \"" + me.Group + "\" meta"
+				}
+				got = append(got, me.Key+"@"+where)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("errors = %v, want %v", got, tc.want)
+			}
+			var me *MetaError
+			if !errors.As(err, &me) || me != multi[0] {
+				t.Fatalf("errors.As should find the first *MetaError, got %v", me)
+			}
+			msg := err.Error()
+			last := -1
+			for i, w := range tc.want {
+				key := strings.SplitN(w, "@", 2)[0]
+				at := strings.Index(msg, multi[i].Error())
+				if at <= last || !strings.Contains(multi[i].Error(), key) {
+					t.Fatalf("message %q should list %q in order", msg, key)
+				}
+				last = at
+			}
+			if !strings.HasPrefix(msg, strconv.Itoa(len(tc.want))+" impact meta errors: ") {
+				t.Fatalf("message %q should count the errors", msg)
+			}
+			// Stable: the same input gives the same text.
+			for range 5 {
+				_, again := ParseGroupMeta(tc.job, tc.grp, "workers")
+				if tc.grp == nil {
+					_, again = ParseMeta(tc.job, nil)
+				}
+				if again.Error() != msg {
+					t.Fatalf("unstable message:\n%s\n%s", again, msg)
+				}
+			}
+		})
+	}
+}
+
+// One bad key stays a plain *MetaError (not a list of one).
+func TestParseMetaOneBadKeyIsMetaError(t *testing.T) {
+	_, err := ParseMeta(map[string]string{"impact_grace": "soon", "impact_tier": "normal"}, nil)
+	if _, ok := err.(*MetaError); !ok {
+		t.Fatalf("want *MetaError, got %T %v", err, err)
 	}
 }
