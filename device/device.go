@@ -40,6 +40,9 @@ type Options struct {
 	NewBackend func(backend, fakeTopology string, logger hclog.Logger) (gpu.Backend, error)
 	// DevRoot is where device nodes are looked for; default "/dev".
 	DevRoot string
+	// ProcRoot is where the driver's proc files (MIG capabilities) are
+	// read; default "/proc".
+	ProcRoot string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -66,6 +69,9 @@ var _ plugin.DevicePlugin = (*Plugin)(nil)
 func New(logger hclog.Logger, opts Options) *Plugin {
 	if opts.DevRoot == "" {
 		opts.DevRoot = "/dev"
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -230,7 +236,10 @@ func (p *Plugin) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*de
 	if err != nil {
 		return nil, err
 	}
-	res, err := reserve(snap, req.GetDeviceIds(), p.opts.DevRoot)
+	res, warnings, err := reserve(snap, req.GetDeviceIds(), hostRoots{Dev: p.opts.DevRoot, Proc: p.opts.ProcRoot})
+	for _, w := range warnings {
+		p.logger.Warn("reserve: device not passed to the task", "reason", w)
+	}
 	if err != nil {
 		var bad *requestError
 		if errors.As(err, &bad) {

@@ -66,8 +66,14 @@
 // NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES list the UUIDs island by
 // island, following NVLink links inside an island (Nomad hands them over in
 // arbitrary order); /dev/nvidia<minor>, /dev/nvidiactl, /dev/nvidia-uvm and
-// /dev/nvidia-uvm-tools are passed when they exist. Unknown or repeated
-// IDs are an InvalidArgument error naming them.
+// /dev/nvidia-uvm-tools are passed when they exist. A MIG instance also
+// gets the capability nodes of its GPU and compute instance,
+// /dev/nvidia-caps/nvidia-cap<N> with N the "DeviceFileMinor" of
+// /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<GI>/access and
+// .../gi<GI>/ci<CI>/access (not the MIG config/monitor capabilities, which
+// tasks do not need); a missing proc file or node is logged and left out,
+// a malformed one fails the reservation naming the file. Unknown or
+// repeated IDs are an InvalidArgument error naming them.
 //
 // # Running it
 //

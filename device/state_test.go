@@ -263,7 +263,7 @@ func TestReserve(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := reserve(&snap, ids(6, 4, 5, 7), dev)
+	res, _, err := reserve(&snap, ids(6, 4, 5, 7), hostRoots{Dev: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,11 +283,11 @@ func TestReserve(t *testing.T) {
 		t.Fatalf("device nodes %v (only existing ones)", nodes)
 	}
 
-	if _, err := reserve(&snap, []string{"GPU-nope", st.devices[0].UUID, "GPU-also-nope"}, dev); err == nil ||
+	if _, _, err := reserve(&snap, []string{"GPU-nope", st.devices[0].UUID, "GPU-also-nope"}, hostRoots{Dev: dev}); err == nil ||
 		err.Error() != "unknown device IDs: GPU-also-nope, GPU-nope" {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := reserve(&snap, ids(1, 1), dev); err == nil || !strings.Contains(err.Error(), "twice") {
+	if _, _, err := reserve(&snap, ids(1, 1), hostRoots{Dev: dev}); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Fatalf("duplicate: err = %v", err)
 	}
 	// A GPU whose minor number the driver did not report gets no device
@@ -301,7 +301,7 @@ func TestReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = reserve(&snap2, ids(5), dev)
+	res, _, err = reserve(&snap2, ids(5), hostRoots{Dev: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestReserve(t *testing.T) {
 	if !reflect.DeepEqual(nodes, []string{"nvidia-uvm", "nvidiactl"}) {
 		t.Fatalf("device nodes of a GPU without minor: %v", nodes)
 	}
-	if res, err := reserve(&snap, nil, dev); err != nil || len(res.Envs) != 0 || len(res.Devices) != 0 {
+	if res, _, err := reserve(&snap, nil, hostRoots{Dev: dev}); err != nil || len(res.Envs) != 0 || len(res.Devices) != 0 {
 		t.Fatalf("empty reserve: %+v %v", res, err)
 	}
 }

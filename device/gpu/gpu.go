@@ -74,6 +74,10 @@ type MIGInstance struct {
 	// its parent (XID events name them).
 	GPUInstanceID     int
 	ComputeInstanceID int
+	// IDsUnknown says the driver did not report the GPU or compute
+	// instance ID, so the zero values above are not IDs (0 is a valid
+	// one): consumers must not derive anything from them.
+	IDsUnknown bool
 	// MemoryMiB is the memory of this instance.
 	MemoryMiB uint64
 }

@@ -312,9 +312,13 @@ func (b *Backend) readMIG(s *scanned) {
 		inst := gpu.MIGInstance{UUID: uuid}
 		if v, ret := m.GetGpuInstanceId(); ret == nv.SUCCESS {
 			inst.GPUInstanceID = v
+		} else {
+			inst.IDsUnknown = true
 		}
 		if v, ret := m.GetComputeInstanceId(); ret == nv.SUCCESS {
 			inst.ComputeInstanceID = v
+		} else {
+			inst.IDsUnknown = true
 		}
 		if mem, ret := m.GetMemoryInfo(); ret == nv.SUCCESS {
 			inst.MemoryMiB = mem.Total / (1 << 20)
@@ -510,7 +514,7 @@ func (b *Backend) toEvent(data nv.EventData) (gpu.HealthEvent, bool) {
 	if data.GpuInstanceId != allInstances {
 		b.mu.Lock()
 		for _, m := range b.migs[uuid] {
-			if uint32(m.GPUInstanceID) == data.GpuInstanceId && (data.ComputeInstanceId == allInstances || uint32(m.ComputeInstanceID) == data.ComputeInstanceId) {
+			if !m.IDsUnknown && uint32(m.GPUInstanceID) == data.GpuInstanceId && (data.ComputeInstanceId == allInstances || uint32(m.ComputeInstanceID) == data.ComputeInstanceId) {
 				ev.UUID = m.UUID
 				break
 			}

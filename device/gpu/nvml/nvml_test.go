@@ -462,6 +462,40 @@ func TestMIGInstances(t *testing.T) {
 	if !ok || ev.UUID != d.MIG[1].UUID || ev.XID != 94 {
 		t.Fatalf("event %+v", ev)
 	}
+	for _, m := range d.MIG {
+		if m.IDsUnknown {
+			t.Fatalf("instance %s marked IDsUnknown though the driver reported its IDs", m.UUID)
+		}
+	}
+}
+
+func TestMIGInstanceIDsUnreadable(t *testing.T) {
+	parent := fakeGPU(0)
+	child := &mock.Device{
+		GetUUIDFunc:              func() (string, nv.Return) { return "MIG-00000000-0000-0000-0000-000000000009", nv.SUCCESS },
+		GetNameFunc:              func() (string, nv.Return) { return "NVIDIA A100-SXM4-80GB MIG 7g.80gb", nv.SUCCESS },
+		GetGpuInstanceIdFunc:     func() (int, nv.Return) { return 0, nv.ERROR_NOT_SUPPORTED },
+		GetComputeInstanceIdFunc: func() (int, nv.Return) { return 0, nv.SUCCESS },
+		GetMemoryInfoFunc:        func() (nv.Memory, nv.Return) { return nv.Memory{Total: 80 << 30}, nv.SUCCESS },
+	}
+	parent.GetMigModeFunc = func() (int, int, nv.Return) { return nv.DEVICE_MIG_ENABLE, nv.DEVICE_MIG_ENABLE, nv.SUCCESS }
+	parent.GetMaxMigDeviceCountFunc = func() (int, nv.Return) { return 1, nv.SUCCESS }
+	parent.GetMigDeviceHandleByIndexFunc = func(int) (nv.Device, nv.Return) { return child, nv.SUCCESS }
+	b := newBackend(library([]*mock.Device{parent}))
+	inv, err := b.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := inv.Devices[0].MIG
+	if len(m) != 1 || !m[0].IDsUnknown {
+		t.Fatalf("MIG %+v, want one instance with IDsUnknown", m)
+	}
+	// GI 0 is a real ID; an instance whose ID is unknown must not take
+	// the XIDs of GI 0 (they stay on the parent).
+	ev, ok := b.toEvent(nv.EventData{Device: parent, EventType: nv.EventTypeXidCriticalError, EventData: 94, GpuInstanceId: 0, ComputeInstanceId: 0})
+	if !ok || ev.UUID != inv.Devices[0].UUID {
+		t.Fatalf("event %+v, want it on the parent", ev)
+	}
 }
 
 func TestStatsUnits(t *testing.T) {
