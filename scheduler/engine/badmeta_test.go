@@ -17,6 +17,7 @@ func TestBadMetadataParks(t *testing.T) {
 		mkJob("typo", meta("impact_walltim", "1h")),
 		mkJob("bad-group", group("w", 1, 1, "impact_tier", "critical"), meta("impact_tier", "normal")),
 		mkJob("too-big", group("w", 1, 16)),
+		mkJob("many-bad", meta("impact_grace", "-5m", "impact_walltime", "0s", "impact_teir", "high")),
 		mkJob("good", meta("impact_tier", "scavenger")),
 	}
 	want := map[string]string{
@@ -25,6 +26,7 @@ func TestBadMetadataParks(t *testing.T) {
 		"typo":      "impact_walltim",
 		"bad-group": "impact_tier",
 		"too-big":   "largest schedulable node",
+		"many-bad":  "impact_grace",
 	}
 	snap := mustSnap(t, []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, jobs, nil)
 	plan := mustEngine(t, nil).Decide(snap, t0)
@@ -43,12 +45,18 @@ func TestBadMetadataParks(t *testing.T) {
 			t.Fatalf("%s: reason %q does not name %q", id, exp.Reason, key)
 		}
 	}
+	// Every bad key is named at once, in key order.
+	r := plan.Explanations["many-bad"].Reason
+	g, te, w := strings.Index(r, "impact_grace = "), strings.Index(r, "impact_teir = "), strings.Index(r, "impact_walltime = ")
+	if g < 0 || te <= g || w <= te {
+		t.Fatalf("many-bad: reason %q should name impact_grace, impact_teir, impact_walltime in order", r)
+	}
 	// Jobs with bad metadata sort after every job that could run.
 	pos := map[string]int{}
 	for i, id := range plan.Queue {
 		pos[id] = i
 	}
-	for _, id := range []string{"bad-grace", "bad-tier", "typo", "bad-group"} {
+	for _, id := range []string{"bad-grace", "bad-tier", "typo", "bad-group", "many-bad"} {
 		if pos[id] < pos["good"] {
 			t.Fatalf("queue %v: %s ahead of the good job", plan.Queue, id)
 		}
