@@ -104,6 +104,22 @@ type cycle struct {
 	lastPool      string
 	lastPoolMax   [2]int
 	lastPoolMaxOK bool
+	// young: preemptible running gangs still within their
+	// impact_min_runtime, earliest preemptible first (built only with
+	// explanations on, for youngNote).
+	young []youngHolder
+	// youngNotes caches youngNote by tier and pool (thousands of waiting
+	// jobs share a few); claim clears it.
+	youngNotes map[string]string
+}
+
+// youngHolder is a gang that would be a preemption candidate but for its
+// impact_min_runtime.
+type youngHolder struct {
+	h          int
+	tier       string
+	from       time.Time
+	minRuntime time.Duration
 }
 
 func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
@@ -207,7 +223,10 @@ func (c *cycle) assessHolders() {
 			continue
 		}
 		start := earliestStart(hd.Allocs)
-		if c.now.Sub(start) < c.pol.MinRuntime(j.Spec) {
+		if minRT := c.pol.MinRuntime(j.Spec); c.now.Sub(start) < minRT {
+			if c.explain {
+				c.young = append(c.young, youngHolder{h: h, tier: c.pol.TierOf(j.Spec).Name, from: start.Add(minRT), minRuntime: minRT})
+			}
 			continue
 		}
 		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
@@ -221,6 +240,42 @@ func (c *cycle) assessHolders() {
 			signal: j.Spec.CheckpointSignal,
 		}
 	}
+	sort.SliceStable(c.young, func(a, b int) bool {
+		ya, yb := c.young[a], c.young[b]
+		if !ya.from.Equal(yb.from) {
+			return ya.from.Before(yb.from)
+		}
+		return holders[ya.h].JobID < holders[yb.h].JobID
+	})
+}
+
+// youngNote says, for a job that is not preempting, which gang it could
+// preempt once that gang's impact_min_runtime has passed, and from when:
+// otherwise an operator sees a critical job wait beside preemptible work
+// and cannot tell why. It names the earliest such gang of a tier the job
+// may preempt, in its pool; "" when there is none. Explanations only.
+func (c *cycle) youngNote(q *queued) string {
+	key := q.tier + "\x00" + q.pool
+	if note, ok := c.youngNotes[key]; ok {
+		return note
+	}
+	if c.youngNotes == nil {
+		c.youngNotes = map[string]string{}
+	}
+	note := ""
+	for _, y := range c.young {
+		if c.claimed[y.h] || !c.pol.MayPreempt(q.tier, y.tier) {
+			continue
+		}
+		if q.pool != "" && !c.holderInPool(y.h, q.pool) {
+			continue
+		}
+		note = fmt.Sprintf("; could preempt %s from %s (impact_min_runtime %s)",
+			c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), y.minRuntime)
+		break
+	}
+	c.youngNotes[key] = note
+	return note
 }
 
 // lostBasis says, for explanations, what a victim's work lost is counted
@@ -490,7 +545,7 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 // tryPreempt looks for victims for a job that does not fit. It first
 // counts the GPUs of gangs already stopping (preemptions under way): if
 // they suffice, the job waits for them instead of preempting more.
-func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
+func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	tier := c.pol.Tiers[q.tier]
 	if tier == nil || len(tier.MayPreempt) == 0 {
 		return false
@@ -542,6 +597,13 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) bool {
 
 	if !c.pol.Preemption.Enabled {
 		return false
+	}
+	if c.explain && len(c.young) > 0 {
+		defer func() {
+			if !preempting {
+				exp.Reason += c.youngNote(q)
+			}
+		}()
 	}
 	if c.preemptors >= c.pol.Preemption.MaxPerCycle {
 		exp.Reason += "; preemption budget of this cycle spent"
@@ -735,6 +797,7 @@ func (c *cycle) claim(h int) {
 		return
 	}
 	c.claimed[h] = true
+	clear(c.youngNotes)
 	for _, cl := range c.candCache {
 		if cl.member[h] {
 			delete(cl.member, h)

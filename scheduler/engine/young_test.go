@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// A critical job that waits only because the gangs it could preempt are
+// still within their impact_min_runtime says so, naming the one that
+// becomes preemptible first and when; at that time it preempts it. A job
+// whose tier may not preempt them gets no such note, and without
+// explanations the decisions are the same.
+func TestExplainWaitingForMinRuntime(t *testing.T) {
+	scav := func(id, minRT string) *cluster.Job {
+		return mkJob(id, running(), meta("impact_tier", "scavenger", "impact_min_runtime", minRT))
+	}
+	nodes := []*cluster.Node{mkNode("n1", 8, 2)}
+	allocs := []*cluster.Alloc{
+		alloc("a1", "s1", "n1", t0.Add(-50*time.Minute), 0, 1, 2, 3), // preemptible from t0+10m
+		alloc("a2", "s2", "n1", t0.Add(-10*time.Minute), 4, 5, 6, 7), // preemptible from t0+20m
+	}
+	jobs := []*cluster.Job{scav("s1", "1h"), scav("s2", "30m"),
+		mkJob("c", group("main", 1, 4), meta("impact_tier", "critical"))}
+	snap := mustSnap(t, nodes, jobs, allocs)
+	pol := policy.Default()
+
+	full, lean := mustEngine(t, pol), mustEngine(t, pol, WithoutExplanations())
+	plan := full.Decide(snap, t0)
+	if got := join(preemptedIDs(plan)); got != "" {
+		t.Fatalf("preempted %q before min runtime", got)
+	}
+	exp := plan.Explanations["c"]
+	want := "; could preempt s1 from " + t0.Add(10*time.Minute).UTC().Format(time.RFC3339) + " (impact_min_runtime 1h0m0s)"
+	if exp.Status == StatusPreempting || !strings.Contains(exp.Reason, want) {
+		t.Fatalf("reason %q (status %s) should contain %q", exp.Reason, exp.Status, want)
+	}
+	if strings.Contains(exp.Reason, "s2") {
+		t.Fatalf("reason %q should name only the earliest gang", exp.Reason)
+	}
+	leanPlan := lean.Decide(snap, t0)
+	if len(leanPlan.Preemptions) != 0 || len(leanPlan.Admissions) != len(plan.Admissions) || len(leanPlan.Explanations) != 0 {
+		t.Fatalf("without explanations the plan differs: %+v", leanPlan)
+	}
+
+	// At the time named, the gang is preempted.
+	later := mustEngine(t, pol).Decide(snap, t0.Add(10*time.Minute))
+	if got := join(preemptedIDs(later)); got != "s1" {
+		t.Fatalf("at the named time preempted %q, want s1; %+v", got, later.Explanations["c"])
+	}
+
+	// A normal job may not preempt normal work: no note.
+	normal := []*cluster.Job{
+		mkJob("s1", running(), meta("impact_tier", "normal", "impact_min_runtime", "1h")),
+		mkJob("s2", running(), meta("impact_tier", "normal", "impact_min_runtime", "30m")),
+		mkJob("c", group("main", 1, 4), meta("impact_tier", "normal"))}
+	plan = mustEngine(t, pol).Decide(mustSnap(t, nodes, normal, allocs), t0)
+	if r := plan.Explanations["c"].Reason; strings.Contains(r, "could preempt") {
+		t.Fatalf("normal job may not preempt normal work, yet reason says %q", r)
+	}
+}
