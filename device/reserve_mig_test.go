@@ -1,13 +1,19 @@
 package device
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/device/gpu"
+	"github.com/impact-sched/nomad-impact/plugin/plugintest"
 	"github.com/impact-sched/nomad-impact/plugin/proto/devicepb"
 )
 
@@ -221,5 +227,48 @@ func TestReserveMIGCapabilities(t *testing.T) {
 	res, warnings, err := reserve(&snap, []string{whole}, bare.root)
 	if err != nil || len(warnings) != 0 || len(res.Devices) != 2 {
 		t.Fatalf("whole GPU without proc tree: %+v %q %v", res, warnings, err)
+	}
+}
+
+// The plugin reads the proc and dev roots from its Options, so Reserve over
+// gRPC passes a MIG instance's capability nodes from the fake tree.
+func TestReserveMIGOverGRPC(t *testing.T) {
+	inv := twoGPUs()
+	inv.Devices[1].Minor = 3
+	inv.Devices[1].MIGEnabled = true
+	inv.Devices[1].MIG = []gpu.MIGInstance{{UUID: "MIG-11111111-2222-3333-4444-555555555555", Profile: "1g.10gb", GPUInstanceID: 5, ComputeInstanceID: 0, MemoryMiB: 9728}}
+	h := newFakeHost(t)
+	h.devNodes("nvidia0", "nvidia3", "nvidiactl", "nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap48", "nvidia-caps/nvidia-cap49")
+	h.capFile("gpu3/mig/gi5/access", capContent("48"))
+	h.capFile("gpu3/mig/gi5/ci0/access", capContent("49"))
+	b := newScripted(inv)
+	p := New(hclog.NewNullLogger(), Options{
+		NewBackend: func(string, string, hclog.Logger) (gpu.Backend, error) { return b, nil },
+		DevRoot:    h.root.Dev,
+		ProcRoot:   h.root.Proc,
+	})
+	t.Cleanup(p.Shutdown)
+	inst := plugintest.StartDevice(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := inst.SetConfigHCL(ctx, "", plugintest.DefaultNomadConfig()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id   string
+		want []string
+	}{
+		{"MIG-11111111-2222-3333-4444-555555555555", []string{"/dev/nvidia-caps/nvidia-cap48", "/dev/nvidia-caps/nvidia-cap49", "/dev/nvidia3", "/dev/nvidiactl"}},
+		{"GPU-0", []string{"/dev/nvidia0", "/dev/nvidiactl"}},
+	} {
+		res, err := inst.Device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: []string{tc.id}})
+		if err != nil {
+			t.Fatalf("reserve %s: %v", tc.id, err)
+		}
+		got := taskNodes(t, h, res.GetContainerRes().GetDevices())
+		sort.Strings(got)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("reserve %s: devices %v, want %v", tc.id, got, tc.want)
+		}
 	}
 }
