@@ -95,7 +95,16 @@ type Agent struct {
 	admissions  map[string]time.Time
 	// rollbacks counts a job's admissions rolled back in a row, for the
 	// back-off before the next (see deferRolledBack).
-	rollbacks      map[string]int
+	rollbacks map[string]int
+	// Explanation writes run in the background (see writeExplanations):
+	// explainQueue is what is left to write, most important first;
+	// explainBusy the jobs being written now (job ID -> digest);
+	// explainWorkers the writers of term explainTerm still running.
+	explainQueue   []explainItem
+	explainBusy    map[string]string
+	explainWorkers int
+	explainTerm    uint64
+	explainWG      sync.WaitGroup
 	lastSave       time.Time
 	wake           chan struct{}
 	leadership     chan leadershipChange
@@ -189,6 +198,7 @@ func New(opts Options) (*Agent, error) {
 		statsLog:    log.Named("devicestats"),
 		history:     map[string]jobHistory{},
 		written:     map[string]string{},
+		explainBusy: map[string]string{},
 		preemptions: map[string]PreemptionRecord{},
 		admissions:  map[string]time.Time{},
 		rollbacks:   map[string]int{},
@@ -292,6 +302,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.stepDown()
 	cancel()
 	wg.Wait()
+	// Explanation writers end with the leader context stepDown cancelled.
+	a.explainWG.Wait()
 	if w, ok := a.opts.Executor.(Waiter); ok {
 		// Let preemptions under way finish (signal, grace, stop), within
 		// bounds: what is left stays as an intent for the next leader.
@@ -508,6 +520,7 @@ func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 	a.lastSave = time.Time{}
 	// Explanations written by the previous leader may differ: rewrite.
 	a.written = map[string]string{}
+	a.resetExplainLocked()
 	a.mu.Unlock()
 	a.leader.Store(true)
 	a.opts.Metrics.RecordLeader(true)
@@ -523,6 +536,9 @@ func (a *Agent) stepDown() {
 	a.mu.Lock()
 	cancel := a.leaderCancel
 	a.leaderCancel, a.leaderCtx = nil, nil
+	if cancel != nil {
+		a.resetExplainLocked()
+	}
 	a.mu.Unlock()
 	if cancel == nil {
 		return
@@ -843,34 +859,154 @@ func (a *Agent) historySnapshot() map[string]jobHistory {
 	return out
 }
 
-// writeExplanations writes the Variables of jobs whose explanation changed.
-// Only decision-relevant fields count as a change (not the wait time), so
-// a stable queue costs no writes.
-func (a *Agent) writeExplanations(ctx context.Context, v *view) {
-	for id, e := range v.explain {
+// Bounds on explanation writes. Each write is one HTTP round trip to
+// Nomad; after a leader change every job's Variable is rewritten, so with
+// thousands of queued jobs writing them inline would hold up the cycle (and
+// admissions) for minutes. Writes therefore run in the background, at most
+// explainConcurrency at a time, and each cycle queues at most
+// explainPerCycle of them; the rest are queued by later cycles.
+const (
+	explainConcurrency = 8
+	explainPerCycle    = 512
+)
+
+// explainItem is one explanation waiting to be written.
+type explainItem struct {
+	id     string
+	e      agentapi.Explanation
+	digest string
+}
+
+// resetExplainLocked drops the pending writes of the ending term; its
+// writers stop with the term's context and record nothing. a.mu is held.
+func (a *Agent) resetExplainLocked() {
+	a.explainTerm++
+	a.explainQueue = nil
+	a.explainWorkers = 0
+	a.explainBusy = map[string]string{}
+}
+
+// explainOrder returns the explanations that need writing, most important
+// first: jobs whose written Variable is out of date before jobs never
+// written this term (a changed decision matters more than a first copy),
+// each in queue order (waiting jobs by position, then the others). Only
+// decision-relevant fields count as a change (not the wait time), so a
+// stable queue costs no writes. At most limit items are returned.
+func explainOrder(v *view, written, busy map[string]string, limit int) []explainItem {
+	var changed, fresh []explainItem
+	seen := make(map[string]bool, len(v.explain))
+	add := func(id string) {
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		e, ok := v.explain[id]
+		if !ok {
+			return
+		}
 		if (e.State == agentapi.StateRunning || e.State == agentapi.StateAdmitting) && len(e.Nodes) == 0 {
 			// A job admitted before this agent led: the previous leader's
 			// Variable says more (score, placement) than this agent knows.
-			continue
+			return
 		}
 		d := digest(e)
-		a.mu.Lock()
-		same := a.written[id] == d
-		a.mu.Unlock()
-		if same {
+		if written[id] == d {
+			return
+		}
+		if b, ok := busy[id]; ok && b == d {
+			return // being written as it is
+		}
+		it := explainItem{id: id, e: e, digest: d}
+		if written[id] != "" {
+			changed = append(changed, it)
+		} else {
+			fresh = append(fresh, it)
+		}
+	}
+	for _, q := range v.queue.Jobs {
+		add(cluster.JobKey(q.Namespace, q.Job))
+	}
+	// Jobs the queue does not list (none today), in a stable order.
+	rest := make([]string, 0)
+	for id := range v.explain {
+		if !seen[id] {
+			rest = append(rest, id)
+		}
+	}
+	sort.Strings(rest)
+	for _, id := range rest {
+		add(id)
+	}
+	out := append(changed, fresh...)
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// writeExplanations hands the explanations that changed to background
+// writers and returns at once: the cycle's duration does not depend on how
+// many jobs there are or how slow Nomad answers. Each cycle replaces the
+// pending list with its own (newer explanations, current order); a job is
+// never written by two writers at once, so an older copy cannot land
+// after a newer one.
+func (a *Agent) writeExplanations(ctx context.Context, v *view) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.explainQueue = explainOrder(v, a.written, a.explainBusy, explainPerCycle)
+	for a.explainWorkers < explainConcurrency && a.explainWorkers < len(a.explainQueue) {
+		a.explainWorkers++
+		a.explainWG.Add(1)
+		go a.explainWorker(ctx, a.explainTerm)
+	}
+}
+
+// nextExplainLocked takes the first pending item whose job is not being
+// written now. a.mu is held.
+func (a *Agent) nextExplainLocked() (explainItem, bool) {
+	for i, it := range a.explainQueue {
+		if _, busy := a.explainBusy[it.id]; busy {
 			continue
 		}
-		if err := a.opts.Explainer.WriteExplanation(ctx, e); err != nil {
-			if ctx.Err() != nil {
-				return
+		a.explainQueue = append(a.explainQueue[:i:i], a.explainQueue[i+1:]...)
+		return it, true
+	}
+	return explainItem{}, false
+}
+
+// explainWorker writes pending explanations until none is left, the term
+// ends, or ctx ends.
+func (a *Agent) explainWorker(ctx context.Context, term uint64) {
+	defer a.explainWG.Done()
+	for {
+		a.mu.Lock()
+		if a.explainTerm != term {
+			a.mu.Unlock()
+			return
+		}
+		it, ok := a.nextExplainLocked()
+		if !ok || ctx.Err() != nil {
+			a.explainWorkers--
+			a.mu.Unlock()
+			return
+		}
+		a.explainBusy[it.id] = it.digest
+		a.mu.Unlock()
+
+		err := a.opts.Explainer.WriteExplanation(ctx, it.e)
+
+		a.mu.Lock()
+		if a.explainTerm == term {
+			delete(a.explainBusy, it.id)
+			if err == nil {
+				a.written[it.id] = it.digest
 			}
-			a.explainLog.Warn("writing explanation", "job", id, "error", err)
-			a.opts.Metrics.RecordActionError("explain")
-			continue
 		}
-		a.mu.Lock()
-		a.written[id] = d
 		a.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			a.explainLog.Warn("writing explanation", "job", it.id, "error", err)
+			a.opts.Metrics.RecordActionError("explain")
+		}
 	}
 }
 
