@@ -32,6 +32,10 @@ type Options struct {
 	// NoLeaderGrace is how long a standby tolerates seeing no lock holder
 	// before health reports it (default 45s: three default lock TTLs).
 	NoLeaderGrace time.Duration
+	// HolderCheckEvery bounds how often a standby asks who holds the
+	// leader lock (default 5s, a third of the default lock TTL): each ask
+	// is one request to Nomad, and cycles run far more often than that.
+	HolderCheckEvery time.Duration
 	// ShutdownWait bounds how long Run waits for background actions on
 	// exit (default 30s).
 	ShutdownWait time.Duration
@@ -116,6 +120,7 @@ type Agent struct {
 	recovered      bool // this term's Recover succeeded
 	holder         string
 	holderErr      error
+	holderChecked  time.Time // clock time of the last holder check; zero: check next cycle
 	noLeaderSince  time.Time // wall clock; zero while some agent holds the lock
 	consulErr      error     // last Consul registration error; nil once registered
 }
@@ -163,6 +168,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.NoLeaderGrace <= 0 {
 		opts.NoLeaderGrace = 45 * time.Second
+	}
+	if opts.HolderCheckEvery <= 0 {
+		opts.HolderCheckEvery = 5 * time.Second
 	}
 	if opts.ShutdownWait <= 0 {
 		opts.ShutdownWait = 30 * time.Second
@@ -538,6 +546,8 @@ func (a *Agent) stepDown() {
 	a.leaderCancel, a.leaderCtx = nil, nil
 	if cancel != nil {
 		a.resetExplainLocked()
+		// A fresh standby learns who leads now at its next cycle.
+		a.holderChecked = time.Time{}
 	}
 	a.mu.Unlock()
 	if cancel == nil {
@@ -713,12 +723,24 @@ func (a *Agent) forgetUnapplied(plan *engine.Plan, rep *ApplyReport) {
 }
 
 // checkHolder asks the elector who leads (standbys only), so health can
-// name the leader and report a cluster where nobody does.
+// name the leader and report a cluster where nobody does. It asks at most
+// once every HolderCheckEvery: every standby runs a cycle on each model
+// update, and asking on each would add one request to Nomad per cycle per
+// standby for an answer that changes at most once per lock TTL.
 func (a *Agent) checkHolder(ctx context.Context) {
 	hr, ok := a.opts.Elector.(HolderReporter)
 	if !ok {
 		return
 	}
+	now := a.clk()
+	a.mu.Lock()
+	last := a.holderChecked
+	if !last.IsZero() && now.Sub(last) < a.opts.HolderCheckEvery && !now.Before(last) {
+		a.mu.Unlock()
+		return
+	}
+	a.holderChecked = now
+	a.mu.Unlock()
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	h, err := hr.Holder(hctx)
