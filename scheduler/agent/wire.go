@@ -114,6 +114,9 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		// A crashed leader's lock takes about three TTLs to free (measured
 		// on Nomad 2.0.6); report "no leader" only past that.
 		NoLeaderGrace: 4 * cfg.HA.LockTTL,
+		// The holder changes at most once per lock TTL; asking twice per
+		// TTL keeps the named leader fresh at a bounded request rate.
+		HolderCheckEvery: cfg.HA.LockTTL / 2,
 	})
 	if err != nil {
 		return nil, err
