@@ -664,6 +664,7 @@ func (a *Agent) deferRolledBack(snap *cluster.Snapshot, rolledBack []string, now
 	for id := range a.rollbacks {
 		if _, ok := snap.Job(id); !ok {
 			delete(a.rollbacks, id)
+			a.engine.Forget(id) // drops its deferral with it
 		}
 	}
 	for _, id := range rolledBack {
