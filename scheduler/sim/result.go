@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"sort"
 
@@ -233,4 +234,19 @@ func (r *runner) result() *Result {
 		res.FairShareDeviation = total / (2 * float64(a.capacity))
 	}
 	return res
+}
+
+// FormatSeconds writes a duration in seconds in the unit a reader takes in
+// at a glance (5s, 2m, 1.5h, 2.0d): the report's table and the plots'
+// legends use it so they always agree.
+func FormatSeconds(s float64) string {
+	switch {
+	case s >= 86400:
+		return fmt.Sprintf("%.1fd", s/86400)
+	case s >= 3600:
+		return fmt.Sprintf("%.1fh", s/3600)
+	case s >= 60:
+		return fmt.Sprintf("%.0fm", s/60)
+	}
+	return fmt.Sprintf("%.0fs", s)
 }

@@ -164,7 +164,7 @@ func WaitCDF(path string, results []*sim.Result) error {
 			l.Color = colour(res.Policy, k)
 			l.Width = vg.Points(1.5)
 			p.Add(l)
-			p.Legend.Add(fmt.Sprintf("%s (p99 %s)", res.Policy, duration(res.WaitS[tier].P99)), l)
+			p.Legend.Add(fmt.Sprintf("%s (p99 %s)", res.Policy, sim.FormatSeconds(res.WaitS[tier].P99)), l)
 		}
 		plots[i/cols][i%cols] = p
 	}
@@ -180,19 +180,6 @@ func WaitCDF(path string, results []*sim.Result) error {
 		}
 	}
 	return writePNG(path, img)
-}
-
-// duration writes seconds the way the table does.
-func duration(s float64) string {
-	switch {
-	case s >= 86400:
-		return fmt.Sprintf("%.1fd", s/86400)
-	case s >= 3600:
-		return fmt.Sprintf("%.1fh", s/3600)
-	case s >= 60:
-		return fmt.Sprintf("%.0fm", s/60)
-	}
-	return fmt.Sprintf("%.0fs", s)
 }
 
 func writePNG(path string, img *vgimg.Canvas) error {

@@ -77,11 +77,3 @@ func TestDayTicksLabelReadably(t *testing.T) {
 		}
 	}
 }
-
-func TestDuration(t *testing.T) {
-	for s, want := range map[float64]string{5: "5s", 120: "2m", 5400: "1.5h", 2 * 86400: "2.0d"} {
-		if got := duration(s); got != want {
-			t.Errorf("duration(%v) = %q, want %q", s, got, want)
-		}
-	}
-}

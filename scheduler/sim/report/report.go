@@ -209,18 +209,6 @@ func (r *Report) WriteJSON(dir string) (string, error) {
 	return path, nil
 }
 
-func hours(s float64) string {
-	switch {
-	case s >= 86400:
-		return fmt.Sprintf("%.1fd", s/86400)
-	case s >= 3600:
-		return fmt.Sprintf("%.1fh", s/3600)
-	case s >= 60:
-		return fmt.Sprintf("%.0fm", s/60)
-	}
-	return fmt.Sprintf("%.0fs", s)
-}
-
 // WriteTable prints one row per policy.
 func (r *Report) WriteTable(w io.Writer) error {
 	top := trace.Tiers[0]
@@ -230,7 +218,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		wt := p.WaitS[top]
 		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.0f\t%s\t%s\t%s\t%s (%s)\t%d\t%.0f (%.2f%%)\t%.0f\t%.1f%%\t%.2f/%.2f\t%d/%d\t\n",
 			p.Policy, 100*p.Occupancy, 100*p.OccupancyVsBound, p.PartialGangIdleGPUHours,
-			hours(wt.P50), hours(wt.P99), hours(p.WaitS["normal"].P99), hours(p.WeightedJCTS), hours(p.WeightedJCTFloorS),
+			sim.FormatSeconds(wt.P50), sim.FormatSeconds(wt.P99), sim.FormatSeconds(p.WaitS["normal"].P99), sim.FormatSeconds(p.WeightedJCTS), sim.FormatSeconds(p.WeightedJCTFloorS),
 			p.Preemptions, p.LostGPUHours, 100*p.LostFraction, p.DeliveredGPUHours, 100*p.FairShareDeviation,
 			p.DecisionLatencyMS.P50, p.DecisionLatencyMS.P99, p.JobsCompleted, p.JobsTotal-p.JobsUnschedulable)
 	}
