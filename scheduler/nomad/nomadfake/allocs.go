@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -60,14 +61,21 @@ func (s *Server) clientStart(a *api.Allocation) {
 		}
 		s.taskEvent(a, "Started", "Task started by client", map[string]string{})
 	}
+	s.publishClientUpdate(a, idx, now)
+	if b == ClientFail {
+		s.afterTerminal(a)
+	}
+}
+
+// publishClientUpdate stamps an allocation the simulated client changed and
+// emits what Nomad emits for it: Allocation/AllocationUpdated and, for its
+// node, Node/AllocationUpdated.
+func (s *Server) publishClientUpdate(a *api.Allocation, idx uint64, now time.Time) {
 	a.ModifyIndex = idx
 	a.ModifyTime = now.UnixNano()
 	s.emit(idx, "Allocation", "AllocationUpdated", a.ID, a.Namespace, []string{a.JobID, a.DeploymentID}, "Allocation", allocEvent(a))
 	if n := s.nodes[a.NodeID]; n != nil {
 		s.emit(idx, "Node", "AllocationUpdated", n.ID, "", nil, "Node", n)
-	}
-	if b == ClientFail {
-		s.afterTerminal(a)
 	}
 }
 
@@ -86,12 +94,7 @@ func (s *Server) clientStop(a *api.Allocation) {
 		ts.FinishedAt = now
 	}
 	s.taskEvent(a, "Killed", "Task successfully killed", map[string]string{})
-	a.ModifyIndex = idx
-	a.ModifyTime = now.UnixNano()
-	s.emit(idx, "Allocation", "AllocationUpdated", a.ID, a.Namespace, []string{a.JobID, a.DeploymentID}, "Allocation", allocEvent(a))
-	if n := s.nodes[a.NodeID]; n != nil {
-		s.emit(idx, "Node", "AllocationUpdated", n.ID, "", nil, "Node", n)
-	}
+	s.publishClientUpdate(a, idx, now)
 }
 
 // afterTerminal updates the job of an allocation that just ended and lets
@@ -183,8 +186,7 @@ func (s *Server) signalAlloc(r *http.Request, id string) (any, uint64, error) {
 			ts.State = "dead"
 			ts.FinishedAt = now
 		}
-		a.ModifyIndex = idx
-		s.emit(idx, "Allocation", "AllocationUpdated", a.ID, a.Namespace, []string{a.JobID, ""}, "Allocation", allocEvent(a))
+		s.publishClientUpdate(a, idx, now)
 		s.afterTerminal(a)
 	}
 	return genericResponse{Index: 0}, 0, nil
@@ -245,13 +247,13 @@ func (s *Server) FinishAlloc(allocID string, failed bool) error {
 	if failed {
 		a.ClientStatus = "failed"
 	}
+	now := s.now()
 	for _, ts := range a.TaskStates {
 		ts.State = "dead"
 		ts.Failed = failed
-		ts.FinishedAt = s.now()
+		ts.FinishedAt = now
 	}
-	a.ModifyIndex = idx
-	s.emit(idx, "Allocation", "AllocationUpdated", a.ID, a.Namespace, []string{a.JobID, ""}, "Allocation", allocEvent(a))
+	s.publishClientUpdate(a, idx, now)
 	s.afterTerminal(a)
 	return nil
 }
