@@ -46,6 +46,8 @@ var (
 	mReconnects      = []string{"events", "reconnects"}
 	mApplyLatency    = []string{"events", "apply_ms"}
 	mStatsErrors     = []string{"gpu", "stats_errors_total"}
+	mOutcomes        = []string{"preemption", "outcomes_total"}
+	mGangRequeues    = []string{"gangs", "requeued_total"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -108,6 +110,8 @@ func NewMetrics() (*Metrics, error) {
 			counter(mActionErrors, "Admissions, preemptions or explanations that failed."),
 			counter(mRollbacks, "Admissions rolled back because the gang did not fully start in time."),
 			counter(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
+			counter(mOutcomes, "Finished preemptions by how the victim ended: completed (every task exited 0: done, not requeued), requeued (exited with its requeue code), stopped (still running at the end of its grace)."),
+			counter(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace."),
 			counter(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		},
 		SummaryDefinitions: []metricsprom.SummaryDefinition{
@@ -209,6 +213,15 @@ func (m *Metrics) RecordPreemption(tier string, lostGPUHours float64) {
 		m.m.IncrCounter(mLostGPUHours, float32(lostGPUHours))
 	}
 }
+
+// RecordPreemptionOutcome counts a finished preemption by its outcome
+// (nomad.OutcomeCompleted, OutcomeRequeued, OutcomeStopped).
+func (m *Metrics) RecordPreemptionOutcome(outcome string) {
+	m.m.IncrCounterWithLabels(mOutcomes, 1, []metrics.Label{{Name: "outcome", Value: outcome}})
+}
+
+// RecordGangRequeue counts a broken gang requeued whole.
+func (m *Metrics) RecordGangRequeue() { m.m.IncrCounter(mGangRequeues, 1) }
 
 // RecordRollback counts an admission rolled back.
 func (m *Metrics) RecordRollback() { m.m.IncrCounter(mRollbacks, 1) }

@@ -66,19 +66,20 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	}
 	watcher := nomad.NewWatcher(client, nomad.WatcherConfig{ParkingPool: cfg.ParkingPool}, logger)
 	state := nomad.NewStateStore(client, nomad.StateConfig{Prefix: cfg.HA.StatePrefix + "/state"}, logger)
-	exec := nomad.NewExecutor(client, state, nomad.ExecutorConfig{
-		ParkingPool:   cfg.ParkingPool,
-		DefaultPool:   cfg.DefaultPool,
-		AdmitDeadline: cfg.Cycle.AdmissionDeadline,
-		Snapshot:      watcher.Snapshot,
-	}, logger)
-	elector := nomad.NewElector(client, nomad.ElectorConfig{
-		Path: cfg.HA.StatePrefix + "/leader", HolderID: name, TTL: cfg.HA.LockTTL,
-	}, logger)
 	metrics, err := NewMetrics()
 	if err != nil {
 		return nil, err
 	}
+	exec := nomad.NewExecutor(client, state, nomad.ExecutorConfig{
+		ParkingPool:         cfg.ParkingPool,
+		DefaultPool:         cfg.DefaultPool,
+		AdmitDeadline:       cfg.Cycle.AdmissionDeadline,
+		Snapshot:            watcher.Snapshot,
+		OnPreemptionOutcome: metrics.RecordPreemptionOutcome,
+	}, logger)
+	elector := nomad.NewElector(client, nomad.ElectorConfig{
+		Path: cfg.HA.StatePrefix + "/leader", HolderID: name, TTL: cfg.HA.LockTTL,
+	}, logger)
 	var util UtilizationSource
 	if cfg.DeviceStatsEnabled() {
 		util = &statsAdapter{r: nomad.NewDeviceStatsReader(client, nomad.DeviceStatsConfig{NodeTimeout: cfg.DeviceStats.NodeTimeout}, logger)}

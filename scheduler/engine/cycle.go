@@ -64,6 +64,8 @@ type victimInfo struct {
 	lost   float64
 	grace  time.Duration
 	signal string
+	// requeue is the victim's requeue exit code.
+	requeue int
 }
 
 type cycle struct {
@@ -232,12 +234,13 @@ func (c *cycle) assessHolders() {
 		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
 		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 		c.victims[h] = victimInfo{
-			ok:     true,
-			tier:   c.pol.TierOf(j.Spec).Name,
-			cost:   c.pol.Impact(j.Spec) * (lost + restart),
-			lost:   lost,
-			grace:  j.Spec.Grace,
-			signal: j.Spec.CheckpointSignal,
+			ok:      true,
+			tier:    c.pol.TierOf(j.Spec).Name,
+			cost:    c.pol.Impact(j.Spec) * (lost + restart),
+			lost:    lost,
+			grace:   j.Spec.Grace,
+			signal:  j.Spec.CheckpointSignal,
+			requeue: j.Spec.RequeueCode(),
 		}
 	}
 	sort.SliceStable(c.young, func(a, b int) bool {
@@ -679,6 +682,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 			GPUs:             hd.GPUs,
 			Grace:            v.grace,
 			CheckpointSignal: v.signal,
+			RequeueExitCode:  v.requeue,
 			Preemptor:        q.job.ID,
 			Cost:             v.cost,
 			LostGPUHours:     v.lost,

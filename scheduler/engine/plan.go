@@ -81,6 +81,12 @@ type Preemption struct {
 	Grace time.Duration `json:"grace"`
 	// CheckpointSignal to send first ("" sends none).
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
+	// RequeueExitCode is the victim's "checkpointed, requeue me" exit code
+	// (policy.Spec.RequeueCode). How the victim's tasks end decides the
+	// outcome: all exited 0 -> the work is done (never run again); a task
+	// exited with this code -> requeued at once; still running at the end
+	// of the grace -> stopped and requeued.
+	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
 	// Preemptor is the job the GPUs are freed for.
 	Preemptor string `json:"preemptor"`
 	// Reason, for people and the job's explain.

@@ -87,6 +87,34 @@
 // and a victim's work lost counts from its start unless the job declares
 // impact_checkpoint_interval (every preemption's reason says which).
 //
+// # Preemption outcome contract
+//
+// How a preempted job ends is decided by how its tasks end, not by the
+// fact that it was preempted. The executor sends the checkpoint signal
+// (impact_checkpoint_signal, if any), then waits up to impact_grace for
+// the victim's allocations to end, and looks at how they ended before it
+// parks anything:
+//   - every allocation completed on its own (Nomad's client status
+//     "complete" with desired status "run": every task exited 0): the
+//     work is done. The job is neither parked nor stopped; Nomad marks it
+//     complete and it is never run again. This holds whether or not the
+//     checkpoint signal was sent (a job that finished just before, or
+//     during, its grace). No preemption is recorded: no work was lost.
+//   - a task exited with the job's requeue exit code
+//     (impact_requeue_exit_code, default 75 = EX_TEMPFAIL; see
+//     policy.DefaultRequeueExitCode): the job saved its checkpoint and asks
+//     to go back to the queue. It is parked and its allocations stopped at
+//     once, without waiting for the rest of the grace (Nomad's restart
+//     policy would otherwise restart the task in place).
+//   - anything else (tasks still running at the end of the grace, a task
+//     that failed, no signal configured): its allocations are stopped and
+//     the job is parked: requeued with its identity and history.
+//
+// Trainers that checkpoint on the signal and want to resume later must
+// therefore exit with the requeue code, not 0. The outcome is the job's
+// explain note and counted by Executor.PreemptionOutcomes
+// (impact_preemption_outcomes_total{outcome}).
+//
 // The executor records an intent in a Variable before it changes a job and
 // removes it once the change is complete, so a leader that dies between
 // deciding and acting leaves an intent that the next leader's Recover

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,10 @@ type ExecutorConfig struct {
 	PlacementWait time.Duration
 	// Clock (default time.Now).
 	Clock func() time.Time
+	// OnPreemptionOutcome, when set, is called once per finished
+	// preemption with its outcome (OutcomeCompleted, OutcomeRequeued,
+	// OutcomeStopped), for metrics. It must not block.
+	OnPreemptionOutcome func(outcome string)
 }
 
 // ApplyResult says what Apply did with a plan.
@@ -79,7 +84,9 @@ type Executor struct {
 	busy     map[string]bool    // jobs with an action under way
 	pending  map[string]*Intent // admissions waiting to be fully running
 	outcomes *bounded[string]   // last rollback/conflict/preemption note per job
-	wg       sync.WaitGroup
+	// outcomeCounts counts finished preemptions by outcome.
+	outcomeCounts map[string]uint64
+	wg            sync.WaitGroup
 
 	// crashAt, in tests, makes the executor stop dead at a named step, as
 	// if the process had been killed there.
@@ -185,7 +192,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 		in := &Intent{
 			Kind: IntentPreempt, JobID: p.JobID, Phase: PhaseDecided, Allocs: p.Allocs,
 			Signal: p.CheckpointSignal, Grace: p.Grace, Preemptor: p.Preemptor, Reason: p.Reason,
-			GPUs: p.GPUs, LostGPUH: p.LostGPUHours, Created: x.cfg.Clock(),
+			GPUs: p.GPUs, LostGPUH: p.LostGPUHours, RequeueExitCode: p.RequeueExitCode, Created: x.cfg.Clock(),
 		}
 		if err := x.st.PutIntent(ctx, in); err != nil {
 			x.release(p.JobID)
@@ -588,8 +595,7 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 		if in.Signal != "" && in.Grace > 0 {
 			deadline := in.SignalledAt.Add(in.Grace)
 			for x.cfg.Clock().Before(deadline) {
-				live, err := x.liveAllocs(ctx, in.JobID)
-				if err == nil && len(live) == 0 {
+				if out, err := x.victimOutcome(ctx, in); err == nil && out.ended {
 					break
 				}
 				wait := min(x.cfg.PollInterval, deadline.Sub(x.cfg.Clock()))
@@ -597,6 +603,26 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 					return err
 				}
 			}
+		}
+		// The outcome contract (package doc): every task exited 0 -> the
+		// work is done; it is neither parked nor stopped, and Nomad marks
+		// the job complete. Anything else is requeued.
+		out, err := x.victimOutcome(ctx, in)
+		if err != nil {
+			return fmt.Errorf("preempt %s: %w", in.JobID, err)
+		}
+		if out.done {
+			if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+				return err
+			}
+			x.countOutcome(OutcomeCompleted)
+			x.setOutcome(in.JobID, fmt.Sprintf("finished during its preemption grace (every task exited 0): complete, not requeued (preempted for %s)", in.Preemptor))
+			x.log.Info("preempted job finished within its grace; not requeued", "job", in.JobID, "for", in.Preemptor)
+			return nil
+		}
+		in.outcome = OutcomeStopped
+		if out.requeued {
+			in.outcome = OutcomeRequeued
 		}
 		if err := x.park(ctx, in.JobID); err != nil {
 			return err
@@ -621,9 +647,133 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
 		return err
 	}
-	x.setOutcome(in.JobID, fmt.Sprintf("preempted for %s: %s", in.Preemptor, in.Reason))
-	x.log.Info("preempted", "job", in.JobID, "for", in.Preemptor, "gpus", in.GPUs)
+	how := "stopped at the end of its grace and requeued"
+	switch in.outcome {
+	case OutcomeRequeued:
+		how = fmt.Sprintf("exited with its requeue code %d and was requeued", requeueCode(in))
+	case "":
+		// Resumed after the park: how the tasks ended is not known.
+		how = "requeued"
+		in.outcome = OutcomeStopped
+	}
+	x.countOutcome(in.outcome)
+	x.setOutcome(in.JobID, fmt.Sprintf("preempted for %s, %s: %s", in.Preemptor, how, in.Reason))
+	x.log.Info("preempted", "job", in.JobID, "for", in.Preemptor, "gpus", in.GPUs, "outcome", in.outcome)
 	return nil
+}
+
+// Preemption outcomes, by how the victim's tasks ended (see the package
+// documentation).
+const (
+	// OutcomeCompleted: every task exited 0 before the stop; the job is
+	// done and not requeued.
+	OutcomeCompleted = "completed"
+	// OutcomeRequeued: a task exited with the job's requeue exit code; the
+	// job was parked and its allocations stopped at once.
+	OutcomeRequeued = "requeued"
+	// OutcomeStopped: the tasks were still running at the end of the grace
+	// (or no signal was sent); they were stopped and the job parked.
+	OutcomeStopped = "stopped"
+)
+
+// PreemptionOutcomes counts finished preemptions by outcome.
+func (x *Executor) PreemptionOutcomes() map[string]uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make(map[string]uint64, len(x.outcomeCounts))
+	for k, v := range x.outcomeCounts {
+		out[k] = v
+	}
+	return out
+}
+
+func (x *Executor) countOutcome(o string) {
+	x.mu.Lock()
+	if x.outcomeCounts == nil {
+		x.outcomeCounts = map[string]uint64{}
+	}
+	x.outcomeCounts[o]++
+	x.mu.Unlock()
+	if x.cfg.OnPreemptionOutcome != nil {
+		x.cfg.OnPreemptionOutcome(o)
+	}
+}
+
+func requeueCode(in *Intent) int {
+	if in.RequeueExitCode != 0 {
+		return in.RequeueExitCode
+	}
+	return policy.DefaultRequeueExitCode
+}
+
+// victimOutcome is how a preempted job's allocations (those the plan
+// named) stand: ended when each has finished or has a task that exited
+// with the requeue code since the preemption was decided; done when each
+// completed on its own (client status complete with desired status run:
+// every task exited 0, not stopped by the server); requeued when some task
+// exited with the requeue code. Allocations Nomad no longer lists count as
+// ended, not done.
+type outcome struct{ ended, done, requeued bool }
+
+func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, error) {
+	ns, id := splitJobKey(in.JobID)
+	as, _, err := x.c.api.Jobs().Allocations(id, true, x.c.qns(ctx, ns))
+	if err != nil {
+		if isNotFound(err) {
+			return outcome{ended: true}, nil
+		}
+		return outcome{}, fmt.Errorf("list allocations of %s: %w", in.JobID, err)
+	}
+	byID := make(map[string]*api.AllocationListStub, len(as))
+	for _, a := range as {
+		byID[a.ID] = a
+	}
+	ids := in.Allocs
+	if len(ids) == 0 {
+		for _, a := range as {
+			ids = append(ids, a.ID)
+		}
+	}
+	code := strconv.Itoa(requeueCode(in))
+	since := in.Created.UnixNano()
+	o := outcome{ended: true, done: len(ids) > 0}
+	for _, aid := range ids {
+		a := byID[aid]
+		if a == nil {
+			o.done = false
+			continue
+		}
+		if a.ClientStatus == "complete" && a.DesiredStatus == "run" {
+			continue
+		}
+		o.done = false
+		if terminalStatus(a.ClientStatus) {
+			continue
+		}
+		if exitedWith(a, code, since) {
+			o.requeued = true
+			continue
+		}
+		o.ended = false
+	}
+	return o, nil
+}
+
+// exitedWith reports whether a task of the allocation terminated with the
+// exit code at or after since (Nomad's Terminated task event carries it in
+// Details["exit_code"]).
+func exitedWith(a *api.AllocationListStub, code string, since int64) bool {
+	for _, ts := range a.TaskStates {
+		if ts == nil {
+			continue
+		}
+		for _, ev := range ts.Events {
+			if ev != nil && ev.Type == "Terminated" && ev.Time >= since && ev.Details["exit_code"] == code {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Recover finishes or undoes what a previous leader left half-done. Call

@@ -14,6 +14,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 type fakeClock struct {
@@ -335,9 +336,10 @@ func preemption(e *env, job string, grace time.Duration) engine.Preemption {
 
 func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {
 	for _, exits := range []bool{false, true} {
-		t.Run(map[bool]string{false: "grace runs out", true: "tasks exit early"}[exits], func(t *testing.T) {
+		t.Run(map[bool]string{false: "grace runs out", true: "tasks exit early with the requeue code"}[exits], func(t *testing.T) {
 			e := newEnv(t, 2)
 			e.fake.SetExitOnSignal(exits)
+			e.fake.SetSignalExitCode(policy.DefaultRequeueExitCode)
 			e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
 			e.startWatcher(WatcherConfig{})
 			x := e.executor(nil)
@@ -387,6 +389,126 @@ func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {
 				j, ok := s.Job(cluster.JobKey("default", "victim"))
 				return ok && j.State == cluster.JobQueued && len(s.JobAllocs(j.ID)) == 0
 			})
+		})
+	}
+}
+
+// The outcome contract: a victim whose tasks all exit 0 within the grace
+// (or before a signal-less preemption looks) has done its work: it is not
+// parked, not stopped, not recorded as preempted, and Nomad completes it.
+func TestPreemptedJobThatExitsZeroCompletes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		signal string
+		grace  time.Duration
+		exit   func(e *env)
+	}{
+		{name: "exits 0 on the checkpoint signal", signal: "SIGUSR1", grace: 5 * time.Second,
+			exit: func(e *env) { e.fake.SetExitOnSignal(true) }},
+		{name: "finished on its own before a preemption without signal", grace: 0,
+			exit: func(e *env) {
+				for _, a := range e.fake.Allocations("victim") {
+					if err := e.fake.ExitTasks(a.ID, 0); err != nil {
+						e.t.Fatal(err)
+					}
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+			e.startWatcher(WatcherConfig{})
+			x := e.executor(nil)
+			admitAndRun(t, e, x, "victim")
+			registers := countRegisters(e.fake)
+			before := registers("victim")
+			tc.exit(e)
+			p := preemption(e, "victim", tc.grace)
+			p.CheckpointSignal = tc.signal
+			start := time.Now()
+			if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempting) != 1 {
+				t.Fatalf("apply = %+v", res)
+			}
+			x.Wait()
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("took %v; the tasks had exited, nothing to wait for", took)
+			}
+			if n := registers("victim") - before; n != 0 {
+				t.Errorf("%d re-registers of a job that finished; it must not be requeued", n)
+			}
+			job := e.fake.Job("victim")
+			if *job.NodePool == parking || *job.Status != "dead" {
+				t.Errorf("job pool %s status %s, want it left in its pool and dead (complete)", *job.NodePool, *job.Status)
+			}
+			if q := e.fake.Queued("victim")["g0"]; q != 0 {
+				t.Errorf("queued = %d, want 0", q)
+			}
+			for _, a := range e.fake.Allocations("victim") {
+				if a.ClientStatus != "complete" || a.DesiredStatus != "run" {
+					t.Errorf("alloc %s %s/%s, want complete and never stopped", a.ID, a.ClientStatus, a.DesiredStatus)
+				}
+			}
+			if recs, _ := x.st.Preemptions(context.Background(), time.Time{}); len(recs) != 0 {
+				t.Errorf("records = %+v, want none (no work was lost)", recs)
+			}
+			if in, _ := x.st.Intent(context.Background(), cluster.JobKey("default", "victim")); in != nil {
+				t.Errorf("intent left: %+v", in)
+			}
+			if got := x.PreemptionOutcomes(); got[OutcomeCompleted] != 1 || len(got) != 1 {
+				t.Errorf("outcomes = %v, want one completed", got)
+			}
+			if o := x.Outcome("default/victim"); !strings.Contains(o, "complete, not requeued") {
+				t.Errorf("outcome note = %q", o)
+			}
+		})
+	}
+}
+
+// A task that exits with a requeue code other than the default is not
+// taken for a requeue unless the job's code says so; one exiting with the
+// job's own impact_requeue_exit_code ends the wait at once.
+func TestPreemptRequeueExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		code     int // the job's requeue code (0: default)
+		exit     int // what the tasks exit with on the signal
+		wantWait bool
+	}{
+		{name: "own code ends the wait", code: 42, exit: 42},
+		{name: "default code when the job sets another is a restart", code: 42, exit: policy.DefaultRequeueExitCode, wantWait: true},
+		{name: "default code", exit: policy.DefaultRequeueExitCode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			e.fake.SetExitOnSignal(true)
+			e.fake.SetSignalExitCode(tc.exit)
+			e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+			e.startWatcher(WatcherConfig{})
+			x := e.executor(nil)
+			admitAndRun(t, e, x, "victim")
+			grace := 600 * time.Millisecond
+			p := preemption(e, "victim", grace)
+			p.RequeueExitCode = tc.code
+			start := time.Now()
+			x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}})
+			x.Wait()
+			took := time.Since(start)
+			if tc.wantWait && took < grace {
+				t.Errorf("parked after %v, before the grace of %v", took, grace)
+			}
+			if !tc.wantWait && took >= grace {
+				t.Errorf("the tasks exited with the requeue code but parking waited %v", took)
+			}
+			if job := e.fake.Job("victim"); *job.NodePool != parking || *job.Status != "pending" {
+				t.Errorf("victim pool %s status %s, want requeued", *job.NodePool, *job.Status)
+			}
+			want := OutcomeRequeued
+			if tc.wantWait {
+				want = OutcomeStopped
+			}
+			if got := x.PreemptionOutcomes(); got[want] != 1 {
+				t.Errorf("outcomes = %v, want one %s", got, want)
+			}
 		})
 	}
 }

@@ -228,10 +228,15 @@ type Intent struct {
 	Reason      string        `json:"reason,omitempty"`
 	GPUs        int           `json:"gpus,omitempty"`
 	LostGPUH    float64       `json:"lost_gpu_hours,omitempty"`
-	Created     time.Time     `json:"created"`
+	// RequeueExitCode is the victim's "checkpointed, requeue me" exit
+	// code (0: policy.DefaultRequeueExitCode).
+	RequeueExitCode int       `json:"requeue_exit_code,omitempty"`
+	Created         time.Time `json:"created"`
 
 	// modifyIndex of the variable, for check-and-set updates.
 	modifyIndex uint64
+	// outcome of a preemption as this executor saw it (not persisted).
+	outcome string
 }
 
 func (s *StateStore) intentPath(jobID string) string {

@@ -24,6 +24,11 @@ const (
 	// scheduler then counts a victim's work lost from its last expected
 	// checkpoint instead of from its start.
 	MetaCheckpointInterval = "impact_checkpoint_interval"
+	// MetaRequeueExitCode is the exit code with which a preempted job's
+	// task says "I saved a checkpoint; put me back in the queue" (see
+	// DefaultRequeueExitCode and the preemption outcome contract in
+	// scheduler/nomad's package documentation).
+	MetaRequeueExitCode = "impact_requeue_exit_code"
 
 	// MetaPrefix marks a meta key as belonging to this contract; an unknown
 	// key with this prefix is an error (most likely a typo that would
@@ -93,6 +98,26 @@ type Spec struct {
 	// CheckpointInterval is how often the job saves its work (0: unknown;
 	// work lost to a preemption then counts from the allocation's start).
 	CheckpointInterval time.Duration
+	// RequeueExitCode is the exit code meaning "checkpointed, requeue me"
+	// (0: not given; RequeueCode resolves it to DefaultRequeueExitCode).
+	RequeueExitCode int
+}
+
+// DefaultRequeueExitCode is the requeue exit code of jobs that set no
+// impact_requeue_exit_code: 75, EX_TEMPFAIL in sysexits.h ("temporary
+// failure; the user is invited to retry"), which is what a preempted
+// trainer means, is not used by shells or runtimes for anything else
+// (unlike 1, 2, 126-128+n, 137 or 143), and is what several training
+// launchers already exit with to ask a batch scheduler for a requeue.
+const DefaultRequeueExitCode = 75
+
+// RequeueCode is the job's requeue exit code: its impact_requeue_exit_code,
+// else DefaultRequeueExitCode.
+func (s Spec) RequeueCode() int {
+	if s.RequeueExitCode != 0 {
+		return s.RequeueExitCode
+	}
+	return DefaultRequeueExitCode
 }
 
 // MetaError is a malformed `impact_*` meta value. It names the key so that
@@ -296,6 +321,14 @@ var metaParsers = map[string]metaParser{
 			return "must be greater than zero (omit the key when the job does not checkpoint)"
 		}
 		s.CheckpointInterval = d
+		return ""
+	},
+	MetaRequeueExitCode: func(s *Spec, v string) string {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > 255 {
+			return "must be an exit code from 1 to 255 (0 means the work is done)"
+		}
+		s.RequeueExitCode = n
 		return ""
 	},
 	MetaPool: func(s *Spec, v string) string {

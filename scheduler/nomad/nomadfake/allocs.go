@@ -177,17 +177,8 @@ func (s *Server) signalAlloc(r *http.Request, id string) (any, uint64, error) {
 	s.signals = append(s.signals, SignalRecord{AllocID: id, Task: req.Task, Signal: req.Signal, Index: s.index})
 	s.taskEvent(a, "Signaling", "Task being sent a signal", map[string]string{"signal": req.Signal})
 	if s.exitOnSig {
-		// The trainer checkpoints and exits 0: a batch allocation completes.
-		idx := s.bump("allocs")
-		now := s.now()
-		a.ClientStatus = "complete"
-		a.ClientDescription = "All tasks have completed"
-		for _, ts := range a.TaskStates {
-			ts.State = "dead"
-			ts.FinishedAt = now
-		}
-		s.publishClientUpdate(a, idx, now)
-		s.afterTerminal(a)
+		// The trainer checkpoints and exits.
+		s.exitTasks(a, s.sigExitCode)
 	}
 	return genericResponse{Index: 0}, 0, nil
 }
@@ -256,6 +247,57 @@ func (s *Server) FinishAlloc(allocID string, failed bool) error {
 	s.publishClientUpdate(a, idx, now)
 	s.afterTerminal(a)
 	return nil
+}
+
+// ExitTasks makes every task of an allocation exit on its own with an exit
+// code, as Nomad's client reports it: each task gets a Terminated event
+// whose Details carry "exit_code" (and the deprecated ExitCode field).
+// Code 0 completes the allocation (a batch task that exits 0 is done).
+// Another code follows the default batch restart policy (3 attempts in
+// 24h, mode fail): the client restarts the task ("Restarting", then
+// "Started") and the allocation stays running; only once attempts run
+// out would it fail (FinishAlloc with failed models that end).
+func (s *Server) ExitTasks(allocID string, code int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.allocs[allocID]
+	if a == nil {
+		return fmt.Errorf("alloc %q not found", allocID)
+	}
+	if terminal(a) {
+		return fmt.Errorf("alloc %q is %s", allocID, a.ClientStatus)
+	}
+	s.exitTasks(a, code)
+	return nil
+}
+
+func (s *Server) exitTasks(a *api.Allocation, code int) {
+	idx := s.bump("allocs")
+	s.ensureTaskStates(a)
+	now := s.now()
+	for _, ts := range a.TaskStates {
+		ts.Events = append(ts.Events, &api.TaskEvent{Type: "Terminated", Time: now.UnixNano(), ExitCode: code,
+			DisplayMessage: fmt.Sprintf("Exit Code: %d", code), Details: map[string]string{"exit_code": fmt.Sprint(code), "signal": "0", "oom_killed": "false"}})
+	}
+	if code == 0 {
+		a.ClientStatus = "complete"
+		a.ClientDescription = "All tasks have completed"
+		for _, ts := range a.TaskStates {
+			ts.State = "dead"
+			ts.FinishedAt = now
+		}
+		s.publishClientUpdate(a, idx, now)
+		s.afterTerminal(a)
+		return
+	}
+	for _, ts := range a.TaskStates {
+		ts.Restarts++
+		ts.LastRestart = now
+		ts.Events = append(ts.Events,
+			&api.TaskEvent{Type: "Restarting", Time: now.UnixNano(), DisplayMessage: "Task restarting in 15s", Details: map[string]string{"restart_reason": "Restart within policy"}},
+			&api.TaskEvent{Type: "Started", Time: now.UnixNano(), DisplayMessage: "Task started by client", Details: map[string]string{}})
+	}
+	s.publishClientUpdate(a, idx, now)
 }
 
 // ---- nodes and node pools ----

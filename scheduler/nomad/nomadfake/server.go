@@ -106,6 +106,7 @@ type Server struct {
 	tableIndex  map[string]uint64 // table -> last index it changed
 	onRegister  func(job *api.Job)
 	exitOnSig   bool
+	sigExitCode int
 	lockDelayed map[string]time.Time // var key -> lock delay end
 	shortTTL    bool                 // accept lock TTLs under Nomad's 10s minimum
 	now         func() time.Time
@@ -233,11 +234,22 @@ func (s *Server) SetClock(now func() time.Time) {
 	s.now = now
 }
 
-// SetExitOnSignal changes whether signalled tasks exit.
+// SetExitOnSignal changes whether signalled tasks exit (with exit code 0,
+// or the one SetSignalExitCode set).
 func (s *Server) SetExitOnSignal(v bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.exitOnSig = v
+}
+
+// SetSignalExitCode sets the exit code signalled tasks exit with when
+// ExitOnSignal is on: 0 (the default) completes the allocation; another
+// code is handled as Nomad's client handles a batch task exiting non-zero
+// under the default restart policy (see ExitTasks).
+func (s *Server) SetSignalExitCode(code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sigExitCode = code
 }
 
 // AllowShortLockTTL makes the fake accept lock TTLs below the 10s that
