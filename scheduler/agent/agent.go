@@ -773,6 +773,12 @@ func (a *Agent) recover(ctx context.Context) error {
 	a.mu.Lock()
 	a.recovered = true
 	a.mu.Unlock()
+	if ur, ok := a.opts.Executor.(UnderwayReporter); ok {
+		now := a.clk()
+		for _, p := range ur.PreemptionsUnderway() {
+			a.engine.Preempting(p.JobID, p.Allocs, now, p.Grace)
+		}
+	}
 	a.leaderLog.Info("recovered the previous leader's intents")
 	return nil
 }

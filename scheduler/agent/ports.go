@@ -63,6 +63,14 @@ type Recoverer interface {
 	Recover(ctx context.Context) error
 }
 
+// UnderwayReporter is an Executor that can list the preemptions it is
+// carrying out (after Recover: also those a previous leader started), so
+// that a new leader's engine waits for them instead of choosing more
+// victims (engine.Engine.Preempting).
+type UnderwayReporter interface {
+	PreemptionsUnderway() []engine.Preemption
+}
+
 // Waiter is an Executor with actions running in the background
 // (preemptions waiting out a grace period); the agent waits for them, for
 // a bounded time, on shutdown.

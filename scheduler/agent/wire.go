@@ -241,6 +241,9 @@ func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *clust
 }
 
 func (e *executorAdapter) Recover(ctx context.Context) error { return e.x.Recover(ctx) }
+func (e *executorAdapter) PreemptionsUnderway() []engine.Preemption {
+	return e.x.PreemptionsUnderway()
+}
 func (e *executorAdapter) Wait()                             { e.x.Wait() }
 
 // explainAdapter writes the agent's explanation through nomad.ExplainWriter,

@@ -113,6 +113,11 @@ type cycle struct {
 	// youngNotes caches youngNote by tier and pool (thousands of waiting
 	// jobs share a few); claim clears it.
 	youngNotes map[string]string
+	// bound: preemptor job ID -> the free GPUs of its binding this cycle
+	// withheld from everyone else (holdBindings); released for it alone.
+	bound map[string][]placement.Slot
+	// claimedFor: the victims of the preemptor being decided (for bind).
+	claimedFor []int
 }
 
 // youngHolder is a gang that would be a preemption candidate but for its
@@ -154,6 +159,7 @@ func (c *cycle) run() {
 	c.st = placement.New(c.snap, stopping, c.e.cache)
 	c.e.accrue(c.snap, c.st.Holders(), c.now)
 	c.holdPending()
+	c.holdBindings()
 	c.assessHolders()
 	queue := c.buildQueue()
 	if c.explain {
@@ -205,6 +211,87 @@ func (c *cycle) holdPending() {
 		}
 	}
 	c.st.Commit()
+}
+
+// holdBindings withholds the GPUs bound to preemptors (Engine.bindings)
+// that are free now from every job but their preemptor, and drops the
+// bindings whose preemptor was admitted or left the queue, or that
+// expired.
+func (c *cycle) holdBindings() {
+	if len(c.e.bindings) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(c.e.bindings))
+	for id := range c.e.bindings {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		b := c.e.bindings[id]
+		j, ok := c.snap.Job(id)
+		_, pending := c.e.pending[id]
+		if !ok || j.State != cluster.JobQueued || pending || c.now.After(b.expires) {
+			delete(c.e.bindings, id)
+			continue
+		}
+		for _, ap := range b.gpus {
+			sl, ok := c.slotOf(ap)
+			if !ok {
+				continue
+			}
+			sl.Mask &= c.st.Free(sl.Node)
+			if sl.Mask == 0 {
+				continue
+			}
+			c.st.Take(sl)
+			if c.bound == nil {
+				c.bound = map[string][]placement.Slot{}
+			}
+			c.bound[id] = append(c.bound[id], sl)
+		}
+	}
+	c.st.Commit()
+}
+
+// slotOf maps a placement by node and GPU IDs to the state's slot.
+func (c *cycle) slotOf(ap AllocPlacement) (placement.Slot, bool) {
+	ord, ok := c.st.Ordinal(ap.NodeID)
+	if !ok {
+		return placement.Slot{}, false
+	}
+	n := c.st.Node(ord)
+	var m uint64
+	for _, id := range ap.GPUs {
+		for gi := range min(len(n.GPUs), cluster.MaxGPUsPerNode) {
+			if n.GPUs[gi].ID == id {
+				m |= 1 << gi
+				break
+			}
+		}
+	}
+	return placement.Slot{Node: ord, Mask: m}, m != 0
+}
+
+// bind records the GPUs a preemptor's placement takes as bound to it.
+// An existing binding keeps its expiry (refreshing it each cycle the
+// preemptor waits would hold the GPUs for ever).
+func (c *cycle) bind(q *queued, res placement.Result) {
+	var gpus []AllocPlacement
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			gpus = append(gpus, AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)})
+		}
+	}
+	b, ok := c.e.bindings[q.job.ID]
+	if !ok {
+		maxGrace := time.Duration(0)
+		for _, h := range c.claimedFor {
+			maxGrace = max(maxGrace, c.victims[h].grace)
+		}
+		b.expires = c.now.Add(maxGrace + c.e.opts.admissionTTL)
+	}
+	b.gpus = gpus
+	c.e.bindings[q.job.ID] = b
 }
 
 // assessHolders charges running gangs to their projects (for quotas) and
@@ -363,6 +450,22 @@ func (c *cycle) decide(q *queued, pos int) {
 			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], q.quota, q.gpus)
 		}
 		return
+	}
+	if slots := c.bound[j.ID]; len(slots) > 0 {
+		// The GPUs bound to this job are its own: free for it alone.
+		for _, sl := range slots {
+			c.st.Release(sl)
+		}
+		defer func() {
+			if exp.Status != StatusAdmitted {
+				for _, sl := range slots {
+					if sl.Mask&c.st.Free(sl.Node) == sl.Mask {
+						c.st.Take(sl)
+					}
+				}
+			}
+			delete(c.bound, j.ID)
+		}()
 	}
 	backfill := c.mayBackfill(q)
 	free := c.st.FreeGPUs(q.pool)
@@ -538,6 +641,7 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 		held = append(held, g.Allocs...)
 	}
 	c.e.pending[j.ID] = pendingAdmission{at: c.now, allocs: held}
+	delete(c.e.bindings, j.ID)
 	c.projectGPUs[q.project] += q.gpus
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
 	if backfilled {
@@ -585,10 +689,13 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 			c.st.Rollback(cp)
 			c.reserveSlots(res)
 			used := c.slotsUse(res, stopping)
+			c.claimedFor = c.claimedFor[:0]
 			for _, h := range used {
 				c.claim(h)
+				c.claimedFor = append(c.claimedFor, h)
 				exp.Victims = append(exp.Victims, holders[h].JobID)
 			}
+			c.bind(q, res)
 			c.stopping = nil
 			exp.Status = StatusPreempting
 			exp.Reason = "waiting for preempted gangs to stop"
@@ -644,6 +751,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		exp.Reason += "; preempting eligible gangs would not make room"
 		return false
 	}
+	victims, res = c.minimalVictims(request(), victims, res)
 	if isGang(request()) {
 		victims, res = c.replaceGang(request(), victims, res)
 	}
@@ -673,6 +781,8 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	}
 	c.preemptors++
 	c.reserveSlots(res)
+	c.claimedFor = append(c.claimedFor[:0], victims...)
+	c.bind(q, res)
 	for _, h := range victims {
 		c.claim(h)
 		hd := holders[h]
@@ -705,6 +815,68 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	}
 	exp.Rejected = nil
 	return true
+}
+
+// minimalVictims drops the victims that later choices of the search made
+// unnecessary: the search frees room one allocation at a time, cheapest
+// first, so a cheap gang taken for the first allocation may be useless
+// once a bigger one is released for the next (a 2x8 preemptor taking a
+// 3x8 and a 2x4 gang where the 3x8 alone frees enough). Each victim,
+// costliest first, is given back its GPUs; if the whole request still
+// places on what the others free, it stays running. The result is
+// minimal: no victim left could be spared. The preemptor is then placed
+// as an admission would place it on what the remaining victims free.
+func (c *cycle) minimalVictims(req placement.Request, victims []int, res placement.Result) ([]int, placement.Result) {
+	if len(victims) < 2 {
+		return victims, res
+	}
+	holders := c.st.Holders()
+	cp := c.st.Checkpoint()
+	defer c.st.Rollback(cp)
+	for _, h := range victims {
+		c.st.ReleaseHolder(h)
+	}
+	order := slices.Clone(victims)
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(c.victims[b].cost, c.victims[a].cost), cmp.Compare(holders[b].GPUs, holders[a].GPUs),
+			strings.Compare(holders[a].JobID, holders[b].JobID))
+	})
+	spared := map[int]bool{}
+	for _, h := range order {
+		if len(spared) == len(victims)-1 {
+			break
+		}
+		back := c.st.Checkpoint()
+		for _, sl := range holders[h].Slots {
+			c.st.Take(sl)
+		}
+		fit := c.st.Checkpoint()
+		if _, ok := c.st.Place(req, nil); ok {
+			c.st.Rollback(fit)
+			spared[h] = true
+			continue
+		}
+		c.st.Rollback(back)
+	}
+	if len(spared) == 0 {
+		return victims, res
+	}
+	whole, ok := c.st.Place(req, nil)
+	if !ok {
+		return victims, res // cannot happen: the last check placed it
+	}
+	var kept []int
+	for _, h := range victims {
+		if !spared[h] {
+			kept = append(kept, h)
+		}
+	}
+	// The placement may not touch every remaining victim (it could sit on
+	// GPUs that were free anyway): those are spared too.
+	if used := c.slotsUse(whole, kept); len(used) > 0 {
+		kept = used
+	}
+	return kept, whole
 }
 
 // isGang: does the request place some group as more than one allocation?

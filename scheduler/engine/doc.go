@@ -18,9 +18,17 @@
 //     tier it may preempt, past min runtime), only if the gain exceeds the
 //     cost and the policy's limits allow (the hourly budget of work lost
 //     is the preemptor tier's own when the policy gives it one, else the
-//     shared one; a gang is then placed whole on what its victims free,
-//     sparing those it does not need); the preemptor then holds a
-//     reservation on the GPUs being freed and is admitted by a later cycle.
+//     shared one). The victim set is minimal: the search frees room one
+//     allocation at a time, cheapest first, so afterwards each victim,
+//     costliest first, is spared if the whole job still places without it
+//     (a 2x8 preemptor takes a 3x8 gang alone, not the 3x8 and a 2x4);
+//     a gang is then placed whole on what its victims free. The GPUs
+//     chosen for the preemptor are bound to it: until it is admitted,
+//     leaves the queue or the binding expires (the victims' longest grace
+//     plus the admission TTL), no other job, its victims included, is
+//     admitted onto them, even as backfill. It is admitted by a later
+//     cycle, once they are free. A new leader learns preemptions under
+//     way from the adapter (Engine.Preempting).
 //     Otherwise the first blocked jobs (Backfill.Reservations of them) get a
 //     reservation on the GPUs they will get when running work ends; later
 //     jobs may use reserved GPUs only if they end (by walltime) before the

@@ -49,6 +49,12 @@ type Engine struct {
 	// model but not Nomad (CPU, memory, a constraint the model does not
 	// read) would be admitted and rolled back in a loop, holding GPUs.
 	deferred map[string]deferral
+	// bindings: preemptor job ID -> the GPUs its preemptions free for it.
+	// They are withheld from every other job (victims included, even those
+	// that could backfill a reservation) until the preemptor is admitted,
+	// leaves the queue, is forgotten, or the binding expires: freed GPUs
+	// go to the job they were freed for.
+	bindings map[string]binding
 	// cache memoizes per-node and per-allocation masks across cycles.
 	cache *placement.Cache
 	// queue memoizes the queued jobs per shard of the job table.
@@ -124,9 +130,30 @@ func WithInflightTTL(d time.Duration) Option { return func(o *options) { o.infli
 // Forget sooner when it rolls an admission back.
 func WithAdmissionTTL(d time.Duration) Option { return func(o *options) { o.admissionTTL = d } }
 
+// binding is the placement a preemptor was given on the GPUs its victims
+// free, by node and GPU instance ID (stable across snapshots).
+type binding struct {
+	gpus    []AllocPlacement
+	expires time.Time
+}
+
 type pendingAdmission struct {
 	at     time.Time
 	allocs []AllocPlacement
+}
+
+// Preempting tells the engine of a preemption under way that it did not
+// order itself (a new leader learns them from the previous leader's
+// intents): until the allocations are gone (or the inflight TTL after
+// grace passes), they count as stopping, so the preemptor waits for them
+// and is given their GPUs instead of preempting again, and the gang is not
+// chosen as a victim twice.
+func (e *Engine) Preempting(jobID string, allocs []string, decided time.Time, grace time.Duration) {
+	for _, id := range allocs {
+		if _, ok := e.inflight[id]; !ok {
+			e.inflight[id] = inflightStop{job: jobID, decided: decided, expires: decided.Add(grace)}
+		}
+	}
 }
 
 // Forget drops what the engine remembers of actions it planned for a job
@@ -144,6 +171,7 @@ type pendingAdmission struct {
 func (e *Engine) Forget(jobID string) {
 	delete(e.pending, jobID)
 	delete(e.deferred, jobID)
+	delete(e.bindings, jobID)
 	decided := map[time.Time]bool{}
 	for id, st := range e.inflight {
 		if st.job == jobID {
@@ -207,6 +235,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		inflight: map[string]inflightStop{},
 		pending:  map[string]pendingAdmission{},
 		deferred: map[string]deferral{},
+		bindings: map[string]binding{},
 		cache:    placement.NewCache(),
 	}
 	if o.memory != nil {

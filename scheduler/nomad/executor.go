@@ -82,6 +82,9 @@ type Executor struct {
 
 	mu       sync.Mutex
 	busy     map[string]bool    // jobs with an action under way
+	// underway: preemptions being carried out (ordered here or resumed
+	// from a previous leader's intent), by victim job.
+	underway map[string]*Intent
 	pending  map[string]*Intent // admissions waiting to be fully running
 	outcomes *bounded[string]   // last rollback/conflict/preemption note per job
 	// outcomeCounts counts finished preemptions by outcome.
@@ -123,7 +126,7 @@ func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Log
 	}
 	return &Executor{
 		c: c, st: st, cfg: cfg, log: logger.Named("executor"),
-		busy: map[string]bool{}, pending: map[string]*Intent{}, outcomes: newBounded[string](maxOutcomes),
+		busy: map[string]bool{}, pending: map[string]*Intent{}, underway: map[string]*Intent{}, outcomes: newBounded[string](maxOutcomes),
 	}
 }
 
@@ -164,7 +167,40 @@ func (x *Executor) claim(jobID string) bool {
 func (x *Executor) release(jobID string) {
 	x.mu.Lock()
 	delete(x.busy, jobID)
+	delete(x.underway, jobID)
 	x.mu.Unlock()
+}
+
+// runPreemption carries out a claimed preemption in the background.
+func (x *Executor) runPreemption(ctx context.Context, in *Intent, what string) {
+	x.mu.Lock()
+	x.underway[in.JobID] = in
+	x.mu.Unlock()
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		defer x.release(in.JobID)
+		// ctx is the leader's: losing leadership stops the preemption
+		// where it is, and its intent lets the next leader finish it.
+		if err := x.preempt(ctx, in); err != nil {
+			x.log.Error(what+" interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
+		}
+	}()
+}
+
+// PreemptionsUnderway lists the preemptions being carried out, by victim:
+// its allocations, grace and preemptor (a new leader's engine is told of
+// them after Recover).
+func (x *Executor) PreemptionsUnderway() []engine.Preemption {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]engine.Preemption, 0, len(x.underway))
+	for _, in := range x.underway {
+		out = append(out, engine.Preemption{JobID: in.JobID, Allocs: append([]string(nil), in.Allocs...), GPUs: in.GPUs,
+			Grace: in.Grace, CheckpointSignal: in.Signal, Preemptor: in.Preemptor, Reason: in.Reason, RequeueExitCode: in.RequeueExitCode})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })
+	return out
 }
 
 func (x *Executor) setOutcome(jobID, s string) {
@@ -200,16 +236,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 			continue
 		}
 		res.Preempting = append(res.Preempting, p.JobID)
-		x.wg.Add(1)
-		go func() {
-			defer x.wg.Done()
-			defer x.release(in.JobID)
-			// ctx is the leader's: losing leadership stops the preemption
-			// where it is, and its intent lets the next leader finish it.
-			if err := x.preempt(ctx, in); err != nil {
-				x.log.Error("preemption interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
-			}
-		}()
+		x.runPreemption(ctx, in, "preemption")
 	}
 	var admitted []engine.Admission
 	for _, a := range plan.Admissions {
@@ -800,14 +827,7 @@ func (x *Executor) Recover(ctx context.Context) error {
 				continue
 			}
 			x.log.Info("resuming preemption left by a previous leader", "job", in.JobID, "phase", in.Phase)
-			x.wg.Add(1)
-			go func() {
-				defer x.wg.Done()
-				defer x.release(in.JobID)
-				if err := x.preempt(ctx, in); err != nil {
-					x.log.Error("resumed preemption interrupted; the intent stays", "job", in.JobID, "error", err)
-				}
-			}()
+			x.runPreemption(ctx, in, "resumed preemption")
 		}
 	}
 	return errors.Join(errs...)
