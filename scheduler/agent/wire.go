@@ -244,7 +244,7 @@ func (e *executorAdapter) Recover(ctx context.Context) error { return e.x.Recove
 func (e *executorAdapter) PreemptionsUnderway() []engine.Preemption {
 	return e.x.PreemptionsUnderway()
 }
-func (e *executorAdapter) Wait()                             { e.x.Wait() }
+func (e *executorAdapter) Wait() { e.x.Wait() }
 
 // explainAdapter writes the agent's explanation through nomad.ExplainWriter,
 // so the Variable holds the same position, score terms and reason that

@@ -80,8 +80,8 @@ type Executor struct {
 	cfg ExecutorConfig
 	log hclog.Logger
 
-	mu       sync.Mutex
-	busy     map[string]bool    // jobs with an action under way
+	mu   sync.Mutex
+	busy map[string]bool // jobs with an action under way
 	// underway: preemptions being carried out (ordered here or resumed
 	// from a previous leader's intent), by victim job.
 	underway map[string]*Intent
