@@ -17,7 +17,8 @@
 //	                                  port label (default: the local address that
 //	                                  routes to the rendezvous server)
 //	enforce_resources  bool    true   memory limit (OOM reported) and cpu shares via
-//	                                  cgroups v2, or v1 memory+cpu controllers
+//	                                  cgroups v2, or v1 memory+cpu controllers (in
+//	                                  Nomad's cgroups for the task where it made them)
 //	nomad_addr         string  ""     Nomad API for discovery = "nomad" when the task
 //	                                  has no task API socket
 //	consul_service     string  ""     without rendezvous_addr: find the impact agent in
@@ -61,12 +62,45 @@
 // # Processes
 //
 // A task's command runs in its own process group, as the task's user, with
-// the task's env plus the rendezvous env; exec commands (script checks,
-// `nomad alloc exec`) get the same user and env. Stops send the kill
-// signal to the group, then SIGKILL after the kill timeout; when the task
-// ends, what is left of its group (and, with enforce_resources, of its
-// cgroup) is killed. A task whose supervisor died cannot be recovered: its
-// orphaned command is killed so Nomad's restart does not run it twice. The
+// the task's env plus the rendezvous env; a task running as another user
+// gets that user's USER, LOGNAME and HOME. The command is looked up as
+// Nomad's executor does: the task dir's local/, then the task dir, then
+// PATH of the task env; a program without the execute bit is made
+// executable. An unknown task user is refused at StartTask (not
+// recoverable). Exec commands (script checks, `nomad alloc exec`) get the
+// same user and env; ExecTask merges their stdout and stderr into Stdout
+// (the last 4 KiB), as Nomad's executor does for script checks.
+//
+// Stops send the kill signal to the group, then SIGKILL after the kill
+// timeout. When the task's main process ends, whatever it left behind is
+// killed: the rest of its process group and (with cgroups) every process
+// in its cgroups. This is deliberate and differs from Nomad's raw_exec,
+// which leaves such children running until the task is destroyed: a
+// member's end is what its gang, the impact scheduler and Nomad's restart
+// policy act on, so a leftover child (a data loader, a worker still
+// holding a GPU) would hold resources the scheduler already counts as
+// free, and on a restart would run beside the task's next attempt.
+//
+// # Cgroups
+//
+// A task runs in the cgroups Nomad's client made for it, whatever
+// enforce_resources says: on v2 the task's cgroup (LinuxResources
+// cpuset_cgroup); on v1 the cpuset Nomad gives (reserve/<alloc>.<task>,
+// where the reserved cores are written, as Nomad's executor does, or the
+// shared one) and Nomad's per-task freezer, cpu and memory cgroups
+// (<parent>/<alloc>.<task>) where they exist. Limits go there; only a
+// controller Nomad did not provide gets a cgroup of the driver's own
+// (impact-exec/<task id>), removed when the task ends. Exec commands run
+// in the same cgroups: cloned into the task's cgroup on v2; on v1 started
+// as `impact-exec exec-in`, which joins them and takes the task user's
+// credentials before executing the command.
+//
+// A task whose supervisor died cannot be recovered: its orphaned command
+// is killed so Nomad's restart does not run it twice. WaitTask then
+// reports exit code -1 with an error naming the lost supervisor (as Nomad
+// reports a lost executor), and a forced DestroyTask, whatever state the
+// supervisor is in, kills what is left in the task's process group and
+// cgroups and removes the cgroups the supervisor made. The
 // task's env values do not stay on disk: the supervisor drops them from
 // its spec file once read (the state dir lies in the task dir, readable
 // through `nomad alloc fs`).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -202,6 +203,14 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 	if strings.TrimSpace(cfg.Command) == "" {
 		return nil, fatal(codes.InvalidArgument, "task %s: config: command is empty", tc.GetName())
 	}
+	// An unknown task user (or one this plugin cannot switch to) is refused
+	// here, as Nomad's own drivers do, rather than started and left to
+	// fail: a restart cannot fix it.
+	if u := tc.GetUser(); u != "" {
+		if _, err := executor.Credential(u); err != nil {
+			return nil, fatal(codes.InvalidArgument, "task %s: %v", tc.GetName(), err)
+		}
+	}
 	pcfg, _ := d.config()
 	info := taskInfo{name: tc.GetName(), allocID: tc.GetAllocId(), group: tc.GetTaskGroupName(),
 		namespace: tc.GetNamespace(), jobID: tc.GetJobId(), jobName: tc.GetJobName(),
@@ -224,8 +233,11 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		StdoutPath: tc.GetStdoutPath(), StderrPath: tc.GetStderrPath(),
 		KillSignal: killSig, KillTimeout: killTimeout, Gang: gs,
 	}
-	if pcfg.EnforceResources {
-		spec.Resources = resources(tc.GetResources())
+	// The task always runs in the cgroups Nomad made for it (its cpuset
+	// holds its reserved cores); limits are written only when enforcing.
+	spec.Resources = resources(tc.GetResources(), pcfg.EnforceResources)
+	if tc.GetAllocId() != "" {
+		spec.Resources.NomadScope = tc.GetAllocId() + "." + tc.GetName()
 	}
 	logger := d.logger.With("task_id", tc.GetId(), "task", tc.GetName())
 	proc, err := executor.Launch(ctx, d.exe, stateDir, spec, logger)
@@ -393,10 +405,15 @@ func (d *Driver) WaitTask(ctx context.Context, req *driverpb.WaitTaskRequest) (*
 	d.forwardEvents(h)
 	d.events.drain(time.Second)
 	if err != nil {
-		return &driverpb.WaitTaskResponse{Result: &driverpb.ExitResult{ExitCode: 1}, Err: err.Error()}, nil
+		return &driverpb.WaitTaskResponse{Result: lostResult(), Err: err.Error()}, nil
 	}
 	return &driverpb.WaitTaskResponse{Result: exitResult(ex), Err: ex.Err}, nil
 }
+
+// lostResult is the exit of a task whose supervisor was lost (no exit
+// status): exit code -1 with the error, as Nomad reports a lost executor,
+// so it is never taken for the command's own exit code.
+func lostResult() *driverpb.ExitResult { return &driverpb.ExitResult{ExitCode: -1} }
 
 func exitResult(ex executor.Exit) *driverpb.ExitResult {
 	return &driverpb.ExitResult{ExitCode: int32(ex.ExitCode), Signal: int32(ex.Signal), OomKilled: ex.OOMKilled}
@@ -451,8 +468,12 @@ func (d *Driver) InspectTask(_ context.Context, req *driverpb.InspectTaskRequest
 	if err != nil {
 		return nil, err
 	}
+	// A running task's status still carries an (empty) exit result: Nomad's
+	// driver client converts the reply and dereferences it unconditionally,
+	// so a nil result panics the caller (its SDK always sends one).
 	ts := &driverpb.TaskStatus{Id: h.id, Name: h.cfg.GetName(), State: driverpb.TaskState_RUNNING,
-		StartedAt: timestamppb.New(h.startedAt), CompletedAt: timestamppb.New(time.Time{})}
+		StartedAt: timestamppb.New(h.startedAt), CompletedAt: timestamppb.New(time.Time{}),
+		Result: &driverpb.ExitResult{}}
 	attrs := map[string]string{"supervisor_pid": fmt.Sprint(h.proc.State().SupervisorPID)}
 	if st, err := h.proc.Status(); err == nil {
 		attrs["phase"] = string(st.Phase)
@@ -471,8 +492,8 @@ func (d *Driver) InspectTask(_ context.Context, req *driverpb.InspectTaskRequest
 			ts.Result = exitResult(ex)
 			ts.CompletedAt = timestamppb.New(ex.ExitedAt)
 		} else {
-			ts.State = driverpb.TaskState_EXITED
-			ts.Result = &driverpb.ExitResult{ExitCode: 1}
+			ts.State = driverpb.TaskState_UNKNOWN
+			ts.Result = lostResult()
 			attrs["error"] = err.Error()
 		}
 	}
@@ -561,7 +582,10 @@ func (d *Driver) SignalTask(_ context.Context, req *driverpb.SignalTaskRequest) 
 }
 
 // ExecTask runs a command in the task's directory with its environment
-// (script checks); output is captured.
+// (script checks). Its stdout and stderr are merged, in the order written,
+// into the reply's Stdout, keeping the last execOutputMax bytes, as
+// Nomad's executor does: Nomad's script checks read only Stdout, so an
+// error printed on stderr would otherwise be lost.
 func (d *Driver) ExecTask(ctx context.Context, req *driverpb.ExecTaskRequest) (*driverpb.ExecTaskResponse, error) {
 	h, err := d.handle(req.GetTaskId())
 	if err != nil {
@@ -574,7 +598,7 @@ func (d *Driver) ExecTask(ctx context.Context, req *driverpb.ExecTaskRequest) (*
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "ExecTask: %v", err)
 	}
-	res, err := runExec(ctx, cmd, req.GetTimeout().AsDuration())
+	res, err := runExec(ctx, cmd, func(c *exec.Cmd) error { return d.startExec(h, c) }, req.GetTimeout().AsDuration())
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "ExecTask: %v", err)
 	}
@@ -614,15 +638,15 @@ func IsRecoverable(err error) (bool, bool) {
 	return false, false
 }
 
-// resources picks the limits to enforce: Nomad's precomputed Linux values,
-// else the allocated amounts.
-func resources(r *driverpb.Resources) executor.Resources {
+// resources picks the task's cgroup and, when enforcing, its limits:
+// Nomad's precomputed Linux values, else the allocated amounts.
+func resources(r *driverpb.Resources, enforce bool) executor.Resources {
 	lr, ar := r.GetLinuxResources(), r.GetAllocatedResources()
-	out := executor.Resources{
-		MemoryLimitBytes: lr.GetMemoryLimitBytes(),
-		CPUShares:        lr.GetCpuShares(),
-		CgroupPath:       lr.GetCpusetCgroup(),
+	out := executor.Resources{CgroupPath: lr.GetCpusetCgroup(), CpusetCpus: lr.GetCpusetCpus()}
+	if !enforce {
+		return out
 	}
+	out.MemoryLimitBytes, out.CPUShares = lr.GetMemoryLimitBytes(), lr.GetCpuShares()
 	if out.MemoryLimitBytes == 0 {
 		out.MemoryLimitBytes = max(ar.GetMemory().GetMemoryMb(), ar.GetMemory().GetMemoryMaxMb()) << 20
 	}

@@ -1,10 +1,15 @@
 package driver
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -27,6 +32,9 @@ func (d *Driver) execCommand(h *taskHandle, argv []string) (*exec.Cmd, error) {
 			env[k] = v
 		}
 	}
+	if u := h.cfg.GetUser(); u != "" {
+		env = executor.UserEnv(env, u)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = taskDir
 	cmd.Env = make([]string, 0, len(env))
@@ -45,29 +53,158 @@ func (d *Driver) execCommand(h *taskHandle, argv []string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// runExec runs cmd, capturing output; a timeout or ctx kills its process
-// group.
-func runExec(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) (*driverpb.ExecTaskResponse, error) {
+// execOutputMax is how much of an ExecTask's output is kept (the end of
+// it): Nomad's check output buffer size (client/structs.CheckBufSize).
+const execOutputMax = 4 << 10
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= b.max {
+		b.buf = append(b.buf[:0], p[len(p)-b.max:]...)
+		return n, nil
+	}
+	if over := len(b.buf) + len(p) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	b.buf = append(b.buf, p...)
+	return n, nil
+}
+
+// runExec runs cmd, capturing its merged output (see ExecTask); a timeout
+// or ctx kills its process group.
+func runExec(ctx context.Context, cmd *exec.Cmd, start func(*exec.Cmd) error, timeout time.Duration) (*driverpb.ExecTaskResponse, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	cmd.SysProcAttr.Setpgid = true
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+	// One writer for both: os/exec then gives the command a single pipe
+	// for stdout and stderr, so the order of what it wrote is kept.
+	out := &tailBuffer{max: execOutputMax}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := start(cmd); err != nil {
 		return nil, err
 	}
 	pgid := cmd.Process.Pid
 	stop := context.AfterFunc(ctx, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
 	err := cmd.Wait()
 	stop()
-	res := &driverpb.ExecTaskResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Result: &driverpb.ExitResult{}}
+	res := &driverpb.ExecTaskResponse{Stdout: out.buf, Result: &driverpb.ExitResult{}}
 	code, sig, err := executor.ExitStatus(err)
 	if err != nil {
 		return nil, err
 	}
 	res.Result.ExitCode, res.Result.Signal = int32(code), int32(sig)
 	return res, nil
+}
+
+// startExec starts an exec command inside the task's cgroups, so what it
+// uses is counted, limited and cleaned up with the task and it runs on
+// the task's cpuset. On v2 it is cloned straight into the task's cgroup.
+// On v1 it starts as `impact-exec exec-in`, which joins the cgroups, takes
+// on the task user's credentials and only then executes the command, so
+// nothing it starts is born outside. A task not (yet) in cgroups gets a
+// plain start.
+func (d *Driver) startExec(h *taskHandle, cmd *exec.Cmd) error {
+	st, err := h.proc.Status()
+	if err != nil || st.Cgroups == nil || len(st.Cgroups.Dirs) == 0 {
+		return cmd.Start()
+	}
+	if cmd.Err != nil {
+		return cmd.Err
+	}
+	if st.Cgroups.V2 {
+		fd, err := syscall.Open(st.Cgroups.Dirs[0], syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening the task's cgroup: %w", err)
+		}
+		defer syscall.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		return cmd.Start()
+	}
+	in := execIn{Cgroups: st.Cgroups.Dirs, Path: cmd.Path}
+	if c := cmd.SysProcAttr.Credential; c != nil {
+		in.Cred = &execCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
+		cmd.SysProcAttr.Credential = nil // taken on by exec-in
+	}
+	spec, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	cmd.Args = append([]string{d.exe, "exec-in", string(spec), "--"}, cmd.Args...)
+	cmd.Path = d.exe
+	return cmd.Start()
+}
+
+// execIn is the argument of `impact-exec exec-in SPEC -- ARGV...`.
+type execIn struct {
+	Cgroups []string  `json:"cgroups"`
+	Cred    *execCred `json:"cred,omitempty"`
+	Path    string    `json:"path"`
+}
+
+type execCred struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups"`
+}
+
+// execInMain is `impact-exec exec-in SPEC -- ARGV...`, run as root by
+// startExec: join the cgroups (a cpuset that refuses is skipped, as for
+// the task itself), drop to the credentials, execute ARGV with Path.
+// It returns only on failure (exit status 126).
+func execInMain(args []string, stderr io.Writer) int {
+	if len(args) < 3 || args[1] != "--" {
+		fmt.Fprintln(stderr, "usage: impact-exec exec-in SPEC -- ARGV... (started by the driver)")
+		return 2
+	}
+	var in execIn
+	if err := json.Unmarshal([]byte(args[0]), &in); err != nil || in.Path == "" {
+		fmt.Fprintf(stderr, "impact-exec exec-in: bad spec %q: %v\n", args[0], err)
+		return 2
+	}
+	self := []byte(strconv.Itoa(os.Getpid()))
+	for _, dir := range in.Cgroups {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), self, 0o644); err != nil {
+			if isCpuset(dir) {
+				continue
+			}
+			fmt.Fprintf(stderr, "impact-exec: joining the task's cgroup %s: %v\n", dir, err)
+			return 126
+		}
+	}
+	if c := in.Cred; c != nil {
+		groups := make([]int, len(c.Groups))
+		for i, g := range c.Groups {
+			groups[i] = int(g)
+		}
+		if err := syscall.Setgroups(groups); err != nil {
+			fmt.Fprintf(stderr, "impact-exec: setgroups: %v\n", err)
+			return 126
+		}
+		if err := syscall.Setgid(int(c.GID)); err != nil {
+			fmt.Fprintf(stderr, "impact-exec: setgid %d: %v\n", c.GID, err)
+			return 126
+		}
+		if err := syscall.Setuid(int(c.UID)); err != nil {
+			fmt.Fprintf(stderr, "impact-exec: setuid %d: %v\n", c.UID, err)
+			return 126
+		}
+	}
+	err := syscall.Exec(in.Path, args[2:], os.Environ())
+	fmt.Fprintf(stderr, "impact-exec: executing %s: %v\n", in.Path, err)
+	return 126
+}
+
+// isCpuset reports whether a v1 cgroup dir is in the cpuset hierarchy.
+func isCpuset(dir string) bool {
+	rel, err := filepath.Rel(executor.CgroupRoot, dir)
+	return err == nil && (rel == "cpuset" || len(rel) > 7 && rel[:7] == "cpuset/")
 }

@@ -61,10 +61,15 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
 		}
 		defer master.Close()
+		// The first size is set before the command starts: set later, a
+		// quick `stty size` could still read 0 0.
+		if sz := first.GetTtySize(); sz != nil {
+			setWinsize(master, sz.GetHeight(), sz.GetWidth())
+		}
 		hangUp = func() { _ = master.Close() }
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
-		if err := cmd.Start(); err != nil {
+		if err := d.startExec(h, cmd); err != nil {
 			slave.Close()
 			return status.Errorf(codes.InvalidArgument, "ExecTaskStreaming: starting %s: %v", argv[0], err)
 		}
@@ -94,7 +99,7 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		if err != nil {
 			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
 		}
-		if err := cmd.Start(); err != nil {
+		if err := d.startExec(h, cmd); err != nil {
 			return status.Errorf(codes.InvalidArgument, "ExecTaskStreaming: starting %s: %v", argv[0], err)
 		}
 		stdin = in

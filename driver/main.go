@@ -36,6 +36,9 @@ example/jobs/distributed-training.nomad.hcl of the nomad-impact sources.
 Subcommands:
   impact-exec supervise DIR
         run one task from its state dir DIR; the driver starts one per task
+  impact-exec exec-in SPEC -- ARGV...
+        run an exec command (script check, nomad alloc exec) inside its
+        task's cgroups on cgroup v1; the driver starts it
   impact-exec gang-server [-listen 127.0.0.1:4690] [-ttl 30s]
         a standalone rendezvous server (tests, clusters without an impact
         agent), serving /v1/gang/ until SIGINT or SIGTERM
@@ -47,6 +50,8 @@ Subcommands:
 //
 //	impact-exec                      serve the task driver to a Nomad client
 //	impact-exec supervise DIR        run one task (started by the driver)
+//	impact-exec exec-in SPEC -- ARGV an exec command in its task's v1
+//	                                 cgroups (started by the driver)
 //	impact-exec gang-server [-listen 127.0.0.1:4690] [-ttl 30s]
 //	                                 standalone rendezvous server (tests, e2e,
 //	                                 clusters without an impact agent)
@@ -68,6 +73,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return executor.Supervise(args[1], logger)
 		case "gang-server":
 			return gangServer(args[1:], stderr)
+		case "exec-in":
+			return execInMain(args[1:], stderr)
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, banner+"\n"+usage)
 			return 0

@@ -12,47 +12,71 @@ import (
 	"time"
 )
 
-// Resources are the limits enforced on a task through cgroups (v2, or v1's
-// memory and cpu controllers). Zero values mean no limit.
+// Resources say which cgroups a task runs in and the limits enforced
+// there (v2, or v1's memory and cpu controllers). Zero limits mean none.
 type Resources struct {
 	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
 	CPUShares        int64 `json:"cpu_shares"`
 	// CgroupPath is the cgroup Nomad prepared for the task
-	// (LinuxResources.cpuset_cgroup). On cgroup v2 it is per task and the
-	// task is placed there; on v1 it is a shared cpuset and is not used.
+	// (LinuxResources.cpuset_cgroup): on v2 the task's own cgroup; on v1
+	// its cpuset, <root>/cpuset/<parent>/reserve/<scope> when it reserved
+	// cores, else the shared <root>/cpuset/<parent>/share. The task is
+	// always placed there, so reserved cores are honoured.
 	CgroupPath string `json:"cgroup_path,omitempty"`
+	// NomadScope is "<alloc id>.<task>", the name of the per-task cgroups
+	// Nomad's client makes on v1 (<root>/{freezer,cpu,memory}/<parent>/<scope>);
+	// the task joins those that exist, so Nomad's own cleanup (freeze and
+	// kill) reaches it.
+	NomadScope string `json:"nomad_scope,omitempty"`
+	// CpusetCpus are the cores Nomad reserved for the task
+	// (LinuxResources.cpuset_cpus), written into its own cpuset (v1
+	// reserve/<scope>, or its v2 cgroup) as Nomad's executor does.
+	CpusetCpus string `json:"cpuset_cpus,omitempty"`
 }
 
 // CgroupRoot is where cgroup file systems are mounted.
 const CgroupRoot = "/sys/fs/cgroup"
 
-// cgroups is the set of cgroups one task runs in.
-type cgroups struct {
-	v2      bool
-	dirs    []string // v1: memory (first, if any) and cpu dirs; v2: one dir
-	ctrls   []string // v1: the controller of each dir
-	memDir  string   // where OOM kills are counted
-	created []string // dirs we made and remove at the end
-	fd      int      // v2: open dir fd for clone-into-cgroup, else -1
+// cgroupV2 reports whether the unified hierarchy is mounted at CgroupRoot.
+func cgroupV2() bool {
+	_, err := os.Stat(filepath.Join(CgroupRoot, "cgroup.controllers"))
+	return err == nil
 }
 
-// setupCgroups creates the task's cgroups and writes its limits. name must
-// be unique per task. It returns nil (and no error) when there is nothing
-// to enforce.
+// cgroups is the set of cgroups one task runs in.
+type cgroups struct {
+	v2     bool
+	dirs   []string // every cgroup the task joins (v2: one)
+	ctrls  []string // v1: the controller of each dir
+	own    []string // dirs holding only this task: killAll empties them
+	memDir string   // where OOM kills are counted
+	// created are the dirs made here and removed at the end; Nomad's are
+	// left to Nomad.
+	created []string
+	fd      int // v2: open dir fd for clone-into-cgroup, else -1
+}
+
+// setupCgroups picks the task's cgroups, creates those Nomad did not
+// provide and writes its limits. name must be unique per task. It returns
+// nil (and no error) when there is no cgroup to place the task in.
 func setupCgroups(name string, r Resources) (*cgroups, error) {
-	if r.MemoryLimitBytes <= 0 && r.CPUShares <= 0 {
-		return nil, nil
-	}
-	if _, err := os.Stat(filepath.Join(CgroupRoot, "cgroup.controllers")); err == nil {
+	if cgroupV2() {
 		return setupV2(name, r)
 	}
 	return setupV1(name, r)
 }
 
+func underRoot(p string) bool {
+	return p != "" && strings.HasPrefix(filepath.Clean(p), filepath.Clean(CgroupRoot)+"/")
+}
+
 func setupV2(name string, r Resources) (*cgroups, error) {
 	cg := &cgroups{v2: true, fd: -1}
 	dir := r.CgroupPath
-	if dir == "" || !strings.HasPrefix(filepath.Clean(dir), filepath.Clean(CgroupRoot)+"/") {
+	if fi, err := os.Stat(dir); !underRoot(dir) || err != nil || !fi.IsDir() {
+		if r.MemoryLimitBytes <= 0 && r.CPUShares <= 0 {
+			return nil, nil
+		}
 		parent := filepath.Join(CgroupRoot, "impact-exec.slice")
 		if err := os.MkdirAll(parent, 0o755); err != nil {
 			return nil, fmt.Errorf("cgroup v2: %w", err)
@@ -61,14 +85,15 @@ func setupV2(name string, r Resources) (*cgroups, error) {
 		_ = os.WriteFile(filepath.Join(CgroupRoot, "cgroup.subtree_control"), []byte("+memory +cpu"), 0o644)
 		_ = os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory +cpu"), 0o644)
 		dir = filepath.Join(parent, name+".scope")
-	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("cgroup v2: creating %s: %w", dir, err)
 		}
 		cg.created = append(cg.created, dir)
 	}
-	cg.dirs, cg.memDir = []string{dir}, dir
+	cg.dirs, cg.own, cg.memDir = []string{dir}, []string{dir}, dir
+	if r.CpusetCpus != "" && dir == r.CgroupPath {
+		_ = writeFile(dir, "cpuset.cpus", r.CpusetCpus)
+	}
 	if r.MemoryLimitBytes > 0 {
 		if err := writeFile(dir, "memory.max", strconv.FormatInt(r.MemoryLimitBytes, 10)); err != nil {
 			cg.remove()
@@ -90,9 +115,63 @@ func setupV2(name string, r Resources) (*cgroups, error) {
 	return cg, nil
 }
 
+// nomadParentV1 returns the cgroup parent ("nomad" by default) of a v1
+// cpuset path Nomad handed out, and whether that cpuset is the task's own
+// (reserve/<scope>) rather than the shared one; "" when the path is not
+// of Nomad's shape.
+func nomadParentV1(cpuset string) (parent string, own bool) {
+	base := filepath.Join(CgroupRoot, "cpuset") + "/"
+	rel, ok := strings.CutPrefix(filepath.Clean(cpuset), base)
+	if !ok {
+		return "", false
+	}
+	switch {
+	case filepath.Base(rel) == "share" && filepath.Dir(rel) != ".":
+		return filepath.Dir(rel), false
+	case filepath.Base(filepath.Dir(rel)) == "reserve" && filepath.Dir(filepath.Dir(rel)) != ".":
+		return filepath.Dir(filepath.Dir(rel)), true
+	}
+	return "", false
+}
+
 func setupV1(name string, r Resources) (*cgroups, error) {
 	cg := &cgroups{fd: -1}
+	has := func(ctrl string) string {
+		for i, c := range cg.ctrls {
+			if c == ctrl {
+				return cg.dirs[i]
+			}
+		}
+		return ""
+	}
+	join := func(ctrl, dir string, own bool) {
+		cg.dirs, cg.ctrls = append(cg.dirs, dir), append(cg.ctrls, ctrl)
+		if own {
+			cg.own = append(cg.own, dir)
+		}
+	}
+	// Nomad's cgroups for the task: its cpuset, and the per-task freezer,
+	// cpu and memory cgroups where its client made them.
+	parent, ownCpuset := nomadParentV1(r.CgroupPath)
+	if fi, err := os.Stat(r.CgroupPath); underRoot(r.CgroupPath) && err == nil && fi.IsDir() {
+		join("cpuset", r.CgroupPath, ownCpuset)
+		if ownCpuset && r.CpusetCpus != "" {
+			// A failure shows when the task joins (see start).
+			_ = writeFile(r.CgroupPath, "cpuset.cpus", r.CpusetCpus)
+		}
+	}
+	if parent != "" && r.NomadScope != "" {
+		for _, ctrl := range []string{"freezer", "cpu", "memory"} {
+			d := filepath.Join(CgroupRoot, ctrl, parent, r.NomadScope)
+			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+				join(ctrl, d, true)
+			}
+		}
+	}
 	mk := func(ctrl string) (string, error) {
+		if d := has(ctrl); d != "" {
+			return d, nil
+		}
 		base := filepath.Join(CgroupRoot, ctrl)
 		if _, err := os.Stat(base); err != nil {
 			return "", fmt.Errorf("cgroup v1: no %s controller at %s", ctrl, base)
@@ -102,8 +181,7 @@ func setupV1(name string, r Resources) (*cgroups, error) {
 			return "", fmt.Errorf("cgroup v1: creating %s: %w", dir, err)
 		}
 		cg.created = append(cg.created, dir)
-		cg.dirs = append(cg.dirs, dir)
-		cg.ctrls = append(cg.ctrls, ctrl)
+		join(ctrl, dir, true)
 		return dir, nil
 	}
 	if r.MemoryLimitBytes > 0 {
@@ -116,7 +194,6 @@ func setupV1(name string, r Resources) (*cgroups, error) {
 			cg.remove()
 			return nil, err
 		}
-		cg.memDir = dir
 	}
 	if r.CPUShares > 0 {
 		dir, err := mk("cpu")
@@ -126,7 +203,19 @@ func setupV1(name string, r Resources) (*cgroups, error) {
 		}
 		_ = writeFile(dir, "cpu.shares", strconv.FormatInt(max(r.CPUShares, 2), 10))
 	}
+	cg.memDir = has("memory")
+	if len(cg.dirs) == 0 {
+		return nil, nil
+	}
 	return cg, nil
+}
+
+// set is what the status file records of the task's cgroups.
+func (cg *cgroups) set() *CgroupSet {
+	if cg == nil {
+		return nil
+	}
+	return &CgroupSet{V2: cg.v2, Dirs: cg.dirs, Own: cg.own, Created: cg.created}
 }
 
 // prepare sets up clone-into-cgroup on v2 (the child is born inside).
@@ -140,8 +229,11 @@ func (cg *cgroups) prepare(attr *syscall.SysProcAttr) {
 // start starts cmd inside the task's cgroups. On v2 the child is cloned
 // straight into its cgroup (see prepare). On v1 the supervisor joins the
 // task's cgroups for the instant of the fork and then returns to its own,
-// so the child is born inside and no process of the task escapes.
-func (cg *cgroups) start(cmd interface{ Start() error }) error {
+// so the child is born inside and no process of the task escapes. A
+// cpuset that cannot be joined (Nomad left it without cpus or mems) is
+// reported in warn and skipped, as Nomad's executor does; any other
+// cgroup that cannot be joined fails the start.
+func (cg *cgroups) start(cmd interface{ Start() error }, warn func(string)) error {
 	if cg == nil || cg.v2 || len(cg.dirs) == 0 {
 		return cmd.Start()
 	}
@@ -150,6 +242,10 @@ func (cg *cgroups) start(cmd interface{ Start() error }) error {
 	var back []string
 	for i, d := range cg.dirs {
 		if err := writeFile(d, "cgroup.procs", self); err != nil {
+			if cg.ctrls[i] == "cpuset" {
+				warn(fmt.Sprintf("Task not placed in its cpuset %s: %v", d, err))
+				continue
+			}
 			for _, b := range back {
 				_ = writeFile(b, "cgroup.procs", self)
 			}
@@ -215,15 +311,25 @@ func (cg *cgroups) oomKilled() bool {
 // listed in cgroup.procs until none is left. The cgroups are the task's
 // own: ours, or the per-task one Nomad made on v2.
 func (cg *cgroups) killAll() {
-	if cg == nil || len(cg.dirs) == 0 {
+	if cg == nil {
 		return
 	}
-	if cg.v2 && writeFile(cg.dirs[0], "cgroup.kill", "1") == nil {
+	KillCgroups(cg.v2, cg.own)
+}
+
+// KillCgroups kills every process in dirs, cgroups that hold only one
+// task (never a shared cpuset): v2's cgroup.kill (Linux 5.14+), else
+// SIGKILL to each PID listed in cgroup.procs until none is left (bounded).
+func KillCgroups(v2 bool, dirs []string) {
+	if len(dirs) == 0 {
 		return
 	}
-	for try := 0; try < 10; try++ {
+	if v2 && len(dirs) == 1 && writeFile(dirs[0], "cgroup.kill", "1") == nil {
+		return
+	}
+	for try := 0; try < 200; try++ {
 		left := 0
-		for _, d := range cg.dirs {
+		for _, d := range dirs {
 			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 			if err != nil {
 				continue
@@ -251,17 +357,22 @@ func (cg *cgroups) remove() {
 		syscall.Close(cg.fd)
 		cg.fd = -1
 	}
-	for i := len(cg.created) - 1; i >= 0; i-- {
-		// Killed processes may take a moment to leave the cgroup.
+	RemoveCgroups(cg.created)
+	cg.created = nil
+}
+
+// RemoveCgroups deletes cgroup dirs (in reverse order), waiting a moment
+// for killed processes to leave them.
+func RemoveCgroups(dirs []string) {
+	for i := len(dirs) - 1; i >= 0; i-- {
 		for try := 0; try < 50; try++ {
-			err := os.Remove(cg.created[i])
+			err := os.Remove(dirs[i])
 			if err == nil || errors.Is(err, os.ErrNotExist) || !errors.Is(err, syscall.EBUSY) {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	cg.created = nil
 }
 
 func writeFile(dir, name, val string) error {

@@ -41,6 +41,7 @@ type Process struct {
 
 	exitMu sync.Mutex
 	exit   *Exit // the exit file, once read
+	lost   error // or why there is none, once found
 }
 
 // PollInterval is how often an attached (not our child) supervisor is
@@ -128,7 +129,7 @@ func Attach(state State, logger hclog.Logger) (*Process, error) {
 		// Nomad answers a failed recovery by starting the task again: the
 		// old command, orphaned by its dead supervisor, must not keep
 		// running (and holding its GPUs) beside the new one.
-		if pid := killOrphan(state.Dir); pid > 0 {
+		if pid := killLeftovers(state.Dir); pid > 0 {
 			return nil, fmt.Errorf("supervisor pid %d: %w; its orphaned task (process group %d) was killed", state.SupervisorPID, ErrLost, pid)
 		}
 		return nil, fmt.Errorf("supervisor pid %d: %w", state.SupervisorPID, ErrLost)
@@ -192,10 +193,20 @@ func (p *Process) result() (Exit, error) {
 	if p.exit != nil {
 		return *p.exit, nil
 	}
+	if p.lost != nil {
+		return Exit{}, p.lost
+	}
 	var ex Exit
 	if err := readJSON(p.state.Dir, ExitFile, &ex); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return Exit{}, ErrLost
+			// The supervisor died without cleaning up: its command (and
+			// whatever it started) must not outlive it, nor hold its
+			// cgroups, while Nomad starts the task again.
+			p.lost = fmt.Errorf("supervisor pid %d: %w", p.state.SupervisorPID, ErrLost)
+			if pid := killLeftovers(p.state.Dir); pid > 0 {
+				p.lost = fmt.Errorf("supervisor pid %d: %w; its orphaned task (process group %d) was killed", p.state.SupervisorPID, ErrLost, pid)
+			}
+			return Exit{}, p.lost
 		}
 		return Exit{}, err
 	}
@@ -302,7 +313,10 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// Destroy kills the task if it still runs and removes its state dir.
+// Destroy kills the task if it still runs and removes its state dir. It
+// leaves no process and no cgroup of the task behind, whatever state the
+// supervisor was in: one that died or had to be killed did not clean up,
+// so what its status file names is killed and removed here.
 func (p *Process) Destroy() error {
 	if !p.Exited() {
 		if err := p.Stop(syscall.SIGKILL, 0); err != nil {
@@ -310,6 +324,7 @@ func (p *Process) Destroy() error {
 		}
 	}
 	_, _ = p.result() // kept for a WaitTask still to answer
+	killLeftovers(p.state.Dir)
 	return os.RemoveAll(p.state.Dir)
 }
 
@@ -367,23 +382,45 @@ func (p *Process) SaveEventOffset(off int64) error {
 	return writeJSONAtomic(p.state.Dir, EventOffsetFile, off)
 }
 
-// killOrphan kills the process group of a task whose supervisor died
-// while the command ran, if the process recorded in the status file is
-// still that command (same start time, still leading its group). It
-// returns the group it killed, or 0.
-func killOrphan(dir string) int {
+// killLeftovers cleans up after a supervisor that is gone: it kills the
+// process group of the command recorded in the status file, if that
+// process is still the command (same start time, still leading its
+// group), then every process left in the task's own cgroups (children
+// that left the group), and removes the cgroups the supervisor created.
+// It returns the process group it killed, or 0. It does nothing once the
+// supervisor has finished (its last status names neither).
+func killLeftovers(dir string) int {
 	var st Status
-	if err := readJSON(dir, StatusFile, &st); err != nil || st.Phase != PhaseRunning || st.ChildPID <= 0 || st.ChildStart == 0 {
+	if err := readJSON(dir, StatusFile, &st); err != nil {
 		return 0
 	}
-	ps, err := procStat(st.ChildPID)
-	if err != nil || ps.start != st.ChildStart || ps.pgrp != st.ChildPID || ps.state == 'Z' {
-		return 0
+	killed := 0
+	if st.Phase == PhaseRunning && st.ChildPID > 0 && st.ChildStart != 0 {
+		ps, err := procStat(st.ChildPID)
+		if err == nil && ps.start == st.ChildStart && ps.pgrp == st.ChildPID && ps.state != 'Z' &&
+			syscall.Kill(-st.ChildPID, syscall.SIGKILL) == nil {
+			killed = st.ChildPID
+			waitGone(st.ChildPID, st.ChildStart, 5*time.Second)
+		}
 	}
-	if err := syscall.Kill(-st.ChildPID, syscall.SIGKILL); err != nil {
-		return 0
+	if cg := st.Cgroups; cg != nil {
+		KillCgroups(cg.V2, cg.Own)
+		RemoveCgroups(cg.Created)
 	}
-	return st.ChildPID
+	return killed
+}
+
+// waitGone waits (up to d) until the process pid that started at start
+// has died: it is gone, a zombie, or the PID is another process's.
+func waitGone(pid int, start uint64, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ps, err := procStat(pid)
+		if err != nil || ps.start != start || ps.state == 'Z' || ps.state == 'X' {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 type procInfo struct {

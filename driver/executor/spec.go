@@ -7,7 +7,8 @@
 //
 //	spec.json      written by the plugin: what to run, gang settings; the
 //	               supervisor rewrites it without the env values once read
-//	status.json    written by the supervisor: phase, child pid (atomic rename)
+//	status.json    written by the supervisor: phase, child pid, the task's
+//	               cgroups (atomic rename)
 //	events.jsonl   appended by the supervisor: task events for Nomad
 //	stop           created by the plugin before a stop (holding the signal
 //	               number), so the exit counts as a stop
@@ -138,6 +139,19 @@ type Status struct {
 	ChildStart uint64            `json:"child_start,omitempty"`
 	StartedAt  time.Time         `json:"started_at,omitzero"`
 	GangEnv    map[string]string `json:"gang_env,omitempty"`
+	// Cgroups are the task's cgroups, written before its command starts:
+	// the driver's exec commands join Cgroups.Dirs, and a destroy after
+	// the supervisor died kills what is left in Cgroups.Own and removes
+	// Cgroups.Created.
+	Cgroups *CgroupSet `json:"cgroups,omitempty"`
+}
+
+// CgroupSet records the cgroups of a task.
+type CgroupSet struct {
+	V2      bool     `json:"v2,omitempty"`
+	Dirs    []string `json:"dirs"`
+	Own     []string `json:"own,omitempty"`
+	Created []string `json:"created,omitempty"`
 }
 
 // Exit is the supervisor's exit file: how the task ended.

@@ -188,6 +188,18 @@ func (s *supervisor) run() int {
 	}
 	cg.prepare(cmd.SysProcAttr)
 	defer cg.remove()
+	// Record the cgroups before the command can run in them: if this
+	// supervisor dies, the plugin finds them there and cleans them up.
+	st.Cgroups = cg.set()
+	if st.Cgroups != nil {
+		pre := st
+		if pre.Phase == PhaseRunning {
+			pre.Phase = PhaseStarting // no command yet
+		}
+		if err := writeJSONAtomic(s.dir, StatusFile, pre); err != nil {
+			s.logger.Error("writing status", "error", err)
+		}
+	}
 	s.mu.Lock()
 	if s.stopSig != nil {
 		// Stopped between the barrier and the start.
@@ -196,7 +208,7 @@ func (s *supervisor) run() int {
 		s.reportGangExit(client, gang.ExitRequest{Stopped: true, Reason: "stopped before start"})
 		return s.finish(Exit{ExitCode: 128 + sigNum(sig), Signal: sigNum(sig), Stopped: true})
 	}
-	if err := cg.start(cmd); err != nil {
+	if err := cg.start(cmd, func(msg string) { s.event(msg, nil) }); err != nil {
 		s.mu.Unlock()
 		msg := fmt.Sprintf("starting %s: %v", s.spec.Command, err)
 		s.reportGangExit(client, gang.ExitRequest{ExitCode: 1, Reason: msg})
@@ -465,26 +477,22 @@ func (s *supervisor) reportGangExit(client *gang.Client, req gang.ExitRequest) {
 }
 
 // command builds the task's process: own process group, task env, dir,
-// user and log FIFOs.
+// user and log FIFOs. The program is found as Nomad's executor finds it
+// (see LookupCommand) and made executable if it is not; a task running as
+// another user gets that user's USER, LOGNAME and HOME, as under Nomad's
+// executor.
 func (s *supervisor) command(env map[string]string) (*exec.Cmd, error) {
 	sp := s.spec
-	path := sp.Command
-	if !strings.Contains(path, "/") {
-		if p, ok := env["PATH"]; ok {
-			os.Setenv("PATH", p)
-		}
-		lp, err := exec.LookPath(path)
-		if err != nil {
-			return nil, fmt.Errorf("command %q not found in PATH: %w", path, err)
-		}
-		path = lp
-	} else if !filepath.IsAbs(path) {
-		path = filepath.Join(sp.Dir, path)
+	path, err := LookupCommand(sp.Dir, sp.Command, env["PATH"])
+	if err != nil {
+		return nil, err
+	}
+	if err := makeExecutable(path); err != nil {
+		return nil, err
 	}
 	cmd := exec.Command(path, sp.Args...)
 	cmd.Args[0] = sp.Command
 	cmd.Dir = sp.Dir
-	cmd.Env = envList(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if sp.User != "" {
 		cred, err := Credential(sp.User)
@@ -492,8 +500,9 @@ func (s *supervisor) command(env map[string]string) (*exec.Cmd, error) {
 			return nil, err
 		}
 		cmd.SysProcAttr.Credential = cred
+		env = UserEnv(env, sp.User)
 	}
-	var err error
+	cmd.Env = envList(env)
 	if cmd.Stdout, err = openLog(sp.StdoutPath); err != nil {
 		return nil, err
 	}
@@ -501,6 +510,68 @@ func (s *supervisor) command(env map[string]string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	return cmd, nil
+}
+
+// LookupCommand finds a task's program as Nomad's executor does: in the
+// task dir's local/, then at the root of the task dir, then (an absolute
+// path) on the host, then in PATH (the task env's, pathEnv). It returns an
+// absolute path.
+func LookupCommand(taskDir, command, pathEnv string) (string, error) {
+	for _, p := range []string{filepath.Join(taskDir, "local", command), filepath.Join(taskDir, command)} {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p, nil
+		}
+	}
+	if filepath.IsAbs(command) {
+		if _, err := os.Stat(command); err != nil {
+			return "", fmt.Errorf("command %q: %w", command, err)
+		}
+		return command, nil
+	}
+	if !strings.Contains(command, "/") {
+		for _, dir := range filepath.SplitList(pathEnv) {
+			if dir == "" || !filepath.IsAbs(dir) {
+				continue // never the supervisor's working dir
+			}
+			p := filepath.Join(dir, command)
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("command %q not found in %s, %s or PATH %q", command,
+		filepath.Join(taskDir, "local"), taskDir, pathEnv)
+}
+
+// makeExecutable adds the execute bits (r-x for all, as Nomad's executor)
+// to a program that lacks them, so a script fetched by an artifact block
+// without its mode runs.
+func makeExecutable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("command %s: %w", path, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o555 != 0o555 && fi.Mode().IsRegular() {
+		if err := os.Chmod(path, perm|0o555); err != nil {
+			return fmt.Errorf("making %s executable: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// UserEnv returns env with USER, LOGNAME and HOME of the named user (the
+// task's command and the driver's exec commands).
+func UserEnv(env map[string]string, name string) map[string]string {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return env
+	}
+	out := make(map[string]string, len(env)+3)
+	for k, v := range env {
+		out[k] = v
+	}
+	out["USER"], out["LOGNAME"], out["HOME"] = u.Username, u.Username, u.HomeDir
+	return out
 }
 
 func closeFiles(cmd *exec.Cmd) {
