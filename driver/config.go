@@ -102,7 +102,8 @@ var taskConfigSpec = hclspec.Object(hclspec.Attrs{
 		// whole job).
 		"name": hclspec.AttrDefault("name", "string", hclspec.Quote("")),
 		// size of the gang; 0 = the job's whole allocation count, resolved
-		// by the rendezvous server.
+		// by the rendezvous server (discovery = "nomad": read from Nomad's
+		// job API by each member).
 		"size":    hclspec.AttrDefault("size", "number", "0"),
 		"timeout": hclspec.AttrDefault("timeout", "string", hclspec.Quote("")),
 		// port_label names a network port of the group; rank 0's address
@@ -195,9 +196,6 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 	case "nomad":
 		if g.Service == "" {
 			return nil, "", 0, fmt.Errorf("gang.service is required with discovery = \"nomad\" (the group's Nomad-native service)")
-		}
-		if g.Size <= 0 {
-			return nil, "", 0, fmt.Errorf("gang.size is required with discovery = \"nomad\"")
 		}
 		nomadAddr = nomadAddress(cfg, t.env)
 	default:

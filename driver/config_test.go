@@ -64,7 +64,12 @@ func TestGangSpec(t *testing.T) {
 		{name: "bad kill timeout", cfg: withAddr, hcl: "command = \"x\"\ngang {\n kill_timeout = \"0s\"\n}", wantErr: "gang.kill_timeout"},
 		{name: "unknown discovery", cfg: withAddr, hcl: "command = \"x\"\ngang {\n discovery = \"dns\"\n}", wantErr: "gang.discovery \"dns\""},
 		{name: "nomad discovery needs a service", cfg: base, hcl: "command = \"x\"\ngang {\n discovery = \"nomad\"\n size = 2\n}", wantErr: "gang.service"},
-		{name: "nomad discovery needs a size", cfg: base, hcl: "command = \"x\"\ngang {\n discovery = \"nomad\"\n service = \"s\"\n}", wantErr: "gang.size is required"},
+		{name: "nomad discovery sized by the job", cfg: base, hcl: "command = \"x\"\ngang {\n discovery = \"nomad\"\n service = \"s\"\n}",
+			check: func(t *testing.T, _ string, gid string, size, _ int, _ string, _ string, _ time.Duration) {
+				if gid != "default:train" || size != 0 {
+					t.Fatalf("gid %s size %d: want the whole job, size 0 (the job's allocation count)", gid, size)
+				}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,7 +38,8 @@
 //	  enabled           bool    true
 //	  name              string  ""      narrows the gang: "<ns>:<job>:<name>"
 //	  size              number  0       members; 0 = the job's allocation count, asked
-//	                                    of the rendezvous server
+//	                                    of the rendezvous server (discovery = "nomad":
+//	                                    of Nomad's job API, needs read-job)
 //	  timeout           string  ""      barrier timeout (default barrier_timeout)
 //	  port_label        string  ""      group port whose address/port is MASTER_ADDR/
 //	                                    MASTER_PORT when this member is rank 0
@@ -54,6 +55,12 @@
 //	  discovery         string  impact  "impact" or "nomad" (Nomad-native service)
 //	  service           string  ""      the group's Nomad service (discovery = "nomad")
 //	}
+//
+// With discovery = "nomad" a member that passed the barrier does not end
+// (its service registration stays) until gang.NomadHold(heartbeat_interval)
+// after passing, so a member whose command ends at once cannot strand a
+// slower peer; a member that can no longer complete fails fast with an
+// event naming the members that left.
 //
 // Injected env after the barrier: WORLD_SIZE, RANK, NODE_RANK, NNODES,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, IMPACT_GANG_ID,

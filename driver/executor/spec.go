@@ -105,8 +105,8 @@ func (s *Spec) Validate() error {
 	}
 	if g := s.Gang; g != nil {
 		switch {
-		case g.Discovery == "nomad" && (g.Service == "" || g.NomadAddr == "" || g.Join.Size <= 0):
-			return fmt.Errorf("gang: nomad discovery needs a service, a nomad address and a size")
+		case g.Discovery == "nomad" && (g.Service == "" || g.NomadAddr == "" || (g.Join.Size <= 0 && g.Join.JobID == "")):
+			return fmt.Errorf("gang: nomad discovery needs a service, a nomad address and a size or job ID")
 		case g.Discovery != "nomad" && g.URL == "" && g.ConsulService == "":
 			return fmt.Errorf("gang: a rendezvous url or a consul service is required")
 		case g.ID == "" || g.Member == "":

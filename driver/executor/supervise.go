@@ -46,7 +46,8 @@ type supervisor struct {
 
 	assign      gang.Assignment // set once the barrier passed
 	nomad       *gang.NomadClient
-	nomadAllocs []string // members in rank order (nomad discovery)
+	nomadAllocs []string  // members in rank order (nomad discovery)
+	passedAt    time.Time // when a Nomad barrier returned
 
 	mu          sync.Mutex
 	pgid        int // 0 until the child runs
@@ -157,7 +158,8 @@ func (s *supervisor) run() int {
 		if s.nomad != nil {
 			a, s.nomadAllocs, err = s.nomad.NomadBarrier(barrierCtx, gang.NomadBarrierConfig{
 				Gang: g.ID, Namespace: g.Join.Namespace, Service: g.Service, AllocID: g.Join.AllocID,
-				Size: g.Join.Size, Timeout: g.Timeout, Poll: g.Heartbeat, Progress: progress})
+				Size: g.Join.Size, JobID: g.Join.JobID, Timeout: g.Timeout, Poll: g.Heartbeat, Progress: progress})
+			s.passedAt = s.now()
 		} else {
 			a, err = client.Barrier(barrierCtx, gang.BarrierConfig{
 				Gang: g.ID, Member: g.Member, Join: g.Join, Timeout: g.Timeout, Heartbeat: g.Heartbeat,
@@ -257,7 +259,38 @@ func (s *supervisor) run() int {
 		ex.Err = "stopped because its gang failed or was stopped"
 	}
 	s.reportGangExit(client, gang.ExitRequest{ExitCode: ex.ExitCode, Signal: ex.Signal, Stopped: ex.Stopped})
+	if s.nomad != nil && !ex.Stopped {
+		s.holdRegistration()
+	}
 	return s.finish(ex)
+}
+
+// holdRegistration keeps a member that passed a Nomad barrier from ending
+// before gang.NomadHold has passed since, so its service registration
+// (which Nomad removes when the task ends) is seen by every member still
+// polling: without it, a member whose command ends at once can strand a
+// slower one at the barrier. A stop ends the wait.
+func (s *supervisor) holdRegistration() {
+	left := gang.NomadHold(s.spec.Gang.Heartbeat) - s.now().Sub(s.passedAt)
+	if left <= 0 {
+		return
+	}
+	s.event(fmt.Sprintf("Task ended %s after gang %s formed: keeping its Nomad service registration %s longer so every member sees the gang complete",
+		s.now().Sub(s.passedAt).Round(time.Millisecond), s.spec.Gang.ID, left.Round(time.Millisecond)), nil)
+	deadline := time.NewTimer(left)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			return
+		case <-tick.C:
+			if fileExists(filepath.Join(s.dir, StopFile)) {
+				return
+			}
+		}
+	}
 }
 
 // relaySignals forwards signals to the task's process group. Before the
@@ -308,6 +341,7 @@ func (s *supervisor) stopSignal() (syscall.Signal, bool) {
 func (s *supervisor) barrierFailed(err error) int {
 	var te *gang.TimeoutError
 	var se *gang.StoppedError
+	var le *gang.LostError
 	s.mu.Lock()
 	stopSig := s.stopSig
 	s.mu.Unlock()
@@ -325,6 +359,9 @@ func (s *supervisor) barrierFailed(err error) int {
 			map[string]string{"gang_arrived": strconv.Itoa(te.Arrived), "gang_size": strconv.Itoa(te.Size)})
 	case errors.As(err, &se):
 		s.event(fmt.Sprintf("Gang %s was %s while waiting: %s", se.Gang, se.State, se.Reason), nil)
+	case errors.As(err, &le):
+		s.event(fmt.Sprintf("Gang barrier failed: %v", le),
+			map[string]string{"gang_arrived": strconv.Itoa(le.Arrived), "gang_size": strconv.Itoa(le.Size), "gang_departed": strings.Join(le.Departed, ",")})
 	default:
 		s.event(fmt.Sprintf("Gang barrier failed: %v", err), nil)
 	}
