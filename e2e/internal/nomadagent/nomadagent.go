@@ -5,6 +5,12 @@
 // before stopping the agent (so no task outlives the test) and removes
 // what the client mounted.
 //
+// StartCluster starts a real multi-node cluster on the same machine: one
+// server process and several client processes, each with its own name,
+// data and alloc dirs, ports, plugin dir and cgroup parent; NodeTopology
+// gives each client a fake GPU topology with GPU UUIDs of its own. Use it
+// for everything multi-node (gangs over nodes, a node that dies).
+//
 // A test is skipped when no `nomad` binary is on PATH (run the suites with
 // PATH=/opt/nomad-e2e:$PATH).
 package nomadagent
@@ -231,6 +237,9 @@ type Config struct {
 	ACL bool
 	// LogLevel of the agent (default "DEBUG", to diagnose failures).
 	LogLevel string
+	// ServerOnly starts a server with no client (StartCluster adds the
+	// clients as processes of their own).
+	ServerOnly bool
 	// Extra is HCL appended to the generated config: plugin blocks,
 	// telemetry. The generated part sets data_dir, plugin_dir, bind_addr,
 	// ports, advertise, server, client (with the denylist) and acl.
@@ -245,6 +254,8 @@ type Agent struct {
 	Dir, PluginDir, ConfigPath string
 	// Token is the management token when ACLs are on.
 	Token string
+	// RPC is the server's RPC address (host:port), for clients to join.
+	RPC string
 
 	t     testing.TB
 	nomad string
@@ -279,6 +290,7 @@ func Start(t testing.TB, cfg Config) *Agent {
 	}
 	ports := FreePorts(t, 3)
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	a.RPC = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	hcl := fmt.Sprintf(`
 data_dir   = %q
 plugin_dir = %q
@@ -299,7 +311,7 @@ server {
   bootstrap_expect = 1
 }
 client {
-  enabled = true
+  enabled = %t
   servers = ["127.0.0.1:%d"]
   options = {
     "fingerprint.denylist" = %q
@@ -308,7 +320,7 @@ client {
 acl {
   enabled = %t
 }
-`, filepath.Join(dir, "data"), a.PluginDir, cfg.LogLevel, ports[0], ports[1], ports[2], ports[1], Denylist, cfg.ACL) + cfg.Extra
+`, filepath.Join(dir, "data"), a.PluginDir, cfg.LogLevel, ports[0], ports[1], ports[2], !cfg.ServerOnly, ports[1], Denylist, cfg.ACL) + cfg.Extra
 	if err := os.WriteFile(a.ConfigPath, []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
 	}
