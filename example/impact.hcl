@@ -59,13 +59,18 @@ cycle {
 }
 
 http {
-  # The agent's API: /v1/health, /v1/queue, /v1/explain/<job>, /metrics and
-  # the task driver's /v1/gang/. `impact queue` and `impact explain` read it
+  # The agent's API: /v1/health, /v1/queue, /v1/explain/<job>, /metrics,
+  # the pages under /ui/ and the task driver's /v1/gang/. `impact queue` and `impact explain` read it
   # (IMPACT_ADDR). Bind to a routable address only behind a firewall: the
   # API has no authentication.
   listen = "127.0.0.1:4680"
   # Address registered in Consul; needed when listen is a wildcard.
   # advertise = "10.0.0.5:4680"
+  # Where people open the agent's pages (/ui/: the queue, one page per
+  # job); each job's explanation Variable links its page from here.
+  # Defaults to http://<advertise, else listen>; set it when the agent is
+  # behind a proxy or a DNS name.
+  # ui_url = "https://impact.example.com"
 }
 
 ha {

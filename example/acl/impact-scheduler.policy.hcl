@@ -25,10 +25,12 @@ namespace "default" {
   ]
 
   variables {
-    # The explanation the Nomad UI shows under each job
-    # (nomad/jobs/<job>/impact): position, score terms, reason.
+    # Each job's explanation (nomad/jobs/<job>/impact): state, position,
+    # score terms, reason. destroy: deleted when the job leaves the queue
+    # for good; list: stale ones swept when an agent starts to lead. The
+    # agent only rewrites or deletes Variables it wrote (written_by).
     path "nomad/jobs/*" {
-      capabilities = ["read", "write", "list"]
+      capabilities = ["read", "write", "list", "destroy"]
     }
     # The leader lock (impact/leader, Variables lock API) and durable state
     # (impact/state/...: fair-share usage, admission intents, preemption

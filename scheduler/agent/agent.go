@@ -109,6 +109,10 @@ type Agent struct {
 	explainWorkers int
 	explainTerm    uint64
 	explainWG      sync.WaitGroup
+	swept          bool // this term's sweep of stale explanations started
+	// timeline is each job's history of state changes (loop goroutine
+	// only; see addHistory).
+	timeline       map[string][]agentapi.Event
 	lastSave       time.Time
 	wake           chan struct{}
 	leadership     chan leadershipChange
@@ -205,6 +209,7 @@ func New(opts Options) (*Agent, error) {
 		explainLog:  log.Named("explain"),
 		statsLog:    log.Named("devicestats"),
 		history:     map[string]jobHistory{},
+		timeline:    map[string][]agentapi.Event{},
 		written:     map[string]string{},
 		explainBusy: map[string]string{},
 		preemptions: map[string]PreemptionRecord{},
@@ -633,6 +638,7 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.forgetUnapplied(plan, nil)
 	}
 	v := buildView(snap, plan, a.historySnapshot(), start, res.Leader, a.opts.Policy)
+	a.addHistory(v, start)
 	a.view.Store(v)
 	a.opts.Metrics.RecordCluster(v.stats)
 	if lctx != nil {
@@ -862,8 +868,7 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 	// Forget jobs that left the model, and old preemption records.
 	for id := range a.history {
 		if _, ok := snap.Job(id); !ok {
-			delete(a.history, id)
-			delete(a.written, id)
+			delete(a.history, id) // a.written: writeExplanations deletes its Variable
 		}
 	}
 	for id, r := range a.preemptions {
@@ -899,12 +904,17 @@ const (
 	explainPerCycle    = 512
 )
 
-// explainItem is one explanation waiting to be written.
+// explainItem is one explanation waiting to be written, or (forget) one
+// job's Variable to delete because the job left for good.
 type explainItem struct {
 	id     string
 	e      agentapi.Explanation
 	digest string
+	forget bool
 }
+
+// digestGone marks a forget item in explainBusy.
+const digestGone = "gone"
 
 // resetExplainLocked drops the pending writes of the ending term; its
 // writers stop with the term's context and record nothing. a.mu is held.
@@ -913,6 +923,7 @@ func (a *Agent) resetExplainLocked() {
 	a.explainQueue = nil
 	a.explainWorkers = 0
 	a.explainBusy = map[string]string{}
+	a.swept = false
 }
 
 // explainOrder returns the explanations that need writing, most important
@@ -979,10 +990,27 @@ func explainOrder(v *view, written, busy map[string]string, limit int) []explain
 // pending list with its own (newer explanations, current order); a job is
 // never written by two writers at once, so an older copy cannot land
 // after a newer one.
+//
+// A job this term wrote that left the model (completed, stopped, purged)
+// has its Variable deleted, first; once per term, the explanations of
+// jobs that left before (while no agent led, or under an earlier leader)
+// are swept.
 func (a *Agent) writeExplanations(ctx context.Context, v *view) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.explainQueue = explainOrder(v, a.written, a.explainBusy, explainPerCycle)
+	var gone []explainItem
+	for id := range a.written {
+		if _, ok := v.explain[id]; !ok && a.explainBusy[id] != digestGone {
+			gone = append(gone, explainItem{id: id, digest: digestGone, forget: true})
+		}
+	}
+	sort.Slice(gone, func(i, k int) bool { return gone[i].id < gone[k].id })
+	a.explainQueue = append(gone, explainOrder(v, a.written, a.explainBusy, explainPerCycle)...)
+	if j, ok := a.opts.Explainer.(ExplanationJanitor); ok && !a.swept {
+		a.swept = true
+		a.explainWG.Add(1)
+		go a.sweepExplanations(ctx, j)
+	}
 	for a.explainWorkers < explainConcurrency && a.explainWorkers < len(a.explainQueue) {
 		a.explainWorkers++
 		a.explainWG.Add(1)
@@ -1022,12 +1050,23 @@ func (a *Agent) explainWorker(ctx context.Context, term uint64) {
 		a.explainBusy[it.id] = it.digest
 		a.mu.Unlock()
 
-		err := a.opts.Explainer.WriteExplanation(ctx, it.e)
+		var err error
+		if it.forget {
+			if j, ok := a.opts.Explainer.(ExplanationJanitor); ok {
+				err = j.ForgetExplanation(ctx, it.id)
+			}
+		} else {
+			err = a.opts.Explainer.WriteExplanation(ctx, it.e)
+		}
 
 		a.mu.Lock()
 		if a.explainTerm == term {
 			delete(a.explainBusy, it.id)
-			if err == nil {
+			switch {
+			case err != nil:
+			case it.forget:
+				delete(a.written, it.id)
+			default:
 				a.written[it.id] = it.digest
 			}
 		}
@@ -1036,6 +1075,47 @@ func (a *Agent) explainWorker(ctx context.Context, term uint64) {
 			a.explainLog.Warn("writing explanation", "job", it.id, "error", err)
 			a.opts.Metrics.RecordActionError("explain")
 		}
+	}
+}
+
+// sweepExplanations deletes, once per term, the explanations of jobs that
+// are no longer managed; it asks the newest view at each Variable.
+func (a *Agent) sweepExplanations(ctx context.Context, j ExplanationJanitor) {
+	defer a.explainWG.Done()
+	n, err := j.SweepExplanations(ctx, func(id string) bool {
+		_, ok := a.view.Load().explain[id]
+		return ok
+	})
+	switch {
+	case err != nil && ctx.Err() == nil:
+		a.explainLog.Warn("sweeping explanations of jobs that left", "deleted", n, "error", err)
+		a.opts.Metrics.RecordActionError("explain")
+	case n > 0:
+		a.explainLog.Info("deleted explanations of jobs that left", "count", n)
+	}
+}
+
+// addHistory appends to each job's timeline the changes of its state or
+// decision this cycle shows, keeps the last agentapi.MaxHistory, forgets
+// the jobs that left, and hands each explanation its timeline. Called by
+// the loop goroutine only, before the view is stored.
+func (a *Agent) addHistory(v *view, now time.Time) {
+	for id := range a.timeline {
+		if _, ok := v.explain[id]; !ok {
+			delete(a.timeline, id)
+		}
+	}
+	for id, e := range v.explain {
+		tl := a.timeline[id]
+		if n := len(tl); n == 0 || tl[n-1].State != e.State || tl[n-1].Decision != e.Decision {
+			tl = append(tl, agentapi.Event{At: now, State: e.State, Decision: e.Decision, Summary: e.Summary})
+			if len(tl) > agentapi.MaxHistory {
+				tl = append([]agentapi.Event(nil), tl[len(tl)-agentapi.MaxHistory:]...)
+			}
+			a.timeline[id] = tl
+		}
+		e.History = append([]agentapi.Event(nil), tl...)
+		v.explain[id] = e
 	}
 }
 

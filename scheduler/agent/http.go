@@ -30,6 +30,9 @@ type HandlerOptions struct {
 	// /v1/gang/ so the impact-exec tasks of a gang meet at the scheduler;
 	// nil leaves it out.
 	Gang http.Handler
+	// NomadAddress is Nomad's HTTP address; when it is http(s), the job
+	// pages link the job in Nomad's UI.
+	NomadAddress string
 }
 
 // NewHandler returns the agent's HTTP API.
@@ -39,6 +42,12 @@ func NewHandler(src ViewSource, opts HandlerOptions, log hclog.Logger) http.Hand
 	mux.HandleFunc("/v1/health", h.health)
 	mux.HandleFunc("/v1/queue", h.queue)
 	mux.HandleFunc("/v1/explain/", h.explain)
+	ui := &uiHandler{src: src, log: log}
+	if strings.HasPrefix(opts.NomadAddress, "http://") || strings.HasPrefix(opts.NomadAddress, "https://") {
+		ui.nomad = strings.TrimRight(opts.NomadAddress, "/")
+	}
+	mux.Handle("/ui/", ui)
+	mux.Handle("/ui", ui)
 	if opts.Metrics != nil {
 		mux.Handle("/metrics", getOnly(opts.Metrics))
 	}
@@ -48,7 +57,7 @@ func NewHandler(src ViewSource, opts HandlerOptions, log hclog.Logger) http.Hand
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path+
-			" (the API serves /v1/health, /v1/queue, /v1/explain/<job>, /metrics)")
+			" (the API serves /v1/health, /v1/queue, /v1/explain/<job>, /metrics; the pages are under /ui/)")
 	})
 	return mux
 }

@@ -371,7 +371,7 @@ func TestFakeNomadBadMetaStaysParked(t *testing.T) {
 	})
 	eventuallyT(t, 10*time.Second, "typo variable", func() (bool, string) {
 		v := c.fake.Variable("nomad/jobs/typo/impact")
-		return v != nil && v["status"] == "parked" && strings.Contains(v["reason"], "impact_grace"), fmt.Sprint(v)
+		return v != nil && v["state"] == agentapi.StateInvalid && strings.Contains(v["errors"], "impact_grace") && strings.HasPrefix(v["summary"], "Cannot be scheduled"), fmt.Sprint(v)
 	})
 	waitCycles(t, 3, s.svc.Agent)
 	if c.admissions("typo") != 0 || c.pool("typo") != "impact-queue" {

@@ -95,10 +95,19 @@ type ApplyReport struct {
 	Failed map[string]error
 }
 
-// Explainer persists a job's explanation where the Nomad UI shows it: the
-// Variable nomad/jobs/<job>/impact.
+// Explainer persists a job's explanation: the Variable
+// nomad/jobs/<job>/impact, which `nomad var get` and the job's tasks read.
 type Explainer interface {
 	WriteExplanation(ctx context.Context, e agentapi.Explanation) error
+}
+
+// ExplanationJanitor is an Explainer that can delete explanations: of one
+// job that left for good (jobID is namespace/job), and of every job keep
+// says is gone (once per leadership term, for jobs that left while no
+// agent led). It deletes only what the agent wrote.
+type ExplanationJanitor interface {
+	ForgetExplanation(ctx context.Context, jobID string) error
+	SweepExplanations(ctx context.Context, keep func(jobID string) bool) (deleted int, err error)
 }
 
 // Elector is leader election among agents (Nomad's Variables lock).

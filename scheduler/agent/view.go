@@ -1,9 +1,6 @@
 package agent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -218,6 +215,7 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 			e.WaitSeconds = w.Seconds()
 		}
 	}
+	e.Summary = summarize(e)
 	return e
 }
 
@@ -254,24 +252,4 @@ func metaErrors(err error) []string {
 		return out
 	}
 	return []string{err.Error()}
-}
-
-// digest fingerprints the decision-relevant part of an explanation: what
-// would make a person looking at the Nomad UI see something new.
-func digest(e agentapi.Explanation) string {
-	d := struct {
-		Position    int
-		State       string
-		Decision    string
-		Reason      string
-		Nodes       map[string][]string
-		Victims     []string
-		PreemptedBy string
-		Errors      []string
-		Tier        string
-		Leader      bool
-	}{e.Position, e.State, e.Decision, e.Reason, e.Nodes, e.Victims, e.PreemptedBy, e.Errors, e.Tier, e.Leader}
-	b, _ := json.Marshal(d)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }

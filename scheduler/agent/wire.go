@@ -37,6 +37,7 @@ type Service struct {
 	listening chan struct{}
 	addr      string
 	registrar *Registrar
+	explain   *explainAdapter
 }
 
 // NewService builds everything from cfg; nothing connects until Run.
@@ -95,6 +96,7 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 			return nil, err
 		}
 	}
+	explain := &explainAdapter{w: nomad.NewExplainWriter(client, logger), pageBase: cfg.UIBase()}
 	a, err := New(Options{
 		Name: name, Version: version, Namespace: cfg.Nomad.Namespace,
 		ParkingPool: cfg.ParkingPool, DefaultPool: cfg.DefaultPool,
@@ -102,7 +104,7 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		Policy:    pol,
 		Model:     &watcherModel{w: watcher},
 		Executor:  &executorAdapter{x: exec},
-		Explainer: &explainAdapter{w: nomad.NewExplainWriter(client, logger)},
+		Explainer: explain,
 		Elector:   &electorAdapter{el: elector},
 		State:     &stateAdapter{st: state},
 		Pools:     client,
@@ -126,6 +128,8 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	handler := NewHandler(a, HandlerOptions{
 		Metrics: metrics.Handler(),
 		Gang:    gang.NewHandler(registry, logger),
+		// The client's address: NOMAD_ADDR when the file does not say.
+		NomadAddress: client.Address(),
 	}, logger.Named("http"))
 	return &Service{
 		Agent:  a,
@@ -135,6 +139,7 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 
 		listening: make(chan struct{}),
 		registrar: reg,
+		explain:   explain,
 	}, nil
 }
 
@@ -155,7 +160,12 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	s.log.Info("serving the impact API", "address", s.addr)
+	if s.Config.HTTP.UIURL == "" && s.Config.HTTP.Advertise == "" && strings.HasSuffix(s.Config.HTTP.Listen, ":0") {
+		// The port is known only now; the agent (and its explanation
+		// writers) starts below.
+		s.explain.pageBase = "http://" + s.addr
+	}
+	s.log.Info("serving the impact API", "address", s.addr, "pages", s.explain.pageBase+"/ui/")
 	serveErr := make(chan error, 1)
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -246,55 +256,28 @@ func (e *executorAdapter) PreemptionsUnderway() []engine.Preemption {
 }
 func (e *executorAdapter) Wait() { e.x.Wait() }
 
-// explainAdapter writes the agent's explanation through nomad.ExplainWriter,
-// so the Variable holds the same position, score terms and reason that
-// /v1/explain serves.
-type explainAdapter struct{ w *nomad.ExplainWriter }
-
-func (e *explainAdapter) WriteExplanation(ctx context.Context, x agentapi.Explanation) error {
-	return e.w.WriteOne(ctx, toEngineExplanation(x), x.GeneratedAt)
+// explainAdapter writes the agent's explanation through nomad.ExplainWriter
+// as VariableItems: the Variable says what /v1/explain says, in the same
+// words, and links the job's page on the agent.
+type explainAdapter struct {
+	w        *nomad.ExplainWriter
+	pageBase string // config UIBase(); "" leaves the page item out
 }
 
-func toEngineExplanation(x agentapi.Explanation) *engine.Explanation {
-	out := &engine.Explanation{
-		JobID:    cluster.JobKey(x.Namespace, x.Job),
-		Position: x.Position,
-		Tier:     x.Tier,
-		Project:  x.Project,
-		GPUs:     x.GPUs,
-		Reason:   x.Reason,
-		Victims:  x.Victims,
+func (e *explainAdapter) WriteExplanation(ctx context.Context, x agentapi.Explanation) error {
+	page := ""
+	if e.pageBase != "" {
+		page = e.pageBase + JobPagePath(x.Namespace, x.Job)
 	}
-	out.Score.Total = x.Score
-	for _, t := range x.Terms {
-		switch t.Name {
-		case "tier":
-			out.Score.Tier = t.Value
-		case "fair_share":
-			out.Score.FairShare = t.Value
-		case "deadline":
-			out.Score.Deadline = t.Value
-		case "age":
-			out.Score.Age = t.Value
-		}
-	}
-	switch {
-	case x.State == agentapi.StateInvalid:
-		out.Status = engine.StatusParked
-	case x.State == agentapi.StateRunning || x.State == agentapi.StateAdmitting:
-		out.Status = engine.StatusAdmitted
-	case x.Decision == DecisionPreempt:
-		out.Status = engine.StatusPreempting
-	default:
-		out.Status = engine.StatusWaiting
-	}
-	if x.PreemptedBy != "" {
-		out.Reason = fmt.Sprintf("preempted for %s; %s", x.PreemptedBy, x.Reason)
-	}
-	if len(x.Errors) > 0 && out.Reason == "" {
-		out.Reason = x.Errors[0]
-	}
-	return out
+	return e.w.WriteItems(ctx, cluster.JobKey(x.Namespace, x.Job), VariableItems(x, page), x.GeneratedAt)
+}
+
+func (e *explainAdapter) ForgetExplanation(ctx context.Context, jobID string) error {
+	return e.w.Forget(ctx, jobID)
+}
+
+func (e *explainAdapter) SweepExplanations(ctx context.Context, keep func(string) bool) (int, error) {
+	return e.w.Sweep(ctx, keep)
 }
 
 // electorAdapter adapts nomad.Elector's Run(ctx, lead) to Campaign/Resign.

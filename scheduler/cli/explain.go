@@ -18,9 +18,11 @@ const explainHelp = `Usage: impact explain [options] JOB
 
   Explains what the impact scheduler decided about one job and why: its
   place in the queue, its impact score and the terms it is made of, the
-  reason it waits (or where it was placed, or what preempted it), and any
-  problem with its impact_* meta. Reads GET /v1/explain/JOB of an impact
-  agent; the same content is in the Nomad Variable nomad/jobs/JOB/impact.
+  reason it waits, in one sentence and then in full (or where it was
+  placed, or what preempted it), any problem with its impact_* meta, and
+  the changes of its state the agent saw. Reads GET /v1/explain/JOB of an
+  impact agent; the same is on the agent's page /ui/job/NAMESPACE/JOB and
+  (numbers rounded) in the Nomad Variable nomad/jobs/JOB/impact.
 
 Options:
 
@@ -91,6 +93,9 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 	}
 	row("Since", since)
 	row("Decision", dash(e.Decision))
+	if e.Summary != "" {
+		row("Summary", e.Summary)
+	}
 	row("Reason", dash(e.Reason))
 	if e.PreemptedBy != "" {
 		row("Preempted by", e.PreemptedBy)
@@ -135,5 +140,13 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 		for _, msg := range e.Errors {
 			fmt.Fprintf(w, "  - %s\n", msg)
 		}
+	}
+	if len(e.History) > 0 {
+		fmt.Fprintln(w, "\nHistory (changes this agent saw):")
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		for _, h := range e.History {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", h.At.UTC().Format(time.RFC3339), h.State, h.Decision, h.Summary)
+		}
+		tw.Flush()
 	}
 }

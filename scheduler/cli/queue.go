@@ -103,7 +103,10 @@ func printQueue(w io.Writer, q agentapi.Queue) {
 		if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
 			waited = formatDuration(time.Duration(e.WaitSeconds * float64(time.Second)))
 		}
-		reason := e.Reason
+		reason := e.Summary
+		if reason == "" {
+			reason = e.Reason
+		}
 		if len(e.Errors) > 0 {
 			reason = "invalid meta: " + strings.Join(e.Errors, "; ")
 		}
@@ -172,17 +175,4 @@ func dash(s string) string {
 }
 
 // formatDuration rounds to what a person wants to read: 45s, 12m30s, 3h20m, 2d4h.
-func formatDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	default:
-		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
-	}
-}
+func formatDuration(d time.Duration) string { return agentapi.FormatDuration(d) }

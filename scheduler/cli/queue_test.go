@@ -34,7 +34,7 @@ func testAgent(t *testing.T) string {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	a := agentapi.Entry{Namespace: "default", Job: "train-a", Position: 1, State: agentapi.StateWaiting,
 		Tier: "high", Project: "olmo", GPUs: 8, Allocations: 2, Score: 12.5, Since: now.Add(-750 * time.Second),
-		WaitSeconds: 750, Reason: "needs 8 GPUs, 4 free",
+		WaitSeconds: 750, Reason: "needs 8 GPUs, 4 free", Summary: "Waiting for 8 free GPUs (first in line).",
 		Terms: []agentapi.Term{{Name: "tier", Value: 10, Detail: "tier high"}, {Name: "fair_share", Value: 2.5}}}
 	bad := agentapi.Entry{Namespace: "research", Job: "bad-meta", Position: 0, State: agentapi.StateInvalid,
 		Since: now.Add(-time.Minute), WaitSeconds: 60, Errors: []string{`impact_tier "urgent" is not a tier of the policy`}}
@@ -44,7 +44,8 @@ func testAgent(t *testing.T) string {
 		q: agentapi.Queue{GeneratedAt: now, Leader: true, Jobs: []agentapi.Entry{a, bad, run},
 			Cluster: agentapi.ClusterSummary{HealthyGPUs: 16, AllocatedGPUs: 12, WaitingJobs: 1, WaitingGPUs: 8}},
 		e: map[string]agentapi.Explanation{
-			"default/train-a":   {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait"},
+			"default/train-a": {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait",
+				History: []agentapi.Event{{At: now.Add(-750 * time.Second), State: "waiting", Decision: "wait", Summary: "Waiting for 8 free GPUs (first in line)."}}},
 			"research/bad-meta": {Entry: bad, GeneratedAt: now, Leader: true, Decision: "none"},
 			"default/eval":      {Entry: run, GeneratedAt: now, Leader: false, Decision: "admit", Nodes: map[string][]string{"w": {"node-1", "node-2"}}},
 		},
@@ -74,7 +75,7 @@ func TestQueueTable(t *testing.T) {
 	}
 	want := [][]string{
 		{"POS", "JOB", "STATE", "TIER", "PROJECT", "GPUS", "ALLOCS", "SCORE", "WAITED", "REASON"},
-		{"1", "train-a", "waiting", "high", "olmo", "8", "2", "12.50", "12m30s", "needs"},
+		{"1", "train-a", "waiting", "high", "olmo", "8", "2", "12.50", "12m30s", "Waiting"},
 		{"-", "research/bad-meta", "invalid", "-", "-", "0", "0", "0.00", "1m00s", "invalid", "meta:"},
 		{"-", "eval", "running", "normal", "tulu", "1", "1", "0.00", "-", "-"},
 	}
@@ -141,7 +142,10 @@ func TestExplainTable(t *testing.T) {
 		"State     waiting (position 1 in the queue)",
 		"GPUs      8 in 2 allocation(s)",
 		"(waiting 12m30s)",
+		"Summary   Waiting for 8 free GPUs (first in line).",
 		"Reason    needs 8 GPUs, 4 free",
+		"History (changes this agent saw):",
+		"  2026-11-30T07:47:30Z  waiting  wait  Waiting for 8 free GPUs (first in line).",
 		"Impact score 12.500 =",
 		"tier",
 		"+10.000",

@@ -41,7 +41,11 @@ func runCycles(ctx context.Context, t testing.TB, w *Watcher, x *Executor, ew *E
 		plan := eng.Decide(w.Snapshot(), time.Now())
 		x.Apply(ctx, plan)
 		if ew != nil {
-			_ = ew.Write(ctx, plan)
+			// The agent renders its own items; the engine's status and
+			// reason are enough to watch a cycle here.
+			for id, ex := range plan.Explanations {
+				_ = ew.WriteItems(ctx, id, map[string]string{"status": string(ex.Status), "reason": ex.Reason}, plan.Now)
+			}
 		}
 		x.CheckDeadlines(ctx)
 	}

@@ -2,8 +2,8 @@
 // the only package of the project that imports github.com/hashicorp/nomad/api.
 // It watches Nomad (event stream + resync) into the core's cluster model,
 // acts on the engine's plans (admit by re-registering a parked job pinned to
-// its nodes, preempt by checkpoint signal, grace, re-park and stop), writes
-// explanations into the jobs' Nomad Variables, elects a leader through a
+// its nodes, preempt by checkpoint signal, grace, re-park and stop), keeps
+// explanations in the jobs' Nomad Variables, elects a leader through a
 // Variables lock and keeps durable state (fair-share usage, intents,
 // preemption records) in Variables. See DESIGN.md, "How the scheduler acts
 // on Nomad".
@@ -38,8 +38,9 @@
 //	x.Wait()                        // on shutdown: wait for background preemptions
 //
 //	ew := nomad.NewExplainWriter(c, logger)
-//	err = ew.Write(ctx, plan)       // Variable nomad/jobs/<job>/impact per explained job, only when changed
-//	err = ew.WriteOne(ctx, expl, at); items, err := ew.Read(ctx, jobID); err = ew.Forget(ctx, jobID)
+//	err = ew.WriteItems(ctx, jobID, items, at) // Variable nomad/jobs/<job>/impact, only when changed; never over a user's
+//	items, err := ew.Read(ctx, jobID); err = ew.Forget(ctx, jobID) // Forget deletes only what it wrote
+//	n, err := ew.Sweep(ctx, keep)              // deletes its explanations of jobs keep says are gone
 //
 //	elcfg := nomad.ElectorConfig{HolderID: name, TTL: 15 * time.Second} // Validate(): Nomad wants 10s..24h
 //	el := nomad.NewElector(c, elcfg, logger)

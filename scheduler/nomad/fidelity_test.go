@@ -402,8 +402,8 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 
 	// 5. Explain Variable.
 	ew := NewExplainWriter(c, log)
-	err = ew.Write(ctx, &engine.Plan{Now: time.Now(), Explanations: map[string]*engine.Explanation{
-		key: {JobID: key, Position: 1, Status: engine.StatusWaiting, Reason: "waiting: needs 2 nodes with 8 free GPUs in one NVLink island"}}})
+	err = ew.WriteItems(ctx, key, map[string]string{"position": "1", "state": "waiting",
+		"reason": "waiting: needs 2 nodes with 8 free GPUs in one NVLink island"}, time.Now())
 	items, rerr := ew.Read(ctx, key)
 	o.add("explain: write %v read %v position %s", err, rerr, items["position"])
 	_, _, err = c.api.Variables().Read("nomad/jobs/nope/impact", nil)

@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func TestConfigFromEnvAndMerge(t *testing.T) {
@@ -112,23 +113,14 @@ func TestExplainWriterWritesOnChangeOnly(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
 	x := NewExplainWriter(e.c, e.log)
-	_, specErr := policy.ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
-	plan := &engine.Plan{Now: time.Unix(1_800_000_000, 0), Explanations: map[string]*engine.Explanation{
-		"default/train": {JobID: "default/train", Position: 1, Status: engine.StatusWaiting, Tier: "high", Project: "olmo", GPUs: 16,
-			Score: policy.Score{Total: 812.5, Tier: 800, Age: 12.5}, Reason: "waiting: needs 2 nodes with 8 free GPUs in one NVLink island",
-			Rejected: map[string]int{"not enough free GPUs": 3}},
-		"default/typo": {JobID: "default/typo", Position: 2, Status: engine.StatusParked, Reason: specErr.Error()},
-	}}
-	if err := x.Write(ctx, plan); err != nil {
+	at := time.Unix(1_800_000_000, 0)
+	train := map[string]string{"state": "waiting", "position": "1", "summary": "Waiting for 16 free GPUs (first in line)."}
+	if err := x.WriteItems(ctx, "default/train", train, at); err != nil {
 		t.Fatal(err)
 	}
 	v := e.fake.Variable("nomad/jobs/train/impact")
-	if v["position"] != "1" || v["score"] != "812.500" || v["status"] != "waiting" || !strings.Contains(v["reason"], "NVLink") || v["rejected"] == "" {
+	if v["position"] != "1" || v["state"] != "waiting" || v[WrittenByItem] != WrittenBy || v[DecidedAtItem] != "2027-01-15T08:00:00Z" {
 		t.Errorf("train explanation = %v", v)
-	}
-	bad := e.fake.Variable("nomad/jobs/typo/impact")
-	if bad["status"] != "parked" || !strings.Contains(bad["reason"], "impact_grace") {
-		t.Errorf("bad meta explanation = %v, want parked with the meta error", bad)
 	}
 	puts := func() int {
 		n := 0
@@ -140,15 +132,16 @@ func TestExplainWriterWritesOnChangeOnly(t *testing.T) {
 		return n
 	}
 	before := puts()
-	plan.Now = plan.Now.Add(time.Minute)
-	if err := x.Write(ctx, plan); err != nil {
+	if err := x.WriteItems(ctx, "default/train", maps.Clone(train), at.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if puts() != before {
-		t.Errorf("unchanged explanations rewritten")
+		t.Errorf("unchanged explanation rewritten")
 	}
-	plan.Explanations["default/train"].Position = 2
-	_ = x.Write(ctx, plan)
+	train["position"] = "2"
+	if err := x.WriteItems(ctx, "default/train", train, at.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 	if puts() != before+1 {
 		t.Errorf("changed explanation writes = %d, want 1", puts()-before)
 	}
@@ -157,7 +150,72 @@ func TestExplainWriterWritesOnChangeOnly(t *testing.T) {
 		t.Errorf("read = %v, %v", items, err)
 	}
 	if err := x.Forget(ctx, "default/train"); err != nil || e.fake.Variable("nomad/jobs/train/impact") != nil {
-		t.Errorf("forget: %v", err)
+		t.Errorf("forget: %v, variable %v", err, e.fake.Variable("nomad/jobs/train/impact"))
+	}
+	// Written again after Forget: created afresh.
+	if err := x.WriteItems(ctx, "default/train", train, at); err != nil || e.fake.Variable("nomad/jobs/train/impact") == nil {
+		t.Errorf("rewrite after forget: %v", err)
+	}
+}
+
+// The writer takes over what another agent (a previous leader) wrote, but
+// never a Variable someone else put at the path, and deletes only its own.
+func TestExplainWriterOwnership(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	put := func(path string, items map[string]string) {
+		t.Helper()
+		if _, _, err := e.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A user's Variable (say of a task group named "impact"), and the
+	// previous leader's explanation of another job.
+	put("nomad/jobs/mine/impact", map[string]string{"password": "hunter2"})
+	put("nomad/jobs/old/impact", map[string]string{"state": "waiting", WrittenByItem: WrittenBy})
+	x := NewExplainWriter(e.c, e.log)
+	err := x.WriteItems(ctx, "default/mine", map[string]string{"state": "waiting"}, time.Now())
+	if !errors.Is(err, ErrNotOurs) {
+		t.Errorf("write over a user's Variable: err = %v, want ErrNotOurs", err)
+	}
+	if v := e.fake.Variable("nomad/jobs/mine/impact"); v["password"] != "hunter2" || v["state"] != "" {
+		t.Errorf("user's Variable = %v, want it untouched", v)
+	}
+	if err := x.WriteItems(ctx, "default/mine", map[string]string{"state": "running"}, time.Now()); err != nil {
+		t.Errorf("second write to a foreign path: %v, want a silent skip", err)
+	}
+	if err := x.WriteItems(ctx, "default/old", map[string]string{"state": "running"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.fake.Variable("nomad/jobs/old/impact"); v["state"] != "running" {
+		t.Errorf("previous leader's explanation not taken over: %v", v)
+	}
+	// Someone rewrites our Variable behind our back: the next write
+	// checks-and-sets against what is there now.
+	put("nomad/jobs/old/impact", map[string]string{"state": "stale", WrittenByItem: WrittenBy})
+	if err := x.WriteItems(ctx, "default/old", map[string]string{"state": "waiting"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.fake.Variable("nomad/jobs/old/impact"); v["state"] != "waiting" {
+		t.Errorf("after a foreign rewrite: %v", v)
+	}
+	if err := x.Forget(ctx, "default/mine"); err != nil || e.fake.Variable("nomad/jobs/mine/impact") == nil {
+		t.Errorf("Forget deleted a user's Variable (err %v)", err)
+	}
+
+	// Sweep: deletes ours of jobs that are gone, keeps the rest.
+	put("nomad/jobs/gone/impact", map[string]string{"state": "waiting", WrittenByItem: WrittenBy})
+	put("nomad/jobs/gone", map[string]string{"user": "owned"})
+	put("nomad/jobs/gone/impact/deeper", map[string]string{WrittenByItem: WrittenBy})
+	n, err := x.Sweep(ctx, func(id string) bool { return id == "default/old" })
+	if err != nil || n != 1 {
+		t.Errorf("sweep = %d, %v; want 1 deleted", n, err)
+	}
+	for path, want := range map[string]bool{"nomad/jobs/gone/impact": false, "nomad/jobs/old/impact": true,
+		"nomad/jobs/mine/impact": true, "nomad/jobs/gone": true, "nomad/jobs/gone/impact/deeper": true} {
+		if got := e.fake.Variable(path) != nil; got != want {
+			t.Errorf("after sweep %s exists = %v, want %v", path, got, want)
+		}
 	}
 }
 

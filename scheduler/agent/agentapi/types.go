@@ -5,7 +5,10 @@
 // without pulling the agent's dependencies.
 package agentapi
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // DefaultAddress is where `impact agent` listens unless configured
 // otherwise, and where the CLI looks unless IMPACT_ADDR or -address says.
@@ -93,7 +96,11 @@ type Entry struct {
 	Since time.Time `json:"since"`
 	// WaitSeconds is GeneratedAt - Since for waiting jobs.
 	WaitSeconds float64 `json:"wait_seconds"`
-	// Reason says in words why the job is where it is.
+	// Summary is one short sentence for people: what the job waits for,
+	// or where it stands. Reason has the details.
+	Summary string `json:"summary,omitempty"`
+	// Reason says in words why the job is where it is: the scheduler's
+	// full account, clauses separated by "; ".
 	Reason string `json:"reason,omitempty"`
 	// Errors lists problems with the job's impact_* meta; a job with errors
 	// stays parked until they are fixed.
@@ -108,8 +115,9 @@ type Term struct {
 }
 
 // Explanation is GET /v1/explain/<job>: the job's entry plus the last
-// decision about it, the same content the agent writes to the Nomad
-// Variable nomad/jobs/<job>/impact.
+// decision about it. The agent writes the same content (volatile numbers
+// rounded) to the Nomad Variable nomad/jobs/<job>/impact and shows it as
+// a page at /ui/job/<namespace>/<job>.
 type Explanation struct {
 	Entry
 	GeneratedAt time.Time `json:"generated_at"`
@@ -123,9 +131,41 @@ type Explanation struct {
 	PreemptedBy string `json:"preempted_by,omitempty"`
 	// Victims names the jobs this job's admission preempts.
 	Victims []string `json:"victims,omitempty"`
+	// History lists the job's state changes this agent saw, oldest first
+	// (the most recent MaxHistory of them); it starts empty when an agent
+	// starts.
+	History []Event `json:"history,omitempty"`
+}
+
+// MaxHistory bounds Explanation.History.
+const MaxHistory = 20
+
+// Event is one change of a job's state or decision, as an agent saw it.
+type Event struct {
+	At       time.Time `json:"at"`
+	State    string    `json:"state"`
+	Decision string    `json:"decision"`
+	Summary  string    `json:"summary,omitempty"`
 }
 
 // Error is the body of every non-2xx answer.
 type Error struct {
 	Error string `json:"error"`
+}
+
+// FormatDuration writes a wait the way `impact queue` and the agent's
+// pages show it: 45s, 3m07s, 5h02m, 3d04h.
+func FormatDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
 }

@@ -107,6 +107,10 @@ type HTTP struct {
 	Listen string
 	// Advertise is the address registered in Consul; defaults to Listen.
 	Advertise string
+	// UIURL is the address people open the agent's pages (/ui/) at, as
+	// the explanation Variables link them ("http://impact.example:4680");
+	// defaults to http://<advertise address>, none when that is a wildcard.
+	UIURL string
 }
 
 // Cycle controls when the scheduler decides.
@@ -347,6 +351,11 @@ func (c *Config) Validate() error {
 			bad("http.advertise", "%q is not host:port: %v", c.HTTP.Advertise, err)
 		}
 	}
+	if c.HTTP.UIURL != "" {
+		if u, err := url.Parse(c.HTTP.UIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("http.ui_url", "%q is not an http:// or https:// URL with a host", c.HTTP.UIURL)
+		}
+	}
 	if !logLevels[strings.ToLower(c.LogLevel)] {
 		bad("log_level", "%q: must be one of trace, debug, info, warn, error, off", c.LogLevel)
 	}
@@ -370,6 +379,20 @@ func (c *Config) Validate() error {
 		return errs[i].(*FieldError).Field < errs[j].(*FieldError).Field
 	})
 	return joinErrs(errs)
+}
+
+// UIBase is the URL the agent's pages are linked at (no trailing slash):
+// http.ui_url, else http://<AdvertiseAddr>; "" when that host is a
+// wildcard, which nobody can open.
+func (c *Config) UIBase() string {
+	if c.HTTP.UIURL != "" {
+		return strings.TrimRight(c.HTTP.UIURL, "/")
+	}
+	h, _, err := net.SplitHostPort(c.AdvertiseAddr())
+	if err != nil || h == "" || h == "0.0.0.0" || h == "::" {
+		return ""
+	}
+	return "http://" + c.AdvertiseAddr()
 }
 
 // AdvertiseAddr is the host:port other processes (Consul) reach the API on.

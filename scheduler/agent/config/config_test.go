@@ -241,6 +241,8 @@ func TestValidateErrors(t *testing.T) {
 			[]string{"bad.hcl:3: ha.state_prefix:"}},
 		{"stats timeout above interval", "policy = \"p\"\ndevice_stats {\n  interval     = \"2s\"\n  node_timeout = \"3s\"\n}\n", nil,
 			[]string{"bad.hcl:4: device_stats.node_timeout: 3s must not exceed device_stats.interval 2s"}},
+		{"ui url without scheme", "policy = \"p\"\nhttp {\n  ui_url = \"impact.example:4680\"\n}\n", nil,
+			[]string{"bad.hcl:3: http.ui_url:", "not an http:// or https:// URL with a host"}},
 		{"bad env bool", "policy = \"p\"\n", map[string]string{"NOMAD_SKIP_VERIFY": "maybe"},
 			[]string{"env NOMAD_SKIP_VERIFY: nomad.tls_skip_verify: not a boolean"}},
 	}
@@ -349,4 +351,21 @@ func fieldString(f field) string {
 		}
 	}
 	return ""
+}
+
+// The pages are linked at ui_url, else at the advertised (or listen)
+// address, and not at all when only a wildcard is known.
+func TestUIBase(t *testing.T) {
+	for _, tc := range []struct{ listen, advertise, uiURL, want string }{
+		{"127.0.0.1:4680", "", "", "http://127.0.0.1:4680"},
+		{"0.0.0.0:4680", "10.0.0.5:4680", "", "http://10.0.0.5:4680"},
+		{"0.0.0.0:4680", "", "", ""},
+		{"[::]:4680", "", "", ""},
+		{"0.0.0.0:4680", "10.0.0.5:4680", "https://impact.example.com/", "https://impact.example.com"},
+	} {
+		c := &Config{HTTP: HTTP{Listen: tc.listen, Advertise: tc.advertise, UIURL: tc.uiURL}}
+		if got := c.UIBase(); got != tc.want {
+			t.Errorf("UIBase(listen %q, advertise %q, ui_url %q) = %q, want %q", tc.listen, tc.advertise, tc.uiURL, got, tc.want)
+		}
+	}
 }

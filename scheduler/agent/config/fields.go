@@ -60,6 +60,7 @@ func (c *Config) fields() []field {
 		d("consul.check_interval", &c.Consul.CheckInterval),
 		s("http.listen", &c.HTTP.Listen),
 		s("http.advertise", &c.HTTP.Advertise),
+		s("http.ui_url", &c.HTTP.UIURL),
 		d("cycle.interval", &c.Cycle.Interval),
 		d("cycle.debounce", &c.Cycle.Debounce),
 		d("cycle.admission_deadline", &c.Cycle.AdmissionDeadline),

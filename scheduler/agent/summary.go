@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+)
+
+// summarize says in one short sentence what a job waits for, or where it
+// stands, for people reading the queue, the job's page or its Variable
+// (Reason keeps the scheduler's full account). It reads the explanation's
+// state and decision and recognises the engine's reason sentences by
+// their opening words; a reason it does not recognise still gets a true,
+// generic sentence (the details are in Reason).
+func summarize(e agentapi.Explanation) string {
+	r := e.Reason
+	switch e.State {
+	case agentapi.StateInvalid:
+		if len(e.Errors) > 0 {
+			return "Cannot be scheduled as written: fix its impact_* meta and submit it again."
+		}
+		if strings.HasPrefix(r, "group ") {
+			return "Cannot be scheduled as written: it asks more GPUs per allocation than any node can give."
+		}
+		return "Cannot be scheduled as written: change the job and submit it again."
+	case agentapi.StateRunning:
+		if e.Decision == DecisionPreempted {
+			return "Being preempted for " + e.PreemptedBy + "; it goes back to the queue."
+		}
+		return fmt.Sprintf("Running: all %d allocation(s) admitted and started.", e.Allocations)
+	case agentapi.StateAdmitting:
+		return fmt.Sprintf("Admitted: waiting for Nomad to start its %d allocation(s).", e.Allocations)
+	}
+	// Waiting.
+	place := "first in line"
+	if e.Position > 1 {
+		place = fmt.Sprintf("%s in line", ordinal(e.Position))
+	}
+	switch {
+	case e.Decision == DecisionAdmit:
+		return "Fits now; the leader will admit it (this agent is a standby)."
+	case strings.HasPrefix(r, "admission planned but not carried out"):
+		return "Its admission did not go through this cycle; the scheduler decides again."
+	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "waiting for preempted gangs"):
+		return "Starts as soon as the gangs preempted for it have stopped."
+	case e.Decision == DecisionPreempt:
+		return fmt.Sprintf("Starts next: stopping %d lower-priority gang(s) to make room.", max(1, len(e.Victims)))
+	case strings.HasPrefix(r, "held back until"):
+		return "Held back after a start that failed; it is retried later."
+	case strings.HasPrefix(r, "project ") && strings.Contains(r, " quota:"):
+		return fmt.Sprintf("Waiting for its project's GPU quota (%s).", place)
+	case strings.HasPrefix(r, "needs "):
+		return fmt.Sprintf("Waiting for %d free GPUs (%s).", e.GPUs, place)
+	case strings.HasPrefix(r, "no placement for the whole gang"):
+		return fmt.Sprintf("Waiting for room for the whole gang of %d GPUs together (%s).", e.GPUs, place)
+	case strings.HasPrefix(r, "not yet considered"):
+		return "Not yet considered by a scheduling cycle."
+	case e.PreemptedBy != "":
+		return fmt.Sprintf("Preempted for %s; waiting to run again (%s).", e.PreemptedBy, place)
+	case e.Position > 0:
+		return fmt.Sprintf("Waiting for its turn (%s).", place)
+	}
+	return "Waiting."
+}
+
+// ordinal writes 2 as "2nd", 13 as "13th".
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}

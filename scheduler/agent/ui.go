@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+)
+
+// The agent's pages for people (/ui/): the queue, and one page per job
+// with what `impact explain` says. Server-rendered, no script: they work
+// in any browser, behind any proxy, and refresh themselves every
+// uiRefreshSeconds.
+
+//go:embed uipages/*.html
+var uiFiles embed.FS
+
+var uiTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	"since":    func(d float64) string { return agentapi.FormatDuration(time.Duration(d * float64(time.Second))) },
+	"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"score":    func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"term":     func(v float64) string { return fmt.Sprintf("%+.2f", v) },
+	"ordinal":  ordinal,
+	"jobPage":  JobPagePath,
+	"details":  reasonDetails,
+	"stateCSS": stateClass,
+	"waiting":  func(s string) bool { return s == agentapi.StateWaiting || s == agentapi.StateInvalid },
+	"nomadJob": func(base, ns, job string) string {
+		if base == "" {
+			return ""
+		}
+		return base + "/ui/jobs/" + url.PathEscape(job) + "@" + url.PathEscape(ns)
+	},
+}).ParseFS(uiFiles, "uipages/*.html"))
+
+// uiRefreshSeconds is how often the pages reload themselves.
+const uiRefreshSeconds = 10
+
+// JobPagePath is the path of a job's page on the agent.
+func JobPagePath(namespace, job string) string {
+	return "/ui/job/" + url.PathEscape(namespace) + "/" + url.PathEscape(job)
+}
+
+// reasonDetails splits the scheduler's reason into its clauses, one per
+// line on the page.
+func reasonDetails(r string) []string {
+	var out []string
+	for _, p := range strings.Split(r, "; ") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func stateClass(s string) string {
+	switch s {
+	case agentapi.StateRunning:
+		return "running"
+	case agentapi.StateAdmitting:
+		return "admitting"
+	case agentapi.StateInvalid:
+		return "invalid"
+	default:
+		return "waiting"
+	}
+}
+
+// termMeaning says what each score term means, for the job's page.
+var termMeaning = map[string]string{
+	"tier":       "the job's tier weight times its project's weight: tiers are admitted in order",
+	"fair_share": "its project's entitled share of GPU-hours minus the share it used lately (positive: under its share)",
+	"deadline":   "urgency: grows as impact_deadline comes near",
+	"age":        "time waited, so that nothing waits forever",
+}
+
+type uiHandler struct {
+	src   ViewSource
+	nomad string // Nomad's HTTP address, for links to its UI; "" for none
+	log   hclog.Logger
+}
+
+type queuePage struct {
+	Q       agentapi.Queue
+	Health  agentapi.Health
+	Refresh int
+}
+
+type jobPage struct {
+	E       agentapi.Explanation
+	Health  agentapi.Health
+	Nomad   string
+	Refresh int
+	Meaning map[string]string
+	JSON    string
+	Waiting int // jobs waiting in all
+}
+
+func (u *uiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !allowGet(w, r) {
+		return
+	}
+	p := r.URL.EscapedPath()
+	switch {
+	case p == "/ui" || p == "/ui/":
+		if p == "/ui" {
+			http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+			return
+		}
+		q := u.src.Queue()
+		u.render(w, http.StatusOK, "queue.html", queuePage{Q: q, Health: u.src.Health(), Refresh: uiRefreshSeconds})
+	case strings.HasPrefix(p, "/ui/job/"):
+		ns, job, ok := splitJobPath(strings.TrimPrefix(p, "/ui/job/"))
+		if !ok {
+			u.notFound(w, "want /ui/job/<namespace>/<job>, each path-escaped")
+			return
+		}
+		e, found := u.src.Explain(ns, job)
+		if !found {
+			u.notFound(w, fmt.Sprintf("Job %s in namespace %s is not managed by the impact scheduler: it is not in its parking pool, it left the queue for good (completed, stopped or purged), or it was not seen yet.", job, ns))
+			return
+		}
+		u.render(w, http.StatusOK, "job.html", jobPage{E: e, Health: u.src.Health(), Nomad: u.nomad,
+			Refresh: uiRefreshSeconds, Meaning: termMeaning, Waiting: u.src.Queue().Cluster.WaitingJobs,
+			JSON: "/v1/explain/" + url.PathEscape(job) + "?namespace=" + url.QueryEscape(ns)})
+	default:
+		u.notFound(w, "No such page: "+p+". The pages are /ui/ (the queue) and /ui/job/<namespace>/<job>.")
+	}
+}
+
+func splitJobPath(rest string) (ns, job string, ok bool) {
+	rawNS, rawJob, found := strings.Cut(rest, "/")
+	if !found || rawNS == "" || rawJob == "" || strings.Contains(rawJob, "/") {
+		return "", "", false
+	}
+	ns, err1 := url.PathUnescape(rawNS)
+	job, err2 := url.PathUnescape(rawJob)
+	if err1 != nil || err2 != nil {
+		return "", "", false
+	}
+	return ns, job, true
+}
+
+func (u *uiHandler) notFound(w http.ResponseWriter, msg string) {
+	u.render(w, http.StatusNotFound, "notfound.html", struct{ Message string }{msg})
+}
+
+func (u *uiHandler) render(w http.ResponseWriter, code int, name string, data any) {
+	var buf bytes.Buffer
+	if err := uiTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+		u.log.Error("rendering page", "page", name, "error", err)
+		http.Error(w, "rendering page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"html/template"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+)
+
+func fetch(t *testing.T, method, url string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestUIPages(t *testing.T) {
+	v := sampleView()
+	a := v.explain["default/train-a"]
+	a.Summary = "Waiting for 8 free GPUs (first in line)."
+	a.Reason = "needs 8 GPUs, 0 free; preempting eligible gangs would not make room"
+	a.History = []agentapi.Event{{At: a.GeneratedAt.Add(-time.Minute), State: "waiting", Decision: "wait", Summary: a.Summary}}
+	v.explain["default/train-a"] = a
+	v.queue.Jobs[0].Summary = a.Summary
+	v.queue.Cluster.WaitingJobs = 1
+	// A name that must be escaped, in a namespace of its own.
+	x := agentapi.Explanation{Decision: "wait"}
+	x.Namespace, x.Job, x.State, x.Summary = "ml team", "<script>alert(1)</script>", agentapi.StateInvalid, "Cannot be scheduled as written: fix its impact_* meta and submit it again."
+	x.Errors = []string{`impact_tier: unknown tier "urgnet"`}
+	v.explain["ml team/"+x.Job] = x
+	v.queue.Jobs = append(v.queue.Jobs, x.Entry)
+	srv, _ := newTestServer(t, v, HandlerOptions{NomadAddress: "http://127.0.0.1:4646/"})
+
+	code, hdr, body := fetch(t, "GET", srv.URL+"/ui/")
+	if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") {
+		t.Fatalf("queue page: HTTP %d %s", code, hdr.Get("Content-Type"))
+	}
+	for _, want := range []string{
+		`<a href="/ui/job/default/train-a">train-a</a>`,
+		`<a href="/ui/job/default/eval%2Fb">eval/b</a>`,
+		"Waiting for 8 free GPUs (first in line).",
+		`<span class="state waiting">waiting</span>`,
+		"1m30s",
+		`<meta http-equiv="refresh" content="10">`,
+		"&lt;script&gt;alert(1)&lt;/script&gt;",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("queue page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<script>") {
+		t.Errorf("queue page carries an unescaped job name")
+	}
+
+	code, _, body = fetch(t, "GET", srv.URL+"/ui/job/default/train-a")
+	if code != 200 {
+		t.Fatalf("job page: HTTP %d", code)
+	}
+	for _, want := range []string{
+		`data-test="state">waiting<`,
+		`data-test="summary">Waiting for 8 free GPUs (first in line).<`,
+		`data-test="position">1st of 1 waiting<`,
+		"<li>needs 8 GPUs, 0 free</li><li>preempting eligible gangs would not make room</li>",
+		`<td>fair_share</td><td class="num">&#43;2.00</td><td>` + template.HTMLEscapeString(termMeaning["fair_share"]),
+		`data-test="score">12.50<`,
+		`data-test="history"`,
+		`href="/v1/explain/train-a?namespace=default"`,
+		`href="http://127.0.0.1:4646/ui/jobs/train-a@default"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("job page lacks %q", want)
+		}
+	}
+	code, _, body = fetch(t, "GET", srv.URL+"/ui/job/default/eval%2Fb")
+	if code != 200 || !strings.Contains(body, `data-test="placement"`) || !strings.Contains(body, "<td>n1</td>") {
+		t.Errorf("running job page: HTTP %d", code)
+	}
+	code, _, body = fetch(t, "GET", srv.URL+JobPagePath("ml team", x.Job))
+	if code != 200 || !strings.Contains(body, `data-test="errors"`) || strings.Contains(body, "<script>") {
+		t.Errorf("invalid job page: HTTP %d, escaped %v", code, !strings.Contains(body, "<script>"))
+	}
+
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		want         string
+	}{
+		{"GET", "/ui/job/default/nope", 404, "not managed by the impact scheduler"},
+		{"GET", "/ui/job/default", 404, "want /ui/job/&lt;namespace&gt;/&lt;job&gt;"},
+		{"GET", "/ui/job/default/a/b", 404, "want /ui/job/"},
+		{"GET", "/ui/other", 404, "No such page"},
+		{"POST", "/ui/", 405, "not allowed"},
+		{"GET", "/ui", 301, ""},
+	} {
+		code, _, body := fetch(t, tc.method, srv.URL+tc.path)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s %s: HTTP %d %q, want %d containing %q", tc.method, tc.path, code, body, tc.code, tc.want)
+		}
+	}
+}

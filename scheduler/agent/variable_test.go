@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+)
+
+func waitingExplanation() agentapi.Explanation {
+	e := agentapi.Explanation{Decision: DecisionWait, GeneratedAt: time.Unix(1_800_000_000, 0), Leader: true}
+	e.Namespace, e.Job, e.State, e.Position = "default", "train", agentapi.StateWaiting, 2
+	e.Tier, e.Project, e.GPUs, e.Allocations = "high", "olmo", 8, 2
+	e.Score = 1050.26
+	e.Terms = []agentapi.Term{{Name: "tier", Value: 1000}, {Name: "fair_share", Value: 49.96}, {Name: "deadline", Value: 0}, {Name: "age", Value: 0.3}}
+	e.Since, e.WaitSeconds = time.Unix(1_799_999_000, 0), 1000
+	e.Reason = "needs 8 GPUs, 0 free"
+	e.Summary = summarize(e)
+	return e
+}
+
+func TestVariableItems(t *testing.T) {
+	e := waitingExplanation()
+	got := VariableItems(e, "http://impact:4680/ui/job/default/train")
+	want := map[string]string{
+		"state": "waiting", "decision": "wait", "position": "2", "summary": "Waiting for 8 free GPUs (2nd in line).",
+		"reason": "needs 8 GPUs, 0 free", "tier": "high", "project": "olmo", "gpus": "8", "allocations": "2",
+		"score": "1050", "score_tier": "1000", "score_fair_share": "50", "score_deadline": "0", "score_age": "0",
+		"since": "2027-01-15T07:43:20Z", "page": "http://impact:4680/ui/job/default/train",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("item %s = %q, want %q", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected item %s = %q", k, got[k])
+		}
+	}
+	e.State, e.Position, e.Decision = agentapi.StateRunning, 0, DecisionAdmit
+	e.Nodes = map[string][]string{"workers": {"n2", "n1"}, "ps": {"n3"}}
+	got = VariableItems(e, "")
+	if got["nodes"] != "ps: n3; workers: n2,n1" || got["position"] != "" || got["page"] != "" {
+		t.Errorf("running items = %v", got)
+	}
+}
+
+// What grows every cycle (the wait, the decision time) or moves by less
+// than a point does not make a Variable stale; a change of state,
+// position, reason or a score moving by a point does.
+func TestDigestIgnoresChurn(t *testing.T) {
+	base := waitingExplanation()
+	d := digest(base)
+	same := base
+	same.WaitSeconds += 600
+	same.GeneratedAt = same.GeneratedAt.Add(10 * time.Minute)
+	same.Score += 0.2
+	same.Terms = append([]agentapi.Term(nil), base.Terms...)
+	same.Terms[3].Value += 0.15
+	same.History = []agentapi.Event{{State: "waiting"}}
+	if digest(same) != d {
+		t.Errorf("digest changed with the wait time, decision time, sub-point score moves or history")
+	}
+	for name, change := range map[string]func(e *agentapi.Explanation){
+		"state":    func(e *agentapi.Explanation) { e.State = agentapi.StateRunning },
+		"position": func(e *agentapi.Explanation) { e.Position = 1 },
+		"reason":   func(e *agentapi.Explanation) { e.Reason = "no placement for the whole gang (8 GPUs) on free GPUs" },
+		"score":    func(e *agentapi.Explanation) { e.Score += 1 },
+		"decision": func(e *agentapi.Explanation) { e.Decision = DecisionPreempt },
+		"victims":  func(e *agentapi.Explanation) { e.Victims = []string{"default/sweep"} },
+		"errors":   func(e *agentapi.Explanation) { e.Errors = []string{"bad"} },
+	} {
+		e := base
+		e.Terms = append([]agentapi.Term(nil), base.Terms...)
+		change(&e)
+		if digest(e) == d {
+			t.Errorf("digest unchanged after a change of %s", name)
+		}
+	}
+}
