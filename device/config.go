@@ -29,7 +29,9 @@ type Config struct {
 }
 
 // defaultConfig is what an empty config {} (or no plugin block) means:
-// enabled, NVML, a scan a minute, one device group per NVLink island. The
+// enabled, NVML, a scan a minute, one device group per model (so any count
+// up to a node's GPUs of one model can be placed; the impact scheduler pins
+// the exact GPUs it chose, using the per-instance topology attributes). The
 // schema's defaults are written from it, so the two cannot drift.
 func defaultConfig() Config {
 	return Config{
@@ -38,7 +40,7 @@ func defaultConfig() Config {
 		FingerprintPeriod: "1m",
 		Backend:           BackendNVML,
 		FakeTopology:      "",
-		GroupBy:           string(topology.ByIsland),
+		GroupBy:           string(topology.ByModel),
 	}
 }
 

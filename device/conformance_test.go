@@ -184,17 +184,21 @@ func TestConformanceFingerprintHealthReserveStats(t *testing.T) {
 	fps := recv(fp.Recv)
 	first := nextFingerprint(t, fps, "first fingerprint")
 
-	// Two groups of four, one per island, typed topology attributes.
-	if len(first.GetDeviceGroup()) != 2 {
-		t.Fatalf("%d groups, want 2", len(first.GetDeviceGroup()))
+	// The default grouping: one group of all eight (one model), the
+	// islands in typed per-instance attributes, no group-wide island.
+	if len(first.GetDeviceGroup()) != 1 {
+		t.Fatalf("%d groups, want 1 (group_by defaults to model)", len(first.GetDeviceGroup()))
 	}
-	for i, g := range first.GetDeviceGroup() {
-		if g.GetVendor() != "nvidia" || g.GetDeviceType() != "gpu" || len(g.GetDevices()) != 4 ||
-			g.GetDeviceName() != fmt.Sprintf("NVIDIA A100-SXM4-80GB (island %d)", i) {
-			t.Fatalf("group %d: %s/%s/%s with %d devices", i, g.GetVendor(), g.GetDeviceType(), g.GetDeviceName(), len(g.GetDevices()))
+	for _, g := range first.GetDeviceGroup() {
+		if g.GetVendor() != "nvidia" || g.GetDeviceType() != "gpu" || len(g.GetDevices()) != 8 ||
+			g.GetDeviceName() != "NVIDIA A100-SXM4-80GB" {
+			t.Fatalf("group %s/%s/%s with %d devices", g.GetVendor(), g.GetDeviceType(), g.GetDeviceName(), len(g.GetDevices()))
 		}
-		if v := g.GetAttributes()["island"].GetIntVal(); v != int64(i) {
-			t.Fatalf("group %d island attribute %d", i, v)
+		if _, ok := g.GetAttributes()["island"]; ok {
+			t.Fatalf("a group spanning two islands has an island attribute: %v", g.GetAttributes()["island"])
+		}
+		if v := g.GetAttributes()["group_by"].GetStringVal(); v != "model" {
+			t.Fatalf("group_by attribute %q, want model", v)
 		}
 		if a := g.GetAttributes()["memory"]; a.GetIntVal() != 81920 || a.GetUnit() != "MiB" {
 			t.Fatalf("memory attribute %v", a)
@@ -202,6 +206,9 @@ func TestConformanceFingerprintHealthReserveStats(t *testing.T) {
 		for _, d := range g.GetDevices() {
 			if !d.GetHealthy() || !strings.HasPrefix(d.GetID(), "GPU-") || d.GetHwLocality().GetPciBusId() == "" {
 				t.Fatalf("device %v", d)
+			}
+			if _, ok := g.GetAttributes()["gpu."+d.GetID()+".island"]; !ok {
+				t.Fatalf("no per-instance island attribute for %s", d.GetID())
 			}
 		}
 	}
@@ -334,9 +341,11 @@ func TestConformanceGroupByAndIgnored(t *testing.T) {
 		extra string
 		want  []string
 	}{
+		{``, []string{"NVIDIA A100-SXM4-80GB=8"}},
 		{`group_by = "model"`, []string{"NVIDIA A100-SXM4-80GB=8"}},
+		{`group_by = "island"`, []string{"NVIDIA A100-SXM4-80GB (island 0)=4", "NVIDIA A100-SXM4-80GB (island 1)=4"}},
 		{`group_by = "numa"`, []string{"NVIDIA A100-SXM4-80GB (numa 0)=4", "NVIDIA A100-SXM4-80GB (numa 1)=4"}},
-		{fmt.Sprintf("ignored_gpu_ids = [%q, %q]", topo.Labels["gpu0"], topo.Labels["gpu5"]),
+		{fmt.Sprintf("group_by = \"island\"\nignored_gpu_ids = [%q, %q]", topo.Labels["gpu0"], topo.Labels["gpu5"]),
 			[]string{"NVIDIA A100-SXM4-80GB (island 0)=3", "NVIDIA A100-SXM4-80GB (island 1)=3"}},
 	}
 	for _, tc := range cases {

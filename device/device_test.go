@@ -330,6 +330,17 @@ func ringOfFour() gpu.Inventory {
 // TestReserveOverGRPC: the visible-devices order follows the NVLink ring,
 // whatever order Nomad hands the IDs in, and bad requests are
 // InvalidArgument (the client's fault), not Internal.
+func TestBlockEnvKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"GPU-6b5fa173-5fa6-2d38-54fe-d64c1fe4fe10": "IMPACT_GPU_BLOCK_GPU_6B5FA173_5FA6_2D38_54FE_D64C1FE4FE10",
+		"MIG-a/b.c": "IMPACT_GPU_BLOCK_MIG_A_B_C",
+	} {
+		if got := BlockEnvKey(in); got != want {
+			t.Errorf("BlockEnvKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestReserveOverGRPC(t *testing.T) {
 	inst := start(t, newScripted(ringOfFour()), "")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -421,7 +432,7 @@ func (f fingerprints) end(t *testing.T, what string) error {
 func TestStreamsFollowNewConfig(t *testing.T) {
 	b := newScripted(twoGPUs())
 	b.inv.Links = nil // two islands of one GPU each
-	_, inst := startPlugin(t, b, "")
+	_, inst := startPlugin(t, b, `group_by = "island"`)
 	fps := readFingerprints(t, inst)
 	if n := len(fps.next(t, "first").GetDeviceGroup()); n != 2 {
 		t.Fatalf("%d groups by island, want 2", n)

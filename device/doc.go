@@ -17,12 +17,29 @@
 //
 // # Device groups
 //
-// Vendor "nvidia", type "gpu", one group per NVLink island, NUMA node or
-// model (config group_by; see device/topology). Nomad takes all instances of
-// one device request from a single group, so with the default grouping a
-// `device "nvidia/gpu" { count = 4 }` on a node of two 4-GPU islands gets
-// one whole island. Instance IDs are GPU UUIDs (MIG instances: MIG UUIDs,
-// grouped as "<model> MIG <profile>"); locality carries the PCI bus id.
+// Vendor "nvidia", type "gpu", one group per model (the default), NVLink
+// island or NUMA node (config group_by; see device/topology). Nomad takes
+// all instances of one device block from a single group, so the grouping
+// decides which asks can be placed at all. Which to choose:
+//
+//   - "model" (default), with the impact scheduler: any count up to the
+//     node's GPUs of one model places (a whole-node count = 8 on a node of
+//     two 4-GPU islands included). The scheduler reads the per-instance
+//     topology attributes, chooses the GPUs itself (one NVLink island where
+//     the job asks impact_topology = "nvlink", best fit so 2 + 2 + 4 share
+//     an 8-GPU node) and pins exactly those instances on admission.
+//   - "island", for clusters without the impact scheduler: Nomad alone
+//     then lands an ask of up to an island's size in one island; an ask
+//     larger than an island never places, and GPUs free in two islands
+//     cannot serve one ask. The impact scheduler knows this rule and never
+//     admits such an ask (its explanation names group_by).
+//   - "numa", for PCIe-only nodes without the impact scheduler where NUMA
+//     locality matters: an ask of up to a NUMA node's GPUs stays on one.
+//
+// On an NVSwitch node (one island) "model" and "island" coincide. Instance
+// IDs are GPU UUIDs (MIG instances: MIG UUIDs, grouped as "<model> MIG
+// <profile>" whatever group_by says, so one block never mixes whole GPUs
+// and MIG instances); locality carries the PCI bus id.
 //
 // # Attributes
 //
@@ -65,7 +82,13 @@
 //
 // NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES list the UUIDs island by
 // island, following NVLink links inside an island (Nomad hands them over in
-// arbitrary order); /dev/nvidia<minor>, /dev/nvidiactl, /dev/nvidia-uvm and
+// arbitrary order). Nomad reserves each device block apart and merges the
+// variables last-wins, so a task with several GPU device blocks would see
+// only the last block's GPUs there: each reservation also sets
+// IMPACT_GPU_BLOCK_<first UUID> (BlockEnvKey) to its list, and impact-exec
+// sets both visibility variables to the union of those (other drivers
+// leave the last block's list; the impact scheduler warns when it admits
+// such a task). /dev/nvidia<minor>, /dev/nvidiactl, /dev/nvidia-uvm and
 // /dev/nvidia-uvm-tools are passed when they exist. A MIG instance also
 // gets the capability nodes of its GPU and compute instance,
 // /dev/nvidia-caps/nvidia-cap<N> with N the "DeviceFileMinor" of

@@ -19,7 +19,28 @@ import (
 const (
 	EnvNVIDIAVisible = "NVIDIA_VISIBLE_DEVICES"
 	EnvCUDAVisible   = "CUDA_VISIBLE_DEVICES"
+	// EnvBlockPrefix starts the one variable per reservation that names
+	// its GPUs under a key of its own (BlockEnvKey). Nomad calls Reserve
+	// once per device block and merges the maps last-wins, so a task
+	// with several GPU device blocks keeps only the last block's GPUs in
+	// the two variables above; the per-block variables all survive, and
+	// impact-exec unions them (driver.VisibleDevices).
+	EnvBlockPrefix = "IMPACT_GPU_BLOCK_"
 )
+
+// BlockEnvKey is the per-block variable of a reservation whose GPUs, in
+// order, start with first: EnvBlockPrefix and the ID with every character
+// outside [A-Za-z0-9] turned into '_' and letters upper-cased. Instance IDs
+// are unique on a node, so two blocks of one task never share a key.
+func BlockEnvKey(first string) string {
+	b := []byte(strings.ToUpper(first))
+	for i, c := range b {
+		if (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
+			b[i] = '_'
+		}
+	}
+	return EnvBlockPrefix + string(b)
+}
 
 // Control device nodes every CUDA process needs, besides /dev/nvidia<minor>.
 var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
@@ -44,7 +65,8 @@ const migCapsDir = "driver/nvidia/capabilities"
 
 // reserve builds the container reservation for a set of instance IDs:
 // both visibility variables with the UUIDs in NVLink-friendly order (Nomad
-// hands them over in arbitrary order), and the device nodes that exist on
+// hands them over in arbitrary order), the block's own variable
+// (BlockEnvKey) with the same list, and the device nodes that exist on
 // this host. A MIG instance also needs the capability device nodes of its
 // GPU instance and compute instance (/dev/nvidia-caps/nvidia-cap<N>, N read
 // from the driver's proc files), or CUDA in an exec-style task cannot open
@@ -76,6 +98,7 @@ func reserve(snap *snapshot, ids []string, roots hostRoots) (*devicepb.Container
 	list := strings.Join(ordered, ",")
 	res.Envs[EnvNVIDIAVisible] = list
 	res.Envs[EnvCUDAVisible] = list
+	res.Envs[BlockEnvKey(ordered[0])] = list
 
 	// nodes are paths relative to /dev.
 	var nodes, warnings []string

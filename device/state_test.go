@@ -271,6 +271,11 @@ func TestReserve(t *testing.T) {
 	if res.Envs[EnvCUDAVisible] != want || res.Envs[EnvNVIDIAVisible] != want {
 		t.Fatalf("envs %v, want %s", res.Envs, want)
 	}
+	// The block's own variable, keyed by its first GPU, holds the same
+	// list, and nothing else is set.
+	if k := BlockEnvKey(ids(4)[0]); res.Envs[k] != want || len(res.Envs) != 3 {
+		t.Fatalf("envs %v, want %s=%s besides the two visibility variables", res.Envs, k, want)
+	}
 	var nodes []string
 	for _, d := range res.Devices {
 		if d.Permissions != "rwm" || d.TaskPath != "/dev/"+filepath.Base(d.HostPath) {

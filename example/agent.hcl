@@ -31,7 +31,11 @@ plugin "impact-gpu" {
     # Every setting is optional; these are the defaults.
     enabled            = true
     backend            = "nvml"   # or "fake" (needs fake_topology)
-    group_by           = "island" # "island", "numa" or "model"
+    group_by           = "model"  # "model", "island" or "numa": "model" with the
+                                  # impact agent (any count places; the agent pins
+                                  # the GPUs it chose); "island"/"numa" only for
+                                  # clusters without it (asks larger than an
+                                  # island/NUMA node then never place)
     fingerprint_period = "1m"     # re-scan period; health events are immediate
     ignored_gpu_ids    = []       # GPU or MIG UUIDs to hide from Nomad
 

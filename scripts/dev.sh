@@ -76,7 +76,7 @@ plugin "impact-gpu" {
   config {
     backend            = "$backend"
     fake_topology      = "$data/topology.hcl"
-    group_by           = "island"
+    group_by           = "model"
     fingerprint_period = "10s"
   }
 }

@@ -22,7 +22,7 @@ add to the agent's configuration:
   plugin "impact-gpu" {
     config {
       backend  = "nvml"    # or "fake", with fake_topology = "<file>"
-      group_by = "island"  # one device group per NVLink island
+      group_by = "model"   # one device group per model (the default)
     }
   }
 

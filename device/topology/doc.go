@@ -18,10 +18,13 @@
 // (vendor/type/name), so the group_by choice decides what Nomad alone
 // guarantees:
 //
-//	island (default)  name "<model> (island N)": a request of up to an
-//	                  island's size gets GPUs of one island
+//	model (default)   name "<model>", like Nomad's own NVIDIA plugin: any
+//	                  count up to the node's GPUs of the model places; the
+//	                  impact scheduler pins the instances it chose
+//	island            name "<model> (island N)": a request of up to an
+//	                  island's size gets GPUs of one island, a larger one
+//	                  never places
 //	numa              name "<model> (numa N)", or "(numa unknown)"
-//	model             name "<model>", like Nomad's own NVIDIA plugin
 //
 // GPUs of different models never share a group. MIG instances are grouped
 // as models of their own ("<parent model> MIG <profile>").

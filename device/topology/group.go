@@ -13,20 +13,23 @@ type GroupBy string
 // Grouping choices.
 const (
 	// ByIsland makes one group per NVLink island (and model): a request
-	// for up to an island's size lands inside one island.
+	// for up to an island's size lands inside one island, and a larger
+	// one never places (Nomad does not span groups).
 	ByIsland GroupBy = "island"
 	// ByNUMA makes one group per NUMA node (and model).
 	ByNUMA GroupBy = "numa"
 	// ByModel makes one group per model, like Nomad's own NVIDIA plugin:
-	// any count places, without a topology guarantee.
+	// any count up to the node's GPUs of that model places; which GPUs is
+	// Nomad's choice unless the job pins instance IDs (the impact
+	// scheduler pins the GPUs it chose). The default.
 	ByModel GroupBy = "model"
 )
 
-// ParseGroupBy validates a group_by value; "" means ByIsland.
+// ParseGroupBy validates a group_by value; "" means ByModel.
 func ParseGroupBy(s string) (GroupBy, error) {
 	switch GroupBy(s) {
 	case "":
-		return ByIsland, nil
+		return ByModel, nil
 	case ByIsland, ByNUMA, ByModel:
 		return GroupBy(s), nil
 	default:

@@ -193,7 +193,7 @@ func TestGroupsSplitModelsAndMIG(t *testing.T) {
 }
 
 func TestParseGroupBy(t *testing.T) {
-	for in, want := range map[string]GroupBy{"": ByIsland, "island": ByIsland, "numa": ByNUMA, "model": ByModel} {
+	for in, want := range map[string]GroupBy{"": ByModel, "island": ByIsland, "numa": ByNUMA, "model": ByModel} {
 		got, err := ParseGroupBy(in)
 		if err != nil || got != want {
 			t.Fatalf("ParseGroupBy(%q) = %q, %v", in, got, err)
