@@ -28,7 +28,17 @@ type GPU struct {
 	Model string
 	// Healthy is false when the device plugin reports the GPU unhealthy.
 	Healthy bool
+	// Group is the name of the Nomad device group (vendor "nvidia", type
+	// "gpu") the instance is in. Nomad gives all instances of one device
+	// block from ONE group, so a block of N GPUs needs N free in one
+	// group. "" on every GPU of a node means the model has no group facts
+	// (a simulated node): the node then counts as one group.
+	Group string
 }
+
+// DeviceGroupRule is how Nomad hands out GPUs, for explanations: every
+// instance of one device block comes from one device group.
+const DeviceGroupRule = "Nomad gives all GPUs of one device block from one device group"
 
 // Node is a client node that may run GPU work.
 type Node struct {
@@ -53,6 +63,48 @@ type Node struct {
 	Class      string
 	Datacenter string
 	Attributes map[string]string
+	// GroupBy is impact-gpu's group_by on the node ("model", "island",
+	// "numa"), "" when the GPUs come from another plugin (Nomad's NVIDIA
+	// plugin groups by model) or the model does not know. For
+	// explanations: it decides the device groups (GPU.Group).
+	GroupBy string
+}
+
+// DeviceAsk is one GPU device block of a task (resources { device
+// "nvidia/gpu" { count = N } }): Nomad gives all Count instances from one
+// device group whose name the block's Name matches.
+type DeviceAsk struct {
+	// Task is the task's name and Index the block's position among the
+	// task's device blocks (all kinds counted), as in the jobspec.
+	Task  string
+	Index int
+	// Name as written: "gpu", "nvidia/gpu" or "nvidia/gpu/<group name>".
+	Name  string
+	Count int
+	// IDs, when not nil, are the only instances the block may get: the
+	// block's own ${device.ids} set_contains_any constraint.
+	IDs []string
+	// Driver of the task: impact-exec gives a task the GPUs of all its
+	// blocks; other drivers see only the last block's in the visibility
+	// variables (Nomad merges the blocks' env last-wins).
+	Driver string
+}
+
+// MatchesGroup reports whether the block may take GPUs of a device group
+// of the model (vendor "nvidia", type "gpu"): Nomad matches "gpu" and
+// "nvidia/gpu" against any such group, "nvidia/gpu/<name>" only against
+// the group of that name, and other vendors against none. An empty group
+// (a node without group facts) matches every NVIDIA request.
+func (d DeviceAsk) MatchesGroup(group string) bool {
+	parts := strings.SplitN(d.Name, "/", 3)
+	switch len(parts) {
+	case 1:
+		return parts[0] == "gpu"
+	case 2:
+		return parts[0] == "nvidia" && parts[1] == "gpu"
+	default:
+		return parts[0] == "nvidia" && parts[1] == "gpu" && (group == "" || parts[2] == group)
+	}
 }
 
 // Constraint is a job's constraint on a node fact that the scheduler
@@ -152,6 +204,10 @@ type TaskGroup struct {
 	// Constraints every node of the group must satisfy: the job's, the
 	// group's and its tasks' simple node constraints.
 	Constraints []Constraint
+	// Devices are the GPU device blocks of one allocation, in task then
+	// block order; their counts add up to GPUs. Empty with GPUs > 0 means
+	// one block of GPUs matching any group (simulated jobs).
+	Devices []DeviceAsk
 }
 
 // Job is a job the scheduler manages.

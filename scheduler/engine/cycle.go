@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -43,8 +44,9 @@ type queued struct {
 	// preemptible is the policy's IsPreemptible of the job's spec.
 	preemptible bool
 	// maxAlloc and maxNVLink are the most GPUs one allocation of the job
-	// asks, of any group and of groups asking NVLink topology (tooBig).
-	maxAlloc, maxNVLink int
+	// asks, of any group and of groups asking NVLink topology, and
+	// maxBlock the most one device block asks (tooBig).
+	maxAlloc, maxNVLink, maxBlock int
 	// rank is the job's position in the previous cycle's order (-1: new).
 	rank int32
 }
@@ -101,10 +103,10 @@ type cycle struct {
 	// (see reservationNote); the last one is current.
 	resNotes     []string
 	claimVersion int
-	poolMax      map[string][2]int
+	poolMax      map[string][3]int
 	// lastPool...: poolMax's last answer (most jobs share a pool).
 	lastPool      string
-	lastPoolMax   [2]int
+	lastPoolMax   [3]int
 	lastPoolMaxOK bool
 	// young: preemptible running gangs still within their
 	// impact_min_runtime, earliest preemptible first (built only with
@@ -143,7 +145,7 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 		explain:     !e.opts.noExplain,
 		projectGPUs: map[string]int{},
 		claimed:     map[int]bool{},
-		poolMax:     map[string][2]int{},
+		poolMax:     map[string][3]int{},
 	}
 }
 
@@ -402,8 +404,15 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 		if topo == policy.TopologyUnset {
 			topo = q.job.Spec.Topology
 		}
-		req.Groups = append(req.Groups, placement.Group{Name: g.Name, Count: g.Count, GPUs: g.GPUs, Topology: topo,
-			DistinctHosts: g.DistinctHosts, Constraints: g.Constraints})
+		pg := placement.Group{Name: g.Name, Count: g.Count, GPUs: g.GPUs, Topology: topo,
+			DistinctHosts: g.DistinctHosts, Constraints: g.Constraints}
+		if len(g.Devices) > 0 {
+			pg.Blocks = make([]placement.Block, len(g.Devices))
+			for i, d := range g.Devices {
+				pg.Blocks[i] = placement.BlockOf(d)
+			}
+		}
+		req.Groups = append(req.Groups, pg)
 	}
 	return req
 }
@@ -426,8 +435,9 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Status, exp.Reason = StatusParked, q.parked
 		return
 	}
-	if _, ok := c.e.pending[j.ID]; ok {
+	if p, ok := c.e.pending[j.ID]; ok {
 		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
+		exp.Placement, exp.Warnings = p.groups, p.warnings
 		return
 	}
 	if d, ok := c.e.deferred[j.ID]; ok {
@@ -568,11 +578,11 @@ func (c *cycle) tooBig(q *queued) string {
 	}
 	if !ok {
 		n, isl := c.st.MaxNodeGPUs(q.pool)
-		mx = [2]int{n, isl}
+		mx = [3]int{n, isl, c.st.MaxDeviceGroup(q.pool)}
 		c.poolMax[q.pool] = mx
 	}
 	c.lastPool, c.lastPoolMax, c.lastPoolMaxOK = q.pool, mx, true
-	if q.maxAlloc <= mx[0] && q.maxNVLink <= mx[1] {
+	if q.maxAlloc <= mx[0] && q.maxNVLink <= mx[1] && q.maxBlock <= mx[2] {
 		return "" // the common case, without reading the job's groups
 	}
 	for gi := range q.job.Groups {
@@ -589,6 +599,15 @@ func (c *cycle) tooBig(q *queued) string {
 		}
 		if topo == policy.TopologyNVLink && g.GPUs > mx[1] {
 			return fmt.Sprintf("group %q asks %d NVLink-connected GPUs; the largest NVLink island%s has %d", g.Name, g.GPUs, poolSuffix(q.pool), mx[1])
+		}
+		for _, d := range g.Devices {
+			if d.Count <= mx[2] {
+				continue
+			}
+			if most, by := c.st.MaxBlockGPUs(q.pool, placement.BlockOf(d)); d.Count > most {
+				return fmt.Sprintf("group %q task %q asks %d GPUs in one device block (%q), and no schedulable node%s has a device group of more than %d that it matches (%s%s)",
+					g.Name, d.Task, d.Count, d.Name, poolSuffix(q.pool), most, cluster.DeviceGroupRule, placement.GroupByHint(by))
+			}
 		}
 	}
 	return ""
@@ -617,15 +636,34 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	j := q.job
 	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: q.score, Backfilled: backfilled}
 	pools := map[string]bool{}
+	req := c.request(q, false)
 	for gi, g := range j.Groups {
 		gp := GroupPlacement{Group: g.Name}
 		for _, sl := range res.Groups[gi] {
 			n := c.st.Node(sl.Node)
 			pools[n.Pool] = true
-			gp.Allocs = append(gp.Allocs, AllocPlacement{NodeID: n.ID, GPUs: c.st.GPUIDs(sl)})
+			ap := AllocPlacement{NodeID: n.ID, GPUs: c.st.GPUIDs(sl)}
+			for m := sl.Mask; m != 0; m &= m - 1 {
+				ap.Islands = append(ap.Islands, n.GPUs[bits.TrailingZeros64(m)].Island)
+			}
+			if len(g.Devices) > 0 {
+				split, ok := c.st.SplitBlocks(sl, req.Groups[gi])
+				if !ok {
+					// Place only returns slots its blocks can split;
+					// never pin what a block cannot get.
+					c.e.logger.Error("placement without a device-block split; not admitting", "job", j.ID, "group", g.Name)
+					return
+				}
+				for bi, d := range g.Devices {
+					ap.Blocks = append(ap.Blocks, BlockPlacement{Task: d.Task, Index: d.Index,
+						GPUs: c.st.GPUIDs(placement.Slot{Node: sl.Node, Mask: split[bi]})})
+				}
+			}
+			gp.Allocs = append(gp.Allocs, ap)
 		}
 		adm.Groups = append(adm.Groups, gp)
 	}
+	adm.Warnings = blockWarnings(j)
 	if adm.Pool == "" {
 		if len(pools) == 1 {
 			for p := range pools {
@@ -640,13 +678,48 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	for _, g := range adm.Groups {
 		held = append(held, g.Allocs...)
 	}
-	c.e.pending[j.ID] = pendingAdmission{at: c.now, allocs: held}
+	c.e.pending[j.ID] = pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings}
 	delete(c.e.bindings, j.ID)
 	c.projectGPUs[q.project] += q.gpus
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
+	exp.Placement, exp.Warnings = adm.Groups, adm.Warnings
+	for _, w := range adm.Warnings {
+		c.e.logger.Warn("admitting a task that will not see all its GPUs", "job", j.ID, "warning", w)
+	}
 	if backfilled {
 		exp.Reason = "backfilled ahead of a reservation"
 	}
+}
+
+// ExecDriver is the task driver that gives a task the GPUs of all its
+// device blocks (see device.EnvBlockPrefix).
+const ExecDriver = "impact-exec"
+
+// blockWarnings names the tasks of a job with several GPU device blocks
+// whose driver is not impact-exec: Nomad merges the blocks' visibility
+// variables last-wins, so such a task sees only its last block's GPUs in
+// CUDA_VISIBLE_DEVICES (its device nodes are all mounted).
+func blockWarnings(j *cluster.Job) []string {
+	var out []string
+	for _, g := range j.Groups {
+		blocks := map[string]int{}
+		driver := map[string]string{}
+		var tasks []string
+		for _, d := range g.Devices {
+			if blocks[d.Task] == 0 {
+				tasks = append(tasks, d.Task)
+			}
+			blocks[d.Task]++
+			driver[d.Task] = d.Driver
+		}
+		for _, t := range tasks {
+			if blocks[t] > 1 && driver[t] != ExecDriver {
+				out = append(out, fmt.Sprintf("group %q task %q has %d GPU device blocks and driver %q: Nomad merges their CUDA_VISIBLE_DEVICES last-wins, so the task sees only the last block's GPUs (impact-exec lists them all; or use one device block)",
+					g.Name, t, blocks[t], driver[t]))
+			}
+		}
+	}
+	return out
 }
 
 // tryPreempt looks for victims for a job that does not fit. It first

@@ -140,6 +140,9 @@ type binding struct {
 type pendingAdmission struct {
 	at     time.Time
 	allocs []AllocPlacement
+	// groups and warnings, for the job's explanation meanwhile.
+	groups   []GroupPlacement
+	warnings []string
 }
 
 // Preempting tells the engine of a preemption under way that it did not

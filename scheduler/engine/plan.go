@@ -41,6 +41,9 @@ type Admission struct {
 	// reservation (it ends before the reservation is needed or is
 	// preemptible).
 	Backfilled bool `json:"backfilled,omitempty"`
+	// Warnings: tasks that will not see all their GPUs (blockWarnings);
+	// the adapter logs them.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // GroupPlacement places every allocation of one task group.
@@ -50,9 +53,31 @@ type GroupPlacement struct {
 }
 
 // AllocPlacement is one allocation: a node and the GPU instance IDs it gets.
+//
+// The adapter pins each device block to the union of its Blocks' GPUs
+// over the group's allocations (Nomad applies a device constraint to every
+// allocation of a group alike), so where several allocations of a group
+// share a node, which of them gets which of those GPUs is Nomad's choice;
+// placement keeps such unions exact (every GPU planned is the group's
+// there, and an NVLink ask stays in one island). See package placement.
 type AllocPlacement struct {
 	NodeID string   `json:"node_id"`
 	GPUs   []string `json:"gpus"`
+	// Islands is the NVLink island of each GPU, in GPUs order.
+	Islands []int `json:"islands,omitempty"`
+	// Blocks are the GPUs of each GPU device block of the allocation's
+	// tasks (cluster.TaskGroup.Devices order); empty for groups that do
+	// not list their blocks (simulated jobs).
+	Blocks []BlockPlacement `json:"blocks,omitempty"`
+}
+
+// BlockPlacement is the GPUs one device block gets.
+type BlockPlacement struct {
+	// Task and Index name the block (Index: its position among the
+	// task's device blocks).
+	Task  string   `json:"task"`
+	Index int      `json:"index"`
+	GPUs  []string `json:"gpus"`
 }
 
 // Nodes returns the distinct node IDs of a group placement, in order of
@@ -137,4 +162,11 @@ type Explanation struct {
 	ReservedUntil time.Time `json:"reserved_until,omitzero"`
 	// Victims are the jobs being preempted for it.
 	Victims []string `json:"victims,omitempty"`
+	// Placement is where an admitted job's allocations go, per group, with
+	// the GPU IDs and islands each gets (set while it is admitted and its
+	// allocations are not all in the model yet).
+	Placement []GroupPlacement `json:"placement,omitempty"`
+	// Warnings about an admitted job: a task with several GPU device
+	// blocks whose driver does not give it all of their GPUs.
+	Warnings []string `json:"warnings,omitempty"`
 }

@@ -84,6 +84,9 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 					continue
 				}
 				e.maxAlloc = max(e.maxAlloc, g.GPUs)
+				for _, d := range g.Devices {
+					e.maxBlock = max(e.maxBlock, d.Count)
+				}
 				topo := g.Spec.Topology
 				if topo == policy.TopologyUnset {
 					topo = j.Spec.Topology

@@ -25,6 +25,10 @@ type Group struct {
 	// distinct-hosts group one allocation at a time (preemption) names the
 	// nodes taken so far.
 	Avoid []int
+	// Blocks are the device blocks of one allocation (their counts add up
+	// to GPUs): each gets its GPUs from one device group of the node that
+	// it may use. Empty: one block of GPUs, any group.
+	Blocks []Block
 }
 
 // Request is an all-or-nothing placement of every group of one job.
@@ -154,11 +158,10 @@ func (s *State) placeGroup(ix *index, g Group, labels []string) ([]Slot, bool) {
 		return nil, false
 	}
 	if g.Count == 1 {
-		ord, mask, ok := s.bestFitOne(ix, g)
+		sl, ok := s.bestFitOne(ix, g)
 		if !ok {
 			return nil, false
 		}
-		sl := Slot{Node: ord, Mask: mask}
 		s.Take(sl)
 		return []Slot{sl}, true
 	}
@@ -167,32 +170,51 @@ func (s *State) placeGroup(ix *index, g Group, labels []string) ([]Slot, bool) {
 
 // bestFitOne finds the node whose free GPU count is the smallest that
 // fits (so fragments stay small) and picks GPUs there.
-func (s *State) bestFitOne(ix *index, g Group) (int, uint64, bool) {
+func (s *State) bestFitOne(ix *index, g Group) (Slot, bool) {
 	for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
-		best, bestMask, bestLeft := -1, uint64(0), 1<<30
+		best, bestLeft := Slot{Node: -1}, 1<<30
 		for _, o := range ix.buckets[k] {
 			ord := int(o)
 			if !s.Allowed(ord, g) {
 				continue
 			}
-			mask, left, ok := s.pick(ord, s.nodes[ord].free(), g.GPUs, g.Topology)
+			sl, left, ok := s.pickSlot(ord, s.nodes[ord].free(), &g)
 			if !ok {
 				continue
 			}
 			// Prefer the island left with the fewest free GPUs, then the
 			// lowest node ordinal (deterministic).
-			if left < bestLeft || (left == bestLeft && ord < best) {
-				best, bestMask, bestLeft = ord, mask, left
+			if left < bestLeft || (left == bestLeft && ord < best.Node) {
+				best, bestLeft = sl, left
 			}
-			if left == 0 && best == ord {
+			if left == 0 && best.Node == ord {
 				break
 			}
 		}
-		if best >= 0 {
-			return best, bestMask, true
+		if best.Node >= 0 {
+			return best, true
 		}
 	}
-	return 0, 0, false
+	return Slot{}, false
+}
+
+// pickSlot picks one allocation of the group on a node: the fast path
+// where device groups cannot matter, pickBlocks otherwise.
+func (s *State) pickSlot(ord int, free uint64, g *Group) (Slot, int, bool) {
+	ns := &s.nodes[ord]
+	if ns.trivial(g) {
+		m, left, ok := s.pick(ord, free, g.GPUs, g.Topology)
+		return Slot{Node: ord, Mask: m}, left, ok
+	}
+	m, bl, left, ok := s.pickBlocks(ns, free, g)
+	if !ok {
+		return Slot{}, 0, false
+	}
+	sl := Slot{Node: ord, Mask: m}
+	if len(g.Blocks) > 1 {
+		sl.Blocks = bl
+	}
+	return sl, left, true
 }
 
 // pick chooses n GPUs from a node's free mask honouring topology. It returns
@@ -256,23 +278,10 @@ func lowest(m uint64, n int) uint64 {
 	return out
 }
 
-// capacity is how many allocations of n GPUs fit on a node now.
-func (s *State) capacity(ord, n int, topo policy.Topology) int {
-	ns := &s.nodes[ord]
-	free := ns.free()
-	if topo == policy.TopologyNVLink {
-		c := 0
-		for _, m := range ns.islands {
-			c += bits.OnesCount64(m&free) / n
-		}
-		return c
-	}
-	return bits.OnesCount64(free) / n
-}
-
 type cand struct {
 	ord, cap, free int
-	label          string
+	// scope is the mask the node's allocations go in (scopeFor).
+	scope uint64
 }
 
 // placeGang places a multi-allocation group on the fewest nodes, preferring
@@ -286,12 +295,12 @@ func (s *State) placeGang(ix *index, g Group, labels []string) ([]Slot, bool) {
 			if !s.Allowed(ord, g) {
 				continue
 			}
-			c := s.capacity(ord, g.GPUs, g.Topology)
+			scope, c := s.scopeFor(ord, &g)
 			if g.DistinctHosts {
 				c = min(c, 1)
 			}
 			if c > 0 {
-				cands = append(cands, cand{ord: ord, cap: min(c, g.Count), free: k})
+				cands = append(cands, cand{ord: ord, cap: min(c, g.Count), free: k, scope: scope})
 				total += min(c, g.Count)
 			}
 		}
@@ -320,11 +329,10 @@ func (s *State) placeGang(ix *index, g Group, labels []string) ([]Slot, bool) {
 	var slots []Slot
 	for _, c := range picked {
 		for range c.cap {
-			mask, _, ok := s.pick(c.ord, s.nodes[c.ord].free(), g.GPUs, g.Topology)
+			sl, _, ok := s.pickSlot(c.ord, s.nodes[c.ord].free()&c.scope, &g)
 			if !ok {
 				return nil, false // cannot happen: capacity said it fits
 			}
-			sl := Slot{Node: c.ord, Mask: mask}
 			s.Take(sl)
 			slots = append(slots, sl)
 		}
@@ -498,11 +506,17 @@ func (s *State) rejectNodes(g Group, ix *index, rej Rejections) {
 	if big == 0 {
 		return
 	}
+	if dev := s.rejectDeviceGroups(g, ix, rej); dev > 0 {
+		big -= dev
+		if big == 0 {
+			return
+		}
+	}
 	if g.Topology == policy.TopologyNVLink {
 		noIsland := 0
 		for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
 			for _, o := range ix.buckets[k] {
-				if s.capacity(int(o), g.GPUs, g.Topology) == 0 {
+				if _, c := s.scopeFor(int(o), &g); c == 0 {
 					noIsland++
 				}
 			}
@@ -524,3 +538,31 @@ func (s *State) Pick(ord int, free uint64, n int, topo policy.Topology) (uint64,
 
 // PoolOf returns a node's pool.
 func (s *State) PoolOf(ord int) string { return s.nodes[ord].node.Pool }
+
+// rejectDeviceGroups counts the nodes with enough free GPUs where a device
+// block of the group finds no device group with enough of them free
+// (cluster.DeviceGroupRule), naming the nodes' group_by.
+func (s *State) rejectDeviceGroups(g Group, ix *index, rej Rejections) int {
+	bad := 0
+	for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
+		for _, o := range ix.buckets[k] {
+			ns := &s.nodes[o]
+			if ns.trivial(&g) {
+				continue
+			}
+			for _, b := range g.blocks() {
+				most := 0
+				for _, m := range ns.allowed(b) {
+					most = max(most, bits.OnesCount64(m&ns.free()))
+				}
+				if most < b.Count {
+					rej.add(fmt.Sprintf("device block of %d GPUs: at most %d free in one matching device group (%s%s)",
+						b.Count, most, cluster.DeviceGroupRule, GroupByHint(ns.node.GroupBy)), 1)
+					bad++
+					break
+				}
+			}
+		}
+	}
+	return bad
+}

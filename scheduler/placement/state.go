@@ -14,6 +14,11 @@ import (
 type Slot struct {
 	Node int
 	Mask uint64
+	// Blocks, for a group of several device blocks placed where device
+	// groups matter, is each block's share of Mask (in Group.Blocks
+	// order); nil otherwise (the one block has all of Mask). See
+	// SplitBlocks.
+	Blocks []uint64
 }
 
 // Holder is a running gang (all allocations of one job) holding GPUs.
@@ -41,7 +46,14 @@ type nodeState struct {
 	reserved uint64
 	// islands are the masks of the node's NVLink islands, by island ID.
 	islands []uint64
-	holders []int
+	// groups are the masks of the node's device groups (groupNames, in
+	// name order); spanning: a device group spans several islands. bit
+	// maps an instance ID to its bit. All shared with the nodeStatic.
+	groups     []uint64
+	groupNames []string
+	spanning   bool
+	bit        map[string]uint64
+	holders    []int
 }
 
 func (n *nodeState) free() uint64 { return n.healthy &^ n.used &^ n.reserved }
@@ -168,10 +180,13 @@ func (e *allocEnt) lookupJob(snap *cluster.Snapshot) *cluster.Job {
 }
 
 type nodeStatic struct {
-	healthy uint64
-	islands []uint64
-	ignored int
-	bit     map[string]uint64
+	healthy    uint64
+	islands    []uint64
+	groups     []uint64
+	groupNames []string
+	spanning   bool
+	ignored    int
+	bit        map[string]uint64
 }
 
 // NewCache returns an empty cache.
@@ -200,6 +215,24 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 			ns.islands = slices.Insert(ns.islands, k, 0)
 		}
 		ns.islands[k] |= 1 << gi
+		k = sort.SearchStrings(ns.groupNames, g.Group)
+		if k == len(ns.groupNames) || ns.groupNames[k] != g.Group {
+			ns.groupNames = slices.Insert(ns.groupNames, k, g.Group)
+			ns.groups = slices.Insert(ns.groups, k, 0)
+		}
+		ns.groups[k] |= 1 << gi
+	}
+	for gi, gm := range ns.groups {
+		if ns.groupNames[gi] == "" {
+			continue // no group facts (a simulated node): no union rule
+		}
+		spans := 0
+		for _, im := range ns.islands {
+			if gm&im != 0 {
+				spans++
+			}
+		}
+		ns.spanning = ns.spanning || spans > 1
 	}
 	c.nodes[n] = ns
 	return ns
@@ -291,6 +324,7 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		st := t.statics[i]
 		ns.healthy = st.healthy
 		ns.islands = st.islands
+		ns.groups, ns.groupNames, ns.spanning, ns.bit = st.groups, st.groupNames, st.spanning, st.bit
 		pix := s.pools[n.Pool]
 		if pix == nil {
 			pix = newIndex(len(nodes))

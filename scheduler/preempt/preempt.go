@@ -139,7 +139,7 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 			// One allocation at a time: a distinct-hosts group (or job)
 			// avoids the nodes its earlier allocations took.
 			one := placement.Group{Name: g.Name, Count: 1, GPUs: g.GPUs, Topology: g.Topology, Constraints: g.Constraints,
-				Avoid: slices.Clip(g.Avoid)}
+				Avoid: slices.Clip(g.Avoid), Blocks: g.Blocks}
 			if g.DistinctHosts || req.DistinctHosts {
 				one.Avoid = append(one.Avoid, groupNodes...)
 			}
@@ -202,7 +202,8 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 					if bestOrd >= 0 && (sum > bestCost || (sum == bestCost && k+1 >= bestN)) {
 						break
 					}
-					if m, ok := st.Pick(ord, free, g.GPUs, g.Topology); ok {
+					if sl, ok := st.PickGroup(ord, free, one); ok {
+						m := sl.Mask
 						// Drop victims the pick did not need.
 						set, total := trim(vs[:k+1], m)
 						if bestOrd < 0 || total < bestCost || (total == bestCost && len(set) < bestN) {
@@ -224,7 +225,7 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 				st.Rollback(cp)
 				return nil, placement.Result{}, false
 			}
-			sl := placement.Slot{Node: bestOrd, Mask: bestMask}
+			sl := placement.Slot{Node: bestOrd, Mask: bestMask} // blocks: placement.SplitBlocks
 			st.Take(sl)
 			res.Groups[gi] = append(res.Groups[gi], sl)
 			took(bestOrd)
