@@ -66,6 +66,18 @@
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, IMPACT_GANG_ID,
 // IMPACT_GANG_EPOCH.
 //
+// GPUs: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES list every GPU
+// reserved for the task, over all its device blocks (withAllGPUs). Nomad
+// merges the blocks' reservation env last-wins, which would leave only the
+// last block's GPUs; impact-gpu names each block's GPUs in a variable of
+// its own (IMPACT_GPU_BLOCK_<first UUID>), and the driver sets both
+// visibility variables to their union. Other drivers (exec, docker,
+// raw_exec) do not: a task there with several GPU device blocks sees only
+// the last block's GPUs in those variables (all device nodes are still
+// mounted, and the IMPACT_GPU_BLOCK_* variables are there to read), and
+// the impact scheduler warns when it admits one. With one device block
+// every driver sees all of the task's GPUs.
+//
 // # Processes
 //
 // A task's command runs in its own process group, as the task's user, with

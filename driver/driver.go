@@ -229,7 +229,7 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 	}
 	spec := executor.Spec{
 		Version: executor.SpecVersion, TaskID: tc.GetId(), Command: cfg.Command, Args: cfg.Args,
-		Dir: taskDir, Env: tc.GetEnv(), User: tc.GetUser(),
+		Dir: taskDir, Env: withAllGPUs(tc.GetEnv()), User: tc.GetUser(),
 		StdoutPath: tc.GetStdoutPath(), StderrPath: tc.GetStderrPath(),
 		KillSignal: killSig, KillTimeout: killTimeout, Gang: gs,
 	}

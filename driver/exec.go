@@ -24,7 +24,7 @@ import (
 func (d *Driver) execCommand(h *taskHandle, argv []string) (*exec.Cmd, error) {
 	taskDir, _ := taskDirs(h.cfg)
 	env := make(map[string]string, len(h.cfg.GetEnv())+10)
-	for k, v := range h.cfg.GetEnv() {
+	for k, v := range withAllGPUs(h.cfg.GetEnv()) {
 		env[k] = v
 	}
 	if st, err := h.proc.Status(); err == nil {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,11 +19,6 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
-
-// IslandAffinityWeight marks the device affinity the executor adds to
-// steer Nomad to the NVLink island the plan chose; re-parking removes
-// exactly the affinities with this weight on ${device.attr.island}.
-const IslandAffinityWeight = 87
 
 // ExecutorConfig tunes the executor.
 type ExecutorConfig struct {
@@ -35,9 +32,8 @@ type ExecutorConfig struct {
 	AdmitDeadline time.Duration
 	// PollInterval while waiting for a preempted job's tasks to exit (1s).
 	PollInterval time.Duration
-	// Snapshot, when set, gives the executor the model, to add an island
-	// affinity when the plan put every allocation of a group on one
-	// NVLink island number.
+	// Snapshot, when set, gives the executor the model: Apply waits for
+	// admitted jobs' allocations to show there (PlacementWait).
 	Snapshot func() *cluster.Snapshot
 	// BlockedGrace: an admitted job that Nomad still cannot place this
 	// long after the admission (a blocked evaluation) is rolled back at
@@ -91,9 +87,81 @@ type Executor struct {
 	outcomeCounts map[string]uint64
 	wg            sync.WaitGroup
 
+	// pinMismatches counts nodes where Nomad allocated other GPUs than the
+	// admission pinned (checkPins).
+	pinMismatches atomic.Uint64
+
 	// crashAt, in tests, makes the executor stop dead at a named step, as
 	// if the process had been killed there.
 	crashAt string
+}
+
+// PinMismatches is how many times, since the start, Nomad allocated an
+// admitted job other GPUs on a node than the plan pinned there (metric
+// impact_gpu_pin_mismatch_total).
+func (x *Executor) PinMismatches() uint64 { return x.pinMismatches.Load() }
+
+// checkPins reads back the GPUs Nomad allocated to a fully started
+// admission (each allocation's AllocatedResources, all tasks' devices) and
+// compares them, node by node, with the GPUs the admission pinned: a
+// difference means the model and Nomad disagree about which GPUs are
+// taken, so it is counted and logged naming the job, node and GPUs.
+func (x *Executor) checkPins(ctx context.Context, in *Intent) {
+	if len(in.PinnedGPUs) == 0 {
+		return
+	}
+	ns, id := splitJobKey(in.JobID)
+	as, _, err := x.c.api.Jobs().Allocations(id, false, x.c.qns(ctx, ns))
+	if err != nil {
+		x.log.Debug("cannot read back the GPUs of an admission", "job", in.JobID, "error", err)
+		return
+	}
+	got := map[string][]string{}
+	for _, stub := range as {
+		if stub.DesiredStatus != "run" || terminalStatus(stub.ClientStatus) {
+			continue
+		}
+		a, _, err := x.c.api.Allocations().Info(stub.ID, x.c.qns(ctx, ns))
+		if err != nil {
+			x.log.Debug("cannot read back an allocation's GPUs", "job", in.JobID, "alloc", stub.ID, "error", err)
+			return
+		}
+		if a.AllocatedResources == nil {
+			continue
+		}
+		for _, tr := range a.AllocatedResources.Tasks {
+			if tr == nil {
+				continue
+			}
+			for _, d := range tr.Devices {
+				if d != nil && d.Type == "gpu" {
+					got[a.NodeID] = append(got[a.NodeID], d.DeviceIDs...)
+				}
+			}
+		}
+	}
+	nodes := make([]string, 0, len(in.PinnedGPUs))
+	for n := range in.PinnedGPUs {
+		nodes = append(nodes, n)
+	}
+	for n := range got {
+		if _, ok := in.PinnedGPUs[n]; !ok {
+			nodes = append(nodes, n)
+		}
+	}
+	sort.Strings(nodes)
+	for _, n := range nodes {
+		want := slices.Clone(in.PinnedGPUs[n])
+		have := slices.Clone(got[n])
+		slices.Sort(want)
+		slices.Sort(have)
+		if slices.Equal(want, have) {
+			continue
+		}
+		x.pinMismatches.Add(1)
+		x.log.Warn("Nomad allocated other GPUs than the admission pinned", "job", in.JobID, "node", n,
+			"pinned", strings.Join(want, ","), "allocated", strings.Join(have, ","))
+	}
 }
 
 var errCrashed = errors.New("executor stopped at a test crash point")
@@ -271,7 +339,7 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 	}
 	in := &Intent{
 		Kind: IntentAdmit, JobID: a.JobID, Phase: PhaseDecided, FromIndex: a.ModifyIndex,
-		Pool: a.Pool, Pins: pins, Deadline: x.cfg.Clock().Add(x.cfg.AdmitDeadline), Created: x.cfg.Clock(),
+		Pool: a.Pool, Pins: pins, PinnedGPUs: plannedGPUs(a), Deadline: x.cfg.Clock().Add(x.cfg.AdmitDeadline), Created: x.cfg.Clock(),
 	}
 	if err := x.st.PutIntent(ctx, in); err != nil {
 		return fmt.Errorf("admit %s: record intent: %w", a.JobID, err)
@@ -347,8 +415,28 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 	x.pending[a.JobID] = in
 	x.outcomes.del(a.JobID)
 	x.mu.Unlock()
-	x.log.Info("admitted", "job", a.JobID, "pool", pool, "pins", pins, "modify_index", resp.JobModifyIndex)
+	x.log.Info("admitted", "job", a.JobID, "pool", pool, "pins", pins, "gpus", in.PinnedGPUs, "modify_index", resp.JobModifyIndex)
+	for _, w := range a.Warnings {
+		x.log.Warn("admitted a task that will not see all its GPUs", "job", a.JobID, "warning", w)
+	}
 	return nil
+}
+
+// plannedGPUs is the plan's GPUs of an admission by node (each group's
+// union there, all groups together), as the intent records them for the
+// read-back (checkPins).
+func plannedGPUs(a engine.Admission) map[string][]string {
+	out := map[string][]string{}
+	for _, g := range a.Groups {
+		for _, ap := range g.Allocs {
+			out[ap.NodeID] = append(out[ap.NodeID], ap.GPUs...)
+		}
+	}
+	for n, ids := range out {
+		slices.Sort(ids)
+		out[n] = slices.Compact(ids)
+	}
+	return out
 }
 
 // awaitPlacement waits, PlacementWait at most in all, until the model
@@ -384,18 +472,16 @@ func (x *Executor) awaitPlacement(ctx context.Context, admitted []engine.Admissi
 
 // pinJob rewrites a job for admission: target pool, a set_contains_any
 // pin per placed group (distinct_hosts when each allocation has a node of
-// its own), and an island affinity when the plan chose one island number
-// for every allocation of the group.
+// its own), and in each GPU device block of the group's tasks a pin of the
+// exact GPUs the plan gave that block (ownDevicePin): the union over the
+// group's allocations, since Nomad applies a device constraint to every
+// allocation of the group alike (placement keeps that union exact).
 func (x *Executor) pinJob(job *api.Job, a engine.Admission, pool string) error {
 	job.NodePool = &pool
 	byName := map[string]*api.TaskGroup{}
 	for _, tg := range job.TaskGroups {
 		byName[deref(tg.Name)] = tg
-		tg.Constraints = withoutPins(tg.Constraints)
-	}
-	var snap *cluster.Snapshot
-	if x.cfg.Snapshot != nil {
-		snap = x.cfg.Snapshot()
+		unpinGroup(tg)
 	}
 	for _, g := range a.Groups {
 		tg := byName[g.Group]
@@ -410,51 +496,81 @@ func (x *Executor) pinJob(job *api.Job, a engine.Admission, pool string) error {
 		if len(nodes) > 1 && len(nodes) == len(g.Allocs) {
 			tg.Constraints = append(tg.Constraints, ownDistinctHosts())
 		}
-		if island, ok := commonIsland(snap, g); ok {
-			w := int8(IslandAffinityWeight)
-			for _, t := range tg.Tasks {
-				if t.Resources == nil {
-					continue
-				}
-				for _, d := range t.Resources.Devices {
-					if isGPURequest(d.Name) {
-						d.Affinities = append(withoutIslandAffinity(d.Affinities), &api.Affinity{
-							LTarget: "${device.attr.island}", RTarget: fmt.Sprint(island), Operand: "=", Weight: &w,
-						})
-					}
-				}
-			}
+		if err := pinDevices(tg, g); err != nil {
+			return fmt.Errorf("group %q: %w", g.Group, err)
 		}
 	}
 	return nil
 }
 
-// commonIsland returns the island number shared by every GPU the plan
-// gives the group, when the model knows it.
-func commonIsland(snap *cluster.Snapshot, g engine.GroupPlacement) (int, bool) {
-	if snap == nil {
-		return 0, false
+// pinDevices adds to each GPU device block of the group's tasks the pin of
+// its planned GPUs. A plan without per-block GPUs (an older plan, or a
+// group the model saw without its blocks) pins a group of exactly one GPU
+// block to all of the allocations' GPUs; with several blocks and no split
+// it pins none (Nomad then chooses the GPUs, on the pinned nodes).
+func pinDevices(tg *api.TaskGroup, g engine.GroupPlacement) error {
+	type key struct {
+		task  string
+		index int
 	}
-	island, found := -1, false
+	blocks := map[key][]string{}
+	split := false
+	var all []string
 	for _, ap := range g.Allocs {
-		n, ok := snap.Node(ap.NodeID)
-		if !ok {
-			return 0, false
-		}
-		for _, id := range ap.GPUs {
-			var gi = -1
-			for _, gpu := range n.GPUs {
-				if gpu.ID == id {
-					gi = gpu.Island
-				}
-			}
-			if gi < 0 || gi >= 1000 || (found && gi != island) {
-				return 0, false
-			}
-			island, found = gi, true
+		all = append(all, ap.GPUs...)
+		for _, b := range ap.Blocks {
+			split = true
+			k := key{b.Task, b.Index}
+			blocks[k] = append(blocks[k], b.GPUs...)
 		}
 	}
-	return island, found
+	var gpuBlocks []*api.RequestedDevice
+	var keys []key
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		for bi, d := range t.Resources.Devices {
+			if isGPURequest(d.Name) {
+				gpuBlocks = append(gpuBlocks, d)
+				keys = append(keys, key{t.Name, bi})
+			}
+		}
+	}
+	if !split {
+		if len(gpuBlocks) != 1 || len(all) == 0 {
+			return nil
+		}
+		blocks[keys[0]] = all
+	}
+	for i, d := range gpuBlocks {
+		ids := blocks[keys[i]]
+		if len(ids) == 0 {
+			if split {
+				return fmt.Errorf("the plan gives no GPUs to device block %d (%s) of task %q", keys[i].index, d.Name, keys[i].task)
+			}
+			continue
+		}
+		slices.Sort(ids)
+		d.Constraints = append(d.Constraints, ownDevicePin(slices.Compact(ids)))
+	}
+	return nil
+}
+
+// ownDevicePin is the constraint an admission adds inside a device block:
+// the instance IDs as its LTarget and ${device.ids} as its RTarget. Nomad
+// reads a ${device.ids} constraint from either side alike (the device
+// group must hold one of the IDs; each instance given must be one of
+// them), so it allocates exactly those instances; the mirrored form is
+// how unpinning tells it from a ${device.ids} constraint the user wrote,
+// which has the attribute on the left (as Nomad's docs write it).
+func ownDevicePin(ids []string) *api.Constraint {
+	return &api.Constraint{LTarget: strings.Join(ids, ","), Operand: "set_contains_any", RTarget: DeviceIDsTarget}
+}
+
+// isOwnDevicePin reports whether a device constraint is ownDevicePin's.
+func isOwnDevicePin(l, op, r string) bool {
+	return op == "set_contains_any" && r == DeviceIDsTarget && l != "" && !strings.HasPrefix(l, "${")
 }
 
 // ownDistinctHosts is the distinct_hosts constraint an admission adds. It
@@ -479,15 +595,32 @@ func withoutPins(cs []*api.Constraint) []*api.Constraint {
 	return out
 }
 
-func withoutIslandAffinity(as []*api.Affinity) []*api.Affinity {
-	out := as[:0:0]
-	for _, a := range as {
-		if a.LTarget == "${device.attr.island}" && a.Weight != nil && *a.Weight == IslandAffinityWeight {
+func withoutDevicePins(cs []*api.Constraint) []*api.Constraint {
+	out := cs[:0:0]
+	for _, c := range cs {
+		if isOwnDevicePin(c.LTarget, c.Operand, c.RTarget) {
 			continue
 		}
-		out = append(out, a)
+		out = append(out, c)
 	}
 	return out
+}
+
+// unpinGroup removes from a task group what an admission added: the node
+// pin, our distinct_hosts and the device pins; the user's own constraints
+// stay.
+func unpinGroup(tg *api.TaskGroup) {
+	tg.Constraints = withoutPins(tg.Constraints)
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		for _, d := range t.Resources.Devices {
+			if len(d.Constraints) > 0 {
+				d.Constraints = withoutDevicePins(d.Constraints)
+			}
+		}
+	}
 }
 
 // unpin turns an admitted job back into a parked one.
@@ -495,15 +628,7 @@ func (x *Executor) unpin(job *api.Job) {
 	pool := x.cfg.ParkingPool
 	job.NodePool = &pool
 	for _, tg := range job.TaskGroups {
-		tg.Constraints = withoutPins(tg.Constraints)
-		for _, t := range tg.Tasks {
-			if t.Resources == nil {
-				continue
-			}
-			for _, d := range t.Resources.Devices {
-				d.Affinities = withoutIslandAffinity(d.Affinities)
-			}
-		}
+		unpinGroup(tg)
 	}
 }
 
@@ -883,6 +1008,7 @@ func (x *Executor) CheckDeadlines(ctx context.Context) []string {
 		}
 		switch {
 		case done:
+			x.checkPins(ctx, in)
 			if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
 				x.log.Warn("cannot delete a finished admission intent", "job", in.JobID, "error", err)
 				continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -121,6 +122,16 @@ func TestAdmitPinsGangToPlannedNodesAndIsland(t *testing.T) {
 		if len(devs) != 1 || !strings.Contains(devs[0].Name, "island 1") {
 			t.Errorf("alloc on %s got %+v, want the planned island 1", a.NodeID, devs)
 		}
+		// Exactly the planned GPUs (the device pin), not just the island.
+		var want []string
+		for _, ap := range admission(t, s, "gang").Groups[0].Allocs {
+			if ap.NodeID == a.NodeID {
+				want = ap.GPUs
+			}
+		}
+		if got := slices.Sorted(slices.Values(devs[0].DeviceIDs)); !slices.Equal(got, want) {
+			t.Errorf("alloc on %s got GPUs %v, want the planned %v", a.NodeID, got, want)
+		}
 	}
 	if len(allocs) != 2 || !nodes["node-0"] || !nodes["node-1"] {
 		t.Errorf("allocations on %v, want node-0 and node-1", nodes)
@@ -133,6 +144,15 @@ func TestAdmitPinsGangToPlannedNodesAndIsland(t *testing.T) {
 	}
 	if in, _ := x.st.Intent(context.Background(), cluster.JobKey("default", "gang")); in != nil {
 		t.Errorf("intent kept after the gang started: %+v", in)
+	}
+	if n := x.PinMismatches(); n != 0 {
+		t.Errorf("%d pin mismatches reading back what Nomad allocated, want 0", n)
+	}
+	// A read-back that disagrees with the pins is counted, per node.
+	x.checkPins(context.Background(), &Intent{JobID: cluster.JobKey("default", "gang"),
+		PinnedGPUs: map[string][]string{"node-0": {"not-this-gpu"}}})
+	if n := x.PinMismatches(); n != 2 {
+		t.Errorf("%d pin mismatches after a wrong read-back (node-0 differs, node-1 unplanned), want 2", n)
 	}
 	// The model now shows the job running with its gang.
 	e.waitFor("running gang", func(s *cluster.Snapshot) bool {

@@ -3,6 +3,7 @@ package nomad
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,10 @@ import (
 
 // PinTarget is the constraint attribute an admission pins task groups on.
 const PinTarget = "${node.unique.id}"
+
+// DeviceIDsTarget is the device attribute an admission pins device blocks
+// on: Nomad's list of a device group's instance IDs.
+const DeviceIDsTarget = "${device.ids}"
 
 // mirror is the watcher's copy of the Nomad objects it cares about, keyed
 // like the model (jobs and allocations by cluster.JobKey / alloc ID). Each
@@ -299,7 +304,7 @@ func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster
 			if t.Resources == nil {
 				continue
 			}
-			for _, d := range t.Resources.Devices {
+			for bi, d := range t.Resources.Devices {
 				if !isGPURequest(d.Name) {
 					continue
 				}
@@ -308,6 +313,8 @@ func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster
 					n = int(*d.Count)
 				}
 				tg.GPUs += n
+				tg.Devices = append(tg.Devices, cluster.DeviceAsk{Task: t.Name, Index: bi, Name: d.Name, Count: n,
+					IDs: userDeviceIDs(d.Constraints), Driver: t.Driver})
 			}
 		}
 		if cj.SpecErr == nil {
@@ -324,6 +331,58 @@ func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster
 		cj.Groups = append(cj.Groups, tg)
 	}
 	return cj
+}
+
+// userDeviceIDs returns the instance IDs a device block's own
+// constraints allow, from ${device.ids} set_contains_any (either side), or
+// nil when the block has none. The admission's own pin (ownDevicePin) is
+// left out: it is the scheduler's choice, not the user's. Several such
+// constraints intersect.
+func userDeviceIDs(cs []wireConstraint) []string {
+	var out []string
+	found := false
+	for _, c := range cs {
+		if c.Operand != "set_contains_any" || isOwnDevicePin(c.LTarget, c.Operand, c.RTarget) {
+			continue
+		}
+		var list string
+		switch {
+		case c.LTarget == DeviceIDsTarget && !strings.Contains(c.RTarget, "${"):
+			list = c.RTarget
+		case c.RTarget == DeviceIDsTarget && !strings.Contains(c.LTarget, "${"):
+			list = c.LTarget
+		default:
+			continue
+		}
+		ids := splitIDs(list)
+		if !found {
+			out, found = ids, true
+			continue
+		}
+		var keep []string
+		for _, id := range out {
+			if slices.Contains(ids, id) {
+				keep = append(keep, id)
+			}
+		}
+		out = keep
+	}
+	if found && out == nil {
+		out = []string{} // nothing allowed: the block fits nowhere
+	}
+	return out
+}
+
+// splitIDs splits a comma-separated ID list as Nomad's set operators do
+// (elements trimmed).
+func splitIDs(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // constraintTargets are the node facts the model keeps for constraints
@@ -438,6 +497,11 @@ func translateNode(n *wireNode) (*cluster.Node, error) {
 		groups = append(groups, dg)
 		groupIndex[g.Name] = i
 	}
+	for _, g := range groups {
+		if a, ok := g.Attributes[topology.AttrGroupBy]; ok && a.String != nil && g.Vendor == "nvidia" && g.Type == "gpu" {
+			cn.GroupBy = *a.String
+		}
+	}
 	tn, err := topology.FromAttributes(groups)
 	if err != nil {
 		return cn, fmt.Errorf("node %s (%s): GPU topology: %w", n.Name, n.ID, err)
@@ -447,7 +511,7 @@ func translateNode(n *wireNode) (*cluster.Node, error) {
 		if len(cn.GPUs) >= cluster.MaxGPUsPerNode {
 			break
 		}
-		cg := cluster.GPU{ID: g.ID, Model: g.Model, Healthy: g.Healthy}
+		cg := cluster.GPU{ID: g.ID, Model: g.Model, Healthy: g.Healthy, Group: g.Group}
 		if g.Known {
 			cg.Index, cg.Island, cg.NUMA = g.Index, g.Island, g.NUMA
 		} else {

@@ -38,7 +38,7 @@ var batchKeep = keep{
 				"ModifyIndex": nil, "JobModifyIndex": nil, "Meta": nil, "Constraints": nil,
 				"TaskGroups": keep{
 					"Name": nil, "Count": nil, "Meta": nil, "Constraints": nil,
-					"Tasks": keep{"Name": nil, "Constraints": nil, "Resources": keep{"Devices": nil}},
+					"Tasks": keep{"Name": nil, "Driver": nil, "Constraints": nil, "Resources": keep{"Devices": nil}},
 				},
 			},
 			"Allocation": keep{

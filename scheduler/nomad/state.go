@@ -218,6 +218,9 @@ type Intent struct {
 	Pool     string              `json:"pool,omitempty"`
 	Pins     map[string][]string `json:"pins,omitempty"`
 	Deadline time.Time           `json:"deadline,omitzero"`
+	// PinnedGPUs: the GPU IDs pinned per node (all groups), which the
+	// read-back compares with what Nomad allocated.
+	PinnedGPUs map[string][]string `json:"pinned_gpus,omitempty"`
 	// Preemption: the victim's allocations, signal, grace, when the signal
 	// went out, for whom and why.
 	Allocs      []string      `json:"allocs,omitempty"`

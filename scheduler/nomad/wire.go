@@ -70,11 +70,13 @@ type wireConstraint struct {
 
 type wireTask struct {
 	Name        string
+	Driver      string
 	Constraints []wireConstraint
 	Resources   *struct {
 		Devices []struct {
-			Name  string
-			Count *uint64
+			Name        string
+			Count       *uint64
+			Constraints []wireConstraint
 		}
 	}
 }

@@ -278,7 +278,7 @@ func (s *Server) fitNode(job *api.Job, tg *api.TaskGroup, n *api.Node, planned [
 					}
 					var free []string
 					for _, inst := range g.Instances {
-						if inst.Healthy && !usedDev[inst.ID] {
+						if inst.Healthy && !usedDev[inst.ID] && instanceIDOK(req.Constraints, inst.ID, g) {
 							free = append(free, inst.ID)
 						}
 					}
@@ -365,6 +365,31 @@ func deviceConstraintsOK(cons []*api.Constraint, g *api.NodeDeviceResource) bool
 	return true
 }
 
+// instanceIDOK applies a request's ${device.ids} constraints to one
+// instance, as Nomad does after the group-level check: the side that is
+// not ${device.ids} is resolved on the group (a literal list, normally)
+// and compared with the instance's ID alone, so a set_contains_any list
+// of IDs admits exactly those instances. Either side may hold the
+// attribute.
+func instanceIDOK(cons []*api.Constraint, id string, g *api.NodeDeviceResource) bool {
+	for _, c := range cons {
+		var other string
+		switch {
+		case c.LTarget == "${device.ids}":
+			other = c.RTarget
+		case c.RTarget == "${device.ids}":
+			other = c.LTarget
+		default:
+			continue
+		}
+		target, ok := deviceTarget(other, g)
+		if !deviceCheck(c.Operand, target, ok, typed{kind: "string", s: id}, true) {
+			return false
+		}
+	}
+	return true
+}
+
 // typed is an attribute value with its kind, compared as Nomad does: a
 // literal is parsed as int, then float, then bool, then string, and values
 // of different kinds never compare equal.
@@ -408,6 +433,12 @@ func deviceTarget(target string, g *api.NodeDeviceResource) (typed, bool) {
 	}
 	t := target[2 : len(target)-1]
 	switch {
+	case t == "device.ids":
+		ids := make([]string, len(g.Instances))
+		for i, inst := range g.Instances {
+			ids[i] = inst.ID
+		}
+		return typed{kind: "string", s: strings.Join(ids, ",")}, true
 	case t == "device.model":
 		return typed{kind: "string", s: g.Name}, true
 	case t == "device.vendor":
@@ -460,6 +491,22 @@ func deviceCheck(op string, l typed, lok bool, r typed, rok bool) bool {
 	case "regexp":
 		re, err := regexp.Compile(r.s)
 		return l.kind == "string" && err == nil && re.MatchString(l.s)
+	case "set_contains_any":
+		// Nomad compares the two sides as comma-separated sets of
+		// strings: true when any element of the right is in the left.
+		if l.kind != "string" {
+			return false
+		}
+		in := map[string]bool{}
+		for _, e := range strings.Split(l.s, ",") {
+			in[strings.TrimSpace(e)] = true
+		}
+		for _, e := range strings.Split(r.s, ",") {
+			if in[strings.TrimSpace(e)] {
+				return true
+			}
+		}
+		return false
 	}
 	return false
 }
