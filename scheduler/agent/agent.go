@@ -137,9 +137,12 @@ type leadershipChange struct {
 // jobHistory is the agent's memory of its last action on a job, so that a
 // running job's explanation still says where it was placed and when.
 type jobHistory struct {
-	Decision    string
-	At          time.Time
-	Nodes       map[string][]string
+	Decision string
+	At       time.Time
+	Nodes    map[string][]string
+	// Placement and Warnings of the admission (explain).
+	Placement   []engine.GroupPlacement
+	Warnings    []string
 	PreemptedBy string
 	Reason      string
 	// Score is the score a job was admitted with, shown while it runs.
@@ -833,7 +836,7 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 		for _, g := range adm.Groups {
 			nodes[g.Group] = g.Nodes()
 		}
-		a.history[adm.JobID] = jobHistory{Decision: "admit", At: now, Nodes: nodes, Score: adm.Score}
+		a.history[adm.JobID] = jobHistory{Decision: "admit", At: now, Nodes: nodes, Score: adm.Score, Placement: adm.Groups, Warnings: adm.Warnings}
 		a.admissions[adm.JobID] = now
 		tier := ""
 		waited := time.Duration(0)
@@ -858,6 +861,7 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 	for range rep.RolledBack {
 		a.opts.Metrics.RecordRollback()
 	}
+	a.opts.Metrics.RecordPinMismatches(rep.PinMismatches)
 	for id, err := range rep.Failed {
 		a.cycleLog.Error("action failed", "job", id, "error", err)
 		a.opts.Metrics.RecordActionError("apply")

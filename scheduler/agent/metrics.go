@@ -48,6 +48,7 @@ var (
 	mStatsErrors     = []string{"gpu", "stats_errors_total"}
 	mOutcomes        = []string{"preemption", "outcomes_total"}
 	mGangRequeues    = []string{"gangs", "requeued_total"}
+	mPinMismatches   = []string{"gpu", "pin_mismatch_total"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -113,6 +114,7 @@ func NewMetrics() (*Metrics, error) {
 			counter(mOutcomes, "Finished preemptions by how the victim ended: completed (every task exited 0: done, not requeued), requeued (exited with its requeue code), stopped (still running at the end of its grace)."),
 			counter(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace."),
 			counter(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
+			counter(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
 		},
 		SummaryDefinitions: []metricsprom.SummaryDefinition{
 			summary(mDecisionLatency, "Time engine.Decide took, milliseconds."),
@@ -222,6 +224,14 @@ func (m *Metrics) RecordPreemptionOutcome(outcome string) {
 
 // RecordGangRequeue counts a broken gang requeued whole.
 func (m *Metrics) RecordGangRequeue() { m.m.IncrCounter(mGangRequeues, 1) }
+
+// RecordPinMismatches counts nodes where Nomad allocated other GPUs than
+// an admission pinned.
+func (m *Metrics) RecordPinMismatches(n int) {
+	if n > 0 {
+		m.m.IncrCounter(mPinMismatches, float32(n))
+	}
+}
 
 // RecordRollback counts an admission rolled back.
 func (m *Metrics) RecordRollback() { m.m.IncrCounter(mRollbacks, 1) }

@@ -93,6 +93,9 @@ type ApplyReport struct {
 	Skipped map[string]string
 	// Failed maps job IDs to errors.
 	Failed map[string]error
+	// PinMismatches counts the nodes, since the last report, where Nomad
+	// allocated other GPUs than an admission pinned.
+	PinMismatches int
 }
 
 // Explainer persists a job's explanation: the Variable

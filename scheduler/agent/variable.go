@@ -60,12 +60,34 @@ func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 		}
 		items["nodes"] = strings.Join(parts, "; ")
 	}
+	if len(e.Placement) > 0 {
+		items["placement"] = placementItem(e.Placement)
+	}
+	items["warnings"] = strings.Join(e.Warnings, "; ")
 	for k, v := range items {
 		if v == "" {
 			delete(items, k)
 		}
 	}
 	return items
+}
+
+// placementItem renders the planned allocations, one per line:
+// "<group> on <node>: <gpu> (island <n>), ...", the GPU IDs the admission
+// pinned with their NVLink islands.
+func placementItem(ps []agentapi.PlacedAlloc) string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		parts := make([]string, len(p.GPUs))
+		for k, id := range p.GPUs {
+			parts[k] = id
+			if k < len(p.Islands) {
+				parts[k] += " (island " + strconv.Itoa(p.Islands[k]) + ")"
+			}
+		}
+		lines[i] = p.Group + " on " + p.Node + ": " + strings.Join(parts, ", ")
+	}
+	return strings.Join(lines, "\n")
 }
 
 // roundPoints writes a score to whole points ("-0" as "0").

@@ -44,6 +44,20 @@ func TestVariableItems(t *testing.T) {
 	if got["nodes"] != "ps: n3; workers: n2,n1" || got["position"] != "" || got["page"] != "" {
 		t.Errorf("running items = %v", got)
 	}
+	// The planned GPUs of each allocation, with their islands, and the
+	// warnings of the admission.
+	e.Placement = []agentapi.PlacedAlloc{
+		{Group: "workers", Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Islands: []int{0, 1}},
+		{Group: "workers", Node: "n2", GPUs: []string{"GPU-c"}, Islands: []int{1}},
+	}
+	e.Warnings = []string{"w1", "w2"}
+	got = VariableItems(e, "")
+	if want := "workers on n1: GPU-a (island 0), GPU-b (island 1)\nworkers on n2: GPU-c (island 1)"; got["placement"] != want {
+		t.Errorf("placement item %q, want %q", got["placement"], want)
+	}
+	if got["warnings"] != "w1; w2" {
+		t.Errorf("warnings item %q", got["warnings"])
+	}
 }
 
 // What grows every cycle (the wait, the decision time) or moves by less

@@ -157,6 +157,7 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 		if h.Decision == DecisionAdmit {
 			e.Since = h.At
 			e.Nodes = h.Nodes
+			e.Placement, e.Warnings = placedAllocs(h.Placement), h.Warnings
 			if ex == nil {
 				e.Score = h.Score.Total
 				e.Terms = scoreTerms(h.Score)
@@ -187,6 +188,9 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 		}
 		if h.Decision == DecisionAdmit {
 			e.Nodes = h.Nodes
+			e.Placement, e.Warnings = placedAllocs(h.Placement), h.Warnings
+		} else if ex != nil {
+			e.Placement, e.Warnings = placedAllocs(ex.Placement), ex.Warnings
 		}
 	case j.SpecErr != nil || len(e.Errors) > 0 || (ex != nil && ex.Status == engine.StatusParked):
 		e.State = agentapi.StateInvalid
@@ -252,4 +256,18 @@ func metaErrors(err error) []string {
 		return out
 	}
 	return []string{err.Error()}
+}
+// placedAllocs lists a plan's allocations for explain, group by group.
+func placedAllocs(groups []engine.GroupPlacement) []agentapi.PlacedAlloc {
+	var out []agentapi.PlacedAlloc
+	for _, g := range groups {
+		for _, ap := range g.Allocs {
+			pa := agentapi.PlacedAlloc{Group: g.Group, Node: ap.NodeID, GPUs: ap.GPUs, Islands: ap.Islands}
+			for _, b := range ap.Blocks {
+				pa.Blocks = append(pa.Blocks, agentapi.PlacedBlock{Task: b.Task, Index: b.Index, GPUs: b.GPUs})
+			}
+			out = append(out, pa)
+		}
+	}
+	return out
 }

@@ -229,7 +229,11 @@ func watcherStatus(ready <-chan struct{}, st nomad.WatcherStats, now time.Time) 
 // executorAdapter adapts nomad.Executor to Executor, Recoverer and Waiter.
 // Each Apply first checks the deadlines of earlier admissions, so a gang
 // that did not fully start is rolled back within one cycle of its deadline.
-type executorAdapter struct{ x *nomad.Executor }
+type executorAdapter struct {
+	x *nomad.Executor
+	// mismatches is the executor's PinMismatches at the last report.
+	mismatches uint64
+}
 
 func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snapshot) (ApplyReport, error) {
 	rolled := e.x.CheckDeadlines(ctx)
@@ -240,6 +244,10 @@ func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *clust
 		RolledBack: rolled,
 		Skipped:    map[string]string{},
 		Failed:     res.Failed,
+	}
+	if n := e.x.PinMismatches(); n > e.mismatches {
+		rep.PinMismatches = int(n - e.mismatches)
+		e.mismatches = n
 	}
 	for _, id := range res.Conflicts {
 		rep.Skipped[id] = "the job changed since the plan was decided (EnforceIndex conflict); re-deciding"

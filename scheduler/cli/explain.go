@@ -19,10 +19,12 @@ const explainHelp = `Usage: impact explain [options] JOB
   Explains what the impact scheduler decided about one job and why: its
   place in the queue, its impact score and the terms it is made of, the
   reason it waits, in one sentence and then in full (or where it was
-  placed, or what preempted it), any problem with its impact_* meta, and
-  the changes of its state the agent saw. Reads GET /v1/explain/JOB of an
-  impact agent; the same is on the agent's page /ui/job/NAMESPACE/JOB and
-  (numbers rounded) in the Nomad Variable nomad/jobs/JOB/impact.
+  placed: nodes, and the GPU IDs pinned to each allocation with their
+  NVLink islands; or what preempted it), any problem with its impact_*
+  meta, and the changes of its state the agent saw. Reads GET
+  /v1/explain/JOB of an impact agent; the same is on the agent's page
+  /ui/job/NAMESPACE/JOB and (numbers rounded) in the Nomad Variable
+  nomad/jobs/JOB/impact.
 
 Options:
 
@@ -117,6 +119,20 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 			row(k, g+": "+strings.Join(e.Nodes[g], ", "))
 		}
 	}
+	for i, p := range e.Placement {
+		k := ""
+		if i == 0 {
+			k = "Pinned"
+		}
+		row(k, fmt.Sprintf("%s on %s: %s", p.Group, p.Node, gpuList(p.GPUs, p.Islands)))
+	}
+	for i, w := range e.Warnings {
+		k := ""
+		if i == 0 {
+			k = "Warning"
+		}
+		row(k, w)
+	}
 	role := "leader"
 	if !e.Leader {
 		role = "standby"
@@ -149,4 +165,20 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 		}
 		tw.Flush()
 	}
+}
+
+// gpuList renders GPU IDs with their islands: "GPU-a, GPU-b (island 0),
+// GPU-c (island 1)", each island named once, after its last GPU.
+func gpuList(ids []string, islands []int) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(id)
+		if i < len(islands) && (i+1 == len(ids) || i+1 >= len(islands) || islands[i+1] != islands[i]) {
+			fmt.Fprintf(&b, " (island %d)", islands[i])
+		}
+	}
+	return b.String()
 }

@@ -47,7 +47,10 @@ func testAgent(t *testing.T) string {
 			"default/train-a": {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait",
 				History: []agentapi.Event{{At: now.Add(-750 * time.Second), State: "waiting", Decision: "wait", Summary: "Waiting for 8 free GPUs (first in line)."}}},
 			"research/bad-meta": {Entry: bad, GeneratedAt: now, Leader: true, Decision: "none"},
-			"default/eval":      {Entry: run, GeneratedAt: now, Leader: false, Decision: "admit", Nodes: map[string][]string{"w": {"node-1", "node-2"}}},
+			"default/eval": {Entry: run, GeneratedAt: now, Leader: false, Decision: "admit", Nodes: map[string][]string{"w": {"node-1", "node-2"}},
+				Placement: []agentapi.PlacedAlloc{{Group: "w", Node: "node-1", GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}, Islands: []int{0, 0, 1},
+					Blocks: []agentapi.PlacedBlock{{Task: "t", Index: 0, GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}}}}},
+				Warnings: []string{"group \"w\" task \"t\" has 2 GPU device blocks"}},
 		},
 	}
 	srv := httptest.NewServer(agent.NewHandler(v, agent.HandlerOptions{}, hclog.NewNullLogger()))
@@ -163,6 +166,14 @@ func TestExplainTable(t *testing.T) {
 	code, out, _ = run(explainCmd(noEnv), "-address", addr, "eval")
 	if code != 0 || !strings.Contains(out, "Placement  w: node-1, node-2") || !strings.Contains(out, "by the standby") {
 		t.Errorf("placement explanation: %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "Pinned     w on node-1: GPU-a, GPU-b (island 0), GPU-c (island 1)") || !strings.Contains(out, `Warning    group "w" task "t" has 2 GPU device blocks`) {
+		t.Errorf("explanation lacks the planned GPUs and islands, or the warning:\n%s", out)
+	}
+	code, out, _ = run(explainCmd(noEnv), "-json", "-address", addr, "eval")
+	var e agentapi.Explanation
+	if err := json.Unmarshal([]byte(out), &e); code != 0 || err != nil || len(e.Placement) != 1 || e.Placement[0].Islands[2] != 1 || e.Placement[0].Blocks[0].Task != "t" {
+		t.Errorf("json placement: %d %v %+v", code, err, e.Placement)
 	}
 }
 

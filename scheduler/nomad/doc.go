@@ -53,10 +53,50 @@
 // executor's rewrite on admission: NodePool = plan pool, else meta
 // impact_pool, else DefaultPool; per placed group a constraint
 // ${node.unique.id} set_contains_any <nodes>, distinct_hosts when every
-// allocation has a node of its own, and a device affinity on
-// ${device.attr.island} (weight IslandAffinityWeight) when the plan put
-// all of the group's GPUs on one island number. Parking removes exactly
-// these.
+// allocation has a node of its own, and inside each GPU device block of
+// the group's tasks a constraint pinning the exact GPUs the plan gave that
+// block: LTarget the comma-separated instance IDs, Operand
+// set_contains_any, RTarget ${device.ids} (ownDevicePin). Nomad evaluates
+// a ${device.ids} constraint the same from either side (the device group
+// must hold one of the IDs, and each instance it gives must be one), so
+// it allocates exactly those instances; the mirrored form (users write
+// ${device.ids} on the left) is what lets parking remove exactly the
+// admission's constraints and keep the user's own, including their own
+// ${device.ids} constraints (which the model honours: the block may only
+// get those instances). Parking removes exactly these.
+//
+// # GPU pins: the hard cases
+//
+//   - Several allocations of one group on one node: a device constraint
+//     applies to every allocation of the group alike, so each block is
+//     pinned to the union of its GPUs over the group's allocations (IDs are
+//     unique across nodes, so one list serves all nodes). Nomad then
+//     splits that union among the allocations as it likes; the total is
+//     exact. Placement keeps it exact for NVLink asks too: a group asking
+//     impact_topology = "nvlink" whose allocations share a node where a
+//     device group spans islands (group_by "model") puts them in one
+//     island there, so any split stays NVLink-connected.
+//   - Several device blocks in one task (or several tasks with GPUs):
+//     each block gets its own disjoint GPUs, each from one device group it
+//     matches; the plan's AllocPlacement.Blocks names them. impact-exec
+//     shows the task all of them; other drivers only the last block's in
+//     CUDA_VISIBLE_DEVICES (the engine warns, in the explanation and the
+//     log).
+//   - MIG instances are instances of their own device groups ("<model>
+//     MIG <profile>"); a block gets whole GPUs or instances of one
+//     profile, never a mix, and is pinned by MIG UUID like any instance.
+//   - A job's own device constraints and affinities stay. Its
+//     ${device.ids} set_contains_any lists are honoured by the model;
+//     other device constraints (attributes, model) are not read: a plan
+//     breaking one fails in Nomad and is rolled back with Nomad's reason,
+//     as for node constraints the model does not read. Affinities only
+//     score among what the pins allow.
+//
+// Once an admission's allocations all run, the executor reads back the
+// GPUs Nomad allocated (each allocation's AllocatedResources) and
+// compares them per node with what it pinned; a difference is counted
+// (PinMismatches, metric impact_gpu_pin_mismatch_total) and logged naming
+// the job, the node and both GPU lists.
 //
 // nomadfake (scheduler/nomad/nomadfake) is the in-process fake of Nomad's
 // HTTP API the tests use; TestFidelityFakeVersusRealNomad runs the same

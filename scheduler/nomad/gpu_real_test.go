@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,10 +17,12 @@ import (
 )
 
 // TestRealNomadGPUIslands checks, on a real dev agent with impact-gpu's
-// fake two-island topology, that the watcher reads the GPUs' islands from
-// the device attributes, and that an admission's island affinity makes
-// Nomad give the job GPUs of the island the plan chose. Skipped without a
-// nomad binary on PATH.
+// fake two-island topology and the plugin's shipped defaults (one device
+// group per model), that the watcher reads the GPUs' islands and device
+// group from the device attributes, and that an admission's device pins
+// make Nomad allocate exactly the GPUs the plan chose: two GPUs of one
+// island that are not neighbours, a whole island, and the whole node, the
+// first two side by side. Skipped without a nomad binary on PATH.
 func TestRealNomadGPUIslands(t *testing.T) {
 	bin, err := exec.LookPath("nomad")
 	if err != nil {
@@ -61,7 +65,6 @@ plugin "impact-gpu" {
   config {
     backend       = "fake"
     fake_topology = %q
-    group_by      = "island"
   }
 }
 `, plugins, topoPath))
@@ -103,11 +106,27 @@ plugin "impact-gpu" {
 	}
 	t.Logf("model of the real node: islands %v", islands)
 
+	if node.GroupBy != "model" || node.GPUs[0].Group != node.GPUs[7].Group {
+		t.Fatalf("node group_by %q, groups %q..%q: want one group per model by default", node.GroupBy, node.GPUs[0].Group, node.GPUs[7].Group)
+	}
+
 	x := NewExecutor(c, NewStateStore(c, StateConfig{}, nil),
 		ExecutorConfig{ParkingPool: parking, DefaultPool: "default", Snapshot: w.Snapshot}, testLogger(t))
-	for i, island := range []int{1, 0, 1} {
-		id := fmt.Sprintf("island-%d", i)
-		job := gpuJob(id, nil, [2]int{1, 4})
+	byIndex := map[int]string{}
+	for _, g := range node.GPUs {
+		byIndex[g.Index] = g.ID
+	}
+	pick := func(idx ...int) []string {
+		var out []string
+		for _, i := range idx {
+			out = append(out, byIndex[i])
+		}
+		sort.Strings(out)
+		return out
+	}
+	admit := func(id string, gpus []string) {
+		t.Helper()
+		job := gpuJob(id, nil, [2]int{1, len(gpus)})
 		job.TaskGroups[0].Tasks[0].Config = map[string]any{"command": "/bin/sh", "args": []string{"-c", "sleep 300"}}
 		cpu, mem := 50, 32
 		job.TaskGroups[0].Tasks[0].Resources.CPU, job.TaskGroups[0].Tasks[0].Resources.MemoryMB = &cpu, &mem
@@ -124,38 +143,35 @@ plugin "impact-gpu" {
 			time.Sleep(50 * time.Millisecond)
 		}
 		res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{{JobID: key, ModifyIndex: j.ModifyIndex,
-			Groups: []engine.GroupPlacement{{Group: "g0", Allocs: []engine.AllocPlacement{{NodeID: node.ID, GPUs: islands[island]}}}}}}})
+			Groups: []engine.GroupPlacement{{Group: "g0", Allocs: []engine.AllocPlacement{{NodeID: node.ID, GPUs: gpus,
+				Blocks: []engine.BlockPlacement{{Task: "trainer", Index: 0, GPUs: gpus}}}}}}}}})
 		if len(res.Admitted) != 1 {
 			t.Fatalf("admit %s: %+v", id, res)
 		}
+	}
+	allocated := func(id string) []string {
+		t.Helper()
 		var got []string
 		for deadline := time.Now().Add(30 * time.Second); len(got) == 0; {
 			as, _, _ := c.api.Jobs().Allocations(id, true, nil)
 			for _, a := range as {
 				full, _, err := c.api.Allocations().Info(a.ID, nil)
-				if err == nil && full.AllocatedResources != nil {
+				if err == nil && full.AllocatedResources != nil && a.ClientStatus == "running" {
 					for _, d := range full.AllocatedResources.Tasks["trainer"].Devices {
 						got = append(got, d.DeviceIDs...)
 					}
 				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s got no devices", id)
+				t.Fatalf("%s got no running allocation with devices", id)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		inIsland := map[string]bool{}
-		for _, g := range islands[island] {
-			inIsland[g] = true
-		}
-		for _, g := range got {
-			if !inIsland[g] {
-				t.Errorf("%s: Nomad gave %v, not all in the planned island %d %v", id, got, island, islands[island])
-				break
-			}
-		}
-		t.Logf("%s planned on island %d, Nomad gave %v", id, island, got)
-		// Free the GPUs for the next round.
+		sort.Strings(got)
+		return got
+	}
+	stop := func(id string) {
+		t.Helper()
 		if _, _, err := c.api.Jobs().Deregister(id, false, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -175,5 +191,32 @@ plugin "impact-gpu" {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	rounds := [][]struct {
+		id   string
+		gpus []string
+	}{
+		{{"two-apart", pick(0, 3)}, {"island-1", pick(4, 5, 6, 7)}},
+		{{"whole-node", pick(0, 1, 2, 3, 4, 5, 6, 7)}},
+	}
+	for _, round := range rounds {
+		for _, j := range round {
+			admit(j.id, j.gpus)
+		}
+		for _, j := range round {
+			got := allocated(j.id)
+			if strings.Join(got, ",") != strings.Join(j.gpus, ",") {
+				t.Errorf("%s: Nomad allocated %v, the plan pinned %v", j.id, got, j.gpus)
+			} else {
+				t.Logf("%s: pinned and allocated %v", j.id, got)
+			}
+		}
+		x.CheckDeadlines(ctx)
+		for _, j := range round {
+			stop(j.id)
+		}
+	}
+	if n := x.PinMismatches(); n != 0 {
+		t.Errorf("%d pin mismatches read back, want 0", n)
 	}
 }

@@ -21,8 +21,23 @@
 // neither are nodes failing a group's own constraints (node class, meta,
 // attributes), and a distinct_hosts group (or job) takes at most one node
 // per allocation.
+//
+// Device groups: Nomad gives all GPUs of one device block from ONE device
+// group (cluster.DeviceGroupRule), and the admission pins each block to
+// the GPUs placed for it. So a group's Blocks each take their GPUs from one
+// device group of the node that the block matches (and within the block's
+// own ${device.ids}, when it has any); Slot.Blocks / SplitBlocks say which
+// GPUs are whose. A node of one device group and a one-block group take
+// the fast path (the whole mask). Because a device pin applies to every
+// allocation of a task group alike, where several allocations of a group
+// share a node the pin is their union and Nomad splits it as it likes:
+// for an NVLink group on a node whose device group spans islands
+// (group_by "model"), those allocations share one island (scopeFor), so
+// every split is still one island. Nodes without group facts (GPU.Group
+// "", the simulator) are one group and need no such rule.
 // When a job does not fit, Rejections counts the nodes by the reason they
-// could not take it, for explain.
+// could not take it, for explain (a device block larger than any matching
+// device group is named, with the node's group_by).
 //
 // A Cache carries what New derives from the snapshot between cycles: the
 // node table while the nodes are unchanged, and per shard of the

@@ -135,6 +135,12 @@ type Explanation struct {
 	// (the most recent MaxHistory of them); it starts empty when an agent
 	// starts.
 	History []Event `json:"history,omitempty"`
+	// Placement is each planned allocation of an admitted job: its node,
+	// the GPU IDs the admission pinned and their NVLink islands.
+	Placement []PlacedAlloc `json:"placement,omitempty"`
+	// Warnings about the admission (a task that will not see all its
+	// GPUs: several GPU device blocks with a driver other than impact-exec).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // MaxHistory bounds Explanation.History.
@@ -146,6 +152,24 @@ type Event struct {
 	State    string    `json:"state"`
 	Decision string    `json:"decision"`
 	Summary  string    `json:"summary,omitempty"`
+}
+
+// PlacedAlloc is one planned allocation.
+type PlacedAlloc struct {
+	Group string   `json:"group"`
+	Node  string   `json:"node"`
+	GPUs  []string `json:"gpus"`
+	// Islands is the NVLink island of each GPU, in GPUs order.
+	Islands []int `json:"islands,omitempty"`
+	// Blocks are the GPUs of each device block (task, block index).
+	Blocks []PlacedBlock `json:"blocks,omitempty"`
+}
+
+// PlacedBlock is the GPUs one device block of a task is pinned to.
+type PlacedBlock struct {
+	Task  string   `json:"task"`
+	Index int      `json:"index"`
+	GPUs  []string `json:"gpus"`
 }
 
 // Error is the body of every non-2xx answer.
