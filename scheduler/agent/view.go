@@ -257,6 +257,7 @@ func metaErrors(err error) []string {
 	}
 	return []string{err.Error()}
 }
+
 // placedAllocs lists a plan's allocations for explain, group by group.
 func placedAllocs(groups []engine.GroupPlacement) []agentapi.PlacedAlloc {
 	var out []agentapi.PlacedAlloc

@@ -221,4 +221,3 @@ func TestPropertyReparkRemovesExactlyOurPins(t *testing.T) {
 }
 
 func mustJSONr(v any) string { b, _ := json.Marshal(v); return string(b) }
-
