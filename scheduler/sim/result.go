@@ -35,6 +35,8 @@ type FairShare struct {
 // Result holds a run's metrics (see the report for each definition).
 type Result struct {
 	Policy string `json:"policy"`
+	// Cadence says when the policy decided (Model.Cadence).
+	Cadence string `json:"cadence"`
 	// Occupancy is allocated / healthy GPU-hours over the submission window.
 	Occupancy float64 `json:"occupancy"`
 	// OccupancyVsBound is allocated GPU-hours / the integral of
@@ -126,6 +128,7 @@ func (r *runner) result() *Result {
 	a := &r.acc
 	res := &Result{
 		Policy:              r.sched.Name(),
+		Cadence:             r.opts.Model.Cadence(),
 		Capacity:            a.capacity,
 		WindowStart:         r.opts.WindowStart,
 		WindowEnd:           r.opts.WindowEnd,

@@ -101,21 +101,20 @@ func (r *runner) push(e event) {
 	r.heap.push(e)
 }
 
-// requestCycle makes sure a cycle runs at the first tick at or after t.
+// requestCycle makes sure a cycle runs at t or earlier.
 func (r *runner) requestCycle(t int64) {
-	c := r.opts.Model.Cycle
-	tick := t
-	if c > 0 {
-		tick = (t + c - 1) / c * c
-		if tick <= r.last {
-			tick = r.last + c
-		}
-	}
-	if r.next >= 0 && r.next <= tick {
+	if r.next >= 0 && r.next <= t {
 		return
 	}
-	r.next = tick
-	r.push(event{t: tick, kind: evCycle})
+	r.next = t
+	r.push(event{t: t, kind: evCycle})
+}
+
+// nextTick is the timer's first tick after now: the timer runs at
+// multiples of the interval whatever the events, as a ticker does.
+func (r *runner) nextTick() int64 {
+	iv := r.opts.Model.Interval
+	return (r.now/iv + 1) * iv
 }
 
 func (r *runner) loop() error {
@@ -169,9 +168,12 @@ func (r *runner) progress() Progress {
 		Queue: len(r.st.Queue()), WindowEnd: r.opts.WindowEnd}
 }
 
+// markDirty asks for the decision an event triggers: Debounce after it,
+// or earlier if one is already due (a burst joins the first event's
+// decision).
 func (r *runner) markDirty() {
 	r.dirty = true
-	r.requestCycle(r.now)
+	r.requestCycle(r.now + r.opts.Model.Debounce)
 }
 
 func (r *runner) submit(j *Job) {
@@ -217,7 +219,7 @@ func (r *runner) cycle() error {
 	// Come back while jobs wait, even without events, unless nothing can
 	// ever change: no events left and this cycle did nothing.
 	if len(st.Queue()) > 0 && (r.real > 0 || len(acts.Place)+len(acts.Preempt) > 0) {
-		r.requestCycle(r.now + r.opts.Model.Recheck)
+		r.requestCycle(r.nextTick())
 	}
 	return nil
 }

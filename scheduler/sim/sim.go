@@ -34,26 +34,40 @@ type Model struct {
 	RestartCost int64
 	// Grace is the time between the checkpoint signal and the stop.
 	Grace int64
-	// Cycle is the scheduling period: the scheduler runs at multiples of it
-	// when something changed (a submit, a finish, a stop). 0 runs it after
-	// every batch of simultaneous events.
-	Cycle int64
-	// Recheck is the longest time between two cycles while jobs wait, so
-	// time-dependent decisions (minimum runtimes, aging) are taken even when
-	// no event happens.
-	Recheck int64
+	// Debounce is the time from an event (a submit, a finish, a stop) to
+	// the decision it triggers; events inside it are collected into that
+	// one decision, as the live agent's cycle.debounce does. 0 decides
+	// after every batch of simultaneous events.
+	Debounce int64
+	// Interval is the timer: while jobs wait, a cycle runs at every
+	// multiple of it even when no event happens, so time-dependent
+	// decisions (minimum runtimes, aging) are taken, as the live agent's
+	// cycle.interval does.
+	Interval int64
 	// Sample is the step of the time series kept for plots and fair share.
 	Sample int64
 }
 
-// DefaultModel is the model of the standard scenario.
+// Cadence says in words when a scheduler under m decides.
+func (m Model) Cadence() string {
+	ev := "after every batch of simultaneous events"
+	if m.Debounce > 0 {
+		ev = fmt.Sprintf("%ds after the first event of a burst (events inside it join that decision)", m.Debounce)
+	}
+	return fmt.Sprintf("%s, and every %ds while jobs wait", ev, m.Interval)
+}
+
+// DefaultModel is the model of the standard scenario with the baselines'
+// cadence: a decision after every batch of simultaneous events (as Nomad
+// evaluates at once) and every 300s while jobs wait. simcmd gives the
+// impact scheduler the live agent's cadence instead.
 func DefaultModel() Model {
 	return Model{
 		CheckpointInterval: 1800,
 		RestartCost:        120,
 		Grace:              60,
-		Cycle:              60,
-		Recheck:            300,
+		Debounce:           0,
+		Interval:           300,
 		Sample:             600,
 	}
 }
@@ -67,10 +81,12 @@ func (m Model) Validate() error {
 		return fmt.Errorf("restart cost must not be negative, got %d", m.RestartCost)
 	case m.Grace < 0:
 		return fmt.Errorf("grace must not be negative, got %d", m.Grace)
-	case m.Cycle < 0:
-		return fmt.Errorf("cycle must not be negative, got %d", m.Cycle)
-	case m.Recheck <= 0:
-		return fmt.Errorf("recheck must be positive, got %d", m.Recheck)
+	case m.Debounce < 0:
+		return fmt.Errorf("debounce must not be negative, got %d", m.Debounce)
+	case m.Interval <= 0:
+		return fmt.Errorf("interval must be positive, got %d", m.Interval)
+	case m.Debounce >= m.Interval:
+		return fmt.Errorf("debounce %ds must be shorter than the interval %ds", m.Debounce, m.Interval)
 	case m.Sample <= 0:
 		return fmt.Errorf("sample step must be positive, got %d", m.Sample)
 	}

@@ -32,7 +32,7 @@ func cluster(t *testing.T, nodes, gpus int) sim.ClusterSpec {
 
 func model() sim.Model {
 	m := sim.DefaultModel()
-	m.Cycle = 0
+	m.Debounce = 0
 	return m
 }
 
@@ -306,17 +306,39 @@ func TestUnschedulableJobsAreReported(t *testing.T) {
 	}
 }
 
-// TestCycleBatchesDecisions: with a 30s cycle, a job submitted at 5 starts
-// at the tick at 30.
-func TestCycleBatchesDecisions(t *testing.T) {
+// TestDebounceBatchesDecisions: with a 3s debounce, a job submitted at 5
+// starts at 8, and a job submitted at 7 joins that decision (it does not
+// push it back, as the live agent's debounce timer starts at the first
+// event of a burst).
+func TestDebounceBatchesDecisions(t *testing.T) {
 	m := model()
-	m.Cycle = 30
-	res, err := sim.Run([]trace.Job{job("A", 5, 10, 1, "normal", 0)}, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 1, 1), Model: m})
+	m.Debounce = 3
+	jobs := []trace.Job{job("A", 5, 10, 1, "normal", 0), job("B", 7, 10, 1, "normal", 0)}
+	res, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 1, 2), Model: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.WaitS["normal"].P50 != 25 {
-		t.Fatalf("wait %v, want 25", res.WaitS["normal"].P50)
+	if res.Jobs[0].FirstStart != 8 || res.Jobs[1].FirstStart != 8 {
+		t.Fatalf("starts %d, %d, want both 8", res.Jobs[0].FirstStart, res.Jobs[1].FirstStart)
+	}
+	if res.Cadence != m.Cadence() {
+		t.Fatalf("cadence %q, want %q", res.Cadence, m.Cadence())
+	}
+}
+
+// TestIntervalTicksAtMultiples: the timer ticks at multiples of the
+// interval whatever the events: a job waiting for nothing but time (the
+// gate places nothing before 30) starts at the next tick, 40.
+func TestIntervalTicksAtMultiples(t *testing.T) {
+	m := model()
+	m.Interval = 40
+	jobs := []trace.Job{job("A", 25, 10, 1, "normal", 0), job("Z", 1000, 10, 1, "normal", 0)}
+	res, err := sim.Run(jobs, gate{from: 30}, sim.Options{Cluster: cluster(t, 1, 4), Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Jobs[0].FirstStart != 40 {
+		t.Fatalf("A started at %d, want the tick at 40", res.Jobs[0].FirstStart)
 	}
 }
 
@@ -403,6 +425,22 @@ func TestBaselineInvariants(t *testing.T) {
 }
 
 // skipper never decides anything, then places everything at once.
+// gate places every waiting job on node 0, but only from time from on.
+type gate struct{ from int64 }
+
+func (gate) Name() string { return "gate" }
+func (g gate) Schedule(st *sim.State, now int64) (sim.Actions, error) {
+	var acts sim.Actions
+	if now < g.from {
+		return acts, nil
+	}
+	free := st.Nodes[0].FreeGPUsOn()
+	for i, j := range st.Queue() {
+		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: free[i : i+1]}})
+	}
+	return acts, nil
+}
+
 type skipper struct{ calls int }
 
 func (*skipper) Name() string { return "skipper" }
@@ -423,8 +461,8 @@ func (s *skipper) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
 // apart and kept out of the decision latency.
 func TestSkippedCyclesAreNotDecisions(t *testing.T) {
 	m := model()
-	m.Recheck = 100
-	// Cycles at 0 (A submitted) and 100 (recheck) are skipped; at 150 (B
+	m.Interval = 100
+	// Cycles at 0 (A submitted) and 100 (the timer) are skipped; at 150 (B
 	// submitted) A and B are placed; at 250 C is.
 	jobs := []trace.Job{job("A", 0, 10, 1, "normal", 0), job("B", 150, 10, 1, "normal", 0), job("C", 250, 10, 1, "normal", 0)}
 	res, err := sim.Run(jobs, &skipper{}, sim.Options{Cluster: cluster(t, 1, 4), Model: m})

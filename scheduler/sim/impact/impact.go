@@ -60,6 +60,18 @@ type Scheduler struct {
 	// earliest first, so a cycle visits only the jobs that checkpointed
 	// since the last one instead of every running job.
 	ckpts ckptHeap
+
+	// Quiet ticks (see quiet): the time of the last look (a decision or
+	// an idle check; -1: none), whether the model changed since, and the
+	// first time after it at which a time-dependent input crosses a
+	// threshold.
+	lastLook   int64
+	changed    bool
+	wakeAt     int64
+	preempts   []int64 // times of this run's preemption orders, oldest first
+	// Refresh bounds how long ticks with nothing changed are skipped
+	// (seconds; 0: never skipped), see quiet.
+	Refresh int64
 }
 
 type runInfo struct {
@@ -109,6 +121,10 @@ func (s *Scheduler) watchCkpt(ri *runInfo) {
 	}
 }
 
+// DefaultRefresh is Scheduler.Refresh unless set: the baselines' timer in
+// the standard scenario.
+const DefaultRefresh = 300
+
 // New builds the scheduler for a validated policy.
 func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 	if logger == nil {
@@ -126,9 +142,11 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 		store:     cluster.NewStore(),
 		nodeIndex: map[string]int{},
 		gpuIndex:  map[string]int{},
-		jobs:      map[string]*sim.Job{},
-		running:   map[int]*runInfo{},
-		cjobs:     map[int]*cluster.Job{},
+		jobs:       map[string]*sim.Job{},
+		running:    map[int]*runInfo{},
+		cjobs:      map[int]*cluster.Job{},
+		lastLook:   -1,
+		Refresh:    DefaultRefresh,
 	}, nil
 }
 
@@ -244,6 +262,9 @@ func (s *Scheduler) finishAllocs(ri *runInfo, end int64) {
 // apply brings the store up to date with what happened since the last
 // cycle.
 func (s *Scheduler) apply(st *sim.State, now int64) error {
+	if len(st.Changes()) > 0 {
+		s.changed = true
+	}
 	for _, c := range st.Changes() {
 		j := c.Job
 		switch c.Kind {
@@ -302,6 +323,7 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			continue
 		}
 		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {
+			s.changed = true // a victim's cost fell
 			ri.ckpt = ck
 			ri.allocs = restamp(ri.allocs, ck, false)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
@@ -343,6 +365,53 @@ func (s *Scheduler) idle(st *sim.State) bool {
 	return true
 }
 
+// quiet reports a timer tick whose decision would repeat the last look's
+// (a decision, or an idle check that proved the plan empty): nothing the engine reads changed since
+// (no submit, start, stop, finish or checkpoint) and no time-dependent
+// threshold passed: a running gang's impact_min_runtime ending (it becomes
+// a victim), a preemption leaving the lost-work budget's hour. The inputs
+// that move continuously, aging and fair-share decay, move slowly (points
+// per hour), so they are re-read at least every Refresh seconds rather
+// than at every tick. The live agent decides at every tick; this lets the
+// simulator take its timer at face value (every 10s) at the cost of the
+// ticks that would plan the same as the last one.
+func (s *Scheduler) quiet(now int64) bool {
+	return s.Refresh > 0 && s.lastLook >= 0 && !s.changed && now < s.wakeAt && now < s.lastLook+s.Refresh
+}
+
+// looked records a look at now (a decision with plan, or an idle check:
+// plan nil) and computes the next threshold.
+func (s *Scheduler) looked(now int64, plan *engine.Plan) {
+	s.lastLook, s.changed = now, false
+	if plan != nil {
+		for range plan.Preemptions {
+			s.preempts = append(s.preempts, now)
+		}
+	}
+	const budgetWindow = 3600 // the lost-work budget counts the last hour
+	k := 0
+	for k < len(s.preempts) && s.preempts[k]+budgetWindow <= now {
+		k++
+	}
+	s.preempts = s.preempts[k:]
+	wake := int64(1<<62 - 1)
+	if len(s.preempts) > 0 {
+		wake = s.preempts[0] + budgetWindow
+	}
+	if s.pol.Preemption.Enabled {
+		for _, ri := range s.running {
+			j := ri.job
+			if j.State != sim.Running || !j.IsPreemptible {
+				continue
+			}
+			if end := j.Start + int64(s.pol.MinRuntime(s.spec(j))/time.Second); end > now && end < wake {
+				wake = end
+			}
+		}
+	}
+	s.wakeAt = wake
+}
+
 // Schedule implements sim.Scheduler: update the model, run one engine
 // cycle, translate the plan.
 func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
@@ -354,10 +423,15 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 	if err := s.apply(st, now); err != nil {
 		return sim.Actions{}, fmt.Errorf("update model: %w", err)
 	}
+	if s.quiet(now) {
+		return sim.Actions{Skipped: true}, nil
+	}
 	if s.idle(st) {
+		s.looked(now, nil)
 		return sim.Actions{Skipped: true}, nil
 	}
 	plan := s.eng.Decide(s.store.Snapshot(), at(now))
+	s.looked(now, plan)
 	var acts sim.Actions
 	for _, p := range plan.Preemptions {
 		j := s.jobs[p.JobID]

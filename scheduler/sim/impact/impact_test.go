@@ -36,14 +36,14 @@ func opts(t *testing.T, nodes int) sim.Options {
 		t.Fatal(err)
 	}
 	m := sim.DefaultModel()
-	m.Cycle, m.Grace, m.RestartCost, m.CheckpointInterval = 10, 60, 120, 1800
+	m.Debounce, m.Interval, m.Grace, m.RestartCost, m.CheckpointInterval = 1, 10, 60, 120, 1800
 	return sim.Options{Cluster: cl, Model: m}
 }
 
 // TestCriticalPreemptsScavenger: a scavenger job fills the node; a
 // critical job arriving after the scavenger's minimum runtime (30m) makes
 // the engine preempt it. The critical job starts once the grace period
-// (60s) has passed, at the next cycle.
+// (60s) has passed, at the next decision (the release's, 1s later).
 func TestCriticalPreemptsScavenger(t *testing.T) {
 	jobs := []trace.Job{
 		tj("scav", 0, 7200, 8, "scavenger", true),
@@ -60,9 +60,10 @@ func TestCriticalPreemptsScavenger(t *testing.T) {
 	for _, j := range res.Jobs {
 		starts[j.ID] = j
 	}
-	// Decided at the 2400 tick, stopped at 2460, admitted at the 2460 tick.
-	if got := starts["crit"].FirstStart; got != 2460 {
-		t.Fatalf("critical started at %d, want 2460", got)
+	// Submitted at 2400, decided 1s later (the debounce), stopped at
+	// 2461, admitted 1s after the release.
+	if got := starts["crit"].FirstStart; got != 2462 {
+		t.Fatalf("critical started at %d, want 2462", got)
 	}
 	// The scavenger checkpointed at 1800, lost the 660s after it and pays
 	// the 120s restart, on 8 GPUs.
@@ -86,8 +87,9 @@ func TestNonPreemptibleIsNeverPreempted(t *testing.T) {
 		t.Fatalf("preempted a non-preemptible job")
 	}
 	for _, j := range res.Jobs {
-		if j.ID == "crit" && j.FirstStart != 7200 {
-			t.Fatalf("critical started at %d, want 7200", j.FirstStart)
+		// high started at 1 (1s after its submit), ends at 7201.
+		if j.ID == "crit" && j.FirstStart != 7202 {
+			t.Fatalf("critical started at %d, want 7202", j.FirstStart)
 		}
 	}
 }
@@ -104,9 +106,10 @@ func TestMinRuntimeProtectsYoungJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, j := range res.Jobs {
-		// 1800 is a cycle tick: preempted then, started after the grace.
-		if j.ID == "crit" && j.FirstStart != 1860 {
-			t.Fatalf("critical started at %d, want 1860", j.FirstStart)
+		// scav started at 1, so its minimum runtime ends at 1801: the
+		// 1810 tick preempts, the grace ends at 1870, which is a tick.
+		if j.ID == "crit" && j.FirstStart != 1870 {
+			t.Fatalf("critical started at %d, want 1870", j.FirstStart)
 		}
 	}
 	if res.Preemptions != 1 {
@@ -240,8 +243,9 @@ func TestEngineSeesCheckpoints(t *testing.T) {
 	for _, j := range res.Jobs {
 		got[j.ID] = j
 	}
-	if got["A"].Preempted != 1 || got["B"].Preempted != 0 || got["crit"].FirstStart != 3760 {
-		t.Fatalf("A preempted %d, B preempted %d, critical started at %d; want A once, B never, start 3760",
+	// Decided at 3701, released at 3761, started 1s later.
+	if got["A"].Preempted != 1 || got["B"].Preempted != 0 || got["crit"].FirstStart != 3762 {
+		t.Fatalf("A preempted %d, B preempted %d, critical started at %d; want A once, B never, start 3762",
 			got["A"].Preempted, got["B"].Preempted, got["crit"].FirstStart)
 	}
 	// A keeps the 3600s it saved: it loses 160s (100 + the grace) and the

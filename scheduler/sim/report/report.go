@@ -42,36 +42,34 @@ type Model struct {
 	CheckpointIntervalS int64  `json:"checkpoint_interval_s"`
 	RestartCostS        int64  `json:"restart_cost_s"`
 	GraceS              int64  `json:"grace_s"`
-	CycleS              int64  `json:"cycle_s"`
-	BaselineCycleS      int64  `json:"baseline_cycle_s"`
-	RecheckS            int64  `json:"recheck_s"`
+	DebounceS           int64  `json:"impact_debounce_s"`
+	IntervalS           int64  `json:"impact_interval_s"`
+	BaselineDebounceS   int64  `json:"baseline_debounce_s"`
+	BaselineIntervalS   int64  `json:"baseline_interval_s"`
 	SampleS             int64  `json:"sample_s"`
 	Description         string `json:"description"`
 }
 
-// ModelOf describes m, the impact scheduler's model; the baselines run
-// with the same model but their own cycle.
-func ModelOf(m sim.Model, baselineCycle int64) Model {
-	base := "after every batch of simultaneous events (as Nomad evaluates at once)"
-	if baselineCycle > 0 {
-		base = fmt.Sprintf("every %ds when something changed", baselineCycle)
-	}
+// ModelOf describes m, the impact scheduler's model, and base, the
+// baselines' (the same but for the cadence); cadenceNote says where the
+// impact cadence comes from.
+func ModelOf(m, base sim.Model, cadenceNote string) Model {
 	return Model{
 		CheckpointIntervalS: m.CheckpointInterval,
 		RestartCostS:        m.RestartCost,
 		GraceS:              m.Grace,
-		CycleS:              m.Cycle,
-		BaselineCycleS:      baselineCycle,
-		RecheckS:            m.Recheck,
+		DebounceS:           m.Debounce,
+		IntervalS:           m.Interval,
+		BaselineDebounceS:   base.Debounce,
+		BaselineIntervalS:   base.Interval,
 		SampleS:             m.Sample,
 		Description: fmt.Sprintf("Jobs checkpoint every %ds of progress. A preempted job gets the checkpoint signal, keeps its GPUs "+
 			"and keeps running for the %ds grace period, then stops and loses the work done since its last checkpoint; "+
 			"each restart spends %ds holding its GPUs before progress resumes. A gang makes progress only when every member is placed; "+
-			"placed members of a partially placed gang hold their GPUs idle. The impact scheduler decides every %ds when something changed "+
-			"(the live agent: within a second of an event, and every 10s), so its waits include up to one cycle; the baselines decide %s; "+
-			"all decide at least every %ds while jobs wait. Nodes never fail: every GPU is healthy for the whole run. "+
+			"placed members of a partially placed gang hold their GPUs idle. The impact scheduler decides as the live agent does: %s (%s); "+
+			"the baselines decide %s (as Nomad evaluates at once). Nodes never fail: every GPU is healthy for the whole run. "+
 			"Jobs wider than a node are gangs of whole-node members.",
-			m.CheckpointInterval, m.Grace, m.RestartCost, m.Cycle, base, m.Recheck),
+			m.CheckpointInterval, m.Grace, m.RestartCost, m.Cadence(), cadenceNote, base.Cadence()),
 	}
 }
 

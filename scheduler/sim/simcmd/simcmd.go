@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	agentconfig "github.com/impact-sched/nomad-impact/scheduler/agent/config"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
@@ -45,6 +46,14 @@ Policies:
   backfill      priority + EASY backfill (Slurm-like), no preemption
   impact        this project's scheduler core (scheduler/engine)
 
+Cadence: the impact policy decides as impact agent does, from the same
+settings as its cycle block (defaults, --agent-config FILE, or
+--cycle-interval/--cycle-debounce): a decision one debounce after the first
+event of a burst (rounded up to the simulator's 1s clock) and a timer tick
+every interval while jobs wait. The baselines decide after every batch of
+simultaneous events (as Nomad evaluates at once) and every --recheck.
+report.json states each policy's cadence.
+
 Trace formats:
   philly   gzip or plain CSV timestamp,duration,num_gpus,gpu_time,cluster
            (the bundled example/traces/philly.csv.gz); --from/--to are dates
@@ -73,7 +82,8 @@ type simFlags struct {
 	seed                        int64
 	skipBad, noPlots, quiet     bool
 	checkpoint, restart, grace  time.Duration
-	cycle, baseCycle, recheck   time.Duration
+	interval, debounce, recheck time.Duration
+	agentConfig                 string
 	parallel                    int
 }
 
@@ -110,9 +120,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.checkpoint, "checkpoint-interval", time.Duration(m.CheckpointInterval)*time.Second, "progress between two checkpoints of a job (0: never checkpoints)")
 	fs.DurationVar(&f.restart, "restart-cost", time.Duration(m.RestartCost)*time.Second, "time a restarted job spends before progress resumes")
 	fs.DurationVar(&f.grace, "grace", time.Duration(m.Grace)*time.Second, "time between the checkpoint signal and the stop of a preempted job")
-	fs.DurationVar(&f.cycle, "cycle", time.Duration(m.Cycle)*time.Second, "the impact scheduler's cycle: it decides at most this often (0: after every event)")
-	fs.DurationVar(&f.baseCycle, "baseline-cycle", 0, "the baselines' cycle (0: after every event, as Nomad evaluates at once)")
-	fs.DurationVar(&f.recheck, "recheck", time.Duration(m.Recheck)*time.Second, "longest time between cycles while jobs wait")
+	fs.StringVar(&f.agentConfig, "agent-config", "", "impact agent config file whose cycle block (interval, debounce) sets the impact scheduler's cadence")
+	fs.DurationVar(&f.interval, "cycle-interval", 0, fmt.Sprintf("the impact scheduler's timer, as the agent's cycle.interval (default: the agent's, %s)", agentconfig.DefaultCycleInterval))
+	fs.DurationVar(&f.debounce, "cycle-debounce", -1, fmt.Sprintf("the impact scheduler's delay from an event to its decision, as the agent's cycle.debounce, rounded up to a second (default: the agent's, %s)", agentconfig.DefaultCycleDebounce))
+	fs.DurationVar(&f.recheck, "recheck", time.Duration(m.Interval)*time.Second, "the baselines' timer (they decide after every event and this often while jobs wait); the impact scheduler re-reads aging and fair share at least this often on ticks where nothing else changed")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -183,16 +194,18 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 	model.CheckpointInterval = int64(f.checkpoint / time.Second)
 	model.RestartCost = int64(f.restart / time.Second)
 	model.Grace = int64(f.grace / time.Second)
-	model.Cycle = int64(f.cycle / time.Second)
-	model.Recheck = int64(f.recheck / time.Second)
-	if err := model.Validate(); err != nil {
+	model.Interval = int64(f.recheck / time.Second)
+	// The baselines share every modelled effect but the cadence.
+	baseModel := model
+	if err := baseModel.Validate(); err != nil {
+		return fmt.Errorf("--recheck: %w", err)
+	}
+	cadenceNote, err := impactCadence(f, &model)
+	if err != nil {
 		return err
 	}
-	// The baselines share every modelled effect but the cycle.
-	baseModel := model
-	baseModel.Cycle = int64(f.baseCycle / time.Second)
-	if err := baseModel.Validate(); err != nil {
-		return fmt.Errorf("--baseline-cycle: %w", err)
+	if err := model.Validate(); err != nil {
+		return fmt.Errorf("impact cadence: %w", err)
 	}
 
 	if os.Getenv("GOGC") == "" {
@@ -284,7 +297,7 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 			Cluster:     clusterDesc,
 			Seed:        f.seed,
 			LabelRule:   trace.LabelRule(f.seed),
-			Model:       report.ModelOf(model, baseModel.Cycle),
+			Model:       report.ModelOf(model, baseModel, cadenceNote),
 			TierWeights: report.TierWeightMap(sim.DefaultTierWeights),
 		},
 		Definitions: report.Definitions,
@@ -348,6 +361,45 @@ func parsePolicies(s string) ([]string, error) {
 	return out, nil
 }
 
+// impactCadence sets m's debounce and interval to the live agent's: the
+// defaults of its cycle block, or those of --agent-config, or the flags.
+// The simulator's clock counts whole seconds, so a debounce is rounded up
+// to one (the agent's 500ms becomes 1s). It returns where they came from.
+func impactCadence(f simFlags, m *sim.Model) (string, error) {
+	cyc := agentconfig.Default().Cycle
+	note := "the defaults of impact agent's cycle block"
+	if f.agentConfig != "" {
+		c, err := agentconfig.ParseFile(f.agentConfig)
+		if err != nil {
+			return "", fmt.Errorf("--agent-config: %w", err)
+		}
+		if c.Cycle.Interval > 0 {
+			cyc.Interval = c.Cycle.Interval
+		}
+		if c.Cycle.Debounce > 0 {
+			cyc.Debounce = c.Cycle.Debounce
+		}
+		note = "the cycle block of " + f.agentConfig
+	}
+	if f.interval != 0 {
+		cyc.Interval = f.interval
+		note = "--cycle-interval"
+	}
+	if f.debounce >= 0 {
+		cyc.Debounce = f.debounce
+		note = "--cycle-debounce"
+		if f.interval != 0 {
+			note = "--cycle-interval and --cycle-debounce"
+		}
+	}
+	if cyc.Interval < time.Second {
+		return "", fmt.Errorf("impact cadence: cycle interval %s is under the simulator's 1s resolution", cyc.Interval)
+	}
+	m.Interval = int64(cyc.Interval / time.Second)
+	m.Debounce = int64((cyc.Debounce + time.Second - 1) / time.Second)
+	return fmt.Sprintf("interval %s, debounce %s, from %s", cyc.Interval, cyc.Debounce, note), nil
+}
+
 func newSimScheduler(name string, f simFlags) (sim.Scheduler, error) {
 	if name != impact.Name {
 		return baseline.New(name)
@@ -356,7 +408,12 @@ func newSimScheduler(name string, f simFlags) (sim.Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return impact.New(pol, nil)
+	s, err := impact.New(pol, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.Refresh = int64(f.recheck / time.Second)
+	return s, nil
 }
 
 func impactPolicy(f simFlags) (*policy.Policy, error) {

@@ -245,3 +245,59 @@ func TestSimRecheckReachesBaselines(t *testing.T) {
 		t.Fatalf("fifo-gang decided %v times with --recheck 10s and %v with 1h: the flag did not reach it", fast, slow)
 	}
 }
+
+// TestSimCadenceFromAgentConfig: the impact policy decides at the cadence
+// of the agent's cycle block (defaults, or --agent-config, or the flags),
+// and report.json states every policy's cadence.
+func TestSimCadenceFromAgentConfig(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	cfg := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfg, []byte("cycle {\n  interval = \"20s\"\n  debounce = \"2500ms\"\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cadences := func(extra ...string) map[string]string {
+		out := filepath.Join(dir, "c")
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "nomad-native,impact", "--no-plots", "--quiet", "--out", out}, extra...)
+		if code := Main(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep struct {
+			Policies []struct {
+				Policy  string `json:"policy"`
+				Cadence string `json:"cadence"`
+			} `json:"policies"`
+		}
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, p := range rep.Policies {
+			got[p.Policy] = p.Cadence
+		}
+		return got
+	}
+	base := "after every batch of simultaneous events, and every 300s while jobs wait"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "1s after the first event of a burst (events inside it join that decision), and every 10s while jobs wait"},
+		{[]string{"--agent-config", cfg}, "3s after the first event of a burst (events inside it join that decision), and every 20s while jobs wait"},
+		{[]string{"--agent-config", cfg, "--cycle-debounce", "0", "--cycle-interval", "30s"}, "after every batch of simultaneous events, and every 30s while jobs wait"},
+	} {
+		got := cadences(c.args...)
+		if got["impact"] != c.want || got["nomad-native"] != base {
+			t.Fatalf("%v: cadences %q, want impact %q and nomad-native %q", c.args, got, c.want, base)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"--trace", tr, "--format", "generic", "--agent-config", filepath.Join(dir, "missing.hcl"), "--quiet", "--out", dir}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "--agent-config") {
+		t.Fatalf("missing agent config: exit %d, %s", code, stderr.String())
+	}
+}
