@@ -65,10 +65,10 @@ type Scheduler struct {
 	// an idle check; -1: none), whether the model changed since, and the
 	// first time after it at which a time-dependent input crosses a
 	// threshold.
-	lastLook   int64
-	changed    bool
-	wakeAt     int64
-	preempts   []int64 // times of this run's preemption orders, oldest first
+	lastLook int64
+	changed  bool
+	wakeAt   int64
+	preempts []int64 // times of this run's preemption orders, oldest first
 	// Refresh bounds how long ticks with nothing changed are skipped
 	// (seconds; 0: never skipped), see quiet.
 	Refresh int64
@@ -142,11 +142,11 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 		store:     cluster.NewStore(),
 		nodeIndex: map[string]int{},
 		gpuIndex:  map[string]int{},
-		jobs:       map[string]*sim.Job{},
-		running:    map[int]*runInfo{},
-		cjobs:      map[int]*cluster.Job{},
-		lastLook:   -1,
-		Refresh:    DefaultRefresh,
+		jobs:      map[string]*sim.Job{},
+		running:   map[int]*runInfo{},
+		cjobs:     map[int]*cluster.Job{},
+		lastLook:  -1,
+		Refresh:   DefaultRefresh,
 	}, nil
 }
 
