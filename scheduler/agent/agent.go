@@ -858,6 +858,7 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 		}
 		a.opts.Metrics.RecordPreemption(tier, p.LostGPUHours)
 	}
+	a.opts.Metrics.RecordHeadroom(plan.Headroom)
 	for range rep.RolledBack {
 		a.opts.Metrics.RecordRollback()
 	}

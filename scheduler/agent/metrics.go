@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 // Metric names (without the "impact_" service prefix the sink adds). They
@@ -49,6 +51,8 @@ var (
 	mOutcomes        = []string{"preemption", "outcomes_total"}
 	mGangRequeues    = []string{"gangs", "requeued_total"}
 	mPinMismatches   = []string{"gpu", "pin_mismatch_total"}
+	mHeadroom        = []string{"headroom", "gpus"}
+	mHeadroomHeld    = []string{"headroom", "held_gpus"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -104,6 +108,8 @@ func NewMetrics() (*Metrics, error) {
 			gauge(mResyncs, "Full resyncs with Nomad since start (start-up, outages, index resets)."),
 			gauge(mReconnects, "Event stream reconnects since start."),
 			gauge(mApplyLatency, "Time applying the last event batch took, milliseconds."),
+			gauge(mHeadroom, "GPUs a pool's policy headroom keeps free of non-preemptible work of tiers that may not use it (learned or fixed), after the last cycle."),
+			gauge(mHeadroomHeld, "GPUs of a pool with a headroom by what holds them after the last cycle: free, preemptible (work an urgent job may preempt), urgent (non-preemptible work of the headroom's tiers), other (non-preemptible work of the other tiers, at most the pool minus the headroom)."),
 		},
 		CounterDefinitions: []metricsprom.CounterDefinition{
 			counter(mCycles, "Scheduling cycles run."),
@@ -187,6 +193,20 @@ func (m *Metrics) RecordCluster(s ClusterStats) {
 		m.m.SetGaugeWithLabels(mWaitingJobs, float32(st.Jobs), l)
 		m.m.SetGaugeWithLabels(mWaitingGPUs, float32(st.GPUs), l)
 		m.m.SetGaugeWithLabels(mWaitMax, float32(st.MaxWait.Seconds()), l)
+	}
+}
+
+// RecordHeadroom publishes every pool headroom of the last plan.
+func (m *Metrics) RecordHeadroom(hs []engine.HeadroomStatus) {
+	for _, h := range hs {
+		pool := metrics.Label{Name: "pool", Value: h.Pool}
+		m.m.SetGaugeWithLabels(mHeadroom, float32(h.GPUs), []metrics.Label{pool})
+		for _, k := range []struct {
+			holder string
+			gpus   int
+		}{{"free", h.FreeGPUs}, {"preemptible", h.PreemptibleGPUs}, {"urgent", h.UrgentGPUs}, {"other", h.OtherNonPreemptibleGPUs}} {
+			m.m.SetGaugeWithLabels(mHeadroomHeld, float32(k.gpus), []metrics.Label{pool, {Name: "holder", Value: k.holder}})
+		}
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 func TestMetricsExposeTheFourLayers(t *testing.T) {
@@ -20,6 +22,7 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	m.RecordCycle(3*time.Millisecond, 20*time.Millisecond, false)
 	m.RecordEvents(250*time.Millisecond, ModelStatus{Index: 1234, EventsApplied: 99, Resyncs: 2})
 	m.RecordLeader(true)
+	m.RecordHeadroom([]engine.HeadroomStatus{{Pool: "gpu", GPUs: 8, Capacity: 32, OtherNonPreemptibleGPUs: 24, PreemptibleGPUs: 6, FreeGPUs: 2}})
 	// A tier that empties must read zero, not its last value.
 	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12,
 		Tiers: map[string]TierStats{"normal": {Jobs: 1, GPUs: 1}}})
@@ -48,6 +51,10 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 		"impact_events_applied 99",
 		"impact_events_resyncs 2",
 		"impact_leader 1",
+		`impact_headroom_gpus{pool="gpu"} 8`,
+		`impact_headroom_held_gpus{holder="preemptible",pool="gpu"} 6`,
+		`impact_headroom_held_gpus{holder="free",pool="gpu"} 2`,
+		`impact_headroom_held_gpus{holder="other",pool="gpu"} 24`,
 		"# HELP impact_gpus_healthy Healthy GPUs",
 		"go_goroutines",
 	} {

@@ -115,6 +115,8 @@ type cycle struct {
 	// youngNotes caches youngNote by tier and pool (thousands of waiting
 	// jobs share a few); claim clears it.
 	youngNotes map[string]string
+	// hr is the headroom state (headroom.go); nil without headroom blocks.
+	hr *hrCycle
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle
 	// withheld from everyone else (holdBindings); released for it alone.
 	bound map[string][]placement.Slot
@@ -164,6 +166,7 @@ func (c *cycle) run() {
 	c.holdBindings()
 	c.assessHolders()
 	queue := c.buildQueue()
+	c.headroomBegin(queue)
 	if c.explain {
 		c.plan.Queue = make([]string, 0, len(queue))
 		c.plan.Explanations = make(map[string]*Explanation, len(queue))
@@ -173,6 +176,7 @@ func (c *cycle) run() {
 		c.decide(q, i+1)
 	}
 	c.st.Commit()
+	c.plan.Headroom = c.headroomStatus()
 	if c.e.logger.IsDebug() {
 		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", len(queue),
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
@@ -461,6 +465,10 @@ func (c *cycle) decide(q *queued, pos int) {
 		}
 		return
 	}
+	if why := c.headroomBlocks(q); why != "" {
+		exp.Status, exp.Reason = StatusWaiting, why
+		return
+	}
 	if slots := c.bound[j.ID]; len(slots) > 0 {
 		// The GPUs bound to this job are its own: free for it alone.
 		for _, sl := range slots {
@@ -681,6 +689,7 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	c.e.pending[j.ID] = pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings}
 	delete(c.e.bindings, j.ID)
 	c.projectGPUs[q.project] += q.gpus
+	c.headroomAdmit(q, res)
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
 	exp.Placement, exp.Warnings = adm.Groups, adm.Warnings
 	for _, w := range adm.Warnings {

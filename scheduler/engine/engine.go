@@ -59,6 +59,9 @@ type Engine struct {
 	cache *placement.Cache
 	// queue memoizes the queued jobs per shard of the job table.
 	queue queueCache
+	// hrMem: pool -> the recent arrivals a learned headroom is sized
+	// from (headroom.go).
+	hrMem map[string]*hrMemory
 }
 
 type loss struct {

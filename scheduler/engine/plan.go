@@ -23,6 +23,9 @@ type Plan struct {
 	Explanations map[string]*Explanation `json:"explanations"`
 	// Queue is the queued job IDs in decision order (highest score first).
 	Queue []string `json:"queue"`
+	// Headroom of every pool with a policy headroom block, after the
+	// plan's admissions (headroom.go).
+	Headroom []HeadroomStatus `json:"headroom,omitempty"`
 }
 
 // Admission starts one job: every group with GPUs is fully placed.

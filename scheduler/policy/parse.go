@@ -73,6 +73,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "deadline"},
 		{Type: "preemption"},
 		{Type: "backfill"},
+		{Type: "headroom", LabelNames: []string{"pool"}},
 	},
 }
 
@@ -157,6 +158,8 @@ func (d *decoder) decodeRoot(body hcl.Body) {
 			})
 		case "backfill":
 			d.block(b, key, map[string]any{"enabled": &d.p.Backfill.Enabled, "reservations": &d.p.Backfill.Reservations})
+		case "headroom":
+			d.headroom(b, key)
 		}
 	}
 }
@@ -182,6 +185,21 @@ func (d *decoder) project(b *hcl.Block, key string) {
 	pr := &Project{Name: name, Share: 1, Weight: 1}
 	d.p.Projects[name] = pr
 	d.block(b, key, map[string]any{"share": &pr.Share, "weight": &pr.Weight, "gpu_quota": &pr.GPUQuota})
+}
+
+func (d *decoder) headroom(b *hcl.Block, key string) {
+	name := b.Labels[0]
+	if !validName(name) {
+		d.fail(b.LabelRanges[0], key, "pool name must use letters, digits, '-', '_' or '.'")
+		return
+	}
+	if d.p.Headrooms == nil {
+		d.p.Headrooms = map[string]*Headroom{}
+	}
+	h := &Headroom{Pool: name}
+	d.p.Headrooms[name] = h
+	d.block(b, key, map[string]any{"tiers": &h.Tiers, "gpus": &h.GPUs, "share": &h.Share, "learn": &h.Learn,
+		"window": &h.Window, "max_share": &h.MaxShare})
 }
 
 // block decodes a block whose body holds only attributes, into the given

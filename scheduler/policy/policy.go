@@ -31,6 +31,9 @@ type Policy struct {
 	Preemption Preemption
 	// Backfill governs the reservation of the head of the queue.
 	Backfill Backfill
+	// Headrooms by node pool: capacity kept free of non-preemptible work
+	// for urgent tiers (see Headroom). None by default.
+	Headrooms map[string]*Headroom
 
 	// pos records where each field was set (file:line), by field path such
 	// as `tier "critical" weight`, so Validate can point at it. Fields set
@@ -200,6 +203,14 @@ func (p *Policy) Clone() *Policy {
 		pp := *pr
 		c.Projects[k] = &pp
 	}
+	if p.Headrooms != nil {
+		c.Headrooms = make(map[string]*Headroom, len(p.Headrooms))
+		for k, h := range p.Headrooms {
+			hh := *h
+			hh.Tiers = append([]string(nil), h.Tiers...)
+			c.Headrooms[k] = &hh
+		}
+	}
 	c.problems = append([]*FieldError(nil), p.problems...)
 	c.pos = make(map[string]Pos, len(p.pos))
 	for k, v := range p.pos {
@@ -318,6 +329,7 @@ func (p *Policy) Merge(o *Policy) *Policy {
 	mergeI("preemption max_per_cycle", &c.Preemption.MaxPerCycle, o.Preemption.MaxPerCycle)
 	mergeB("backfill enabled", &c.Backfill.Enabled, o.Backfill.Enabled)
 	mergeI("backfill reservations", &c.Backfill.Reservations, o.Backfill.Reservations)
+	c.mergeHeadrooms(o)
 	return c
 }
 
@@ -421,6 +433,7 @@ func (p *Policy) Validate() error {
 	if p.Backfill.Reservations < 0 {
 		bad("backfill reservations", "must be >= 0, got %d", p.Backfill.Reservations)
 	}
+	p.validateHeadrooms(bad)
 	return errors.Join(errs...)
 }
 

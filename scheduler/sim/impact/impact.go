@@ -69,6 +69,10 @@ type Scheduler struct {
 	changed  bool
 	wakeAt   int64
 	preempts []int64 // times of this run's preemption orders, oldest first
+	// youngUntil: when the runs started so far pass their minimum
+	// runtime (preemptible ones, with preemption on), earliest first. A
+	// run that ended before is left in: it only costs one decision.
+	youngUntil int64Heap
 	// Refresh bounds how long ticks with nothing changed are skipped
 	// (seconds; 0: never skipped), see quiet.
 	Refresh int64
@@ -107,6 +111,20 @@ func (h ckptHeap) Less(a, b int) bool {
 func (h ckptHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
 func (h *ckptHeap) Push(x any)   { *h = append(*h, x.(ckptEntry)) }
 func (h *ckptHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// int64Heap is a min-heap of times.
+type int64Heap []int64
+
+func (h int64Heap) Len() int           { return len(h) }
+func (h int64Heap) Less(a, b int) bool { return h[a] < h[b] }
+func (h int64Heap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
+func (h *int64Heap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *int64Heap) Pop() any {
 	old := *h
 	e := old[len(old)-1]
 	*h = old[:len(old)-1]
@@ -283,6 +301,9 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			s.running[j.Index] = ri
 			if j.State == sim.Running {
 				s.watchCkpt(ri)
+				if s.pol.Preemption.Enabled && j.IsPreemptible {
+					heap.Push(&s.youngUntil, c.At+int64(s.pol.MinRuntime(s.spec(j))/time.Second))
+				}
 			}
 			if err := s.upsertAllocs(ri.allocs); err != nil {
 				return err
@@ -398,16 +419,11 @@ func (s *Scheduler) looked(now int64, plan *engine.Plan) {
 	if len(s.preempts) > 0 {
 		wake = s.preempts[0] + budgetWindow
 	}
-	if s.pol.Preemption.Enabled {
-		for _, ri := range s.running {
-			j := ri.job
-			if j.State != sim.Running || !j.IsPreemptible {
-				continue
-			}
-			if end := j.Start + int64(s.pol.MinRuntime(s.spec(j))/time.Second); end > now && end < wake {
-				wake = end
-			}
-		}
+	for len(s.youngUntil) > 0 && s.youngUntil[0] <= now {
+		heap.Pop(&s.youngUntil)
+	}
+	if len(s.youngUntil) > 0 {
+		wake = min(wake, s.youngUntil[0])
 	}
 	s.wakeAt = wake
 }

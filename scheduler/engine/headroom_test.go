@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+)
+
+// A headroom keeps part of a pool free of non-preemptible work of the
+// tiers that may not use it: a second high-tier job waits although GPUs
+// are free, scavenger work fills those GPUs, and a critical job arriving
+// on the full pool starts by preempting the scavenger at once. Without the
+// headroom both high jobs take the pool and the critical job can preempt
+// nothing.
+func TestHeadroomKeepsRoomForUrgentWork(t *testing.T) {
+	const hr = `
+headroom "gpu" {
+  tiers = ["critical"]
+  gpus  = 8
+}
+`
+	for _, withHeadroom := range []bool{true, false} {
+		src := ""
+		if withHeadroom {
+			src = hr
+		}
+		pol := mustPolicy(t, src)
+		store := cluster.NewStore()
+		_ = store.UpsertNode(mkNode("n1", 8, 2))
+		_ = store.UpsertNode(mkNode("n2", 8, 2))
+		_ = store.UpsertJob(mkJob("h1", group("main", 1, 8), meta("impact_tier", "high"), submitted(t0)))
+		_ = store.UpsertJob(mkJob("h2", group("main", 1, 8), meta("impact_tier", "high"), submitted(t0.Add(time.Second))))
+		_ = store.UpsertJob(mkJob("s1", group("main", 1, 8), meta("impact_tier", "scavenger"), submitted(t0.Add(2*time.Second))))
+		e := mustEngine(t, pol)
+		p1 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+		if err := ValidatePlan(pol, store.Snapshot(), p1); err != nil {
+			t.Fatal(err)
+		}
+		got := join(admittedIDs(p1))
+		if withHeadroom {
+			if got != "h1,s1" {
+				t.Fatalf("with headroom admitted %s, want h1,s1", got)
+			}
+			exp := p1.Explanations["h2"]
+			if exp.Status != StatusWaiting || !strings.Contains(exp.Reason, `headroom: pool "gpu" keeps 8 GPUs (8 GPUs) free of non-preemptible work but that of [critical]; such work holds 8 of its 16 GPUs, this job needs 8`) {
+				t.Fatalf("h2: %s %q", exp.Status, exp.Reason)
+			}
+			want := HeadroomStatus{Pool: "gpu", GPUs: 8, Tiers: []string{"critical"}, Basis: "8 GPUs", Capacity: 16, OtherNonPreemptibleGPUs: 8, PreemptibleGPUs: 8}
+			if len(p1.Headroom) != 1 || p1.Headroom[0].Pool != want.Pool || p1.Headroom[0].GPUs != 8 || p1.Headroom[0].OtherNonPreemptibleGPUs != 8 ||
+				p1.Headroom[0].PreemptibleGPUs != 8 || p1.Headroom[0].FreeGPUs != 0 || p1.Headroom[0].Capacity != 16 {
+				t.Fatalf("headroom %+v, want %+v", p1.Headroom, want)
+			}
+		} else if got != "h1,h2" || len(p1.Headroom) != 0 {
+			t.Fatalf("without headroom admitted %s (headroom %+v), want h1,h2", got, p1.Headroom)
+		}
+		// The admitted jobs run (for an hour: past every minimum runtime);
+		// a critical job arrives.
+		start := t0.Add(-time.Hour)
+		for i, a := range p1.Admissions {
+			_ = store.UpsertJob(mkJob(a.JobID, group("main", 1, 8), meta("impact_tier", map[string]string{"h1": "high", "h2": "high", "s1": "scavenger"}[a.JobID]), running()))
+			ca := &cluster.Alloc{ID: a.JobID + "-a", JobID: a.JobID, Group: "main", NodeID: a.Groups[0].Allocs[0].NodeID, GPUs: a.Groups[0].Allocs[0].GPUs, Start: start}
+			_ = store.UpsertAlloc(ca)
+			_ = i
+		}
+		_ = store.UpsertJob(mkJob("c", group("main", 1, 8), meta("impact_tier", "critical"), submitted(t0.Add(2*time.Minute))))
+		p2 := e.Decide(store.Snapshot(), t0.Add(3*time.Minute))
+		if err := ValidatePlan(pol, store.Snapshot(), p2); err != nil {
+			t.Fatal(err)
+		}
+		pre := join(preemptedIDs(p2))
+		if withHeadroom && pre != "s1" {
+			t.Fatalf("with headroom the critical job preempted %q, want s1: %+v", pre, p2.Explanations["c"])
+		}
+		if !withHeadroom && pre != "" {
+			t.Fatalf("without headroom the critical job preempted %q of non-preemptible work", pre)
+		}
+	}
+}
+
+// A learned headroom is sized from the arrivals of its tiers over its
+// window: mean occupancy (GPUs x walltime / window, rounded up) plus the
+// largest arrival, at most max_share of the pool; arrivals older than the
+// window are forgotten.
+func TestHeadroomLearned(t *testing.T) {
+	pol := mustPolicy(t, `
+headroom "gpu" {
+  tiers     = ["critical"]
+  learn     = true
+  window    = "1h"
+  max_share = 0.5
+}
+`)
+	store := cluster.NewStore()
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		_ = store.UpsertNode(mkNode(n, 8, 2))
+	}
+	e := mustEngine(t, pol)
+	p0 := e.Decide(store.Snapshot(), t0)
+	if len(p0.Headroom) != 1 || p0.Headroom[0].GPUs != 0 {
+		t.Fatalf("before any arrival: %+v, want 0 GPUs", p0.Headroom)
+	}
+	// Two critical jobs of 4 GPUs x 30m: 4 GPU-hours over 1h, plus 4.
+	_ = store.UpsertJob(mkJob("c1", group("main", 1, 4), meta("impact_tier", "critical", "impact_walltime", "30m"), submitted(t0)))
+	_ = store.UpsertJob(mkJob("c2", group("main", 1, 4), meta("impact_tier", "critical", "impact_walltime", "30m"), submitted(t0.Add(time.Minute))))
+	p1 := e.Decide(store.Snapshot(), t0.Add(2*time.Minute))
+	if h := p1.Headroom[0]; h.GPUs != 8 || h.Arrivals != 2 || !strings.Contains(h.Basis, "learned from the arrivals of [critical] over the last 1h0m0s") {
+		t.Fatalf("learned %+v, want 8 GPUs from 2 arrivals", h)
+	}
+	// A burst of ten more: capped at half of the 32 GPUs.
+	for i := range 10 {
+		_ = store.UpsertJob(mkJob("b"+string(rune('a'+i)), group("main", 1, 8), meta("impact_tier", "critical", "impact_walltime", "1h"), submitted(t0.Add(3*time.Minute))))
+	}
+	if h := e.Decide(store.Snapshot(), t0.Add(4*time.Minute)).Headroom[0]; h.GPUs != 16 {
+		t.Fatalf("burst: %+v, want the cap 16", h)
+	}
+	// Everything leaves; two hours later the window is empty.
+	for _, id := range []string{"c1", "c2"} {
+		store.DeleteJob(id)
+	}
+	for i := range 10 {
+		store.DeleteJob("b" + string(rune('a'+i)))
+	}
+	if h := e.Decide(store.Snapshot(), t0.Add(2*time.Hour)).Headroom[0]; h.GPUs != 0 || h.Arrivals != 0 {
+		t.Fatalf("after the window: %+v, want 0", h)
+	}
+}

@@ -1,0 +1,182 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Headroom keeps part of a node pool's GPUs free of non-preemptible work
+// of the tiers that may not use it: those GPUs may be filled only by
+// preemptible work (or by work of Tiers), so a job of Tiers that arrives
+// when the pool is full starts by preempting at once instead of waiting
+// for long-running work to end. Backfill reservations protect the queue
+// head only after it arrives, and preemption helps only where running
+// work is preemptible: a pool filled by long non-preemptible jobs has no
+// room for urgent work for as long as they run.
+//
+// Its size is fixed (GPUs, or Share of the pool's healthy GPUs) or, with
+// Learn, learned from the recent arrivals of Tiers: the GPUs they held on
+// average over the last Window (sum of GPUs x walltime of the jobs that
+// arrived in it, over the window; by Little's law their mean occupancy)
+// plus the largest of those jobs, so that one more arrival of that size
+// finds room at once; at most MaxShare of the pool.
+type Headroom struct {
+	// Pool is the node pool (the block's label).
+	Pool string
+	// Tiers may use the headroom with non-preemptible work; every other
+	// tier's non-preemptible work is kept out of it.
+	Tiers []string
+	// GPUs is a fixed size; Share a fixed share of the pool's healthy
+	// GPUs (rounded up); Learn learns the size (see Headroom). Exactly one
+	// is set.
+	GPUs  int
+	Share float64
+	Learn bool
+	// Window is how far back Learn looks; MaxShare caps the learned size
+	// as a share of the pool's healthy GPUs.
+	Window   time.Duration
+	MaxShare float64
+}
+
+// Headroom defaults (a block sets what it needs).
+const (
+	DefaultHeadroomWindow   = 24 * time.Hour
+	DefaultHeadroomMaxShare = 0.25
+)
+
+// HeadroomFor returns the headroom block of pool, nil when there is none.
+func (p *Policy) HeadroomFor(pool string) *Headroom {
+	return p.Headrooms[pool]
+}
+
+// UsesHeadroom reports whether tier may use h with non-preemptible work.
+func (h *Headroom) UsesHeadroom(tier string) bool {
+	for _, t := range h.Tiers {
+		if t == tier {
+			return true
+		}
+	}
+	return false
+}
+
+// Size is the fixed size of h on a pool of capacity GPUs (learned sizes
+// come from the engine's memory); ok is false for a learned headroom.
+func (h *Headroom) Size(capacity int) (gpus int, ok bool) {
+	switch {
+	case h.Learn:
+		return 0, false
+	case h.Share > 0:
+		return min(capacity, int(math.Ceil(h.Share*float64(capacity)-1e-9))), true
+	default:
+		return min(capacity, h.GPUs), true
+	}
+}
+
+// LearnedCap is the most GPUs a learned headroom may keep on a pool of
+// capacity GPUs.
+func (h *Headroom) LearnedCap(capacity int) int {
+	return min(capacity, int(math.Ceil(h.MaxShare*float64(capacity)-1e-9)))
+}
+
+// Describe says in words how h is sized, for explanations.
+func (h *Headroom) Describe() string {
+	switch {
+	case h.Learn:
+		return fmt.Sprintf("learned from the arrivals of %v over the last %s, at most %.0f%% of the pool", h.Tiers, h.Window, 100*h.MaxShare)
+	case h.Share > 0:
+		return fmt.Sprintf("%.0f%% of the pool", 100*h.Share)
+	default:
+		return fmt.Sprintf("%d GPUs", h.GPUs)
+	}
+}
+
+func (p *Policy) mergeHeadrooms(o *Policy) {
+	set := func(field string) bool { _, ok := o.pos[field]; return ok }
+	for _, name := range sortedKeys(o.Headrooms) {
+		oh := o.Headrooms[name]
+		if p.Headrooms == nil {
+			p.Headrooms = map[string]*Headroom{}
+		}
+		ch, ok := p.Headrooms[name]
+		if !ok {
+			ch = &Headroom{Pool: name, Window: DefaultHeadroomWindow, MaxShare: DefaultHeadroomMaxShare}
+			p.Headrooms[name] = ch
+		}
+		prefix := fmt.Sprintf("headroom %q ", name)
+		p.pos[prefix[:len(prefix)-1]] = o.pos[prefix[:len(prefix)-1]]
+		take := func(f string) bool {
+			if set(prefix + f) {
+				p.pos[prefix+f] = o.pos[prefix+f]
+				return true
+			}
+			return false
+		}
+		if take("tiers") {
+			ch.Tiers = append([]string(nil), oh.Tiers...)
+		}
+		// The size is one choice: a file that sets one of gpus, share and
+		// learn replaces whichever the policy had.
+		if set(prefix+"gpus") || set(prefix+"share") || set(prefix+"learn") {
+			ch.GPUs, ch.Share, ch.Learn = 0, 0, false
+			for _, f := range []string{"gpus", "share", "learn"} {
+				delete(p.pos, prefix+f)
+			}
+		}
+		if take("gpus") {
+			ch.GPUs = oh.GPUs
+		}
+		if take("share") {
+			ch.Share = oh.Share
+		}
+		if take("learn") {
+			ch.Learn = oh.Learn
+		}
+		if take("window") {
+			ch.Window = oh.Window
+		}
+		if take("max_share") {
+			ch.MaxShare = oh.MaxShare
+		}
+	}
+}
+
+func (p *Policy) validateHeadrooms(bad func(field, format string, args ...any)) {
+	for _, name := range sortedKeys(p.Headrooms) {
+		h := p.Headrooms[name]
+		prefix := fmt.Sprintf("headroom %q ", name)
+		if len(h.Tiers) == 0 {
+			bad(prefix+"tiers", "required: the tiers whose work may use the headroom")
+		}
+		for _, t := range h.Tiers {
+			if _, ok := p.Tiers[t]; !ok {
+				bad(prefix+"tiers", "names tier %q, which is not defined (tiers: %s)", t, joinKeys(p.Tiers))
+			}
+		}
+		n := 0
+		if _, ok := p.pos[prefix+"gpus"]; ok {
+			n++
+		}
+		if _, ok := p.pos[prefix+"share"]; ok {
+			n++
+		}
+		if _, ok := p.pos[prefix+"learn"]; ok && h.Learn {
+			n++
+		}
+		if n != 1 {
+			bad(prefix+"gpus", "set exactly one of gpus, share and learn = true (got %d)", n)
+		}
+		if h.GPUs < 0 {
+			bad(prefix+"gpus", "must be >= 0, got %d", h.GPUs)
+		}
+		if _, ok := p.pos[prefix+"share"]; ok && (math.IsNaN(h.Share) || h.Share <= 0 || h.Share > 1) {
+			bad(prefix+"share", "must be a share of the pool in (0, 1], got %v", h.Share)
+		}
+		if h.Window <= 0 {
+			bad(prefix+"window", "must be > 0, got %s", h.Window)
+		}
+		if math.IsNaN(h.MaxShare) || h.MaxShare <= 0 || h.MaxShare > 1 {
+			bad(prefix+"max_share", "must be a share of the pool in (0, 1], got %v", h.MaxShare)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHeadroomParse(t *testing.T) {
+	src := `
+headroom "gpu" {
+  tiers = ["critical"]
+  gpus  = 16
+}
+headroom "a100" {
+  tiers = ["critical", "high"]
+  share = 0.1
+}
+headroom "h100" {
+  tiers     = ["critical"]
+  learn     = true
+  window    = "12h"
+  max_share = 0.5
+}
+`
+	p, err := LoadBytes([]byte(src), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := p.HeadroomFor("gpu").Size(64); !ok || g != 16 {
+		t.Fatalf("gpu headroom %d %v, want 16", g, ok)
+	}
+	if g, _ := p.HeadroomFor("gpu").Size(8); g != 8 {
+		t.Fatalf("fixed headroom on 8 GPUs: %d, want 8 (capped by the pool)", g)
+	}
+	if g, ok := p.HeadroomFor("a100").Size(63); !ok || g != 7 {
+		t.Fatalf("a100 headroom %d, want ceil(6.3) = 7", g)
+	}
+	h := p.HeadroomFor("h100")
+	if _, ok := h.Size(64); ok || !h.Learn || h.Window != 12*time.Hour || h.LearnedCap(64) != 32 {
+		t.Fatalf("h100 headroom %+v", h)
+	}
+	if !h.UsesHeadroom("critical") || h.UsesHeadroom("high") {
+		t.Fatal("UsesHeadroom")
+	}
+	if p.HeadroomFor("other") != nil {
+		t.Fatal("a pool without a block has a headroom")
+	}
+	// Clone is deep.
+	c := p.Clone()
+	c.Headrooms["gpu"].Tiers[0] = "high"
+	if p.Headrooms["gpu"].Tiers[0] != "critical" {
+		t.Fatal("Clone shares headroom tiers")
+	}
+	// A later file replaces the size choice and keeps the rest.
+	over, err := Parse([]byte("headroom \"gpu\" {\n  learn = true\n}\n"), "o.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.Merge(over)
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if mh := m.HeadroomFor("gpu"); !mh.Learn || mh.GPUs != 0 || mh.Tiers[0] != "critical" || mh.Window != DefaultHeadroomWindow {
+		t.Fatalf("merged %+v", mh)
+	}
+}
+
+func TestHeadroomErrors(t *testing.T) {
+	cases := []struct{ src, want string }{
+		{"headroom \"gpu\" {\n  gpus = 4\n}\n", `p.hcl:1: headroom "gpu" tiers: required`},
+		{"headroom \"gpu\" {\n  tiers = [\"urgent\"]\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: names tier "urgent", which is not defined`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  share = 0.5\n}\n", `headroom "gpu" gpus: set exactly one of gpus, share and learn = true (got 2)`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n}\n", `p.hcl:1: headroom "gpu" gpus: set exactly one of gpus, share and learn = true (got 0)`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  share = 1.5\n}\n", `p.hcl:3: headroom "gpu" share: must be a share of the pool in (0, 1], got 1.5`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = -1\n}\n", `p.hcl:3: headroom "gpu" gpus: must be >= 0, got -1`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  learn = true\n  window = \"0s\"\n}\n", `p.hcl:4: headroom "gpu" window: must be > 0`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  learn = true\n  max_share = 0\n}\n", `p.hcl:4: headroom "gpu" max_share: must be a share of the pool in (0, 1]`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpu = 4\n}\n", `p.hcl:3`},
+		{"headroom \"gpu\" {\n  tiers = \"critical\"\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: must be a list of strings`},
+		{"headroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\nheadroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\n", `p.hcl:5: headroom "g": defined twice (first at line 1)`},
+	}
+	for _, c := range cases {
+		_, err := LoadBytes([]byte(c.src), "p.hcl")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want %q", c.src, err, c.want)
+		}
+	}
+}
