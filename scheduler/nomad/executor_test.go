@@ -364,7 +364,12 @@ func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {
 			e.startWatcher(WatcherConfig{})
 			x := e.executor(nil)
 			admitAndRun(t, e, x, "victim")
+			// Where the tasks exit on the signal the grace is long, so an
+			// early end is told from a waited-out grace on a loaded machine.
 			grace := 300 * time.Millisecond
+			if exits {
+				grace = 30 * time.Second
+			}
 			start := time.Now()
 			res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", grace)}})
 			if len(res.Preempting) != 1 {
@@ -507,6 +512,9 @@ func TestPreemptRequeueExitCode(t *testing.T) {
 			x := e.executor(nil)
 			admitAndRun(t, e, x, "victim")
 			grace := 600 * time.Millisecond
+			if !tc.wantWait {
+				grace = 30 * time.Second // an early end stays far from it under load
+			}
 			p := preemption(e, "victim", grace)
 			p.RequeueExitCode = tc.code
 			start := time.Now()
