@@ -85,8 +85,8 @@
 // gets that user's USER, LOGNAME and HOME. The command is looked up as
 // Nomad's executor does: the task dir's local/, then the task dir, then
 // PATH of the task env; a program without the execute bit is made
-// executable. An unknown task user is refused at StartTask (not
-// recoverable). Exec commands (script checks, `nomad alloc exec`) get the
+// executable. An unknown task user, or a program that cannot be found, is
+// refused at StartTask (not recoverable), before the task joins its gang. Exec commands (script checks, `nomad alloc exec`) get the
 // same user and env; ExecTask merges their stdout and stderr into Stdout
 // (the last 4 KiB), as Nomad's executor does for script checks.
 //

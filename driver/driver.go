@@ -227,6 +227,12 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 	if err := os.MkdirAll(taskDir, 0o755); err != nil {
 		return nil, recoverable(codes.Internal, "task %s: creating task dir: %v", tc.GetName(), err)
 	}
+	// A program that is not there is refused now, as Nomad's executor
+	// refuses to launch it, before the task joins its gang (artifacts and
+	// templates are in place by StartTask). The supervisor looks again.
+	if _, err := executor.LookupCommand(taskDir, cfg.Command, tc.GetEnv()["PATH"]); err != nil {
+		return nil, fatal(codes.InvalidArgument, "task %s: %v", tc.GetName(), err)
+	}
 	spec := executor.Spec{
 		Version: executor.SpecVersion, TaskID: tc.GetId(), Command: cfg.Command, Args: cfg.Args,
 		Dir: taskDir, Env: withAllGPUs(tc.GetEnv()), User: tc.GetUser(),
@@ -243,6 +249,9 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 	proc, err := executor.Launch(ctx, d.exe, stateDir, spec, logger)
 	if err != nil {
 		return nil, recoverable(codes.Internal, "task %s: %v", tc.GetName(), err)
+	}
+	if gs == nil {
+		proc.WaitRunning(ctx, 10*time.Second)
 	}
 	now := time.Now()
 	if !d.track(tc, proc, now) {
@@ -642,7 +651,7 @@ func IsRecoverable(err error) (bool, bool) {
 // Nomad's precomputed Linux values, else the allocated amounts.
 func resources(r *driverpb.Resources, enforce bool) executor.Resources {
 	lr, ar := r.GetLinuxResources(), r.GetAllocatedResources()
-	out := executor.Resources{CgroupPath: lr.GetCpusetCgroup(), CpusetCpus: lr.GetCpusetCpus()}
+	out := executor.Resources{CgroupPath: lr.GetCpusetCgroup(), CpusetCpus: lr.GetCpusetCpus(), OOMScoreAdj: int32(lr.GetOomScoreAdj())}
 	if !enforce {
 		return out
 	}

@@ -34,7 +34,7 @@ func TestInspectTaskAlwaysHasExitResult(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	tk := newTask(t, "inspected", `
 command = "/bin/sh"
-args    = ["-c", "echo x > ready; read line; exit 3"]`, nil)
+args    = ["-c", "echo x > ready; exec sleep 60"]`, nil)
 	start(t, inst, tk)
 	testwait.File(t, filepath.Join(tk.dir, "ready"), 10*time.Second)
 	resp, err := inst.Driver.InspectTask(ctx, &driverpb.InspectTaskRequest{TaskId: tk.cfg.Id})
@@ -163,10 +163,10 @@ func TestCommandLookup(t *testing.T) {
 	}
 	t.Run("not found", func(t *testing.T) {
 		tk := newTask(t, "missing", `command = "no-such-program-h16"`, nil)
-		start(t, inst, tk)
-		res := waitTask(t, inst, tk.cfg.Id, 10*time.Second)
-		if res.GetResult().GetExitCode() != 1 || !strings.Contains(res.GetErr(), `"no-such-program-h16" not found`) {
-			t.Fatalf("missing program: %+v", res)
+		_, err := inst.Driver.StartTask(ctxT(t, 30*time.Second), &driverpb.StartTaskRequest{Task: tk.cfg})
+		rec, _ := IsRecoverable(err)
+		if status.Code(err) != codes.InvalidArgument || rec || !strings.Contains(err.Error(), `"no-such-program-h16" not found`) {
+			t.Fatalf("missing program: %v (recoverable %v); want it refused at StartTask", err, rec)
 		}
 	})
 }
@@ -464,5 +464,44 @@ args    = ["-c", "cat /proc/self/cgroup > cg; grep Cpus_allowed_list /proc/self/
 	waitTask(t, inst, tk.cfg.Id, 10*time.Second)
 	if _, err := os.Stat(memDir); err != nil {
 		t.Errorf("Nomad's cgroup %s was removed by the driver (Nomad's client removes it): %v", memDir, err)
+	}
+}
+
+// The task runs with Nomad's oom_score_adj (LinuxResources), not the
+// plugin's, as under Nomad's executor.
+func TestTaskGetsNomadOOMScoreAdj(t *testing.T) {
+	t.Parallel()
+	inst := load(t, "")
+	tk := newTask(t, "oom", `
+command = "/bin/sh"
+args    = ["-c", "cat /proc/self/oom_score_adj > adj"]`, nil)
+	tk.cfg.Resources = &driverpb.Resources{LinuxResources: &driverpb.LinuxResources{OomScoreAdj: 500}}
+	start(t, inst, tk)
+	waitTask(t, inst, tk.cfg.Id, 10*time.Second)
+	if got := strings.TrimSpace(testwait.File(t, filepath.Join(tk.dir, "adj"), time.Second)); got != "500" {
+		t.Fatalf("task oom_score_adj %q, want Nomad's 500", got)
+	}
+}
+
+// A task without a gang barrier has started its command when StartTask
+// returns, as under Nomad's executor: the first stats sample already
+// lists its process (Nomad's executor tests take the first one).
+func TestStartTaskReturnsOnceTheCommandRuns(t *testing.T) {
+	t.Parallel()
+	inst := load(t, "")
+	tk := newTask(t, "started", `
+command = "sleep"
+args    = ["30"]`, nil)
+	start(t, inst, tk)
+	stream, err := inst.Driver.TaskStats(ctxT(t, 30*time.Second), &driverpb.TaskStatsRequest{TaskId: tk.cfg.Id, CollectionInterval: durationpb.New(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.GetStats().GetResourceUsageByPid()) == 0 {
+		t.Fatalf("first stats sample lists no process: %+v", first.GetStats())
 	}
 }

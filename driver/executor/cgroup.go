@@ -32,6 +32,10 @@ type Resources struct {
 	// (LinuxResources.cpuset_cpus), written into its own cpuset (v1
 	// reserve/<scope>, or its v2 cgroup) as Nomad's executor does.
 	CpusetCpus string `json:"cpuset_cpus,omitempty"`
+	// OOMScoreAdj is the task's oom_score_adj (LinuxResources
+	// oom_score_adj, 0 by default), so the task does not inherit the
+	// plugin's (a Nomad agent's may be lowered to protect it).
+	OOMScoreAdj int32 `json:"oom_score_adj"`
 }
 
 // CgroupRoot is where cgroup file systems are mounted.

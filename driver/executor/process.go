@@ -109,6 +109,31 @@ func Launch(ctx context.Context, exe, dir string, spec Spec, logger hclog.Logger
 	return p, nil
 }
 
+// WaitRunning waits until the task's command runs (or the task has
+// ended), at most d: a task without a gang barrier is then started when
+// StartTask returns, as under Nomad's executor, and its first stats
+// sample already sees its processes.
+func (p *Process) WaitRunning(ctx context.Context, d time.Duration) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, running := p.runningGroup(); running || p.Exited() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-p.exited:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // ErrLost means the supervisor is gone without leaving an exit status.
 var ErrLost = errors.New("task supervisor is gone and left no exit status")
 

@@ -184,6 +184,11 @@ func (s *supervisor) run() int {
 		s.reportGangExit(client, gang.ExitRequest{ExitCode: 1, Reason: err.Error()})
 		return s.finish(Exit{ExitCode: 1, Err: err.Error()})
 	}
+	// The task gets Nomad's oom_score_adj, not the plugin's: set here for
+	// the child to inherit, as Nomad's executor sets its own.
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(int(s.spec.Resources.OOMScoreAdj))), 0o644); err != nil {
+		s.logger.Warn("setting oom_score_adj", "error", err)
+	}
 	cg, err := setupCgroups(cgroupName(s.spec.TaskID), s.spec.Resources)
 	if err != nil {
 		s.event(fmt.Sprintf("Resource limits not enforced: %v", err), nil)
