@@ -184,7 +184,11 @@ func (e *env) firstStart(jobID string) int64 {
 	return first
 }
 
-func setup(t *testing.T, acl bool) *env {
+func setup(t *testing.T, acl bool) *env { return setupWith(t, acl, `group_by = "island"`) }
+
+// setupWith is setup with extra settings in the impact-gpu config block
+// ("" keeps the plugin's shipped defaults).
+func setupWith(t *testing.T, acl bool, gpuConfig string) *env {
 	nomadagent.Binary(t) // skip before building anything
 	root := nomadagent.RepoRoot()
 	bins := t.TempDir()
@@ -213,11 +217,11 @@ plugin "impact-gpu" {
   config {
     backend            = "fake"
     fake_topology      = %q
-    group_by           = "island"
     fingerprint_period = "2s"
+    %s
   }
 }
-`, topoPath),
+`, topoPath, gpuConfig),
 	})
 	e := &env{t: t, a: a, dir: a.Dir, impact: impact,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
