@@ -23,7 +23,12 @@ import (
 // make Nomad allocate exactly the GPUs the plan chose: two GPUs of one
 // island that are not neighbours, a whole island, and the whole node, the
 // first two side by side. Skipped without a nomad binary on PATH.
-func TestRealNomadGPUIslands(t *testing.T) {
+// startGPUAgent starts a real dev agent whose client loads impact-gpu
+// (built from this tree, or $IMPACT_BIN/plugins/impact-gpu) with the fake
+// two-island topology and the plugin's shipped defaults. Skips without a
+// nomad binary on PATH.
+func startGPUAgent(t *testing.T) *devAgent {
+	t.Helper()
 	bin, err := exec.LookPath("nomad")
 	if err != nil {
 		t.Skip("no nomad binary on PATH")
@@ -68,6 +73,11 @@ plugin "impact-gpu" {
   }
 }
 `, plugins, topoPath))
+	return agent
+}
+
+func TestRealNomadGPUIslands(t *testing.T) {
+	agent := startGPUAgent(t)
 	c, err := NewClient(Config{Address: agent.addr}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
