@@ -120,3 +120,13 @@ backfill {
   enabled      = true
   reservations = 1
 }
+
+# Gangs: a running gang with a member missing (lost with its node, failed,
+# stopped by someone, on a node that is down or draining, or replaced by
+# Nomad with a member of a later generation) for longer than this grace is
+# stopped whole, with its checkpoint signal and grace, and requeued whole:
+# never a half-placed gang, never a replacement waiting at a barrier for
+# ever. 0 turns the watch off.
+gangs {
+  missing_member_grace = "2m" # default "2m"
+}

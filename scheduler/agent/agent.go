@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -648,7 +649,7 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.writeExplanations(lctx, v)
 		// What the executor did is saved at once; usage alone only every
 		// SaveEvery.
-		acted := len(res.Report.Admitted)+len(res.Report.Preempted)+len(res.Report.RolledBack) > 0
+		acted := len(res.Report.Admitted)+len(res.Report.Preempted)+len(res.Report.Requeued)+len(res.Report.RolledBack) > 0
 		a.saveState(lctx, start, acted)
 	}
 	a.finish(res, wallStart)
@@ -715,7 +716,7 @@ func (a *Agent) forgetUnapplied(plan *engine.Plan, rep *ApplyReport) {
 	var admitted, underway map[string]bool
 	if rep != nil {
 		admitted = setOf(rep.Admitted)
-		underway = setOf(rep.Preempted)
+		underway = setOf(append(slices.Clip(rep.Preempted), rep.Requeued...))
 		for id := range rep.Skipped {
 			underway[id] = true
 		}
@@ -725,7 +726,7 @@ func (a *Agent) forgetUnapplied(plan *engine.Plan, rep *ApplyReport) {
 			a.engine.Forget(adm.JobID)
 		}
 	}
-	for _, p := range plan.Preemptions {
+	for _, p := range append(slices.Clip(plan.Preemptions), plan.Requeues...) {
 		if !underway[p.JobID] {
 			a.engine.Forget(p.JobID)
 		}
@@ -845,6 +846,15 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 			waited = now.Sub(j.Submit)
 		}
 		a.opts.Metrics.RecordAdmission(tier, waited)
+	}
+	requeued := setOf(rep.Requeued)
+	for _, p := range plan.Requeues {
+		if !requeued[p.JobID] {
+			continue
+		}
+		a.history[p.JobID] = jobHistory{Decision: DecisionRequeued, At: now, Reason: p.Reason}
+		a.opts.Metrics.RecordGangRequeue()
+		a.cycleLog.Warn("requeuing an incomplete gang whole", "job", p.JobID, "reason", p.Reason)
 	}
 	for _, p := range plan.Preemptions {
 		if !preempted[p.JobID] {

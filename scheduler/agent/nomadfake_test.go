@@ -36,6 +36,9 @@ preemption {
   max_gpu_hours_lost_per_hour = 0
   max_per_cycle               = 4
 }
+gangs {
+  missing_member_grace = "1s"
+}
 `
 
 type fakeCluster struct {
@@ -464,5 +467,63 @@ func TestFakeNomadStreamDrop(t *testing.T) {
 	h, err := s.api.Health(context.Background())
 	if err != nil || h.Status != agentapi.StatusOK {
 		t.Errorf("health after reconnects: %+v %v", h, err)
+	}
+}
+
+// A 2-node gang whose node goes down (its member lost, Nomad's
+// replacement blocked by the admission's pins) is requeued whole once the
+// policy's missing_member_grace passes, and admitted again whole on nodes
+// that are up: never left half-placed, never a replacement beside peers
+// of an older generation.
+func TestFakeNomadGangLosingANodeIsRequeuedWhole(t *testing.T) {
+	c := newFakeCluster(t, 3, 1, 4)
+	c.ensurePool()
+	c.submit("gang", map[string]string{"impact_tier": "high"}, 2, 4)
+	s := c.start("a1")
+	var first []string
+	eventuallyT(t, 10*time.Second, "both members running", func() (bool, string) {
+		first = first[:0]
+		for _, a := range c.fake.Allocations("gang") {
+			if a.ClientStatus == "running" {
+				first = append(first, a.NodeID)
+			}
+		}
+		return len(first) == 2, fmt.Sprintf("%d running", len(first))
+	})
+	// The admission is complete (its intent gone) before the node fails:
+	// a member lost during admission is the admission deadline's to roll
+	// back, not the gang watch's.
+	eventuallyT(t, 5*time.Second, "admission intent settled", func() (bool, string) {
+		v := c.fake.Variable("impact/state/intents/default/gang")
+		return v == nil, fmt.Sprint(v)
+	})
+	lostNode := first[0]
+	if err := c.fake.SetNodeStatus(lostNode, "down", false); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyT(t, 20*time.Second, "gang running whole again on nodes that are up", func() (bool, string) {
+		var nodes []string
+		for _, a := range c.fake.Allocations("gang") {
+			if a.ClientStatus == "running" && a.DesiredStatus == "run" {
+				nodes = append(nodes, a.NodeID)
+			}
+		}
+		ok := len(nodes) == 2 && nodes[0] != lostNode && nodes[1] != lostNode && c.pool("gang") == "gpu"
+		ex, _ := s.api.Explain(context.Background(), "default", "gang")
+		return ok, fmt.Sprintf("running on %v (lost %s), pool %s; explain %s: %s", nodes, lostNode, c.pool("gang"), ex.State, ex.Reason)
+	})
+	// The new generation runs alone: every allocation of the first one
+	// ended (the survivor was stopped, not left beside the new members).
+	for _, a := range c.fake.Allocations("gang") {
+		if a.PreviousAllocation != "" && a.ClientStatus == "running" {
+			t.Errorf("Nomad's replacement %s runs beside the new gang", a.ID)
+		}
+	}
+	if n := c.admissions("gang"); n < 2 {
+		t.Errorf("job registered %d times after submit; want the admission, the requeue's park and a second admission", n)
+	}
+	body := scrape(t, s.svc.Agent)
+	if !strings.Contains(body, "impact_gangs_requeued_total 1") {
+		t.Errorf("metrics do not count one requeue:\n%s", body)
 	}
 }

@@ -85,6 +85,9 @@ type ApplyReport struct {
 	Admitted []string
 	// Preempted lists the victims whose preemption started.
 	Preempted []string
+	// Requeued lists the incomplete gangs whose whole requeue (stop and
+	// park, plan.Requeues) started.
+	Requeued []string
 	// RolledBack lists admissions parked again because the gang did not
 	// fully start by its deadline.
 	RolledBack []string

@@ -26,6 +26,7 @@ const (
 	DecisionAdmit     = "admit"     // admitted by this cycle (or earlier, for running jobs)
 	DecisionPreempt   = "preempt"   // waiting while victims are stopped for it
 	DecisionPreempted = "preempted" // stopped to make room, requeued
+	DecisionRequeued  = "requeued"  // a running gang missing a member, stopped and requeued whole
 	DecisionWait      = "wait"      // waiting for its turn or for capacity
 	DecisionNone      = "none"      // cannot be scheduled as written
 )
@@ -47,6 +48,9 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 	victims := map[string]engine.Preemption{}
 	if plan != nil {
 		for _, p := range plan.Preemptions {
+			victims[p.JobID] = p
+		}
+		for _, p := range plan.Requeues {
 			victims[p.JobID] = p
 		}
 	}
@@ -165,6 +169,9 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 		}
 		if p, ok := victims[j.ID]; ok {
 			e.Decision = DecisionPreempted
+			if p.Preemptor == "" {
+				e.Decision = DecisionRequeued
+			}
 			e.PreemptedBy = p.Preemptor
 			e.Reason = p.Reason
 		}
@@ -204,7 +211,7 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 		if ex != nil && ex.Status == engine.StatusPreempting {
 			e.Decision = DecisionPreempt
 		}
-		if h.Decision == DecisionPreempted {
+		if h.Decision == DecisionPreempted || h.Decision == DecisionRequeued {
 			e.PreemptedBy = h.PreemptedBy
 			if e.Reason == "" {
 				e.Reason = h.Reason

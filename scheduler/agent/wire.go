@@ -241,6 +241,7 @@ func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *clust
 	rep := ApplyReport{
 		Admitted:   res.Admitted,
 		Preempted:  res.Preempting,
+		Requeued:   res.Requeuing,
 		RolledBack: rolled,
 		Skipped:    map[string]string{},
 		Failed:     res.Failed,

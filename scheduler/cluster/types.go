@@ -238,6 +238,10 @@ type Job struct {
 	// ModifyIndex is Nomad's JobModifyIndex when the model read the job;
 	// plans carry it so that the adapter can enforce it on re-register.
 	ModifyIndex uint64
+	// Completed counts, per group, the allocations of the job's current
+	// version that ended on their own with success (every task exited 0):
+	// gang members that are done, not missing.
+	Completed map[string]int
 }
 
 // GPUs is the total number of GPUs the job asks for.
@@ -289,6 +293,10 @@ type Alloc struct {
 	// Stopping is true once the allocation has been told to stop (a
 	// preemption under way); its GPUs are about to be freed.
 	Stopping bool
+	// Replacement is true for an allocation Nomad placed to replace a
+	// lost, failed or stopped one of the same job (its reschedule or
+	// migration): a gang member of a later generation than its peers.
+	Replacement bool
 }
 
 // Finished records the GPU time of an allocation that stopped. Fair-share

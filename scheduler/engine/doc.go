@@ -36,6 +36,17 @@
 //  5. Return the plan: admissions with node and GPU choices, preemptions
 //     with grace and checkpoint signal, and an explanation per queued job.
 //
+// Before the queue is decided, the gang watch looks at the running gangs:
+// one missing a member (gone without completing, told to stop by someone
+// else, on a node that is down or draining, or replaced by Nomad with a
+// member of a later generation) for longer than the policy's gangs
+// missing_member_grace is put in Plan.Requeues, to be checkpointed,
+// stopped and parked whole like a preemption without a preemptor. Only
+// GPU groups count (they are what an admission places); members that
+// completed on their own (cluster.Job.Completed) are done, not missing; a
+// gang whose admission is still under way is left to the adapter's
+// admission deadline.
+//
 // Between cycles the engine remembers (and Memory/WithMemory persist) the
 // decayed usage and the preemption budget; it also remembers the
 // admissions and preemptions it ordered that the snapshot does not show

@@ -55,6 +55,9 @@ type Engine struct {
 	// leaves the queue, is forgotten, or the binding expires: freed GPUs
 	// go to the job they were freed for.
 	bindings map[string]binding
+	// broken: job ID -> since when a running gang has been seen missing a
+	// member (watchGangs).
+	broken map[string]time.Time
 	// cache memoizes per-node and per-allocation masks across cycles.
 	cache *placement.Cache
 	// queue memoizes the queued jobs per shard of the job table.
@@ -242,6 +245,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		pending:  map[string]pendingAdmission{},
 		deferred: map[string]deferral{},
 		bindings: map[string]binding{},
+		broken:   map[string]time.Time{},
 		cache:    placement.NewCache(),
 	}
 	if o.memory != nil {

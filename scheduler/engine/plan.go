@@ -19,6 +19,11 @@ type Plan struct {
 	// admitted in the same plan: it keeps a reservation on the GPUs being
 	// freed and is admitted by a later cycle once they are free.
 	Preemptions []Preemption `json:"preemptions"`
+	// Requeues: running gangs missing a member for longer than the
+	// policy's gangs missing_member_grace, to checkpoint, stop and park
+	// whole, like a preemption without a preemptor (Preemptor is empty;
+	// Reason says which members are missing and why).
+	Requeues []Preemption `json:"requeues,omitempty"`
 	// Explanations of every queued job (admitted ones included), by job ID.
 	Explanations map[string]*Explanation `json:"explanations"`
 	// Queue is the queued job IDs in decision order (highest score first).

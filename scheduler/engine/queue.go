@@ -22,6 +22,8 @@ type queueCache struct {
 	keys []cluster.ShardKey
 	// queued: the JobQueued jobs of each shard (score not filled).
 	queued [][]queued
+	// running: the JobRunning jobs of each shard (for watchGangs).
+	running [][]*cluster.Job
 	// projs: the distinct projects (indexes) of each shard's jobs with
 	// valid metadata, running or queued.
 	projs [][]int32
@@ -56,7 +58,11 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	qc.keys[i] = key
 	var q []queued
 	var projs []int32
+	var run []*cluster.Job
 	for _, j := range jobs {
+		if j.State == cluster.JobRunning {
+			run = append(run, j)
+		}
 		if j.SpecErr == nil {
 			p := qc.project(c.pol.ProjectName(j.Spec))
 			if !slices.Contains(projs, p) {
@@ -105,6 +111,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	}
 	qc.queued[i] = q
 	qc.projs[i] = projs
+	qc.running[i] = run
 }
 
 // qkey is a queued job's sort key, kept in a flat slice of small values
@@ -136,6 +143,7 @@ func (c *cycle) buildQueue() []*queued {
 		qc.keys = make([]cluster.ShardKey, n)
 		qc.queued = make([][]queued, n)
 		qc.projs = make([][]int32, n)
+		qc.running = make([][]*cluster.Job, n)
 	}
 	qc.gen++
 	total := 0

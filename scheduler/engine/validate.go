@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -152,13 +153,13 @@ func findGPU(n *cluster.Node, id string) *cluster.GPU {
 }
 
 // Apply carries out a plan on a store the way an ideal executor would,
-// instantly: victims' allocations finish at now (FinishAlloc, so their GPU
+// instantly: victims' (and requeued gangs') allocations finish at now (FinishAlloc, so their GPU
 // time is charged) and their jobs are queued again;
 // admitted jobs become running with one allocation per placement (IDs
 // "<job>/<group>/<n>", started at now). The simulator and tests use it; the
 // live adapter acts through Nomad instead.
 func Apply(store *cluster.Store, snap *cluster.Snapshot, plan *Plan, now time.Time) error {
-	for _, p := range plan.Preemptions {
+	for _, p := range append(slices.Clip(plan.Preemptions), plan.Requeues...) {
 		for _, id := range p.Allocs {
 			store.FinishAlloc(id, now)
 		}

@@ -63,6 +63,9 @@ type ApplyResult struct {
 	Conflicts []string
 	// Preempting: preemptions started (they finish in the background).
 	Preempting []string
+	// Requeuing: requeues of incomplete gangs started (the same stop and
+	// park as a preemption, in the background).
+	Requeuing []string
 	// Skipped: an action for the job is already under way.
 	Skipped []string
 	// Failed actions, by job.
@@ -305,6 +308,24 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 		}
 		res.Preempting = append(res.Preempting, p.JobID)
 		x.runPreemption(ctx, in, "preemption")
+	}
+	for _, r := range plan.Requeues {
+		if !x.claim(r.JobID) {
+			res.Skipped = append(res.Skipped, r.JobID)
+			continue
+		}
+		in := &Intent{
+			Kind: IntentPreempt, JobID: r.JobID, Phase: PhaseDecided, Allocs: r.Allocs,
+			Signal: r.CheckpointSignal, Grace: r.Grace, Reason: r.Reason, GPUs: r.GPUs,
+			RequeueExitCode: r.RequeueExitCode, Created: x.cfg.Clock(),
+		}
+		if err := x.st.PutIntent(ctx, in); err != nil {
+			x.release(r.JobID)
+			res.Failed[r.JobID] = fmt.Errorf("record requeue intent: %w", err)
+			continue
+		}
+		res.Requeuing = append(res.Requeuing, r.JobID)
+		x.runPreemption(ctx, in, "requeue of an incomplete gang")
 	}
 	var admitted []engine.Admission
 	for _, a := range plan.Admissions {
@@ -767,6 +788,10 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 			if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
 				return err
 			}
+			if in.Preemptor == "" {
+				x.setOutcome(in.JobID, "finished before its requeue (every task exited 0): complete, not requeued")
+				return nil
+			}
 			x.countOutcome(OutcomeCompleted)
 			x.setOutcome(in.JobID, fmt.Sprintf("finished during its preemption grace (every task exited 0): complete, not requeued (preempted for %s)", in.Preemptor))
 			x.log.Info("preempted job finished within its grace; not requeued", "job", in.JobID, "for", in.Preemptor)
@@ -790,11 +815,13 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 	if err := x.stopAll(ctx, in.JobID); err != nil {
 		return err
 	}
-	if err := x.st.RecordPreemption(ctx, PreemptionRecord{
-		JobID: in.JobID, Preemptor: in.Preemptor, At: x.cfg.Clock(), GPUs: in.GPUs,
-		LostGPUHours: in.LostGPUH, Reason: in.Reason,
-	}); err != nil {
-		x.log.Warn("could not record the preemption", "job", in.JobID, "error", err)
+	if in.Preemptor != "" {
+		if err := x.st.RecordPreemption(ctx, PreemptionRecord{
+			JobID: in.JobID, Preemptor: in.Preemptor, At: x.cfg.Clock(), GPUs: in.GPUs,
+			LostGPUHours: in.LostGPUH, Reason: in.Reason,
+		}); err != nil {
+			x.log.Warn("could not record the preemption", "job", in.JobID, "error", err)
+		}
 	}
 	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
 		return err
@@ -807,6 +834,11 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 		// Resumed after the park: how the tasks ended is not known.
 		how = "requeued"
 		in.outcome = OutcomeStopped
+	}
+	if in.Preemptor == "" {
+		x.setOutcome(in.JobID, fmt.Sprintf("requeued whole (%s): %s", how, in.Reason))
+		x.log.Info("incomplete gang requeued whole", "job", in.JobID, "outcome", in.outcome)
+		return nil
 	}
 	x.countOutcome(in.outcome)
 	x.setOutcome(in.JobID, fmt.Sprintf("preempted for %s, %s: %s", in.Preemptor, how, in.Reason))

@@ -41,6 +41,15 @@ type mirror struct {
 	// something since deleted (or finished), and must not resurrect it.
 	listedJobs, listedAllocs, listedNodes uint64
 
+	// ended: job key -> alloc ID -> what the gang watch needs of the
+	// job's allocations that ended: their group, whether they completed on
+	// their own (client status complete, desired status run: a finished
+	// member, not a missing one; cluster.Job.Completed), and which
+	// registration of the job they belonged to, so that a replacement
+	// (PreviousAllocation) and a completed member are counted only for
+	// the registration running now, not for an earlier admission.
+	ended map[string]map[string]endedAlloc
+
 	dirtyJobs  map[string]bool
 	dirtyNodes map[string]bool
 	// nodeErrs holds why a node's GPUs could not be read.
@@ -50,7 +59,7 @@ type mirror struct {
 func newMirror() *mirror {
 	return &mirror{
 		jobs: map[string]*wireJob{}, allocs: map[string]*wireAlloc{}, nodes: map[string]*wireNode{},
-		jobAllocs: map[string]map[string]bool{}, deleted: map[string]uint64{},
+		jobAllocs: map[string]map[string]bool{}, deleted: map[string]uint64{}, ended: map[string]map[string]endedAlloc{},
 		dirtyJobs: map[string]bool{}, dirtyNodes: map[string]bool{}, nodeErrs: map[string]error{},
 	}
 }
@@ -101,6 +110,44 @@ func (m *mirror) upsertAlloc(a *wireAlloc, at uint64) bool {
 	m.jobAllocs[key][a.ID] = true
 	m.dirtyJobs[key] = true
 	return true
+}
+
+// endedAlloc is an allocation that ended. Nomad's allocation events carry
+// no job version (only the allocation list does), so one seen ending on
+// the stream is tied to the job's JobModifyIndex at that moment (every
+// re-register, ours included, changes it), and one found ended by a
+// resync to its JobVersion.
+type endedAlloc struct {
+	group     string
+	completed bool
+	listed    bool
+	version   uint64 // listed: the allocation's JobVersion
+	jmi       uint64 // streamed: the job's JobModifyIndex when it ended
+}
+
+// current reports whether an ended allocation belongs to the job's
+// registration j (for a live allocation's predecessor, live's own
+// JobVersion when the list gave one).
+func (e endedAlloc) current(j *wireJob, liveVersion uint64, liveListed bool) bool {
+	if e.listed {
+		if liveListed {
+			return e.version == liveVersion
+		}
+		return e.version == j.Version
+	}
+	return e.jmi == j.JobModifyIndex
+}
+
+// noteEnded remembers an allocation that ended.
+func (m *mirror) noteEnded(key string, a *wireAlloc, listed bool) {
+	if m.ended[key] == nil {
+		m.ended[key] = map[string]endedAlloc{}
+	}
+	e := endedAlloc{group: a.TaskGroup, completed: a.ClientStatus == "complete" && a.DesiredStatus == "run", listed: listed, version: a.JobVersion}
+	if j := m.jobs[key]; j != nil {
+		e.jmi = j.JobModifyIndex
+	}
+	m.ended[key][a.ID] = e
 }
 
 func (m *mirror) upsertNode(n *wireNode, at uint64) bool {
@@ -168,6 +215,7 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 		if terminalAlloc(a) {
 			// Terminal allocations hold nothing: forget them, recording
 			// the GPU time they used for fair-share charging.
+			m.noteEnded(key, a, a.listed)
 			delete(m.allocs, id)
 			delete(m.jobAllocs[key], id)
 			finishAlloc(store, a)
@@ -182,6 +230,13 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 	var errs []error
 	for _, a := range live {
 		ca := translateAlloc(a, key)
+		// A replacement of an allocation of the same job version is a
+		// later generation of the same gang; one whose predecessor ran an
+		// older version (or is unknown) is not.
+		if ca.Replacement {
+			prev, ok := m.ended[key][a.PreviousAllocation]
+			ca.Replacement = ok && j != nil && prev.current(j, a.JobVersion, a.listed)
+		}
 		if len(ca.GPUs) == 0 && !managed {
 			store.DeleteAlloc(a.ID)
 			continue
@@ -192,9 +247,22 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 	}
 	if !managed {
 		store.DeleteJob(key)
+		if j == nil {
+			delete(m.ended, key)
+		}
 		return errors.Join(errs...)
 	}
 	cj := translateJob(j, key, len(live), tc)
+	if cj != nil {
+		for _, e := range m.ended[key] {
+			if e.completed && e.current(j, 0, false) {
+				if cj.Completed == nil {
+					cj.Completed = map[string]int{}
+				}
+				cj.Completed[e.group]++
+			}
+		}
+	}
 	if cj == nil {
 		store.DeleteJob(key)
 		return errors.Join(errs...)
@@ -433,7 +501,7 @@ func translateConstraints(cs []wireConstraint) (out []cluster.Constraint, distin
 func translateAlloc(a *wireAlloc, jobKey string) *cluster.Alloc {
 	ca := &cluster.Alloc{
 		ID: a.ID, JobID: jobKey, Group: a.TaskGroup, NodeID: a.NodeID,
-		Stopping: a.DesiredStatus != "run",
+		Stopping: a.DesiredStatus != "run", Replacement: a.PreviousAllocation != "",
 	}
 	if a.AllocatedResources != nil {
 		names := make([]string, 0, len(a.AllocatedResources.Tasks))

@@ -44,7 +44,7 @@ var batchKeep = keep{
 			"Allocation": keep{
 				"ID": nil, "Namespace": nil, "JobID": nil, "TaskGroup": nil, "NodeID": nil,
 				"DesiredStatus": nil, "ClientStatus": nil, "CreateIndex": nil, "ModifyIndex": nil,
-				"CreateTime": nil, "ModifyTime": nil,
+				"CreateTime": nil, "ModifyTime": nil, "JobVersion": nil, "PreviousAllocation": nil, "NextAllocation": nil,
 				"AllocatedResources": keep{"Tasks": keep{"*": keep{"Devices": nil}}},
 				"TaskStates":         keep{"*": keep{"State": nil, "StartedAt": nil, "FinishedAt": nil}},
 			},

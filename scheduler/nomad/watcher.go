@@ -588,9 +588,24 @@ func (w *Watcher) resync(ctx context.Context) error {
 		}
 	}
 	ended := map[string]*wireAlloc{}
+	replaced := map[string]string{} // replacement -> the allocation it replaced
 	for _, a := range allocs {
+		if a.NextAllocation != "" {
+			replaced[a.NextAllocation] = a.ID
+		}
+	}
+	for _, a := range allocs {
+		a.listed = true
+		if prev, ok := replaced[a.ID]; ok && a.PreviousAllocation == "" {
+			a.PreviousAllocation = prev
+		}
 		if terminalAlloc(a) {
 			ended[a.ID] = a
+			ns := a.Namespace
+			if ns == "" {
+				ns = "default"
+			}
+			nm.noteEnded(cluster.JobKey(ns, a.JobID), a, true)
 		} else {
 			nm.upsertAlloc(a, 0)
 		}

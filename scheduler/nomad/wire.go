@@ -82,17 +82,27 @@ type wireTask struct {
 }
 
 type wireAlloc struct {
-	ID                 string
-	Namespace          string
-	JobID              string
-	TaskGroup          string
-	NodeID             string
-	DesiredStatus      string
-	ClientStatus       string
-	CreateIndex        uint64
-	ModifyIndex        uint64
-	CreateTime         int64
-	ModifyTime         int64
+	ID            string
+	Namespace     string
+	JobID         string
+	TaskGroup     string
+	NodeID        string
+	DesiredStatus string
+	ClientStatus  string
+	CreateIndex   uint64
+	ModifyIndex   uint64
+	CreateTime    int64
+	ModifyTime    int64
+	// JobVersion is the job version the allocation runs (the allocation
+	// list has it; allocation events do not: 0). PreviousAllocation is set
+	// on a replacement Nomad placed for a lost, failed or stopped one
+	// (reschedule or migration).
+	JobVersion         uint64
+	PreviousAllocation string
+	// NextAllocation names the replacement of this one; the allocation
+	// list gives no PreviousAllocation, so a resync learns replacements
+	// from it.
+	NextAllocation     string
 	AllocatedResources *struct {
 		Tasks map[string]struct {
 			Devices []struct {
@@ -108,6 +118,9 @@ type wireAlloc struct {
 		StartedAt  time.Time
 		FinishedAt time.Time
 	}
+	// listed: read from the allocation list (a resync), whose JobVersion
+	// is real.
+	listed bool
 }
 
 type wireNode struct {

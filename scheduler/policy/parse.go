@@ -74,6 +74,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "preemption"},
 		{Type: "backfill"},
 		{Type: "headroom", LabelNames: []string{"pool"}},
+		{Type: "gangs"},
 	},
 }
 
@@ -160,6 +161,8 @@ func (d *decoder) decodeRoot(body hcl.Body) {
 			d.block(b, key, map[string]any{"enabled": &d.p.Backfill.Enabled, "reservations": &d.p.Backfill.Reservations})
 		case "headroom":
 			d.headroom(b, key)
+		case "gangs":
+			d.block(b, key, map[string]any{"missing_member_grace": &d.p.Gangs.MissingMemberGrace})
 		}
 	}
 }

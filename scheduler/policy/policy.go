@@ -34,6 +34,8 @@ type Policy struct {
 	// Headrooms by node pool: capacity kept free of non-preemptible work
 	// for urgent tiers (see Headroom). None by default.
 	Headrooms map[string]*Headroom
+	// Gangs governs running gangs that lose a member.
+	Gangs Gangs
 
 	// pos records where each field was set (file:line), by field path such
 	// as `tier "critical" weight`, so Validate can point at it. Fields set
@@ -134,6 +136,17 @@ type Backfill struct {
 	Reservations int
 }
 
+// Gangs governs running gangs that lose a member after their admission.
+type Gangs struct {
+	// MissingMemberGrace: a running gang with a member missing (lost,
+	// failed, stopped by someone, on a node that is down or draining, or
+	// replaced by Nomad with a member of a later generation) for longer
+	// than this is stopped whole, with its checkpoint signal and grace,
+	// and requeued whole. Shorter absences (a client restart, a blip) are
+	// ridden out. 0 turns the watch off.
+	MissingMemberGrace time.Duration
+}
+
 // Pos is a position in a policy file.
 type Pos struct {
 	File string
@@ -185,6 +198,7 @@ func Default() *Policy {
 			MaxPerCycle:            8,
 		},
 		Backfill: Backfill{Enabled: true, Reservations: 1},
+		Gangs:    Gangs{MissingMemberGrace: 2 * time.Minute},
 		pos:      map[string]Pos{},
 	}
 }
@@ -330,6 +344,7 @@ func (p *Policy) Merge(o *Policy) *Policy {
 	mergeB("backfill enabled", &c.Backfill.Enabled, o.Backfill.Enabled)
 	mergeI("backfill reservations", &c.Backfill.Reservations, o.Backfill.Reservations)
 	c.mergeHeadrooms(o)
+	mergeD("gangs missing_member_grace", &c.Gangs.MissingMemberGrace, o.Gangs.MissingMemberGrace)
 	return c
 }
 
@@ -434,6 +449,9 @@ func (p *Policy) Validate() error {
 		bad("backfill reservations", "must be >= 0, got %d", p.Backfill.Reservations)
 	}
 	p.validateHeadrooms(bad)
+	if p.Gangs.MissingMemberGrace < 0 {
+		bad("gangs missing_member_grace", "must not be negative (0 turns the watch off)")
+	}
 	return errors.Join(errs...)
 }
 

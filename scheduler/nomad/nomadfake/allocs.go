@@ -353,18 +353,54 @@ func (s *Server) SetNodeStatus(nodeID, status string, eligible bool) error {
 	n.ModifyIndex = idx
 	s.emit(idx, "Node", "NodeStatusUpdate", n.ID, "", nil, "Node", n)
 	if status == "down" {
+		var lost []*api.Allocation
 		for _, a := range s.sortedAllocs() {
 			if a.NodeID == nodeID && !terminal(a) {
 				i := s.bump("allocs")
 				a.ClientStatus = "lost"
 				a.DesiredStatus = "stop"
 				a.ModifyIndex = i
+				a.ModifyTime = s.now().UnixNano()
+				lost = append(lost, a)
 				s.emit(i, "Allocation", "AllocationUpdated", a.ID, a.Namespace, []string{a.JobID, ""}, "Allocation", allocEvent(a))
 			}
 		}
+		s.replaceLost(lost)
 	}
 	s.unblock("")
 	return nil
+}
+
+// replaceLost is Nomad's node-update evaluation of the jobs that lost
+// allocations: lost allocations are always replaced (whatever the
+// reschedule policy), on nodes the job's constraints allow; a replacement
+// carries PreviousAllocation and the lost one NextAllocation. What cannot
+// be placed (the job is pinned to the lost node) waits in a blocked
+// evaluation, as on Nomad.
+func (s *Server) replaceLost(lost []*api.Allocation) {
+	seen := map[string]bool{}
+	var keys []string
+	for _, a := range lost {
+		k := jobKey(a.Namespace, a.JobID)
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		js := s.jobs[k]
+		if js == nil || *js.job.Stop {
+			continue
+		}
+		ev := s.newEval(s.bump("evals"), js.job, "node-update")
+		if js.blocked != "" {
+			if be := s.evals[js.blocked]; be != nil {
+				be.Status = "canceled"
+			}
+			js.blocked = ""
+		}
+		s.process(js, ev)
+	}
 }
 
 func (s *Server) listNodes(r *http.Request) []*api.NodeListStub {

@@ -704,6 +704,19 @@ func (s *Server) newAlloc(idx uint64, job *api.Job, ev *api.Evaluation, p placem
 		CreateIndex: idx, ModifyIndex: idx, AllocModifyIndex: idx, CreateTime: now, ModifyTime: now,
 		TaskStates: map[string]*api.TaskState{},
 	}
+	// A new allocation of a group that lost one of the same job version
+	// replaces it (Nomad links the two whenever it places for a lost
+	// allocation, at once or later from a blocked evaluation; a new job
+	// version places afresh).
+	for _, old := range s.sortedAllocs() {
+		if old.JobID == a.JobID && old.Namespace == a.Namespace && old.TaskGroup == p.tg &&
+			old.ClientStatus == "lost" && old.NextAllocation == "" &&
+			old.Job != nil && old.Job.Version != nil && *old.Job.Version == *job.Version {
+			a.PreviousAllocation = old.ID
+			old.NextAllocation = a.ID
+			break
+		}
+	}
 	s.allocs[a.ID] = a
 	return a
 }

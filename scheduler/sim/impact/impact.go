@@ -449,6 +449,11 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 	plan := s.eng.Decide(s.store.Snapshot(), at(now))
 	s.looked(now, plan)
 	var acts sim.Actions
+	if len(plan.Requeues) > 0 {
+		// Simulated gangs never lose a member: a requeue means the model
+		// fed to the engine is wrong.
+		return acts, fmt.Errorf("plan requeues incomplete gang %q (%s)", plan.Requeues[0].JobID, plan.Requeues[0].Reason)
+	}
 	for _, p := range plan.Preemptions {
 		j := s.jobs[p.JobID]
 		if j == nil {

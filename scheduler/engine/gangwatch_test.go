@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// A running gang missing a member for longer than the policy's gangs
+// missing_member_grace is requeued whole (its remaining allocations
+// stopped with its checkpoint signal and grace); shorter absences are
+// ridden out, members that completed are not missing, and a gang is
+// requeued once.
+func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
+	long := t0.Add(-time.Hour)
+	gang := func(opts ...jobOpt) *cluster.Job {
+		return mkJob("g", append([]jobOpt{running(), meta("impact_tier", "normal", "impact_checkpoint_signal", "SIGUSR1", "impact_grace", "30s"), group("main", 2, 4)}, opts...)...)
+	}
+	down := func(n *cluster.Node) { n.Ready = false }
+	for _, tc := range []struct {
+		name   string
+		nodes  []*cluster.Node
+		job    *cluster.Job
+		allocs []*cluster.Alloc
+		why    string // "" = never requeued
+	}{
+		{name: "member lost", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, job: gang(),
+			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3)},
+			why:    "group main has 1 of 2 members"},
+		{name: "member on a down node", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2, down)}, job: gang(),
+			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3), alloc("a2", "g", "n2", long, 0, 1, 2, 3)},
+			why:    "is on node n2, which is down or draining"},
+		{name: "replacement of a later generation", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, job: gang(),
+			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3), func() *cluster.Alloc {
+				a := alloc("a3", "g", "n2", t0, 0, 1, 2, 3)
+				a.Replacement = true
+				return a
+			}()},
+			why: "allocation a3 of group main is a replacement"},
+		{name: "member stopped by someone", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, job: gang(),
+			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3), func() *cluster.Alloc {
+				a := alloc("a2", "g", "n2", long, 0, 1, 2, 3)
+				a.Stopping = true
+				return a
+			}()},
+			why: "allocation a2 of group main was told to stop"},
+		{name: "member completed", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)},
+			job:    func() *cluster.Job { j := gang(); j.Completed = map[string]int{"main": 1}; return j }(),
+			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3)}},
+		{name: "whole gang running", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, job: gang(),
+			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3), alloc("a2", "g", "n2", long, 0, 1, 2, 3)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy.Default()
+			grace := pol.Gangs.MissingMemberGrace
+			e := mustEngine(t, pol)
+			snap := mustSnap(t, tc.nodes, []*cluster.Job{tc.job}, tc.allocs)
+			for _, at := range []time.Duration{0, grace / 2, grace - time.Second} {
+				if plan := e.Decide(snap, t0.Add(at)); len(plan.Requeues) != 0 {
+					t.Fatalf("at +%v requeued %+v, before the grace of %v", at, plan.Requeues, grace)
+				}
+			}
+			plan := e.Decide(snap, t0.Add(grace))
+			if tc.why == "" {
+				if len(plan.Requeues) != 0 {
+					t.Fatalf("requeued %+v, want nothing", plan.Requeues)
+				}
+				return
+			}
+			if len(plan.Requeues) != 1 {
+				t.Fatalf("requeues = %+v, want g", plan.Requeues)
+			}
+			r := plan.Requeues[0]
+			if r.JobID != "g" || len(r.Allocs) != len(tc.allocs) || r.CheckpointSignal != "SIGUSR1" || r.Grace != 30*time.Second ||
+				r.RequeueExitCode != policy.DefaultRequeueExitCode || r.Preemptor != "" || !strings.Contains(r.Reason, tc.why) {
+				t.Fatalf("requeue = %+v, want all %d allocations of g, its signal and grace, reason with %q", r, len(tc.allocs), tc.why)
+			}
+			if plan := e.Decide(snap, t0.Add(grace+10*time.Second)); len(plan.Requeues) != 0 {
+				t.Fatalf("requeued again while the first is under way: %+v", plan.Requeues)
+			}
+		})
+	}
+}
+
+// An absence shorter than the grace resets it: a node that comes back
+// before the grace ends leaves the gang alone, and a later absence starts
+// a new grace.
+func TestGangWatchGraceResets(t *testing.T) {
+	long := t0.Add(-time.Hour)
+	j := mkJob("g", running(), group("main", 2, 4))
+	allocs := []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3), alloc("a2", "g", "n2", long, 0, 1, 2, 3)}
+	up := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}
+	downNodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2, func(n *cluster.Node) { n.Ready = false })}
+	pol := policy.Default()
+	grace := pol.Gangs.MissingMemberGrace
+	e := mustEngine(t, pol)
+	steps := []struct {
+		at    time.Duration
+		nodes []*cluster.Node
+		want  int
+	}{
+		{0, downNodes, 0}, {grace - time.Second, up, 0}, {grace + time.Second, downNodes, 0},
+		{2 * grace, downNodes, 0}, {2*grace + time.Second, downNodes, 1},
+	}
+	for _, st := range steps {
+		plan := e.Decide(mustSnap(t, st.nodes, []*cluster.Job{j}, allocs), t0.Add(st.at))
+		if len(plan.Requeues) != st.want {
+			t.Fatalf("at +%v: %d requeues, want %d", st.at, len(plan.Requeues), st.want)
+		}
+	}
+}
+
+// A gang whose admission is still under way (its members not all in the
+// model yet) is the adapter's to roll back, not the watch's; a gang
+// requeued is not also chosen as a victim in the same cycle; and with the
+// watch off nothing is requeued.
+func TestGangWatchLeavesAdmissionsAndOff(t *testing.T) {
+	nodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}
+	j := mkJob("g", group("main", 2, 8))
+	pol := policy.Default()
+	e := mustEngine(t, pol)
+	plan := e.Decide(mustSnap(t, nodes, []*cluster.Job{j}, nil), t0)
+	adm := admission(plan, "g")
+	if adm == nil {
+		t.Fatalf("not admitted: %+v", plan.Explanations["g"])
+	}
+	// One member appeared; the other has not yet.
+	run := mkJob("g", running(), group("main", 2, 8))
+	one := adm.Groups[0].Allocs[0]
+	a := &cluster.Alloc{ID: "a1", JobID: "g", Group: "main", NodeID: one.NodeID, GPUs: one.GPUs, Start: t0}
+	snap := mustSnap(t, nodes, []*cluster.Job{run}, []*cluster.Alloc{a})
+	for _, at := range []time.Duration{time.Minute, 2 * pol.Gangs.MissingMemberGrace} {
+		if plan := e.Decide(snap, t0.Add(at)); len(plan.Requeues) != 0 {
+			t.Fatalf("at +%v requeued a gang whose admission is under way: %+v", at, plan.Requeues)
+		}
+	}
+
+	off := mustPolicy(t, "gangs {\n  missing_member_grace = \"0s\"\n}\n")
+	e = mustEngine(t, off)
+	for _, at := range []time.Duration{0, time.Hour} {
+		if plan := e.Decide(snap, t0.Add(at)); len(plan.Requeues) != 0 {
+			t.Fatalf("watch off, at +%v requeued %+v", at, plan.Requeues)
+		}
+	}
+}
