@@ -5,6 +5,7 @@ go 1.26.7
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/armon/go-metrics v0.4.1
+	github.com/go-jose/go-jose/v4 v4.1.4
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
