@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 // Client talks to a rendezvous endpoint (an impact agent or a Server).
 type Client struct {
 	http *http.Client
+	cred Credential
 
 	// Either a fixed base URL, or a resolver (e.g. Consul) asked again
 	// after a transport error, so members follow a failed-over agent.
@@ -56,6 +58,59 @@ func (c *Client) forget() {
 	if c.resolve != nil {
 		c.base = ""
 	}
+}
+
+// Credential is what a client presents on every request (as
+// Authorization: Bearer): the task's workload identity.
+type Credential interface {
+	// Token returns the credential, read afresh (Nomad renews identity
+	// files); "" when there is none.
+	Token() (string, error)
+	// Where says where the credential was looked for, for the error a
+	// member gets when the server wants one and there was none.
+	Where() string
+}
+
+// WithCredential makes the client present cred on every request.
+func (c *Client) WithCredential(cred Credential) *Client {
+	c.cred = cred
+	return c
+}
+
+// IdentityCredential is a task's workload identity: the file Nomad writes
+// with identity { file = true } (read on every request, so the renewed
+// token is used) or, when there is no file, a token from the environment
+// (identity { env = true }, not renewed while the task runs).
+type IdentityCredential struct {
+	File  string
+	Env   string // the token from the task env, if any
+	Label string // the env variable's name, for errors
+}
+
+// Token reads the identity file, else returns the env token.
+func (c IdentityCredential) Token() (string, error) {
+	if c.File != "" {
+		b, err := os.ReadFile(c.File)
+		if err == nil {
+			if t := strings.TrimSpace(string(b)); t != "" {
+				return t, nil
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("reading the task's workload identity %s: %w", c.File, err)
+		}
+	}
+	return c.Env, nil
+}
+
+// Where names the file and variable that were looked at.
+func (c IdentityCredential) Where() string {
+	switch {
+	case c.File != "" && c.Label != "":
+		return fmt.Sprintf("no file %s, no %s in the task env", c.File, c.Label)
+	case c.File != "":
+		return "no file " + c.File
+	}
+	return "no identity configured"
 }
 
 // APIError is a non-2xx answer of the endpoint.
@@ -161,6 +216,17 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (Status,
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	presented := false
+	if c.cred != nil {
+		tok, err := c.cred.Token()
+		if err != nil {
+			return Status{}, err
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+			presented = true
+		}
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		c.forget()
@@ -175,6 +241,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (Status,
 		var e ErrorResponse
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
+		}
+		if resp.StatusCode == http.StatusUnauthorized && !presented && c.cred != nil {
+			e.Error += " (impact-exec found no workload identity for this task: " + c.cred.Where() + ")"
 		}
 		return Status{}, &APIError{Code: resp.StatusCode, Message: e.Error}
 	}

@@ -45,6 +45,7 @@ type Registry struct {
 
 type gangRecord struct {
 	id         string
+	job        string // "<namespace>/<job_id>" of the member that created it
 	state      State
 	size       int
 	generation int
@@ -127,9 +128,12 @@ func (r *Registry) Join(ctx context.Context, gangID, memberID string, req JoinRe
 		if size == 0 {
 			return Status{}, fmt.Errorf("%w: gang %q: size unknown", ErrInvalid, gangID)
 		}
-		g = &gangRecord{id: gangID, state: StateForming, size: size, generation: generation,
+		g = &gangRecord{id: gangID, job: jobKey(req), state: StateForming, size: size, generation: generation,
 			members: map[string]*memberRecord{}, changed: make(chan struct{})}
 		r.gangs[gangID] = g
+	}
+	if err := g.sameJob(req, memberID); err != nil {
+		return Status{}, err
 	}
 	if m, ok := g.members[memberID]; ok && !m.State.Terminal() {
 		// Idempotent re-join: refresh only.
@@ -167,9 +171,12 @@ func (r *Registry) resume(gangID, memberID string, req JoinRequest, ttl time.Dur
 		g = nil
 	}
 	if g == nil {
-		g = &gangRecord{id: gangID, state: StateReady, size: req.Size, generation: res.Generation,
+		g = &gangRecord{id: gangID, job: jobKey(req), state: StateReady, size: req.Size, generation: res.Generation,
 			members: map[string]*memberRecord{}, changed: make(chan struct{})}
 		r.gangs[gangID] = g
+	}
+	if err := g.sameJob(req, memberID); err != nil {
+		return Status{}, err
 	}
 	if m, ok := g.members[memberID]; ok {
 		if m.State.Terminal() {
@@ -192,6 +199,18 @@ func (r *Registry) resume(gangID, memberID string, req JoinRequest, ttl time.Dur
 	g.members[memberID] = m
 	r.changedLocked(g)
 	return r.statusLocked(g), nil
+}
+
+// jobKey names the job a join comes from.
+func jobKey(req JoinRequest) string { return req.Namespace + "/" + req.JobID }
+
+// sameJob refuses a member of another job: a gang is one job's (a member
+// of job "a" cannot join the gang of job "a:b" by naming it).
+func (g *gangRecord) sameJob(req JoinRequest, memberID string) error {
+	if k := jobKey(req); g.job != "" && k != g.job {
+		return fmt.Errorf("%w: gang %q belongs to job %s, member %q is of job %s", ErrConflict, g.id, g.job, memberID, k)
+	}
+	return nil
 }
 
 // newMemberRecord is a member as its join describes it, without ranks.

@@ -2,6 +2,7 @@ package gang
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/auth"
 )
 
 // PathPrefix is where the handler expects to be mounted.
@@ -31,15 +34,43 @@ const (
 //	mux.Handle(gang.PathPrefix, gang.NewHandler(reg, logger))
 type Handler struct {
 	reg    *Registry
+	auth   Authorizer
 	logger hclog.Logger
 }
 
-// NewHandler returns the HTTP handler of a registry.
+// NewHandler returns the HTTP handler of a registry without
+// authentication (DevNoAuth): for tests and development servers only.
+// Anything reachable from other hosts uses NewHandlerWith.
 func NewHandler(reg *Registry, logger hclog.Logger) *Handler {
+	return NewHandlerWith(reg, DevNoAuth{}, logger)
+}
+
+// NewHandlerWith returns the HTTP handler of a registry whose requests a
+// must authorize (NomadAuth: workload identities and ACL tokens).
+func NewHandlerWith(reg *Registry, a Authorizer, logger hclog.Logger) *Handler {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Handler{reg: reg, logger: logger.Named("gang")}
+	if a == nil {
+		a = DevNoAuth{}
+	}
+	return &Handler{reg: reg, auth: a, logger: logger.Named("gang")}
+}
+
+// allowed writes the refusal when err is one and reports whether the
+// request may go on.
+func (h *Handler) allowed(w http.ResponseWriter, r *http.Request, op, gangID, member string, err error) bool {
+	if err == nil {
+		return true
+	}
+	code := auth.Code(err)
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="impact rendezvous"`)
+	}
+	h.logger.Info("request refused", "op", op, "gang", gangID, "member", member, "code", code,
+		"remote", r.RemoteAddr, "error", err)
+	writeErr(w, code, err)
+	return false
 }
 
 // ServeHTTP routes /v1/gang/... requests.
@@ -68,14 +99,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !method(w, r, http.MethodGet) {
 			return
 		}
-		writeJSON(w, http.StatusOK, h.reg.List())
+		visible, err := h.auth.ListFilter(r)
+		if !h.allowed(w, r, "list", "", "", err) {
+			return
+		}
+		all := h.reg.List()
+		out := make([]Status, 0, len(all))
+		for _, st := range all {
+			if visible(st.ID) {
+				out = append(out, st)
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
 	case len(segs) == 1:
 		if !method(w, r, http.MethodGet) {
+			return
+		}
+		var err error
+		if m := r.URL.Query().Get("member"); m != "" {
+			err = h.auth.Member(r, segs[0], m, nil)
+		} else {
+			err = h.auth.ReadGang(r, segs[0])
+		}
+		if !h.allowed(w, r, "get", segs[0], r.URL.Query().Get("member"), err) {
 			return
 		}
 		h.get(w, r, segs[0])
 	case len(segs) == 2 && segs[1] == "stop":
 		if !method(w, r, http.MethodPut, http.MethodPost) {
+			return
+		}
+		if !h.allowed(w, r, "stop", segs[0], "", h.auth.Stop(r, segs[0])) {
 			return
 		}
 		var req StopRequest
@@ -91,8 +145,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if !decode(w, r, &req) {
 				return
 			}
+			if !h.allowed(w, r, "join", gangID, member, h.auth.Member(r, gangID, member, &req)) {
+				return
+			}
 			h.reply(w, "join", gangID, member)(h.reg.Join(r.Context(), gangID, member, req))
 		case http.MethodDelete:
+			if !h.allowed(w, r, "leave", gangID, member, h.auth.Member(r, gangID, member, nil)) {
+				return
+			}
 			h.reply(w, "leave", gangID, member)(h.reg.Leave(gangID, member))
 		default:
 			method(w, r, http.MethodPut, http.MethodDelete)
@@ -101,9 +161,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !method(w, r, http.MethodPut, http.MethodPost) {
 			return
 		}
+		if !h.allowed(w, r, "heartbeat", segs[0], segs[2], h.auth.Member(r, segs[0], segs[2], nil)) {
+			return
+		}
 		h.reply(w, "heartbeat", segs[0], segs[2])(h.reg.Heartbeat(segs[0], segs[2]))
 	case len(segs) == 4 && segs[1] == "members" && segs[3] == "exit":
 		if !method(w, r, http.MethodPut, http.MethodPost) {
+			return
+		}
+		if !h.allowed(w, r, "exit", segs[0], segs[2], h.auth.Member(r, segs[0], segs[2], nil)) {
 			return
 		}
 		var req ExitRequest
@@ -248,17 +314,35 @@ type Server struct {
 	ln       net.Listener
 }
 
-// StartServer listens on addr (e.g. "127.0.0.1:0") and serves in the
-// background until Close.
+// ServerOptions are the optional parts of a Server.
+type ServerOptions struct {
+	// Auth authorizes requests; nil is DevNoAuth (development only).
+	Auth Authorizer
+	// TLS serves https (mTLS when it asks for client certificates).
+	TLS *tls.Config
+}
+
+// StartServer listens on addr (e.g. "127.0.0.1:0") and serves without
+// authentication (DevNoAuth) in the background until Close: for tests.
 func StartServer(addr string, cfg RegistryConfig, logger hclog.Logger) (*Server, error) {
+	return StartServerWith(addr, cfg, ServerOptions{}, logger)
+}
+
+// StartServerWith is StartServer with authentication and TLS.
+func StartServerWith(addr string, cfg RegistryConfig, opts ServerOptions, logger hclog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("gang server: listen on %s: %w", addr, err)
 	}
 	reg := NewRegistry(cfg)
 	mux := http.NewServeMux()
-	mux.Handle(PathPrefix, NewHandler(reg, logger))
-	s := &Server{Registry: reg, URL: "http://" + ln.Addr().String(), ln: ln,
+	mux.Handle(PathPrefix, NewHandlerWith(reg, opts.Auth, logger))
+	scheme := "http://"
+	if opts.TLS != nil {
+		ln = tls.NewListener(ln, opts.TLS)
+		scheme = "https://"
+	}
+	s := &Server{Registry: reg, URL: scheme + ln.Addr().String(), ln: ln,
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
