@@ -30,8 +30,8 @@ type Authorizer interface {
 type DevNoAuth struct{}
 
 func (DevNoAuth) Member(*http.Request, string, string, *JoinRequest) error { return nil }
-func (DevNoAuth) ReadGang(*http.Request, string) error                       { return nil }
-func (DevNoAuth) Stop(*http.Request, string) error                           { return nil }
+func (DevNoAuth) ReadGang(*http.Request, string) error                     { return nil }
+func (DevNoAuth) Stop(*http.Request, string) error                         { return nil }
 func (DevNoAuth) ListFilter(*http.Request) (func(string) bool, error) {
 	return func(string) bool { return true }, nil
 }
