@@ -41,6 +41,12 @@ var configSpec = hclspec.Object(hclspec.Attrs{
 	"consul_addr":    hclspec.AttrDefault("consul_addr", "string", hclspec.Quote("")),
 	"consul_service": hclspec.AttrDefault("consul_service", "string", hclspec.Quote("")),
 	"consul_tag":     hclspec.AttrDefault("consul_tag", "string", hclspec.Quote("leader")),
+	// TLS to the rendezvous endpoint (an impact agent with http.tls_*):
+	// the CA that signed its certificate, and a client certificate when it
+	// asks for one (http.tls_client_ca).
+	"rendezvous_ca_cert":     hclspec.AttrDefault("rendezvous_ca_cert", "string", hclspec.Quote("")),
+	"rendezvous_client_cert": hclspec.AttrDefault("rendezvous_client_cert", "string", hclspec.Quote("")),
+	"rendezvous_client_key":  hclspec.AttrDefault("rendezvous_client_key", "string", hclspec.Quote("")),
 })
 
 // Config is the decoded plugin config.
@@ -54,6 +60,9 @@ type Config struct {
 	ConsulAddr        string `cty:"consul_addr"`
 	ConsulService     string `cty:"consul_service"`
 	ConsulTag         string `cty:"consul_tag"`
+	CACert            string `cty:"rendezvous_ca_cert"`
+	ClientCert        string `cty:"rendezvous_client_cert"`
+	ClientKey         string `cty:"rendezvous_client_key"`
 
 	barrierTimeout time.Duration
 	heartbeat      time.Duration
@@ -83,6 +92,9 @@ func (c *Config) validate() error {
 		if err := checkURL("nomad_addr", c.NomadAddr); err != nil {
 			return err
 		}
+	}
+	if (c.ClientCert == "") != (c.ClientKey == "") {
+		return fmt.Errorf("rendezvous_client_cert and rendezvous_client_key must be set together")
 	}
 	if c.AdvertiseAddr != "" && net.ParseIP(c.AdvertiseAddr) == nil && strings.ContainsAny(c.AdvertiseAddr, " /:") {
 		return fmt.Errorf("advertise_addr %q: want an IP address or host name", c.AdvertiseAddr)
@@ -157,6 +169,10 @@ func defaultGangConfig() *GangConfig {
 	return &GangConfig{Enabled: true, MasterPort: 29500, PropagateFailure: true, KillSignal: "SIGINT",
 		KillTimeout: "30s", Discovery: "impact"}
 }
+
+// identityEnv holds the task's "impact" workload identity when its
+// identity block sets env = true (Nomad names it NOMAD_TOKEN_<name>).
+const identityEnv = "NOMAD_TOKEN_" + gang.IdentityName
 
 // Job meta keys (DESIGN.md's jobspec contract) read from the task env.
 const (
@@ -297,6 +313,7 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 		CheckpointSignal: ckpt, Grace: grace,
 		Discovery: g.Discovery, Service: g.Service, NomadAddr: nomadAddr, NomadToken: t.env["NOMAD_TOKEN"],
 		ConsulAddr: cfg.ConsulAddr, ConsulService: cfg.ConsulService, ConsulTag: cfg.ConsulTag,
+		IdentityToken: t.env[identityEnv], CACert: cfg.CACert, ClientCert: cfg.ClientCert, ClientKey: cfg.ClientKey,
 	}, g.KillSignal, killTimeout, nil
 }
 

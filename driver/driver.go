@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
+	"github.com/impact-sched/nomad-impact/driver/gang"
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/config"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
@@ -224,6 +225,11 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 	}
 
 	taskDir, stateDir := taskDirs(tc)
+	if gs != nil && gs.Discovery != "nomad" {
+		// identity { name = "impact" file = true }: Nomad writes (and
+		// renews) the token in the task's secrets dir.
+		gs.IdentityFile = filepath.Join(taskDir, "secrets", "nomad_"+gang.IdentityName+".jwt")
+	}
 	if err := os.MkdirAll(taskDir, 0o755); err != nil {
 		return nil, recoverable(codes.Internal, "task %s: creating task dir: %v", tc.GetName(), err)
 	}

@@ -1,10 +1,12 @@
 package driver
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/driver/gang"
 	"github.com/impact-sched/nomad-impact/plugin"
@@ -39,9 +42,12 @@ Subcommands:
   impact-exec exec-in SPEC -- ARGV...
         run an exec command (script check, nomad alloc exec) inside its
         task's cgroups on cgroup v1; the driver starts it
-  impact-exec gang-server [-listen 127.0.0.1:4690] [-ttl 30s]
-        a standalone rendezvous server (tests, clusters without an impact
-        agent), serving /v1/gang/ until SIGINT or SIGTERM
+  impact-exec gang-server -nomad-addr URL [-listen 127.0.0.1:4690] [-ttl 30s]
+        a standalone rendezvous server (clusters without an impact agent),
+        serving /v1/gang/ until SIGINT or SIGTERM; members authenticate with
+        their Nomad workload identity (see gang-server -h)
+  impact-exec gang-server -dev [-listen 127.0.0.1:4690]
+        the same without authentication, for development: loopback only
   impact-exec -version
         print the version
 `
@@ -52,9 +58,12 @@ Subcommands:
 //	impact-exec supervise DIR        run one task (started by the driver)
 //	impact-exec exec-in SPEC -- ARGV an exec command in its task's v1
 //	                                 cgroups (started by the driver)
-//	impact-exec gang-server [-listen 127.0.0.1:4690] [-ttl 30s]
-//	                                 standalone rendezvous server (tests, e2e,
-//	                                 clusters without an impact agent)
+//	impact-exec gang-server -nomad-addr URL [-listen ADDR] [-ttl 30s] ...
+//	                                 standalone rendezvous server (clusters
+//	                                 without an impact agent), authenticated
+//	                                 with Nomad workload identities and ACLs
+//	impact-exec gang-server -dev     the same without authentication, on
+//	                                 loopback only (development, tests)
 //	impact-exec -h | -version        help, version
 //
 // Run by hand without a subcommand it explains itself instead of serving
@@ -110,8 +119,27 @@ func gangServer(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:4690", "address to listen on")
 	ttl := fs.Duration("ttl", 30*time.Second, "default member TTL")
+	nomadAddr := fs.String("nomad-addr", os.Getenv("NOMAD_ADDR"), "Nomad's HTTP API: its JWKS verifies workload identities, its ACLs the tokens of stop and reads (default $NOMAD_ADDR)")
+	audience := fs.String("audience", "impact", "the audience (aud) members' workload identities must carry")
+	nomadCA := fs.String("nomad-ca-cert", os.Getenv("NOMAD_CACERT"), "CA file for TLS to Nomad (default $NOMAD_CACERT)")
+	nomadCert := fs.String("nomad-client-cert", os.Getenv("NOMAD_CLIENT_CERT"), "client certificate for mTLS to Nomad")
+	nomadKey := fs.String("nomad-client-key", os.Getenv("NOMAD_CLIENT_KEY"), "client key for mTLS to Nomad")
+	tlsCert := fs.String("tls-cert", "", "serve https with this certificate")
+	tlsKey := fs.String("tls-key", "", "key of -tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
+	dev := fs.Bool("dev", false, "development mode: NO authentication, anyone who reaches the port may join, stop or read any gang; loopback addresses only")
+	devRemote := fs.Bool("dev-remote", false, "with -dev, allow a non-loopback -listen address (unauthenticated on the network!)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: impact-exec gang-server [-listen ADDR] [-ttl D]\n\nServes the gang rendezvous endpoint (/v1/gang/) until SIGINT or SIGTERM.")
+		fmt.Fprint(stderr, `usage: impact-exec gang-server -nomad-addr URL [options]
+       impact-exec gang-server -dev [-listen 127.0.0.1:PORT]
+
+Serves the gang rendezvous endpoint (/v1/gang/) until SIGINT or SIGTERM.
+Members must present their task's Nomad workload identity (the task needs
+`+gang.IdentityHint("impact")+`);
+stop needs a Nomad ACL token that may submit-job in the gang's namespace.
+-dev serves without any authentication, on loopback only.
+
+`)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -125,15 +153,100 @@ func gangServer(args []string, stderr io.Writer) int {
 		return 2
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gang-server", Output: stderr, Level: hclog.Debug})
-	srv, err := gang.StartServer(*listen, gang.RegistryConfig{DefaultTTL: *ttl}, logger)
+	opts, err := gangServerOptions(gangServerFlags{listen: *listen, nomadAddr: *nomadAddr, audience: *audience,
+		nomadCA: *nomadCA, nomadCert: *nomadCert, nomadKey: *nomadKey, tlsCert: *tlsCert, tlsKey: *tlsKey,
+		tlsClientCA: *tlsClientCA, dev: *dev, devRemote: *devRemote}, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "impact-exec gang-server: %v\n", err)
+		return 2
+	}
+	srv, err := gang.StartServerWith(*listen, gang.RegistryConfig{DefaultTTL: *ttl}, opts, logger)
 	if err != nil {
 		logger.Error("cannot start", "error", err)
 		return 1
 	}
-	logger.Info("serving rendezvous", "url", srv.URL+gang.PathPrefix)
+	if *dev {
+		logger.Warn("DEVELOPMENT MODE: no authentication; anyone who reaches this address can join, stop or read any gang", "url", srv.URL+gang.PathPrefix)
+	} else {
+		logger.Info("serving rendezvous", "url", srv.URL+gang.PathPrefix, "nomad", *nomadAddr, "audience", *audience)
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	<-sigs
 	_ = srv.Close()
 	return 0
+}
+
+type gangServerFlags struct {
+	listen, nomadAddr, audience  string
+	nomadCA, nomadCert, nomadKey string
+	tlsCert, tlsKey, tlsClientCA string
+	dev, devRemote               bool
+}
+
+// gangServerOptions checks the flags and builds the server's
+// authentication (NomadAuth, or none in -dev) and TLS.
+func gangServerOptions(f gangServerFlags, logger hclog.Logger) (gang.ServerOptions, error) {
+	var opts gang.ServerOptions
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return opts, errors.New("-tls-cert and -tls-key must be set together")
+	}
+	if f.tlsClientCA != "" && f.tlsCert == "" {
+		return opts, errors.New("-tls-client-ca needs -tls-cert and -tls-key")
+	}
+	if f.tlsCert != "" {
+		cfg, err := auth.ServerTLS(f.tlsCert, f.tlsKey, f.tlsClientCA)
+		if err != nil {
+			return opts, err
+		}
+		opts.TLS = cfg
+	}
+	if f.dev {
+		if !f.devRemote && !loopback(f.listen) {
+			return opts, fmt.Errorf("-dev serves without authentication, so it listens on loopback only; %q is not a loopback address (add -dev-remote to serve it to the network anyway, or run without -dev against Nomad)", f.listen)
+		}
+		opts.Auth = gang.DevNoAuth{}
+		return opts, nil
+	}
+	if f.devRemote {
+		return opts, errors.New("-dev-remote only applies with -dev")
+	}
+	if f.nomadAddr == "" {
+		return opts, errors.New("set -nomad-addr (or NOMAD_ADDR): members are authenticated with Nomad workload identities, checked against Nomad's JWKS; or -dev for an unauthenticated development server on loopback")
+	}
+	var tlsCfg *tls.Config
+	if f.nomadCA != "" || f.nomadCert != "" {
+		c, err := auth.ClientTLS(f.nomadCA, f.nomadCert, f.nomadKey, "", false)
+		if err != nil {
+			return opts, fmt.Errorf("TLS to Nomad: %w", err)
+		}
+		tlsCfg = c
+	}
+	hc, base, err := auth.HTTPClient(f.nomadAddr, tlsCfg, 10*time.Second)
+	if err != nil {
+		return opts, fmt.Errorf("-nomad-addr: %w", err)
+	}
+	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: base + "/.well-known/jwks.json", HTTP: hc, Audience: f.audience, Logger: logger})
+	if err != nil {
+		return opts, err
+	}
+	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: f.nomadAddr, HTTP: hc, Logger: logger})
+	if err != nil {
+		return opts, err
+	}
+	opts.Auth = &gang.NomadAuth{Identities: ids, ACL: acl}
+	return opts, nil
+}
+
+// loopback reports whether a listen address (host:port) is a loopback one.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -80,6 +80,16 @@ type GangSpec struct {
 	ConsulService string `json:"consul_service,omitempty"`
 	ConsulTag     string `json:"consul_tag,omitempty"`
 
+	// IdentityFile is the task's workload identity for the rendezvous
+	// (secrets/nomad_impact.jwt), read on every request since Nomad renews
+	// it; IdentityToken is the same from the task env, used when there is
+	// no file. CACert, ClientCert and ClientKey configure TLS to URL.
+	IdentityFile  string `json:"identity_file,omitempty"`
+	IdentityToken string `json:"identity_token,omitempty"`
+	CACert        string `json:"ca_cert,omitempty"`
+	ClientCert    string `json:"client_cert,omitempty"`
+	ClientKey     string `json:"client_key,omitempty"`
+
 	ID        string           `json:"id"`
 	Member    string           `json:"member"`
 	Join      gang.JoinRequest `json:"join"`

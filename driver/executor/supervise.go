@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/driver/gang"
 )
 
@@ -95,6 +97,9 @@ func (s Spec) redacted() Spec {
 		if g.NomadToken != "" {
 			g.NomadToken = redactedValue
 		}
+		if g.IdentityToken != "" {
+			g.IdentityToken = redactedValue
+		}
 		s.Gang = &g
 	}
 	return s
@@ -132,13 +137,8 @@ func (s *supervisor) run() int {
 		var err error
 		if g.Discovery == "nomad" {
 			s.nomad, err = gang.NewNomadClient(g.NomadAddr, g.NomadToken)
-		} else if g.URL != "" {
-			client, err = gang.NewClient(g.URL, nil)
 		} else {
-			var resolve func(context.Context) (string, error)
-			if resolve, err = gang.ConsulResolver(g.ConsulAddr, "", g.ConsulService, g.ConsulTag); err == nil {
-				client = gang.NewResolvingClient(resolve, nil)
-			}
+			client, err = rendezvousClient(g)
 		}
 		if err != nil {
 			return s.finish(Exit{ExitCode: 1, Err: err.Error()})
@@ -410,6 +410,21 @@ func (s *supervisor) monitorGang(client *gang.Client) {
 			}
 		}
 		switch {
+		case err != nil && errors.As(err, &apiErr) && apiErr.Code == http.StatusUnauthorized:
+			// The identity was refused (expired while the Nomad client
+			// could not renew it, say): not a verdict on the gang. Keep
+			// running; the renewed identity file is read on the next try.
+			if !warned {
+				s.event(fmt.Sprintf("Rendezvous server refused this member's workload identity, task keeps running: %v", err), nil)
+				warned = true
+			}
+			select {
+			case <-s.childDone:
+				return
+			case <-ticker.C:
+			}
+			index = 0
+			continue
 		case err != nil && errors.As(err, &apiErr) && apiErr.Code/100 == 4:
 			st = gang.Status{State: gang.StateFailed, Reason: apiErr.Message}
 		case err != nil:
@@ -744,4 +759,41 @@ func fileExists(p string) bool {
 // cgroupName is a file-name-safe, per-start-attempt name for the task's cgroups.
 func cgroupName(taskID string) string {
 	return strings.NewReplacer("/", ".", " ", "_").Replace(taskID)
+}
+
+// rendezvousClient is the member's client of the rendezvous endpoint: at
+// URL or found through Consul, over TLS when a CA or client certificate is
+// configured, presenting the task's workload identity on every request.
+func rendezvousClient(g *GangSpec) (*gang.Client, error) {
+	hc := &http.Client{}
+	tlsOn := g.CACert != "" || g.ClientCert != ""
+	if tlsOn {
+		cfg, err := auth.ClientTLS(g.CACert, g.ClientCert, g.ClientKey, "", false)
+		if err != nil {
+			return nil, fmt.Errorf("rendezvous TLS: %w", err)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
+	var client *gang.Client
+	if g.URL != "" {
+		c, err := gang.NewClient(g.URL, hc)
+		if err != nil {
+			return nil, err
+		}
+		client = c
+	} else {
+		resolve, err := gang.ConsulResolver(g.ConsulAddr, "", g.ConsulService, g.ConsulTag)
+		if err != nil {
+			return nil, err
+		}
+		if tlsOn {
+			plain := resolve
+			resolve = func(ctx context.Context) (string, error) {
+				u, err := plain(ctx)
+				return "https://" + strings.TrimPrefix(u, "http://"), err
+			}
+		}
+		client = gang.NewResolvingClient(resolve, hc)
+	}
+	return client.WithCredential(gang.IdentityCredential{File: g.IdentityFile, Env: g.IdentityToken, Label: "NOMAD_TOKEN_" + gang.IdentityName}), nil
 }
