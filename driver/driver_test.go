@@ -629,7 +629,8 @@ args    = ["30"]`, map[string]string{"GREETING": "hi"})
 	}
 }
 
-// `impact-exec gang-server` serves the rendezvous endpoint until SIGTERM.
+// `impact-exec gang-server -dev` serves the rendezvous endpoint, without
+// authentication, until SIGTERM.
 func TestGangServerSubcommand(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -638,7 +639,7 @@ func TestGangServerSubcommand(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(binary, "gang-server", "-listen", addr, "-ttl", "10s")
+	cmd := exec.Command(binary, "gang-server", "-dev", "-listen", addr, "-ttl", "10s")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -815,7 +816,7 @@ func TestRunByHand(t *testing.T) {
 		t.Fatalf("by hand: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	out, _, code = run("-h")
-	if code != 0 || !strings.Contains(out, "supervise DIR") || !strings.Contains(out, "gang-server [-listen") {
+	if code != 0 || !strings.Contains(out, "supervise DIR") || !strings.Contains(out, "gang-server -nomad-addr URL [-listen") || !strings.Contains(out, "gang-server -dev") {
 		t.Fatalf("-h: exit %d: %q", code, out)
 	}
 	if out, _, code = run("-version"); code != 0 || !strings.HasPrefix(out, pluginName+" "+pluginVersion) {
