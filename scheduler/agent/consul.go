@@ -20,6 +20,8 @@ type ConsulConfig struct {
 	// Advertise is host:port where Consul (and clients) reach the API.
 	Advertise     string
 	CheckInterval string // Go duration, e.g. "10s"
+	// TLS makes the health check use https (the API has http.tls_*).
+	TLS bool
 }
 
 // Registrar registers the agent as a Consul service with an HTTP health
@@ -81,7 +83,7 @@ func (r *Registrar) registration(leader bool) *consul.AgentServiceRegistration {
 		Check: &consul.AgentServiceCheck{
 			CheckID:  r.cfg.ServiceID + "-health",
 			Name:     "impact agent health",
-			HTTP:     "http://" + r.cfg.Advertise + "/v1/health",
+			HTTP:     r.scheme() + r.cfg.Advertise + "/v1/health",
 			Method:   "GET",
 			Interval: r.cfg.CheckInterval,
 			Timeout:  "5s",
@@ -148,4 +150,11 @@ func (r *Registrar) Deregister() error {
 	r.registered = false
 	r.log.Info("deregistered from consul", "id", r.cfg.ServiceID)
 	return nil
+}
+
+func (r *Registrar) scheme() string {
+	if r.cfg.TLS {
+		return "https://"
+	}
+	return "http://"
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 
@@ -28,28 +29,41 @@ type HandlerOptions struct {
 	Metrics http.Handler
 	// Gang is the task driver's rendezvous API (driver/gang), mounted under
 	// /v1/gang/ so the impact-exec tasks of a gang meet at the scheduler;
-	// nil leaves it out.
+	// nil leaves it out. It authorizes its own requests (gang.NomadAuth).
 	Gang http.Handler
 	// NomadAddress is Nomad's HTTP address; when it is http(s), the job
 	// pages link the job in Nomad's UI.
 	NomadAddress string
+	// Auth guards /v1/queue, /v1/explain, the pages (/ui/) and /metrics;
+	// nil is OpenAuth.
+	// /v1/health is always open (load balancers and Consul checks).
+	Auth APIAuth
 }
 
 // NewHandler returns the agent's HTTP API.
 func NewHandler(src ViewSource, opts HandlerOptions, log hclog.Logger) http.Handler {
-	h := &handler{src: src, log: log}
+	if opts.Auth == nil {
+		opts.Auth = OpenAuth{}
+	}
+	h := &handler{src: src, log: log, auth: opts.Auth}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/health", h.health)
 	mux.HandleFunc("/v1/queue", h.queue)
 	mux.HandleFunc("/v1/explain/", h.explain)
-	ui := &uiHandler{src: src, log: log}
+	ui := &uiHandler{src: src, log: log, auth: opts.Auth}
 	if strings.HasPrefix(opts.NomadAddress, "http://") || strings.HasPrefix(opts.NomadAddress, "https://") {
 		ui.nomad = strings.TrimRight(opts.NomadAddress, "/")
 	}
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
 	if opts.Metrics != nil {
-		mux.Handle("/metrics", getOnly(opts.Metrics))
+		metrics := opts.Metrics
+		mux.Handle("/metrics", getOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if h.refused(w, r, opts.Auth.Metrics(r)) {
+				return
+			}
+			metrics.ServeHTTP(w, r)
+		})))
 	}
 	if opts.Gang != nil {
 		mux.Handle("/v1/gang/", opts.Gang)
@@ -63,8 +77,24 @@ func NewHandler(src ViewSource, opts HandlerOptions, log hclog.Logger) http.Hand
 }
 
 type handler struct {
-	src ViewSource
-	log hclog.Logger
+	src  ViewSource
+	log  hclog.Logger
+	auth APIAuth
+}
+
+// refused answers a refusal (401, 403 or 503 with its message) and reports
+// whether err was one.
+func (h *handler) refused(w http.ResponseWriter, r *http.Request, err error) bool {
+	if err == nil {
+		return false
+	}
+	code := auth.Code(err)
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="impact"`)
+	}
+	h.log.Debug("request refused", "path", r.URL.Path, "code", code, "remote", r.RemoteAddr, "error", err)
+	writeError(w, code, err.Error())
+	return true
 }
 
 func (h *handler) health(w http.ResponseWriter, r *http.Request) {
@@ -83,10 +113,21 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	if !allowGet(w, r) {
 		return
 	}
-	q := h.src.Queue()
-	if q.Jobs == nil {
-		q.Jobs = []agentapi.Entry{}
+	visible, err := h.auth.ReadFilter(r)
+	if h.refused(w, r, err) {
+		return
 	}
+	q := h.src.Queue()
+	// Positions and the cluster summary stay global (a job's place in the
+	// queue is what its owner asks about); other namespaces' jobs are left
+	// out.
+	jobs := make([]agentapi.Entry, 0, len(q.Jobs))
+	for _, e := range q.Jobs {
+		if visible(e.Namespace) == nil {
+			jobs = append(jobs, e)
+		}
+	}
+	q.Jobs = jobs
 	h.writeJSON(w, http.StatusOK, q)
 }
 
@@ -101,7 +142,17 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ns := r.URL.Query().Get("namespace")
+	visible, err := h.auth.ReadFilter(r)
+	if h.refused(w, r, err) {
+		return
+	}
+	if ns != "" && h.refused(w, r, visible(ns)) {
+		return
+	}
 	e, ok := h.src.Explain(ns, job)
+	if ok && h.refused(w, r, visible(e.Namespace)) {
+		return
+	}
 	if !ok {
 		msg := "job " + job + " is not managed by the impact scheduler (not in its parking pool, or not seen yet)"
 		if ns != "" {

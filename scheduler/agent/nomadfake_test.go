@@ -311,15 +311,37 @@ func TestFakeNomadGangAdmittedWhole(t *testing.T) {
 	if n := c.admissions("gang"); n != 1 {
 		t.Errorf("gang admitted %d times", n)
 	}
-	// The task driver's rendezvous is served under /v1/gang/ and learns the
-	// gang's size (2 allocations) from the agent's model.
+	// The task driver's rendezvous is served under /v1/gang/, wants the
+	// member's workload identity (signed by Nomad, checked against its
+	// JWKS) and learns the gang's size (2 allocations) from the agent's
+	// model.
 	join := `{"size":0,"namespace":"default","job_id":"gang","alloc_id":"` + as[0].ID +
 		`","task":"trainer","node_id":"` + as[0].NodeID + `","addr":"127.0.0.1","port":29500}`
-	req, _ := http.NewRequest(http.MethodPut, "http://"+s.svc.Addr()+"/v1/gang/default:gang/members/"+as[0].ID+".trainer", strings.NewReader(join))
-	resp, err := http.DefaultClient.Do(req)
+	put := func(token string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPut, "http://"+s.svc.Addr()+"/v1/gang/default:gang/members/"+as[0].ID+".trainer", strings.NewReader(join))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	other, err := c.fake.SignIdentity(as[1].ID, "trainer", []string{"impact"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for tok, code := range map[string]int{"": http.StatusUnauthorized, other: http.StatusForbidden} {
+		if resp := put(tok); resp.StatusCode != code {
+			t.Errorf("join without the member's own identity: HTTP %d, want %d", resp.StatusCode, code)
+		}
+	}
+	own, err := c.fake.SignIdentity(as[0].ID, "trainer", []string{"impact"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := put(own)
 	var st struct {
 		Size    int    `json:"size"`
 		Arrived int    `json:"arrived"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 
@@ -86,6 +87,72 @@ type uiHandler struct {
 	src   ViewSource
 	nomad string // Nomad's HTTP address, for links to its UI; "" for none
 	log   hclog.Logger
+	// auth decides what the pages show, as for /v1/queue and /v1/explain;
+	// a browser's token comes from the cookie /ui/login sets.
+	auth APIAuth
+}
+
+// uiTokenCookie holds the Nomad ACL token a browser entered at /ui/login.
+const uiTokenCookie = "impact_token"
+
+// withCookieToken is r with the login cookie's token as X-Nomad-Token,
+// unless the request carries a token itself.
+func withCookieToken(r *http.Request) *http.Request {
+	if auth.RequestToken(r) != "" {
+		return r
+	}
+	c, err := r.Cookie(uiTokenCookie)
+	if err != nil || c.Value == "" {
+		return r
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Set(auth.TokenHeader, c.Value)
+	return r2
+}
+
+// login keeps a token in an HttpOnly, SameSite=Strict cookie (Secure over
+// TLS) so the pages work without script; logout drops it.
+func (u *uiHandler) login(w http.ResponseWriter, r *http.Request, logout bool) {
+	if r.Method != http.MethodPost {
+		if logout {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		u.render(w, http.StatusOK, "login.html", loginPage{Code: http.StatusUnauthorized, Message: "Enter a Nomad ACL token."})
+		return
+	}
+	value, maxAge := "", -1
+	if !logout {
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "bad form: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		value, maxAge = strings.TrimSpace(r.PostForm.Get("token")), 8*3600
+	}
+	http.SetCookie(w, &http.Cookie{Name: uiTokenCookie, Value: value, Path: "/ui/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+}
+
+type loginPage struct {
+	Code    int
+	Message string
+}
+
+// refused renders a refusal: the login form for 401 and 403, else the
+// message with its status.
+func (u *uiHandler) refused(w http.ResponseWriter, err error) bool {
+	if err == nil {
+		return false
+	}
+	code := auth.Code(err)
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		u.render(w, code, "login.html", loginPage{Code: code, Message: err.Error()})
+		return true
+	}
+	http.Error(w, err.Error(), code)
+	return true
 }
 
 type queuePage struct {
@@ -105,10 +172,18 @@ type jobPage struct {
 }
 
 func (u *uiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.EscapedPath()
+	if p == "/ui/login" || p == "/ui/logout" {
+		u.login(w, r, p == "/ui/logout")
+		return
+	}
 	if !allowGet(w, r) {
 		return
 	}
-	p := r.URL.EscapedPath()
+	visible, err := u.auth.ReadFilter(withCookieToken(r))
+	if u.refused(w, err) {
+		return
+	}
 	switch {
 	case p == "/ui" || p == "/ui/":
 		if p == "/ui" {
@@ -116,11 +191,21 @@ func (u *uiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		q := u.src.Queue()
+		jobs := make([]agentapi.Entry, 0, len(q.Jobs))
+		for _, e := range q.Jobs {
+			if visible(e.Namespace) == nil {
+				jobs = append(jobs, e)
+			}
+		}
+		q.Jobs = jobs
 		u.render(w, http.StatusOK, "queue.html", queuePage{Q: q, Health: u.src.Health(), Refresh: uiRefreshSeconds})
 	case strings.HasPrefix(p, "/ui/job/"):
 		ns, job, ok := splitJobPath(strings.TrimPrefix(p, "/ui/job/"))
 		if !ok {
 			u.notFound(w, "want /ui/job/<namespace>/<job>, each path-escaped")
+			return
+		}
+		if u.refused(w, visible(ns)) {
 			return
 		}
 		e, found := u.src.Explain(ns, job)

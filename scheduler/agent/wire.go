@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/driver/gang"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/config"
@@ -89,7 +91,7 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	if cfg.ConsulEnabled() {
 		reg, err = NewRegistrar(ConsulConfig{
 			Address: cfg.Consul.Address, Token: cfg.Consul.Token, ServiceName: cfg.Consul.ServiceName,
-			ServiceID: cfg.Consul.ServiceName + "-" + name, Advertise: cfg.AdvertiseAddr(),
+			ServiceID: cfg.Consul.ServiceName + "-" + name, Advertise: cfg.AdvertiseAddr(), TLS: cfg.HTTP.TLS(),
 			CheckInterval: cfg.Consul.CheckInterval.String(),
 		}, logger.Named("consul"))
 		if err != nil {
@@ -124,10 +126,21 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	if err != nil {
 		return nil, err
 	}
+	apiAuth, gangAuth, err := newAuth(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	var tlsCfg *tls.Config
+	if cfg.HTTP.TLS() {
+		if tlsCfg, err = auth.ServerTLS(cfg.HTTP.TLSCert, cfg.HTTP.TLSKey, cfg.HTTP.TLSClientCA); err != nil {
+			return nil, fmt.Errorf("http: %w", err)
+		}
+	}
 	registry := gang.NewRegistry(gang.RegistryConfig{SizeResolver: a.GangSize})
 	handler := NewHandler(a, HandlerOptions{
 		Metrics: metrics.Handler(),
-		Gang:    gang.NewHandler(registry, logger),
+		Gang:    gang.NewHandlerWith(registry, gangAuth, logger),
+		Auth:    apiAuth,
 		// The client's address: NOMAD_ADDR when the file does not say.
 		NomadAddress: client.Address(),
 	}, logger.Named("http"))
@@ -135,7 +148,7 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		Agent:  a,
 		Config: cfg,
 		log:    logger,
-		srv:    &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
+		srv:    &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg},
 
 		listening: make(chan struct{}),
 		registrar: reg,
@@ -153,6 +166,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("http listen %s: %w", s.Config.HTTP.Listen, err)
 	}
 	s.addr = ln.Addr().String()
+	if s.srv.TLSConfig != nil {
+		ln = tls.NewListener(ln, s.srv.TLSConfig)
+	}
 	close(s.listening)
 	if s.registrar != nil && s.Config.HTTP.Advertise == "" && strings.HasSuffix(s.Config.HTTP.Listen, ":0") {
 		if err := s.registrar.SetAdvertise(s.addr); err != nil {
@@ -193,6 +209,39 @@ func (s *Service) Listening() <-chan struct{} { return s.listening }
 func (s *Service) Addr() string {
 	<-s.listening
 	return s.addr
+}
+
+// newAuth builds who may call the API from cfg.Auth: Nomad ACL tokens for
+// reads (and /metrics with auth.metrics = "token"), workload identities
+// and ACL tokens for /v1/gang/ (or nothing with auth.gang = "open"). Both
+// ask the Nomad the agent talks to, over the same TLS.
+func newAuth(cfg *config.Config, logger hclog.Logger) (APIAuth, gang.Authorizer, error) {
+	tlsCfg, err := auth.ClientTLS(cfg.Nomad.CACert, cfg.Nomad.ClientCert, cfg.Nomad.ClientKey, cfg.Nomad.TLSServerName, cfg.SkipVerify())
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: TLS to Nomad: %w", err)
+	}
+	hc, base, err := auth.HTTPClient(cfg.Nomad.Address, tlsCfg, 10*time.Second)
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: %w", err)
+	}
+	log := logger.Named("auth")
+	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: cfg.Nomad.Address, HTTP: hc, Region: cfg.Nomad.Region,
+		CacheTTL: cfg.Auth.TokenCacheTTL, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	apiAuth := &NomadAPIAuth{ACL: acl, Read: cfg.Auth.Read, MetricsToken: cfg.Auth.Metrics == "token",
+		AgentToken: cfg.Nomad.Token, Logger: log}
+	if cfg.Auth.Gang == "open" {
+		log.Warn("auth.gang = open: the gang rendezvous is unauthenticated (development only)")
+		return apiAuth, gang.DevNoAuth{}, nil
+	}
+	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: base + "/.well-known/jwks.json", HTTP: hc,
+		Audience: cfg.Auth.IdentityAudience, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return apiAuth, &gang.NomadAuth{Identities: ids, ACL: acl}, nil
 }
 
 // watcherModel adapts nomad.Watcher to Model.

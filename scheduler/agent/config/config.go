@@ -42,6 +42,11 @@ const (
 	DefaultStatePrefix       = "impact"
 	DefaultStatsInterval     = 15 * time.Second
 	DefaultStatsNodeTimeout  = 5 * time.Second
+	DefaultAuthRead          = "auto"
+	DefaultAuthMetrics       = "open"
+	DefaultAuthGang          = "identity"
+	DefaultIdentityAudience  = "impact"
+	DefaultTokenCacheTTL     = 30 * time.Second
 )
 
 // Config is the complete, merged configuration of one `impact agent`.
@@ -53,6 +58,8 @@ type Config struct {
 	HA     HA
 	// DeviceStats is the GPU utilisation poll.
 	DeviceStats DeviceStats
+	// Auth is who may call the API (see scheduler/agent's threat model).
+	Auth Auth
 
 	// ParkingPool is the node pool (with no nodes) that managed jobs are
 	// submitted to; the agent creates it at start-up.
@@ -111,6 +118,33 @@ type HTTP struct {
 	// the explanation Variables link them ("http://impact.example:4680");
 	// defaults to http://<advertise address>, none when that is a wildcard.
 	UIURL string
+	// TLSCert and TLSKey serve the API over https; with TLSClientCA every
+	// client must present a certificate signed by that CA (mutual TLS).
+	TLSCert     string
+	TLSKey      string
+	TLSClientCA string
+}
+
+// TLS reports whether the API is served over https.
+func (h HTTP) TLS() bool { return h.TLSCert != "" }
+
+// Auth is who may call the API.
+type Auth struct {
+	// Read guards /v1/queue and /v1/explain: "auto" (a Nomad ACL token
+	// when Nomad has ACLs enabled, showing the namespaces it may read-job
+	// in), "token" (always), "open" (anyone).
+	Read string
+	// Metrics guards /metrics: "open" or "token" (any valid Nomad ACL token).
+	Metrics string
+	// Gang guards /v1/gang/: "identity" (workload identities and ACL
+	// tokens) or "open" (development only: loopback listen addresses).
+	Gang string
+	// IdentityAudience is the aud that impact-exec's workload identity
+	// must carry (identity { aud = [...] }).
+	IdentityAudience string
+	// TokenCacheTTL is how long Nomad's answer about a token is reused: a
+	// revoked token works for at most this long.
+	TokenCacheTTL time.Duration
 }
 
 // Cycle controls when the scheduler decides.
@@ -157,6 +191,8 @@ func Default() *Config {
 			CheckInterval: 10 * time.Second,
 		},
 		HTTP: HTTP{Listen: DefaultHTTPListen},
+		Auth: Auth{Read: DefaultAuthRead, Metrics: DefaultAuthMetrics, Gang: DefaultAuthGang,
+			IdentityAudience: DefaultIdentityAudience, TokenCacheTTL: DefaultTokenCacheTTL},
 		Cycle: Cycle{
 			Interval:          DefaultCycleInterval,
 			Debounce:          DefaultCycleDebounce,
@@ -356,6 +392,31 @@ func (c *Config) Validate() error {
 			bad("http.ui_url", "%q is not an http:// or https:// URL with a host", c.HTTP.UIURL)
 		}
 	}
+	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
+		f := "http.tls_key"
+		if c.HTTP.TLSCert == "" {
+			f = "http.tls_cert"
+		}
+		bad(f, "tls_cert and tls_key must be set together")
+	}
+	if c.HTTP.TLSClientCA != "" && c.HTTP.TLSCert == "" {
+		bad("http.tls_client_ca", "needs http.tls_cert and http.tls_key (mutual TLS is TLS first)")
+	}
+	if !oneOf(c.Auth.Read, "auto", "token", "open") {
+		bad("auth.read", "%q: must be auto, token or open", c.Auth.Read)
+	}
+	if !oneOf(c.Auth.Metrics, "open", "token") {
+		bad("auth.metrics", "%q: must be open or token", c.Auth.Metrics)
+	}
+	switch {
+	case !oneOf(c.Auth.Gang, "identity", "open"):
+		bad("auth.gang", "%q: must be identity or open", c.Auth.Gang)
+	case c.Auth.Gang == "open" && !loopbackListen(c.HTTP.Listen):
+		bad("auth.gang", `"open" lets anyone who reaches the API join or stop any gang: it is for development, with http.listen on a loopback address, not %q`, c.HTTP.Listen)
+	}
+	if c.Auth.IdentityAudience == "" {
+		bad("auth.identity_audience", "must not be empty")
+	}
 	if !logLevels[strings.ToLower(c.LogLevel)] {
 		bad("log_level", "%q: must be one of trace, debug, info, warn, error, off", c.LogLevel)
 	}
@@ -382,7 +443,8 @@ func (c *Config) Validate() error {
 }
 
 // UIBase is the URL the agent's pages are linked at (no trailing slash):
-// http.ui_url, else http://<AdvertiseAddr>; "" when that host is a
+// http.ui_url, else http(s)://<AdvertiseAddr> (https with http.tls_*);
+// "" when that host is a
 // wildcard, which nobody can open.
 func (c *Config) UIBase() string {
 	if c.HTTP.UIURL != "" {
@@ -392,7 +454,33 @@ func (c *Config) UIBase() string {
 	if err != nil || h == "" || h == "0.0.0.0" || h == "::" {
 		return ""
 	}
-	return "http://" + c.AdvertiseAddr()
+	scheme := "http://"
+	if c.HTTP.TLS() {
+		scheme = "https://"
+	}
+	return scheme + c.AdvertiseAddr()
+}
+
+func oneOf(v string, allowed ...string) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
+}
+
+// loopbackListen reports whether a host:port listens on loopback only.
+func loopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // AdvertiseAddr is the host:port other processes (Consul) reach the API on.

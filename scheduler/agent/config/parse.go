@@ -15,7 +15,7 @@ import (
 )
 
 // sections are the blocks a config file may hold; each appears at most once.
-var sections = map[string]bool{"nomad": true, "consul": true, "http": true, "cycle": true, "ha": true, "device_stats": true}
+var sections = map[string]bool{"nomad": true, "consul": true, "http": true, "cycle": true, "ha": true, "device_stats": true, "auth": true}
 
 // ParseFile reads one HCL config file into a partial Config (only what the
 // file sets), ready to Merge over the defaults.

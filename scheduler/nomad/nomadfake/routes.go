@@ -34,6 +34,11 @@ func (s *Server) dispatch(r *http.Request) (any, uint64, error) {
 	switch {
 	case p == "/v1/status/leader":
 		return "127.0.0.1:4647", s.index, nil
+	case p == "/.well-known/jwks.json":
+		return s.jwksLocked(), 0, nil
+	case p == "/v1/acl/token/self":
+		// The fake enforces no ACLs, and says so as Nomad does.
+		return nil, 0, errf(http.StatusBadRequest, "ACL support disabled")
 	case p == "/v1/jobs" && m == http.MethodGet:
 		s.blockingWait(r, "jobs")
 		return s.listJobs(r), s.tableIndex["jobs"], nil

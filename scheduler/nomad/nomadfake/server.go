@@ -27,6 +27,7 @@
 package nomadfake
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
@@ -109,6 +110,7 @@ type Server struct {
 	sigExitCode int
 	lockDelayed map[string]time.Time // var key -> lock delay end
 	shortTTL    bool                 // accept lock TTLs under Nomad's 10s minimum
+	idKey       ed25519.PrivateKey   // workload identity signing key, made on first use
 	now         func() time.Time
 }
 
