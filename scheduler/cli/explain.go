@@ -32,7 +32,7 @@ Options:
                       IMPACT_ADDR environment variable, else %s.
   -namespace=<ns>     The job's Nomad namespace (default: the agent's).
   -json               Print the agent's JSON answer, for scripts.
-`
+` + authHelp
 
 func explainCommand() Command { return explainCmd(os.Getenv) }
 

@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 
@@ -30,7 +32,7 @@ Options:
   -json             Print the agent's JSON answer (filtered by -waiting),
                     for scripts.
   -waiting          Only list jobs still parked: waiting and invalid ones.
-`
+` + authHelp
 
 func queueCommand() Command { return queueCmd(os.Getenv) }
 
@@ -141,12 +143,50 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help 
 	return 0, false
 }
 
+// Environment of the agent client besides IMPACT_ADDR.
+const (
+	tokenEnv      = "IMPACT_TOKEN" // else NOMAD_TOKEN
+	caCertEnv     = "IMPACT_CACERT"
+	clientCertEnv = "IMPACT_CLIENT_CERT"
+	clientKeyEnv  = "IMPACT_CLIENT_KEY"
+)
+
+// authHelp is the part of each reading command's help about credentials.
+const authHelp = `
+Environment:
+
+  IMPACT_TOKEN, else NOMAD_TOKEN   Nomad ACL token sent to the agent (when
+                    Nomad has ACLs, the agent shows only the namespaces it
+                    may read jobs in).
+  IMPACT_CACERT     CA file verifying an agent served over https; with
+  IMPACT_CLIENT_CERT and IMPACT_CLIENT_KEY for an agent that asks for a
+                    client certificate (http.tls_client_ca).
+`
+
+// agentClient is the client of the agent at -address (else IMPACT_ADDR),
+// with the token and TLS settings of the environment.
 func agentClient(flagAddr string, getenv func(string) string) (*agentapi.Client, error) {
 	addr := flagAddr
 	if addr == "" {
 		addr = getenv(agentapi.AddressEnv)
 	}
-	return agentapi.NewClient(addr, nil)
+	var hc *http.Client
+	if ca, cert, key := getenv(caCertEnv), getenv(clientCertEnv), getenv(clientKeyEnv); ca != "" || cert != "" || key != "" {
+		cfg, err := auth.ClientTLS(ca, cert, key, "", false)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s/%s: %w", caCertEnv, clientCertEnv, clientKeyEnv, err)
+		}
+		hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	}
+	c, err := agentapi.NewClient(addr, hc)
+	if err != nil {
+		return nil, err
+	}
+	tok := getenv(tokenEnv)
+	if tok == "" {
+		tok = getenv("NOMAD_TOKEN")
+	}
+	return c.WithToken(tok), nil
 }
 
 func printJSON(stdout, stderr io.Writer, v any) int {

@@ -14,8 +14,16 @@ import (
 
 // Client talks to one `impact agent`.
 type Client struct {
-	base *url.URL
-	http *http.Client
+	base  *url.URL
+	http  *http.Client
+	token string
+}
+
+// WithToken makes the client send a Nomad ACL token (X-Nomad-Token) on
+// every request; "" sends none.
+func (c *Client) WithToken(token string) *Client {
+	c.token = token
+	return c
 }
 
 // NewClient returns a client for the agent at addr ("http://host:port", or
@@ -94,6 +102,9 @@ func (c *Client) get(ctx context.Context, path string, q url.Values, out any, ok
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return fmt.Errorf("building request: %w", err)
+	}
+	if c.token != "" {
+		req.Header.Set("X-Nomad-Token", c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
