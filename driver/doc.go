@@ -27,6 +27,33 @@
 //	consul_tag         string  leader only instances with this tag
 //	consul_addr        string  ""     Consul HTTP address (default CONSUL_HTTP_ADDR or
 //	                                  127.0.0.1:8500)
+//	rendezvous_ca_cert string  ""     CA file verifying an https rendezvous endpoint
+//	rendezvous_client_cert, rendezvous_client_key
+//	                   string  ""     client certificate for an endpoint that wants
+//	                                  mTLS (the agent's http.tls_client_ca)
+//
+// # Workload identity (what a gang job's tasks need)
+//
+// The impact agent (and `impact-exec gang-server` without -dev) accepts a
+// member only with its task's Nomad workload identity. Each impact-exec
+// task of a gang job needs
+//
+//	identity {
+//	  name = "impact"     # Nomad writes secrets/nomad_impact.jwt
+//	  aud  = ["impact"]   # the agent's auth.identity_audience
+//	  file = true
+//	  ttl  = "1h"         # renewed by Nomad before it expires
+//	}
+//
+// The supervisor reads <task dir>/secrets/nomad_impact.jwt on every call
+// (so Nomad's renewals are used), else NOMAD_TOKEN_impact from the task env
+// (env = true; not renewed in a running task), and sends it as
+// Authorization: Bearer. Without it, the join is refused and the task fails
+// at the barrier with "missing workload identity: ... which impact-exec
+// presents when the task has identity { ... } (impact-exec found no
+// workload identity for this task: no file ..., no NOMAD_TOKEN_impact in
+// the task env)". A running member whose identity is refused (expired
+// while its Nomad client could not renew it) keeps running and retries.
 //
 // # Task config (task "x" { driver = "impact-exec"; config { ... } })
 //
@@ -125,6 +152,8 @@
 // through `nomad alloc fs`).
 //
 // The binary also runs `impact-exec supervise DIR` (one per task, started by
-// the driver) and `impact-exec gang-server [-listen ADDR] [-ttl D]` (a
-// standalone rendezvous server).
+// the driver) and `impact-exec gang-server -nomad-addr URL [-listen ADDR]
+// [-ttl D]` (a standalone rendezvous server, authenticated like the
+// agent's; `-dev` serves without authentication, on loopback only unless
+// -dev-remote).
 package driver

@@ -60,17 +60,70 @@ cycle {
 
 http {
   # The agent's API: /v1/health, /v1/queue, /v1/explain/<job>, /metrics,
-  # the pages under /ui/ and the task driver's /v1/gang/. `impact queue` and `impact explain` read it
-  # (IMPACT_ADDR). Bind to a routable address only behind a firewall: the
-  # API has no authentication.
+  # the pages under /ui/ and the task driver's /v1/gang/. `impact queue` and
+  # `impact explain` read it (IMPACT_ADDR). impact-exec on every GPU node
+  # must reach it, so in a cluster it listens on a routable address: see
+  # `auth` below for who may call what, and serve it over TLS so tokens
+  # cannot be read off the wire.
   listen = "127.0.0.1:4680"
   # Address registered in Consul; needed when listen is a wildcard.
   # advertise = "10.0.0.5:4680"
   # Where people open the agent's pages (/ui/: the queue, one page per
   # job); each job's explanation Variable links its page from here.
-  # Defaults to http://<advertise, else listen>; set it when the agent is
+  # Defaults to http(s)://<advertise, else listen>; set it when the agent is
   # behind a proxy or a DNS name.
   # ui_url = "https://impact.example.com"
+
+  # TLS: https with this certificate and key (read again when they change
+  # on disk). Clients verify it with the CA: `impact` with IMPACT_CACERT,
+  # impact-exec with rendezvous_ca_cert in its plugin config, Consul's
+  # check with its own CA settings.
+  # tls_cert = "/etc/impact/tls/impact.pem"
+  # tls_key  = "/etc/impact/tls/impact-key.pem"
+  # Mutual TLS: every client must present a certificate signed by this CA
+  # (`impact`: IMPACT_CLIENT_CERT/IMPACT_CLIENT_KEY; impact-exec:
+  # rendezvous_client_cert/rendezvous_client_key; Consul health checks and
+  # Prometheus need one too).
+  # tls_client_ca = "/etc/impact/tls/clients-ca.pem"
+}
+
+auth {
+  # Who may read /v1/queue, /v1/explain/<job> and the pages (/ui/; a
+  # browser enters its token at /ui/login, kept in an HttpOnly cookie):
+  #   "auto"  a Nomad ACL token (X-Nomad-Token or Authorization: Bearer;
+  #           the CLI sends IMPACT_TOKEN, else NOMAD_TOKEN) while Nomad has
+  #           ACLs enabled, and only the jobs of namespaces the token may
+  #           read-job in; anyone while Nomad has ACLs disabled
+  #   "token" always a token (refused outright when Nomad has no ACLs)
+  #   "open"  anyone who reaches the port
+  # /v1/health is always open.
+  read = "auto"
+
+  # /metrics: "open" (Prometheus without credentials) or "token" (any valid
+  # Nomad ACL token, e.g. in Prometheus' authorization { credentials_file }).
+  metrics = "open"
+
+  # /v1/gang/ (the impact-exec rendezvous): "identity" authenticates each
+  # member with its task's Nomad workload identity (checked against
+  # Nomad's /.well-known/jwks.json) and stop with an ACL token that may
+  # submit-job in the gang's namespace. Jobs using the rendezvous need, in
+  # each impact-exec task:
+  #   identity {
+  #     name = "impact"
+  #     aud  = ["impact"]     # = identity_audience below
+  #     file = true           # secrets/nomad_impact.jwt, renewed by Nomad
+  #     ttl  = "1h"
+  #   }
+  # "open" authenticates nothing and is accepted only with a loopback
+  # http.listen (development).
+  gang = "identity"
+
+  # The audience (aud) the members' identities must carry.
+  identity_audience = "impact"
+
+  # How long Nomad's answer about a token is reused: a revoked token keeps
+  # working for at most this long.
+  token_cache_ttl = "30s"
 }
 
 ha {

@@ -41,14 +41,30 @@
 //	PUT    /v1/gang/{gang}/stop                        ask every member to checkpoint and
 //	                                                   stop (StopRequest), e.g. preemption
 //
+// # Who may call it
+//
+// The handler asks an Authorizer before acting. NomadAuth (the impact
+// agent, `impact-exec gang-server`) wants the member's own Nomad workload
+// identity (Authorization: Bearer) for join, heartbeat, exit, leave and
+// GET ?member=: its allocation and task make the member ID, its namespace
+// and job (or the parent of a dispatched/periodic job) the gang's, and a
+// join's body must say the same; a gang belongs to the job of its first
+// member. GET of a gang wants a workload identity of its job or an ACL
+// token with read-job in its namespace, the list shows what the credential
+// may read, and stop wants an ACL token with submit-job in the gang's
+// namespace. Refusals are 401 (no or invalid credential) or 403 (valid but
+// not for this), 503 when Nomad cannot be asked; the message names what is
+// missing. DevNoAuth (tests, gang-server -dev) lets everything through.
+//
 // Answers to a member's own requests (join, heartbeat, exit, leave, and
 // GET with ?member=ID) list only that member in Status.Members, so a large
 // gang costs O(n) traffic per change; GET without member lists all.
 //
 // Errors come back as a non-2xx status with an ErrorResponse body: 400 for a
-// malformed request (names the field), 404 for an unknown gang or member,
-// 409 for a conflict (gang full, size mismatch, gang still stopping from a
-// previous run: retry later), 405 for a wrong method.
+// malformed request (names the field), 401/403 for a refused credential,
+// 404 for an unknown gang or member, 409 for a conflict (gang full, size
+// mismatch, a member of another job, gang still stopping from a previous
+// run: retry later), 405 for a wrong method.
 //
 // # Lifecycle of a gang
 //

@@ -10,7 +10,8 @@
 #   - driver "impact-exec": holds each member at the gang barrier until both
 #     allocations are placed, then starts the command with WORLD_SIZE, RANK,
 #     NODE_RANK, NNODES, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-#     MASTER_PORT set (rank 0's "rdzv" port). When a member fails or is
+#     MASTER_PORT set (rank 0's "rdzv" port); it authenticates with the
+#     task's "impact" workload identity (the identity block below). When a member fails or is
 #     preempted, the others get impact_checkpoint_signal, then
 #     impact_grace later their kill signal, so the gang is requeued whole.
 #
@@ -82,6 +83,17 @@ job "llm-pretrain" {
           port_label = "rdzv"
           # checkpoint_signal / grace default to the impact_* meta above.
         }
+      }
+
+      # The task's workload identity for the impact rendezvous: Nomad
+      # writes it to secrets/nomad_impact.jwt and renews it; impact-exec
+      # presents it on every call, and the agent accepts it only for this
+      # allocation's own member of this job's gang.
+      identity {
+        name = "impact"
+        aud  = ["impact"]
+        file = true
+        ttl  = "1h"
       }
 
       artifact {

@@ -30,11 +30,65 @@
 // so its tests run against fakes and against the in-process Nomad fake
 // (scheduler/nomad/nomadfake) alike.
 //
-// # HTTP API
+// # HTTP API and who may call it
 //
-//	GET /v1/health           agentapi.Health; 200 when ok, 503 when degraded
-//	GET /v1/queue            agentapi.Queue
-//	GET /v1/explain/<job>    agentapi.Explanation (?namespace=)
-//	GET /metrics             Prometheus text format (armon/go-metrics sink)
-//	    /v1/gang/...         the task driver's gang rendezvous (driver/gang)
+// Credentials are Nomad's own (package auth): ACL tokens, sent as
+// X-Nomad-Token or Authorization: Bearer and checked with Nomad (cached for
+// auth.token_cache_ttl), and workload identities, JWTs checked against
+// Nomad's JWKS. With auth.read = "auto", reads need a token only while
+// Nomad has ACLs enabled.
+//
+//	GET  /v1/health                anyone (load balancers, Consul checks)
+//	GET  /v1/queue                 ACL token; jobs of namespaces it may read-job in
+//	GET  /v1/explain/<job>         ACL token that may read-job in the job's namespace
+//	GET  /metrics                  anyone (auth.metrics = "open") or any valid ACL token ("token")
+//	PUT  /v1/gang/{g}/members/{m}  member m's workload identity: its allocation.task is m,
+//	PUT  .../{m}/heartbeat, /exit  its namespace and job (or a dispatched/periodic
+//	DEL  .../members/{m}           child's parent) are gang g's; a join's body must agree
+//	GET  /v1/gang/{g}?member=m     member m's workload identity
+//	GET  /v1/gang/{g}              a workload identity of g's job, or read-job in g's namespace
+//	GET  /v1/gang/                 ACL token: gangs of namespaces it may read-job in;
+//	                               workload identity: its own job's gangs
+//	PUT  /v1/gang/{g}/stop         ACL token that may submit-job in g's namespace
+//
+// A gang's size is resolved by the agent itself (from the job in its
+// model), for the authenticated member's job only. The agent stops gangs
+// by signalling and stopping allocations through Nomad, never through
+// /v1/gang/.
+//
+// # Threat model
+//
+// The API listens where impact-exec on every GPU node reaches it, so it
+// must assume a hostile network. What each credential protects:
+//
+//   - A workload identity lets one task act as its own gang member: join
+//     (and, as rank 0, name MASTER_ADDR for its peers), heartbeat, report
+//     its exit, read its gang. It cannot act for another allocation, join
+//     another job's gang, or stop a gang. It is issued by the Nomad servers
+//     to that task only; impact-exec reads it from the task's secrets dir
+//     (identity { name = "impact" aud = ["impact"] file = true ttl = "1h" })
+//     on every call, so Nomad's renewals are used. Only identities with an
+//     expiry and the configured audience are accepted: Nomad's default
+//     identity never expires and is meant for Nomad itself. Anyone who can
+//     read a task's secrets dir (root on its node, `nomad alloc fs` with
+//     read-fs) can act as that member until the token expires.
+//   - An ACL token reads the queue and explanations of the namespaces it
+//     may read-job in (positions and the cluster summary are global), and
+//     stops gangs where it may submit-job, i.e. where its holder could
+//     stop the job in Nomad anyway. A revoked token works for at most
+//     auth.token_cache_ttl more.
+//   - TLS (http.tls_cert/tls_key) keeps tokens and identities from being
+//     read or replayed off the wire; http.tls_client_ca (mTLS) also keeps
+//     clients without a certificate of that CA from connecting at all.
+//     Without TLS, anyone on the path can take a credential and use it
+//     until it expires (tokens: until revoked).
+//   - /v1/health (name, leadership, cycle counters) and, with
+//     auth.metrics = "open", /metrics are readable by anyone who reaches
+//     the port.
+//   - auth.gang = "open" (loopback only) and `impact-exec gang-server -dev`
+//     authenticate nothing: for development on one machine.
+//
+// The agent's own Nomad token (nomad.token) is never sent to callers and
+// is not used for their requests: each check runs with the caller's
+// credential, so no caller gains the agent's privileges.
 package agent

@@ -245,6 +245,14 @@ func TestValidateErrors(t *testing.T) {
 			[]string{"bad.hcl:3: http.ui_url:", "not an http:// or https:// URL with a host"}},
 		{"bad env bool", "policy = \"p\"\n", map[string]string{"NOMAD_SKIP_VERIFY": "maybe"},
 			[]string{"env NOMAD_SKIP_VERIFY: nomad.tls_skip_verify: not a boolean"}},
+		{"tls cert without key", "policy = \"p\"\nhttp {\n  tls_cert = \"c.pem\"\n}\n", nil,
+			[]string{"http.tls_key: tls_cert and tls_key must be set together"}},
+		{"client CA without TLS", "policy = \"p\"\nhttp {\n  tls_client_ca = \"ca.pem\"\n}\n", nil,
+			[]string{"bad.hcl:3: http.tls_client_ca: needs http.tls_cert and http.tls_key"}},
+		{"auth modes", "policy = \"p\"\nauth {\n  read = \"maybe\"\n  metrics = \"secret\"\n  gang = \"none\"\n}\n", nil,
+			[]string{"bad.hcl:3: auth.read: \"maybe\": must be auto, token or open", "bad.hcl:4: auth.metrics:", "bad.hcl:5: auth.gang: \"none\": must be identity or open"}},
+		{"open gang on the network", "policy = \"p\"\nhttp {\n  listen = \"0.0.0.0:4680\"\n}\nauth {\n  gang = \"open\"\n}\n", nil,
+			[]string{"bad.hcl:6: auth.gang:", "for development, with http.listen on a loopback address, not \"0.0.0.0:4680\""}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
