@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"testing"
@@ -154,5 +156,58 @@ func TestReadAuthModes(t *testing.T) {
 	_, c := newTestServer(t, twoNamespaceView(), HandlerOptions{Auth: apiAuthFor(t, n, ReadOpen, false)})
 	if q, err := c.Queue(ctx); err != nil || len(q.Jobs) != 2 {
 		t.Errorf("open with ACLs on: %v %+v", err, q)
+	}
+}
+
+// The pages show what the browser's token may read: without one they ask
+// for it (401 with a login form), /ui/login keeps it in an HttpOnly
+// cookie, and other namespaces' jobs are left out or refused.
+func TestUIPagesNeedAToken(t *testing.T) {
+	n := aclFake(t)
+	srv, _ := newTestServer(t, twoNamespaceView(), HandlerOptions{Auth: apiAuthFor(t, n, ReadAuto, false)})
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(path string, cookie *http.Cookie) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b := new(strings.Builder)
+		_, _ = io.Copy(b, resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	if code, body := get("/ui/", nil); code != 401 || !strings.Contains(body, `action="/ui/login"`) || strings.Contains(body, "train") {
+		t.Fatalf("queue page without a token: %d\n%s", code, body)
+	}
+	resp, err := noRedirect.PostForm(srv.URL+"/ui/login", url.Values{"token": {"ml-reader"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == uiTokenCookie {
+			cookie = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("login: %d, cookie %+v", resp.StatusCode, cookie)
+	}
+	code, body := get("/ui/", cookie)
+	if code != 200 || !strings.Contains(body, "train") || strings.Contains(body, "serve") {
+		t.Errorf("queue page with the ml token: %d, want ml/train only\n%s", code, body)
+	}
+	if code, _ := get("/ui/job/ml/train", cookie); code != 200 {
+		t.Errorf("job page of ml with the ml token: %d", code)
+	}
+	if code, body := get("/ui/job/prod/serve", cookie); code != 403 || !strings.Contains(body, `may not read-job in namespace &#34;prod&#34;`) {
+		t.Errorf("job page of prod with the ml token: %d\n%s", code, body)
+	}
+	if code, _ := get("/ui/", &http.Cookie{Name: uiTokenCookie, Value: "bogus"}); code != 401 {
+		t.Errorf("queue page with a bogus cookie: %d", code)
 	}
 }

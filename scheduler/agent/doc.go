@@ -41,6 +41,9 @@
 //	GET  /v1/health                anyone (load balancers, Consul checks)
 //	GET  /v1/queue                 ACL token; jobs of namespaces it may read-job in
 //	GET  /v1/explain/<job>         ACL token that may read-job in the job's namespace
+//	GET  /ui/, /ui/job/<ns>/<job>  as /v1/queue and /v1/explain; a browser's token comes
+//	                               from the HttpOnly cookie POST /ui/login sets (anyone may
+//	                               POST /ui/login and /ui/logout: they only set the cookie)
 //	GET  /metrics                  anyone (auth.metrics = "open") or any valid ACL token ("token")
 //	PUT  /v1/gang/{g}/members/{m}  member m's workload identity: its allocation.task is m,
 //	PUT  .../{m}/heartbeat, /exit  its namespace and job (or a dispatched/periodic
