@@ -104,22 +104,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 		}
 		ports := FreePorts(t, 3)
 		cl.Addr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-		hcl := fmt.Sprintf(`
-name       = %q
-data_dir   = %q
-plugin_dir = %q
-bind_addr  = "127.0.0.1"
-log_level  = %q
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
+		hcl := fmt.Sprintf("name = %q\n", cl.Name) + localHCL(filepath.Join(cl.Dir, "data"), cl.PluginDir, cfg.LogLevel, ports) + fmt.Sprintf(`
 server {
   enabled = false
 }
@@ -137,8 +122,7 @@ client {
 acl {
   enabled = %t
 }
-`, cl.Name, filepath.Join(cl.Dir, "data"), cl.PluginDir, cfg.LogLevel, ports[0], ports[1], ports[2],
-			srv.RPC, filepath.Join(cl.Dir, "alloc"), "impact-e2e-"+cl.Name+"-"+strconv.Itoa(os.Getpid()), Denylist, cfg.ACL) + extra
+`, srv.RPC, filepath.Join(cl.Dir, "alloc"), "impact-e2e-"+cl.Name+"-"+strconv.Itoa(os.Getpid()), Denylist, cfg.ACL) + extra
 		if err := os.WriteFile(cl.ConfigPath, []byte(hcl), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -291,21 +291,7 @@ func Start(t testing.TB, cfg Config) *Agent {
 	ports := FreePorts(t, 3)
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	a.RPC = fmt.Sprintf("127.0.0.1:%d", ports[1])
-	hcl := fmt.Sprintf(`
-data_dir   = %q
-plugin_dir = %q
-bind_addr  = "127.0.0.1"
-log_level  = %q
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
+	hcl := localHCL(filepath.Join(dir, "data"), a.PluginDir, cfg.LogLevel, ports) + fmt.Sprintf(`
 server {
   enabled          = true
   bootstrap_expect = 1
@@ -320,7 +306,7 @@ client {
 acl {
   enabled = %t
 }
-`, filepath.Join(dir, "data"), a.PluginDir, cfg.LogLevel, ports[0], ports[1], ports[2], !cfg.ServerOnly, ports[1], Denylist, cfg.ACL) + cfg.Extra
+`, !cfg.ServerOnly, ports[1], Denylist, cfg.ACL) + cfg.Extra
 	if err := os.WriteFile(a.ConfigPath, []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -349,6 +335,28 @@ acl {
 		return err == nil && leader != "", fmt.Sprintf("%q %v", leader, err)
 	})
 	return a
+}
+
+// localHCL is the part of every agent's config that keeps it on this
+// machine alone: its directories, log level, and ports bound and advertised
+// on 127.0.0.1 (ports: http, rpc, serf).
+func localHCL(dataDir, pluginDir, logLevel string, ports []int) string {
+	return fmt.Sprintf(`
+data_dir   = %q
+plugin_dir = %q
+bind_addr  = "127.0.0.1"
+log_level  = %q
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+`, dataDir, pluginDir, logLevel, ports[0], ports[1], ports[2])
 }
 
 func (a *Agent) start() {
