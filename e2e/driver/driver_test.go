@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -803,5 +804,155 @@ func TestGangWithGPUs(t *testing.T) {
 	}
 	if len(seen) != 8 || !localRanks["0"] || !localRanks["1"] {
 		t.Fatalf("GPUs %v, local ranks %v", seen, localRanks)
+	}
+}
+
+const blocksHCL = `
+job "blocks" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "exec" {
+      driver = "impact-exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo GPUS=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES"]
+        gang {
+          size = 1
+        }
+      }
+      resources {
+        cpu    = 20
+        memory = 32
+        device "nvidia/gpu" {
+          count = 2
+        }
+        device "nvidia/gpu" {
+          count = 3
+        }
+      }
+    }
+    task "raw" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo GPUS=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES"]
+      }
+      resources {
+        cpu    = 20
+        memory = 32
+        device "nvidia/gpu" {
+          count = 1
+        }
+        device "nvidia/gpu" {
+          count = 2
+        }
+      }
+    }
+  }
+}
+`
+
+// TestSeveralDeviceBlocks: on real Nomad with impact-gpu's shipped
+// defaults, an impact-exec task with two GPU device blocks sees the GPUs
+// of both in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES (exactly what
+// Nomad allocated to the task); a raw_exec task with two blocks sees only
+// its last block's GPUs there, as the docs say (Nomad merges the blocks'
+// env last-wins).
+func TestSeveralDeviceBlocks(t *testing.T) {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	srv, err := gang.StartServer("127.0.0.1:0", gang.RegistryConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const topo = "two-islands-8x-a100.hcl"
+	a := startAgentWith(t, srv.URL, func(dir string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", "example", "topologies", topo))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, topo)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf(`plugin "impact-gpu" {
+  config {
+    backend       = "fake"
+    fake_topology = %q
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}`, path)
+	})
+	a.waitDriver(t)
+	f := filepath.Join(t.TempDir(), "blocks.nomad.hcl")
+	if err := os.WriteFile(f, []byte(blocksHCL), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.nomad(t, "job", "run", "-detach", f)
+	var as []allocStub
+	eventually(t, 90*time.Second, "the allocation complete", func() (bool, string) {
+		as = nil
+		_ = a.get(t, "/v1/job/blocks/allocations", &as)
+		info := fmt.Sprintf("%d allocs", len(as))
+		for _, al := range as {
+			info += " " + al.ClientStatus
+			for task, ts := range al.TaskStates {
+				for _, ev := range ts.Events {
+					info += fmt.Sprintf("; %s: %s %s", task, ev.Type, ev.DisplayMessage)
+				}
+			}
+		}
+		return len(as) >= 1 && as[0].ClientStatus == "complete", info
+	})
+	var full struct {
+		AllocatedResources struct {
+			Tasks map[string]struct {
+				Devices []struct{ DeviceIDs []string }
+			}
+		}
+	}
+	if err := a.get(t, "/v1/allocation/"+as[0].ID, &full); err != nil {
+		t.Fatal(err)
+	}
+	sortedList := func(s string) string {
+		l := strings.Split(s, ",")
+		sort.Strings(l)
+		return strings.Join(l, ",")
+	}
+	for _, tc := range []struct {
+		task string
+		all  bool // sees every block's GPUs, else only the last block's
+	}{{"exec", true}, {"raw", false}} {
+		devs := full.AllocatedResources.Tasks[tc.task].Devices
+		if len(devs) != 2 {
+			t.Fatalf("task %s: %d allocated device blocks, want 2: %+v", tc.task, len(devs), devs)
+		}
+		want := devs[1].DeviceIDs
+		if tc.all {
+			want = append(append([]string(nil), devs[0].DeviceIDs...), devs[1].DeviceIDs...)
+		}
+		var out string
+		_ = a.get(t, "/v1/client/fs/logs/"+as[0].ID+"?task="+tc.task+"&type=stdout&plain=true", &out)
+		kv := map[string]string{}
+		for _, f := range strings.Fields(out) {
+			k, v, _ := strings.Cut(f, "=")
+			kv[k] = v
+		}
+		w := sortedList(strings.Join(want, ","))
+		if sortedList(kv["GPUS"]) != w || sortedList(kv["NVIDIA"]) != w {
+			t.Errorf("task %s: CUDA_VISIBLE_DEVICES=%s NVIDIA_VISIBLE_DEVICES=%s, want %s (allocated %+v)", tc.task, kv["GPUS"], kv["NVIDIA"], w, devs)
+		} else {
+			t.Logf("task %s (%s): sees %d GPUs: %s", tc.task, map[bool]string{true: "impact-exec, every block", false: "raw_exec, last block"}[tc.all], len(want), kv["GPUS"])
+		}
 	}
 }
