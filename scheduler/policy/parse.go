@@ -75,6 +75,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "backfill"},
 		{Type: "headroom", LabelNames: []string{"pool"}},
 		{Type: "gangs"},
+		{Type: "idle"},
 	},
 }
 
@@ -163,6 +164,8 @@ func (d *decoder) decodeRoot(body hcl.Body) {
 			d.headroom(b, key)
 		case "gangs":
 			d.block(b, key, map[string]any{"missing_member_grace": &d.p.Gangs.MissingMemberGrace})
+		case "idle":
+			d.idle(b, key, &d.p.Idle)
 		}
 	}
 }
@@ -175,8 +178,19 @@ func (d *decoder) tier(b *hcl.Block, key string) {
 	}
 	t := &Tier{Name: name}
 	d.p.Tiers[name] = t
-	d.block(b, key, map[string]any{"weight": &t.Weight, "may_preempt": &t.MayPreempt, "preemptible": &t.Preemptible,
-		"max_gpu_hours_lost_per_hour": &t.MaxGPUHoursLostPerHour})
+	blocks := d.blockWith(b, key, map[string]any{"weight": &t.Weight, "may_preempt": &t.MayPreempt, "preemptible": &t.Preemptible,
+		"max_gpu_hours_lost_per_hour": &t.MaxGPUHoursLostPerHour}, "idle")
+	for i, ib := range blocks {
+		ikey := key + " idle"
+		if i > 0 {
+			d.fail(ib.DefRange, ikey, "defined twice (first at line %d)", blocks[0].DefRange.Start.Line)
+			continue
+		}
+		d.p.pos[ikey] = Pos{File: ib.DefRange.Filename, Line: ib.DefRange.Start.Line}
+		var full Idle
+		d.idle(ib, ikey, &full)
+		t.Idle = overrideOf(&full, func(f string) bool { _, ok := d.p.pos[ikey+" "+f]; return ok })
+	}
 }
 
 func (d *decoder) project(b *hcl.Block, key string) {
@@ -209,13 +223,23 @@ func (d *decoder) headroom(b *hcl.Block, key string) {
 // destinations by attribute name; the type of each destination picks the
 // conversion.
 func (d *decoder) block(b *hcl.Block, key string, dst map[string]any) {
+	d.blockWith(b, key, dst)
+}
+
+// blockWith is block for a body that may also hold nested blocks of the
+// given types (without labels); it returns them, in file order.
+func (d *decoder) blockWith(b *hcl.Block, key string, dst map[string]any, nested ...string) []*hcl.Block {
 	names := make([]string, 0, len(dst))
 	for n := range dst {
 		names = append(names, n)
 	}
-	content, diags := b.Body.Content(attrs(names...))
+	schema := attrs(names...)
+	for _, n := range nested {
+		schema.Blocks = append(schema.Blocks, hcl.BlockHeaderSchema{Type: n})
+	}
+	content, diags := b.Body.Content(schema)
 	if d.diags(key, diags) {
-		return
+		return nil
 	}
 	for _, n := range sortedKeys(content.Attributes) {
 		a := content.Attributes[n]
@@ -231,8 +255,11 @@ func (d *decoder) block(b *hcl.Block, key string, dst map[string]any) {
 			d.duration(a, field, p)
 		case *[]string:
 			d.strings(a, field, p)
+		case *string:
+			d.str(a, field, p)
 		}
 	}
+	return content.Blocks
 }
 
 func (d *decoder) value(a *hcl.Attribute, field string) (cty.Value, bool) {

@@ -36,6 +36,10 @@ type Policy struct {
 	Headrooms map[string]*Headroom
 	// Gangs governs running gangs that lose a member.
 	Gangs Gangs
+	// Idle is the utilisation policy of every tier without its own idle
+	// block (see IdleOfTier): when a running job counts as idle or hung,
+	// and what is done about it.
+	Idle Idle
 
 	// pos records where each field was set (file:line), by field path such
 	// as `tier "critical" weight`, so Validate can point at it. Fields set
@@ -66,6 +70,9 @@ type Tier struct {
 	// budget a higher tier's urgent preemptions need. 0: this tier's
 	// preemptions draw on the shared budget.
 	MaxGPUHoursLostPerHour float64
+	// Idle overrides fields of the policy-wide Idle for this tier (nil:
+	// none).
+	Idle *IdleOverride
 }
 
 // Project is a team or budget that is charged for GPU-hours.
@@ -199,6 +206,7 @@ func Default() *Policy {
 		},
 		Backfill: Backfill{Enabled: true, Reservations: 1},
 		Gangs:    Gangs{MissingMemberGrace: 2 * time.Minute},
+		Idle:     defaultIdle(),
 		pos:      map[string]Pos{},
 	}
 }
@@ -210,6 +218,7 @@ func (p *Policy) Clone() *Policy {
 	for k, t := range p.Tiers {
 		tt := *t
 		tt.MayPreempt = append([]string(nil), t.MayPreempt...)
+		tt.Idle = t.Idle.clone()
 		c.Tiers[k] = &tt
 	}
 	c.Projects = make(map[string]*Project, len(p.Projects))
@@ -345,6 +354,7 @@ func (p *Policy) Merge(o *Policy) *Policy {
 	mergeI("backfill reservations", &c.Backfill.Reservations, o.Backfill.Reservations)
 	c.mergeHeadrooms(o)
 	mergeD("gangs missing_member_grace", &c.Gangs.MissingMemberGrace, o.Gangs.MissingMemberGrace)
+	mergeIdle(c, o, set, take)
 	return c
 }
 
@@ -452,6 +462,7 @@ func (p *Policy) Validate() error {
 	if p.Gangs.MissingMemberGrace < 0 {
 		bad("gangs missing_member_grace", "must not be negative (0 turns the watch off)")
 	}
+	p.validateIdle(bad)
 	return errors.Join(errs...)
 }
 

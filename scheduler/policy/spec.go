@@ -101,6 +101,9 @@ type Spec struct {
 	// RequeueExitCode is the exit code meaning "checkpointed, requeue me"
 	// (0: not given; RequeueCode resolves it to DefaultRequeueExitCode).
 	RequeueExitCode int
+	// IdleIgnore is the job's opt-out of idle actions (impact_idle =
+	// "ignore"); whether it holds is the tier's call (Policy.IdleIgnored).
+	IdleIgnore bool
 }
 
 // DefaultRequeueExitCode is the requeue exit code of jobs that set no
@@ -329,6 +332,13 @@ var metaParsers = map[string]metaParser{
 			return "must be an exit code from 1 to 255 (0 means the work is done)"
 		}
 		s.RequeueExitCode = n
+		return ""
+	},
+	MetaIdle: func(s *Spec, v string) string {
+		if strings.TrimSpace(v) != "ignore" {
+			return `must be "ignore" (omit the key to let the tier's idle policy apply)`
+		}
+		s.IdleIgnore = true
 		return ""
 	},
 	MetaPool: func(s *Spec, v string) string {
