@@ -68,6 +68,14 @@ type victimInfo struct {
 	signal string
 	// requeue is the victim's requeue exit code.
 	requeue int
+	// idle: a victim on its tier's preemptible idle action (see
+	// idleVictim); weight is its tier's weight.
+	idle      bool
+	idleSince time.Time
+	idleNote  string
+	weight    float64
+	idleGPUh  float64
+	reclaimed float64
 }
 
 type cycle struct {
@@ -122,6 +130,9 @@ type cycle struct {
 	bound map[string][]placement.Slot
 	// claimedFor: the victims of the preemptor being decided (for bind).
 	claimedFor []int
+	// idleVictims: some gang is a victim by its idle action (any tier
+	// may then preempt, see mayPreemptVictim).
+	idleVictims bool
 }
 
 // youngHolder is a gang that would be a preemption candidate but for its
@@ -429,13 +440,19 @@ func (c *cycle) bind(q *queued, res placement.Result) {
 func (c *cycle) assessHolders() {
 	holders := c.st.Holders()
 	c.victims = make([]victimInfo, len(holders))
+	idle := c.judgeRunning()
 	for h, hd := range holders {
 		if hd.Job == nil {
 			continue
 		}
 		c.projectGPUs[c.pol.ProjectName(hd.Job.Spec)] += hd.GPUs
 		j := hd.Job
-		if hd.Stopping || j.SpecErr != nil || j.State != cluster.JobRunning || c.pol.CheckSpec(j.Spec) != nil {
+		if hd.Stopping || c.claimed[h] || j.SpecErr != nil || j.State != cluster.JobRunning || c.pol.CheckSpec(j.Spec) != nil {
+			continue
+		}
+		if st := idle[h]; st.idle && !st.ignored && st.cfg.Action == policy.IdlePreemptible {
+			c.victims[h] = c.idleVictim(&holders[h], st)
+			c.idleVictims = true
 			continue
 		}
 		if !c.pol.IsPreemptible(j.Spec) {
@@ -860,7 +877,7 @@ func blockWarnings(j *cluster.Job) []string {
 // they suffice, the job waits for them instead of preempting more.
 func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	tier := c.pol.Tiers[q.tier]
-	if tier == nil || len(tier.MayPreempt) == 0 {
+	if tier == nil || (len(tier.MayPreempt) == 0 && !c.idleVictims) {
 		return false
 	}
 	holders := c.st.Holders()
@@ -1005,6 +1022,12 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 			Reason: fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 				q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval)),
 		}
+		if v.idle {
+			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.idleGPUh, v.reclaimed
+			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.idleNote)
+			c.e.logger.Info("preempting idle job", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+				"idle_since", v.idleSince, "idle_gpu_hours", v.idleGPUh, "reclaimed_gpu_hours", v.reclaimed, "cost", v.cost, "gain", gain)
+		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
 			c.e.inflight[a.ID] = inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)}
@@ -1147,7 +1170,7 @@ func (c *cycle) candidates(q *queued) *candList {
 	gpus := 0
 	minPer := 0.0
 	for h, v := range c.victims {
-		if !v.ok || c.claimed[h] || !c.pol.MayPreempt(q.tier, v.tier) {
+		if !v.ok || c.claimed[h] || !c.mayPreemptVictim(q.tier, &c.victims[h]) {
 			continue
 		}
 		if q.pool != "" && !c.holderInPool(h, q.pool) {

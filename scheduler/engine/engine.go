@@ -58,6 +58,13 @@ type Engine struct {
 	// broken: job ID -> since when a running gang has been seen missing a
 	// member (watchGangs).
 	broken map[string]time.Time
+	// allocUtil and jobUtil: utilisation history per allocation and per
+	// job (ObserveUtilization); idleSeen: the idle state last logged per
+	// job; requeues: how often each job was requeued for hanging.
+	allocUtil map[string]*utilTrack
+	jobUtil   map[string]*utilTrack
+	idleSeen  map[string]idleFlags
+	requeues  map[string]int
 	// cache memoizes per-node and per-allocation masks across cycles.
 	cache *placement.Cache
 	// queue memoizes the queued jobs per shard of the job table.
@@ -83,6 +90,8 @@ type inflightStop struct {
 	// decided is the cycle that ordered it; expires is decided + the
 	// victim's grace, from which WithInflightTTL counts.
 	decided, expires time.Time
+	// requeue: a Reclaim that counted a requeue (Forget gives it back).
+	requeue bool
 }
 
 type options struct {
@@ -182,11 +191,16 @@ func (e *Engine) Forget(jobID string) {
 	delete(e.deferred, jobID)
 	delete(e.bindings, jobID)
 	decided := map[time.Time]bool{}
+	requeued := false
 	for id, st := range e.inflight {
 		if st.job == jobID {
 			decided[st.decided] = true
+			requeued = requeued || st.requeue
 			delete(e.inflight, id)
 		}
+	}
+	if requeued && e.requeues[jobID] > 0 {
+		e.requeues[jobID]--
 	}
 	if len(decided) == 0 {
 		return
@@ -247,6 +261,11 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 		bindings: map[string]binding{},
 		broken:   map[string]time.Time{},
 		cache:    placement.NewCache(),
+
+		allocUtil: map[string]*utilTrack{},
+		jobUtil:   map[string]*utilTrack{},
+		idleSeen:  map[string]idleFlags{},
+		requeues:  map[string]int{},
 	}
 	if o.memory != nil {
 		e.restore(o.memory)

@@ -23,6 +23,8 @@ type Memory struct {
 	LastCycle time.Time `json:"last_cycle"`
 	// Losses are the preemptions of the last hour.
 	Losses []Loss `json:"losses"`
+	// Requeues counts, per job, the requeues of its tier's idle action.
+	Requeues map[string]int `json:"requeues,omitempty"`
 }
 
 // Loss is the work one preemption threw away.
@@ -43,6 +45,12 @@ func (e *Engine) Memory(now time.Time) Memory {
 		}
 	}
 	sort.Slice(m.Losses, func(i, j int) bool { return m.Losses[i].At.Before(m.Losses[j].At) })
+	for id, n := range e.requeues {
+		if m.Requeues == nil {
+			m.Requeues = map[string]int{}
+		}
+		m.Requeues[id] = n
+	}
 	return m
 }
 
@@ -59,5 +67,8 @@ func (e *Engine) restore(m *Memory) {
 	e.losses = e.losses[:0]
 	for _, l := range m.Losses {
 		e.losses = append(e.losses, loss{at: l.At, gpuHours: l.GPUHours, budget: l.Budget})
+	}
+	for id, n := range m.Requeues {
+		e.requeues[id] = n
 	}
 }

@@ -31,6 +31,12 @@ type Plan struct {
 	// Headroom of every pool with a policy headroom block, after the
 	// plan's admissions (headroom.go).
 	Headroom []HeadroomStatus `json:"headroom,omitempty"`
+	// Reclaims: hung jobs stopped on their tier's requeue idle action
+	// (queued again, or stopped for good past max_requeues).
+	Reclaims []Reclaim `json:"reclaims,omitempty"`
+	// Running is the utilisation view of every running managed job, by
+	// job ID (filled only with explanations on).
+	Running []RunningJob `json:"running,omitempty"`
 }
 
 // Admission starts one job: every group with GPUs is fully placed.
@@ -128,6 +134,13 @@ type Preemption struct {
 	Cost float64 `json:"cost"`
 	// LostGPUHours is the work thrown away since the last checkpoint.
 	LostGPUHours float64 `json:"lost_gpu_hours"`
+	// Idle: the victim was chosen as an idle job (its tier's preemptible
+	// idle action); IdleGPUHours is what it had held idle and
+	// ReclaimedGPUHours its GPUs x the rest of its impact_walltime (0 when
+	// unknown).
+	Idle              bool    `json:"idle,omitempty"`
+	IdleGPUHours      float64 `json:"idle_gpu_hours,omitempty"`
+	ReclaimedGPUHours float64 `json:"reclaimed_gpu_hours,omitempty"`
 }
 
 // Status of a queued job after a cycle.

@@ -1,0 +1,449 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
+)
+
+// The utilisation layer's decisions. The adapter (or the simulator) feeds
+// the engine one sample per allocation per poll of the device stats
+// (ObserveUtilization); Decide then judges every running job against its
+// tier's idle policy:
+//
+//   - idle: the mean utilisation of the GPUs its allocations hold has been
+//     below the threshold, in every sample, for at least the duration;
+//   - hung: every allocation (gang member) has been idle in that sense at
+//     once, each over its own GPUs.
+//
+// A sample with missing stats never counts as idle: it breaks the run, and
+// the duration starts again from the next known sample. Idle time is
+// measured between samples (from the first low one to the last one), never
+// to `now`, so stats that stop arriving freeze it instead of growing it.
+//
+// What is done about it is the tier's idle action: report (Plan.Running
+// and logs only), preemptible (the job becomes a preemption candidate, see
+// assessHolders) or requeue (a hung job is stopped and queued again,
+// Plan.Reclaims). A job whose impact_idle = "ignore" holds is only
+// reported.
+
+// AllocUtilization is one poll's utilisation of one allocation.
+type AllocUtilization struct {
+	AllocID string
+	// JobID is the allocation's job (cluster.JobKey).
+	JobID string
+	// GPUs the allocation holds (the weight of its sample in the job's
+	// mean).
+	GPUs int
+	// Percent is the mean utilisation of the allocation's GPUs; negative
+	// when any of them has no stats (the sample is then unknown).
+	Percent float64
+}
+
+// maxUtilRecords bounds the history kept per allocation or job. The
+// history is the suffix maxima of the samples (see utilTrack), which stay
+// few unless utilisation falls steadily for hundreds of polls; past the
+// bound the oldest is dropped and the history starts later, which can only
+// understate idle time.
+const maxUtilRecords = 64
+
+// utilTrack is the utilisation history of one allocation or job since its
+// last unknown sample, kept as the samples that are higher than every
+// later one (suffix maxima, decreasing): the first sample of the latest
+// run below any threshold is the one after the last record at or above
+// it.
+type utilTrack struct {
+	// members identifies a job's allocations: when they change (a gang
+	// requeued, a member replaced) the job's history starts again.
+	members string
+	first   time.Time // first sample of the history (zero: none)
+	lastAt  time.Time // latest sample
+	last    float64
+	recs    []utilRec
+}
+
+type utilRec struct {
+	at, next time.Time // next: the sample after this one (zero: none yet)
+	v        float64
+}
+
+func (t *utilTrack) observe(at time.Time, v float64) {
+	if v < 0 {
+		*t = utilTrack{members: t.members, lastAt: at, last: -1}
+		return
+	}
+	if t.first.IsZero() {
+		t.first = at
+	}
+	if n := len(t.recs); n > 0 {
+		t.recs[n-1].next = at
+	}
+	for len(t.recs) > 0 && t.recs[len(t.recs)-1].v <= v {
+		t.recs = t.recs[:len(t.recs)-1]
+	}
+	t.recs = append(t.recs, utilRec{at: at, v: v})
+	if len(t.recs) > maxUtilRecords {
+		t.first = t.recs[0].next
+		t.recs = append(t.recs[:0], t.recs[1:]...)
+	}
+	t.lastAt, t.last = at, v
+}
+
+// idleSince is the first sample of the run, ending with the latest sample,
+// in which every sample is below threshold; ok is false when the latest
+// sample is not below it (or unknown).
+func (t *utilTrack) idleSince(threshold float64) (time.Time, bool) {
+	if t == nil || t.first.IsZero() || t.last < 0 || t.last >= threshold {
+		return time.Time{}, false
+	}
+	for i := len(t.recs) - 1; i >= 0; i-- {
+		if t.recs[i].v >= threshold {
+			return t.recs[i].next, true
+		}
+	}
+	return t.first, true
+}
+
+// ObserveUtilization records one poll of device stats taken at `at`: one
+// sample per running allocation. An allocation or job missing from
+// samples has no history afterwards (a missing sample is unknown, and
+// unknown breaks an idle run). A job's sample is the GPU-weighted mean of
+// its allocations' samples, unknown when any of them is; its history
+// starts again when its set of allocations changes (a requeued gang, a
+// replaced member), so one run's idleness is never charged to the next.
+func (e *Engine) ObserveUtilization(at time.Time, samples []AllocUtilization) {
+	type acc struct {
+		sum     float64
+		gpus    int
+		unknown bool
+		members []string
+	}
+	jobs := map[string]*acc{}
+	seen := make(map[string]bool, len(samples))
+	for _, s := range samples {
+		seen[s.AllocID] = true
+		t := e.allocUtil[s.AllocID]
+		if t == nil {
+			t = &utilTrack{}
+			e.allocUtil[s.AllocID] = t
+		}
+		t.observe(at, s.Percent)
+		j := jobs[s.JobID]
+		if j == nil {
+			j = &acc{}
+			jobs[s.JobID] = j
+		}
+		j.members = append(j.members, s.AllocID)
+		if s.Percent < 0 {
+			j.unknown = true
+			continue
+		}
+		j.sum += s.Percent * float64(max(1, s.GPUs))
+		j.gpus += max(1, s.GPUs)
+	}
+	for id := range e.allocUtil {
+		if !seen[id] {
+			delete(e.allocUtil, id)
+		}
+	}
+	for id := range e.jobUtil {
+		if jobs[id] == nil {
+			delete(e.jobUtil, id)
+		}
+	}
+	for id, j := range jobs {
+		sort.Strings(j.members)
+		members := strings.Join(j.members, ",")
+		t := e.jobUtil[id]
+		if t == nil || t.members != members {
+			t = &utilTrack{members: members}
+			e.jobUtil[id] = t
+		}
+		v := -1.0
+		if !j.unknown && j.gpus > 0 {
+			v = j.sum / float64(j.gpus)
+		}
+		t.observe(at, v)
+	}
+}
+
+// RunningJob is the utilisation view of one running managed job after a
+// cycle (Plan.Running): what explain, the CLI and metrics show.
+type RunningJob struct {
+	JobID string `json:"job_id"`
+	Tier  string `json:"tier"`
+	// Pool the job's allocations run in (the first one's node pool).
+	Pool string `json:"pool,omitempty"`
+	GPUs int    `json:"gpus"`
+	// Start of its earliest allocation.
+	Start time.Time `json:"start"`
+	// Utilization is the latest sample of the mean utilisation of its
+	// GPUs, percent; negative when unknown (no sample, or missing stats).
+	Utilization float64 `json:"utilization"`
+	// IdleSince is the first sample of the current run below the
+	// threshold (zero: the latest sample is not below it).
+	IdleSince time.Time `json:"idle_since,omitzero"`
+	// IdleFor is how long that run has lasted, sample to sample.
+	IdleFor time.Duration `json:"idle_for"`
+	// Idle: below the threshold for at least the duration.
+	Idle bool `json:"idle"`
+	// Hung: every allocation idle at once.
+	Hung bool `json:"hung"`
+	// The tier's idle policy the job was judged by.
+	Threshold float64           `json:"threshold"`
+	Duration  time.Duration     `json:"duration"`
+	Action    policy.IdleAction `json:"action"`
+	// OptedOut: impact_idle = "ignore" holds (the tier allows it).
+	OptedOut bool `json:"opted_out,omitempty"`
+	// Note says what is done about it, or why nothing is.
+	Note string `json:"note,omitempty"`
+}
+
+// Reclaim stops a hung job on its tier's requeue action: checkpoint signal,
+// grace, then either queued again (Requeue) or stopped for good (after
+// Requeues reached the tier's max_requeues).
+type Reclaim struct {
+	JobID  string   `json:"job_id"`
+	Allocs []string `json:"allocs"`
+	GPUs   int      `json:"gpus"`
+	// Grace and CheckpointSignal as for a preemption.
+	Grace            time.Duration `json:"grace"`
+	CheckpointSignal string        `json:"checkpoint_signal,omitempty"`
+	// RequeueExitCode is the job's "checkpointed, requeue me" exit code,
+	// as for a preemption.
+	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+	// Requeue: queue the job again; false: stop it and leave it stopped.
+	Requeue bool `json:"requeue"`
+	// Requeues is how many times the job has been requeued for hanging,
+	// this one included.
+	Requeues int `json:"requeues"`
+	// IdleGPUHours is the GPU-hours it had held idle when reclaimed.
+	IdleGPUHours float64 `json:"idle_gpu_hours"`
+	// ReclaimedGPUHours is what reclaiming frees: its GPUs x the rest of
+	// its impact_walltime (0 when it declares none: unknown, never
+	// guessed).
+	ReclaimedGPUHours float64 `json:"reclaimed_gpu_hours"`
+	// Reason, with the numbers that triggered it.
+	Reason string `json:"reason"`
+}
+
+// idleState is a running gang's utilisation as judged this cycle.
+type idleState struct {
+	cfg      policy.Idle
+	util     float64
+	since    time.Time // job run below threshold (zero: none)
+	idleFor  time.Duration
+	idle     bool
+	hung     bool
+	hungFrom time.Time     // the latest member's idle run start
+	hungFor  time.Duration // the shortest member's idle run
+	ignored  bool
+}
+
+// judgeIdle works out the utilisation state of a managed running gang.
+func (c *cycle) judgeIdle(hd *placement.Holder) idleState {
+	j := hd.Job
+	st := idleState{cfg: c.pol.IdleFor(j.Spec), util: -1, ignored: c.pol.IdleIgnored(j.Spec)}
+	jt := c.e.jobUtil[hd.JobID]
+	if jt == nil || jt.lastAt.IsZero() {
+		return st
+	}
+	st.util = jt.last
+	since, ok := jt.idleSince(st.cfg.Threshold)
+	if !ok {
+		return st
+	}
+	st.since, st.idleFor = since, jt.lastAt.Sub(since)
+	st.idle = st.idleFor >= st.cfg.Duration
+	if !st.idle || len(hd.Allocs) == 0 {
+		return st
+	}
+	st.hung = true
+	st.hungFor = st.idleFor
+	for _, a := range hd.Allocs {
+		at := c.e.allocUtil[a.ID]
+		s, ok := at.idleSince(st.cfg.Threshold)
+		if !ok || at.lastAt.Sub(s) < st.cfg.Duration {
+			st.hung = false
+			break
+		}
+		if s.After(st.hungFrom) {
+			st.hungFrom = s
+		}
+		st.hungFor = min(st.hungFor, at.lastAt.Sub(s))
+	}
+	return st
+}
+
+// idleVictim makes an idle gang on a preemptible idle action a victim:
+// any waiting job of its tier or a heavier one may preempt it
+// (mayPreemptVictim), past its min runtime or not (the idle duration is
+// its protection), at the cost of the work it did between its last
+// checkpoint and going idle (nothing since counts as progress) plus the
+// restart.
+func (c *cycle) idleVictim(hd *placement.Holder, st idleState) victimInfo {
+	j := hd.Job
+	lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, st.since)
+	restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
+	idleGPUh, reclaimed := c.idleHours(hd, st)
+	return victimInfo{
+		idleGPUh:  idleGPUh,
+		reclaimed: reclaimed,
+		ok:        true,
+		idle:      true,
+		idleSince: st.since,
+		idleNote:  fmt.Sprintf("idle since %s (%.1f%% < %g%% for %s)", st.since.UTC().Format(time.RFC3339), st.util, st.cfg.Threshold, st.idleFor.Round(time.Second)),
+		tier:      c.pol.TierOf(j.Spec).Name,
+		weight:    c.pol.TierOf(j.Spec).Weight,
+		cost:      c.pol.Impact(j.Spec) * (lost + restart),
+		lost:      lost,
+		grace:     j.Spec.Grace,
+		signal:    j.Spec.CheckpointSignal,
+		requeue:   j.Spec.RequeueCode(),
+	}
+}
+
+// mayPreemptVictim: a job of tier `by` may preempt victim v when its tier
+// may preempt v's, or v is idle (preemptible action) and `by` weighs at
+// least as much as v's tier.
+func (c *cycle) mayPreemptVictim(by string, v *victimInfo) bool {
+	if c.pol.MayPreempt(by, v.tier) {
+		return true
+	}
+	if !v.idle {
+		return false
+	}
+	t := c.pol.Tiers[by]
+	return t != nil && t.Weight >= v.weight
+}
+
+// judgeRunning judges every managed running gang's utilisation once per
+// cycle: it logs changes (idle, hung, busy again), orders the requeue
+// action's reclaims, and returns the states by holder for assessHolders.
+func (c *cycle) judgeRunning() []idleState {
+	holders := c.st.Holders()
+	states := make([]idleState, len(holders))
+	seen := map[string]bool{}
+	for h := range holders {
+		hd := &holders[h]
+		j := hd.Job
+		if j == nil || j.SpecErr != nil || j.State != cluster.JobRunning || c.pol.CheckSpec(j.Spec) != nil {
+			continue
+		}
+		seen[hd.JobID] = true
+		st := c.judgeIdle(hd)
+		states[h] = st
+		c.logIdleChange(hd, st)
+		note := ""
+		switch {
+		case !st.idle:
+		case st.ignored:
+			note = "idle; impact_idle = \"ignore\": only reported"
+		case st.cfg.Action == policy.IdleReport:
+			note = "idle; reported only (tier's idle action is report)"
+		case st.cfg.Action == policy.IdlePreemptible:
+			note = "idle; preemptible by waiting work of its tier or higher"
+			if !c.pol.Preemption.Enabled {
+				note = "idle; would be preemptible, but preemption is disabled"
+			}
+		case st.cfg.Action == policy.IdleRequeue && !st.hung:
+			note = "idle but not hung (some members busy or unknown); reported only"
+		case st.cfg.Action == policy.IdleRequeue && hd.Stopping:
+			note = "hung; being stopped"
+		case st.cfg.Action == policy.IdleRequeue:
+			note = c.reclaim(h, hd, st)
+		}
+		if c.explain {
+			rj := RunningJob{JobID: hd.JobID, Tier: c.pol.TierOf(j.Spec).Name, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs),
+				Utilization: st.util, IdleSince: st.since, IdleFor: st.idleFor, Idle: st.idle, Hung: st.hung,
+				Threshold: st.cfg.Threshold, Duration: st.cfg.Duration, Action: st.cfg.Action, OptedOut: st.ignored, Note: note}
+			if len(hd.Slots) > 0 {
+				rj.Pool = c.st.PoolOf(hd.Slots[0].Node)
+			}
+			c.plan.Running = append(c.plan.Running, rj)
+		}
+	}
+	for id := range c.e.idleSeen {
+		if !seen[id] {
+			delete(c.e.idleSeen, id)
+		}
+	}
+	sort.Slice(c.plan.Running, func(a, b int) bool { return c.plan.Running[a].JobID < c.plan.Running[b].JobID })
+	return states
+}
+
+// reclaim orders the requeue action for a hung gang and returns its note.
+func (c *cycle) reclaim(h int, hd *placement.Holder, st idleState) string {
+	j := hd.Job
+	n := c.e.requeues[hd.JobID]
+	requeue := n < st.cfg.MaxRequeues
+	if requeue {
+		n++
+		c.e.requeues[hd.JobID] = n
+	}
+	idleGPUh, reclaimed := c.idleHours(hd, st)
+	numbers := fmt.Sprintf("every member below %g%% for %s (job mean %.1f%%, idle since %s)", st.cfg.Threshold,
+		st.hungFor.Round(time.Second), st.util, st.since.UTC().Format(time.RFC3339))
+	var reason string
+	if requeue {
+		reason = fmt.Sprintf("hung: %s; stopped and queued again (requeue %d of %d)", numbers, n, st.cfg.MaxRequeues)
+	} else {
+		reason = fmt.Sprintf("hung: %s; stopped and left stopped (requeued %d times, max_requeues %d)", numbers, n, st.cfg.MaxRequeues)
+	}
+	r := Reclaim{JobID: hd.JobID, GPUs: hd.GPUs, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal, RequeueExitCode: j.Spec.RequeueCode(),
+		Requeue: requeue, Requeues: n, IdleGPUHours: idleGPUh, ReclaimedGPUHours: reclaimed, Reason: reason}
+	for _, a := range hd.Allocs {
+		r.Allocs = append(r.Allocs, a.ID)
+		c.e.inflight[a.ID] = inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(r.Grace), requeue: requeue}
+	}
+	c.claimed[h] = true
+	c.plan.Reclaims = append(c.plan.Reclaims, r)
+	c.e.logger.Info("reclaiming hung job", "job", hd.JobID, "requeue", requeue, "requeues", n, "max_requeues", st.cfg.MaxRequeues,
+		"gpus", hd.GPUs, "utilization", st.util, "threshold", st.cfg.Threshold, "idle_since", st.since, "idle_for", st.idleFor,
+		"duration", st.cfg.Duration, "idle_gpu_hours", idleGPUh, "reclaimed_gpu_hours", reclaimed)
+	return reason
+}
+
+// idleHours is what an idle gang has held idle (its GPUs x its idle run)
+// and what stopping it now reclaims: its GPUs x the rest of its
+// impact_walltime, 0 when it declares none (unknown is not guessed).
+func (c *cycle) idleHours(hd *placement.Holder, st idleState) (idle, reclaimed float64) {
+	idle = float64(hd.GPUs) * st.idleFor.Hours()
+	if w := hd.Job.Spec.Walltime; w > 0 {
+		if left := earliestStart(hd.Allocs).Add(w).Sub(c.now); left > 0 {
+			reclaimed = float64(hd.GPUs) * left.Hours()
+		}
+	}
+	return idle, reclaimed
+}
+
+// idleFlags is what was last logged of a job's utilisation state.
+type idleFlags struct{ idle, hung bool }
+
+func (c *cycle) logIdleChange(hd *placement.Holder, st idleState) {
+	prev, had := c.e.idleSeen[hd.JobID]
+	cur := idleFlags{idle: st.idle, hung: st.hung}
+	if cur == prev {
+		if !had {
+			c.e.idleSeen[hd.JobID] = cur
+		}
+		return
+	}
+	c.e.idleSeen[hd.JobID] = cur
+	args := []any{"job", hd.JobID, "gpus", hd.GPUs, "utilization", st.util, "threshold", st.cfg.Threshold,
+		"idle_for", st.idleFor, "duration", st.cfg.Duration, "action", st.cfg.Action, "opted_out", st.ignored}
+	switch {
+	case cur.hung:
+		c.e.logger.Info("job hung: every member idle", args...)
+	case cur.idle:
+		c.e.logger.Info("job idle", args...)
+	default:
+		c.e.logger.Info("job no longer idle", args...)
+	}
+}
