@@ -128,6 +128,10 @@ type Agent struct {
 	holderChecked  time.Time // clock time of the last holder check; zero: check next cycle
 	noLeaderSince  time.Time // wall clock; zero while some agent holds the lock
 	consulErr      error     // last Consul registration error; nil once registered
+
+	// utilPolls: device stats polls not yet handed to the engine (idle.go).
+	utilMu    sync.Mutex
+	utilPolls []utilPoll
 }
 
 type leadershipChange struct {
@@ -609,6 +613,7 @@ func (a *Agent) cycle(ctx context.Context) {
 		return
 	}
 	snap := a.opts.Model.Snapshot()
+	a.feedUtilization()
 	t0 := time.Now()
 	plan := a.engine.Decide(snap, start)
 	res.Decide = time.Since(t0)
@@ -645,11 +650,12 @@ func (a *Agent) cycle(ctx context.Context) {
 	a.addHistory(v, start)
 	a.view.Store(v)
 	a.opts.Metrics.RecordCluster(v.stats)
+	a.opts.Metrics.RecordIdle(plan.Running, res.Leader)
 	if lctx != nil {
 		a.writeExplanations(lctx, v)
 		// What the executor did is saved at once; usage alone only every
 		// SaveEvery.
-		acted := len(res.Report.Admitted)+len(res.Report.Preempted)+len(res.Report.Requeued)+len(res.Report.RolledBack) > 0
+		acted := len(res.Report.Admitted)+len(res.Report.Preempted)+len(res.Report.Requeued)+len(res.Report.RolledBack)+len(res.Report.Reclaimed) > 0
 		a.saveState(lctx, start, acted)
 	}
 	a.finish(res, wallStart)
@@ -729,6 +735,18 @@ func (a *Agent) forgetUnapplied(plan *engine.Plan, rep *ApplyReport) {
 	for _, p := range append(slices.Clip(plan.Preemptions), plan.Requeues...) {
 		if !underway[p.JobID] {
 			a.engine.Forget(p.JobID)
+		}
+	}
+	var reclaimed map[string]bool
+	if rep != nil {
+		reclaimed = setOf(rep.Reclaimed)
+		for id := range rep.Skipped {
+			reclaimed[id] = true
+		}
+	}
+	for _, r := range plan.Reclaims {
+		if !reclaimed[r.JobID] {
+			a.engine.Forget(r.JobID)
 		}
 	}
 }
@@ -867,6 +885,18 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 			tier = a.opts.Policy.TierOf(j.Spec).Name
 		}
 		a.opts.Metrics.RecordPreemption(tier, p.LostGPUHours)
+		if p.Idle {
+			a.opts.Metrics.RecordReclaimed(p.ReclaimedGPUHours)
+		}
+	}
+	reclaimed := setOf(rep.Reclaimed)
+	for _, r := range plan.Reclaims {
+		if !reclaimed[r.JobID] {
+			continue
+		}
+		// Where it ran stays known: its last explanation says it.
+		a.history[r.JobID] = jobHistory{Decision: DecisionReclaimed, At: now, Reason: r.Reason, Nodes: a.history[r.JobID].Nodes}
+		a.opts.Metrics.RecordReclaimed(r.ReclaimedGPUHours)
 	}
 	a.opts.Metrics.RecordHeadroom(plan.Headroom)
 	for range rep.RolledBack {

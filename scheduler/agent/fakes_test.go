@@ -197,6 +197,30 @@ func (e *fakeExec) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snap
 		_ = f.store.UpsertJob(&c)
 		rep.Preempted = append(rep.Preempted, p.JobID)
 	}
+	for _, r := range plan.Reclaims {
+		j, ok := snap.Job(r.JobID)
+		if !ok || j.State != cluster.JobRunning {
+			rep.Skipped[r.JobID] = "not running"
+			continue
+		}
+		for _, a := range snap.JobAllocs(r.JobID) {
+			if r.CheckpointSignal != "" {
+				f.signals[r.JobID] = append(f.signals[r.JobID], r.CheckpointSignal)
+			}
+			f.stops[r.JobID]++
+			f.store.DeleteAlloc(a.ID)
+		}
+		if r.Requeue {
+			c := *j
+			c.State = cluster.JobQueued
+			f.index++
+			c.ModifyIndex = f.index
+			_ = f.store.UpsertJob(&c)
+		} else {
+			f.store.DeleteJob(r.JobID) // stopped for good: it leaves the model
+		}
+		rep.Reclaimed = append(rep.Reclaimed, r.JobID)
+	}
 	for _, adm := range plan.Admissions {
 		j, ok := snap.Job(adm.JobID)
 		if !ok || j.State != cluster.JobQueued {

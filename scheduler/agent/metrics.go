@@ -53,6 +53,7 @@ var (
 	mPinMismatches   = []string{"gpu", "pin_mismatch_total"}
 	mHeadroom        = []string{"headroom", "gpus"}
 	mHeadroomHeld    = []string{"headroom", "held_gpus"}
+	mIdleReclaimed   = []string{"idle", "reclaimed_gpu_hours_total"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -61,8 +62,10 @@ var (
 type Metrics struct {
 	m        *metrics.Metrics
 	registry *prometheus.Registry
-	// gpus serves the utilisation layer (see utilization.go).
+	// gpus serves the utilisation layer (see utilization.go), idle its
+	// idle and hung jobs (idle.go).
 	gpus *gpuCollector
+	idle *idleCollector
 
 	mu        sync.Mutex
 	seenTiers map[string]bool
@@ -82,6 +85,10 @@ func NewMetrics() (*Metrics, error) {
 	gpus := newGPUCollector()
 	if err := reg.Register(gpus); err != nil {
 		return nil, fmt.Errorf("registering GPU utilisation collector: %w", err)
+	}
+	idle := newIdleCollector()
+	if err := reg.Register(idle); err != nil {
+		return nil, fmt.Errorf("registering idle collector: %w", err)
 	}
 	gauge := func(name []string, help string) metricsprom.GaugeDefinition {
 		return metricsprom.GaugeDefinition{Name: append([]string{"impact"}, name...), Help: help}
@@ -119,6 +126,7 @@ func NewMetrics() (*Metrics, error) {
 			counter(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
 			counter(mOutcomes, "Finished preemptions by how the victim ended: completed (every task exited 0: done, not requeued), requeued (exited with its requeue code), stopped (still running at the end of its grace)."),
 			counter(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace."),
+			counter(mIdleReclaimed, "GPU-hours freed from idle or hung jobs by their tier's idle action (reclaims and idle preemptions carried out): their GPUs x the rest of their impact_walltime (0 for jobs without one)."),
 			counter(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 			counter(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
 		},
@@ -137,7 +145,7 @@ func NewMetrics() (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return &Metrics{m: m, registry: reg, gpus: gpus, seenTiers: map[string]bool{}}, nil
+	return &Metrics{m: m, registry: reg, gpus: gpus, idle: idle, seenTiers: map[string]bool{}}, nil
 }
 
 // Handler serves /metrics in the Prometheus text format.

@@ -88,6 +88,9 @@ type ApplyReport struct {
 	// Requeued lists the incomplete gangs whose whole requeue (stop and
 	// park, plan.Requeues) started.
 	Requeued []string
+	// Reclaimed lists the hung jobs whose reclaim (the idle requeue
+	// action) started.
+	Reclaimed []string
 	// RolledBack lists admissions parked again because the gang did not
 	// fully start by its deadline.
 	RolledBack []string

@@ -28,6 +28,18 @@ func summarize(e agentapi.Explanation) string {
 		if e.Decision == DecisionPreempted {
 			return "Being preempted for " + e.PreemptedBy + "; it goes back to the queue."
 		}
+		if e.Decision == DecisionReclaimed {
+			if strings.Contains(r, "left stopped") {
+				return "Hung: being stopped by its tier's idle action, for good (no requeues left)."
+			}
+			return "Hung: being stopped by its tier's idle action; it goes back to the queue."
+		}
+		if e.Hung {
+			return "Running but hung: every allocation's GPUs are idle."
+		}
+		if e.Idle {
+			return "Running but idle: its GPUs' utilisation is below its tier's idle threshold."
+		}
 		return fmt.Sprintf("Running: all %d allocation(s) admitted and started.", e.Allocations)
 	case agentapi.StateAdmitting:
 		return fmt.Sprintf("Admitted: waiting for Nomad to start its %d allocation(s).", e.Allocations)

@@ -207,6 +207,7 @@ func (a *Agent) pollOnce(ctx context.Context, failing map[string]bool) bool {
 		}
 	}
 	a.opts.Metrics.RecordUtilization(utilizationOf(snap, stats))
+	a.queueUtilization(a.clk(), allocSamples(snap, stats))
 	return true
 }
 

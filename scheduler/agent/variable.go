@@ -64,6 +64,20 @@ func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 		items["placement"] = placementItem(e.Placement)
 	}
 	items["warnings"] = strings.Join(e.Warnings, "; ")
+	// The utilisation layer: only whether the job is idle or hung, since
+	// when, and what is done (the idle time itself grows every poll).
+	switch {
+	case e.Hung:
+		items["idle"] = "hung"
+	case e.Idle:
+		items["idle"] = "idle"
+	}
+	if e.Idle && !e.IdleSince.IsZero() {
+		items["idle_since"] = e.IdleSince.UTC().Format(time.RFC3339)
+	}
+	if e.Idle {
+		items["idle_note"] = e.IdleNote
+	}
 	for k, v := range items {
 		if v == "" {
 			delete(items, k)

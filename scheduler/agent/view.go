@@ -29,6 +29,7 @@ const (
 	DecisionRequeued  = "requeued"  // a running gang missing a member, stopped and requeued whole
 	DecisionWait      = "wait"      // waiting for its turn or for capacity
 	DecisionNone      = "none"      // cannot be scheduled as written
+	DecisionReclaimed = "reclaimed" // hung: stopped by its tier's idle requeue action
 )
 
 func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHistory, now time.Time, leader bool, pol *policy.Policy) *view {
@@ -46,12 +47,20 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 	}
 
 	victims := map[string]engine.Preemption{}
+	running := map[string]*engine.RunningJob{}
+	reclaims := map[string]*engine.Reclaim{}
 	if plan != nil {
 		for _, p := range plan.Preemptions {
 			victims[p.JobID] = p
 		}
 		for _, p := range plan.Requeues {
 			victims[p.JobID] = p
+		}
+		for i := range plan.Running {
+			running[plan.Running[i].JobID] = &plan.Running[i]
+		}
+		for i := range plan.Reclaims {
+			reclaims[plan.Reclaims[i].JobID] = &plan.Reclaims[i]
 		}
 	}
 	var waiting, others []agentapi.Entry
@@ -61,6 +70,19 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 			ex = plan.Explanations[j.ID]
 		}
 		e := explainJob(j, ex, snap, hist[j.ID], victims, now, leader, pol)
+		if r, ok := running[j.ID]; ok && e.State == agentapi.StateRunning {
+			withUtilization(&e, r)
+		}
+		if r, ok := reclaims[j.ID]; ok && e.State == agentapi.StateRunning {
+			e.Decision = DecisionReclaimed
+			e.Reason = r.Reason
+			if len(e.Nodes) == 0 {
+				e.Nodes = hist[j.ID].Nodes
+			}
+		}
+		if running[j.ID] != nil || reclaims[j.ID] != nil {
+			e.Summary = summarize(e)
+		}
 		v.explain[j.ID] = e
 		if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
 			waiting = append(waiting, e.Entry)
@@ -216,6 +238,9 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 			if e.Reason == "" {
 				e.Reason = h.Reason
 			}
+		}
+		if h.Decision == DecisionReclaimed {
+			e.Reason = strings.TrimSpace("requeued by its tier's idle action (" + h.Reason + "); " + e.Reason)
 		}
 		if ex == nil && e.Reason == "" {
 			e.Reason = "not yet considered by a cycle"

@@ -291,6 +291,7 @@ func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *clust
 		Admitted:   res.Admitted,
 		Preempted:  res.Preempting,
 		Requeued:   res.Requeuing,
+		Reclaimed:  res.Reclaiming,
 		RolledBack: rolled,
 		Skipped:    map[string]string{},
 		Failed:     res.Failed,

@@ -22,8 +22,13 @@ const queueHelp = `Usage: impact queue [options]
   Shows the jobs the impact scheduler manages: waiting jobs first, in the
   order they will be admitted (highest impact score first), then jobs whose
   impact_* meta is invalid (parked until fixed), then jobs being admitted
-  and running. Reads GET /v1/queue of an impact agent; a standby agent
-  answers too, with the view it computed but does not act on.
+  and running. For running jobs UTIL is the latest mean utilisation of
+  their GPUs (from the device stats the leader polls; "-" when unknown) and
+  IDLE how long it has stayed below their tier's idle threshold, marked
+  "idle" once that lasted the tier's idle duration and "hung" when every
+  allocation is idle at once. Reads GET /v1/queue of an impact agent; a
+  standby agent answers too, with the view it computed but does not act on
+  (it polls no stats, so it shows no utilisation).
 
 Options:
 
@@ -95,7 +100,7 @@ func printQueue(w io.Writer, q agentapi.Queue) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "POS\tJOB\tSTATE\tTIER\tPROJECT\tGPUS\tALLOCS\tSCORE\tWAITED\tREASON")
+	fmt.Fprintln(tw, "POS\tJOB\tSTATE\tTIER\tPROJECT\tGPUS\tALLOCS\tSCORE\tWAITED\tUTIL\tIDLE\tREASON")
 	for _, e := range q.Jobs {
 		pos := "-"
 		if e.Position > 0 {
@@ -112,10 +117,33 @@ func printQueue(w io.Writer, q agentapi.Queue) {
 		if len(e.Errors) > 0 {
 			reason = "invalid meta: " + strings.Join(e.Errors, "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%s\t%s\n",
-			pos, jobName(e), e.State, dash(e.Tier), dash(e.Project), e.GPUs, e.Allocations, e.Score, waited, dash(reason))
+		util, idle := utilColumns(e)
+		if e.IdleNote != "" {
+			reason = strings.TrimPrefix(reason+"; "+e.IdleNote, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%s\t%s\t%s\t%s\n",
+			pos, jobName(e), e.State, dash(e.Tier), dash(e.Project), e.GPUs, e.Allocations, e.Score, waited, util, idle, dash(reason))
 	}
 	tw.Flush()
+}
+
+// utilColumns formats a running job's utilisation and idle time.
+func utilColumns(e agentapi.Entry) (util, idle string) {
+	if e.Utilization == nil {
+		return "-", "-"
+	}
+	util = fmt.Sprintf("%.0f%%", *e.Utilization)
+	idle = "-"
+	if e.IdleSeconds > 0 {
+		idle = formatDuration(time.Duration(e.IdleSeconds * float64(time.Second)))
+	}
+	switch {
+	case e.Hung:
+		idle += " hung"
+	case e.Idle:
+		idle += " idle"
+	}
+	return util, idle
 }
 
 // parseFlags parses flags that may come before or after positional

@@ -40,8 +40,12 @@ func testAgent(t *testing.T) string {
 		Since: now.Add(-time.Minute), WaitSeconds: 60, Errors: []string{`impact_tier "urgent" is not a tier of the policy`}}
 	run := agentapi.Entry{Namespace: "default", Job: "eval", State: agentapi.StateRunning, Tier: "normal", Project: "tulu",
 		GPUs: 1, Allocations: 1, Since: now.Add(-time.Hour)}
+	zero := 0.0
+	hung := agentapi.Entry{Namespace: "default", Job: "stuck", State: agentapi.StateRunning, Tier: "scavenger", Project: "tulu",
+		GPUs: 8, Allocations: 2, Since: now.Add(-3 * time.Hour), Utilization: &zero, IdleSeconds: 2700, Idle: true, Hung: true,
+		IdleAction: "requeue", IdleNote: "hung: every member below 5% for 45m0s"}
 	v := fixedView{
-		q: agentapi.Queue{GeneratedAt: now, Leader: true, Jobs: []agentapi.Entry{a, bad, run},
+		q: agentapi.Queue{GeneratedAt: now, Leader: true, Jobs: []agentapi.Entry{a, bad, run, hung},
 			Cluster: agentapi.ClusterSummary{HealthyGPUs: 16, AllocatedGPUs: 12, WaitingJobs: 1, WaitingGPUs: 8}},
 		e: map[string]agentapi.Explanation{
 			"default/train-a": {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait",
@@ -77,10 +81,11 @@ func TestQueueTable(t *testing.T) {
 		t.Errorf("summary line: %q", lines[0])
 	}
 	want := [][]string{
-		{"POS", "JOB", "STATE", "TIER", "PROJECT", "GPUS", "ALLOCS", "SCORE", "WAITED", "REASON"},
-		{"1", "train-a", "waiting", "high", "olmo", "8", "2", "12.50", "12m30s", "Waiting"},
-		{"-", "research/bad-meta", "invalid", "-", "-", "0", "0", "0.00", "1m00s", "invalid", "meta:"},
-		{"-", "eval", "running", "normal", "tulu", "1", "1", "0.00", "-", "-"},
+		{"POS", "JOB", "STATE", "TIER", "PROJECT", "GPUS", "ALLOCS", "SCORE", "WAITED", "UTIL", "IDLE", "REASON"},
+		{"1", "train-a", "waiting", "high", "olmo", "8", "2", "12.50", "12m30s", "-", "-", "Waiting"},
+		{"-", "research/bad-meta", "invalid", "-", "-", "0", "0", "0.00", "1m00s", "-", "-", "invalid", "meta:"},
+		{"-", "eval", "running", "normal", "tulu", "1", "1", "0.00", "-", "-", "-", "-"},
+		{"-", "stuck", "running", "scavenger", "tulu", "8", "2", "0.00", "-", "0%", "45m00s", "hung", "hung:", "every", "member"},
 	}
 	for i, w := range want {
 		got := strings.Fields(lines[2+i])

@@ -66,6 +66,9 @@ type ApplyResult struct {
 	// Requeuing: requeues of incomplete gangs started (the same stop and
 	// park as a preemption, in the background).
 	Requeuing []string
+	// Reclaiming: reclaims of hung jobs started (idle requeue action; in
+	// the background like preemptions).
+	Reclaiming []string
 	// Skipped: an action for the job is already under way.
 	Skipped []string
 	// Failed actions, by job.
@@ -327,6 +330,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 		res.Requeuing = append(res.Requeuing, r.JobID)
 		x.runPreemption(ctx, in, "requeue of an incomplete gang")
 	}
+	x.applyReclaims(ctx, plan, &res)
 	var admitted []engine.Admission
 	for _, a := range plan.Admissions {
 		if !x.claim(a.JobID) {
@@ -801,7 +805,12 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 		if out.requeued {
 			in.outcome = OutcomeRequeued
 		}
-		if err := x.park(ctx, in.JobID); err != nil {
+		if in.Idle == IdleStop {
+			err = x.stopForGood(ctx, in)
+		} else {
+			err = x.park(ctx, in.JobID)
+		}
+		if err != nil {
 			return err
 		}
 		in.Phase = PhaseParked
@@ -814,6 +823,9 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 	}
 	if err := x.stopAll(ctx, in.JobID); err != nil {
 		return err
+	}
+	if in.Idle != "" {
+		return x.finishReclaim(ctx, in)
 	}
 	if in.Preemptor != "" {
 		if err := x.st.RecordPreemption(ctx, PreemptionRecord{

@@ -233,8 +233,13 @@ type Intent struct {
 	LostGPUH    float64       `json:"lost_gpu_hours,omitempty"`
 	// RequeueExitCode is the victim's "checkpointed, requeue me" exit
 	// code (0: policy.DefaultRequeueExitCode).
-	RequeueExitCode int       `json:"requeue_exit_code,omitempty"`
-	Created         time.Time `json:"created"`
+	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+	// Idle marks a reclaim of the tier's requeue idle action instead of a
+	// preemption: IdleRequeue (stopped and queued again, as a preemption
+	// is) or IdleStop (stopped for good: the job is deregistered, not
+	// parked). "" for a preemption.
+	Idle    string    `json:"idle,omitempty"`
+	Created time.Time `json:"created"`
 
 	// modifyIndex of the variable, for check-and-set updates.
 	modifyIndex uint64

@@ -105,6 +105,20 @@ type Entry struct {
 	// Errors lists problems with the job's impact_* meta; a job with errors
 	// stays parked until they are fixed.
 	Errors []string `json:"errors,omitempty"`
+
+	// The utilisation layer, for running jobs: Utilization is the latest
+	// mean utilisation of the job's GPUs in percent (nil: unknown);
+	// IdleSeconds how long it has stayed below its tier's idle threshold;
+	// Idle once that lasted the tier's idle duration, Hung when every
+	// allocation is idle at once; IdleAction the tier's idle action and
+	// IdleNote what is done about it.
+	Utilization *float64  `json:"utilization_percent,omitempty"`
+	IdleSeconds float64   `json:"idle_seconds,omitempty"`
+	IdleSince   time.Time `json:"idle_since,omitzero"`
+	Idle        bool      `json:"idle,omitempty"`
+	Hung        bool      `json:"hung,omitempty"`
+	IdleAction  string    `json:"idle_action,omitempty"`
+	IdleNote    string    `json:"idle_note,omitempty"`
 }
 
 // Term is one additive part of an impact score.

@@ -1,0 +1,73 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+)
+
+// Reclaims (engine.Plan.Reclaims) are the utilisation layer's requeue
+// action on hung jobs. They run the preemption path (intent, checkpoint
+// signal, grace, the outcome contract, park, stop) with no preemptor; a
+// job past its tier's max_requeues is deregistered instead of parked, so
+// it stays stopped (Nomad shows it dead) and is not queued again. They are
+// not recorded as preemptions: they spend no preemption budget and lose no
+// work the budget counts (a hung job makes no progress).
+
+// Intent.Idle values.
+const (
+	IdleRequeue = "requeue"
+	IdleStop    = "stop"
+)
+
+func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *ApplyResult) {
+	for _, r := range plan.Reclaims {
+		if !x.claim(r.JobID) {
+			res.Skipped = append(res.Skipped, r.JobID)
+			continue
+		}
+		idle := IdleRequeue
+		if !r.Requeue {
+			idle = IdleStop
+		}
+		in := &Intent{
+			Kind: IntentPreempt, JobID: r.JobID, Phase: PhaseDecided, Allocs: r.Allocs,
+			Signal: r.CheckpointSignal, Grace: r.Grace, Reason: r.Reason, GPUs: r.GPUs,
+			RequeueExitCode: r.RequeueExitCode, Idle: idle, Created: x.cfg.Clock(),
+		}
+		if err := x.st.PutIntent(ctx, in); err != nil {
+			x.release(r.JobID)
+			res.Failed[r.JobID] = fmt.Errorf("record reclaim intent: %w", err)
+			continue
+		}
+		x.log.Info("reclaiming hung job", "job", r.JobID, "requeue", r.Requeue, "requeues", r.Requeues, "gpus", r.GPUs,
+			"idle_gpu_hours", r.IdleGPUHours, "signal", r.CheckpointSignal, "grace", r.Grace, "reason", r.Reason)
+		res.Reclaiming = append(res.Reclaiming, r.JobID)
+		x.runPreemption(ctx, in, "reclaim")
+	}
+}
+
+// stopForGood deregisters a hung job that used up its requeues (not
+// purged: Nomad keeps it, stopped, for people to look at).
+func (x *Executor) stopForGood(ctx context.Context, in *Intent) error {
+	ns, id := splitJobKey(in.JobID)
+	if _, _, err := x.c.api.Jobs().Deregister(id, false, x.c.wns(ctx, ns)); err != nil && !isNotFound(err) {
+		return fmt.Errorf("stop hung job %s: deregister: %w", in.JobID, err)
+	}
+	return nil
+}
+
+// finishReclaim ends a reclaim once its allocations are stopped.
+func (x *Executor) finishReclaim(ctx context.Context, in *Intent) error {
+	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+		return err
+	}
+	how := "stopped and queued again"
+	if in.Idle == IdleStop {
+		how = "stopped and left stopped"
+	}
+	x.setOutcome(in.JobID, fmt.Sprintf("reclaimed (%s): %s", how, in.Reason))
+	x.log.Info("reclaimed hung job", "job", in.JobID, "outcome", how, "gpus", in.GPUs)
+	return nil
+}
