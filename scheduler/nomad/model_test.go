@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +215,84 @@ func TestRealNomadJobConstraints(t *testing.T) {
 		if !node.Satisfies(cn) {
 			t.Errorf("the real node (%s, dc %q) fails %+v", node.ID, node.Datacenter, cn)
 		}
+	}
+}
+
+// The node a real agent reported with impact-gpu's shipped defaults: every
+// GPU carries its device group (one, by model), its island from the
+// per-instance attributes, and the node its group_by.
+func TestRealGPUNodeDeviceGroups(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("nomadfake", "testdata", "node-gpus.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wn wireNode
+	if err := json.Unmarshal(b, &wn); err != nil {
+		t.Fatal(err)
+	}
+	n, err := translateNode(&wn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.GroupBy != "model" || len(n.GPUs) != 8 {
+		t.Fatalf("group_by %q, %d GPUs", n.GroupBy, len(n.GPUs))
+	}
+	islands := map[int]int{}
+	for _, g := range n.GPUs {
+		if g.Group != "NVIDIA A100-SXM4-80GB" {
+			t.Fatalf("GPU %s in group %q", g.ID, g.Group)
+		}
+		islands[g.Island]++
+	}
+	if islands[0] != 4 || islands[1] != 4 {
+		t.Fatalf("islands %v, want 4 + 4", islands)
+	}
+}
+
+// A task's device blocks reach the model with their counts, driver and
+// the user's own ${device.ids} lists (either side, intersected); the
+// admission's own pin is not the user's.
+func TestTranslateDeviceBlocks(t *testing.T) {
+	two, one := uint64(2), uint64(1)
+	j := gpuJob("blocks", nil, [2]int{1, 1})
+	j.TaskGroups[0].Tasks[0].Driver = "impact-exec"
+	j.TaskGroups[0].Tasks[0].Resources.Devices = []*api.RequestedDevice{
+		{Name: "nvidia/gpu", Count: &two, Constraints: []*api.Constraint{
+			{LTarget: DeviceIDsTarget, Operand: "set_contains_any", RTarget: "a, b,c"},
+			{LTarget: "${device.model}", Operand: "=", RTarget: "NVIDIA A100-SXM4-80GB"},
+			ownDevicePin([]string{"x", "y"}),
+		}},
+		{Name: "xilinx/fpga", Count: &one},
+		{Name: "nvidia/gpu/NVIDIA A100-SXM4-80GB", Count: &one},
+	}
+	b, _ := json.Marshal(j)
+	var wj wireJob
+	if err := json.Unmarshal(b, &wj); err != nil {
+		t.Fatal(err)
+	}
+	cj := translateJob(&wj, "default/blocks", 0, translateConfig{parkingPool: parking})
+	g := cj.Groups[0]
+	if g.GPUs != 3 || len(g.Devices) != 2 {
+		t.Fatalf("GPUs %d, devices %+v", g.GPUs, g.Devices)
+	}
+	d0, d1 := g.Devices[0], g.Devices[1]
+	if d0.Task != "trainer" || d0.Index != 0 || d0.Count != 2 || d0.Driver != "impact-exec" || strings.Join(d0.IDs, ",") != "a,b,c" {
+		t.Fatalf("block 0 %+v (want IDs a,b,c: the admission's own pin and the model constraint are not ID lists of the user's)", d0)
+	}
+	if d1.Index != 2 || d1.Name != "nvidia/gpu/NVIDIA A100-SXM4-80GB" || d1.IDs != nil {
+		t.Fatalf("block 1 %+v", d1)
+	}
+	// Two lists of the user's intersect.
+	if got := userDeviceIDs([]wireConstraint{
+		{LTarget: DeviceIDsTarget, Operand: "set_contains_any", RTarget: "a,b,c"},
+		{LTarget: DeviceIDsTarget, Operand: "set_contains_any", RTarget: "c,d"},
+	}); strings.Join(got, ",") != "c" {
+		t.Fatalf("intersection %v, want c", got)
+	}
+	if got := userDeviceIDs([]wireConstraint{
+		{LTarget: DeviceIDsTarget, Operand: "set_contains_any", RTarget: "a"},
+		{LTarget: DeviceIDsTarget, Operand: "set_contains_any", RTarget: "b"},
+	}); got == nil || len(got) != 0 {
+		t.Fatalf("disjoint lists give %#v, want an empty (not nil) list", got)
 	}
 }
