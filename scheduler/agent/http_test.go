@@ -42,7 +42,8 @@ func sampleView() *staticView {
 		queue:  agentapi.Queue{GeneratedAt: now, Leader: true, Jobs: []agentapi.Entry{a, b}},
 		explain: map[string]agentapi.Explanation{
 			"default/train-a": {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait"},
-			"default/eval/b":  {Entry: b, GeneratedAt: now, Leader: true, Decision: "admit", Nodes: map[string][]string{"g": {"n1"}}},
+			"default/eval/b": {Entry: b, GeneratedAt: now, Leader: true, Decision: "admit", Nodes: map[string][]string{"g": {"n1"}},
+				Placement: []agentapi.PlacedAlloc{{Group: "g", Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Islands: []int{0, 1}}}},
 		},
 	}
 }

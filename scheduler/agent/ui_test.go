@@ -85,6 +85,9 @@ func TestUIPages(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `data-test="placement"`) || !strings.Contains(body, "<td>n1</td>") {
 		t.Errorf("running job page: HTTP %d", code)
 	}
+	if !strings.Contains(body, `data-test="gpus"`) || !strings.Contains(body, "<td>g</td><td>n1</td><td>GPU-a, GPU-b</td><td>0, 1</td>") {
+		t.Errorf("running job page lacks its pinned GPUs and islands:\n%s", body)
+	}
 	code, _, body = fetch(t, "GET", srv.URL+JobPagePath("ml team", x.Job))
 	if code != 200 || !strings.Contains(body, `data-test="errors"`) || strings.Contains(body, "<script>") {
 		t.Errorf("invalid job page: HTTP %d, escaped %v", code, !strings.Contains(body, "<script>"))
