@@ -107,8 +107,11 @@ func NewACLChecker(cfg ACLConfig) (*ACLChecker, error) {
 }
 
 // Enabled asks Nomad whether it has ACLs enabled (GET /v1/acl/token/self
-// with token, which may be ""). An answer other than Nomad's "ACL support
-// disabled" counts as enabled; a transport error is returned.
+// with token, which may be ""). Nomad without ACLs answers either "ACL
+// support disabled" (HTTP 400) or, as Nomad 2.0.6 does (seen on a real
+// agent), HTTP 200 with its placeholder token whose AccessorID is
+// "acls-disabled"; any other answer counts as enabled; a transport error
+// is returned.
 func (a *ACLChecker) Enabled(ctx context.Context, token string) (bool, error) {
 	code, body, err := a.do(ctx, http.MethodGet, "/v1/acl/token/self", nil, token, nil)
 	if err != nil {
@@ -117,8 +120,18 @@ func (a *ACLChecker) Enabled(ctx context.Context, token string) (bool, error) {
 	if code == http.StatusBadRequest && strings.Contains(body, "ACL support disabled") {
 		return false, nil
 	}
+	if code == http.StatusOK {
+		var tok struct{ AccessorID string }
+		if json.Unmarshal([]byte(body), &tok) == nil && tok.AccessorID == aclsDisabledAccessor {
+			return false, nil
+		}
+	}
 	return true, nil
 }
+
+// aclsDisabledAccessor is the AccessorID of the token Nomad 2.0.6 reports
+// for /v1/acl/token/self when it has ACLs disabled.
+const aclsDisabledAccessor = "acls-disabled"
 
 // Token returns what Nomad says about an ACL token: a 401 *Error when the
 // token is missing, unknown or expired.

@@ -93,6 +93,29 @@ func TestACLEnabled(t *testing.T) {
 	}
 }
 
+// Nomad 2.0.6 without ACLs answers /v1/acl/token/self with HTTP 200 and a
+// placeholder token (recorded from a real agent): that is ACLs off, while
+// a real token's answer is ACLs on.
+func TestACLEnabledNomad206Placeholder(t *testing.T) {
+	body := `{"ExpirationTTL":"","AccessorID":"acls-disabled","SecretID":"","Name":"ACLs disabled token","Type":"client","Policies":null,"Roles":null,"Global":false,"Hash":null,"CreateTime":"0001-01-01T00:00:00Z","ExpirationTime":null,"CreateIndex":0,"ModifyIndex":0}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/acl/token/self" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	a := checker(t, srv.URL, &clock{now: time.Now()})
+	if on, err := a.Enabled(context.Background(), ""); err != nil || on {
+		t.Errorf("Nomad 2.0.6 with ACLs off: enabled %v, err %v; want off", on, err)
+	}
+	body = strings.Replace(body, "acls-disabled", "0b6d5a0e-7a1c-4a8f-9d3e-1f2a3b4c5d6e", 1)
+	if on, err := a.Enabled(context.Background(), "tok"); err != nil || !on {
+		t.Errorf("a real token's answer: enabled %v, err %v; want on", on, err)
+	}
+}
+
 // Any answer the probes do not expect is "cannot check" (503), not
 // "allowed", and is not cached.
 func TestACLFailsClosed(t *testing.T) {
