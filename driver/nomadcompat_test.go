@@ -505,3 +505,52 @@ args    = ["30"]`, nil)
 		t.Fatalf("first stats sample lists no process: %+v", first.GetStats())
 	}
 }
+
+// On cgroup v2 the task and its exec commands run in the cgroup Nomad
+// made for it (LinuxResources.cpuset_cgroup, <root>/<parent>/share.slice/
+// <alloc>.<task>.scope), the limits written there; the driver makes none
+// of its own and leaves Nomad's in place.
+func TestTaskAndExecInNomadCgroupV2(t *testing.T) {
+	t.Parallel()
+	root := executor.CgroupRoot
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		t.Skip("not a cgroup v2 machine (v1 here): the v2 placement is not tested")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root: cgroup placement not tested")
+	}
+	inst := load(t, "")
+	tk := newTask(t, "unified", `
+command = "/bin/sh"
+args    = ["-c", "cat /proc/self/cgroup > cg; exec sleep 60"]`, nil)
+	parent := filepath.Join(root, fmt.Sprintf("impact-exec-test-%d.slice", time.Now().UnixNano()))
+	share := filepath.Join(parent, "share.slice")
+	dir := filepath.Join(share, tk.cfg.AllocId+"."+tk.cfg.Name+".scope")
+	for _, d := range []string{parent, share, dir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Skipf("cannot create cgroup %s on this machine (%v): cgroup placement not tested", d, err)
+		}
+		_ = os.WriteFile(filepath.Join(filepath.Dir(d), "cgroup.subtree_control"), []byte("+memory +cpu"), 0o644)
+	}
+	t.Cleanup(func() {
+		executor.KillCgroups(true, []string{dir})
+		executor.RemoveCgroups([]string{parent, share, dir})
+	})
+	tk.cfg.Resources = &driverpb.Resources{LinuxResources: &driverpb.LinuxResources{MemoryLimitBytes: 256 << 20, CpusetCgroup: dir}}
+	start(t, inst, tk)
+	want := "0::" + strings.TrimPrefix(dir, root)
+	if got := strings.TrimSpace(testwait.File(t, filepath.Join(tk.dir, "cg"), 10*time.Second)); !strings.Contains(got, want) {
+		t.Fatalf("task cgroup %q, want %q", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "memory.max")); err == nil && strings.TrimSpace(string(b)) != strconv.Itoa(256<<20) {
+		t.Errorf("memory.max in Nomad's cgroup: %q", b)
+	}
+	ex, err := inst.Driver.ExecTask(ctxT(t, 30*time.Second), &driverpb.ExecTaskRequest{TaskId: tk.cfg.Id,
+		Command: []string{"cat", "/proc/self/cgroup"}, Timeout: durationpb.New(10 * time.Second)})
+	if err != nil || !strings.Contains(string(ex.GetStdout()), want) {
+		t.Fatalf("ExecTask ran in %q (%v), want %q", ex.GetStdout(), err, want)
+	}
+	if st := taskStatus(t, tk); st.Cgroups == nil || len(st.Cgroups.Created) != 0 {
+		t.Errorf("cgroups %+v: the task should use Nomad's, creating none", st.Cgroups)
+	}
+}
