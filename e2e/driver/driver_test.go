@@ -956,3 +956,99 @@ plugin "raw_exec" {
 		}
 	}
 }
+
+// nomadQuickHCL: a Nomad-discovery gang with no gang.size (the job's
+// allocation count, 2, read from Nomad) whose members end as soon as they
+// pass the barrier.
+const nomadQuickHCL = `
+job "%[1]s" {
+  type = "batch"
+  group "workers" {
+    count = 2
+    network {
+      port "rdzv" {}
+    }
+    service {
+      provider = "nomad"
+      name     = "%[1]s"
+      port     = "rdzv"
+      tags     = ["alloc_index=${NOMAD_ALLOC_INDEX}"]
+    }
+    restart {
+      attempts = 0
+    }
+    task "trainer" {
+      driver = "impact-exec"
+      identity {
+        env = true
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE"]
+        gang {
+          discovery = "nomad"
+          service   = "%[1]s"
+          timeout   = "3m"
+        }
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+      }
+    }
+  }
+}
+`
+
+// Members that end at once after a Nomad-discovery barrier, several gangs
+// at a time: none is stranded (each member keeps its registration for the
+// hold after passing, and says so), and the gang size comes from the job.
+func TestGangNomadDiscoveryMembersEndingAtOnce(t *testing.T) {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	a := startAgent(t, "http://127.0.0.1:1")
+	a.waitDriver(t)
+	const gangs = 4
+	for i := range gangs {
+		f := filepath.Join(t.TempDir(), fmt.Sprintf("quick%d.nomad.hcl", i))
+		os.WriteFile(f, []byte(fmt.Sprintf(nomadQuickHCL, fmt.Sprintf("quick%d", i))), 0o644)
+		a.nomad(t, "job", "run", "-detach", f)
+	}
+	for i := range gangs {
+		job := fmt.Sprintf("quick%d", i)
+		var as []allocStub
+		eventually(t, 2*time.Minute, job+": both members complete", func() (bool, string) {
+			as = nil
+			_ = a.get(t, "/v1/job/"+job+"/allocations", &as)
+			done, events := 0, ""
+			for _, al := range as {
+				if al.ClientStatus == "complete" {
+					done++
+				}
+				events += al.Name + ": " + taskEvents(al) + "\n"
+			}
+			return len(as) == 2 && done == 2, fmt.Sprintf("%d allocs, %d complete\n%s", len(as), done, events)
+		})
+		ranks := map[string]bool{}
+		for _, al := range as {
+			var out string
+			_ = a.get(t, "/v1/client/fs/logs/"+al.ID+"?task=trainer&type=stdout&plain=true", &out)
+			kv := map[string]string{}
+			for _, f := range strings.Fields(out) {
+				k, v, _ := strings.Cut(f, "=")
+				kv[k] = v
+			}
+			if kv["WORLD_SIZE"] != "2" {
+				t.Fatalf("%s %s: %q, want WORLD_SIZE=2 (the job's count)", job, al.Name, out)
+			}
+			ranks[kv["RANK"]] = true
+			if ev := taskEvents(al); !strings.Contains(ev, "keeping its Nomad service registration") {
+				t.Errorf("%s %s: no hold event: %s", job, al.Name, ev)
+			}
+		}
+		if !ranks["0"] || !ranks["1"] {
+			t.Fatalf("%s: ranks %v", job, ranks)
+		}
+	}
+}
