@@ -113,9 +113,12 @@
 // Nomad's executor does: the task dir's local/, then the task dir, then
 // PATH of the task env; a program without the execute bit is made
 // executable. An unknown task user, or a program that cannot be found, is
-// refused at StartTask (not recoverable), before the task joins its gang. Exec commands (script checks, `nomad alloc exec`) get the
-// same user and env; ExecTask merges their stdout and stderr into Stdout
-// (the last 4 KiB), as Nomad's executor does for script checks.
+// refused at StartTask (not recoverable), before the task joins its gang.
+// A task without a gang barrier has started its command when StartTask
+// returns. Exec commands (script checks, `nomad alloc exec`) get the same
+// user and env; ExecTask merges their stdout and stderr into Stdout (the
+// last 4 KiB), as Nomad's executor does for script checks. The task runs
+// with Nomad's oom_score_adj (LinuxResources), not the plugin's.
 //
 // Stops send the kill signal to the group, then SIGKILL after the kill
 // timeout. When the task's main process ends, whatever it left behind is
@@ -152,7 +155,8 @@
 // through `nomad alloc fs`).
 //
 // The binary also runs `impact-exec supervise DIR` (one per task, started by
-// the driver) and `impact-exec gang-server -nomad-addr URL [-listen ADDR]
+// the driver), `impact-exec exec-in SPEC -- ARGV` (an exec command joining
+// its task's v1 cgroups, started by the driver) and `impact-exec gang-server -nomad-addr URL [-listen ADDR]
 // [-ttl D]` (a standalone rendezvous server, authenticated like the
 // agent's; `-dev` serves without authentication, on loopback only unless
 // -dev-remote).
