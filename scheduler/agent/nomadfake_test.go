@@ -96,8 +96,8 @@ func (c *fakeCluster) start(name string) *service {
 }
 
 // startWith runs an agent with nomadBody inside its nomad block and extra
-// top-level config.
-func (c *fakeCluster) startWith(name, nomadBody, extra string) *service {
+// top-level config; more are config files merged over it (in order).
+func (c *fakeCluster) startWith(name, nomadBody, extra string, more ...string) *service {
 	c.t.Helper()
 	src := fmt.Sprintf(`
 name         = %q
@@ -123,7 +123,7 @@ ha {
 	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	cfg, err := config.Load([]string{p}, func(string) string { return "" }, nil)
+	cfg, err := config.Load(append([]string{p}, more...), func(string) string { return "" }, nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -143,9 +143,11 @@ ha {
 	case <-time.After(5 * time.Second):
 		c.t.Fatal("service not listening")
 	}
-	s.api, err = agentapi.NewClient(svc.Addr(), nil)
-	if err != nil {
-		c.t.Fatal(err)
+	if !cfg.HTTP.TLS() {
+		s.api, err = agentapi.NewClient(svc.Addr(), nil)
+		if err != nil {
+			c.t.Fatal(err)
+		}
 	}
 	return s
 }

@@ -14,6 +14,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/auth"
+	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 
 // TestServiceOverTLSWithTokenAndConsul runs the agent against Nomad behind
@@ -78,5 +82,47 @@ func TestServiceOverTLSWithTokenAndConsul(t *testing.T) {
 	defer fc.mu.Unlock()
 	if len(fc.services) != 0 {
 		t.Errorf("still registered after shutdown: %v", fc.services)
+	}
+}
+
+// With http.tls_* the agent serves https, and with tls_client_ca only to
+// clients presenting a certificate of that CA.
+func TestServiceServesMutualTLS(t *testing.T) {
+	c := newFakeCluster(t, 1, 1, 4)
+	certs := authtest.WriteCerts(t, c.dir)
+	tlsFile := filepath.Join(c.dir, "tls.hcl")
+	if err := os.WriteFile(tlsFile, []byte(fmt.Sprintf("http {\n  tls_cert = %q\n  tls_key = %q\n  tls_client_ca = %q\n}\n",
+		certs.ServerCert, certs.ServerKey, certs.CA)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := c.startWith("mtls", fmt.Sprintf("address = %q", c.fake.URL()), "", tlsFile)
+	client := func(ca, cert, key string) *agentapi.Client {
+		cfg, err := auth.ClientTLS(ca, cert, key, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := agentapi.NewClient("https://"+s.svc.Addr(), &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ac
+	}
+	ctx := context.Background()
+	eventuallyT(t, 10*time.Second, "health over mTLS", func() (bool, string) {
+		h, err := client(certs.CA, certs.ClientCert, certs.ClientKey).Health(ctx)
+		return err == nil && h.Name == "mtls", fmt.Sprintf("%+v %v", h, err)
+	})
+	if _, err := client(certs.CA, "", "").Health(ctx); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+	if _, err := client(certs.OtherCA, certs.ClientCert, certs.ClientKey).Health(ctx); err == nil {
+		t.Error("a client that does not trust the agent's CA connected")
+	}
+	// Go's TLS server answers plain http with a 400 and no content.
+	if resp, err := http.Get("http://" + s.svc.Addr() + "/v1/health"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain http was served on the TLS listener")
+		}
 	}
 }

@@ -1,0 +1,83 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/auth"
+	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/driver/gang"
+)
+
+// A member reaches an authenticated rendezvous over mutual TLS with the
+// CA and client certificate of its spec, presenting the identity file,
+// which it reads again on every request (Nomad renews it).
+func TestRendezvousClientTLSAndIdentityFile(t *testing.T) {
+	n := authtest.New(t)
+	dir := t.TempDir()
+	certs := authtest.WriteCerts(t, dir)
+	tlsCfg, err := auth.ServerTLS(certs.ServerCert, certs.ServerKey, certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: n.JWKSURL(), Audience: "impact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: n.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gang.StartServerWith("127.0.0.1:0", gang.RegistryConfig{},
+		gang.ServerOptions{Auth: &gang.NomadAuth{Identities: ids, ACL: acl}, TLS: tlsCfg}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	idFile := filepath.Join(dir, "secrets", "nomad_impact.jwt")
+	if err := os.MkdirAll(filepath.Dir(idFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeID := func(exp time.Time) {
+		tok := n.Sign(t, authtest.Claims{Namespace: "ml", JobID: "train", AllocID: "a", Task: "t", Audience: []string{"impact"}, Expiry: exp})
+		if err := os.WriteFile(idFile, []byte(tok), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := &GangSpec{URL: srv.URL, CACert: certs.CA, ClientCert: certs.ClientCert, ClientKey: certs.ClientKey, IdentityFile: idFile}
+	join := gang.JoinRequest{Size: 2, Namespace: "ml", JobID: "train", AllocID: "a", Task: "t", NodeID: "n", Addr: "10.0.0.1", Port: 1}
+	ctx := context.Background()
+	c, err := rendezvousClient(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Join(ctx, "ml:train", "a.t", join); err == nil || !strings.Contains(err.Error(), "no file "+idFile) {
+		t.Fatalf("join before Nomad wrote the identity: %v", err)
+	}
+	writeID(time.Now().Add(time.Hour))
+	if _, err := c.Join(ctx, "ml:train", "a.t", join); err != nil {
+		t.Fatalf("join over mTLS with the identity: %v", err)
+	}
+	writeID(time.Now().Add(-time.Minute)) // the file is read again: expired now
+	var apiErr *gang.APIError
+	if _, err := c.Heartbeat(ctx, "ml:train", "a.t"); !errors.As(err, &apiErr) || apiErr.Code != 401 || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("heartbeat with the expired file: %v", err)
+	}
+	writeID(time.Now().Add(time.Hour)) // renewed
+	if _, err := c.Heartbeat(ctx, "ml:train", "a.t"); err != nil {
+		t.Fatalf("heartbeat with the renewed identity: %v", err)
+	}
+	// Without the client certificate the server does not talk to it.
+	noCert, err := rendezvousClient(&GangSpec{URL: srv.URL, CACert: certs.CA, IdentityFile: idFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noCert.Heartbeat(ctx, "ml:train", "a.t"); err == nil || errors.As(err, &apiErr) {
+		t.Fatalf("without a client certificate: %v", err)
+	}
+}
