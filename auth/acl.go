@@ -154,6 +154,10 @@ func (a *ACLChecker) Token(ctx context.Context, token string) (TokenInfo, error)
 		if err := json.Unmarshal([]byte(body), &info); err != nil {
 			return TokenInfo{}, Unavailable("decoding Nomad's answer about the token: %v", err)
 		}
+		if info.AccessorID == aclsDisabledAccessor {
+			// Nomad 2.0.6 without ACLs vouches for any string this way.
+			info, res = TokenInfo{}, Forbidden("Nomad has ACLs disabled, so it cannot vouch for any token")
+		}
 	case code == http.StatusBadRequest && strings.Contains(body, "ACL support disabled"):
 		res = Forbidden("Nomad has ACLs disabled, so it cannot vouch for any token")
 	case code == http.StatusForbidden || code == http.StatusBadRequest || code == http.StatusUnauthorized:

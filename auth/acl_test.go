@@ -139,3 +139,17 @@ func TestACLFailsClosed(t *testing.T) {
 		t.Errorf("%d probes, want 3 (failures are not cached)", calls)
 	}
 }
+
+// Nomad without ACLs vouches for any string (2.0.6: its placeholder
+// token): Token and Allowed refuse rather than let any token through.
+func TestACLTokenWithACLsDisabled(t *testing.T) {
+	n := authtest.New(t)
+	n.SetACL(false)
+	a := checker(t, n.URL(), &clock{now: time.Now()})
+	if _, err := a.Token(context.Background(), "anything"); auth.Code(err) != http.StatusForbidden || !strings.Contains(err.Error(), "ACLs disabled") {
+		t.Errorf("token with ACLs disabled: %v", err)
+	}
+	if err := a.Allowed(context.Background(), "anything", "default", auth.CapSubmitJob); auth.Code(err) != http.StatusForbidden {
+		t.Errorf("submit-job with ACLs disabled: %v", err)
+	}
+}

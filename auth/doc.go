@@ -37,7 +37,9 @@
 // Neither request changes anything. Any other answer is "cannot check"
 // (503 to the caller, never cached): the checker fails closed. A token is
 // first looked up with GET /v1/acl/token/self, which also tells whether
-// Nomad has ACLs enabled at all ("ACL support disabled"). Answers are
+// Nomad has ACLs enabled at all ("ACL support disabled", or on Nomad 2.0.6
+// a 200 with the placeholder token "acls-disabled"). Without ACLs Nomad
+// vouches for any string, so no token is accepted then (403). Answers are
 // cached for CacheTTL (a revoked token keeps working for at most that
 // long), keyed by a hash of the secret, never the secret itself.
 //

@@ -193,7 +193,9 @@ func (n *Nomad) serve(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/acl/token/self":
 		n.TokenRequests.Add(1)
 		if !enabled {
-			http.Error(w, "ACL support disabled", http.StatusBadRequest)
+			// Nomad 2.0.6 without ACLs: 200 with a placeholder token, for
+			// any token or none.
+			_ = json.NewEncoder(w).Encode(map[string]string{"AccessorID": "acls-disabled", "Name": "ACLs disabled token", "Type": "client"})
 			return
 		}
 		if denyUnknown() {

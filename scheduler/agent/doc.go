@@ -88,6 +88,10 @@
 //   - /v1/health (name, leadership, cycle counters) and, with
 //     auth.metrics = "open", /metrics are readable by anyone who reaches
 //     the port.
+//   - With Nomad's ACLs disabled Nomad vouches for any token, so the
+//     agent accepts none: reads are open with auth.read = "auto" (refused
+//     with "token"), gang stop and auth.metrics = "token" are refused.
+//     Workload identities work either way (Nomad signs them regardless).
 //   - auth.gang = "open" (loopback only) and `impact-exec gang-server -dev`
 //     authenticate nothing: for development on one machine.
 //

@@ -37,8 +37,10 @@ func (s *Server) dispatch(r *http.Request) (any, uint64, error) {
 	case p == "/.well-known/jwks.json":
 		return s.jwksLocked(), 0, nil
 	case p == "/v1/acl/token/self":
-		// The fake enforces no ACLs, and says so as Nomad does.
-		return nil, 0, errf(http.StatusBadRequest, "ACL support disabled")
+		// The fake enforces no ACLs, and says so as Nomad 2.0.6 does: its
+		// placeholder token, for any token or none.
+		return map[string]any{"AccessorID": "acls-disabled", "SecretID": "", "Name": "ACLs disabled token",
+			"Type": "client", "Policies": nil, "Roles": nil, "Global": false}, 0, nil
 	case p == "/v1/jobs" && m == http.MethodGet:
 		s.blockingWait(r, "jobs")
 		return s.listJobs(r), s.tableIndex["jobs"], nil
