@@ -551,3 +551,41 @@ func TestFakeNomadGangLosingANodeIsRequeuedWhole(t *testing.T) {
 		t.Errorf("metrics do not count one requeue:\n%s", body)
 	}
 }
+
+// A user who re-submits a running managed job (`nomad job run` again, a
+// new version in the parking pool) gets Nomad's destructive update through
+// the queue: the old version's allocation is stopped, the new version
+// waits its turn and is admitted; only the new version runs afterwards.
+func TestFakeNomadUserUpdateOfRunningJob(t *testing.T) {
+	c := newFakeCluster(t, 1, 1, 4)
+	c.ensurePool()
+	c.submit("u", map[string]string{"impact_tier": "normal", "impact_project": "a"}, 1, 4)
+	s := c.start("a1")
+	var old string
+	eventuallyT(t, 10*time.Second, "v0 running", func() (bool, string) {
+		for _, a := range c.fake.Allocations("u") {
+			if a.ClientStatus == "running" {
+				old = a.ID
+			}
+		}
+		return old != "", fmt.Sprint(len(c.fake.Allocations("u")))
+	})
+	c.submit("u", map[string]string{"impact_tier": "normal", "impact_project": "b"}, 1, 4)
+	eventuallyT(t, 15*time.Second, "the new version running alone", func() (bool, string) {
+		j := c.fake.Job("u")
+		var running []string
+		for _, a := range c.fake.Allocations("u") {
+			if a.ClientStatus == "running" && a.DesiredStatus == "run" {
+				running = append(running, a.ID)
+			}
+		}
+		ex, _ := s.api.Explain(context.Background(), "default", "u")
+		ok := len(running) == 1 && running[0] != old && c.pool("u") == "gpu" && j.Meta["impact_project"] == "b"
+		return ok, fmt.Sprintf("running %v (old %s), pool %s; explain %s: %s", running, old, c.pool("u"), ex.State, ex.Reason)
+	})
+	for _, a := range c.fake.Allocations("u") {
+		if a.ID == old && a.ClientStatus == "running" {
+			t.Errorf("old version's allocation %s still running", old)
+		}
+	}
+}

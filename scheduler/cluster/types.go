@@ -238,6 +238,13 @@ type Job struct {
 	// ModifyIndex is Nomad's JobModifyIndex when the model read the job;
 	// plans carry it so that the adapter can enforce it on re-register.
 	ModifyIndex uint64
+	// Parked is true for a running job (allocations still live) whose
+	// current registration is in the parking pool without the scheduler's
+	// pins: its user re-submitted it while it ran (or a preemption is
+	// parking it). The engine treats a user's re-submission as Nomad's
+	// destructive update, through the queue: the old allocations are
+	// stopped and the new version waits its turn.
+	Parked bool
 	// Completed counts, per group, the allocations of the job's current
 	// version that ended on their own with success (every task exited 0):
 	// gang members that are done, not missing.

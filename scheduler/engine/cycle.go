@@ -231,7 +231,10 @@ func (c *cycle) holdPending() {
 	c.st.Commit()
 }
 
-// watchGangs finds running gangs missing a member and, once one has been
+// watchGangs replaces running jobs their users re-submitted (Job.Parked:
+// the old allocations are stopped through a Requeue at once, the new
+// version then waits its turn), and finds running gangs missing a member:
+// once one has been
 // missing for the policy's gangs missing_member_grace, plans to stop the
 // gang whole (checkpoint signal, grace, park, stop: a Requeue) so that it
 // is requeued whole. A member is missing when its allocation is gone
@@ -245,12 +248,6 @@ func (c *cycle) holdPending() {
 // alone.
 func (c *cycle) watchGangs() {
 	grace := c.pol.Gangs.MissingMemberGrace
-	if grace <= 0 {
-		if len(c.e.broken) > 0 {
-			clear(c.e.broken)
-		}
-		return
-	}
 	holders := c.st.Holders()
 	seen := map[string]bool{}
 	for _, run := range c.e.queue.running {
@@ -265,6 +262,30 @@ func (c *cycle) watchGangs() {
 				if c.ordered(allocs) {
 					continue // a stop we ordered is under way
 				}
+			}
+			if j.Parked && hasHolder && c.anyRunning(allocs) {
+				// Re-submitted by its user while running: Nomad's meaning
+				// is a destructive update (the new version replaces the
+				// old allocations). Through the queue: the old ones are
+				// stopped now (checkpoint signal and grace first) and the
+				// new version waits its turn like any queued job.
+				r := Preemption{
+					JobID: j.ID, GPUs: holders[h].GPUs, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal,
+					RequeueExitCode: j.Spec.RequeueCode(),
+					Reason:          "re-submitted by its user while running: the old version's allocations are stopped (Nomad's destructive update) and the new version waits its turn in the queue",
+				}
+				for _, a := range allocs {
+					r.Allocs = append(r.Allocs, a.ID)
+					c.e.inflight[a.ID] = inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)}
+				}
+				c.claim(h)
+				c.plan.Requeues = append(c.plan.Requeues, r)
+				c.e.logger.Info("running job updated by its user; replacing it through the queue", "job", j.ID)
+				delete(c.e.broken, j.ID)
+				continue
+			}
+			if grace <= 0 {
+				continue // the watch is off
 			}
 			why := c.missing(j, allocs)
 			if why == "" {
@@ -306,6 +327,16 @@ func (c *cycle) watchGangs() {
 			delete(c.e.broken, id)
 		}
 	}
+}
+
+// anyRunning reports whether some allocation is not told to stop.
+func (c *cycle) anyRunning(allocs []*cluster.Alloc) bool {
+	for _, a := range allocs {
+		if !a.Stopping {
+			return true
+		}
+	}
+	return false
 }
 
 // holderOf finds the holder of a job's allocations.

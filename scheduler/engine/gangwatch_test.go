@@ -146,3 +146,32 @@ func TestGangWatchLeavesAdmissionsAndOff(t *testing.T) {
 		}
 	}
 }
+
+// A running job its user re-submitted (its registration back in the
+// parking pool, allocations of the old version still running) is Nomad's
+// destructive update, through the queue: the old allocations are stopped
+// at once (a Requeue with the job's signal and grace), whether or not the
+// gang watch is on; the new version is then queued like any job.
+func TestUserUpdateOfARunningJobReplacesItThroughTheQueue(t *testing.T) {
+	long := t0.Add(-time.Hour)
+	nodes := []*cluster.Node{mkNode("n1", 8, 2)}
+	j := mkJob("u", running(), meta("impact_checkpoint_signal", "SIGUSR1", "impact_grace", "20s"), group("main", 1, 4))
+	j.Parked = true
+	allocs := []*cluster.Alloc{alloc("a1", "u", "n1", long, 0, 1, 2, 3)}
+	for _, src := range []string{"", "gangs {\n  missing_member_grace = \"0s\"\n}\n"} {
+		pol := policy.Default()
+		if src != "" {
+			pol = mustPolicy(t, src)
+		}
+		e := mustEngine(t, pol)
+		plan := e.Decide(mustSnap(t, nodes, []*cluster.Job{j}, allocs), t0)
+		if len(plan.Requeues) != 1 || plan.Requeues[0].JobID != "u" || len(plan.Requeues[0].Allocs) != 1 ||
+			plan.Requeues[0].CheckpointSignal != "SIGUSR1" || !strings.Contains(plan.Requeues[0].Reason, "re-submitted by its user") {
+			t.Fatalf("policy %q: requeues = %+v, want the old version of u stopped", src, plan.Requeues)
+		}
+		// Under way: not ordered twice.
+		if plan := e.Decide(mustSnap(t, nodes, []*cluster.Job{j}, allocs), t0.Add(time.Second)); len(plan.Requeues) != 0 {
+			t.Fatalf("ordered again: %+v", plan.Requeues)
+		}
+	}
+}

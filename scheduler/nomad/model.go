@@ -357,6 +357,10 @@ func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster
 		cj.State = cluster.JobQueued
 	} else {
 		cj.State = cluster.JobRunning
+		// Registered into the parking pool without our pins while
+		// allocations still run: re-submitted by its user (or being
+		// parked by a preemption, which the engine knows it ordered).
+		cj.Parked = parked && !pinned(j)
 	}
 	cj.Spec, cj.SpecErr = policy.ParseMeta(j.Meta, nil)
 	jobCons, jobDistinct := translateConstraints(j.Constraints)
