@@ -55,6 +55,8 @@ type env struct {
 	apiURL string // impact agent API
 	// ctl is the fake GPU backend's control file (stats, XIDs).
 	ctl string
+	// policyExtra is appended to the impact agent's policy file.
+	policyExtra string
 }
 
 func (e *env) nomad(args ...string) (string, error) { return e.a.CLI(args...) }
@@ -263,7 +265,7 @@ preemption {
   max_gpu_hours_lost_per_hour = 0
   max_per_cycle               = 4
 }
-`
+` + e.policyExtra
 	if err := os.WriteFile(filepath.Join(e.dir, "policy.hcl"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -52,3 +52,28 @@ func TestModelCompletedMembersAndReplacements(t *testing.T) {
 	e.waitFor("replacement flagged after a resync", check)
 	_ = context.Background()
 }
+
+// `nomad job stop -purge` of a running job: Nomad deletes its allocations
+// without allocation events (only Job/JobDeregistered with Deleted), so
+// the model drops them when the job's deletion arrives, not at the next
+// resync (10 minutes).
+func TestPurgedRunningJobLeavesTheModelAtOnce(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("gone", nil, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	x := e.executor(nil)
+	admitAndRun(t, e, x, "gone")
+	if n := len(e.w.Snapshot().JobAllocs(cluster.JobKey("default", "gone"))); n != 2 {
+		t.Fatalf("%d allocations in the model, want 2", n)
+	}
+	if _, _, err := e.c.api.Jobs().Deregister("gone", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("purged job and its allocations gone", func(s *cluster.Snapshot) bool {
+		_, ok := s.Job(cluster.JobKey("default", "gone"))
+		return !ok && s.NumAllocs() == 0
+	})
+	if got := e.fake.Allocations("gone"); len(got) != 0 {
+		t.Errorf("fake still lists %d allocations of the purged job", len(got))
+	}
+}

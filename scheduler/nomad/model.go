@@ -83,6 +83,19 @@ func (m *mirror) upsertJob(j *wireJob, deleted bool, at uint64) bool {
 	if deleted {
 		delete(m.jobs, key)
 		m.deleted["job/"+key] = max(at, j.ModifyIndex)
+		// A purge (`nomad job stop -purge`) deletes the job's allocations
+		// from Nomad's state without allocation events (seen on Nomad
+		// 2.0.6: only Job/JobDeregistered with Deleted, and the allocation
+		// list no longer has them), so they end here, now: waiting work
+		// gets their GPUs within a cycle, not at the next resync.
+		now := time.Now().UnixNano()
+		for id := range m.jobAllocs[key] {
+			if a := m.allocs[id]; a != nil && !terminalAlloc(a) {
+				c := *a
+				c.ClientStatus, c.DesiredStatus, c.ModifyTime = "complete", "stop", now
+				m.allocs[id] = &c
+			}
+		}
 		return true
 	}
 	delete(m.deleted, "job/"+key)

@@ -386,6 +386,13 @@ func (s *Server) deregisterJob(r *http.Request, id string) (any, uint64, error) 
 	s.emit(idx, "Evaluation", "JobDeregistered", ev.ID, ns, []string{id, ""}, "Evaluation", evalStub(ev))
 	var stopped []*api.Allocation
 	for _, a := range s.sortedAllocs() {
+		if purge && a.JobID == id && a.Namespace == ns {
+			// Nomad 2.0.6 deletes a purged job's allocations from its
+			// state with no allocation event (only the job's
+			// JobDeregistered, Deleted); its clients then kill the tasks.
+			delete(s.allocs, a.ID)
+			continue
+		}
 		if a.JobID == id && a.Namespace == ns && a.DesiredStatus == "run" && !terminal(a) {
 			a.DesiredStatus = "stop"
 			a.DesiredDescription = "alloc not needed due to job update"
