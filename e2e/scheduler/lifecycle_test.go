@@ -358,7 +358,20 @@ gangs {
 		killed := time.Now()
 		victim.Kill()
 		t.Logf("killed %s (node %s): %d task process(es)", victim.Name, first[0].NodeID, victim.KillTasks())
-		again := e.waitRunningN("gang", 2, 180*time.Second)
+		// Nomad marks the node down after its heartbeat TTL, the member is
+		// lost, and after the gang watch's grace the whole gang is stopped
+		// and requeued; it then runs as a new gang of two.
+		var again []lcAlloc
+		eventually(t, 180*time.Second, "the gang running again as a new pair", func() (bool, string) {
+			again = e.running("gang")
+			fresh := 0
+			for _, a := range again {
+				if a.ID != first[0].ID && a.ID != first[1].ID {
+					fresh++
+				}
+			}
+			return len(again) == 2 && fresh == 2, fmt.Sprintf("%+v; explain %s", e.allocsOf("gang"), e.explain("gang"))
+		})
 		t.Logf("gang running whole again %v after the kill, on %v", time.Since(killed).Round(time.Second), nodesOfAllocs(again))
 		for _, a := range again {
 			if a.NodeID == first[0].NodeID {
