@@ -13,8 +13,12 @@
 // derive per shard from one cycle to the next and redo only changed shards.
 //
 // Jobs carry the node constraints of their own that the scheduler checks
-// (distinct_hosts, node class/datacenter/meta/attribute tests), so that it
-// never admits what Nomad would then refuse to place.
+// (distinct_hosts, node class/datacenter/meta/attribute tests), and their
+// GPU device blocks (TaskGroup.Devices: count, name, driver, the block's
+// own ${device.ids} list); GPUs carry their Nomad device group and nodes
+// their impact-gpu group_by. Nomad gives one block's GPUs from one device
+// group (DeviceGroupRule), so with those facts the scheduler never admits
+// what Nomad would then refuse to place for node or device reasons.
 //
 // The package knows nothing of Nomad's types: the adapter (scheduler/nomad)
 // and the simulator (scheduler/sim) translate into it.

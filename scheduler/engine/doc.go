@@ -13,7 +13,10 @@
 //     with bad metadata are parked with the error as the reason.
 //  4. For each job in order: place every group all-or-nothing on free GPUs
 //     (topology-aware, best fit, honouring the job's distinct_hosts and
-//     node constraints). If it does not fit and its tier may
+//     node constraints, and Nomad's device-group rule: each device block's
+//     GPUs from one device group it matches, within its own ${device.ids};
+//     a block no device group of the pool can ever hold parks the job with
+//     a reason naming group_by). If it does not fit and its tier may
 //     preempt, choose the cheapest whole gangs to stop (preemptible, of a
 //     tier it may preempt, past min runtime), only if the gain exceeds the
 //     cost and the policy's limits allow (the hourly budget of work lost
@@ -33,7 +36,10 @@
 //     reservation on the GPUs they will get when running work ends; later
 //     jobs may use reserved GPUs only if they end (by walltime) before the
 //     reservation is needed, or are preemptible by the reserving job.
-//  5. Return the plan: admissions with node and GPU choices, preemptions
+//  5. Return the plan: admissions with node and GPU choices (per
+//     allocation its GPU IDs and their islands, and each device block's
+//     GPUs: what the adapter pins; a task with several GPU blocks whose
+//     driver is not impact-exec gets a warning), preemptions
 //     with grace and checkpoint signal, and an explanation per queued job.
 //
 // Before the queue is decided, the gang watch looks at the running gangs:
