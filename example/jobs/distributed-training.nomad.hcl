@@ -7,6 +7,10 @@
 #   - device "nvidia/gpu": GPUs from the impact-gpu device plugin; one device
 #     block per task, so CUDA_VISIBLE_DEVICES holds exactly the 4 given GPUs
 #     (Nomad takes them from one device group = one NVLink island).
+#   - ui: Nomad's UI shows a parked batch job as "Failed" (none of its
+#     allocations is placed yet); the description says what that means and
+#     the link opens the impact agent's page of the job (place in the queue,
+#     why it waits, score terms). Point the URL at your agent (http.ui_url).
 #   - driver "impact-exec": holds each member at the gang barrier until both
 #     allocations are placed, then starts the command with WORLD_SIZE, RANK,
 #     NODE_RANK, NNODES, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
@@ -32,6 +36,14 @@ job "llm-pretrain" {
     impact_walltime          = "6h"
     impact_topology          = "nvlink"
     impact_pool              = "gpu"
+  }
+
+  ui {
+    description = "Queued by the impact scheduler until the whole gang fits; it holds no GPUs while it waits, which Nomad shows as not placed (Failed). Its place in the queue and why: the impact link."
+    link {
+      label = "Queue position and why (impact)"
+      url   = "http://127.0.0.1:4680/ui/job/default/llm-pretrain"
+    }
   }
 
   group "workers" {

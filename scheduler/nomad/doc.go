@@ -161,4 +161,64 @@
 // deciding and acting leaves an intent that the next leader's Recover
 // completes (preemptions) or checks and either adopts or drops
 // (admissions): nothing is admitted twice and no job is left half-placed.
+//
+// # What operators see in Nomad: parking, measured
+//
+// Measured on a real Nomad 2.0.6 (one server+client, a batch job of
+// count 2 in the parking pool; numbers are of that run), and read in
+// Nomad's UI source (ui/app/models/job.js, aggregateAllocStatus):
+//
+//   - Parking pool (what the scheduler does). `nomad job run` exits 2
+//     ("failed to place 2 allocations ... No nodes were eligible for
+//     evaluation"; -detach exits 0). One job version, two evaluations (the
+//     register, complete, and a blocked one that stays). `nomad job status`:
+//     "Status = pending", Queued 2, a "Placement Failure" section. The UI
+//     calls a batch job Failed when all its expected allocations are
+//     unplaced: a red "Failed" in the jobs list and a red "Placement
+//     Failures" box on the job's page; a service job in the pool has an
+//     active deployment and shows "Deploying". `nomad system gc` keeps it
+//     (pending is not collectable). An unchanged resubmission creates no
+//     version, one evaluation, and replaces the blocked one.
+//   - Scaling parked groups to 0 until admitted (the "suspend" pattern).
+//     Rejected: it is not safe. A batch job scaled to 0 is "dead" (no
+//     allocations, evaluations terminal), and dead batch jobs are
+//     garbage-collected: `nomad system gc` purged it with its versions, so
+//     the user's counts were gone (the periodic GC does the same once its
+//     submit time is older than job_gc_threshold, 4h by default, and the
+//     scale resets that time). A service job cannot be scaled at all
+//     while parked: HTTP 400 "job scaling blocked due to active
+//     deployment". Each scale is a new job version and evaluation and moves
+//     JobModifyIndex and the Submit Date (the wait and the age term would
+//     restart); the user's own resubmission restores the counts (a new
+//     version, "Failed" again until scaled again). The watcher drops dead
+//     jobs without live allocations from the model. And what it buys is
+//     "Scaled Down" in the UI and "Status = dead" with a Purge button,
+//     which does not say queued either.
+//   - A job-level `ui { description, link }`. Written by the user in the
+//     jobspec it costs nothing (same one version, two evaluations as
+//     without) and puts a button on the job's page in Nomad's UI that opens
+//     the agent's page of the job (/ui/job/<namespace>/<job>: place in the
+//     queue, state, the reason in one sentence and in full, score terms,
+//     placement, history). Added by the agent to a parked job it costs a
+//     job version and an evaluation per job, moves JobModifyIndex (a user's
+//     `nomad job run -check-index` then fails), and the user's next
+//     resubmission drops it again; not taken.
+//
+// So the scheduler keeps the parking pool: Nomad's UI still says "Failed"
+// for a queued batch job, its description and link (documented for
+// jobspecs in example/README.md) say what that means and lead to the
+// agent's page, which says queued and why.
+//
+// The explanation Variable stays at nomad/jobs/<job>/impact. The one path
+// the job's Variables tab lists for the job, nomad/jobs/<job>, is the
+// user's: Nomad gives it to every task of the job, tasks template it, and
+// a rewrite there re-renders those templates (a restart, with the default
+// change_mode) on every change of the job's place in the queue. Writing
+// it only when absent does not help: the user's later write would then
+// land on the scheduler's Variable, or the scheduler's next write on
+// theirs. The Variable is written only when what it says changes (state
+// in `impact queue`'s words, position, summary, reason, score rounded to
+// whole points), never over a Variable the agent did not write (items
+// carry written_by; writes check-and-set), and deleted when the job
+// leaves the queue for good; the agent's page is the way in for people.
 package nomad
