@@ -50,15 +50,30 @@ func JobPagePath(namespace, job string) string {
 	return "/ui/job/" + url.PathEscape(namespace) + "/" + url.PathEscape(job)
 }
 
-// reasonDetails splits the scheduler's reason into its clauses, one per
-// line on the page.
+// reasonDetails splits the scheduler's reason into its clauses ("; "
+// outside parentheses: a parenthesised list of node rejections stays
+// whole), one per line on the page.
 func reasonDetails(r string) []string {
 	var out []string
-	for _, p := range strings.Split(r, "; ") {
+	depth, start := 0, 0
+	add := func(p string) {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}
 	}
+	for i := 0; i < len(r); i++ {
+		switch {
+		case r[i] == '(':
+			depth++
+		case r[i] == ')' && depth > 0:
+			depth--
+		case depth == 0 && strings.HasPrefix(r[i:], "; "):
+			add(r[start:i])
+			start = i + 2
+			i++
+		}
+	}
+	add(r[start:])
 	return out
 }
 

@@ -111,3 +111,15 @@ func TestUIPages(t *testing.T) {
 		}
 	}
 }
+
+func TestReasonDetails(t *testing.T) {
+	r := `needs 8 GPUs, 0 free in pool "default"; GPUs reserved (time unknown) (fewer than 4 free GPUs: 1 node(s); pool has 0 free GPUs in all: 1 node(s))`
+	got := reasonDetails(r)
+	want := []string{`needs 8 GPUs, 0 free in pool "default"`, `GPUs reserved (time unknown) (fewer than 4 free GPUs: 1 node(s); pool has 0 free GPUs in all: 1 node(s))`}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("reasonDetails = %q, want %q", got, want)
+	}
+	if got := reasonDetails(""); len(got) != 0 {
+		t.Errorf("reasonDetails of nothing = %q", got)
+	}
+}
