@@ -1,9 +1,9 @@
 // Package auth checks the Nomad credentials that the impact APIs accept:
 // a task's workload identity (a JWT signed by the Nomad servers), and the
 // ACL tokens of people and tools. The impact agent's HTTP API
-// (scheduler/agent) and the rendezvous server of the task driver
-// (driver/gang, mounted by the agent and served by `impact-exec
-// gang-server`) both use it; it has no dependency on either.
+// (scheduler/agent) and the gang rendezvous server (package gang, mounted by
+// the agent and served by `impact-exec gang-server`) both use it; it has no
+// dependency on either.
 //
 // # Why Nomad's credentials
 //

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
-	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/gang"
 	"github.com/impact-sched/nomad-impact/plugin/hclspec"
 )
 
@@ -134,7 +134,7 @@ var taskConfigSpec = hclspec.Object(hclspec.Attrs{
 		"kill_timeout":    hclspec.AttrDefault("kill_timeout", "string", hclspec.Quote("30s")),
 		"rendezvous_addr": hclspec.AttrDefault("rendezvous_addr", "string", hclspec.Quote("")),
 		// discovery: "impact" (the rendezvous endpoint) or "nomad" (Nomad's
-		// native service discovery of service, see driver/gang/nomad.go).
+		// native service discovery of service, see driver/internal/nomadbarrier).
 		"discovery": hclspec.AttrDefault("discovery", "string", hclspec.Quote("impact")),
 		"service":   hclspec.AttrDefault("service", "string", hclspec.Quote("")),
 	})),

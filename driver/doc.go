@@ -3,7 +3,9 @@
 // rendezvous env, stopped together with a checkpoint signal when one member
 // fails or is preempted, and surviving plugin and agent restarts through a
 // detached supervisor per task (package driver/executor). The rendezvous
-// registry and its HTTP endpoint live in driver/gang.
+// protocol (registry, HTTP endpoint and client) is package gang at the top
+// of the module, shared with the impact agent; the rendezvous through Nomad's
+// own service discovery is driver-only, in driver/internal/nomadbarrier.
 //
 // # Plugin config (agent: plugin "impact-exec" { config { ... } })
 //
@@ -84,7 +86,7 @@
 //	}
 //
 // With discovery = "nomad" a member that passed the barrier does not end
-// (its service registration stays) until gang.NomadHold(heartbeat_interval)
+// (its service registration stays) until nomadbarrier.NomadHold(heartbeat_interval)
 // after passing, so a member whose command ends at once cannot strand a
 // slower peer; a member that can no longer complete fails fast with an
 // event naming the members that left.

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
-	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/gang"
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/config"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"

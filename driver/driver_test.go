@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
-	"github.com/impact-sched/nomad-impact/driver/gang"
-	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
+	"github.com/impact-sched/nomad-impact/gang"
+	"github.com/impact-sched/nomad-impact/internal/testwait"
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"

@@ -16,7 +16,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/driver/executor"
-	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/gang"
 	"github.com/impact-sched/nomad-impact/plugin"
 )
 

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
-	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
+	"github.com/impact-sched/nomad-impact/internal/testwait"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
 )
 

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/driver/gang"
-	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
+	"github.com/impact-sched/nomad-impact/driver/internal/nomadbarrier"
+	"github.com/impact-sched/nomad-impact/internal/testwait"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
 )
@@ -24,14 +24,14 @@ import (
 // group counts, or an error status).
 type fakeNomadAPI struct {
 	mu        sync.Mutex
-	regs      map[string]gang.ServiceRegistration // by allocation
-	stale     map[string][]gang.ServiceRegistration
+	regs      map[string]nomadbarrier.ServiceRegistration // by allocation
+	stale     map[string][]nomadbarrier.ServiceRegistration
 	jobCount  int
 	jobStatus int // non-zero: /v1/job answers with it
 }
 
 func newFakeNomadAPI(t *testing.T) (*fakeNomadAPI, string) {
-	f := &fakeNomadAPI{regs: map[string]gang.ServiceRegistration{}, stale: map[string][]gang.ServiceRegistration{}}
+	f := &fakeNomadAPI{regs: map[string]nomadbarrier.ServiceRegistration{}, stale: map[string][]nomadbarrier.ServiceRegistration{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, srv.URL
@@ -46,7 +46,7 @@ func (f *fakeNomadAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			json.NewEncoder(w).Encode(v)
 			return
 		}
-		out := []gang.ServiceRegistration{}
+		out := []nomadbarrier.ServiceRegistration{}
 		for _, reg := range f.regs {
 			out = append(out, reg)
 		}
@@ -68,8 +68,8 @@ func (f *fakeNomadAPI) register(tk task, index int) {
 	f.regs[tk.cfg.AllocId] = reg(tk, index)
 }
 
-func reg(tk task, index int) gang.ServiceRegistration {
-	return gang.ServiceRegistration{ID: "_nomad-task-" + tk.cfg.AllocId, ServiceName: "rdzv", Namespace: "default",
+func reg(tk task, index int) nomadbarrier.ServiceRegistration {
+	return nomadbarrier.ServiceRegistration{ID: "_nomad-task-" + tk.cfg.AllocId, ServiceName: "rdzv", Namespace: "default",
 		NodeID: "node-1", JobID: "train", AllocID: tk.cfg.AllocId, Address: "127.0.0.1", Port: 20000 + index,
 		Tags: []string{fmt.Sprintf("alloc_index=%d", index)}}
 }
@@ -80,7 +80,7 @@ func (f *fakeNomadAPI) deregister(tk task) {
 	delete(f.regs, tk.cfg.AllocId)
 }
 
-func (f *fakeNomadAPI) setStale(token string, view ...gang.ServiceRegistration) {
+func (f *fakeNomadAPI) setStale(token string, view ...nomadbarrier.ServiceRegistration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if view == nil {

@@ -3,6 +3,8 @@
 #   - the pure scheduling core never imports the Nomad adapter, net/http or nomad/api;
 #   - only scheduler/nomad imports github.com/hashicorp/nomad/api;
 #   - only device/gpu/nvml imports github.com/NVIDIA/go-nvml;
+#   - the gang protocol (gang/, shared by impact and impact-exec) depends on
+#     neither the driver nor the scheduler;
 #   - nothing depends on the github.com/hashicorp/nomad module itself (licence).
 set -euo pipefail
 mod=github.com/impact-sched/nomad-impact
@@ -17,6 +19,14 @@ for p in "${pure[@]}"; do
 			echo "import rule: $p must not depend on $bad"; fail=1
 		fi
 	done
+done
+
+# The shared gang protocol belongs to neither binary.
+deps=$(go list -deps ./gang/ 2>/dev/null)
+for bad in "$mod/driver" "$mod/scheduler"; do
+	if grep -q "^$bad\(/\|\$\)" <<<"$deps"; then
+		echo "import rule: gang must not depend on $bad/..."; fail=1
+	fi
 done
 
 # Direct importers of restricted packages.

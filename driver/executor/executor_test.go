@@ -18,8 +18,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/impact-sched/nomad-impact/driver/gang"
-	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
+	"github.com/impact-sched/nomad-impact/driver/internal/nomadbarrier"
+	"github.com/impact-sched/nomad-impact/gang"
+	"github.com/impact-sched/nomad-impact/internal/testwait"
 )
 
 // The test binary doubles as the supervisor: Launch runs `<test> supervise DIR`.
@@ -427,7 +428,7 @@ func TestGangSurvivesServerRestart(t *testing.T) {
 
 type fakeNomad struct {
 	mu   sync.Mutex
-	regs []gang.ServiceRegistration
+	regs []nomadbarrier.ServiceRegistration
 }
 
 func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -440,7 +441,7 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(f.regs)
 }
 
-func (f *fakeNomad) set(regs ...gang.ServiceRegistration) {
+func (f *fakeNomad) set(regs ...nomadbarrier.ServiceRegistration) {
 	f.mu.Lock()
 	f.regs = regs
 	f.mu.Unlock()
@@ -453,8 +454,8 @@ func TestGangNomadDiscovery(t *testing.T) {
 	fn := &fakeNomad{}
 	srv := httptest.NewServer(fn)
 	defer srv.Close()
-	reg := func(alloc string, idx int, port int) gang.ServiceRegistration {
-		return gang.ServiceRegistration{ID: "_nomad-task-" + alloc, ServiceName: "train-rdzv", NodeID: "n1",
+	reg := func(alloc string, idx int, port int) nomadbarrier.ServiceRegistration {
+		return nomadbarrier.ServiceRegistration{ID: "_nomad-task-" + alloc, ServiceName: "train-rdzv", NodeID: "n1",
 			AllocID: alloc, Address: "127.0.0.1", Port: port, Tags: []string{fmt.Sprintf("alloc_index=%d", idx)}}
 	}
 	script := `echo "$RANK $WORLD_SIZE $MASTER_PORT" > rank; trap 'exit 130' INT; while true; do sleep 0.05; done`

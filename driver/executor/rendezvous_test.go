@@ -11,7 +11,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/auth/authtest"
-	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/gang"
 )
 
 // A member reaches an authenticated rendezvous over mutual TLS with the

@@ -20,7 +20,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/driver/internal/nomadbarrier"
+	"github.com/impact-sched/nomad-impact/gang"
 )
 
 // forwarded are the signals the supervisor relays to the task's process
@@ -47,7 +48,7 @@ type supervisor struct {
 	events *os.File
 
 	assign      gang.Assignment // set once the barrier passed
-	nomad       *gang.NomadClient
+	nomad       *nomadbarrier.NomadClient
 	nomadAllocs []string  // members in rank order (nomad discovery)
 	passedAt    time.Time // when a Nomad barrier returned
 
@@ -136,7 +137,7 @@ func (s *supervisor) run() int {
 		}
 		var err error
 		if g.Discovery == "nomad" {
-			s.nomad, err = gang.NewNomadClient(g.NomadAddr, g.NomadToken)
+			s.nomad, err = nomadbarrier.NewNomadClient(g.NomadAddr, g.NomadToken)
 		} else {
 			client, err = rendezvousClient(g)
 		}
@@ -156,7 +157,7 @@ func (s *supervisor) run() int {
 		}
 		var a gang.Assignment
 		if s.nomad != nil {
-			a, s.nomadAllocs, err = s.nomad.NomadBarrier(barrierCtx, gang.NomadBarrierConfig{
+			a, s.nomadAllocs, err = s.nomad.NomadBarrier(barrierCtx, nomadbarrier.NomadBarrierConfig{
 				Gang: g.ID, Namespace: g.Join.Namespace, Service: g.Service, AllocID: g.Join.AllocID,
 				Size: g.Join.Size, JobID: g.Join.JobID, Timeout: g.Timeout, Poll: g.Heartbeat, Progress: progress})
 			s.passedAt = s.now()
@@ -271,12 +272,12 @@ func (s *supervisor) run() int {
 }
 
 // holdRegistration keeps a member that passed a Nomad barrier from ending
-// before gang.NomadHold has passed since, so its service registration
+// before nomadbarrier.NomadHold has passed since, so its service registration
 // (which Nomad removes when the task ends) is seen by every member still
 // polling: without it, a member whose command ends at once can strand a
 // slower one at the barrier. A stop ends the wait.
 func (s *supervisor) holdRegistration() {
-	left := gang.NomadHold(s.spec.Gang.Heartbeat) - s.now().Sub(s.passedAt)
+	left := nomadbarrier.NomadHold(s.spec.Gang.Heartbeat) - s.now().Sub(s.passedAt)
 	if left <= 0 {
 		return
 	}
@@ -346,7 +347,7 @@ func (s *supervisor) stopSignal() (syscall.Signal, bool) {
 func (s *supervisor) barrierFailed(err error) int {
 	var te *gang.TimeoutError
 	var se *gang.StoppedError
-	var le *gang.LostError
+	var le *nomadbarrier.LostError
 	s.mu.Lock()
 	stopSig := s.stopSig
 	s.mu.Unlock()

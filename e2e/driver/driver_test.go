@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/driver/gang"
 	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
+	"github.com/impact-sched/nomad-impact/gang"
 )
 
 type agent struct{ *nomadagent.Agent }

@@ -1276,7 +1276,7 @@ func (a *Agent) Explain(namespace, job string) (agentapi.Explanation, bool) {
 	return e, ok
 }
 
-// GangSize answers driver/gang's size question: the total allocation
+// GangSize answers package gang's size question: the total allocation
 // count of a managed job's GPU groups.
 func (a *Agent) GangSize(_ context.Context, namespace, jobID string) (int, error) {
 	snap := a.opts.Model.Snapshot()

@@ -27,7 +27,7 @@ type ViewSource interface {
 type HandlerOptions struct {
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
-	// Gang is the task driver's rendezvous API (driver/gang), mounted under
+	// Gang is the task driver's rendezvous API (package gang), mounted under
 	// /v1/gang/ so the impact-exec tasks of a gang meet at the scheduler;
 	// nil leaves it out. It authorizes its own requests (gang.NomadAuth).
 	Gang http.Handler

@@ -28,7 +28,7 @@ func ownGoroutines(self string) []string {
 		if strings.Contains(g, self) {
 			continue
 		}
-		for _, pkg := range []string{"nomad-impact/scheduler/agent.", "nomad-impact/scheduler/nomad.", "nomad-impact/driver/gang."} {
+		for _, pkg := range []string{"nomad-impact/scheduler/agent.", "nomad-impact/scheduler/nomad.", "nomad-impact/gang."} {
 			if strings.Contains(g, pkg) {
 				out = append(out, g)
 				break

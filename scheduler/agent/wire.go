@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/driver/gang"
+	"github.com/impact-sched/nomad-impact/gang"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/config"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"

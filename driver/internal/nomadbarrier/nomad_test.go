@@ -1,4 +1,4 @@
-package gang
+package nomadbarrier
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/gang"
 )
 
 func TestDepartedMembers(t *testing.T) {
@@ -67,7 +69,7 @@ func TestJobAllocCount(t *testing.T) {
 	}
 	status, body = http.StatusForbidden, "Permission denied"
 	_, err = n.JobAllocCount(ctx, "ml", "train")
-	var apiErr *APIError
+	var apiErr *gang.APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != http.StatusForbidden || !strings.Contains(err.Error(), "nomad job train") {
 		t.Fatalf("forbidden: %v", err)
 	}
@@ -89,4 +91,48 @@ func TestNomadHoldAndLostGrace(t *testing.T) {
 			t.Errorf("poll %s: lost grace %s does not outlast a hold (%s) and a poll", poll, g, NomadHold(poll))
 		}
 	}
+}
+
+// Ranks depend on who the members are, never on the order Nomad lists their
+// services in.
+func TestRanksIndependentOfListingOrder(t *testing.T) {
+	t.Parallel()
+	regs := []ServiceRegistration{
+		{ID: "s-a", AllocID: "a", NodeID: "n2", Address: "10.0.0.2", Port: 1, Tags: []string{"alloc_index=1"}},
+		{ID: "s-b", AllocID: "b", NodeID: "n1", Address: "10.0.0.1", Port: 2, Tags: []string{"alloc_index=0"}},
+		{ID: "s-c", AllocID: "c", NodeID: "n1", Address: "10.0.0.1", Port: 3, Tags: []string{"alloc_index=2"}},
+	}
+	var wantOrder []string
+	for _, order := range permutations(3) {
+		shuffled := make([]ServiceRegistration, 0, 3)
+		for _, i := range order {
+			shuffled = append(shuffled, regs[i])
+		}
+		a, allocs, err := assignFromServices("g", "a", byAlloc(shuffled))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Rank != 1 || a.MasterPort != 2 || a.NodeRank != 1 || a.NNodes != 2 {
+			t.Fatalf("order %v: %+v", order, a)
+		}
+		if wantOrder == nil {
+			wantOrder = allocs
+		} else if fmt.Sprint(allocs) != fmt.Sprint(wantOrder) {
+			t.Fatalf("order %v: rank order %v, first gave %v", order, allocs, wantOrder)
+		}
+	}
+}
+
+func permutations(n int) [][]int {
+	if n == 1 {
+		return [][]int{{0}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
+		}
+	}
+	return out
 }

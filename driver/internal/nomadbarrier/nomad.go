@@ -1,4 +1,4 @@
-package gang
+package nomadbarrier
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/gang"
 )
 
 // Rendezvous through Nomad's own service discovery, for clusters without an
@@ -105,7 +107,7 @@ func (n *NomadClient) Services(ctx context.Context, namespace, name string) ([]S
 }
 
 // get GETs a Nomad API URL with the token; a non-200 answer wraps an
-// *APIError.
+// *gang.APIError.
 func (n *NomadClient) get(ctx context.Context, u, what string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -121,7 +123,7 @@ func (n *NomadClient) get(ctx context.Context, u, what string) ([]byte, error) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("nomad %s: %w", what, &APIError{Code: resp.StatusCode, Message: strings.TrimSpace(string(body))})
+		return nil, fmt.Errorf("nomad %s: %w", what, &gang.APIError{Code: resp.StatusCode, Message: strings.TrimSpace(string(body))})
 	}
 	return body, nil
 }
@@ -185,7 +187,7 @@ func (e *LostError) Error() string {
 // must keep its registration for NomadHold (the caller does not end
 // sooner), so that every member sees the gang complete; a member that
 // sees it can no longer complete returns a *LostError.
-func (n *NomadClient) NomadBarrier(ctx context.Context, cfg NomadBarrierConfig) (Assignment, []string, error) {
+func (n *NomadClient) NomadBarrier(ctx context.Context, cfg NomadBarrierConfig) (gang.Assignment, []string, error) {
 	poll := cfg.Poll
 	if poll <= 0 {
 		poll = time.Second
@@ -200,9 +202,9 @@ func (n *NomadClient) NomadBarrier(ctx context.Context, cfg NomadBarrierConfig) 
 		var err error
 		if size <= 0 {
 			size, err = n.JobAllocCount(bctx, cfg.Namespace, cfg.JobID)
-			var apiErr *APIError
+			var apiErr *gang.APIError
 			if err != nil && errors.As(err, &apiErr) && apiErr.Code/100 == 4 {
-				return Assignment{}, nil, fmt.Errorf("gang %s: gang.size is not set and the job's allocation count cannot be read from Nomad (set gang.size, or let the task read its job): %w", cfg.Gang, err)
+				return gang.Assignment{}, nil, fmt.Errorf("gang %s: gang.size is not set and the job's allocation count cannot be read from Nomad (set gang.size, or let the task read its job): %w", cfg.Gang, err)
 			}
 		}
 		var regs []ServiceRegistration
@@ -226,7 +228,7 @@ func (n *NomadClient) NomadBarrier(ctx context.Context, cfg NomadBarrierConfig) 
 				if lostSince.IsZero() {
 					lostSince = time.Now()
 				} else if waited := time.Since(lostSince); waited >= nomadLostGrace(poll) {
-					return Assignment{}, nil, &LostError{Gang: cfg.Gang, Service: cfg.Service, Departed: departed,
+					return gang.Assignment{}, nil, &LostError{Gang: cfg.Gang, Service: cfg.Service, Departed: departed,
 						Arrived: arrived, Size: size, Waited: waited}
 				}
 			} else {
@@ -236,9 +238,9 @@ func (n *NomadClient) NomadBarrier(ctx context.Context, cfg NomadBarrierConfig) 
 		select {
 		case <-bctx.Done():
 			if ctx.Err() != nil {
-				return Assignment{}, nil, ctx.Err()
+				return gang.Assignment{}, nil, ctx.Err()
 			}
-			return Assignment{}, nil, &TimeoutError{Gang: cfg.Gang, Arrived: arrived, Size: size, Timeout: cfg.Timeout}
+			return gang.Assignment{}, nil, &gang.TimeoutError{Gang: cfg.Gang, Arrived: arrived, Size: size, Timeout: cfg.Timeout}
 		case <-time.After(poll):
 		}
 	}
@@ -359,7 +361,7 @@ func allocIndexTag(r ServiceRegistration) int {
 
 // assignFromServices ranks the members and returns self's assignment and
 // the allocation IDs in rank order.
-func assignFromServices(gangID, self string, members map[string]ServiceRegistration) (Assignment, []string, error) {
+func assignFromServices(gangID, self string, members map[string]ServiceRegistration) (gang.Assignment, []string, error) {
 	regs := make([]ServiceRegistration, 0, len(members))
 	for _, r := range members {
 		regs = append(regs, r)
@@ -372,7 +374,7 @@ func assignFromServices(gangID, self string, members map[string]ServiceRegistrat
 		return regs[i].AllocID < regs[j].AllocID
 	})
 	nodeRank, local := map[string]int{}, map[string]int{}
-	var me Assignment
+	var me gang.Assignment
 	found := false
 	allocs := make([]string, 0, len(regs))
 	for i, r := range regs {
@@ -380,7 +382,7 @@ func assignFromServices(gangID, self string, members map[string]ServiceRegistrat
 			nodeRank[r.NodeID] = len(nodeRank)
 		}
 		if r.AllocID == self {
-			me = Assignment{Gang: gangID, Generation: 1, WorldSize: len(regs), Rank: i,
+			me = gang.Assignment{Gang: gangID, Generation: 1, WorldSize: len(regs), Rank: i,
 				NodeRank: nodeRank[r.NodeID], LocalRank: local[r.NodeID], MasterAddr: regs[0].Address, MasterPort: regs[0].Port}
 			found = true
 		}
@@ -388,7 +390,7 @@ func assignFromServices(gangID, self string, members map[string]ServiceRegistrat
 		allocs = append(allocs, r.AllocID)
 	}
 	if !found {
-		return Assignment{}, nil, fmt.Errorf("gang %s: allocation %s is not registered", gangID, self)
+		return gang.Assignment{}, nil, fmt.Errorf("gang %s: allocation %s is not registered", gangID, self)
 	}
 	me.NNodes = len(nodeRank)
 	me.LocalWorldSize = local[members[self].NodeID]

@@ -13,7 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/impact-sched/nomad-impact/driver/internal/testwait"
+	"github.com/impact-sched/nomad-impact/internal/testwait"
 )
 
 type fakeClock struct {
@@ -465,7 +465,8 @@ func permutations(n int) [][]int {
 }
 
 // Ranks depend on who the members are, never on the order they join in
-// (or the order Nomad lists their services).
+// (driver/internal/nomadbarrier tests the same for the order Nomad lists
+// their services in).
 func TestRanksIndependentOfArrivalOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -508,30 +509,6 @@ func TestRanksIndependentOfArrivalOrder(t *testing.T) {
 		}
 	}
 
-	regs := []ServiceRegistration{
-		{ID: "s-a", AllocID: "a", NodeID: "n2", Address: "10.0.0.2", Port: 1, Tags: []string{"alloc_index=1"}},
-		{ID: "s-b", AllocID: "b", NodeID: "n1", Address: "10.0.0.1", Port: 2, Tags: []string{"alloc_index=0"}},
-		{ID: "s-c", AllocID: "c", NodeID: "n1", Address: "10.0.0.1", Port: 3, Tags: []string{"alloc_index=2"}},
-	}
-	var wantOrder []string
-	for _, order := range permutations(3) {
-		shuffled := make([]ServiceRegistration, 0, 3)
-		for _, i := range order {
-			shuffled = append(shuffled, regs[i])
-		}
-		a, allocs, err := assignFromServices("g", "a", byAlloc(shuffled))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a.Rank != 1 || a.MasterPort != 2 || a.NodeRank != 1 || a.NNodes != 2 {
-			t.Fatalf("order %v: %+v", order, a)
-		}
-		if wantOrder == nil {
-			wantOrder = allocs
-		} else if fmt.Sprint(allocs) != fmt.Sprint(wantOrder) {
-			t.Fatalf("order %v: rank order %v, first gave %v", order, allocs, wantOrder)
-		}
-	}
 }
 
 // A member that cannot reach the server never learns the size the server

@@ -1,7 +1,8 @@
-// Package testwait holds the polling helpers of the driver's tests, which
-// wait on a condition with a deadline instead of sleeping and hoping: the
-// supervisor, the plugin process and the rendezvous server all act
-// asynchronously, and a loaded -race run may take far longer than usual.
+// Package testwait holds the polling helpers of the driver's and the gang
+// protocol's tests, which wait on a condition with a deadline instead of
+// sleeping and hoping: the supervisor, the plugin process and the rendezvous
+// server all act asynchronously, and a loaded -race run may take far longer
+// than usual. It is internal so that no binary outside this module links it.
 package testwait
 
 import (

@@ -1,7 +1,10 @@
-// Package gang implements the gang barrier and rendezvous of the impact-exec
-// task driver: both the HTTP server side (an in-memory registry, mounted by
-// the impact agent under /v1/gang/, or served standalone for tests and
-// e2e runs) and the client side used by each task's supervisor.
+// Package gang is the gang barrier and rendezvous protocol shared by two
+// binaries: the HTTP server side (an in-memory registry, mounted by the
+// impact agent under /v1/gang/, or served standalone by `impact-exec
+// gang-server` for tests and e2e runs) and the client side used by each
+// impact-exec task's supervisor. It lives outside driver/ and scheduler/
+// because both import it and neither owns it; it depends only on package
+// auth, never on the driver or the scheduler.
 //
 // # Why
 //
@@ -97,8 +100,9 @@
 // Clients reach the server by URL or through Consul (ConsulResolver: the
 // leading impact agent's "impact-scheduler" instance, resolved again after a
 // transport error, so members follow a failover and resume there). Without
-// any server, NomadClient.NomadBarrier rendezvouses through Nomad's native
-// service discovery instead (see nomad.go).
+// any server, the driver rendezvouses through Nomad's native service
+// discovery instead (driver/internal/nomadbarrier, driver-only: it returns
+// this package's Assignment and errors).
 //
 // Member TTLs are checked lazily on every request against the server's
 // injected clock, so the registry has no background goroutine and tests can
