@@ -278,6 +278,14 @@ func TestExactGPUs(t *testing.T) {
 	if len(all) != 8 {
 		t.Errorf("2 + 2 + 4 took %d distinct GPUs, want 8", len(all))
 	}
+	// The job's Variable, as the Nomad UI shows it, names the pinned GPUs
+	// and their island.
+	eventually(t, 30*time.Second, "the Variable of four shows its pinned GPUs", func() (bool, string) {
+		var v struct{ Items map[string]string }
+		err := e.a.Get("/v1/var/nomad/jobs/four/impact", &v)
+		p := v.Items["placement"]
+		return err == nil && strings.Count(p, "GPU-") == 4 && strings.Count(p, "(island ") == 4, fmt.Sprintf("%q %v", p, err)
+	})
 	noRollbacks(t, e.apiURL)
 }
 
