@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -72,10 +73,24 @@ func serve(kind Kind, impl Base, set goplugin.PluginSet, opts ServeOptions) erro
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	}
 	set[PluginSetBase] = &BaseGRPCPlugin{Impl: NewBaseServer(kind, impl, logger)}
+	grpcServer := goplugin.DefaultGRPCServer
+	if opts.Test == nil {
+		// A device plugin exits as soon as its client is gone; a driver
+		// waits for a restarted client to reattach (see orphan.go).
+		grace := time.Duration(0)
+		if kind == KindDriver {
+			grace = DefaultOrphanGrace
+		}
+		w := newOrphanWatch(grace, logger)
+		go w.run(context.Background())
+		grpcServer = func(o []grpc.ServerOption) *grpc.Server {
+			return goplugin.DefaultGRPCServer(append(o, w.serverOptions()...))
+		}
+	}
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: Handshake(),
 		Plugins:         set,
-		GRPCServer:      goplugin.DefaultGRPCServer,
+		GRPCServer:      grpcServer,
 		Logger:          logger,
 		Test:            opts.Test,
 	})

@@ -19,9 +19,11 @@ package scheduler
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +103,8 @@ type lcAlloc struct {
 type lcEnv struct {
 	*env
 	c *nomadagent.Cluster
+	// impactProc is the impact agent setupCluster started.
+	impactProc *nomadagent.Process
 }
 
 func (e *lcEnv) runJob(j lcJob) { runHCL(e.t, e.a, e.dir, j.name, j.hcl()) }
@@ -221,7 +225,7 @@ plugin "impact-gpu" {
 	})
 	e := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact, policyExtra: policyExtra,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])}}
-	e.startImpact(t)
+	e.impactProc = e.startImpact(t)
 	return e
 }
 
@@ -357,6 +361,13 @@ gangs {
 		}
 		killed := time.Now()
 		victim.Kill()
+		// The client's device plugin notices its parent is gone and exits
+		// on its own (plugin/orphan.go), rather than outliving it.
+		eventually(t, 15*time.Second, "impact-gpu of the killed client exited", func() (bool, string) {
+			pids := pluginPIDs(filepath.Join(victim.PluginDir, "impact-gpu"))
+			return len(pids) == 0, fmt.Sprint("running: ", pids)
+		})
+		t.Logf("impact-gpu of %s exited %v after the client's SIGKILL", victim.Name, time.Since(killed).Round(100*time.Millisecond))
 		t.Logf("killed %s (node %s): %d task process(es)", victim.Name, first[0].NodeID, victim.KillTasks())
 		// Nomad marks the node down after its heartbeat TTL, the member is
 		// lost, and after the gang watch's grace the whole gang is stopped
@@ -388,4 +399,26 @@ gangs {
 		e.c.WaitNodes(90*time.Second, 3, "the killed client back", nil)
 		e.purgeAll("gang")
 	})
+}
+
+// pluginPIDs lists the live processes running the executable at path.
+func pluginPIDs(path string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		exe, _ := os.Readlink(filepath.Join("/proc", en.Name(), "exe"))
+		if exe != path {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", en.Name(), "stat"))
+		if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
+			continue // a zombie is dead
+		}
+		out = append(out, pid)
+	}
+	return out
 }

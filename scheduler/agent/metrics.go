@@ -29,7 +29,6 @@ var (
 	mWaitingJobs     = []string{"queue", "waiting_jobs"}
 	mWaitingGPUs     = []string{"queue", "waiting_gpus"}
 	mWaitMax         = []string{"queue", "wait_max_seconds"}
-	mAdmittedWait    = []string{"queue", "admitted_wait_seconds"}
 	mInvalidJobs     = []string{"queue", "invalid_jobs"}
 	mAdmissions      = []string{"admissions", "total"}
 	mRollbacks       = []string{"admissions", "rollbacks_total"}
@@ -66,6 +65,8 @@ type Metrics struct {
 	// idle and hung jobs (idle.go).
 	gpus *gpuCollector
 	idle *idleCollector
+	// admittedWait: impact_queue_admitted_wait_seconds{tier}.
+	admittedWait *prometheus.HistogramVec
 
 	mu        sync.Mutex
 	seenTiers map[string]bool
@@ -145,7 +146,18 @@ func NewMetrics() (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return &Metrics{m: m, registry: reg, gpus: gpus, idle: idle, seenTiers: map[string]bool{}}, nil
+	// The wait of admitted jobs is a histogram, not a sink summary: a
+	// summary's quantiles read NaN once no job was admitted for its
+	// 10-second window, which is most of the time on a real cluster.
+	admittedWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "impact_queue_admitted_wait_seconds",
+		Help:    "Time admitted jobs waited in the queue (submit to admission), seconds, by tier.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 2 * 3600, 6 * 3600, 24 * 3600},
+	}, []string{"tier"})
+	if err := reg.Register(admittedWait); err != nil {
+		return nil, fmt.Errorf("registering admitted wait histogram: %w", err)
+	}
+	return &Metrics{m: m, registry: reg, gpus: gpus, idle: idle, admittedWait: admittedWait, seenTiers: map[string]bool{}}, nil
 }
 
 // Handler serves /metrics in the Prometheus text format.
@@ -232,7 +244,7 @@ func (m *Metrics) RecordStatsError() { m.m.IncrCounter(mStatsErrors, 1) }
 func (m *Metrics) RecordAdmission(tier string, waited time.Duration) {
 	l := []metrics.Label{{Name: "tier", Value: tierLabel(tier)}}
 	m.m.IncrCounterWithLabels(mAdmissions, 1, l)
-	m.m.AddSampleWithLabels(mAdmittedWait, float32(waited.Seconds()), l)
+	m.admittedWait.WithLabelValues(tierLabel(tier)).Observe(waited.Seconds())
 }
 
 // RecordPreemption counts a preempted job (by its tier) and the GPU-hours

@@ -3,6 +3,7 @@ package agent
 import (
 	"io"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,43 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	// Two metric instances must not collide (no global registry).
 	if _, err := NewMetrics(); err != nil {
 		t.Errorf("second NewMetrics: %v", err)
+	}
+}
+
+// The wait of admitted jobs is a histogram: it never reads NaN, however
+// long ago the last admission was (a summary's quantiles did, once its
+// 10-second window had no sample).
+func TestAdmittedWaitNeverNaN(t *testing.T) {
+	m, err := NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.RecordAdmission("high", 42*time.Second)
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "impact_queue_admitted_wait_seconds") {
+			lines = append(lines, l)
+			if strings.Contains(l, "NaN") {
+				t.Errorf("NaN: %s", l)
+			}
+		}
+	}
+	for _, want := range []string{
+		`impact_queue_admitted_wait_seconds_count{tier="high"} 1`,
+		`impact_queue_admitted_wait_seconds_sum{tier="high"} 42`,
+		`impact_queue_admitted_wait_seconds_bucket{tier="high",le="30"} 0`,
+		`impact_queue_admitted_wait_seconds_bucket{tier="high",le="60"} 1`,
+	} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no %q in\n%s", want, strings.Join(lines, "\n"))
+		}
 	}
 }

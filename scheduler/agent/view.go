@@ -87,7 +87,10 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 		if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
 			waiting = append(waiting, e.Entry)
 			if e.State == agentapi.StateInvalid {
+				// Listed in the queue, but not demand: it cannot run as
+				// written (impact_queue_invalid_jobs counts it).
 				v.stats.InvalidJobs++
+				continue
 			}
 			ts := v.stats.Tiers[tierKey(e.Tier)]
 			ts.Jobs++
