@@ -31,7 +31,7 @@ const (
 // Handler serves the rendezvous endpoint (see the package documentation)
 // over a Registry. Mount it at PathPrefix:
 //
-//	mux.Handle(gang.PathPrefix, gang.NewHandler(reg, logger))
+//	mux.Handle(gang.PathPrefix, gang.NewHandlerWith(reg, &gang.NomadAuth{...}, logger))
 type Handler struct {
 	reg    *Registry
 	auth   Authorizer
