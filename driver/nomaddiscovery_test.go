@@ -229,8 +229,14 @@ func TestNomadBarrierLostGangFailsFast(t *testing.T) {
 	if el := time.Since(began); el > 30*time.Second {
 		t.Fatalf("B gave up after %s", el)
 	}
-	if ev := events.find(b.cfg.AllocId, "cannot complete"); !strings.Contains(ev, a.cfg.AllocId) {
-		t.Fatalf("B's event does not name A: %q; events:\n%s", ev, events)
+	// Task events arrive on their own stream, possibly after WaitTask
+	// returned: wait for B's event rather than read it once.
+	deadline := time.Now().Add(10 * time.Second)
+	for ev := ""; !strings.Contains(ev, a.cfg.AllocId); time.Sleep(testwait.Poll) {
+		if time.Now().After(deadline) {
+			t.Fatalf("B's event does not name A: %q; events:\n%s", ev, events)
+		}
+		ev = events.find(b.cfg.AllocId, "cannot complete")
 	}
 	if _, err := os.Stat(filepath.Join(b.dir, "passed")); err == nil {
 		t.Fatal("B ran without its gang")
