@@ -15,6 +15,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -96,8 +97,7 @@ type Agent struct {
 	electionErr error
 	history     map[string]jobHistory // job ID -> what the agent last did to it
 	written     map[string]string     // job ID -> last explanation written (digest)
-	preemptions map[string]PreemptionRecord
-	admissions  map[string]time.Time
+	preemptions map[string]nomad.PreemptionRecord
 	// rollbacks counts a job's admissions rolled back in a row, for the
 	// back-off before the next (see deferRolledBack).
 	rollbacks map[string]int
@@ -220,8 +220,7 @@ func New(opts Options) (*Agent, error) {
 		timeline:    map[string][]agentapi.Event{},
 		written:     map[string]string{},
 		explainBusy: map[string]string{},
-		preemptions: map[string]PreemptionRecord{},
-		admissions:  map[string]time.Time{},
+		preemptions: map[string]nomad.PreemptionRecord{},
 		rollbacks:   map[string]int{},
 		wake:        make(chan struct{}, 1),
 		leadership:  make(chan leadershipChange, 2),
@@ -522,15 +521,12 @@ func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 			a.engine = eng
 		}
 		a.mu.Lock()
-		for k, v := range st.Admissions {
-			a.admissions[k] = v
-		}
 		for k, v := range st.Preemptions {
 			a.preemptions[k] = v
 		}
 		a.mu.Unlock()
 		a.stateLog.Info("resumed from durable state", "saved_by", st.Leader, "projects", len(st.Usage),
-			"admissions", len(st.Admissions), "preemptions", len(st.Preemptions))
+			"preemptions", len(st.Preemptions))
 	default:
 		a.stateLog.Info("no durable state yet; starting fresh")
 	}
@@ -856,7 +852,6 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 			nodes[g.Group] = g.Nodes()
 		}
 		a.history[adm.JobID] = jobHistory{Decision: "admit", At: now, Nodes: nodes, Score: adm.Score, Placement: adm.Groups, Warnings: adm.Warnings}
-		a.admissions[adm.JobID] = now
 		tier := ""
 		waited := time.Duration(0)
 		if j, ok := snap.Job(adm.JobID); ok {
@@ -879,7 +874,8 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 			continue
 		}
 		a.history[p.JobID] = jobHistory{Decision: "preempted", At: now, PreemptedBy: p.Preemptor, Reason: p.Reason}
-		a.preemptions[p.JobID] = PreemptionRecord{At: now, Preemptor: p.Preemptor, LostGPUHours: p.LostGPUHours, Reason: p.Reason}
+		a.preemptions[p.JobID] = nomad.PreemptionRecord{JobID: p.JobID, Preemptor: p.Preemptor, At: now, GPUs: p.GPUs,
+			LostGPUHours: p.LostGPUHours, Reason: p.Reason}
 		tier := ""
 		if j, ok := snap.Job(p.JobID); ok {
 			tier = a.opts.Policy.TierOf(j.Spec).Name
@@ -919,11 +915,6 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyRepor
 	for id, r := range a.preemptions {
 		if now.Sub(r.At) > 24*time.Hour {
 			delete(a.preemptions, id)
-		}
-	}
-	for id, at := range a.admissions {
-		if _, ok := snap.Job(id); !ok || now.Sub(at) > 24*time.Hour {
-			delete(a.admissions, id)
 		}
 	}
 }
@@ -1175,7 +1166,6 @@ func (a *Agent) saveState(ctx context.Context, now time.Time, force bool) {
 	st := DurableState{
 		Usage:       a.engine.Usage().Values(now),
 		UsageAt:     now,
-		Admissions:  copyMap(a.admissions),
 		Preemptions: copyMap(a.preemptions),
 		Leader:      a.opts.Name,
 	}

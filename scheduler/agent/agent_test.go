@@ -365,7 +365,7 @@ func TestTwoAgentsOneLeaderFailoverWithoutDoubleAdmission(t *testing.T) {
 	waitFor(t, "durable state saved", func() bool {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		return n.state != nil && n.state.Admissions["default/first"].Equal(clk.Now())
+		return n.state != nil && n.state.UsageAt.Equal(clk.Now())
 	})
 
 	// The leader dies: the standby takes over and continues.

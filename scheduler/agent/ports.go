@@ -7,6 +7,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 )
 
 // The agent reaches Nomad only through these small interfaces. Production
@@ -151,21 +152,11 @@ type DurableState struct {
 	// valued at UsageAt.
 	Usage   map[string]float64 `json:"usage"`
 	UsageAt time.Time          `json:"usage_at"`
-	// Admissions are the last admissions (job ID -> when), so a new leader
-	// reports them and does not count their wait twice.
-	Admissions map[string]time.Time `json:"admissions,omitempty"`
-	// Preemptions are recent preemption records (job ID -> record).
-	Preemptions map[string]PreemptionRecord `json:"preemptions,omitempty"`
+	// Preemptions are recent preemption records (job ID -> record), the
+	// ones the executor wrote (nomad.StateStore.RecordPreemption).
+	Preemptions map[string]nomad.PreemptionRecord `json:"preemptions,omitempty"`
 	// Leader names the agent that saved it.
 	Leader string `json:"leader"`
-}
-
-// PreemptionRecord remembers one preemption for explain and accounting.
-type PreemptionRecord struct {
-	At           time.Time `json:"at"`
-	Preemptor    string    `json:"preemptor"`
-	LostGPUHours float64   `json:"lost_gpu_hours"`
-	Reason       string    `json:"reason"`
 }
 
 // PoolManager creates the parking node pool at start-up.

@@ -431,9 +431,9 @@ func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error
 	if err != nil {
 		return DurableState{}, false, err
 	}
-	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]PreemptionRecord{}}
+	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}}
 	for _, r := range recs {
-		ds.Preemptions[r.JobID] = PreemptionRecord{At: r.At, Preemptor: r.Preemptor, LostGPUHours: r.LostGPUHours, Reason: r.Reason}
+		ds.Preemptions[r.JobID] = r
 	}
 	return ds, !at.IsZero() || len(recs) > 0, nil
 }

@@ -33,8 +33,7 @@
 //	err = x.Recover(ctx)            // on becoming leader: finish or drop what the last leader left
 //	res := x.Apply(ctx, plan)       // *engine.Plan; ApplyResult{Admitted, Conflicts, Preempting, Skipped, Failed}
 //	rolled := x.CheckDeadlines(ctx) // every cycle: done admissions forgotten; late, failed or (after
-//	                                // BlockedGrace) unplaceable ones parked again, Nomad's reason in Outcome
-//	x.Busy(jobID); x.Outcome(jobID) // action under way; last rollback/conflict/preemption note (for explain)
+//	                                // BlockedGrace) unplaceable ones parked again, Nomad's reason logged
 //	x.Wait()                        // on shutdown: wait for background preemptions
 //
 //	ew := nomad.NewExplainWriter(c, logger)

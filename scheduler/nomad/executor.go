@@ -211,23 +211,6 @@ func (x *Executor) crash(step string) error {
 	return nil
 }
 
-// Busy reports whether an admission or preemption of the job is under way
-// (the engine's plan for it should wait).
-func (x *Executor) Busy(jobID string) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.busy[jobID] || x.pending[jobID] != nil
-}
-
-// Outcome returns the last noteworthy outcome for a job (a rollback or a
-// conflict), for explain; "" when none.
-func (x *Executor) Outcome(jobID string) string {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	note, _ := x.outcomes.get(jobID)
-	return note
-}
-
 func (x *Executor) claim(jobID string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()

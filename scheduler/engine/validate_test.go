@@ -15,8 +15,8 @@ import (
 // right GPU count), on existing healthy GPUs of schedulable nodes of the
 // right pool, NVLink islands respected where required, no GPU given twice
 // or given while held; every preemption a whole gang of a preemptible job.
-// The simulator and the property tests run it on every plan; the adapter
-// may run it before acting.
+// The engine's tests run it on their plans; it is test code (neither the
+// agent nor the simulator calls it).
 func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -156,8 +156,8 @@ func findGPU(n *cluster.Node, id string) *cluster.GPU {
 // instantly: victims' (and requeued gangs') allocations finish at now (FinishAlloc, so their GPU
 // time is charged) and their jobs are queued again;
 // admitted jobs become running with one allocation per placement (IDs
-// "<job>/<group>/<n>", started at now). The simulator and tests use it; the
-// live adapter acts through Nomad instead.
+// "<job>/<group>/<n>", started at now). Test code: the simulator carries
+// plans out in scheduler/sim/impact and the live adapter through Nomad.
 func Apply(store *cluster.Store, snap *cluster.Snapshot, plan *Plan, now time.Time) error {
 	for _, p := range append(slices.Clip(plan.Preemptions), plan.Requeues...) {
 		for _, id := range p.Allocs {
