@@ -164,8 +164,10 @@
 // # What operators see in Nomad: parking, measured
 //
 // Measured on a real Nomad 2.0.6 (one server+client, a batch job of
-// count 2 in the parking pool; numbers are of that run), and read in
-// Nomad's UI source (ui/app/models/job.js, aggregateAllocStatus):
+// count 2 in the parking pool; numbers are of that run; the safety-relevant
+// ones are asserted by e2e/scheduler TestParkingCandidates, and what the
+// UI shows by TestOperatorUI), and read in Nomad's UI source
+// (ui/app/models/job.js, aggregateAllocStatus):
 //
 //   - Parking pool (what the scheduler does). `nomad job run` exits 2
 //     ("failed to place 2 allocations ... No nodes were eligible for
