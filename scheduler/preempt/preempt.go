@@ -3,7 +3,6 @@ package preempt
 import (
 	"math/bits"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -55,8 +54,17 @@ func LastCheckpoint(a *cluster.Alloc, interval time.Duration, now time.Time) tim
 type Index struct {
 	cost     []float64
 	excluded []bool
-	byNode   map[int][]int
-	nodes    []int
+	// byNode[ord] lists the candidates holding GPUs on node ord with the
+	// GPUs each holds there (a slice by ordinal, not a map: a search
+	// visits every node).
+	byNode [][]onNode
+	nodes  []int
+}
+
+// onNode is a candidate's GPUs on one node.
+type onNode struct {
+	h    int
+	mask uint64
 }
 
 // Exclude removes a holder from the candidates (it was chosen as a victim
@@ -71,7 +79,7 @@ func (ix *Index) Exclude(h int) {
 // where they hold GPUs.
 func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 	holders := st.Holders()
-	ix := &Index{cost: make([]float64, len(holders)), excluded: make([]bool, len(holders)), byNode: map[int][]int{}}
+	ix := &Index{cost: make([]float64, len(holders)), excluded: make([]bool, len(holders)), byNode: make([][]onNode, st.NumNodes())}
 	isCand := make([]bool, len(holders))
 	for _, c := range cands {
 		if isCand[c.Holder] {
@@ -84,19 +92,19 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 				continue
 			}
 			list := ix.byNode[sl.Node]
-			if len(list) == 0 || list[len(list)-1] != c.Holder {
-				ix.byNode[sl.Node] = append(list, c.Holder)
+			if len(list) == 0 {
+				ix.nodes = append(ix.nodes, sl.Node)
 			}
+			if len(list) > 0 && list[len(list)-1].h == c.Holder {
+				list[len(list)-1].mask |= sl.Mask
+				continue
+			}
+			ix.byNode[sl.Node] = append(list, onNode{h: c.Holder, mask: sl.Mask})
 		}
-	}
-	ix.nodes = make([]int, 0, len(ix.byNode))
-	for n := range ix.byNode {
-		ix.nodes = append(ix.nodes, n)
 	}
 	slices.Sort(ix.nodes)
 	return ix
 }
-
 // Select is NewIndex followed by Index.Select.
 func Select(st *placement.State, req placement.Request, cands []Candidate) ([]int, placement.Result, bool) {
 	return NewIndex(st, req.Pool, cands).Select(st, req)
@@ -164,37 +172,36 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 				}
 				vs = vs[:0]
 				inUse := st.Used(ord) &^ st.Reserved(ord)
-				for _, h := range byNode[ord] {
+				free := st.Free(ord)
+				room := free
+				minCost := 0.0
+				for _, c := range byNode[ord] {
+					h := c.h
 					if excluded[h] || released(h) {
 						continue
 					}
-					var m uint64
-					for _, sl := range holders[h].Slots {
-						if sl.Node == ord {
-							m |= sl.Mask
-						}
-					}
 					// Only GPUs the gang still holds and nobody reserved
 					// count.
-					m &= inUse
+					m := c.mask & inUse
 					if m == 0 {
 						continue
 					}
+					if len(vs) == 0 || cost[h] < minCost {
+						minCost = cost[h]
+					}
+					room |= m
 					vs = append(vs, vic{h: h, perGPU: cost[h] / float64(bits.OnesCount64(m)), onNode: m, fullCost: cost[h]})
 				}
-				if len(vs) == 0 {
+				// Skip, without sorting, nodes that cannot take the
+				// allocation even with every candidate gone, and nodes
+				// where the cheapest single victim already costs more than
+				// (or as much as, in no fewer victims) the best found:
+				// the scan below would stop at its first step on them.
+				if len(vs) == 0 || bits.OnesCount64(room) < one.GPUs ||
+					(bestOrd >= 0 && (minCost > bestCost || (minCost == bestCost && bestN <= 1))) {
 					continue
 				}
-				slices.SortFunc(vs, func(a, b vic) int {
-					if a.perGPU != b.perGPU {
-						if a.perGPU < b.perGPU {
-							return -1
-						}
-						return 1
-					}
-					return strings.Compare(holders[a.h].JobID, holders[b.h].JobID)
-				})
-				free := st.Free(ord)
+				sortVics(vs, holders)
 				sum := 0.0
 				for k, v := range vs {
 					free |= v.onNode
@@ -232,6 +239,28 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 		}
 	}
 	return victims, res, true
+}
+
+// sortVics orders a node's candidates cheapest per GPU first, then by job
+// ID (a total order: one holder per job). Lists are a handful long, so an
+// insertion sort without a comparison closure is the cheapest.
+func sortVics(vs []vic, holders []placement.Holder) {
+	for i := 1; i < len(vs); i++ {
+		v := vs[i]
+		k := i
+		for k > 0 && vicLess(v, vs[k-1], holders) {
+			vs[k] = vs[k-1]
+			k--
+		}
+		vs[k] = v
+	}
+}
+
+func vicLess(a, b vic, holders []placement.Holder) bool {
+	if a.perGPU != b.perGPU {
+		return a.perGPU < b.perGPU
+	}
+	return holders[a.h].JobID < holders[b.h].JobID
 }
 
 // vic is a candidate gang as seen from one node.
