@@ -107,6 +107,8 @@ type cycle struct {
 	// waiting jobs mostly share it).
 	lastReasonKey reasonKey
 	lastReason    string
+	// cats memoizes cat.
+	cats map[[2]string]string
 	// resNotes: the reservation note after each reservation of the cycle
 	// (see reservationNote); the last one is current.
 	resNotes     []string
@@ -597,8 +599,9 @@ func (c *cycle) decide(q *queued, pos int) {
 	j := q.job
 	var exp *Explanation
 	if c.explain {
+		// c.exps is fresh (zero): only the non-zero fields are written.
 		exp = &c.exps[pos-1]
-		*exp = Explanation{JobID: j.ID, Position: pos, Score: q.score, Tier: q.tier, Project: q.project, GPUs: q.gpus}
+		exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = j.ID, pos, q.score, q.tier, q.project, q.gpus
 		c.plan.Explanations[j.ID] = exp
 		c.plan.Queue = append(c.plan.Queue, j.ID)
 	} else {
@@ -718,6 +721,25 @@ func (c *cycle) reason(k reasonKey) string {
 	}
 	c.reasons[k] = r
 	c.lastReasonKey, c.lastReason = k, r
+	return r
+}
+
+// cat returns a+b. Waiting jobs' reasons are a few shared sentences with
+// a few shared notes appended, so each distinct pair is concatenated once
+// per cycle rather than once per job.
+func (c *cycle) cat(a, b string) string {
+	if b == "" {
+		return a
+	}
+	k := [2]string{a, b}
+	if r, ok := c.cats[k]; ok {
+		return r
+	}
+	if c.cats == nil {
+		c.cats = map[[2]string]string{}
+	}
+	r := a + b
+	c.cats[k] = r
 	return r
 }
 
@@ -965,12 +987,14 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	if c.explain && len(c.young) > 0 {
 		defer func() {
 			if !preempting {
-				exp.Reason += c.youngNote(q)
+				exp.Reason = c.cat(exp.Reason, c.youngNote(q))
 			}
 		}()
 	}
 	if c.preemptors >= c.pol.Preemption.MaxPerCycle {
-		exp.Reason += "; preemption budget of this cycle spent"
+		if c.explain {
+			exp.Reason = c.cat(exp.Reason, "; preemption budget of this cycle spent")
+		}
 		return false
 	}
 	if c.preemptAttempts >= maxPreemptAttemptsPerSuccess*c.pol.Preemption.MaxPerCycle {
@@ -1002,7 +1026,9 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	victims, res, ok := cl.index.Select(c.st, request())
 	c.st.Rollback(cp)
 	if !ok {
-		exp.Reason += "; preempting eligible gangs would not make room"
+		if c.explain {
+			exp.Reason += "; preempting eligible gangs would not make room"
+		}
 		return false
 	}
 	victims, res = c.minimalVictims(request(), victims, res)
@@ -1333,7 +1359,9 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 		// Every holder was released and it still does not fit: the job's
 		// own constraints or size rule the pool's nodes out, or earlier
 		// reservations this cycle hold what would fit.
-		exp.Reason += "; no reservation possible: it does not fit even once all running work has ended (its constraints or size rule out the pool's nodes, or earlier reservations hold them)"
+		if c.explain {
+			exp.Reason += "; no reservation possible: it does not fit even once all running work has ended (its constraints or size rule out the pool's nodes, or earlier reservations hold them)"
+		}
 		return
 	}
 	c.reserveSlots(found)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strings"
@@ -33,6 +34,8 @@ type queueCache struct {
 	// mark and gen give each cycle a fresh set of active projects.
 	mark []uint64
 	gen  uint64
+	// facts memoizes the policy's answers per spec key (specFacts).
+	facts map[specKey]*specFacts
 	// prevLen is the number of valid queued jobs ordered last cycle (their
 	// rank fields index that order).
 	prevLen int
@@ -52,38 +55,88 @@ func (qc *queueCache) project(name string) int32 {
 	return i
 }
 
+// specFacts is what the policy derives from the fields of a spec it
+// resolves tier and project from (specKey); the same for every job with
+// those fields, so worked out once per engine, not once per job.
+type specFacts struct {
+	bad         string // CheckSpec's error, "" when valid
+	tier        string
+	project     string
+	proj        int32
+	impact      float64
+	quota       int
+	preemptible bool
+}
+
+// specKey is every field of a spec that TierOf, ProjectName, ProjectOf,
+// CheckSpec, Impact and IsPreemptible read.
+type specKey struct {
+	tier, project       string
+	preemptibleSet, pre bool
+}
+
+const maxSpecFacts = 4096
+
+func (c *cycle) specFacts(s policy.Spec) *specFacts {
+	qc := &c.e.queue
+	k := specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
+	if f, ok := qc.facts[k]; ok {
+		return f
+	}
+	f := &specFacts{project: c.pol.ProjectName(s)}
+	f.proj = qc.project(f.project)
+	if err := c.pol.CheckSpec(s); err != nil {
+		f.bad = "bad impact metadata: " + err.Error()
+	} else {
+		f.tier = c.pol.TierOf(s).Name
+		f.impact = c.pol.Impact(s)
+		f.preemptible = c.pol.IsPreemptible(s)
+		f.quota = c.pol.ProjectOf(s).GPUQuota
+	}
+	if qc.facts == nil || len(qc.facts) >= maxSpecFacts {
+		qc.facts = map[specKey]*specFacts{} // bounded: tiers and projects are few, typos are not
+	}
+	qc.facts[k] = f
+	return f
+}
+
 // refresh rebuilds the cache of one shard from its jobs.
 func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	qc := &c.e.queue
 	qc.keys[i] = key
-	var q []queued
+	n := 0
+	for _, j := range jobs {
+		if j.State == cluster.JobQueued {
+			n++
+		}
+	}
+	q := make([]queued, 0, n)
 	var projs []int32
 	var run []*cluster.Job
 	for _, j := range jobs {
 		if j.State == cluster.JobRunning {
 			run = append(run, j)
 		}
+		var f *specFacts
 		if j.SpecErr == nil {
-			p := qc.project(c.pol.ProjectName(j.Spec))
-			if !slices.Contains(projs, p) {
-				projs = append(projs, p)
+			f = c.specFacts(j.Spec)
+			if !slices.Contains(projs, f.proj) {
+				projs = append(projs, f.proj)
 			}
 		}
 		if j.State != cluster.JobQueued {
 			continue
 		}
-		e := queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1}
+		q = append(q, queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1})
+		e := &q[len(q)-1]
 		switch {
 		case j.SpecErr != nil:
 			e.parked = "bad impact metadata: " + j.SpecErr.Error()
-		case c.pol.CheckSpec(j.Spec) != nil:
-			e.parked = "bad impact metadata: " + c.pol.CheckSpec(j.Spec).Error()
+		case f.bad != "":
+			e.parked = f.bad
 		default:
-			e.tier = c.pol.TierOf(j.Spec).Name
-			e.project = c.pol.ProjectName(j.Spec)
-			e.proj = qc.project(e.project)
-			e.impact = c.pol.Impact(j.Spec)
-			e.preemptible = c.pol.IsPreemptible(j.Spec)
+			e.tier, e.project, e.proj = f.tier, f.project, f.proj
+			e.impact, e.preemptible, e.quota = f.impact, f.preemptible, f.quota
 			for gi := range j.Groups {
 				g := &j.Groups[gi]
 				if g.GPUs == 0 || g.Count == 0 {
@@ -101,13 +154,11 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 					e.maxNVLink = max(e.maxNVLink, g.GPUs)
 				}
 			}
-			e.quota = c.pol.ProjectOf(j.Spec).GPUQuota
 			e.pool = j.Spec.Pool
 			if e.pool == "" {
 				e.pool = c.e.opts.defaultPool
 			}
 		}
-		q = append(q, e)
 	}
 	qc.queued[i] = q
 	qc.projs[i] = projs
@@ -115,11 +166,39 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 }
 
 // qkey is a queued job's sort key, kept in a flat slice of small values
-// so that sorting thousands of jobs compares in place; ties on the total
-// (rare: ages differ) fall back to the job.
+// so that sorting thousands of jobs compares in place: the total, then
+// (ties are common: equal tier, project and submit minute) the Nomad
+// priority and submit time, and only then the job's ID.
 type qkey struct {
 	total float64
+	sec   int64 // submit time: Unix seconds and nanoseconds
+	nsec  int32
+	prio  int32
 	q     *queued
+}
+
+func newQkey(q *queued) qkey {
+	return qkey{total: q.score.Total, sec: q.job.Submit.Unix(), nsec: int32(q.job.Submit.Nanosecond()), prio: int32(q.job.Priority), q: q}
+}
+
+// cmpQkey is cmpQueued after the totals, on the keys.
+func cmpQkey(x, y qkey) int {
+	if x.total != y.total {
+		if x.total > y.total {
+			return -1
+		}
+		return 1
+	}
+	if x.prio != y.prio {
+		return int(y.prio) - int(x.prio)
+	}
+	if x.sec != y.sec {
+		return cmp.Compare(x.sec, y.sec)
+	}
+	if x.nsec != y.nsec {
+		return cmp.Compare(x.nsec, y.nsec)
+	}
+	return strings.Compare(x.q.job.ID, y.q.job.ID)
 }
 
 // cmpQueued orders jobs of equal score: Nomad priority, then submit time,
@@ -185,23 +264,15 @@ func (c *cycle) buildQueue() []*queued {
 			}
 			q.score = scorer.ScoreWith(q.job.Spec, q.job.Submit, q.impact, deficits[q.proj])
 			if q.rank >= 0 && q.rank < int32(prev) && keys[q.rank].q == nil {
-				keys[q.rank] = qkey{q.score.Total, q}
+				keys[q.rank] = newQkey(q)
 			} else {
-				keys = append(keys, qkey{q.score.Total, q})
+				keys = append(keys, newQkey(q))
 			}
 		}
 	}
 	keys = slices.DeleteFunc(keys, func(k qkey) bool { return k.q == nil })
 	// IDs are unique, so this is a total order: no stable sort needed.
-	slices.SortFunc(keys, func(x, y qkey) int {
-		if x.total != y.total {
-			if x.total > y.total {
-				return -1
-			}
-			return 1
-		}
-		return cmpQueued(x.q, y.q)
-	})
+	slices.SortFunc(keys, cmpQkey)
 	// Parked jobs (bad metadata) come last, score zero.
 	slices.SortFunc(parked, cmpQueued)
 	qc.prevLen = len(keys)
