@@ -49,6 +49,10 @@ type queued struct {
 	maxAlloc, maxNVLink, maxBlock int
 	// rank is the job's position in the previous cycle's order (-1: new).
 	rank int32
+	// tie is the job's priority and submit second packed (tieOf; tieOK:
+	// they fit).
+	tie   uint64
+	tieOK bool
 }
 
 type reservation struct {
@@ -94,9 +98,9 @@ type cycle struct {
 	victims         []victimInfo
 	preemptors      int
 	preemptAttempts int
-	endOrder        []int // holders by expected end, for reservations
+	endOrder        *endOrder // holders by expected end, for reservations
 	stopping        []int // holders stopping, not yet counted for a preemptor
-	candCache       map[string]*candList
+	candCache       map[tierPool]*candList
 	exps            []Explanation
 	// explain: build the plan's explanations and queue (see
 	// WithoutExplanations); scratch stands in for them when not.
@@ -124,7 +128,7 @@ type cycle struct {
 	young []youngHolder
 	// youngNotes caches youngNote by tier and pool (thousands of waiting
 	// jobs share a few); claim clears it.
-	youngNotes map[string]string
+	youngNotes map[tierPool]string
 	// hr is the headroom state (headroom.go); nil without headroom blocks.
 	hr *hrCycle
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle
@@ -136,6 +140,9 @@ type cycle struct {
 	// may then preempt, see mayPreemptVictim).
 	idleVictims bool
 }
+
+// tierPool keys what the cycle works out once per tier and pool.
+type tierPool struct{ tier, pool string }
 
 // youngHolder is a gang that would be a preemption candidate but for its
 // impact_min_runtime.
@@ -525,12 +532,12 @@ func (c *cycle) assessHolders() {
 // and cannot tell why. It names the earliest such gang of a tier the job
 // may preempt, in its pool; "" when there is none. Explanations only.
 func (c *cycle) youngNote(q *queued) string {
-	key := q.tier + "\x00" + q.pool
+	key := tierPool{q.tier, q.pool}
 	if note, ok := c.youngNotes[key]; ok {
 		return note
 	}
 	if c.youngNotes == nil {
-		c.youngNotes = map[string]string{}
+		c.youngNotes = map[tierPool]string{}
 	}
 	note := ""
 	for _, y := range c.young {
@@ -1218,7 +1225,7 @@ func resultNodes(res placement.Result) int {
 // their GPUs. Lists are built once per cycle per tier and pool; claim
 // removes a victim from all of them.
 func (c *cycle) candidates(q *queued) *candList {
-	key := q.tier + "\x00" + q.pool
+	key := tierPool{q.tier, q.pool}
 	if cl, ok := c.candCache[key]; ok {
 		return cl
 	}
@@ -1240,7 +1247,7 @@ func (c *cycle) candidates(q *queued) *candList {
 		}
 	}
 	if c.candCache == nil {
-		c.candCache = map[string]*candList{}
+		c.candCache = map[tierPool]*candList{}
 	}
 	// minPerGPU stays a valid lower bound as victims are claimed (the
 	// minimum over fewer candidates can only be higher).
@@ -1336,7 +1343,11 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 	var found placement.Result
 	var until time.Time
 	ok := false
-	for _, h := range c.endOrder {
+	for i := 0; ; i++ {
+		h, more := c.endOrder.at(i)
+		if !more {
+			break
+		}
 		if c.claimed[h] {
 			continue
 		}
@@ -1415,40 +1426,84 @@ func (c *cycle) expectedEnd(hd *placement.Holder) time.Time {
 	return end
 }
 
-func (c *cycle) holdersByEnd() []int {
+// endKey is a holder's place in the order of expected ends.
+type endKey struct {
+	h     int
+	known bool
+	end   int64
+	start int64
+}
+
+// endOrder yields the holders by expected end (known ends first, earliest
+// first; unknown ends oldest first; then job ID). A reservation releases
+// holders in that order only until the job fits, mostly a few of
+// thousands, so the order is drawn from a heap as far as it is read
+// rather than sorted whole.
+type endOrder struct {
+	holders []placement.Holder
+	heap    []endKey
+	sorted  []int
+}
+
+func (c *cycle) holdersByEnd() *endOrder {
 	holders := c.st.Holders()
-	type key struct {
-		h     int
-		known bool
-		end   int64
-		start int64
-	}
-	keys := make([]key, len(holders))
+	o := &endOrder{holders: holders, heap: make([]endKey, len(holders))}
 	for i := range holders {
 		end := c.expectedEnd(&holders[i])
-		keys[i] = key{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
+		o.heap[i] = endKey{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
 	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if a.known != b.known {
-			if a.known {
-				return -1
-			}
-			return 1
-		}
-		if a.known && a.end != b.end {
-			return cmp.Compare(a.end, b.end)
-		}
-		// Unknown ends: oldest first is the best guess.
-		if a.start != b.start {
-			return cmp.Compare(a.start, b.start)
-		}
-		return strings.Compare(holders[a.h].JobID, holders[b.h].JobID)
-	})
-	order := make([]int, len(keys))
-	for i, k := range keys {
-		order[i] = k.h
+	for i := len(o.heap)/2 - 1; i >= 0; i-- {
+		o.down(i)
 	}
-	return order
+	return o
+}
+
+// at returns the i-th holder by expected end; false past the last.
+func (o *endOrder) at(i int) (int, bool) {
+	for len(o.sorted) <= i {
+		n := len(o.heap)
+		if n == 0 {
+			return 0, false
+		}
+		o.sorted = append(o.sorted, o.heap[0].h)
+		o.heap[0] = o.heap[n-1]
+		o.heap = o.heap[:n-1]
+		o.down(0)
+	}
+	return o.sorted[i], true
+}
+
+func (o *endOrder) less(a, b endKey) bool {
+	if a.known != b.known {
+		return a.known
+	}
+	if a.known && a.end != b.end {
+		return a.end < b.end
+	}
+	// Unknown ends: oldest first is the best guess.
+	if a.start != b.start {
+		return a.start < b.start
+	}
+	return o.holders[a.h].JobID < o.holders[b.h].JobID
+}
+
+func (o *endOrder) down(i int) {
+	h := o.heap
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && o.less(h[r], h[l]) {
+			m = r
+		}
+		if !o.less(h[m], h[i]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
 
 // accrue charges each project the GPU time its allocations used since the

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"slices"
 	"sort"
 	"strings"
@@ -129,6 +128,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 		}
 		q = append(q, queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1})
 		e := &q[len(q)-1]
+		e.tie, e.tieOK = tieOf(j)
 		switch {
 		case j.SpecErr != nil:
 			e.parked = "bad impact metadata: " + j.SpecErr.Error()
@@ -168,20 +168,28 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 // qkey is a queued job's sort key, kept in a flat slice of small values
 // so that sorting thousands of jobs compares in place: the total, then
 // (ties are common: equal tier, project and submit minute) the Nomad
-// priority and submit time, and only then the job's ID.
+// priority and submit second packed in tie, and only then the job itself
+// (nanoseconds, ID).
 type qkey struct {
 	total float64
-	sec   int64 // submit time: Unix seconds and nanoseconds
-	nsec  int32
-	prio  int32
+	tie   uint64
 	q     *queued
 }
 
-func newQkey(q *queued) qkey {
-	return qkey{total: q.score.Total, sec: q.job.Submit.Unix(), nsec: int32(q.job.Submit.Nanosecond()), prio: int32(q.job.Priority), q: q}
+// tieOf packs priority (higher first) and submit second (earlier first)
+// into one ascending number; ok is false out of range (priorities beyond
+// 2^20, submit times before 1970), when the caller must leave ties to
+// cmpQueued.
+func tieOf(j *cluster.Job) (uint64, bool) {
+	const prioBits, secBits = 20, 43
+	sec := j.Submit.Unix()
+	if j.Priority < 0 || j.Priority >= 1<<prioBits || sec < 0 || sec >= 1<<secBits {
+		return 0, false
+	}
+	return uint64(1<<prioBits-1-j.Priority)<<secBits | uint64(sec), true
 }
 
-// cmpQkey is cmpQueued after the totals, on the keys.
+// cmpQkey orders keys as cmpQueued after the totals would.
 func cmpQkey(x, y qkey) int {
 	if x.total != y.total {
 		if x.total > y.total {
@@ -189,16 +197,13 @@ func cmpQkey(x, y qkey) int {
 		}
 		return 1
 	}
-	if x.prio != y.prio {
-		return int(y.prio) - int(x.prio)
+	if x.tie != y.tie {
+		if x.tie < y.tie {
+			return -1
+		}
+		return 1
 	}
-	if x.sec != y.sec {
-		return cmp.Compare(x.sec, y.sec)
-	}
-	if x.nsec != y.nsec {
-		return cmp.Compare(x.nsec, y.nsec)
-	}
-	return strings.Compare(x.q.job.ID, y.q.job.ID)
+	return cmpQueued(x.q, y.q)
 }
 
 // cmpQueued orders jobs of equal score: Nomad priority, then submit time,
@@ -254,6 +259,7 @@ func (c *cycle) buildQueue() []*queued {
 	prev := qc.prevLen
 	keys := make([]qkey, prev, total+prev)
 	var parked []*queued
+	packed := true
 	for i := range qc.queued {
 		sh := qc.queued[i]
 		for k := range sh {
@@ -262,15 +268,21 @@ func (c *cycle) buildQueue() []*queued {
 				parked = append(parked, q)
 				continue
 			}
+			packed = packed && q.tieOK
 			q.score = scorer.ScoreWith(q.job.Spec, q.job.Submit, q.impact, deficits[q.proj])
 			if q.rank >= 0 && q.rank < int32(prev) && keys[q.rank].q == nil {
-				keys[q.rank] = newQkey(q)
+				keys[q.rank] = qkey{total: q.score.Total, tie: q.tie, q: q}
 			} else {
-				keys = append(keys, newQkey(q))
+				keys = append(keys, qkey{total: q.score.Total, tie: q.tie, q: q})
 			}
 		}
 	}
 	keys = slices.DeleteFunc(keys, func(k qkey) bool { return k.q == nil })
+	if !packed {
+		for i := range keys {
+			keys[i].tie = 0
+		}
+	}
 	// IDs are unique, so this is a total order: no stable sort needed.
 	slices.SortFunc(keys, cmpQkey)
 	// Parked jobs (bad metadata) come last, score zero.
