@@ -69,7 +69,7 @@ func (ns *nodeState) allowed(b Block) []uint64 {
 	var idMask uint64
 	if b.IDs != nil {
 		for _, id := range b.IDs {
-			idMask |= ns.bit[id]
+			idMask |= ns.ids.bit(id)
 		}
 	}
 	out := make([]uint64, 0, len(ns.groups))

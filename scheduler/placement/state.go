@@ -47,12 +47,12 @@ type nodeState struct {
 	// islands are the masks of the node's NVLink islands, by island ID.
 	islands []uint64
 	// groups are the masks of the node's device groups (groupNames, in
-	// name order); spanning: a device group spans several islands. bit
+	// name order); spanning: a device group spans several islands. ids
 	// maps an instance ID to its bit. All shared with the nodeStatic.
 	groups     []uint64
 	groupNames []string
 	spanning   bool
-	bit        map[string]uint64
+	ids        *gpuBits
 	holders    []int
 }
 
@@ -186,7 +186,27 @@ type nodeStatic struct {
 	groupNames []string
 	spanning   bool
 	ignored    int
-	bit        map[string]uint64
+	ids        gpuBits
+}
+
+// gpuBits maps a node's GPU instance IDs to their bits: a scan of the
+// node's GPUs for the usual few (no map to build per node), a map for
+// nodes of many GPUs.
+type gpuBits struct {
+	gpus []cluster.GPU // the node's, up to MaxGPUsPerNode
+	m    map[string]uint64
+}
+
+func (b *gpuBits) bit(id string) uint64 {
+	if b.m != nil {
+		return b.m[id]
+	}
+	for i := range b.gpus {
+		if b.gpus[i].ID == id {
+			return 1 << i
+		}
+	}
+	return 0
 }
 
 // NewCache returns an empty cache.
@@ -198,14 +218,19 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 	if ns, ok := c.nodes[n]; ok {
 		return ns
 	}
-	ns := &nodeStatic{bit: make(map[string]uint64, len(n.GPUs))}
+	ns := &nodeStatic{ids: gpuBits{gpus: n.GPUs[:min(len(n.GPUs), cluster.MaxGPUsPerNode)]}}
+	if len(ns.ids.gpus) > 16 {
+		ns.ids.m = make(map[string]uint64, len(ns.ids.gpus))
+	}
 	var islandIDs []int
 	for gi, g := range n.GPUs {
 		if gi >= cluster.MaxGPUsPerNode {
 			ns.ignored++
 			continue
 		}
-		ns.bit[g.ID] = 1 << gi
+		if ns.ids.m != nil {
+			ns.ids.m[g.ID] = 1 << gi
+		}
 		if g.Healthy {
 			ns.healthy |= 1 << gi
 		}
@@ -291,7 +316,7 @@ func (c *Cache) allocShard(snap *cluster.Snapshot, i int, t *nodeTable) []allocE
 		st := t.statics[ord]
 		var m uint64
 		for _, id := range a.GPUs {
-			m |= st.bit[id]
+			m |= st.ids.bit(id)
 		}
 		ents = append(ents, allocEnt{a: a, ord: ord, mask: m, jobShard: snap.ShardOf(a.JobID)})
 	}
@@ -324,7 +349,7 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		st := t.statics[i]
 		ns.healthy = st.healthy
 		ns.islands = st.islands
-		ns.groups, ns.groupNames, ns.spanning, ns.bit = st.groups, st.groupNames, st.spanning, st.bit
+		ns.groups, ns.groupNames, ns.spanning, ns.ids = st.groups, st.groupNames, st.spanning, &st.ids
 		pix := s.pools[n.Pool]
 		if pix == nil {
 			pix = newIndex(len(nodes))
@@ -333,56 +358,46 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		pix.total++
 		s.all.total++
 	}
-	// Gangs: allocations grouped by job, then put in job ID order (and each
-	// gang's allocations in ID order) so that the result does not depend on
-	// the snapshot's iteration order.
-	byJob := make(map[string]int, snap.NumAllocs())
-	s.holders = make([]Holder, 0, snap.NumAllocs())
+	// Gangs: every allocation sorted by job ID then allocation ID (so that
+	// the result does not depend on the snapshot's iteration order), each
+	// job's run of them one holder, its Allocs and Slots windows of two
+	// shared arrays (two allocations, not two per gang).
+	type ref struct {
+		job, id string
+		e       *allocEnt
+	}
+	refs := make([]ref, 0, snap.NumAllocs())
 	for si := 0; si < snap.NumShards(); si++ {
 		ents := cache.allocShard(snap, si, t)
 		for k := range ents {
 			e := &ents[k]
-			a := e.a
-			h, ok := byJob[a.JobID]
-			if !ok {
-				h = len(s.holders)
-				byJob[a.JobID] = h
-				s.holders = append(s.holders, Holder{JobID: a.JobID, Job: e.lookupJob(snap)})
-			}
-			hd := &s.holders[h]
-			hd.Allocs = append(hd.Allocs, a)
-			// The allocation's whole mask for now; reduced below to the
-			// GPUs no earlier gang claimed.
-			hd.Slots = append(hd.Slots, Slot{Node: e.ord, Mask: e.mask})
+			refs = append(refs, ref{job: e.a.JobID, id: e.a.ID, e: e})
 		}
 	}
-	// Sort a permutation, not the Holders themselves: moving 88-byte
-	// structs full of pointers (write barriers) cost more than comparing.
-	order := make([]int32, len(s.holders))
-	for i := range order {
-		order[i] = int32(i)
+	slices.SortFunc(refs, func(x, y ref) int {
+		if c := strings.Compare(x.job, y.job); c != 0 {
+			return c
+		}
+		return strings.Compare(x.id, y.id)
+	})
+	allocs := make([]*cluster.Alloc, len(refs))
+	slots := make([]Slot, len(refs))
+	for i := range refs {
+		// The allocation's whole mask for now; reduced below to the GPUs
+		// no earlier gang claimed.
+		allocs[i], slots[i] = refs[i].e.a, Slot{Node: refs[i].e.ord, Mask: refs[i].e.mask}
 	}
-	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(s.holders[a].JobID, s.holders[b].JobID) })
-	sorted := make([]Holder, len(s.holders))
-	for i, o := range order {
-		sorted[i] = s.holders[o]
+	s.holders = make([]Holder, 0, len(refs))
+	for i := 0; i < len(refs); {
+		j := i + 1
+		for j < len(refs) && refs[j].job == refs[i].job {
+			j++
+		}
+		s.holders = append(s.holders, Holder{JobID: refs[i].job, Job: refs[i].e.lookupJob(snap), Allocs: allocs[i:j:j], Slots: slots[i:j:j]})
+		i = j
 	}
-	s.holders = sorted
 	for h := range s.holders {
 		hd := &s.holders[h]
-		if len(hd.Allocs) > 1 {
-			idx := make([]int, len(hd.Allocs))
-			for i := range idx {
-				idx[i] = i
-			}
-			slices.SortFunc(idx, func(x, y int) int { return strings.Compare(hd.Allocs[x].ID, hd.Allocs[y].ID) })
-			allocs := make([]*cluster.Alloc, len(idx))
-			slots := make([]Slot, len(idx))
-			for i, k := range idx {
-				allocs[i], slots[i] = hd.Allocs[k], hd.Slots[k]
-			}
-			hd.Allocs, hd.Slots = allocs, slots
-		}
 		for i, a := range hd.Allocs {
 			ord := hd.Slots[i].Node
 			ns := &s.nodes[ord]
