@@ -59,6 +59,13 @@ type Index struct {
 	// visits every node).
 	byNode [][]onNode
 	nodes  []int
+	// minCost[ord] and union[ord] are the cheapest candidate on node ord
+	// and all the GPUs candidates hold there: bounds that stay valid as
+	// candidates are excluded or released (the cheapest can only get
+	// dearer, the union only smaller), so a search skips most nodes in
+	// O(1).
+	minCost []float64
+	union   []uint64
 }
 
 // onNode is a candidate's GPUs on one node.
@@ -103,6 +110,16 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 		}
 	}
 	slices.Sort(ix.nodes)
+	ix.minCost = make([]float64, len(ix.byNode))
+	ix.union = make([]uint64, len(ix.byNode))
+	for _, ord := range ix.nodes {
+		for k, c := range ix.byNode[ord] {
+			if k == 0 || ix.cost[c.h] < ix.minCost[ord] {
+				ix.minCost[ord] = ix.cost[c.h]
+			}
+			ix.union[ord] |= c.mask
+		}
+	}
 	return ix
 }
 // Select is NewIndex followed by Index.Select.
@@ -167,6 +184,10 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 			var bestSet []int
 			var bestMask uint64
 			for _, ord := range nodes {
+				if bits.OnesCount64(st.Free(ord)|ix.union[ord]) < one.GPUs ||
+					(bestOrd >= 0 && (ix.minCost[ord] > bestCost || (ix.minCost[ord] == bestCost && bestN <= 1))) {
+					continue // the checks below, from bounds (see minCost)
+				}
 				if !st.Allowed(ord, one) {
 					continue
 				}
