@@ -284,7 +284,7 @@ func (c *cycle) buildQueue() []*queued {
 		}
 	}
 	// IDs are unique, so this is a total order: no stable sort needed.
-	slices.SortFunc(keys, cmpQkey)
+	sortQueue(keys)
 	// Parked jobs (bad metadata) come last, score zero.
 	slices.SortFunc(parked, cmpQueued)
 	qc.prevLen = len(keys)

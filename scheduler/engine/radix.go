@@ -1,0 +1,93 @@
+package engine
+
+import "math"
+
+// sortQueue sorts queue keys as cmpQkey orders them, by an LSD radix sort
+// on (total, tie) and a final insertion sort of each run of equal
+// (total, tie) by cmpQueued: for ten thousand jobs a handful of linear
+// passes instead of a comparison sort's ~140,000 calls through a function
+// value (the queue was the cycle's largest sort). Byte positions where
+// every key agrees are skipped.
+func sortQueue(keys []qkey) {
+	if len(keys) < 64 {
+		insertionSortQkeys(keys)
+		return
+	}
+	type rk struct {
+		hi, lo uint64 // hi: total (descending), lo: tie (ascending)
+		k      qkey
+	}
+	a := make([]rk, len(keys))
+	for i, k := range keys {
+		a[i] = rk{hi: ^orderedBits(k.total), lo: k.tie, k: k}
+	}
+	b := make([]rk, len(keys))
+	var count [256]int
+	for pass := 0; pass < 16; pass++ {
+		shift := uint(pass%8) * 8
+		digit := func(r *rk) uint8 {
+			if pass < 8 {
+				return uint8(r.lo >> shift)
+			}
+			return uint8(r.hi >> shift)
+		}
+		clear(count[:])
+		for i := range a {
+			count[digit(&a[i])]++
+		}
+		if count[digit(&a[0])] == len(a) {
+			continue // every key has this byte
+		}
+		sum := 0
+		for d := range count {
+			c := count[d]
+			count[d] = sum
+			sum += c
+		}
+		for i := range a {
+			d := digit(&a[i])
+			b[count[d]] = a[i]
+			count[d]++
+		}
+		a, b = b, a
+	}
+	for i := range a {
+		keys[i] = a[i].k
+	}
+	// Runs of equal (total, tie): ordered by the jobs themselves.
+	for i := 0; i < len(keys); {
+		j := i + 1
+		for j < len(keys) && keys[j].total == keys[i].total && keys[j].tie == keys[i].tie {
+			j++
+		}
+		if j-i > 1 {
+			insertionSortQkeys(keys[i:j])
+		}
+		i = j
+	}
+}
+
+// orderedBits maps a float to bits whose unsigned order is the float's
+// order (-0 and +0 alike, as cmpQkey's comparison sees them).
+func orderedBits(f float64) uint64 {
+	if f == 0 {
+		f = 0
+	}
+	b := math.Float64bits(f)
+	if b>>63 != 0 {
+		return ^b
+	}
+	return b | 1<<63
+}
+
+func insertionSortQkeys(keys []qkey) {
+	for i := 1; i < len(keys); i++ {
+		k := keys[i]
+		j := i
+		for j > 0 && cmpQkey(k, keys[j-1]) < 0 {
+			keys[j] = keys[j-1]
+			j--
+		}
+		keys[j] = k
+	}
+}
