@@ -100,6 +100,9 @@ type cycle struct {
 	preemptAttempts int
 	endOrder        *endOrder // holders by expected end, for reservations
 	stopping        []int // holders stopping, not yet counted for a preemptor
+	// stoppingGPUs: the GPUs of the unclaimed holders in stopping (-1:
+	// to count again; claim resets it).
+	stoppingGPUs int
 	candCache       map[tierPool]*candList
 	exps            []Explanation
 	// explain: build the plan's explanations and queue (see
@@ -958,13 +961,26 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 				c.stopping = append(c.stopping, h)
 			}
 		}
+		c.stoppingGPUs = -1
+	}
+	if c.stoppingGPUs < 0 {
+		c.stoppingGPUs = 0
+		for _, h := range c.stopping {
+			if !c.claimed[h] {
+				c.stoppingGPUs += holders[h].GPUs
+			}
+		}
 	}
 	cp := c.st.Checkpoint()
 	var stopping []int
-	for _, h := range c.stopping {
-		if !c.claimed[h] {
-			stopping = append(stopping, h)
-			c.st.ReleaseHolder(h)
+	// Releasing the stopping gangs frees at most their GPUs: when that
+	// cannot make room, placing is not tried (most waiting jobs).
+	if c.stoppingGPUs > 0 && c.st.FreeGPUs(q.pool)+c.stoppingGPUs >= q.gpus {
+		for _, h := range c.stopping {
+			if !c.claimed[h] {
+				stopping = append(stopping, h)
+				c.st.ReleaseHolder(h)
+			}
 		}
 	}
 	if len(stopping) > 0 {
@@ -1266,6 +1282,7 @@ func (c *cycle) claim(h int) {
 		return
 	}
 	c.claimed[h] = true
+	c.stoppingGPUs = -1
 	clear(c.youngNotes)
 	for _, cl := range c.candCache {
 		if cl.member[h] {
