@@ -53,6 +53,11 @@ type queued struct {
 	// they fit).
 	tie   uint64
 	tieOK bool
+	// The job's ID, submit time, deadline and walltime, copied so that
+	// scoring and most decisions read the queue's slices, not the jobs.
+	id               string
+	submit, deadline time.Time
+	walltime         time.Duration
 }
 
 type reservation struct {
@@ -99,12 +104,12 @@ type cycle struct {
 	preemptors      int
 	preemptAttempts int
 	endOrder        *endOrder // holders by expected end, for reservations
-	stopping        []int // holders stopping, not yet counted for a preemptor
+	stopping        []int     // holders stopping, not yet counted for a preemptor
 	// stoppingGPUs: the GPUs of the unclaimed holders in stopping (-1:
 	// to count again; claim resets it).
 	stoppingGPUs int
-	candCache       map[tierPool]*candList
-	exps            []Explanation
+	candCache    map[tierPool]*candList
+	exps         []Explanation
 	// explain: build the plan's explanations and queue (see
 	// WithoutExplanations); scratch stands in for them when not.
 	explain bool
@@ -606,14 +611,13 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 }
 
 func (c *cycle) decide(q *queued, pos int) {
-	j := q.job
 	var exp *Explanation
 	if c.explain {
 		// c.exps is fresh (zero): only the non-zero fields are written.
 		exp = &c.exps[pos-1]
-		exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = j.ID, pos, q.score, q.tier, q.project, q.gpus
-		c.plan.Explanations[j.ID] = exp
-		c.plan.Queue = append(c.plan.Queue, j.ID)
+		exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, pos, q.score, q.tier, q.project, q.gpus
+		c.plan.Explanations[q.id] = exp
+		c.plan.Queue = append(c.plan.Queue, q.id)
 	} else {
 		// Decisions never read what explanations say: a scratch one
 		// takes what is written.
@@ -624,12 +628,12 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Status, exp.Reason = StatusParked, q.parked
 		return
 	}
-	if p, ok := c.e.pending[j.ID]; ok {
+	if p, ok := c.e.pending[q.id]; ok {
 		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
 		exp.Placement, exp.Warnings = p.groups, p.warnings
 		return
 	}
-	if d, ok := c.e.deferred[j.ID]; ok {
+	if d, ok := c.e.deferred[q.id]; ok {
 		if c.now.Before(d.until) {
 			exp.Status = StatusWaiting
 			if c.explain {
@@ -637,7 +641,7 @@ func (c *cycle) decide(q *queued, pos int) {
 			}
 			return
 		}
-		delete(c.e.deferred, j.ID)
+		delete(c.e.deferred, q.id)
 	}
 	if why := c.tooBig(q); why != "" {
 		exp.Status, exp.Reason = StatusParked, why
@@ -654,7 +658,7 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Status, exp.Reason = StatusWaiting, why
 		return
 	}
-	if slots := c.bound[j.ID]; len(slots) > 0 {
+	if slots := c.bound[q.id]; len(slots) > 0 {
 		// The GPUs bound to this job are its own: free for it alone.
 		for _, sl := range slots {
 			c.st.Release(sl)
@@ -667,7 +671,7 @@ func (c *cycle) decide(q *queued, pos int) {
 					}
 				}
 			}
-			delete(c.bound, j.ID)
+			delete(c.bound, q.id)
 		}()
 	}
 	backfill := c.mayBackfill(q)
@@ -832,7 +836,7 @@ func (c *cycle) mayBackfill(q *queued) bool {
 	if len(c.reservations) == 0 || !c.pol.Backfill.Enabled {
 		return false
 	}
-	wall := q.job.Spec.Walltime
+	wall := q.walltime
 	pre := q.preemptible
 	for _, r := range c.reservations {
 		endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until)

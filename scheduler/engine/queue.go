@@ -129,6 +129,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 		q = append(q, queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1})
 		e := &q[len(q)-1]
 		e.tie, e.tieOK = tieOf(j)
+		e.id, e.submit, e.deadline, e.walltime = j.ID, j.Submit, j.Spec.Deadline, j.Spec.Walltime
 		switch {
 		case j.SpecErr != nil:
 			e.parked = "bad impact metadata: " + j.SpecErr.Error()
@@ -269,7 +270,7 @@ func (c *cycle) buildQueue() []*queued {
 				continue
 			}
 			packed = packed && q.tieOK
-			q.score = scorer.ScoreWith(q.job.Spec, q.job.Submit, q.impact, deficits[q.proj])
+			q.score = scorer.ScoreAt(q.deadline, q.submit, q.impact, deficits[q.proj])
 			if q.rank >= 0 && q.rank < int32(prev) && keys[q.rank].q == nil {
 				keys[q.rank] = qkey{total: q.score.Total, tie: q.tie, q: q}
 			} else {

@@ -84,12 +84,19 @@ func (s *Scorer) Score(spec Spec, submit time.Time) Score {
 // and per project across a cycle's thousands of waiting jobs); equal
 // inputs give Score's exact result.
 func (s *Scorer) ScoreWith(spec Spec, submit time.Time, impact, deficit float64) Score {
+	return s.ScoreAt(spec.Deadline, submit, impact, deficit)
+}
+
+// ScoreAt is ScoreWith given the spec's Deadline alone (the one field of
+// the spec a score reads), for a caller that keeps it beside the other
+// inputs instead of reading each job's spec.
+func (s *Scorer) ScoreAt(deadline, submit time.Time, impact, deficit float64) Score {
 	p := s.p
 	var sc Score
 	sc.Tier = impact
 	sc.FairShare = p.FairShare.Weight * deficit
-	if !spec.Deadline.IsZero() && p.Deadline.Horizon > 0 {
-		left := spec.Deadline.Sub(s.now)
+	if !deadline.IsZero() && p.Deadline.Horizon > 0 {
+		left := deadline.Sub(s.now)
 		u := 1 - float64(left)/float64(p.Deadline.Horizon)
 		sc.Deadline = p.Deadline.Weight * math.Max(0, math.Min(1, u))
 	}
