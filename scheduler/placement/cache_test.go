@@ -37,7 +37,8 @@ func holdersOf(s *State) []holderView {
 // A Cache reused across a sequence of snapshots (nodes, jobs and
 // allocations added, replaced and removed between them) builds exactly the
 // State a fresh cache builds from each snapshot: what it keeps per shard
-// is redone whenever the shard (or the node table) changed.
+// (and the gang order it merges changed shards into) is redone whenever
+// the shard (or the node table) changed.
 func TestCacheReuseMatchesFresh(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		store := cluster.NewStore()

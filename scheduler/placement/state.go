@@ -143,6 +143,12 @@ type Cache struct {
 	// Per allocation shard: its key and entries.
 	shardKeys []cluster.ShardKey
 	shards    [][]allocEnt
+
+	// refs: every entry in gang order (sortedRefs), built from the shards
+	// as of refKeys; refsValid: refs match the shards of refKeys.
+	refs      []ref
+	refKeys   []cluster.ShardKey
+	refsValid bool
 }
 
 // nodeTable is what New derives from a node table; shared read-only by
@@ -293,6 +299,7 @@ func (c *Cache) nodeTable(snap *cluster.Snapshot) *nodeTable {
 	}
 	c.nodesKey, c.table = key, t
 	c.shardKeys, c.shards = nil, nil
+	c.refs, c.refsValid = nil, false
 	return t
 }
 
@@ -322,6 +329,70 @@ func (c *Cache) allocShard(snap *cluster.Snapshot, i int, t *nodeTable) []allocE
 	}
 	c.shardKeys[i], c.shards[i] = key, ents
 	return ents
+}
+
+// ref is an allocation entry in the order gangs are built in: by job ID,
+// then allocation ID.
+type ref struct {
+	job, id string
+	shard   int
+	e       *allocEnt
+}
+
+func cmpRef(x, y ref) int {
+	if c := strings.Compare(x.job, y.job); c != 0 {
+		return c
+	}
+	return strings.Compare(x.id, y.id)
+}
+
+// sortedRefs returns the snapshot's allocation entries in ref order. The
+// order is kept across cycles: the entries of unchanged shards stay in
+// place, those of changed shards are dropped, and the changed shards'
+// entries are sorted and merged in, so a cycle after a few updates sorts
+// a few allocations, not all of them.
+func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
+	n := snap.NumShards()
+	if c.refs == nil || len(c.refKeys) != n {
+		c.refs, c.refKeys, c.refsValid = nil, make([]cluster.ShardKey, n), false
+	}
+	var changed []int
+	for si := range n {
+		c.allocShard(snap, si, t)
+		if !c.refsValid || c.shardKeys[si] != c.refKeys[si] {
+			changed = append(changed, si)
+		}
+	}
+	if len(changed) == 0 {
+		return c.refs
+	}
+	isChanged := make([]bool, n)
+	var fresh []ref
+	for _, si := range changed {
+		isChanged[si] = true
+		ents := c.shards[si]
+		for k := range ents {
+			e := &ents[k]
+			fresh = append(fresh, ref{job: e.a.JobID, id: e.a.ID, shard: si, e: e})
+		}
+		c.refKeys[si] = c.shardKeys[si]
+	}
+	slices.SortFunc(fresh, cmpRef)
+	out := make([]ref, 0, snap.NumAllocs())
+	i := 0
+	for _, r := range c.refs {
+		if isChanged[r.shard] {
+			continue
+		}
+		for i < len(fresh) && cmpRef(fresh[i], r) < 0 {
+			out = append(out, fresh[i])
+			i++
+		}
+		out = append(out, r)
+	}
+	out = append(out, fresh[i:]...)
+	c.refs, c.refsValid = out, true
+	return out
 }
 
 // New builds the state of a snapshot: nodes sorted by ID, running
@@ -362,24 +433,7 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 	// the result does not depend on the snapshot's iteration order), each
 	// job's run of them one holder, its Allocs and Slots windows of two
 	// shared arrays (two allocations, not two per gang).
-	type ref struct {
-		job, id string
-		e       *allocEnt
-	}
-	refs := make([]ref, 0, snap.NumAllocs())
-	for si := 0; si < snap.NumShards(); si++ {
-		ents := cache.allocShard(snap, si, t)
-		for k := range ents {
-			e := &ents[k]
-			refs = append(refs, ref{job: e.a.JobID, id: e.a.ID, e: e})
-		}
-	}
-	slices.SortFunc(refs, func(x, y ref) int {
-		if c := strings.Compare(x.job, y.job); c != 0 {
-			return c
-		}
-		return strings.Compare(x.id, y.id)
-	})
+	refs := cache.sortedRefs(snap, t)
 	allocs := make([]*cluster.Alloc, len(refs))
 	slots := make([]Slot, len(refs))
 	for i := range refs {
