@@ -33,6 +33,8 @@ type queueCache struct {
 	// mark and gen give each cycle a fresh set of active projects.
 	mark []uint64
 	gen  uint64
+	// sortBuf is the queue sort's scratch space, kept across cycles.
+	sortBuf radixBuf
 	// facts memoizes the policy's answers per spec key (specFacts).
 	facts map[specKey]*specFacts
 	// prevLen is the number of valid queued jobs ordered last cycle (their
@@ -285,7 +287,7 @@ func (c *cycle) buildQueue() []*queued {
 		}
 	}
 	// IDs are unique, so this is a total order: no stable sort needed.
-	sortQueue(keys)
+	sortQueue(keys, &qc.sortBuf)
 	// Parked jobs (bad metadata) come last, score zero.
 	slices.SortFunc(parked, cmpQueued)
 	qc.prevLen = len(keys)

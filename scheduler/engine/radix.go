@@ -8,20 +8,20 @@ import "math"
 // passes instead of a comparison sort's ~140,000 calls through a function
 // value (the queue was the cycle's largest sort). Byte positions where
 // every key agrees are skipped.
-func sortQueue(keys []qkey) {
+// buf holds the sort's two scratch arrays, kept for the next cycle (what
+// they still point to is the queue cache's own).
+func sortQueue(keys []qkey, buf *radixBuf) {
 	if len(keys) < 64 {
 		insertionSortQkeys(keys)
 		return
 	}
-	type rk struct {
-		hi, lo uint64 // hi: total (descending), lo: tie (ascending)
-		k      qkey
+	if cap(buf.a) < len(keys) {
+		buf.a, buf.b = make([]rk, len(keys)), make([]rk, len(keys))
 	}
-	a := make([]rk, len(keys))
+	a, b := buf.a[:len(keys)], buf.b[:len(keys)]
 	for i, k := range keys {
 		a[i] = rk{hi: ^orderedBits(k.total), lo: k.tie, k: k}
 	}
-	b := make([]rk, len(keys))
 	var count [256]int
 	for pass := 0; pass < 16; pass++ {
 		shift := uint(pass%8) * 8
@@ -66,6 +66,16 @@ func sortQueue(keys []qkey) {
 		i = j
 	}
 }
+
+// rk is a queue key with its radix key: hi the total (descending), lo the
+// tie (ascending).
+type rk struct {
+	hi, lo uint64
+	k      qkey
+}
+
+// radixBuf is sortQueue's scratch space.
+type radixBuf struct{ a, b []rk }
 
 // orderedBits maps a float to bits whose unsigned order is the float's
 // order (-0 and +0 alike, as cmpQkey's comparison sees them).

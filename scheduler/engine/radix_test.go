@@ -38,7 +38,7 @@ func TestSortQueueMatchesComparisonSort(t *testing.T) {
 			want := slices.Clone(keys)
 			slices.SortFunc(want, cmpQkey)
 			got := slices.Clone(keys)
-			sortQueue(got)
+			sortQueue(got, &radixBuf{})
 			for i := range want {
 				if got[i].q != want[i].q {
 					t.Fatalf("n=%d seed=%d: position %d holds %s (total %v), want %s (total %v)", n, seed, i, got[i].q.job.ID, got[i].total, want[i].q.job.ID, want[i].total)
