@@ -489,13 +489,18 @@ func (c *cycle) assessHolders() {
 	holders := c.st.Holders()
 	c.victims = make([]victimInfo, len(holders))
 	idle := c.judgeRunning()
-	for h, hd := range holders {
+	for h := range holders {
+		hd := &holders[h]
 		if hd.Job == nil {
 			continue
 		}
 		c.projectGPUs[c.pol.ProjectName(hd.Job.Spec)] += hd.GPUs
 		j := hd.Job
-		if hd.Stopping || c.claimed[h] || j.SpecErr != nil || j.State != cluster.JobRunning || c.pol.CheckSpec(j.Spec) != nil {
+		if hd.Stopping || c.claimed[h] || j.SpecErr != nil || j.State != cluster.JobRunning {
+			continue
+		}
+		f := c.specFacts(j.Spec)
+		if f.bad != "" {
 			continue
 		}
 		if st := idle[h]; st.idle && !st.ignored && st.cfg.Action == policy.IdlePreemptible {
@@ -503,13 +508,13 @@ func (c *cycle) assessHolders() {
 			c.idleVictims = true
 			continue
 		}
-		if !c.pol.IsPreemptible(j.Spec) {
+		if !f.preemptible {
 			continue
 		}
 		start := earliestStart(hd.Allocs)
 		if minRT := c.pol.MinRuntime(j.Spec); c.now.Sub(start) < minRT {
 			if c.explain {
-				c.young = append(c.young, youngHolder{h: h, tier: c.pol.TierOf(j.Spec).Name, from: start.Add(minRT), minRuntime: minRT})
+				c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: start.Add(minRT), minRuntime: minRT})
 			}
 			continue
 		}
@@ -517,8 +522,8 @@ func (c *cycle) assessHolders() {
 		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 		c.victims[h] = victimInfo{
 			ok:      true,
-			tier:    c.pol.TierOf(j.Spec).Name,
-			cost:    c.pol.Impact(j.Spec) * (lost + restart),
+			tier:    f.tier,
+			cost:    f.impact * (lost + restart),
 			lost:    lost,
 			grace:   j.Spec.Grace,
 			signal:  j.Spec.CheckpointSignal,
