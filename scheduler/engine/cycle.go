@@ -53,9 +53,11 @@ type queued struct {
 	// they fit).
 	tie   uint64
 	tieOK bool
-	// The job's ID, submit time, deadline and walltime, copied so that
-	// scoring and most decisions read the queue's slices, not the jobs.
+	// The job's ID, priority, submit time, deadline and walltime, copied
+	// so that scoring, sorting and most decisions read the queue's
+	// slices, not the jobs.
 	id               string
+	prio             int
 	submit, deadline time.Time
 	walltime         time.Duration
 }

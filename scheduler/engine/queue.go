@@ -131,7 +131,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 		q = append(q, queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1})
 		e := &q[len(q)-1]
 		e.tie, e.tieOK = tieOf(j)
-		e.id, e.submit, e.deadline, e.walltime = j.ID, j.Submit, j.Spec.Deadline, j.Spec.Walltime
+		e.id, e.prio, e.submit, e.deadline, e.walltime = j.ID, j.Priority, j.Submit, j.Spec.Deadline, j.Spec.Walltime
 		switch {
 		case j.SpecErr != nil:
 			e.parked = "bad impact metadata: " + j.SpecErr.Error()
@@ -212,13 +212,13 @@ func cmpQkey(x, y qkey) int {
 // cmpQueued orders jobs of equal score: Nomad priority, then submit time,
 // then ID.
 func cmpQueued(x, y *queued) int {
-	if x.job.Priority != y.job.Priority {
-		return y.job.Priority - x.job.Priority
+	if x.prio != y.prio {
+		return y.prio - x.prio
 	}
-	if c := x.job.Submit.Compare(y.job.Submit); c != 0 {
+	if c := x.submit.Compare(y.submit); c != 0 {
 		return c
 	}
-	return strings.Compare(x.job.ID, y.job.ID)
+	return strings.Compare(x.id, y.id)
 }
 
 // buildQueue scores the queued jobs and sorts them: score, then Nomad

@@ -8,8 +8,7 @@ import "math"
 // passes instead of a comparison sort's ~140,000 calls through a function
 // value (the queue was the cycle's largest sort). Byte positions where
 // every key agrees are skipped.
-// buf holds the sort's two scratch arrays, kept for the next cycle (what
-// they still point to is the queue cache's own).
+// buf holds the sort's scratch arrays, kept for the next cycle.
 func sortQueue(keys []qkey, buf *radixBuf) {
 	if len(keys) < 64 {
 		insertionSortQkeys(keys)
@@ -20,7 +19,7 @@ func sortQueue(keys []qkey, buf *radixBuf) {
 	}
 	a, b := buf.a[:len(keys)], buf.b[:len(keys)]
 	for i, k := range keys {
-		a[i] = rk{hi: ^orderedBits(k.total), lo: k.tie, k: k}
+		a[i] = rk{hi: ^orderedBits(k.total), lo: k.tie, i: int32(i)}
 	}
 	var count [256]int
 	for pass := 0; pass < 16; pass++ {
@@ -51,9 +50,15 @@ func sortQueue(keys []qkey, buf *radixBuf) {
 		}
 		a, b = b, a
 	}
-	for i := range a {
-		keys[i] = a[i].k
+	if cap(buf.keys) < len(keys) {
+		buf.keys = make([]qkey, len(keys))
 	}
+	sorted := buf.keys[:len(keys)]
+	for i := range a {
+		sorted[i] = keys[a[i].i]
+	}
+	copy(keys, sorted)
+	clear(sorted) // keep no job alive
 	// Runs of equal (total, tie): ordered by the jobs themselves.
 	for i := 0; i < len(keys); {
 		j := i + 1
@@ -67,15 +72,19 @@ func sortQueue(keys []qkey, buf *radixBuf) {
 	}
 }
 
-// rk is a queue key with its radix key: hi the total (descending), lo the
-// tie (ascending).
+// rk is a queue key's radix key: hi the total (descending), lo the tie
+// (ascending), i the key's index. No pointers: moving them costs no
+// write barriers.
 type rk struct {
 	hi, lo uint64
-	k      qkey
+	i      int32
 }
 
 // radixBuf is sortQueue's scratch space.
-type radixBuf struct{ a, b []rk }
+type radixBuf struct {
+	a, b []rk
+	keys []qkey
+}
 
 // orderedBits maps a float to bits whose unsigned order is the float's
 // order (-0 and +0 alike, as cmpQkey's comparison sees them).

@@ -122,6 +122,7 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 	}
 	return ix
 }
+
 // Select is NewIndex followed by Index.Select.
 func Select(st *placement.State, req placement.Request, cands []Candidate) ([]int, placement.Result, bool) {
 	return NewIndex(st, req.Pool, cands).Select(st, req)
