@@ -121,8 +121,9 @@ type cycle struct {
 	// waiting jobs mostly share it).
 	lastReasonKey reasonKey
 	lastReason    string
-	// cats memoizes cat.
-	cats map[[2]string]string
+	// cats memoizes cat; lastCat is its last answer (a, b, a+b).
+	cats    map[[2]string]string
+	lastCat [3]string
 	// resNotes: the reservation note after each reservation of the cycle
 	// (see reservationNote); the last one is current.
 	resNotes     []string
@@ -139,6 +140,10 @@ type cycle struct {
 	// youngNotes caches youngNote by tier and pool (thousands of waiting
 	// jobs share a few); claim clears it.
 	youngNotes map[tierPool]string
+	// lastYoung...: youngNote's last answer (claim forgets it).
+	lastYoung     tierPool
+	lastYoungNote string
+	lastYoungOK   bool
 	// hr is the headroom state (headroom.go); nil without headroom blocks.
 	hr *hrCycle
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle
@@ -548,7 +553,11 @@ func (c *cycle) assessHolders() {
 // may preempt, in its pool; "" when there is none. Explanations only.
 func (c *cycle) youngNote(q *queued) string {
 	key := tierPool{q.tier, q.pool}
+	if c.lastYoungOK && key == c.lastYoung {
+		return c.lastYoungNote
+	}
 	if note, ok := c.youngNotes[key]; ok {
+		c.lastYoung, c.lastYoungNote, c.lastYoungOK = key, note, true
 		return note
 	}
 	if c.youngNotes == nil {
@@ -567,6 +576,7 @@ func (c *cycle) youngNote(q *queued) string {
 		break
 	}
 	c.youngNotes[key] = note
+	c.lastYoung, c.lastYoungNote, c.lastYoungOK = key, note, true
 	return note
 }
 
@@ -752,15 +762,19 @@ func (c *cycle) cat(a, b string) string {
 	if b == "" {
 		return a
 	}
+	if a == c.lastCat[0] && b == c.lastCat[1] && c.lastCat[2] != "" {
+		return c.lastCat[2] // consecutive jobs mostly share both
+	}
 	k := [2]string{a, b}
-	if r, ok := c.cats[k]; ok {
-		return r
+	r, ok := c.cats[k]
+	if !ok {
+		if c.cats == nil {
+			c.cats = map[[2]string]string{}
+		}
+		r = a + b
+		c.cats[k] = r
 	}
-	if c.cats == nil {
-		c.cats = map[[2]string]string{}
-	}
-	r := a + b
-	c.cats[k] = r
+	c.lastCat = [3]string{a, b, r}
 	return r
 }
 
@@ -1295,6 +1309,7 @@ func (c *cycle) claim(h int) {
 	c.claimed[h] = true
 	c.stoppingGPUs = -1
 	clear(c.youngNotes)
+	c.lastYoungOK = false
 	for _, cl := range c.candCache {
 		if cl.member[h] {
 			delete(cl.member, h)
