@@ -157,9 +157,11 @@ plugin "impact-exec" {
 	}
 	root := nomadagent.RepoRoot()
 	nomad("acl", "policy", "apply", "impact-scheduler", filepath.Join(root, "example", "acl", "impact-scheduler.policy.hcl"))
-	// The "other" namespace is left uncreated on purpose: with a second
-	// namespace the agent's event stream (namespace "*") would need
-	// read-job there too, which the example policy does not grant.
+	// A second namespace exists: the agent's event stream (namespace "*")
+	// needs read-job in it too, which the example policy's namespace "*"
+	// block grants (without it Nomad refuses the stream and the agent sees
+	// no job at all).
+	nomad("namespace", "apply", "-description", "another team", "other")
 	nomad("acl", "policy", "apply", "other-team", policyFile("other", `namespace "other" { capabilities = ["read-job", "submit-job"] }`))
 	nomad("acl", "policy", "apply", "reader", policyFile("reader", `namespace "default" { capabilities = ["read-job"] }`))
 	schedTok, otherTok, readerTok := token("impact-scheduler", "impact-scheduler"), token("other", "other-team"), token("reader", "reader")

@@ -8,6 +8,14 @@
 # its config). Replace "default" with the namespace(s) whose jobs the
 # scheduler manages; the parking pool name must match parking_pool.
 
+# The event stream watches every namespace (namespace=*), and Nomad checks
+# such a subscription against each namespace that exists: without read-job
+# in all of them, one new namespace makes Nomad refuse the stream and the
+# agent sees nothing. Read only; what the agent may change is below.
+namespace "*" {
+  capabilities = ["list-jobs", "read-job"]
+}
+
 namespace "default" {
   capabilities = [
     # Resync lists the jobs (with their meta) to rebuild the model.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -260,6 +261,12 @@ func (w *Watcher) open(ctx context.Context, index uint64) (io.ReadCloser, error)
 	q := &api.QueryOptions{Namespace: "*"}
 	body, err := w.c.api.Raw().Response(ep, q.WithContext(ctx))
 	if err != nil {
+		if statusCode(err) == http.StatusForbidden {
+			// Nomad checks a namespace=* subscription against every
+			// namespace that exists now, so a namespace created after the
+			// token's policy was written breaks the stream.
+			return nil, fmt.Errorf("open event stream at index %d: %w (the token needs read-job in every namespace, including ones created later: namespace \"*\" in example/acl/impact-scheduler.policy.hcl)", index, err)
+		}
 		return nil, fmt.Errorf("open event stream at index %d: %w", index, err)
 	}
 	return body, nil
