@@ -53,17 +53,7 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		host, _ := os.Hostname()
 		name = host + "-" + cfg.HTTP.Listen
 	}
-	client, err := nomad.NewClient(nomad.Config{
-		Address:       cfg.Nomad.Address,
-		Token:         cfg.Nomad.Token,
-		Region:        cfg.Nomad.Region,
-		Namespace:     cfg.Nomad.Namespace,
-		CACert:        cfg.Nomad.CACert,
-		ClientCert:    cfg.Nomad.ClientCert,
-		ClientKey:     cfg.Nomad.ClientKey,
-		TLSServerName: cfg.Nomad.TLSServerName,
-		Insecure:      cfg.SkipVerify(),
-	}, logger)
+	client, err := nomad.NewClient(cfg.NomadClient(), logger)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}

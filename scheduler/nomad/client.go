@@ -15,8 +15,9 @@ import (
 )
 
 // Config names the Nomad cluster and how to reach it. Empty fields mean
-// "not set" (Merge keeps the other side's value; NewClient applies Nomad's
-// defaults).
+// "not set" (NewClient applies Nomad's defaults). It is the one connection
+// config: the agent's file config embeds it (scheduler/agent/config.Nomad)
+// and reads it from the file, NOMAD_* and flags there.
 type Config struct {
 	// Address of a Nomad agent's HTTP API, e.g. https://nomad.service:4646.
 	Address string
@@ -34,59 +35,6 @@ type Config struct {
 	ClientKey     string
 	TLSServerName string
 	Insecure      bool
-}
-
-// ConfigFromEnv reads the environment variables the nomad CLI honours
-// (NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE, NOMAD_CACERT,
-// NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY, NOMAD_TLS_SERVER_NAME,
-// NOMAD_SKIP_VERIFY). Pass os.LookupEnv. A NOMAD_SKIP_VERIFY that is not a
-// boolean is an error, not silently false.
-func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
-	get := func(k string) string {
-		v, _ := lookup(k)
-		return strings.TrimSpace(v)
-	}
-	c := Config{
-		Address:       get("NOMAD_ADDR"),
-		Token:         get("NOMAD_TOKEN"),
-		Region:        get("NOMAD_REGION"),
-		Namespace:     get("NOMAD_NAMESPACE"),
-		CACert:        get("NOMAD_CACERT"),
-		ClientCert:    get("NOMAD_CLIENT_CERT"),
-		ClientKey:     get("NOMAD_CLIENT_KEY"),
-		TLSServerName: get("NOMAD_TLS_SERVER_NAME"),
-	}
-	if v := get("NOMAD_SKIP_VERIFY"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("NOMAD_SKIP_VERIFY=%q: not a boolean", v)
-		}
-		c.Insecure = b
-	}
-	return c, nil
-}
-
-// Merge returns c with every field that o sets replacing c's. The agent
-// merges its config file over the environment, so an explicit setting in
-// the file wins, as a CLI flag wins over the environment.
-func (c Config) Merge(o Config) Config {
-	set := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	set(&c.Address, o.Address)
-	set(&c.Token, o.Token)
-	set(&c.Region, o.Region)
-	set(&c.Namespace, o.Namespace)
-	set(&c.CACert, o.CACert)
-	set(&c.ClientCert, o.ClientCert)
-	set(&c.ClientKey, o.ClientKey)
-	set(&c.TLSServerName, o.TLSServerName)
-	if o.Insecure {
-		c.Insecure = true
-	}
-	return c
 }
 
 // Validate checks the configuration without contacting Nomad.

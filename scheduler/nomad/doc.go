@@ -10,9 +10,8 @@
 //
 // # API for the agent
 //
-//	env, err := nomad.ConfigFromEnv(os.LookupEnv)  // NOMAD_ADDR/TOKEN/REGION/NAMESPACE/CACERT/CLIENT_CERT/CLIENT_KEY/TLS_SERVER_NAME/SKIP_VERIFY
-//	cfg := env.Merge(fileCfg)                      // the config file's explicit settings win
-//	c, err := nomad.NewClient(cfg, logger)         // validates; does not connect
+//	c, err := nomad.NewClient(cfg, logger)         // validates; does not connect (cfg: the agent
+//	                                               // config's nomad block, NOMAD_* and flags merged)
 //	err = c.Ping(ctx)                              // leader known?
 //	err = c.EnsureNodePool(ctx, "impact-queue", "parking pool: jobs wait here until admitted")
 //

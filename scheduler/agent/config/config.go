@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 )
 
 // Defaults that operators see documented in example/impact.hcl.
@@ -84,16 +86,14 @@ type Config struct {
 	origins map[string]string
 }
 
-// Nomad is how the agent reaches Nomad's HTTP API.
+// Nomad is how the agent reaches Nomad's HTTP API: the adapter's own
+// connection config (address, token, region, namespace, TLS files), as the
+// file, the environment and flags set it, plus TLSSkipVerify, which is read
+// instead of nomad.Config.Insecure because "not set" must differ from false
+// when the sources are merged. Config.NomadClient gives the config to
+// connect with.
 type Nomad struct {
-	Address       string
-	Token         string
-	Region        string
-	Namespace     string
-	CACert        string
-	ClientCert    string
-	ClientKey     string
-	TLSServerName string
+	nomad.Config
 	TLSSkipVerify *bool
 }
 
@@ -184,7 +184,7 @@ type DeviceStats struct {
 func Default() *Config {
 	enabled := true
 	c := &Config{
-		Nomad: Nomad{Address: DefaultNomadAddress, Namespace: "default"},
+		Nomad: Nomad{Config: nomad.Config{Address: DefaultNomadAddress, Namespace: "default"}},
 		Consul: Consul{
 			ServiceName:   DefaultConsulService,
 			Address:       DefaultConsulAddress,
@@ -288,6 +288,14 @@ func (c *Config) JSONLogs() bool { return c.LogJSON != nil && *c.LogJSON }
 // SkipVerify reports whether TLS verification of Nomad is disabled.
 func (c *Config) SkipVerify() bool {
 	return c.Nomad.TLSSkipVerify != nil && *c.Nomad.TLSSkipVerify
+}
+
+// NomadClient is the connection config for nomad.NewClient, with Insecure
+// set from TLSSkipVerify.
+func (c *Config) NomadClient() nomad.Config {
+	n := c.Nomad.Config
+	n.Insecure = c.SkipVerify()
+	return n
 }
 
 // FieldError is one invalid field, with where its value came from.
