@@ -71,7 +71,7 @@ type CycleResult struct {
 	At       time.Time
 	Leader   bool
 	Plan     *engine.Plan
-	Report   ApplyReport
+	Report   nomad.ApplyReport
 	Decide   time.Duration
 	Duration time.Duration
 	Err      error
@@ -714,7 +714,7 @@ func memoryFrom(st DurableState, now time.Time) engine.Memory {
 // than waited on. rep is nil when nothing was applied. Preemptions that
 // started, or were skipped because an earlier cycle already did them, are
 // under way and must not be forgotten.
-func (a *Agent) forgetUnapplied(plan *engine.Plan, rep *ApplyReport) {
+func (a *Agent) forgetUnapplied(plan *engine.Plan, rep *nomad.ApplyReport) {
 	var admitted, underway map[string]bool
 	if rep != nil {
 		admitted = setOf(rep.Admitted)
@@ -838,7 +838,7 @@ func lenQueue(p *engine.Plan) int {
 }
 
 // record updates the agent's memory and metrics from what the executor did.
-func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep ApplyReport, now time.Time) {
+func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep nomad.ApplyReport, now time.Time) {
 	admitted := setOf(rep.Admitted)
 	preempted := setOf(rep.Preempted)
 	a.mu.Lock()

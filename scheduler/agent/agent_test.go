@@ -14,6 +14,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -307,7 +308,7 @@ type conflictExec struct {
 	skipped int
 }
 
-func (c *conflictExec) Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (ApplyReport, error) {
+func (c *conflictExec) Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (nomad.ApplyReport, error) {
 	c.before()
 	rep, err := c.fakeExec.Apply(ctx, plan, snap)
 	c.mu.Lock()
@@ -640,7 +641,7 @@ type rollbackExec struct {
 	attempts int
 }
 
-func (r *rollbackExec) Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (ApplyReport, error) {
+func (r *rollbackExec) Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (nomad.ApplyReport, error) {
 	rest := *plan
 	rest.Admissions = nil
 	var stuck bool

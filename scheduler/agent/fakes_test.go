@@ -11,6 +11,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -161,7 +162,7 @@ type fakeExec struct {
 	plans []*engine.Plan
 }
 
-func (e *fakeExec) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snapshot) (ApplyReport, error) {
+func (e *fakeExec) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snapshot) (nomad.ApplyReport, error) {
 	e.mu.Lock()
 	e.plans = append(e.plans, plan)
 	e.mu.Unlock()
@@ -170,12 +171,12 @@ func (e *fakeExec) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snap
 	defer f.mu.Unlock()
 	if f.failApply > 0 {
 		f.failApply--
-		return ApplyReport{}, errors.New("nomad unreachable")
+		return nomad.ApplyReport{}, errors.New("nomad unreachable")
 	}
 	if ctx.Err() != nil {
-		return ApplyReport{}, ctx.Err()
+		return nomad.ApplyReport{}, ctx.Err()
 	}
-	rep := ApplyReport{Skipped: map[string]string{}, Failed: map[string]error{}}
+	rep := nomad.ApplyReport{Skipped: map[string]string{}, Failed: map[string]error{}}
 	snap := f.store.Snapshot()
 	for _, p := range plan.Preemptions {
 		j, ok := snap.Job(p.JobID)

@@ -53,7 +53,7 @@ type ModelStatus struct {
 // must be idempotent across cycles and leaders (a job already admitted or
 // already being preempted is not acted on twice).
 type Executor interface {
-	Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (ApplyReport, error)
+	Apply(ctx context.Context, plan *engine.Plan, snap *cluster.Snapshot) (nomad.ApplyReport, error)
 }
 
 // Recoverer is an Executor that must finish or undo what a previous
@@ -77,32 +77,6 @@ type UnderwayReporter interface {
 // a bounded time, on shutdown.
 type Waiter interface {
 	Wait()
-}
-
-// ApplyReport says what Apply did, for metrics, logs and explanations.
-type ApplyReport struct {
-	// Admitted lists the job IDs (cluster.JobKey) re-registered into their
-	// target pool.
-	Admitted []string
-	// Preempted lists the victims whose preemption started.
-	Preempted []string
-	// Requeued lists the incomplete gangs whose whole requeue (stop and
-	// park, plan.Requeues) started.
-	Requeued []string
-	// Reclaimed lists the hung jobs whose reclaim (the idle requeue
-	// action) started.
-	Reclaimed []string
-	// RolledBack lists admissions parked again because the gang did not
-	// fully start by its deadline.
-	RolledBack []string
-	// Skipped maps job IDs to why an action was not taken (EnforceIndex
-	// conflict: the user changed the job; already done by an earlier cycle).
-	Skipped map[string]string
-	// Failed maps job IDs to errors.
-	Failed map[string]error
-	// PinMismatches counts the nodes, since the last report, where Nomad
-	// allocated other GPUs than an admission pinned.
-	PinMismatches int
 }
 
 // Explainer persists a job's explanation: the Variable

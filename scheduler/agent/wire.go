@@ -274,27 +274,13 @@ type executorAdapter struct {
 	mismatches uint64
 }
 
-func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snapshot) (ApplyReport, error) {
+func (e *executorAdapter) Apply(ctx context.Context, plan *engine.Plan, _ *cluster.Snapshot) (nomad.ApplyReport, error) {
 	rolled := e.x.CheckDeadlines(ctx)
-	res := e.x.Apply(ctx, plan)
-	rep := ApplyReport{
-		Admitted:   res.Admitted,
-		Preempted:  res.Preempting,
-		Requeued:   res.Requeuing,
-		Reclaimed:  res.Reclaiming,
-		RolledBack: rolled,
-		Skipped:    map[string]string{},
-		Failed:     res.Failed,
-	}
+	rep := e.x.Apply(ctx, plan)
+	rep.RolledBack = rolled
 	if n := e.x.PinMismatches(); n > e.mismatches {
 		rep.PinMismatches = int(n - e.mismatches)
 		e.mismatches = n
-	}
-	for _, id := range res.Conflicts {
-		rep.Skipped[id] = "the job changed since the plan was decided (EnforceIndex conflict); re-deciding"
-	}
-	for _, id := range res.Skipped {
-		rep.Skipped[id] = "an action for the job is already under way"
 	}
 	return rep, ctx.Err()
 }

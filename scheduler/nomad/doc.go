@@ -30,7 +30,7 @@
 //	x := nomad.NewExecutor(c, st, nomad.ExecutorConfig{ParkingPool: "impact-queue", DefaultPool: "default",
 //		AdmitDeadline: 5 * time.Minute, Snapshot: w.Snapshot}, logger)
 //	err = x.Recover(ctx)            // on becoming leader: finish or drop what the last leader left
-//	res := x.Apply(ctx, plan)       // *engine.Plan; ApplyResult{Admitted, Conflicts, Preempting, Skipped, Failed}
+//	res := x.Apply(ctx, plan)       // *engine.Plan; ApplyReport{Admitted, Preempted, Requeued, Reclaimed, Skipped, Failed}
 //	rolled := x.CheckDeadlines(ctx) // every cycle: done admissions forgotten; late, failed or (after
 //	                                // BlockedGrace) unplaceable ones parked again, Nomad's reason logged
 //	x.Wait()                        // on shutdown: wait for background preemptions

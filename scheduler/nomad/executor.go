@@ -54,26 +54,44 @@ type ExecutorConfig struct {
 	OnPreemptionOutcome func(outcome string)
 }
 
-// ApplyResult says what Apply did with a plan.
-type ApplyResult struct {
-	// Admitted jobs were re-registered into their target pool.
+// ApplyReport says what was done with a plan, for the agent's metrics,
+// logs and explanations. Apply fills in everything but RolledBack and
+// PinMismatches, which come from CheckDeadlines and PinMismatches (the
+// agent's executor adapter adds them).
+type ApplyReport struct {
+	// Admitted lists the job IDs (cluster.JobKey) re-registered into their
+	// target pool.
 	Admitted []string
-	// Conflicts: the job changed since the plan was decided (a user
-	// update won the EnforceIndex race); the next cycle re-decides.
-	Conflicts []string
-	// Preempting: preemptions started (they finish in the background).
-	Preempting []string
-	// Requeuing: requeues of incomplete gangs started (the same stop and
-	// park as a preemption, in the background).
-	Requeuing []string
-	// Reclaiming: reclaims of hung jobs started (idle requeue action; in
-	// the background like preemptions).
-	Reclaiming []string
-	// Skipped: an action for the job is already under way.
-	Skipped []string
-	// Failed actions, by job.
+	// Preempted lists the victims whose preemption started (it finishes in
+	// the background).
+	Preempted []string
+	// Requeued lists the incomplete gangs whose whole requeue (stop and
+	// park, plan.Requeues) started, in the background like a preemption.
+	Requeued []string
+	// Reclaimed lists the hung jobs whose reclaim (the idle requeue
+	// action) started, in the background like a preemption.
+	Reclaimed []string
+	// RolledBack lists admissions parked again because the gang did not
+	// fully start by its deadline.
+	RolledBack []string
+	// Skipped maps job IDs to why an action was not taken: SkipConflict or
+	// SkipUnderway.
+	Skipped map[string]string
+	// Failed maps job IDs to errors.
 	Failed map[string]error
+	// PinMismatches counts the nodes, since the last report, where Nomad
+	// allocated other GPUs than an admission pinned.
+	PinMismatches int
 }
+
+// Why an action of a plan was skipped (ApplyReport.Skipped).
+const (
+	// SkipConflict: the job changed since the plan was decided (a user
+	// update won the EnforceIndex race); the next cycle re-decides.
+	SkipConflict = "the job changed since the plan was decided (EnforceIndex conflict); re-deciding"
+	// SkipUnderway: an action for the job is already under way.
+	SkipUnderway = "an action for the job is already under way"
+)
 
 // Executor carries out the engine's plans on Nomad.
 type Executor struct {
@@ -272,14 +290,14 @@ func (x *Executor) Wait() { x.wg.Wait() }
 // Apply carries out a plan: admissions now, preemptions in the background
 // (signal, grace, re-park, stop). An action already under way for a job is
 // not started twice.
-func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
-	res := ApplyResult{Failed: map[string]error{}}
+func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
+	res := ApplyReport{Skipped: map[string]string{}, Failed: map[string]error{}}
 	if plan == nil {
 		return res
 	}
 	for _, p := range plan.Preemptions {
 		if !x.claim(p.JobID) {
-			res.Skipped = append(res.Skipped, p.JobID)
+			res.Skipped[p.JobID] = SkipUnderway
 			continue
 		}
 		in := &Intent{
@@ -292,12 +310,12 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 			res.Failed[p.JobID] = fmt.Errorf("record preemption intent: %w", err)
 			continue
 		}
-		res.Preempting = append(res.Preempting, p.JobID)
+		res.Preempted = append(res.Preempted, p.JobID)
 		x.runPreemption(ctx, in, "preemption")
 	}
 	for _, r := range plan.Requeues {
 		if !x.claim(r.JobID) {
-			res.Skipped = append(res.Skipped, r.JobID)
+			res.Skipped[r.JobID] = SkipUnderway
 			continue
 		}
 		in := &Intent{
@@ -310,14 +328,14 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 			res.Failed[r.JobID] = fmt.Errorf("record requeue intent: %w", err)
 			continue
 		}
-		res.Requeuing = append(res.Requeuing, r.JobID)
+		res.Requeued = append(res.Requeued, r.JobID)
 		x.runPreemption(ctx, in, "requeue of an incomplete gang")
 	}
 	x.applyReclaims(ctx, plan, &res)
 	var admitted []engine.Admission
 	for _, a := range plan.Admissions {
 		if !x.claim(a.JobID) {
-			res.Skipped = append(res.Skipped, a.JobID)
+			res.Skipped[a.JobID] = SkipUnderway
 			continue
 		}
 		err := x.admit(ctx, a)
@@ -327,7 +345,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyResult {
 			res.Admitted = append(res.Admitted, a.JobID)
 			admitted = append(admitted, a)
 		case errors.Is(err, ErrConflict):
-			res.Conflicts = append(res.Conflicts, a.JobID)
+			res.Skipped[a.JobID] = SkipConflict
 			x.setOutcome(a.JobID, err.Error())
 		default:
 			res.Failed[a.JobID] = err

@@ -19,3 +19,15 @@ func (x *Executor) Outcome(jobID string) string {
 	note, _ := x.outcomes.get(jobID)
 	return note
 }
+
+// conflicts counts the actions Apply skipped because the job changed since
+// the plan was decided.
+func conflicts(res ApplyReport) int {
+	n := 0
+	for _, why := range res.Skipped {
+		if why == SkipConflict {
+			n++
+		}
+	}
+	return n
+}

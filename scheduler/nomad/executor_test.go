@@ -173,7 +173,7 @@ func TestAdmitLosesToConcurrentUserUpdate(t *testing.T) {
 	}
 	x := e.executor(nil)
 	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
-	if len(res.Conflicts) != 1 || len(res.Admitted) != 0 {
+	if conflicts(res) != 1 || len(res.Admitted) != 0 {
 		t.Fatalf("apply = %+v, want a conflict", res)
 	}
 	if j := e.fake.Job("edited"); *j.NodePool != parking || j.Meta["impact_tier"] != "critical" {
@@ -188,7 +188,7 @@ func TestAdmitLosesToConcurrentUserUpdate(t *testing.T) {
 	adm = admission(t, s, "edited")
 	e.fake.FailNext("PUT", "/v1/jobs", 500, "Enforcing job modify index 44: job exists with conflicting job modify index: 45")
 	res = x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
-	if len(res.Conflicts) != 1 {
+	if conflicts(res) != 1 {
 		t.Fatalf("apply = %+v, want a conflict", res)
 	}
 	if in, _ := x.st.Intent(context.Background(), adm.JobID); in != nil {
@@ -372,7 +372,7 @@ func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {
 			}
 			start := time.Now()
 			res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", grace)}})
-			if len(res.Preempting) != 1 {
+			if len(res.Preempted) != 1 {
 				t.Fatalf("apply = %+v", res)
 			}
 			// A second plan naming the same victim does not start twice.
@@ -451,7 +451,7 @@ func TestPreemptedJobThatExitsZeroCompletes(t *testing.T) {
 			p := preemption(e, "victim", tc.grace)
 			p.CheckpointSignal = tc.signal
 			start := time.Now()
-			if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempting) != 1 {
+			if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempted) != 1 {
 				t.Fatalf("apply = %+v", res)
 			}
 			x.Wait()

@@ -322,7 +322,7 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 	adm := engine.Admission{JobID: key, ModifyIndex: j.ModifyIndex, Groups: []engine.GroupPlacement{{Group: "workers",
 		Allocs: []engine.AllocPlacement{{NodeID: nodeID}, {NodeID: nodeID}}}}}
 	res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{adm}})
-	o.add("admit: admitted %d conflicts %d failed %v", len(res.Admitted), len(res.Conflicts), res.Failed)
+	o.add("admit: admitted %d conflicts %d failed %v", len(res.Admitted), conflicts(res), res.Failed)
 	poll("gang running", 30*time.Second, func() bool {
 		x.CheckDeadlines(ctx)
 		return !x.Busy(key)
@@ -347,7 +347,7 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 	// 3. A plan made on a stale index loses (the job moved on).
 	adm.ModifyIndex = stale
 	res = x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{adm}})
-	o.add("stale admit: admitted %d conflicts %d", len(res.Admitted), len(res.Conflicts))
+	o.add("stale admit: admitted %d conflicts %d", len(res.Admitted), conflicts(res))
 	// And the raw EnforceIndex conflict answer.
 	_, _, err := c.api.Jobs().EnforceRegister(job, stale, nil)
 	o.add("enforce conflict: %v", err != nil && isEnforceConflict(err) && statusCode(err) == 500)
@@ -360,7 +360,7 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 	start := time.Now()
 	res = x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{{JobID: key, Allocs: ids, GPUs: 0,
 		Grace: 2 * time.Second, CheckpointSignal: "SIGUSR1", Preemptor: "default/urgent", Reason: "test"}}})
-	o.add("preempt: started %d", len(res.Preempting))
+	o.add("preempt: started %d", len(res.Preempted))
 	x.Wait()
 	o.add("preempt: waited the grace %v", time.Since(start) >= 2*time.Second)
 	poll("allocs stopped", 30*time.Second, func() bool {

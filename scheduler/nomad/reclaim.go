@@ -21,10 +21,10 @@ const (
 	IdleStop    = "stop"
 )
 
-func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *ApplyResult) {
+func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *ApplyReport) {
 	for _, r := range plan.Reclaims {
 		if !x.claim(r.JobID) {
-			res.Skipped = append(res.Skipped, r.JobID)
+			res.Skipped[r.JobID] = SkipUnderway
 			continue
 		}
 		idle := IdleRequeue
@@ -43,7 +43,7 @@ func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *Ap
 		}
 		x.log.Info("reclaiming hung job", "job", r.JobID, "requeue", r.Requeue, "requeues", r.Requeues, "gpus", r.GPUs,
 			"idle_gpu_hours", r.IdleGPUHours, "signal", r.CheckpointSignal, "grace", r.Grace, "reason", r.Reason)
-		res.Reclaiming = append(res.Reclaiming, r.JobID)
+		res.Reclaimed = append(res.Reclaimed, r.JobID)
 		x.runPreemption(ctx, in, "reclaim")
 	}
 }

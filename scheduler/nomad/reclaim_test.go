@@ -31,7 +31,7 @@ func TestReclaimRequeuesOrStopsHungJob(t *testing.T) {
 			x := e.executor(nil)
 			admitAndRun(t, e, x, "hung")
 			res := x.Apply(context.Background(), &engine.Plan{Reclaims: []engine.Reclaim{reclaim(e, "hung", requeue)}})
-			if len(res.Reclaiming) != 1 || len(res.Preempting) != 0 {
+			if len(res.Reclaimed) != 1 || len(res.Preempted) != 0 {
 				t.Fatalf("apply = %+v", res)
 			}
 			if res := x.Apply(context.Background(), &engine.Plan{Reclaims: []engine.Reclaim{reclaim(e, "hung", requeue)}}); len(res.Skipped) != 1 {
