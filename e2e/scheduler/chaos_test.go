@@ -187,7 +187,12 @@ func TestChaos(t *testing.T) {
 
 	var lost, twice, half, ranTwice []string
 	var longestHalf time.Duration
+	requeued := 0 // jobs parked again after an admission (preempted or requeued)
 	for _, j := range jobs {
+		var nj struct{ Version uint64 }
+		if err := e.a.Get("/v1/job/"+j.name, &nj); err == nil && nj.Version > 1 {
+			requeued++
+		}
 		f := finished(marks, j.name)
 		if f < j.count {
 			lost = append(lost, fmt.Sprintf("%s (%d of %d members finished; %s)", j.name, f, j.count, e.jobState(j.name)))
@@ -211,9 +216,9 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	sort.Strings(outcomes)
-	t.Logf("chaos: %d jobs, %d agent SIGKILLs; jobs lost %d, admitted twice %d, half-placed gangs held longer than the grace (%v + 10s) %d (longest half-placed %v), jobs run twice %d",
-		len(jobs), kills, len(lost), len(twice), grace, len(half), longestHalf.Round(100*time.Millisecond), len(ranTwice))
-	t.Logf("metrics of the agent(s) up at the end: %s", strings.Join(outcomes, "; "))
+	t.Logf("chaos: %d jobs, %d agent SIGKILLs, %d jobs parked again after an admission (preempted); jobs lost %d, admitted twice %d, half-placed gangs held longer than the grace (%v + 10s) %d (longest half-placed %v), jobs run twice %d",
+		len(jobs), kills, requeued, len(lost), len(twice), grace, len(half), longestHalf.Round(100*time.Millisecond), len(ranTwice))
+	t.Logf("metrics of the agent processes up at the end (counters restart with each killed agent): %s", strings.Join(outcomes, "; "))
 	for _, l := range [][]string{lost, twice, half, ranTwice} {
 		if len(l) > 0 {
 			t.Errorf("%s", strings.Join(l, ", "))

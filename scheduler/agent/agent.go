@@ -866,6 +866,10 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep nomad.Appl
 			continue
 		}
 		a.history[p.JobID] = jobHistory{Decision: DecisionRequeued, At: now, Reason: p.Reason}
+		if p.Update {
+			a.cycleLog.Info("replacing a running job its user re-submitted", "job", p.JobID)
+			continue
+		}
 		a.opts.Metrics.RecordGangRequeue()
 		a.cycleLog.Warn("requeuing an incomplete gang whole", "job", p.JobID, "reason", p.Reason)
 	}

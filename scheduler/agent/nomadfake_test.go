@@ -588,4 +588,8 @@ func TestFakeNomadUserUpdateOfRunningJob(t *testing.T) {
 			t.Errorf("old version's allocation %s still running", old)
 		}
 	}
+	// A user's update is not an incomplete gang.
+	if body := scrape(t, s.svc.Agent); !strings.Contains(body, "impact_gangs_requeued_total 0") {
+		t.Errorf("an update counted as a gang requeue")
+	}
 }

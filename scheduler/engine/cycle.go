@@ -295,8 +295,8 @@ func (c *cycle) watchGangs() {
 				// new version waits its turn like any queued job.
 				r := Preemption{
 					JobID: j.ID, GPUs: holders[h].GPUs, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal,
-					RequeueExitCode: j.Spec.RequeueCode(),
-					Reason:          "re-submitted by its user while running: the old version's allocations are stopped (Nomad's destructive update) and the new version waits its turn in the queue",
+					RequeueExitCode: j.Spec.RequeueCode(), Update: true,
+					Reason: "re-submitted by its user while running: the old version's allocations are stopped (Nomad's destructive update) and the new version waits its turn in the queue",
 				}
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)

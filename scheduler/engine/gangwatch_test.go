@@ -74,7 +74,7 @@ func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
 				t.Fatalf("requeues = %+v, want g", plan.Requeues)
 			}
 			r := plan.Requeues[0]
-			if r.JobID != "g" || len(r.Allocs) != len(tc.allocs) || r.CheckpointSignal != "SIGUSR1" || r.Grace != 30*time.Second ||
+			if r.JobID != "g" || r.Update || len(r.Allocs) != len(tc.allocs) || r.CheckpointSignal != "SIGUSR1" || r.Grace != 30*time.Second ||
 				r.RequeueExitCode != policy.DefaultRequeueExitCode || r.Preemptor != "" || !strings.Contains(r.Reason, tc.why) {
 				t.Fatalf("requeue = %+v, want all %d allocations of g, its signal and grace, reason with %q", r, len(tc.allocs), tc.why)
 			}
@@ -166,7 +166,7 @@ func TestUserUpdateOfARunningJobReplacesItThroughTheQueue(t *testing.T) {
 		e := mustEngine(t, pol)
 		plan := e.Decide(mustSnap(t, nodes, []*cluster.Job{j}, allocs), t0)
 		if len(plan.Requeues) != 1 || plan.Requeues[0].JobID != "u" || len(plan.Requeues[0].Allocs) != 1 ||
-			plan.Requeues[0].CheckpointSignal != "SIGUSR1" || !strings.Contains(plan.Requeues[0].Reason, "re-submitted by its user") {
+			plan.Requeues[0].CheckpointSignal != "SIGUSR1" || !plan.Requeues[0].Update || !strings.Contains(plan.Requeues[0].Reason, "re-submitted by its user") {
 			t.Fatalf("policy %q: requeues = %+v, want the old version of u stopped", src, plan.Requeues)
 		}
 		// Under way: not ordered twice.

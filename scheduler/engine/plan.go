@@ -126,6 +126,10 @@ type Preemption struct {
 	// exited with this code -> requeued at once; still running at the end
 	// of the grace -> stopped and requeued.
 	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+	// Update marks a requeue that replaces a running job its user
+	// re-submitted (Nomad's destructive update through the queue), rather
+	// than an incomplete gang.
+	Update bool `json:"update,omitempty"`
 	// Preemptor is the job the GPUs are freed for.
 	Preemptor string `json:"preemptor"`
 	// Reason, for people and the job's explain.
