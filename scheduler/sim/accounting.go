@@ -27,7 +27,12 @@ type accounting struct {
 
 	delivered, lost float64 // GPU-seconds
 	preemptions     int
-	done            int
+	// The idleness model: GPU-seconds held by hung runs, hung runs ended,
+	// reclaims by the scheduler, hung runs killed at their walltime.
+	idleHeld           float64
+	hungRuns, reclaims int
+	hangKills          int
+	done               int
 
 	nextSample int64
 	series     []Sample

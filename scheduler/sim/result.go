@@ -73,6 +73,16 @@ type Result struct {
 	// LostFraction is LostGPUHours / DeliveredGPUHours.
 	LostFraction float64 `json:"lost_fraction"`
 
+	// The utilisation layer under the idleness model (IdleModel):
+	// IdleHeldGPUHours is the GPU-hours hung runs held, from the hang to
+	// their stop (reclaimed, preempted or killed at their walltime);
+	// HungRuns counts those runs, Reclaims the stops the scheduler ordered
+	// by its idle policy, HungKilled the runs killed at their walltime.
+	IdleHeldGPUHours float64 `json:"idle_held_gpu_hours"`
+	HungRuns         int     `json:"hung_runs"`
+	Reclaims         int     `json:"reclaims"`
+	HungKilled       int     `json:"hung_killed_at_walltime"`
+
 	DecisionLatencyMS Latency `json:"decision_latency_ms"`
 	// Cycles counts decisions made; CyclesSkipped the cycles where the
 	// scheduler saw there was nothing to decide.
@@ -136,6 +146,10 @@ func (r *runner) result() *Result {
 		PreemptionsIssued:   r.issued,
 		LostGPUHours:        a.lost / 3600,
 		DeliveredGPUHours:   a.delivered / 3600,
+		IdleHeldGPUHours:    a.idleHeld / 3600,
+		HungRuns:            a.hungRuns,
+		Reclaims:            a.reclaims,
+		HungKilled:          a.hangKills,
 		Cycles:              len(r.lat),
 		CyclesSkipped:       r.calls - len(r.lat),
 		JobsTotal:           len(r.st.Jobs),

@@ -8,22 +8,23 @@ import (
 )
 
 type runner struct {
-	opts   Options
-	sched  Scheduler
-	st     *State
-	heap   eventHeap
-	seq    uint64
-	now    int64
-	real   int // submit, finish and release events in the heap
-	dirty  bool
-	next   int64 // time of the pending cycle event, -1 if none
-	last   int64 // time of the last cycle, -1 before the first
-	acc    accounting
-	lat    []float64 // decision latencies, ms
-	issued int       // preemptions asked for
-	calls  int       // scheduler calls, skipped ones included
-	unsch  []string  // jobs that can never fit the cluster
-	wall   time.Time
+	hungRunning int // runs hung and not yet stopped (IdleModel)
+	opts        Options
+	sched       Scheduler
+	st          *State
+	heap        eventHeap
+	seq         uint64
+	now         int64
+	real        int // submit, finish and release events in the heap
+	dirty       bool
+	next        int64 // time of the pending cycle event, -1 if none
+	last        int64 // time of the last cycle, -1 before the first
+	acc         accounting
+	lat         []float64 // decision latencies, ms
+	issued      int       // preemptions asked for
+	calls       int       // scheduler calls, skipped ones included
+	unsch       []string  // jobs that can never fit the cluster
+	wall        time.Time
 }
 
 func newRunner(jobs []trace.Job, sched Scheduler, opts Options) *runner {
@@ -50,7 +51,7 @@ func newRunner(jobs []trace.Job, sched Scheduler, opts Options) *runner {
 	}
 	for i := range jobs {
 		tj := jobs[i]
-		j := &Job{Job: tj, Index: i, Start: -1, FirstStart: -1, Finish: -1}
+		j := &Job{Job: tj, Index: i, Start: -1, FirstStart: -1, Finish: -1, hangAt: -1}
 		j.TierRank = tierRank(tj.Tier)
 		j.IsPreemptible = tj.Preemptible != nil && *tj.Preemptible
 		st.Jobs = append(st.Jobs, j)
@@ -137,7 +138,17 @@ func (r *runner) loop() error {
 			if j.epoch != e.epoch || (j.State != Running && j.State != Stopping) {
 				continue
 			}
+			if j.hangAt >= 0 {
+				r.killHung(j)
+				continue
+			}
 			r.finish(j)
+		case evHang:
+			j := r.st.Jobs[e.job]
+			if j.epoch != e.epoch || j.hangAt != e.t || (j.State != Running && j.State != Stopping) {
+				continue
+			}
+			r.hang(j)
 		case evRelease:
 			j := r.st.Jobs[e.job]
 			if j.epoch != e.epoch || j.State != Stopping {
@@ -188,7 +199,7 @@ func (r *runner) submit(j *Job) {
 func (r *runner) cycle() error {
 	st := r.st
 	st.refreshFree()
-	if len(st.Queue()) == 0 {
+	if len(st.Queue()) == 0 && r.hungRunning == 0 {
 		r.last = r.now
 		r.dirty = false
 		return nil
@@ -218,7 +229,8 @@ func (r *runner) cycle() error {
 	st.refreshFree()
 	// Come back while jobs wait, even without events, unless nothing can
 	// ever change: no events left and this cycle did nothing.
-	if len(st.Queue()) > 0 && (r.real > 0 || len(acts.Place)+len(acts.Preempt) > 0) {
+	// A hung run keeps the timer going too: the scheduler may reclaim it.
+	if (len(st.Queue()) > 0 || r.hungRunning > 0) && (r.real > 0 || len(acts.Place)+len(acts.Preempt) > 0) {
 		r.requestCycle(r.nextTick())
 	}
 	return nil
@@ -280,6 +292,7 @@ func (r *runner) place(p Placement) error {
 		j.FirstStart = r.now
 	}
 	j.epoch++
+	r.startRun(j)
 	r.st.pendingDirty = true
 	r.st.running[j.Index] = j
 	r.st.changes = append(r.st.changes, Change{Kind: Started, Job: j, At: r.now, Allocs: append([]Alloc(nil), j.Allocs...)})
@@ -299,7 +312,11 @@ func (r *runner) preempt(p Preemption) error {
 	if grace < 0 {
 		grace = r.opts.Model.Grace
 	}
-	r.issued++
+	if p.Reclaim {
+		j.reclaiming = true
+	} else {
+		r.issued++
+	}
 	j.State = Stopping
 	j.StopAt = r.now + grace
 	r.st.changes = append(r.st.changes, Change{Kind: StopRequested, Job: j, At: r.now})
@@ -347,7 +364,17 @@ func (r *runner) finish(j *Job) {
 	r.markDirty()
 }
 
-func (r *runner) release(j *Job) {
+func (r *runner) release(j *Job) { r.requeue(j, false) }
+
+// killHung ends a hung run at its walltime estimate: killed and requeued
+// from its last checkpoint before the hang, as Nomad reschedules a failed
+// batch allocation (see IdleModel).
+func (r *runner) killHung(j *Job) { r.requeue(j, true) }
+
+// requeue stops the current run (a preemption or reclaim at the end of its
+// grace, or a hung run killed) and queues the job again with the work its
+// checkpoints saved.
+func (r *runner) requeue(j *Job, killed bool) {
 	m := r.opts.Model
 	g := int64(j.TotalGPUs())
 	var gain int64
@@ -358,8 +385,17 @@ func (r *runner) release(j *Job) {
 	r.acc.work(j, gain*g, (run-gain)*g)
 	j.Saved += gain
 	j.Restarts++
-	j.Preempted++
-	r.acc.preemptions++
+	switch {
+	case killed:
+		r.acc.hangKills++
+	case j.reclaiming:
+		r.acc.reclaims++
+	default:
+		j.Preempted++
+		r.acc.preemptions++
+	}
+	r.endRun(j)
+	j.reclaiming = false
 	held := append([]Alloc(nil), j.Allocs...)
 	r.freeGPUs(j)
 	j.Start = -1

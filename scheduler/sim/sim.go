@@ -112,6 +112,9 @@ type Placement struct {
 type Preemption struct {
 	Job   *Job
 	Grace int64
+	// Reclaim: the stop of a hung job by the scheduler's idle policy, not
+	// a preemption for another job (counted apart; see IdleModel).
+	Reclaim bool
 }
 
 // Actions are a scheduler's decisions at one cycle, applied in order:
@@ -144,6 +147,8 @@ type Options struct {
 	// MaxSimTime stops the run (with unfinished jobs reported) when the
 	// simulated clock passes it; 0 means no limit.
 	MaxSimTime int64
+	// Idle is the model of jobs that hang (off by default).
+	Idle IdleModel
 }
 
 // Progress is a snapshot of a run for a progress line.
@@ -168,6 +173,7 @@ type eventKind int
 const (
 	evFinish eventKind = iota
 	evRelease
+	evHang
 	evSubmit
 	evCycle
 )
@@ -250,6 +256,9 @@ func Run(jobs []trace.Job, sched Scheduler, opts Options) (*Result, error) {
 		return nil, err
 	}
 	if err := opts.Model.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opts.Idle.Validate(); err != nil {
 		return nil, err
 	}
 	if len(opts.TierWeights) == 0 {

@@ -69,6 +69,13 @@ type Job struct {
 	// Preempted counts preemptions of this job.
 	Preempted int
 
+	// hangAt is when the current run hangs (-1: it does not; see
+	// IdleModel); hangDone once the job has hung (hangs are transient);
+	// reclaiming while a stop it is in is a reclaim, not a preemption.
+	hangAt     int64
+	hangDone   bool
+	reclaiming bool
+
 	epoch     int   // invalidates finish / release events of older runs
 	queuedAt  int64 // last time it entered the queue
 	partialAt int64
@@ -91,8 +98,13 @@ func (j *Job) runOverhead(m Model) int64 {
 	return 0
 }
 
-// ExpectedEnd is when the current run finishes if it is not preempted.
+// ExpectedEnd is when the current run finishes if it is not preempted;
+// a run that hangs ends at its walltime estimate instead (killed, see
+// IdleModel).
 func (j *Job) ExpectedEnd(m Model) int64 {
+	if j.hangAt >= 0 {
+		return max(j.WalltimeEnd(m), j.hangAt+1)
+	}
 	return j.Start + j.runOverhead(m) + (j.Duration - j.Saved)
 }
 
@@ -108,6 +120,9 @@ func (j *Job) WalltimeEnd(m Model) int64 {
 
 // progressAt is the useful work the current run has done by t.
 func (j *Job) progressAt(t int64, m Model) int64 {
+	if j.hangAt >= 0 && t > j.hangAt {
+		t = j.hangAt // a hung run makes no progress
+	}
 	w := t - j.Start - j.runOverhead(m)
 	if w < 0 {
 		return 0
@@ -237,6 +252,9 @@ const (
 	Requeued
 	// Finished: the job completed.
 	Finished
+	// Hung: the job's current run hung (its GPUs read 0% from now on;
+	// see IdleModel).
+	Hung
 )
 
 // Change is one state change of a job since the previous cycle.

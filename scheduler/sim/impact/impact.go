@@ -76,6 +76,8 @@ type Scheduler struct {
 	// Refresh bounds how long ticks with nothing changed are skipped
 	// (seconds; 0: never skipped), see quiet.
 	Refresh int64
+	// hung: runs the idleness model hung, by job index (idle.go).
+	hung map[int]*hungRun
 }
 
 type runInfo struct {
@@ -161,6 +163,7 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 		nodeIndex: map[string]int{},
 		gpuIndex:  map[string]int{},
 		jobs:      map[string]*sim.Job{},
+		hung:      map[int]*hungRun{},
 		running:   map[int]*runInfo{},
 		cjobs:     map[int]*cluster.Job{},
 		lastLook:  -1,
@@ -325,6 +328,11 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued)); err != nil {
 				return err
 			}
+		case sim.Hung:
+			if ri := s.running[j.Index]; ri != nil {
+				s.hung[j.Index] = &hungRun{ri: ri, fed: -1}
+				s.changed = true
+			}
 		case sim.Finished:
 			if ri := s.running[j.Index]; ri != nil {
 				s.finishAllocs(ri, c.At)
@@ -425,7 +433,7 @@ func (s *Scheduler) looked(now int64, plan *engine.Plan) {
 	if len(s.youngUntil) > 0 {
 		wake = min(wake, s.youngUntil[0])
 	}
-	s.wakeAt = wake
+	s.wakeAt = min(wake, s.idleDue())
 }
 
 // Schedule implements sim.Scheduler: update the model, run one engine
@@ -439,10 +447,11 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 	if err := s.apply(st, now); err != nil {
 		return sim.Actions{}, fmt.Errorf("update model: %w", err)
 	}
+	s.feedIdle(now)
 	if s.quiet(now) {
 		return sim.Actions{Skipped: true}, nil
 	}
-	if s.idle(st) {
+	if s.idle(st) && now < s.idleDue() {
 		s.looked(now, nil)
 		return sim.Actions{Skipped: true}, nil
 	}
@@ -453,6 +462,9 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 		// Simulated gangs never lose a member: a requeue means the model
 		// fed to the engine is wrong.
 		return acts, fmt.Errorf("plan requeues incomplete gang %q (%s)", plan.Requeues[0].JobID, plan.Requeues[0].Reason)
+	}
+	if err := s.reclaims(plan, &acts); err != nil {
+		return acts, err
 	}
 	for _, p := range plan.Preemptions {
 		j := s.jobs[p.JobID]

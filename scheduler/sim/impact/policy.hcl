@@ -60,3 +60,14 @@ backfill {
   enabled      = true
   reservations = 1
 }
+
+# The utilization layer: a job whose GPUs' mean utilisation stays below 5%
+# for 30 minutes is idle; one whose every member is idle is hung, and is
+# stopped with its checkpoint signal and queued again (at most twice). It
+# acts only under the simulator's idleness model (impact sim --hang-share).
+idle {
+  threshold    = 5
+  duration     = "30m"
+  action       = "requeue"
+  max_requeues = 2
+}

@@ -35,6 +35,8 @@ type Scenario struct {
 	Model        Model              `json:"model"`
 	TierWeights  map[string]float64 `json:"jct_tier_weights"`
 	ImpactPolicy string             `json:"impact_policy,omitempty"`
+	// Idleness describes the idleness model (sim.IdleModel).
+	Idleness string `json:"idleness,omitempty"`
 }
 
 // Model is sim.Model with its meaning spelled out for readers.
@@ -88,6 +90,7 @@ var Definitions = map[string]string{
 	"delivered_gpu_hours":         "GPU-hours of useful progress kept (sum of duration x GPUs of completed work)",
 	"decision_latency_ms":         "wall time of each scheduling decision (one cycle of the policy, the impact adapter's model update included), milliseconds; cycles where the policy saw at a glance that nothing could be placed or preempted are counted in cycles_skipped, not here",
 	"jobs_completed":              "jobs that finished",
+	"idle_held_gpu_hours":         "under the idleness model (scenario.idleness): GPU-hours held by hung runs from the hang to their stop (reclaimed by the policy's idle action, preempted, or killed at their walltime estimate); hung_runs counts those runs, reclaims the stops a policy ordered for idleness, hung_killed_at_walltime those left to their walltime. Baselines never reclaim",
 	"fair_share":                  "per project, mean over window samples of allocated GPUs against its max-min fair share (equal shares, capped by its outstanding demand); fair_share_deviation = mean of sum |allocated - fair| / (2 x capacity)",
 }
 
@@ -110,6 +113,13 @@ type Comparison struct {
 	BaselinePartialIdleGPUH   float64 `json:"baseline_partial_gang_idle_gpu_hours"`
 	ImpactPartialIdleGPUH     float64 `json:"impact_partial_gang_idle_gpu_hours"`
 	ImpactLostFraction        float64 `json:"impact_lost_fraction"`
+	// GPU-hours held by hung runs under the idleness model (the
+	// utilisation layer), and the impact policy's reduction of them in
+	// percent.
+	BaselineIdleHeldGPUH  float64 `json:"baseline_idle_held_gpu_hours"`
+	ImpactIdleHeldGPUH    float64 `json:"impact_idle_held_gpu_hours"`
+	IdleHeldReductionPct  float64 `json:"idle_held_reduction_pct"`
+	DeliveredGPUHoursGain float64 `json:"delivered_gpu_hours_gain"`
 }
 
 // Compare builds the comparisons of the policy named impact against every
@@ -149,8 +159,21 @@ func (r *Report) Compare(impact string) {
 			BaselinePartialIdleGPUH:   p.PartialGangIdleGPUHours,
 			ImpactPartialIdleGPUH:     imp.PartialGangIdleGPUHours,
 			ImpactLostFraction:        imp.LostFraction,
+			BaselineIdleHeldGPUH:      p.IdleHeldGPUHours,
+			ImpactIdleHeldGPUH:        imp.IdleHeldGPUHours,
+			IdleHeldReductionPct:      reductionPct(p.IdleHeldGPUHours, imp.IdleHeldGPUHours),
+			DeliveredGPUHoursGain:     imp.DeliveredGPUHours - p.DeliveredGPUHours,
 		})
 	}
+}
+
+// reductionPct is how much lower b is than a, in percent of a (0 when a
+// is 0).
+func reductionPct(a, b float64) float64 {
+	if a <= 0 {
+		return 0
+	}
+	return 100 * (a - b) / a
 }
 
 // ceilingAnyWeights is the best ratio of p's completion times to their
@@ -223,6 +246,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	idleOn := false
+	for _, p := range r.Policies {
+		idleOn = idleOn || p.HungRuns > 0
+	}
+	if idleOn {
+		fmt.Fprintln(w, "\nutilization layer (idleness model on):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "policy\thung runs\tGPU-h held idle\treclaimed by idle policy\tkilled at walltime\tdelivered GPU-h\t\n")
+		for _, p := range r.Policies {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t\n", p.Policy, p.HungRuns, p.IdleHeldGPUHours, p.Reclaims, p.HungKilled, p.DeliveredGPUHours)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	var notes []string
 	for _, p := range r.Policies {
 		if p.JobsUnfinished > 0 {
@@ -241,6 +279,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, c := range r.Comparisons {
 		fmt.Fprintf(w, "impact vs %s: %s p99 wait %.1fx lower; weighted JCT %.2fx lower (no policy can exceed %.2fx: the floor, no job ever waiting; %.2fx under any tier weights favouring higher tiers); occupancy %+.1f points; partial-gang idle %.0f vs %.0f GPU-h\n",
 			c.Baseline, trace.Tiers[0], c.TopTierP99WaitRatio, c.WeightedJCTRatio, c.WeightedJCTRatioCeiling, c.JCTRatioCeilingAnyWeights, c.OccupancyPoints, c.ImpactPartialIdleGPUH, c.BaselinePartialIdleGPUH)
+		if idleOn {
+			fmt.Fprintf(w, "  utilization layer: GPU-h held idle by hung runs %.0f vs %.0f (%.0f%% less); delivered GPU-h %+.0f\n",
+				c.ImpactIdleHeldGPUH, c.BaselineIdleHeldGPUH, c.IdleHeldReductionPct, c.DeliveredGPUHoursGain)
+		}
 	}
 	span := ""
 	if r.Scenario.From != "" || r.Scenario.To != "" {
@@ -248,6 +290,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nScenario: %d jobs (%s%s) on %s.\n", r.Scenario.Jobs, r.Scenario.Trace, span, r.Scenario.Cluster)
 	fmt.Fprintf(w, "%s\n", r.Scenario.LabelRule)
+	if r.Scenario.Idleness != "" {
+		fmt.Fprintf(w, "%s\n", r.Scenario.Idleness)
+	}
 	fmt.Fprintf(w, "Model: %s\n", r.Scenario.Model.Description)
 	fmt.Fprintln(w, "Occupancy and fair share are measured over the submission window; waits, JCT, preemptions and lost work over the whole run.")
 	return nil

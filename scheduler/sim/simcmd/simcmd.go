@@ -66,7 +66,7 @@ Example (the standard scenario, what 'make demo' runs):
   impact sim --trace example/traces/philly.csv.gz --format philly \
     --from 2017-10-02 --to 2017-10-22 --nodes 64 --gpus-per-node 8 \
     --islands-per-node 2 --policies nomad-native,fifo-gang,backfill,impact \
-    --seed 1 --out out
+    --seed 1 --hang-share 0.05 --out out
 
 Options:
 `
@@ -85,6 +85,7 @@ type simFlags struct {
 	interval, debounce, recheck time.Duration
 	agentConfig                 string
 	parallel                    int
+	hangShare                   float64
 }
 
 // Synopsis is the one-line description of `impact sim`.
@@ -125,6 +126,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.debounce, "cycle-debounce", -1, fmt.Sprintf("the impact scheduler's delay from an event to its decision, as the agent's cycle.debounce, rounded up to a second (default: the agent's, %s)", agentconfig.DefaultCycleDebounce))
 	fs.DurationVar(&f.recheck, "recheck", time.Duration(m.Interval)*time.Second, "the baselines' timer (they decide after every event and this often while jobs wait); the impact scheduler re-reads aging and fair share at least this often on ticks where nothing else changed")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once")
+	fs.Float64Var(&f.hangShare, "hang-share", 0, "idleness model: the share of jobs (0..1) that hang once at a random point of their first run, holding their GPUs at 0% until their walltime estimate ends unless the policy reclaims them (seeded by --seed; 0: off)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -228,7 +230,10 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 	if tr.Skipped > 0 {
 		fmt.Fprintf(stderr, "impact sim: skipped %d bad rows (first: %s)\n", tr.Skipped, tr.SkipErrors[0])
 	}
-	opts := sim.Options{Cluster: cl, Model: model, ProgressEvery: 2 * time.Second}
+	opts := sim.Options{Cluster: cl, Model: model, ProgressEvery: 2 * time.Second, Idle: sim.IdleModel{HangShare: f.hangShare, Seed: f.seed}}
+	if err := opts.Idle.Validate(); err != nil {
+		return fmt.Errorf("--hang-share: %w", err)
+	}
 	if ro.From != nil {
 		opts.WindowStart = *ro.From
 	} else {
@@ -298,6 +303,7 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 			Seed:        f.seed,
 			LabelRule:   trace.LabelRule(f.seed),
 			Model:       report.ModelOf(model, baseModel, cadenceNote),
+			Idleness:    opts.Idle.Describe(),
 			TierWeights: report.TierWeightMap(sim.DefaultTierWeights),
 		},
 		Definitions: report.Definitions,
