@@ -44,10 +44,16 @@ tier "normal" {
   max_gpu_hours_lost_per_hour = 32
 }
 
-# Scavenger work fills idle GPUs and gives them back on demand.
+# Scavenger work fills idle GPUs and gives them back on demand. A hung
+# scavenger gang (every member's GPUs idle) is stopped with its checkpoint
+# signal and queued again, at most twice, then stopped for good.
 tier "scavenger" {
   weight      = 10
   preemptible = true
+  idle {
+    action       = "requeue"
+    max_requeues = 2
+  }
 }
 
 # Projects are charged for GPU-hours. `share` is the relative entitlement
@@ -129,4 +135,23 @@ backfill {
 # ever. 0 turns the watch off.
 gangs {
   missing_member_grace = "2m" # default "2m"
+}
+
+# The utilization layer: a running job whose GPUs' mean utilisation stays
+# below `threshold` percent for `duration` (no sample missing in between:
+# missing stats never count as idle) is idle; one whose every allocation is
+# idle at once is hung. `action`: "report" (show and log only),
+# "preemptible" (an idle job may be preempted by waiting work of its tier or
+# a heavier one, costed as losing nothing since it went idle; its grace and
+# checkpoint signal are kept), "requeue" (a hung job is stopped with its
+# checkpoint signal and queued again, at most `max_requeues` times, then
+# stopped for good). Jobs opt out with meta impact_idle = "ignore" unless
+# `allow_opt_out` is false. A tier's own idle block overrides the fields it
+# writes.
+idle {
+  threshold     = 5     # default 5
+  duration      = "30m" # default "30m"
+  action        = "report"
+  max_requeues  = 2
+  allow_opt_out = true
 }

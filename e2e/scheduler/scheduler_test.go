@@ -57,6 +57,10 @@ type env struct {
 	ctl string
 	// policyExtra is appended to the impact agent's policy file.
 	policyExtra string
+	// extra is added to the impact agent's config.
+	extra string
+	// logLevel of the impact agent (default "debug").
+	logLevel string
 }
 
 func (e *env) nomad(args ...string) (string, error) { return e.a.CLI(args...) }
@@ -274,7 +278,7 @@ name         = %q
 policy       = "policy.hcl"
 parking_pool = "impact-queue"
 default_pool = "default"
-log_level    = "debug"
+log_level    = %q
 nomad {
   address = %q
 }
@@ -294,7 +298,7 @@ device_stats {
   interval     = "1s"
   node_timeout = "1s"
 }
-`, name, e.a.Addr, strings.TrimPrefix(apiURL, "http://"))
+`, name, cmpOr(e.logLevel, "debug"), e.a.Addr, strings.TrimPrefix(apiURL, "http://")) + e.extra
 	cfgPath := filepath.Join(e.dir, name+".hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -619,6 +623,13 @@ func TestSchedulerWithACL(t *testing.T) {
 		err := e.a.Get("/v1/var/nomad/jobs/victim/impact", &v)
 		return err == nil && len(v.Items) > 0, fmt.Sprint(err)
 	})
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {

@@ -119,7 +119,7 @@ func printQueue(w io.Writer, q agentapi.Queue) {
 		}
 		util, idle := utilColumns(e)
 		if e.IdleNote != "" {
-			reason = strings.TrimPrefix(reason+"; "+e.IdleNote, "; ")
+			reason = strings.TrimPrefix(strings.TrimSuffix(reason, ".")+"; "+e.IdleNote, "; ")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%s\t%s\t%s\t%s\n",
 			pos, jobName(e), e.State, dash(e.Tier), dash(e.Project), e.GPUs, e.Allocations, e.Score, waited, util, idle, dash(reason))

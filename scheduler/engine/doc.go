@@ -42,6 +42,14 @@
 //     driver is not impact-exec gets a warning), preemptions
 //     with grace and checkpoint signal, and an explanation per queued job.
 //
+// Before step 4 every running gang is judged against its tier's idle
+// policy from the utilisation samples the adapter fed (ObserveUtilization;
+// see idle.go): idle (its GPUs' mean below the threshold for the
+// duration), hung (every allocation idle at once). An idle gang on the
+// preemptible action becomes a victim for waiting work of its tier or a
+// heavier one; a hung gang on the requeue action is stopped (Plan.Reclaims);
+// Plan.Running shows every running gang's utilisation and idle time.
+//
 // Before the queue is decided, the gang watch looks at the running gangs:
 // one missing a member (gone without completing, told to stop by someone
 // else, on a node that is down or draining, or replaced by Nomad with a

@@ -154,6 +154,13 @@
 // explain note and counted by Executor.PreemptionOutcomes
 // (impact_preemption_outcomes_total{outcome}).
 //
+// Reclaims (engine.Plan.Reclaims, a tier's requeue idle action on a hung
+// job) follow the same path and contract with no preemptor (reclaim.go):
+// the job is parked to be queued again, or, past the tier's max_requeues,
+// deregistered (not purged: Nomad shows it stopped) so it stays stopped;
+// the reason is the executor's outcome note and the agent's log. They are
+// not recorded as preemptions and spend no preemption budget.
+//
 // The executor records an intent in a Variable before it changes a job and
 // removes it once the change is complete, so a leader that dies between
 // deciding and acting leaves an intent that the next leader's Recover

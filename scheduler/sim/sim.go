@@ -15,7 +15,9 @@
 // GPUs and keeps running for its grace period, then loses the work done
 // since its last checkpoint; every restart spends Model.RestartCost seconds
 // before progress resumes. A gang makes progress only once every member is
-// placed. Nodes never fail.
+// placed. Nodes never fail. Optionally (Options.Idle, see IdleModel) a
+// share of jobs hang once and hold their GPUs at 0% until their walltime
+// ends or the scheduler reclaims them.
 package sim
 
 import (
