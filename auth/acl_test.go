@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
 
 func checker(t *testing.T, addr string, clk *clock) *auth.ACLChecker {

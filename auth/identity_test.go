@@ -14,7 +14,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
 
 // clock is a settable test clock.

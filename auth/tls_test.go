@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
 
 // A listener with a client CA serves only clients presenting a certificate

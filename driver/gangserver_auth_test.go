@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
 
 // The built `impact-exec gang-server`, run against a stand-in for Nomad's

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
 
 // tokenCred presents a fixed credential.

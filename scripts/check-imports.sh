@@ -5,6 +5,9 @@
 #   - only device/gpu/nvml imports github.com/NVIDIA/go-nvml;
 #   - the gang protocol (gang/, shared by impact and impact-exec) depends on
 #     neither the driver nor the scheduler;
+#   - test doubles (fakes under an internal/ directory, packages named
+#     *test or test*) are imported only by tests and by other test doubles,
+#     so no binary links them;
 #   - nothing depends on the github.com/hashicorp/nomad module itself (licence).
 set -euo pipefail
 mod=github.com/impact-sched/nomad-impact
@@ -28,6 +31,24 @@ for bad in "$mod/driver" "$mod/scheduler"; do
 		echo "import rule: gang must not depend on $bad/..."; fail=1
 	fi
 done
+
+# Test doubles: nomadfake, authtest, testwait, plugintest, testplugin...
+# (device/gpu/fake is impact-gpu's production fake backend, not under
+# internal/, so it is not one.)
+is_double() {
+	case "$1" in "$mod"/*internal/*fake | "$mod"/*internal/*fake/*) return 0 ;; esac
+	case "$1" in "$mod"/*) ;; *) return 1 ;; esac
+	case "${1##*/}" in *test | test*) return 0 ;; esac
+	return 1
+}
+while read -r pkg imports; do
+	is_double "$pkg" && continue
+	for imp in $imports; do
+		if is_double "$imp"; then
+			echo "import rule: $pkg (non-test code) imports the test double $imp"; fail=1
+		fi
+	done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
 
 # Direct importers of restricted packages.
 while read -r pkg imports; do

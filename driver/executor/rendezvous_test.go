@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/auth/authtest"
 	"github.com/impact-sched/nomad-impact/gang"
+	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
 
 // A member reaches an authenticated rendezvous over mutual TLS with the

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/auth"
-	"github.com/impact-sched/nomad-impact/auth/authtest"
+	"github.com/impact-sched/nomad-impact/internal/authtest"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 

@@ -3,7 +3,9 @@
 // (/v1/acl/token/self) and the two capability probes, answering with the
 // status codes and messages of Nomad 2.0.6. It also signs workload
 // identities with its key, so tests in other packages (and of the built
-// binaries) can present real JWTs.
+// binaries) can present real JWTs. It is a test double, internal so that no
+// binary outside this module can link it (make check: no non-test code
+// imports it).
 package authtest
 
 import (
