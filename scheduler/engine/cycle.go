@@ -281,8 +281,9 @@ func (c *cycle) watchGangs() {
 			}
 			h, hasHolder := c.holderOf(j.ID)
 			var allocs []*cluster.Alloc
+			var slots []placement.Slot
 			if hasHolder {
-				allocs = holders[h].Allocs
+				allocs, slots = holders[h].Allocs, holders[h].Slots
 				if c.ordered(allocs) {
 					continue // a stop we ordered is under way
 				}
@@ -311,7 +312,7 @@ func (c *cycle) watchGangs() {
 			if grace <= 0 {
 				continue // the watch is off
 			}
-			why := c.missing(j, allocs)
+			why := c.missing(j, allocs, slots)
 			if why == "" {
 				continue
 			}
@@ -381,11 +382,25 @@ func (c *cycle) ordered(allocs []*cluster.Alloc) bool {
 }
 
 // missing says which members of a running gang are missing, "" when none.
-func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc) string {
-	present := map[string]int{}
+// slots are the holder's slots of allocs (nil without a holder): a
+// member's node is read from the cycle's state by ordinal, not looked up
+// by ID, and the common complete gang allocates nothing.
+func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placement.Slot) string {
+	type count struct {
+		group string
+		n     int
+	}
+	var present []count
 	var why []string
-	for _, a := range allocs {
-		switch n, ok := c.snap.Node(a.NodeID); {
+	for i, a := range allocs {
+		var n *cluster.Node
+		ok := false
+		if i < len(slots) {
+			n, ok = c.st.Node(slots[i].Node), true
+		} else {
+			n, ok = c.snap.Node(a.NodeID)
+		}
+		switch {
 		case a.Replacement:
 			why = append(why, fmt.Sprintf("allocation %s of group %s is a replacement Nomad placed for a lost or stopped member", a.ID, a.Group))
 		case a.Stopping:
@@ -393,7 +408,14 @@ func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc) string {
 		case !ok || !n.Ready:
 			why = append(why, fmt.Sprintf("allocation %s of group %s is on node %s, which is down or draining", a.ID, a.Group, a.NodeID))
 		default:
-			present[a.Group]++
+			k := 0
+			for k < len(present) && present[k].group != a.Group {
+				k++
+			}
+			if k == len(present) {
+				present = append(present, count{group: a.Group})
+			}
+			present[k].n++
 		}
 	}
 	for _, g := range j.Groups {
@@ -402,7 +424,13 @@ func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc) string {
 			// admission places every group with GPUs).
 			continue
 		}
-		if short := g.Count - present[g.Name] - j.Completed[g.Name]; short > 0 && len(why) == 0 {
+		have := 0
+		for _, p := range present {
+			if p.group == g.Name {
+				have = p.n
+			}
+		}
+		if short := g.Count - have - j.Completed[g.Name]; short > 0 && len(why) == 0 {
 			why = append(why, fmt.Sprintf("group %s has %d of %d members (the others lost, failed or stopped)", g.Name, g.Count-short, g.Count))
 		}
 	}

@@ -329,11 +329,18 @@ func (c *cycle) mayPreemptVictim(by string, v *victimInfo) bool {
 func (c *cycle) judgeRunning() []idleState {
 	holders := c.st.Holders()
 	states := make([]idleState, len(holders))
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(holders))
+	if c.explain && len(holders) > 0 {
+		c.plan.Running = make([]RunningJob, 0, len(holders))
+	}
 	for h := range holders {
 		hd := &holders[h]
 		j := hd.Job
-		if j == nil || j.SpecErr != nil || j.State != cluster.JobRunning || c.pol.CheckSpec(j.Spec) != nil {
+		if j == nil || j.SpecErr != nil || j.State != cluster.JobRunning {
+			continue
+		}
+		f := c.specFacts(j.Spec)
+		if f.bad != "" {
 			continue
 		}
 		seen[hd.JobID] = true
@@ -360,7 +367,7 @@ func (c *cycle) judgeRunning() []idleState {
 			note = c.reclaim(h, hd, st)
 		}
 		if c.explain {
-			rj := RunningJob{JobID: hd.JobID, Tier: c.pol.TierOf(j.Spec).Name, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs),
+			rj := RunningJob{JobID: hd.JobID, Tier: f.tier, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs),
 				Utilization: st.util, IdleSince: st.since, IdleFor: st.idleFor, Idle: st.idle, Hung: st.hung,
 				Threshold: st.cfg.Threshold, Duration: st.cfg.Duration, Action: st.cfg.Action, OptedOut: st.ignored, Note: note}
 			if len(hd.Slots) > 0 {
@@ -374,7 +381,8 @@ func (c *cycle) judgeRunning() []idleState {
 			delete(c.e.idleSeen, id)
 		}
 	}
-	sort.Slice(c.plan.Running, func(a, b int) bool { return c.plan.Running[a].JobID < c.plan.Running[b].JobID })
+	// c.plan.Running is in job ID order already: holders are (one per
+	// job, sorted by job ID; see placement.New).
 	return states
 }
 
