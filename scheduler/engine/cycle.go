@@ -121,9 +121,14 @@ type cycle struct {
 	// waiting jobs mostly share it).
 	lastReasonKey reasonKey
 	lastReason    string
-	// cats memoizes cat; lastCat is its last answer (a, b, a+b).
-	cats    map[[2]string]string
-	lastCat [3]string
+	// cats memoizes cat; lastCat is its last answer (a, b, a+b) and
+	// catSlots its recent ones by length (checked before the map, whose
+	// keys are long strings to hash).
+	cats     map[[2]string]string
+	lastCat  [3]string
+	catSlots [32][3]string
+	// reasonSlots: reason's recent answers by GPU count (before its map).
+	reasonSlots [16]reasonSlot
 	// resNotes: the reservation note after each reservation of the cycle
 	// (see reservationNote); the last one is current.
 	resNotes     []string
@@ -761,8 +766,14 @@ func (c *cycle) reason(k reasonKey) string {
 	if c.lastReason != "" && k == c.lastReasonKey {
 		return c.lastReason
 	}
+	slot := &c.reasonSlots[bits.Len(uint(k.gpus))%len(c.reasonSlots)]
+	if slot.r != "" && slot.k == k {
+		c.lastReasonKey, c.lastReason = k, slot.r
+		return slot.r
+	}
 	if r, ok := c.reasons[k]; ok {
 		c.lastReasonKey, c.lastReason = k, r
+		*slot = reasonSlot{k, r}
 		return r
 	}
 	var r string
@@ -780,6 +791,7 @@ func (c *cycle) reason(k reasonKey) string {
 	}
 	c.reasons[k] = r
 	c.lastReasonKey, c.lastReason = k, r
+	*slot = reasonSlot{k, r}
 	return r
 }
 
@@ -793,6 +805,11 @@ func (c *cycle) cat(a, b string) string {
 	if a == c.lastCat[0] && b == c.lastCat[1] && c.lastCat[2] != "" {
 		return c.lastCat[2] // consecutive jobs mostly share both
 	}
+	slot := &c.catSlots[(len(a)+7*len(b))%len(c.catSlots)]
+	if slot[2] != "" && slot[0] == a && slot[1] == b {
+		c.lastCat = *slot
+		return slot[2]
+	}
 	k := [2]string{a, b}
 	r, ok := c.cats[k]
 	if !ok {
@@ -803,6 +820,7 @@ func (c *cycle) cat(a, b string) string {
 		c.cats[k] = r
 	}
 	c.lastCat = [3]string{a, b, r}
+	*slot = c.lastCat
 	return r
 }
 
@@ -820,6 +838,11 @@ const (
 	reasonNeeds = iota
 	reasonNoPlacement
 )
+
+type reasonSlot struct {
+	k reasonKey
+	r string
+}
 
 type reasonKey struct {
 	kind       int
