@@ -132,6 +132,19 @@
 // holding a GPU) would hold resources the scheduler already counts as
 // free, and on a restart would run beside the task's next attempt.
 //
+// # Exit codes (the preemption outcome contract)
+//
+// The impact scheduler decides what a preempted or requeued job's end
+// means from the exit code Nomad reports for each task (its Terminated
+// event), so WaitTask reports the task's own exit code unchanged: 0 means
+// the work is done (the job completes and is never run again, whether or
+// not the checkpoint signal came first); the job's impact_requeue_exit_code
+// (default 75, EX_TEMPFAIL) means "checkpoint saved, requeue me"; anything
+// else, or a task still running at the end of its grace, is stopped and
+// requeued. A trainer that checkpoints on the signal and wants to resume
+// must exit with the requeue code, not 0. See scheduler/nomad's package
+// documentation.
+//
 // # Cgroups
 //
 // A task runs in the cgroups Nomad's client made for it, whatever
