@@ -18,6 +18,10 @@
 #     task's "impact" workload identity (the identity block below). When a member fails or is
 #     preempted, the others get impact_checkpoint_signal, then
 #     impact_grace later their kill signal, so the gang is requeued whole.
+#   - exit codes (the preemption outcome contract): on impact_checkpoint_signal
+#     train.py saves a checkpoint and exits 75 (impact_requeue_exit_code):
+#     the job goes back to the queue and resumes (--resume) when admitted
+#     again. Exit 0 means the work is done: the job completes, never re-run.
 #
 # Run:  nomad job run example/jobs/distributed-training.nomad.hcl
 #       impact explain llm-pretrain
@@ -32,6 +36,7 @@ job "llm-pretrain" {
     impact_preemptible       = "true"
     impact_checkpoint_signal = "SIGUSR1"
     impact_grace             = "5m"
+    impact_requeue_exit_code = "75"
     impact_min_runtime       = "30m"
     impact_walltime          = "6h"
     impact_topology          = "nvlink"
