@@ -19,7 +19,7 @@
 #     preempted, the others get impact_checkpoint_signal, then
 #     impact_grace later their kill signal, so the gang is requeued whole.
 #   - exit codes (the preemption outcome contract): on impact_checkpoint_signal
-#     train.py saves a checkpoint and exits 75 (impact_requeue_exit_code):
+#     train.py (yours) should save a checkpoint and exit 75 (impact_requeue_exit_code):
 #     the job goes back to the queue and resumes (--resume) when admitted
 #     again. Exit 0 means the work is done: the job completes, never re-run.
 #
