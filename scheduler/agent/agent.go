@@ -769,6 +769,14 @@ func (a *Agent) checkHolder(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	h, err := hr.Holder(hctx)
+	if err == nil && h == a.opts.Name && !a.leader.Load() {
+		// The lock's holder item names this agent, which does not lead:
+		// it lost the lock without releasing it (Nomad was restarted or
+		// unreachable, its renewals failed). Nobody leads until another
+		// agent takes the lock; a scheduler token does not see the lock
+		// itself, only this item, which stays until overwritten.
+		h = ""
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.holder, a.holderErr = h, err

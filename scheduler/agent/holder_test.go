@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 )
 
 // countingHolder is an election this agent never wins that counts how
@@ -47,4 +50,33 @@ func TestStandbyHolderCheckIsRateLimited(t *testing.T) {
 	if got := el.asks.Load(); got != 2 {
 		t.Fatalf("asked %d times, want 2", got)
 	}
+}
+
+// selfNamingHolder never elects this agent but reports its own name as the
+// lock holder: the item an agent that lost the lock without releasing it
+// leaves behind (Nomad restarted under it).
+type selfNamingHolder struct {
+	neverElected
+	name string
+}
+
+func (s selfNamingHolder) Holder(context.Context) (string, error) { return s.name, nil }
+
+// A standby that finds its own name in the lock's holder item knows it is
+// stale: health reports that no agent leads once NoLeaderGrace passes,
+// instead of naming itself the leader and staying ok.
+func TestStaleSelfHolderIsNoLeader(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	ex := &fakeExec{n: n, agent: "a1"}
+	opts := fakeOptions(t, n, ex, clk.Now)
+	opts.Elector = selfNamingHolder{neverElected: neverElected{ex}, name: opts.Name}
+	opts.NoLeaderGrace = 50 * time.Millisecond
+	a := runTestAgent(t, opts)
+	waitFor(t, "no-leader problem", func() bool {
+		h := a.Health()
+		return h.Status == agentapi.StatusDegraded && !h.Leader && h.LeaderName == "" && len(h.Problems) == 1 &&
+			strings.Contains(h.Problems[0], "no agent has held the leader lock")
+	})
 }
