@@ -28,7 +28,7 @@
 //
 // The agent consumes the adapter through the small interfaces in ports.go,
 // so its tests run against fakes and against the in-process Nomad fake
-// (scheduler/nomad/nomadfake) alike.
+// (scheduler/internal/nomadfake) alike.
 //
 // # HTTP API and who may call it
 //

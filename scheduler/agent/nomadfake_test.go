@@ -18,7 +18,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/config"
-	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
 )
 
 // These tests run whole `impact agent` services (config -> NewService ->

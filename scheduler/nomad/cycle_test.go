@@ -132,7 +132,7 @@ func contains(s []string, v string) bool {
 }
 
 func recordedStream(tb testing.TB) [][]byte {
-	f, err := os.Open(filepath.Join("nomadfake", "testdata", "events.ndjson"))
+	f, err := os.Open(filepath.Join("..", "internal", "nomadfake", "testdata", "events.ndjson"))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -96,7 +96,7 @@
 // (PinMismatches, metric impact_gpu_pin_mismatch_total) and logged naming
 // the job, the node and both GPU lists.
 //
-// nomadfake (scheduler/nomad/nomadfake) is the in-process fake of Nomad's
+// nomadfake (scheduler/internal/nomadfake) is the in-process fake of Nomad's
 // HTTP API the tests use; TestFidelityFakeVersusRealNomad runs the same
 // scenario on it and on a real dev agent and compares.
 //

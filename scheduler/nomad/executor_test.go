@@ -14,7 +14,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
-	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 

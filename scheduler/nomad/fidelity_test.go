@@ -20,7 +20,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
-	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
 )
 
 // The fidelity test runs one park / admit / conflict / preempt / explain /
@@ -443,7 +443,7 @@ func fakeClient(t *testing.T) *Client {
 	f := nomadfake.New(nomadfake.Options{HeartbeatInterval: 100 * time.Millisecond})
 	t.Cleanup(f.Close)
 	var n api.Node
-	b, err := os.ReadFile(filepath.Join("nomadfake", "testdata", "node.json"))
+	b, err := os.ReadFile(filepath.Join("..", "internal", "nomadfake", "testdata", "node.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,12 +514,13 @@ func containsStr(s []string, v string) bool {
 
 // TestFidelityDevicePins runs the device-pin scenario (runDeviceScenario)
 // on the fake, seeded with a node that a real agent with impact-gpu's
-// shipped defaults reported (nomadfake/testdata/node-gpus.json: 8 A100s of
-// the fake two-island topology in one device group), and, with a nomad
+// shipped defaults reported (scheduler/internal/nomadfake/testdata/
+// node-gpus.json: 8 A100s of the fake two-island topology in one device
+// group), and, with a nomad
 // binary on PATH, on such a real agent; both must observe the same. With
 // IMPACT_RECORD_FIXTURES=1 the real node is written to the fixture.
 func TestFidelityDevicePins(t *testing.T) {
-	fixture := filepath.Join("nomadfake", "testdata", "node-gpus.json")
+	fixture := filepath.Join("..", "internal", "nomadfake", "testdata", "node-gpus.json")
 	var realObs []string
 	real := func() {
 		agent := startGPUAgent(t) // skips without nomad

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
 )
 
 const parking = "impact-queue"

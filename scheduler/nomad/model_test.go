@@ -103,7 +103,7 @@ func TestTranslateNodeFacts(t *testing.T) {
 // /v1/node/:id), and on the node events of its recorded stream, the facts
 // constraints test arrive under the names the wire structs use.
 func TestRealNodeFacts(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("nomadfake", "testdata", "node.json"))
+	b, err := os.ReadFile(filepath.Join("..", "internal", "nomadfake", "testdata", "node.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestRealNodeFacts(t *testing.T) {
 	if !n.Satisfies(cluster.Constraint{Target: "${attr.cpu.arch}", Operand: "=", Value: n.Attributes["cpu.arch"]}) {
 		t.Fatal("node fails a constraint on its own architecture")
 	}
-	f, err := os.Open(filepath.Join("nomadfake", "testdata", "events.ndjson"))
+	f, err := os.Open(filepath.Join("..", "internal", "nomadfake", "testdata", "events.ndjson"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestRealNomadJobConstraints(t *testing.T) {
 // GPU carries its device group (one, by model), its island from the
 // per-instance attributes, and the node its group_by.
 func TestRealGPUNodeDeviceGroups(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("nomadfake", "testdata", "node-gpus.json"))
+	b, err := os.ReadFile(filepath.Join("..", "internal", "nomadfake", "testdata", "node-gpus.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/impact-sched/nomad-impact/scheduler/nomad/nomadfake"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
 )
 
 func TestConfigFromEnvAndMerge(t *testing.T) {

@@ -24,6 +24,9 @@
 // Everything lives under one mutex; writes bump the Raft-like index and
 // wake blocking queries and streams. The fake never sleeps on its own except
 // for heartbeats, so tests stay fast and deterministic.
+//
+// It is a test double: internal to scheduler/ so that no binary outside
+// it can link it, and `make check` refuses any non-test importer.
 package nomadfake
 
 import (
