@@ -993,8 +993,10 @@ func explainOrder(v *view, written, busy map[string]string, limit int) []explain
 			return
 		}
 		if (e.State == agentapi.StateRunning || e.State == agentapi.StateAdmitting) && len(e.Nodes) == 0 {
-			// A job admitted before this agent led: the previous leader's
-			// Variable says more (score, placement) than this agent knows.
+			// Admitted before this agent led and no allocation placed
+			// yet: the previous leader's Variable says more (score,
+			// placement) than this agent knows. Once allocations run,
+			// their nodes are known and it is rewritten.
 			return
 		}
 		d := digest(e)

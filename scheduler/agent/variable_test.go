@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 )
 
 func waitingExplanation() agentapi.Explanation {
@@ -91,5 +94,45 @@ func TestDigestIgnoresChurn(t *testing.T) {
 		if digest(e) == d {
 			t.Errorf("digest unchanged after a change of %s", name)
 		}
+	}
+}
+
+// A job admitted by a previous leader (no history in this agent) is still
+// explained from what Nomad says once its allocations run, so its Variable
+// follows its state after a failover; before any allocation runs, the
+// previous leader's Variable is left as it is.
+func TestRunningJobOfPreviousLeaderExplained(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.submit("old", tier("normal"), gpuGroup("g", 2, 4))
+	j, _ := n.store.Snapshot().Job("default/old")
+	run := *j
+	run.State = cluster.JobRunning
+	if err := n.store.UpsertJob(&run); err != nil {
+		t.Fatal(err)
+	}
+	pol := testPolicy(t)
+	v := buildView(n.store.Snapshot(), nil, nil, clk.Now(), true, pol)
+	if e := v.explain["default/old"]; e.State != agentapi.StateAdmitting || len(e.Nodes) != 0 {
+		t.Fatalf("before its allocations run: %+v", e)
+	}
+	if items := explainOrder(v, map[string]string{}, map[string]string{}, 10); len(items) != 0 {
+		t.Errorf("an admitting job of the previous leader was queued for writing: %+v", items)
+	}
+	for i := 0; i < 2; i++ {
+		if err := n.store.UpsertAlloc(&cluster.Alloc{ID: fmt.Sprintf("a%d", i), JobID: "default/old", Group: "g", NodeID: "node-1",
+			GPUs: []string{fmt.Sprintf("node-1-gpu%d", i)}, Start: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v = buildView(n.store.Snapshot(), nil, nil, clk.Now(), true, pol)
+	e := v.explain["default/old"]
+	if e.State != agentapi.StateRunning || strings.Join(e.Nodes["g"], ",") != "node-1" {
+		t.Fatalf("once running: state %s nodes %v", e.State, e.Nodes)
+	}
+	items := explainOrder(v, map[string]string{}, map[string]string{}, 10)
+	if len(items) != 1 || VariableItems(items[0].e, "")["state"] != agentapi.StateRunning {
+		t.Errorf("the running job of the previous leader is not rewritten: %+v", items)
 	}
 }

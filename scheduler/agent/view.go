@@ -128,6 +128,23 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 	return v
 }
 
+// allocNodes lists the nodes of a job's live allocations per group, in
+// the order first seen.
+func allocNodes(snap *cluster.Snapshot, jobID string) map[string][]string {
+	var out map[string][]string
+	seen := map[string]bool{}
+	for _, a := range snap.JobAllocs(jobID) {
+		if k := a.Group + "\x00" + a.NodeID; !seen[k] {
+			seen[k] = true
+			if out == nil {
+				out = map[string][]string{}
+			}
+			out[a.Group] = append(out[a.Group], a.NodeID)
+		}
+	}
+	return out
+}
+
 func tierKey(t string) string {
 	if t == "" {
 		return "none"
@@ -191,6 +208,10 @@ func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, 
 				e.Score = h.Score.Total
 				e.Terms = scoreTerms(h.Score)
 			}
+		} else {
+			// Admitted before this agent led: where it runs is what
+			// Nomad says, so its Variable still follows its state.
+			e.Nodes = allocNodes(snap, j.ID)
 		}
 		if p, ok := victims[j.ID]; ok {
 			e.Decision = DecisionPreempted
