@@ -41,9 +41,12 @@ func ownGoroutines(self string) []string {
 // A stopped service leaves no goroutine behind: watcher, elector, stats
 // poll, background actions, HTTP server, all end with Run.
 func TestServiceStopsAllGoroutines(t *testing.T) {
-	if left := ownGoroutines("agent.TestServiceStopsAllGoroutines"); len(left) > 0 {
-		t.Fatalf("goroutines left by earlier tests:\n%s", strings.Join(left, "\n\n"))
-	}
+	// An earlier test's goroutine may still be exiting (it sent its
+	// result, its test's cleanup went on): wait for it, briefly.
+	eventuallyT(t, 2*time.Second, "no goroutines left by earlier tests", func() (bool, string) {
+		left := ownGoroutines("agent.TestServiceStopsAllGoroutines")
+		return len(left) == 0, strings.Join(left, "\n\n")
+	})
 	c := newFakeCluster(t, 1, 2, 4)
 	s := c.startWith("leak", fmt.Sprintf("address = %q", c.fake.URL()), "device_stats {\n  interval = \"50ms\"\n  node_timeout = \"50ms\"\n}\n")
 	eventuallyT(t, 10*time.Second, "leader", func() (bool, string) { return s.svc.Agent.IsLeader(), "" })
