@@ -74,9 +74,13 @@
 //
 // Long queues stay cheap: the queued jobs' static facts (tier, project,
 // pool, impact, GPUs) are kept per shard of the snapshot's job table and
-// redone only for shards that changed; scores are recomputed each cycle
-// (they depend on now and usage) and sorted from the previous cycle's
-// order; waiting reasons are formatted once per distinct sentence.
+// redone only for shards that changed, and the policy's answers per
+// distinct tier/project are worked out once; scores are recomputed each
+// cycle (they depend on now and usage) and radix-sorted; waiting reasons
+// are formatted once per distinct sentence. Placement keeps the running
+// allocations in gang order across cycles and merges in only the changed
+// shards. TestGoldenPlans pins the decisions (testdata/plans.golden), so
+// that a change made for speed cannot change a plan.
 //
 // The engine reads no clock: `now` is an argument, so the simulator can
 // replay months in seconds and tests are exact.

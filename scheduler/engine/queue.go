@@ -257,8 +257,9 @@ func (c *cycle) buildQueue() []*queued {
 		deficits[qc.projIdx[name]] = scorer.Deficit(name)
 	}
 	// Scores move little between cycles, so the jobs are laid out in the
-	// previous cycle's order (new ones last) before sorting: the sort then
-	// mostly confirms runs that are already in order.
+	// previous cycle's order (new ones last) before sorting: a short queue's
+	// insertion sort then mostly confirms runs already in order (a long
+	// queue's radix sort costs the same either way; see sortQueue).
 	prev := qc.prevLen
 	keys := make([]qkey, prev, total+prev)
 	var parked []*queued
