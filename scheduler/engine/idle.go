@@ -381,6 +381,13 @@ func (c *cycle) judgeRunning() []idleState {
 			delete(c.e.idleSeen, id)
 		}
 	}
+	// A job's requeue count lives as long as the job (queued again or
+	// running); a job that left (stopped, purged) starts afresh.
+	for id := range c.e.requeues {
+		if _, ok := c.snap.Job(id); !ok {
+			delete(c.e.requeues, id)
+		}
+	}
 	// c.plan.Running is in job ID order already: holders are (one per
 	// job, sorted by job ID; see placement.New).
 	return states

@@ -327,6 +327,11 @@ tier "scavenger" {
 	if e2.requeues["s"] != 2 {
 		t.Fatalf("restored requeues %v", e2.requeues)
 	}
+	// The count goes with the job: once it leaves, it is forgotten.
+	e2.Decide(mustSnap(t, nodes, nil, nil), t0.Add(5*time.Hour))
+	if _, ok := e2.requeues["s"]; ok || len(e2.Memory(t0).Requeues) != 0 {
+		t.Fatalf("requeues of a job that left kept: %v", e2.requeues)
+	}
 	// Forget gives back a requeue the adapter did not carry out.
 	e3 := mustEngine(t, p)
 	allocs := []*cluster.Alloc{alloc("x0", "s", "n1", t0.Add(-time.Hour), 0, 1, 2, 3), alloc("x1", "s", "n2", t0.Add(-time.Hour), 0, 1, 2, 3)}
