@@ -155,3 +155,24 @@ idle {
   max_requeues  = 2
   allow_opt_out = true
 }
+
+# Headroom (optional, one block per node pool): keep part of the pool free
+# of non-preemptible work of every tier but `tiers`. Those GPUs may hold
+# preemptible work, which a job of `tiers` preempts at once (its minimum
+# runtime does not protect it from them), so urgent work starts within a
+# cycle even when long non-preemptible jobs fill the cluster. The headroom
+# is kept as whole nodes (ceil(size / node GPUs) of them), so a job up to a
+# node's size finds one. Size: `gpus = N`, `share = 0.1` of the pool, or
+# `learn = true`: the mean GPUs the tiers' jobs of the last `window` held
+# (GPUs x walltime, an hour when unknown) plus the largest of them, at
+# least `min_gpus`, at most `max_share` of the pool. Waiting jobs kept out
+# say so in `impact explain`; impact_headroom_gpus{pool} and
+# impact_headroom_held_gpus{pool,holder} show its size and what holds it.
+#
+# headroom "gpu" {
+#   tiers     = ["critical"]
+#   learn     = true
+#   window    = "24h"
+#   min_gpus  = 8
+#   max_share = 0.1
+# }

@@ -23,11 +23,12 @@ type Command struct {
 // Commands returns the subcommands of `impact`, by name.
 func Commands() map[string]Command {
 	return map[string]Command{
-		"agent":   agentCommand(),
-		"queue":   queueCommand(),
-		"explain": explainCommand(),
-		"sim":     simCommand(),
-		"version": versionCommand(),
+		"agent":      agentCommand(),
+		"queue":      queueCommand(),
+		"explain":    explainCommand(),
+		"sim":        simCommand(),
+		"robustness": robustnessCommand(),
+		"version":    versionCommand(),
 	}
 }
 

@@ -71,7 +71,10 @@ type reservation struct {
 // victimInfo is what the cycle knows about a running gang as a possible
 // victim.
 type victimInfo struct {
-	ok     bool // preemptible at all (policy, min runtime, not stopping)
+	ok bool // preemptible at all (policy, min runtime, not stopping)
+	// young: preemptible but within its minimum runtime, a victim only
+	// for the tiers of its pool's headroom (headroomWaives).
+	young  bool
 	tier   string
 	cost   float64
 	lost   float64
@@ -552,16 +555,21 @@ func (c *cycle) assessHolders() {
 			continue
 		}
 		start := earliestStart(hd.Allocs)
+		young := false
 		if minRT := c.pol.MinRuntime(j.Spec); c.now.Sub(start) < minRT {
 			if c.explain {
 				c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: start.Add(minRT), minRuntime: minRT})
 			}
-			continue
+			if len(c.pol.Headrooms) == 0 {
+				continue
+			}
+			young = true // a victim only for a headroom's tiers (headroomWaives)
 		}
 		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
 		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 		c.victims[h] = victimInfo{
-			ok:      true,
+			ok:      !young,
+			young:   young,
 			tier:    f.tier,
 			cost:    f.impact * (lost + restart),
 			lost:    lost,
@@ -707,6 +715,9 @@ func (c *cycle) decide(q *queued, pos int) {
 	if why := c.headroomBlocks(q); why != "" {
 		exp.Status, exp.Reason = StatusWaiting, why
 		return
+	}
+	if give := c.headroomProtect(q); give != nil {
+		defer give()
 	}
 	if slots := c.bound[q.id]; len(slots) > 0 {
 		// The GPUs bound to this job are its own: free for it alone.
@@ -1317,7 +1328,12 @@ func resultNodes(res placement.Result) int {
 // their GPUs. Lists are built once per cycle per tier and pool; claim
 // removes a victim from all of them.
 func (c *cycle) candidates(q *queued) *candList {
+	keptOut := c.headroomKeepsOut(q)
 	key := tierPool{q.tier, q.pool}
+	if keptOut {
+		// Headroom nodes shield their holders from this job: its own list.
+		key.pool += "\x00kept-out"
+	}
 	if cl, ok := c.candCache[key]; ok {
 		return cl
 	}
@@ -1326,10 +1342,13 @@ func (c *cycle) candidates(q *queued) *candList {
 	gpus := 0
 	minPer := 0.0
 	for h, v := range c.victims {
-		if !v.ok || c.claimed[h] || !c.mayPreemptVictim(q.tier, &c.victims[h]) {
+		if !(v.ok || v.young && c.headroomWaives(q, h)) || c.claimed[h] || !c.mayPreemptVictim(q.tier, &c.victims[h]) {
 			continue
 		}
 		if q.pool != "" && !c.holderInPool(h, q.pool) {
+			continue
+		}
+		if keptOut && c.headroomShields(q, h) {
 			continue
 		}
 		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.cost})

@@ -36,6 +36,14 @@
 //     reservation on the GPUs they will get when running work ends; later
 //     jobs may use reserved GPUs only if they end (by walltime) before the
 //     reservation is needed, or are preemptible by the reserving job.
+//     With a policy headroom block for the job's pool (headroom.go), a
+//     non-preemptible job of a tier that may not use the headroom waits
+//     (neither preempting nor reserving) when it would leave fewer than
+//     the headroom's GPUs free of such work, and never takes the GPUs of
+//     the headroom's whole nodes (the first ceil(size / node GPUs) nodes
+//     free of such work); jobs of the headroom's tiers may preempt
+//     preemptible work of the pool before its minimum runtime. A learned
+//     headroom is sized from the arrivals of its tiers over a window.
 //  5. Return the plan: admissions with node and GPU choices (per
 //     allocation its GPU IDs and their islands, and each device block's
 //     GPUs: what the adapter pins; a task with several GPU blocks whose

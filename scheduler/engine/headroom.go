@@ -65,6 +65,10 @@ type hrPool struct {
 	arrivals int
 	// GPUs held, by kind (see HeadroomStatus).
 	other, preemptible, urgent int
+	// protect: whole nodes of the pool kept free of other tiers'
+	// non-preemptible work (ceil(size / largest node)).
+	protect  int
+	nodeGPUs int
 }
 
 // hrCycle is the headroom state of one cycle; nil without headroom blocks.
@@ -74,6 +78,12 @@ type hrCycle struct {
 	// urgent: tier -> it may use some pool's headroom (learned ones
 	// observe its jobs).
 	urgent map[string]bool
+	// nodeOther: node ordinal -> GPUs held by non-preemptible work of
+	// tiers that may not use its pool's headroom.
+	nodeOther []int
+	// protected: node ordinal -> kept whole for the headroom this cycle
+	// (see headroomProtect).
+	protected []bool
 }
 
 // headroomBegin learns from the queue's jobs of headroom tiers, sizes
@@ -83,7 +93,7 @@ func (c *cycle) headroomBegin(queue []*queued) {
 	if len(c.pol.Headrooms) == 0 {
 		return
 	}
-	hc := &hrCycle{pools: map[string]*hrPool{}, urgent: map[string]bool{}}
+	hc := &hrCycle{pools: map[string]*hrPool{}, urgent: map[string]bool{}, nodeOther: make([]int, c.st.NumNodes())}
 	for name, h := range c.pol.Headrooms {
 		hc.pools[name] = &hrPool{h: h}
 		hc.names = append(hc.names, name)
@@ -102,11 +112,14 @@ func (c *cycle) headroomBegin(queue []*queued) {
 		if p == nil || !c.st.Schedulable(ord) {
 			continue
 		}
+		healthy := 0
 		for _, g := range n.GPUs {
 			if g.Healthy {
-				p.capacity++
+				healthy++
 			}
 		}
+		p.capacity += healthy
+		p.nodeGPUs = max(p.nodeGPUs, healthy)
 	}
 	for _, hd := range c.st.Holders() {
 		if hd.Job == nil {
@@ -116,7 +129,10 @@ func (c *cycle) headroomBegin(queue []*queued) {
 		pre := c.pol.IsPreemptible(hd.Job.Spec)
 		for _, sl := range hd.Slots {
 			if p := hc.pools[c.st.PoolOf(sl.Node)]; p != nil {
-				p.add(tier, pre, bits.OnesCount64(sl.Mask))
+				n := bits.OnesCount64(sl.Mask)
+				if p.add(tier, pre, n) {
+					hc.nodeOther[sl.Node] += n
+				}
 			}
 		}
 	}
@@ -124,14 +140,34 @@ func (c *cycle) headroomBegin(queue []*queued) {
 		p := hc.pools[name]
 		if size, ok := p.h.Size(p.capacity); ok {
 			p.size, p.basis = size, p.h.Describe()
-			continue
+		} else {
+			p.size, p.arrivals = c.e.learnedHeadroom(name, p.h, p.capacity, c.now)
+			p.basis = fmt.Sprintf("%s: %d arrivals", p.h.Describe(), p.arrivals)
 		}
-		p.size, p.arrivals = c.e.learnedHeadroom(name, p.h, p.capacity, c.now)
-		p.basis = fmt.Sprintf("%s: %d arrivals", p.h.Describe(), p.arrivals)
+		if p.nodeGPUs > 0 {
+			p.protect = (p.size + p.nodeGPUs - 1) / p.nodeGPUs
+		}
+	}
+	// The nodes kept whole: in each pool the first protect nodes (by
+	// ordinal, so the set is stable from cycle to cycle and admissions
+	// never wander onto it) free of other tiers' non-preemptible work.
+	hc.protected = make([]bool, c.st.NumNodes())
+	left := map[string]int{}
+	for _, name := range hc.names {
+		left[name] = hc.pools[name].protect
+	}
+	for ord := 0; ord < c.st.NumNodes(); ord++ {
+		pool := c.st.PoolOf(ord)
+		if left[pool] > 0 && hc.nodeOther[ord] == 0 && c.st.Schedulable(ord) {
+			hc.protected[ord] = true
+			left[pool]--
+		}
 	}
 }
 
-func (p *hrPool) add(tier *policy.Tier, preemptible bool, gpus int) {
+// add counts gpus of a holder; true when they are other tiers'
+// non-preemptible work.
+func (p *hrPool) add(tier *policy.Tier, preemptible bool, gpus int) bool {
 	switch {
 	case preemptible:
 		p.preemptible += gpus
@@ -139,16 +175,19 @@ func (p *hrPool) add(tier *policy.Tier, preemptible bool, gpus int) {
 		p.urgent += gpus
 	default:
 		p.other += gpus
+		return true
 	}
+	return false
 }
 
 // learnedHeadroom sizes a learned headroom from the arrivals of its tiers
 // over its window: their mean occupancy (GPU-seconds over the window) plus
 // the largest one, at most the policy's cap.
 func (e *Engine) learnedHeadroom(pool string, h *policy.Headroom, capacity int, now time.Time) (int, int) {
+	floor := min(h.MinGPUs, h.LearnedCap(capacity))
 	m := e.hrMem[pool]
 	if m == nil {
-		return 0, 0
+		return floor, 0
 	}
 	e.pruneHeadroom(m, h, now)
 	sum, largest := 0.0, 0
@@ -157,10 +196,10 @@ func (e *Engine) learnedHeadroom(pool string, h *policy.Headroom, capacity int, 
 		largest = max(largest, a.gpus)
 	}
 	if len(m.arrivals) == 0 {
-		return 0, 0
+		return floor, 0
 	}
 	size := int(math.Ceil(sum/h.Window.Seconds()-1e-9)) + largest
-	return min(size, h.LearnedCap(capacity)), len(m.arrivals)
+	return max(floor, min(size, h.LearnedCap(capacity))), len(m.arrivals)
 }
 
 func (e *Engine) pruneHeadroom(m *hrMemory, h *policy.Headroom, now time.Time) {
@@ -262,10 +301,85 @@ func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 	for _, g := range res.Groups {
 		for _, sl := range g {
 			if p := c.hr.pools[c.st.PoolOf(sl.Node)]; p != nil {
-				p.add(tier, q.preemptible, bits.OnesCount64(sl.Mask))
+				n := bits.OnesCount64(sl.Mask)
+				if p.add(tier, q.preemptible, n) {
+					c.hr.nodeOther[sl.Node] += n
+				}
 			}
 		}
 	}
+}
+
+// headroomProtect withholds from q, non-preemptible work of a tier kept
+// out of a headroom, the free GPUs of the nodes the headroom keeps whole
+// (the first ceil(size / node size) nodes of the pool free of that kind
+// of work). A headroom counted in GPUs alone could be scattered over
+// every node, a GPU here and there, and then no urgent job wider than a
+// GPU finds room; kept as whole nodes, an urgent job up to a node's size
+// starts on one by preempting what runs there. It returns the function
+// that gives the GPUs back (call it once q is decided), nil when it
+// withheld nothing.
+func (c *cycle) headroomProtect(q *queued) func() {
+	if c.hr == nil || !c.headroomKeepsOut(q) {
+		return nil
+	}
+	var taken, reserved []placement.Slot
+	for ord, prot := range c.hr.protected {
+		if !prot || (q.pool != "" && c.st.PoolOf(ord) != q.pool) || c.hr.pools[c.st.PoolOf(ord)].h.UsesHeadroom(q.tier) {
+			continue
+		}
+		res := c.st.Reserved(ord) &^ c.st.Used(ord)
+		mask := c.st.Free(ord) | res
+		if mask == 0 {
+			continue
+		}
+		sl := placement.Slot{Node: ord, Mask: mask}
+		c.st.Take(sl)
+		taken = append(taken, sl)
+		if res != 0 {
+			reserved = append(reserved, placement.Slot{Node: ord, Mask: res})
+		}
+	}
+	if len(taken) == 0 {
+		return nil
+	}
+	return func() {
+		for _, sl := range taken {
+			c.st.Release(sl)
+		}
+		for _, sl := range reserved {
+			c.st.Reserve(sl)
+		}
+	}
+}
+
+// headroomKeepsOut reports whether q is work some headroom keeps out:
+// non-preemptible, of a tier that may not use it.
+func (c *cycle) headroomKeepsOut(q *queued) bool {
+	if c.hr == nil || q.preemptible {
+		return false
+	}
+	for _, name := range c.hr.names {
+		if (q.pool == "" || q.pool == name) && !c.hr.pools[name].h.UsesHeadroom(q.tier) {
+			return true
+		}
+	}
+	return false
+}
+
+// headroomShields reports whether holder h may not be preempted for q:
+// it runs on a node kept whole for a headroom that keeps q out (q would
+// take the node's GPUs).
+func (c *cycle) headroomShields(q *queued, h int) bool {
+	if c.hr == nil || !c.headroomKeepsOut(q) {
+		return false
+	}
+	for _, sl := range c.st.Holders()[h].Slots {
+		if c.hr.protected[sl.Node] && !c.hr.pools[c.st.PoolOf(sl.Node)].h.UsesHeadroom(q.tier) {
+			return true
+		}
+	}
+	return false
 }
 
 // headroomStatus is the plan's view of every headroom after the cycle.
@@ -285,4 +399,22 @@ func (c *cycle) headroomStatus() []HeadroomStatus {
 		})
 	}
 	return out
+}
+
+// headroomWaives reports whether q may preempt holder h although h is
+// within its minimum runtime: q's tier uses the headroom of h's pool. The
+// headroom promises its tiers an immediate start by preemption; waiting
+// out a young job's minimum runtime would break that promise exactly when
+// the pool is full of fresh preemptible work. The preemption budgets
+// still apply.
+func (c *cycle) headroomWaives(q *queued, h int) bool {
+	if c.hr == nil {
+		return false
+	}
+	hd := c.st.Holders()[h]
+	if len(hd.Slots) == 0 {
+		return false
+	}
+	p := c.hr.pools[c.st.PoolOf(hd.Slots[0].Node)]
+	return p != nil && p.h.UsesHeadroom(q.tier)
 }

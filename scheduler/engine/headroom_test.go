@@ -105,7 +105,7 @@ headroom "gpu" {
 	_ = store.UpsertJob(mkJob("c1", group("main", 1, 4), meta("impact_tier", "critical", "impact_walltime", "30m"), submitted(t0)))
 	_ = store.UpsertJob(mkJob("c2", group("main", 1, 4), meta("impact_tier", "critical", "impact_walltime", "30m"), submitted(t0.Add(time.Minute))))
 	p1 := e.Decide(store.Snapshot(), t0.Add(2*time.Minute))
-	if h := p1.Headroom[0]; h.GPUs != 8 || h.Arrivals != 2 || !strings.Contains(h.Basis, "learned from the arrivals of [critical] over the last 1h0m0s") {
+	if h := p1.Headroom[0]; h.GPUs != 8 || h.Arrivals != 2 || !strings.Contains(h.Basis, "learned from the arrivals of [critical] over the last 1h0m0s, at least 0 GPUs") {
 		t.Fatalf("learned %+v, want 8 GPUs from 2 arrivals", h)
 	}
 	// A burst of ten more: capped at half of the 32 GPUs.

@@ -20,7 +20,7 @@ import (
 // average over the last Window (sum of GPUs x walltime of the jobs that
 // arrived in it, over the window; by Little's law their mean occupancy)
 // plus the largest of those jobs, so that one more arrival of that size
-// finds room at once; at most MaxShare of the pool.
+// finds room at once; at least MinGPUs, at most MaxShare of the pool.
 type Headroom struct {
 	// Pool is the node pool (the block's label).
 	Pool string
@@ -34,9 +34,12 @@ type Headroom struct {
 	Share float64
 	Learn bool
 	// Window is how far back Learn looks; MaxShare caps the learned size
-	// as a share of the pool's healthy GPUs.
+	// as a share of the pool's healthy GPUs; MinGPUs is its floor, so a
+	// quiet window (no urgent arrival in it) does not let long
+	// non-preemptible work take every node before the next one comes.
 	Window   time.Duration
 	MaxShare float64
+	MinGPUs  int
 }
 
 // Headroom defaults (a block sets what it needs).
@@ -83,7 +86,7 @@ func (h *Headroom) LearnedCap(capacity int) int {
 func (h *Headroom) Describe() string {
 	switch {
 	case h.Learn:
-		return fmt.Sprintf("learned from the arrivals of %v over the last %s, at most %.0f%% of the pool", h.Tiers, h.Window, 100*h.MaxShare)
+		return fmt.Sprintf("learned from the arrivals of %v over the last %s, at least %d GPUs, at most %.0f%% of the pool", h.Tiers, h.Window, h.MinGPUs, 100*h.MaxShare)
 	case h.Share > 0:
 		return fmt.Sprintf("%.0f%% of the pool", 100*h.Share)
 	default:
@@ -138,6 +141,9 @@ func (p *Policy) mergeHeadrooms(o *Policy) {
 		if take("max_share") {
 			ch.MaxShare = oh.MaxShare
 		}
+		if take("min_gpus") {
+			ch.MinGPUs = oh.MinGPUs
+		}
 	}
 }
 
@@ -174,6 +180,9 @@ func (p *Policy) validateHeadrooms(bad func(field, format string, args ...any)) 
 		}
 		if h.Window <= 0 {
 			bad(prefix+"window", "must be > 0, got %s", h.Window)
+		}
+		if h.MinGPUs < 0 {
+			bad(prefix+"min_gpus", "must be >= 0, got %d", h.MinGPUs)
 		}
 		if math.IsNaN(h.MaxShare) || h.MaxShare <= 0 || h.MaxShare > 1 {
 			bad(prefix+"max_share", "must be a share of the pool in (0, 1], got %v", h.MaxShare)

@@ -216,7 +216,7 @@ func (d *decoder) headroom(b *hcl.Block, key string) {
 	h := &Headroom{Pool: name}
 	d.p.Headrooms[name] = h
 	d.block(b, key, map[string]any{"tiers": &h.Tiers, "gpus": &h.GPUs, "share": &h.Share, "learn": &h.Learn,
-		"window": &h.Window, "max_share": &h.MaxShare})
+		"window": &h.Window, "max_share": &h.MaxShare, "min_gpus": &h.MinGPUs})
 }
 
 // block decodes a block whose body holds only attributes, into the given

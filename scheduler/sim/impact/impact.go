@@ -24,6 +24,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
 
 // Name is the policy's name in reports.
@@ -203,13 +204,17 @@ func (s *Scheduler) spec(j *sim.Job) policy.Spec {
 	if j.Restarts > 0 {
 		wall += s.model.RestartCost
 	}
+	var walltime time.Duration
+	if j.Walltime != trace.UnknownWalltime {
+		walltime = time.Duration(max(wall, 1)) * time.Second
+	}
 	return policy.Spec{
 		Tier:           j.Tier,
 		Project:        j.Project,
 		Preemptible:    j.IsPreemptible,
 		PreemptibleSet: true,
 		Grace:          time.Duration(s.model.Grace) * time.Second,
-		Walltime:       time.Duration(max(wall, 1)) * time.Second,
+		Walltime:       walltime,
 	}
 }
 

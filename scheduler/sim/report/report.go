@@ -37,6 +37,10 @@ type Scenario struct {
 	ImpactPolicy string             `json:"impact_policy,omitempty"`
 	// Idleness describes the idleness model (sim.IdleModel).
 	Idleness string `json:"idleness,omitempty"`
+	// TopTierBound is the waits of the top tier alone on the cluster
+	// (placed by backfill at the impact scheduler's cadence): the gap of
+	// a policy's top-tier waits to it is what the other work costs them.
+	TopTierBound *sim.Percentiles `json:"top_tier_bound_wait_s,omitempty"`
 }
 
 // Model is sim.Model with its meaning spelled out for readers.
@@ -284,6 +288,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 				c.ImpactIdleHeldGPUH, c.BaselineIdleHeldGPUH, c.IdleHeldReductionPct, c.DeliveredGPUHoursGain)
 		}
 	}
+	if b := r.Scenario.TopTierBound; b != nil {
+		fmt.Fprintf(w, "\n%s bound (%s jobs alone on the cluster, backfill at the impact cadence): p50 %s, p99 %s; each policy's %s p99:", top, top,
+			sim.FormatSeconds(b.P50), sim.FormatSeconds(b.P99), top)
+		for i, p := range r.Policies {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(w, "%s %s %s (%s the bound)", sep, p.Policy, sim.FormatSeconds(p.WaitS[top].P99), timesBound(p.WaitS[top].P99, b.P99))
+		}
+		fmt.Fprintln(w)
+	}
 	span := ""
 	if r.Scenario.From != "" || r.Scenario.To != "" {
 		span = fmt.Sprintf(", submitted %s..%s", r.Scenario.From, r.Scenario.To)
@@ -296,6 +312,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "Model: %s\n", r.Scenario.Model.Description)
 	fmt.Fprintln(w, "Occupancy and fair share are measured over the submission window; waits, JCT, preemptions and lost work over the whole run.")
 	return nil
+}
+
+func timesBound(v, bound float64) string {
+	if bound <= 0 {
+		if v <= 0 {
+			return "1x"
+		}
+		return "above"
+	}
+	return fmt.Sprintf("%.1fx", v/bound)
 }
 
 // WriteSeries writes dir/series-<policy>.csv: the sampled time series the

@@ -22,6 +22,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/plot"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/report"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/robust"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
 
@@ -317,6 +318,11 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 				rep.Scenario.ImpactPolicy = f.policyFile
 			}
 		}
+	}
+	if b, n, err := robust.TopTierBound(tr.Jobs, opts, model); err != nil {
+		return err
+	} else if n > 0 {
+		rep.Scenario.TopTierBound = &b
 	}
 	rep.Compare(impact.Name)
 	if err := rep.WriteTable(stdout); err != nil {

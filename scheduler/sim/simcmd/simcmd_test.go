@@ -50,6 +50,11 @@ func TestSimAllPolicies(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", p, stdout.String())
 		}
 	}
+	// The critical tier's bound, and each policy's critical p99 against it.
+	if !strings.Contains(stdout.String(), "critical bound (critical jobs alone on the cluster, backfill at the impact cadence): p50 ") ||
+		!strings.Contains(stdout.String(), " impact ") || !strings.Contains(stdout.String(), "the bound)") {
+		t.Errorf("table lacks the critical bound:\n%s", stdout.String())
+	}
 	raw, err := os.ReadFile(filepath.Join(out, "report.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,13 @@ var TierShares = []float64{0.05, 0.15, 0.50, 0.30}
 // TierPreemptible is each tier's default preemptibility (order of Tiers).
 var TierPreemptible = []bool{false, false, true, true}
 
+// UnknownWalltime is the walltime of a job whose user gave none: the
+// cluster's default limit, a week, as Slurm applies its partition's
+// MaxTime. The baselines see a week; the impact adapter passes no
+// impact_walltime for it, as a live job without one (the engine then
+// knows the job's end is unknown).
+const UnknownWalltime = 7 * 24 * 3600
+
 // Walltime estimates are duration x a factor drawn uniformly from
 // [WalltimeMinFactor, WalltimeMaxFactor), rounded up to a whole minute:
 // users ask for more time than they need, never less.

@@ -1,0 +1,170 @@
+package robust
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	agentconfig "github.com/impact-sched/nomad-impact/scheduler/agent/config"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
+)
+
+// Synopsis is the one-line description of `impact robustness`.
+const Synopsis = "Run the simulator's robustness suite: impact vs nomad-native and backfill on many workloads"
+
+const help = `Usage: impact robustness [options]
+
+Simulates nomad-native, backfill and impact on four Philly windows (a week
+each, node counts giving offered loads 0.8, 1.0, 1.15 and 1.3) and on four
+seeded synthetic workloads (saturated: long non-preemptible work with a
+rare critical tier; bursty: floods of short 1-GPU jobs; walltimes: unknown
+or badly estimated walltimes; gangs: 16-64 GPU gangs among small jobs).
+For each it computes the critical tier's bound (critical jobs alone on the
+cluster, placed by backfill at the impact cadence) and checks that impact
+is never worse than nomad-native: every tier's p50 and p99 wait at most
+1.1 x native + 2m, tier-weighted JCT no worse, occupancy at most 0.5 point
+lower, no GPU-hours idle in partial gangs, and a critical p99 at least 10x
+lower wherever native's exceeds 10x the bound.
+
+Prints one table (ratios are baseline / impact: above 1 is better for
+impact; occupancy in points, impact minus baseline) and every failed
+check; writes DIR/robustness.json.
+
+Options:
+`
+
+// Main runs `impact robustness` with args and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("impact robustness", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, help)
+		fs.PrintDefaults()
+	}
+	tracePath := fs.String("trace", "example/traces/philly.csv.gz", "the Philly trace")
+	seed := fs.Int64("seed", 1, "seed of the synthetic workloads and of the labels synthesized for Philly")
+	scale := fs.Float64("scale", 1, "length of the synthetic workloads (1: the suite's; smaller is quicker)")
+	only := fs.String("only", "", "comma-separated scenario names to run (default: all)")
+	out := fs.String("out", "out/robustness", "output directory for robustness.json")
+	policyFile := fs.String("impact-policy", "", "policy HCL file for impact (default: the built-in simulation policy)")
+	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "simulations run at once")
+	strict := fs.Bool("strict", false, "exit 1 when a never-worse check fails")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	code, err := run(*tracePath, *seed, *scale, *only, *out, *policyFile, *parallel, *strict, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "impact robustness: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// DefaultConfig is the suite's configuration for pol: impact at the live
+// agent's default cadence, the baselines after every event and every
+// 300s.
+func DefaultConfig(pol *policy.Policy) Config {
+	base := sim.DefaultModel()
+	imp := base
+	cyc := agentconfig.Default().Cycle
+	imp.Interval = int64(cyc.Interval / time.Second)
+	imp.Debounce = int64((cyc.Debounce + time.Second - 1) / time.Second)
+	return Config{Policy: pol, ImpactModel: imp, BaseModel: base, Refresh: base.Interval, Parallel: runtime.GOMAXPROCS(0)}
+}
+
+func run(tracePath string, seed int64, scale float64, only, out, policyFile string, parallel int, strict bool, stdout, stderr io.Writer) (int, error) {
+	t0 := time.Now()
+	var pol *policy.Policy
+	var err error
+	if policyFile != "" {
+		pol, err = policy.Load(policyFile)
+	} else {
+		pol, err = impact.DefaultPolicy()
+	}
+	if err != nil {
+		return 1, fmt.Errorf("impact policy: %w", err)
+	}
+	cfg := DefaultConfig(pol)
+	cfg.Parallel = parallel
+	want := map[string]bool{}
+	for _, n := range strings.Split(only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
+		}
+	}
+	var scs []Scenario
+	ph, err := Philly(tracePath, seed, DefaultPhillyWindows)
+	if err != nil {
+		return 1, err
+	}
+	syn, err := Synthetic(seed, scale)
+	if err != nil {
+		return 1, err
+	}
+	found := map[string]bool{}
+	for _, s := range append(ph, syn...) {
+		if len(want) == 0 || want[s.Name] {
+			scs = append(scs, s)
+			found[s.Name] = true
+		}
+	}
+	for n := range want {
+		if !found[n] {
+			return 2, fmt.Errorf("--only: unknown scenario %q", n)
+		}
+	}
+	var outs []*Outcome
+	for _, s := range scs {
+		st := time.Now()
+		o, err := Run(s, cfg)
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stderr, "impact robustness: %-14s %6d jobs on %4d GPUs, load %.2f: %s\n", s.Name, s.NumJobs, s.GPUs, s.Load, time.Since(st).Round(100*time.Millisecond))
+		outs = append(outs, o)
+	}
+	if err := WriteTable(stdout, outs); err != nil {
+		return 1, err
+	}
+	fmt.Fprintln(stdout)
+	for _, o := range outs {
+		fmt.Fprintf(stdout, "%s: %s\n", o.Scenario.Name, o.Scenario.Desc)
+	}
+	fmt.Fprintf(stdout, "impact decides %s; the baselines %s.\n", cfg.ImpactModel.Cadence(), cfg.BaseModel.Cadence())
+	failed := 0
+	for _, o := range outs {
+		failed += len(o.Failed())
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "\nfailed never-worse checks:\n")
+		WriteFailures(stdout, outs)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return 1, err
+	}
+	b, err := json.MarshalIndent(outs, "", "  ")
+	if err != nil {
+		return 1, err
+	}
+	path := filepath.Join(out, "robustness.json")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return 1, err
+	}
+	fmt.Fprintf(stdout, "\n%d scenarios, %d failed checks; report: %s; wall time %s\n", len(outs), failed, path, time.Since(t0).Round(100*time.Millisecond))
+	if strict && failed > 0 {
+		return 1, nil
+	}
+	return 0, nil
+}

@@ -1,0 +1,436 @@
+// Package robust is the simulator's robustness suite (`impact robustness`,
+// make robustness): the impact policy against nomad-native and backfill
+// on Philly windows at several offered loads and on the synthetic
+// workloads of package synth, with the top tier's bound and the
+// never-worse checks of each scenario.
+//
+// The top-tier bound of a scenario is the waits its top-tier jobs get when
+// they are alone on the cluster, placed by backfill at the impact
+// scheduler's cadence: what queueing behind other work costs them is the
+// gap between a policy's top-tier waits and it.
+package robust
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/synth"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+)
+
+// Policies the suite compares, in report order.
+var Policies = []string{baseline.NomadNative, baseline.Backfill, impact.Name}
+
+// Scenario is one workload on one cluster.
+type Scenario struct {
+	Name string `json:"name"`
+	Desc string `json:"description"`
+	// Cluster and the jobs (labelled, sorted by submit).
+	Cluster sim.ClusterSpec `json:"-"`
+	GPUs    int             `json:"gpus"`
+	Jobs    []trace.Job     `json:"-"`
+	NumJobs int             `json:"jobs"`
+	// Window is the submission window [WindowStart, WindowEnd).
+	WindowStart int64 `json:"window_start"`
+	WindowEnd   int64 `json:"window_end"`
+	// Load is the offered load over the window.
+	Load float64 `json:"offered_load"`
+}
+
+func newScenario(name, desc string, cl sim.ClusterSpec, jobs []trace.Job, start, end int64) Scenario {
+	return Scenario{Name: name, Desc: desc, Cluster: cl, GPUs: cl.GPUs(), Jobs: jobs, NumJobs: len(jobs),
+		WindowStart: start, WindowEnd: end, Load: synth.OfferedLoad(jobs, cl.GPUs(), end-start)}
+}
+
+// Config is how the suite runs.
+type Config struct {
+	Policy *policy.Policy
+	// ImpactModel and BaseModel differ only in their cadence.
+	ImpactModel, BaseModel sim.Model
+	// Refresh is impact.Scheduler.Refresh.
+	Refresh int64
+	// Parallel bounds the simulations run at once.
+	Parallel int
+}
+
+// Outcome is a scenario's results.
+type Outcome struct {
+	Scenario Scenario        `json:"scenario"`
+	Bound    sim.Percentiles `json:"top_tier_bound_wait_s"`
+	BoundN   int             `json:"top_tier_jobs"`
+	// Debounce is the impact cadence's delay from an event to its
+	// decision, seconds: every job waits at least that long.
+	Debounce int64                  `json:"impact_debounce_s"`
+	Results  map[string]*sim.Result `json:"-"`
+	// Summary is each policy's headline metrics (report.json of impact
+	// sim has them all).
+	Summary map[string]Summary `json:"policies"`
+	Checks  []Check            `json:"checks"`
+}
+
+// Check is one never-worse target on one scenario.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// Run simulates sc under every policy and its top tier alone, in parallel.
+func Run(sc Scenario, cfg Config) (*Outcome, error) {
+	o := &Outcome{Scenario: sc, Results: map[string]*sim.Result{}, Debounce: cfg.ImpactModel.Debounce}
+	opts := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd}
+	type run struct {
+		name string
+		res  *sim.Result
+		err  error
+	}
+	names := append(append([]string(nil), Policies...), "bound")
+	out := make([]run, len(names))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, cfg.Parallel))
+	for i, n := range names {
+		wg.Add(1)
+		go func(i int, n string) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i].name = n
+			o := opts
+			jobs := sc.Jobs
+			var s sim.Scheduler
+			var err error
+			switch n {
+			case impact.Name:
+				o.Model = cfg.ImpactModel
+				var is *impact.Scheduler
+				if is, err = impact.New(cfg.Policy, nil); err == nil {
+					is.Refresh = cfg.Refresh
+					s = is
+				}
+			case "bound":
+				o.Model = cfg.ImpactModel
+				jobs = TopTier(sc.Jobs)
+				s, err = baseline.New(baseline.Backfill)
+			default:
+				o.Model = cfg.BaseModel
+				s, err = baseline.New(n)
+			}
+			if err != nil {
+				out[i].err = err
+				return
+			}
+			if len(jobs) == 0 {
+				out[i].res = &sim.Result{}
+				return
+			}
+			out[i].res, out[i].err = sim.Run(jobs, s, o)
+		}(i, n)
+	}
+	wg.Wait()
+	for _, r := range out {
+		if r.err != nil {
+			return nil, fmt.Errorf("scenario %s: %s: %w", sc.Name, r.name, r.err)
+		}
+		if r.name == "bound" {
+			o.Bound = r.res.WaitS[trace.Tiers[0]]
+			o.BoundN = r.res.JobsCompleted
+			continue
+		}
+		o.Results[r.name] = r.res
+	}
+	o.Checks = NeverWorse(o)
+	o.Summary = map[string]Summary{}
+	for n, r := range o.Results {
+		o.Summary[n] = Summary{Cadence: r.Cadence, Occupancy: r.Occupancy, OccupancyNet: netOccupancy(r), PartialGangIdleGPUHours: r.PartialGangIdleGPUHours,
+			WaitS: r.WaitS, WeightedJCTS: r.WeightedJCTS, Preemptions: r.Preemptions, LostFraction: r.LostFraction, JobsUnfinished: r.JobsUnfinished}
+	}
+	return o, nil
+}
+
+// Summary is one policy's headline metrics on a scenario.
+type Summary struct {
+	Cadence   string  `json:"cadence"`
+	Occupancy float64 `json:"occupancy"`
+	// OccupancyNet leaves out GPU-hours idle in partial gangs.
+	OccupancyNet            float64                    `json:"occupancy_net_of_partial_gang_idle"`
+	PartialGangIdleGPUHours float64                    `json:"partial_gang_idle_gpu_hours"`
+	WaitS                   map[string]sim.Percentiles `json:"wait_s"`
+	WeightedJCTS            float64                    `json:"weighted_jct_s"`
+	Preemptions             int                        `json:"preemptions"`
+	LostFraction            float64                    `json:"lost_fraction"`
+	JobsUnfinished          int                        `json:"jobs_unfinished"`
+}
+
+// TopTierBound is the waits of the top tier's jobs alone on the cluster of
+// opts, placed by backfill at the cadence of model (the impact
+// scheduler's), and how many there were.
+func TopTierBound(jobs []trace.Job, opts sim.Options, model sim.Model) (sim.Percentiles, int, error) {
+	top := TopTier(jobs)
+	if len(top) == 0 {
+		return sim.Percentiles{}, 0, nil
+	}
+	s, err := baseline.New(baseline.Backfill)
+	if err != nil {
+		return sim.Percentiles{}, 0, err
+	}
+	opts.Model = model
+	opts.Progress = nil
+	r, err := sim.Run(top, s, opts)
+	if err != nil {
+		return sim.Percentiles{}, 0, fmt.Errorf("top-tier bound: %w", err)
+	}
+	return r.WaitS[trace.Tiers[0]], r.JobsCompleted, nil
+}
+
+// TopTier returns the jobs of the top tier.
+func TopTier(jobs []trace.Job) []trace.Job {
+	var out []trace.Job
+	for _, j := range jobs {
+		if j.Tier == trace.Tiers[0] {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// Never-worse targets: a tier's wait may exceed nomad-native's by at most
+// WaitFactor x native + WaitSlackS; occupancy may be at most
+// OccupancySlack lower; the top tier's p99 must be TopTierGain times lower
+// wherever native's exceeds TopTierGain x the bound.
+const (
+	WaitFactor     = 1.1
+	WaitSlackS     = 120
+	OccupancySlack = 0.005
+	TopTierGain    = 10
+)
+
+// NeverWorse checks impact against nomad-native on o.
+func NeverWorse(o *Outcome) []Check {
+	imp, nat := o.Results[impact.Name], o.Results[baseline.NomadNative]
+	if imp == nil || nat == nil {
+		return nil
+	}
+	var cs []Check
+	add := func(name string, ok bool, format string, args ...any) {
+		cs = append(cs, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	}
+	for _, t := range trace.Tiers {
+		if nat.JobsCompletedByTier[t] == 0 && imp.JobsCompletedByTier[t] == 0 {
+			continue
+		}
+		iw, nw := imp.WaitS[t], nat.WaitS[t]
+		for _, q := range []struct {
+			name   string
+			iv, nv float64
+		}{{"p50", iw.P50, nw.P50}, {"p99", iw.P99, nw.P99}} {
+			limit := WaitFactor*q.nv + WaitSlackS
+			add(t+" wait "+q.name, q.iv <= limit, "%s vs native %s (limit %s)", sim.FormatSeconds(q.iv), sim.FormatSeconds(q.nv), sim.FormatSeconds(limit))
+		}
+	}
+	// The live cadence makes every job wait its debounce: a policy that
+	// decides as the agent does cannot beat that part.
+	add("weighted JCT", imp.WeightedJCTS <= nat.WeightedJCTS+float64(o.Debounce), "%s vs native %s (limit: native + the %ds debounce)",
+		sim.FormatSeconds(imp.WeightedJCTS), sim.FormatSeconds(nat.WeightedJCTS), o.Debounce)
+	natNet := netOccupancy(nat)
+	add("occupancy", imp.Occupancy >= natNet-OccupancySlack, "%.1f%% vs native %.1f%% (%.1f%% counting GPUs idle in its partial gangs as occupied)",
+		100*imp.Occupancy, 100*natNet, 100*nat.Occupancy)
+	add("partial-gang idle", imp.PartialGangIdleGPUHours == 0, "%.0f GPU-h", imp.PartialGangIdleGPUHours)
+	add("finished", imp.JobsUnfinished == 0, "%d jobs unfinished", imp.JobsUnfinished)
+	top := trace.Tiers[0]
+	if o.BoundN > 0 {
+		np, ip := nat.WaitS[top].P99, imp.WaitS[top].P99
+		if np > TopTierGain*o.Bound.P99 {
+			add(top+" p99 gain", ip*TopTierGain <= np, "%s vs native %s: %.1fx (native exceeds %dx the bound %s)",
+				sim.FormatSeconds(ip), sim.FormatSeconds(np), ratio(np, ip), TopTierGain, sim.FormatSeconds(o.Bound.P99))
+		} else {
+			add(top+" p99 gain", true, "not required: native %s is within %dx the bound %s", sim.FormatSeconds(np), TopTierGain, sim.FormatSeconds(o.Bound.P99))
+		}
+	}
+	return cs
+}
+
+// netOccupancy is r's occupancy without the GPU-hours its partially
+// placed gangs held idle in the window: the simulator counts those GPUs
+// as allocated (they are assigned), but no work runs on them, and a
+// policy that never places a gang partially cannot be behind on them.
+func netOccupancy(r *sim.Result) float64 {
+	hours := float64(r.Capacity) * float64(r.WindowEnd-r.WindowStart) / 3600
+	if hours <= 0 {
+		return r.Occupancy
+	}
+	return r.Occupancy - r.PartialGangIdleGPUHoursWindow/hours
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		if a <= 0 {
+			return 1
+		}
+		return math.Inf(1)
+	}
+	return a / b
+}
+
+// Failed returns the failed checks of o.
+func (o *Outcome) Failed() []Check {
+	var out []Check
+	for _, c := range o.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// worstWait is the largest ratio, over tiers and p50/p99, of impact's
+// wait to its never-worse limit (at most 1 passes).
+func worstWait(o *Outcome) (float64, string) {
+	imp, nat := o.Results[impact.Name], o.Results[baseline.NomadNative]
+	worst, what := 0.0, ""
+	for _, t := range trace.Tiers {
+		if nat.JobsCompletedByTier[t] == 0 {
+			continue
+		}
+		for _, q := range []struct {
+			name   string
+			iv, nv float64
+		}{{"p50", imp.WaitS[t].P50, nat.WaitS[t].P50}, {"p99", imp.WaitS[t].P99, nat.WaitS[t].P99}} {
+			if r := q.iv / (WaitFactor*q.nv + WaitSlackS); r > worst {
+				worst, what = r, t+" "+q.name
+			}
+		}
+	}
+	return worst, what
+}
+
+// WriteTable prints one row per scenario: impact's ratios against
+// nomad-native and backfill (baseline / impact: above 1 is better for
+// impact; occupancy in points, impact minus baseline net of the
+// baseline's GPUs idle in partial gangs), the top tier's p99
+// of each policy against its bound, and the never-worse verdict.
+func WriteTable(w io.Writer, outs []*Outcome) error {
+	top := trace.Tiers[0]
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "scenario\tload\tjobs\t%s p99 bound\tnative\tbackfill\timpact\t%s p99 x vs native\tvs backfill\tJCT x vs native\tvs backfill\tocc pts vs native\tvs backfill\tworst wait/limit\tnever-worse\t\n", top, top)
+	for _, o := range outs {
+		imp, nat, bf := o.Results[impact.Name], o.Results[baseline.NomadNative], o.Results[baseline.Backfill]
+		ww, what := worstWait(o)
+		verdict := "yes"
+		if f := o.Failed(); len(f) > 0 {
+			var names []string
+			for _, c := range f {
+				names = append(names, c.Name)
+			}
+			verdict = "NO: " + strings.Join(names, ", ")
+		}
+		bound := "-"
+		if o.BoundN > 0 {
+			bound = sim.FormatSeconds(o.Bound.P99)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f\t%+.1f\t%.2f (%s)\t%s\t\n",
+			o.Scenario.Name, o.Scenario.Load, o.Scenario.NumJobs, bound,
+			sim.FormatSeconds(nat.WaitS[top].P99), sim.FormatSeconds(bf.WaitS[top].P99), sim.FormatSeconds(imp.WaitS[top].P99),
+			fmtRatio(ratio(nat.WaitS[top].P99, imp.WaitS[top].P99)), fmtRatio(ratio(bf.WaitS[top].P99, imp.WaitS[top].P99)),
+			ratio(nat.WeightedJCTS, imp.WeightedJCTS), ratio(bf.WeightedJCTS, imp.WeightedJCTS),
+			100*(imp.Occupancy-netOccupancy(nat)), 100*(imp.Occupancy-netOccupancy(bf)), ww, what, verdict)
+	}
+	return tw.Flush()
+}
+
+func fmtRatio(r float64) string {
+	if math.IsInf(r, 1) {
+		return "inf"
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+// WriteFailures prints every failed check with its numbers.
+func WriteFailures(w io.Writer, outs []*Outcome) {
+	for _, o := range outs {
+		for _, c := range o.Failed() {
+			fmt.Fprintf(w, "%s: %s: %s\n", o.Scenario.Name, c.Name, c.Detail)
+		}
+	}
+}
+
+// Synthetic returns the scenarios of every synth generator.
+func Synthetic(seed int64, scale float64) ([]Scenario, error) {
+	var out []Scenario
+	for _, s := range synth.All(seed, scale) {
+		cl, err := sim.UniformCluster(s.Nodes, s.GPUsPerNode, 2, 8)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, newScenario(s.Name, s.Desc, cl, s.Jobs, 0, s.Span))
+	}
+	return out, nil
+}
+
+// PhillyWindow is a window of the Philly trace at a target offered load:
+// the node count (8 GPUs each) is chosen to give that load.
+type PhillyWindow struct {
+	From, To string // dates, To inclusive
+	Load     float64
+}
+
+// DefaultPhillyWindows are the suite's four windows, a week each, from
+// light to heavily overloaded.
+var DefaultPhillyWindows = []PhillyWindow{
+	{"2017-10-02", "2017-10-08", 0.8},
+	{"2017-10-09", "2017-10-15", 1.0},
+	{"2017-10-16", "2017-10-22", 1.15},
+	{"2017-10-23", "2017-10-29", 1.3},
+}
+
+// Philly builds the scenarios of windows from the Philly trace at path,
+// labels synthesized from seed.
+func Philly(path string, seed int64, windows []PhillyWindow) ([]Scenario, error) {
+	tr, err := trace.ReadFile(path, trace.FormatPhilly, trace.ReadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Synthesize(tr.Jobs, tr.Source, seed); err != nil {
+		return nil, err
+	}
+	var out []Scenario
+	for _, w := range windows {
+		from, err := trace.ParseTimeBound(trace.FormatPhilly, w.From, false)
+		if err != nil {
+			return nil, err
+		}
+		to, err := trace.ParseTimeBound(trace.FormatPhilly, w.To, true)
+		if err != nil {
+			return nil, err
+		}
+		var jobs []trace.Job
+		var asked float64
+		for _, j := range tr.Jobs {
+			if j.Submit >= from && j.Submit < to {
+				jobs = append(jobs, j)
+				asked += float64(j.GPUs) * float64(j.Duration)
+			}
+		}
+		if len(jobs) == 0 {
+			return nil, fmt.Errorf("philly window %s..%s: no jobs", w.From, w.To)
+		}
+		sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Submit < jobs[b].Submit })
+		nodes := max(1, int(math.Round(asked/(w.Load*8*float64(to-from)))))
+		// Every job must fit: a gang wider than the cluster is never run.
+		cl, err := sim.UniformCluster(nodes, 8, 2, 8)
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("philly-%s", w.From[5:])
+		out = append(out, newScenario(name, fmt.Sprintf("Philly %s..%s on %d x 8 GPUs", w.From, w.To, nodes), cl, jobs, from, to))
+	}
+	return out, nil
+}

@@ -1,0 +1,143 @@
+package robust
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/synth"
+)
+
+func config(t *testing.T) Config {
+	t.Helper()
+	pol, err := impact.DefaultPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return DefaultConfig(pol)
+}
+
+func scenario(t *testing.T, s synth.Spec) Scenario {
+	t.Helper()
+	cl, err := sim.UniformCluster(s.Nodes, s.GPUsPerNode, 2, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newScenario(s.Name, s.Desc, cl, s.Jobs, 0, s.Span)
+}
+
+// TestNeverWorseOnShortTraces: on short generated traces (gangs among
+// small jobs, bad walltimes, bursts of 1-GPU jobs) the impact policy as
+// shipped is never worse than nomad-native: every tier's p50 and p99 wait
+// within 1.1x + 2m of native's, tier-weighted JCT no worse (but for the
+// live cadence's debounce), occupancy at most half a point lower, no
+// GPU-hours idle in partial gangs, every job finished. (The top tier's
+// 10x gain is a target of the full suite, not asserted here.)
+func TestNeverWorseOnShortTraces(t *testing.T) {
+	cfg := config(t)
+	for _, s := range []synth.Spec{synth.Gangs(1, 0.15), synth.Walltimes(1, 0.25), synth.Bursty(1, 0.1)} {
+		o, err := Run(scenario(t, s), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(o.Checks) < 8 {
+			t.Fatalf("%s: only %d checks", s.Name, len(o.Checks))
+		}
+		for _, c := range o.Checks {
+			if !c.OK && c.Name != "critical p99 gain" {
+				t.Errorf("%s (%d jobs): %s: %s", s.Name, len(s.Jobs), c.Name, c.Detail)
+			}
+		}
+	}
+}
+
+// TestChecksFail: the checks are not vacuous: a result worse than native
+// in each way fails the matching check, and the top-tier gain is required
+// only where native's p99 exceeds 10x the bound.
+func TestChecksFail(t *testing.T) {
+	res := func(p50, p99, jct, occ, partial float64) *sim.Result {
+		w := map[string]sim.Percentiles{"critical": {P50: p50, P99: p99}, "normal": {P50: p50, P99: p99}}
+		return &sim.Result{WaitS: w, WeightedJCTS: jct, Occupancy: occ, PartialGangIdleGPUHours: partial,
+			JobsCompletedByTier: map[string]int{"critical": 1, "normal": 1}, Capacity: 8, WindowStart: 0, WindowEnd: 3600}
+	}
+	o := &Outcome{Results: map[string]*sim.Result{
+		baseline.NomadNative: res(100, 1000, 500, 0.9, 0),
+		impact.Name:          res(300, 1000, 600, 0.8, 1),
+	}, Bound: sim.Percentiles{P99: 10}, BoundN: 1, Debounce: 1}
+	failed := map[string]bool{}
+	for _, c := range NeverWorse(o) {
+		if !c.OK {
+			failed[c.Name] = true
+		}
+	}
+	for _, want := range []string{"critical wait p50", "normal wait p50", "weighted JCT", "occupancy", "partial-gang idle", "critical p99 gain"} {
+		if !failed[want] {
+			t.Errorf("check %q passed on a worse result", want)
+		}
+	}
+	if failed["critical wait p99"] {
+		t.Error("an equal p99 failed")
+	}
+	// Native within 10x the bound: no gain required.
+	o.Bound.P99 = 200
+	for _, c := range NeverWorse(o) {
+		if c.Name == "critical p99 gain" && (!c.OK || !strings.Contains(c.Detail, "not required")) {
+			t.Errorf("gain required although native is within 10x the bound: %+v", c)
+		}
+	}
+}
+
+// TestQuietTicksDecideTheSame: skipping timer ticks on which nothing
+// changed (impact.Scheduler.Refresh) gives the same run as deciding at
+// every tick, on a bursty and a saturated workload.
+func TestQuietTicksDecideTheSame(t *testing.T) {
+	pol, err := impact.DefaultPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := DefaultConfig(pol).ImpactModel
+	for _, s := range []synth.Spec{synth.Bursty(2, 0.05), synth.Saturated(2, 0.2)} {
+		sc := scenario(t, s)
+		var out [2]*sim.Result
+		for i, refresh := range []int64{0, 300} {
+			is, err := impact.New(pol, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			is.Refresh = refresh
+			if out[i], err = sim.Run(sc.Jobs, is, sim.Options{Cluster: sc.Cluster, Model: m, WindowStart: 0, WindowEnd: s.Span}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, b := out[0], out[1]
+		if a.WeightedJCTS != b.WeightedJCTS || a.Preemptions != b.Preemptions || a.Occupancy != b.Occupancy {
+			t.Errorf("%s: every tick JCT %v preemptions %d occupancy %v; quiet ticks skipped %v %d %v", s.Name,
+				a.WeightedJCTS, a.Preemptions, a.Occupancy, b.WeightedJCTS, b.Preemptions, b.Occupancy)
+		}
+		if b.Cycles >= a.Cycles {
+			t.Errorf("%s: skipping quiet ticks saved no decision (%d vs %d)", s.Name, b.Cycles, a.Cycles)
+		}
+	}
+}
+
+// TestSynthDeterministic: a generator's trace depends on its seed alone.
+func TestSynthDeterministic(t *testing.T) {
+	a, b, c := synth.Gangs(3, 0.1), synth.Gangs(3, 0.1), synth.Gangs(4, 0.1)
+	if len(a.Jobs) != len(b.Jobs) || len(a.Jobs) == 0 {
+		t.Fatal("same seed, different traces")
+	}
+	for i := range a.Jobs {
+		if a.Jobs[i].ID != b.Jobs[i].ID || a.Jobs[i].Submit != b.Jobs[i].Submit || a.Jobs[i].GPUs != b.Jobs[i].GPUs {
+			t.Fatalf("job %d differs", i)
+		}
+	}
+	same := len(a.Jobs) == len(c.Jobs)
+	for i := 0; same && i < len(a.Jobs); i++ {
+		same = a.Jobs[i].Submit == c.Jobs[i].Submit
+	}
+	if same {
+		t.Fatal("another seed gave the same trace")
+	}
+}
