@@ -126,3 +126,62 @@ headroom "gpu" {
 		t.Fatalf("after the window: %+v, want 0", h)
 	}
 }
+
+// The headroom is kept as whole nodes: non-preemptible work kept out of it
+// does not land on the first node free of such work, even where it would
+// fit best, so an 8-GPU urgent job finds a node to preempt on.
+func TestHeadroomKeepsWholeNodes(t *testing.T) {
+	pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 2))
+	_ = store.UpsertNode(mkNode("n2", 8, 2))
+	// n2 is half full of high-tier work: best fit would put h there...
+	_ = store.UpsertJob(mkJob("old", group("main", 1, 6), meta("impact_tier", "high"), running()))
+	_ = store.UpsertAlloc(alloc("old-a", "old", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
+	_ = store.UpsertJob(mkJob("h", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0)))
+	_ = store.UpsertJob(mkJob("h2", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(time.Second))))
+	_ = store.UpsertJob(mkJob("s", group("main", 1, 4), meta("impact_tier", "scavenger"), submitted(t0.Add(2*time.Second))))
+	e := mustEngine(t, pol)
+	p := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+	if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+		t.Fatal(err)
+	}
+	// ...and it goes there; h2 would need n1, which the headroom keeps
+	// whole (n1 is the first node free of high-tier work), so it waits;
+	// the scavenger job may use n1.
+	if a := admission(p, "h"); a == nil || join(nodesOf(a)) != "n2" {
+		t.Fatalf("h: %+v, want n2", a)
+	}
+	if admission(p, "h2") != nil {
+		t.Fatalf("h2 admitted onto the headroom's node: %+v", p.Explanations["h2"])
+	}
+	if a := admission(p, "s"); a == nil || join(nodesOf(a)) != "n1" {
+		t.Fatalf("s: %+v, want n1", a)
+	}
+}
+
+// A headroom's tiers may preempt preemptible work of the pool before its
+// minimum runtime: the headroom promises them an immediate start. Without
+// a headroom the young scavenger is protected.
+func TestHeadroomTiersPreemptYoungWork(t *testing.T) {
+	for _, withHeadroom := range []bool{true, false} {
+		src := ""
+		if withHeadroom {
+			src = "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n}\n"
+		}
+		pol := mustPolicy(t, src)
+		store := cluster.NewStore()
+		_ = store.UpsertNode(mkNode("n1", 8, 2))
+		_ = store.UpsertJob(mkJob("s", group("main", 1, 8), meta("impact_tier", "scavenger"), running()))
+		_ = store.UpsertAlloc(alloc("s-a", "s", "n1", t0.Add(-time.Minute), 0, 1, 2, 3, 4, 5, 6, 7))
+		_ = store.UpsertJob(mkJob("c", group("main", 1, 8), meta("impact_tier", "critical"), submitted(t0)))
+		p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Second))
+		got := join(preemptedIDs(p))
+		if withHeadroom && got != "s" {
+			t.Fatalf("with headroom preempted %q, want the young scavenger: %+v", got, p.Explanations["c"])
+		}
+		if !withHeadroom && got != "" {
+			t.Fatalf("without headroom preempted %q within its minimum runtime", got)
+		}
+	}
+}
