@@ -277,7 +277,9 @@ func (c *cycle) headroomBlocks(q *queued) string {
 		size += p.size
 		blocking = append(blocking, name)
 	}
-	if len(blocking) == 0 || size == 0 || other+q.gpus <= capacity-size {
+	// other == 0: a job wider than the pool minus its headroom may start
+	// once no other such work runs, or it would never start.
+	if len(blocking) == 0 || size == 0 || other == 0 || other+q.gpus <= capacity-size {
 		return ""
 	}
 	if !c.explain {
@@ -325,7 +327,10 @@ func (c *cycle) headroomProtect(q *queued) func() {
 	}
 	var taken, reserved []placement.Slot
 	for ord, prot := range c.hr.protected {
-		if !prot || (q.pool != "" && c.st.PoolOf(ord) != q.pool) || c.hr.pools[c.st.PoolOf(ord)].h.UsesHeadroom(q.tier) {
+		p := c.hr.pools[c.st.PoolOf(ord)]
+		// A job too wide for the rest of the pool is not kept off: it
+		// would never start.
+		if !prot || (q.pool != "" && c.st.PoolOf(ord) != q.pool) || p.h.UsesHeadroom(q.tier) || q.gpus > p.capacity-p.protect*p.nodeGPUs {
 			continue
 		}
 		res := c.st.Reserved(ord) &^ c.st.Used(ord)

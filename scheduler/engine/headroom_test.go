@@ -185,3 +185,17 @@ func TestHeadroomTiersPreemptYoungWork(t *testing.T) {
 		}
 	}
 }
+
+// A non-preemptible job wider than the pool minus its headroom still
+// starts when no other such work runs (else it would never start), and
+// is not kept off the headroom's nodes.
+func TestHeadroomLetsAWideJobStart(t *testing.T) {
+	pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 2))
+	_ = store.UpsertJob(mkJob("h", group("main", 1, 8), meta("impact_tier", "high"), submitted(t0)))
+	p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Minute))
+	if admission(p, "h") == nil {
+		t.Fatalf("an 8-GPU high job on an empty 8-GPU pool with a 4-GPU headroom waits: %+v", p.Explanations["h"])
+	}
+}

@@ -29,6 +29,23 @@ func newSched(t *testing.T) *Scheduler {
 	return s
 }
 
+// newSchedNoHeadroom is the built-in policy without its headroom block:
+// on a one-node cluster the headroom would keep the only node for
+// critical work, which is not what these tests are about.
+func newSchedNoHeadroom(t *testing.T) *Scheduler {
+	t.Helper()
+	pol, err := DefaultPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Headrooms = nil
+	s, err := New(pol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func opts(t *testing.T, nodes int) sim.Options {
 	t.Helper()
 	cl, err := sim.UniformCluster(nodes, 8, 2, 0)
@@ -79,7 +96,7 @@ func TestNonPreemptibleIsNeverPreempted(t *testing.T) {
 		tj("high", 0, 7200, 8, "high", false),
 		tj("crit", 2400, 600, 4, "critical", false),
 	}
-	res, err := sim.Run(jobs, newSched(t), opts(t, 1))
+	res, err := sim.Run(jobs, newSchedNoHeadroom(t), opts(t, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +118,7 @@ func TestMinRuntimeProtectsYoungJobs(t *testing.T) {
 		tj("scav", 0, 7200, 8, "scavenger", true),
 		tj("crit", 600, 600, 4, "critical", false),
 	}
-	res, err := sim.Run(jobs, newSched(t), opts(t, 1))
+	res, err := sim.Run(jobs, newSchedNoHeadroom(t), opts(t, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,5 +298,39 @@ func TestUsageChargedForRunsNoCycleSaw(t *testing.T) {
 	}
 	if got := u.Get("B", at(7200)); got != 0 {
 		t.Fatalf("project B usage %v GPU-h, want 0", got)
+	}
+}
+
+// TestHeadroomStartsCriticalAtOnce: with the built-in policy's headroom
+// (a tenth of the pool: 1 GPU of this one 8-GPU node), the second
+// high-tier job (non-preemptible, kept out of the headroom) waits although
+// 4 GPUs are free, so the critical job arriving later starts at once
+// (on the 2400 tick) instead of waiting two hours; high2 starts when high1
+// ends. Without the headroom the critical job waits for a high job to end.
+func TestHeadroomStartsCriticalAtOnce(t *testing.T) {
+	jobs := []trace.Job{
+		tj("high1", 0, 7200, 4, "high", false),
+		tj("high2", 1, 7200, 4, "high", false),
+		tj("crit", 2400, 600, 4, "critical", false),
+	}
+	for _, withHeadroom := range []bool{true, false} {
+		s := newSched(t)
+		if !withHeadroom {
+			s = newSchedNoHeadroom(t)
+		}
+		res, err := sim.Run(jobs, s, opts(t, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts := map[string]int64{}
+		for _, j := range res.Jobs {
+			starts[j.ID] = j.FirstStart
+		}
+		if withHeadroom && (starts["crit"] != 2400 || starts["high2"] != 7202) {
+			t.Fatalf("with headroom: starts %v, want crit at 2400, high2 when high1 ends (7202)", starts)
+		}
+		if !withHeadroom && (starts["high2"] != 1 || starts["crit"] != 7202) {
+			t.Fatalf("without headroom: starts %v, want high2 at 1 (the decision after high1's submit takes both), crit at 7202", starts)
+		}
 	}
 }
