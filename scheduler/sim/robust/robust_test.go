@@ -141,3 +141,15 @@ func TestSynthDeterministic(t *testing.T) {
 		t.Fatal("another seed gave the same trace")
 	}
 }
+
+// TestMainHelp: -h prints the suite's description and exits 0; a bad flag
+// exits 2.
+func TestMainHelp(t *testing.T) {
+	var out, errb strings.Builder
+	if code := Main([]string{"-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "is never worse than nomad-native") {
+		t.Fatalf("-h: exit %d, %q", code, errb.String())
+	}
+	if code := Main([]string{"--bogus"}, &out, &errb); code != 2 {
+		t.Fatalf("--bogus: exit %d", code)
+	}
+}
