@@ -101,6 +101,9 @@ type Agent struct {
 	// rollbacks counts a job's admissions rolled back in a row, for the
 	// back-off before the next (see deferRolledBack).
 	rollbacks map[string]int
+	// requeues counts a job's incomplete-gang requeues in a row (kept while
+	// it is in the model), for the back-off of deferRequeued.
+	requeues map[string]int
 	// Explanation writes run in the background (see writeExplanations):
 	// explainQueue is what is left to write, most important first;
 	// explainBusy the jobs being written now (job ID -> digest);
@@ -222,6 +225,7 @@ func New(opts Options) (*Agent, error) {
 		explainBusy: map[string]string{},
 		preemptions: map[string]nomad.PreemptionRecord{},
 		rollbacks:   map[string]int{},
+		requeues:    map[string]int{},
 		wake:        make(chan struct{}, 1),
 		leadership:  make(chan leadershipChange, 2),
 	}
@@ -637,6 +641,7 @@ func (a *Agent) cycle(ctx context.Context) {
 		a.record(plan, snap, rep, start)
 		a.forgetUnapplied(plan, &rep)
 		a.deferRolledBack(snap, rep.RolledBack, start)
+		a.deferRequeued(snap, plan, rep.Requeued, start)
 	} else {
 		// A standby (or a leader not yet recovered) decides but does not
 		// act: nothing it planned is under way.
@@ -689,6 +694,40 @@ func (a *Agent) deferRolledBack(snap *cluster.Snapshot, rolledBack []string, now
 		}
 		a.engine.Defer(id, now.Add(wait), fmt.Sprintf("its admission was rolled back %d time(s) in a row (Nomad did not start the whole gang); retrying with back-off", n))
 		a.cycleLog.Info("admission rolled back; holding the job back", "job", id, "rollbacks", n, "retry_after", wait)
+	}
+}
+
+// deferRequeued holds back a gang requeued whole because a member went
+// missing, from its second requeue in a row on: a lost node is ridden out
+// by one requeue (run again at once, elsewhere), but a job whose member
+// fails every time it runs would otherwise be requeued and re-admitted in
+// a loop, holding GPUs. The wait is rollbackBackoff doubling up to
+// maxRollbackBackoff; the count is kept while the job is in the model.
+func (a *Agent) deferRequeued(snap *cluster.Snapshot, plan *engine.Plan, requeued []string, now time.Time) {
+	for id := range a.requeues {
+		if _, ok := snap.Job(id); !ok {
+			delete(a.requeues, id)
+		}
+	}
+	update := map[string]bool{}
+	for _, r := range plan.Requeues {
+		update[r.JobID] = r.Update
+	}
+	for _, id := range requeued {
+		if update[id] {
+			continue // a user's update, not a broken gang
+		}
+		a.requeues[id]++
+		n := a.requeues[id]
+		if n < 2 {
+			continue
+		}
+		wait := maxRollbackBackoff
+		if n <= 17 {
+			wait = min(maxRollbackBackoff, rollbackBackoff<<(n-2))
+		}
+		a.engine.Defer(id, now.Add(wait), fmt.Sprintf("its gang was requeued %d times in a row (a member lost, failed or stopped); retrying with back-off", n))
+		a.cycleLog.Info("gang requeued again; holding the job back", "job", id, "requeues", n, "retry_after", wait)
 	}
 }
 

@@ -593,3 +593,36 @@ func TestFakeNomadUserUpdateOfRunningJob(t *testing.T) {
 		t.Errorf("an update counted as a gang requeue")
 	}
 }
+
+// A gang whose member fails every time it runs is requeued whole each
+// time, but from the second requeue in a row it is held back with a
+// doubling back-off instead of being re-admitted in a loop.
+func TestFakeNomadFailingGangBacksOff(t *testing.T) {
+	c := newFakeCluster(t, 2, 1, 4)
+	c.ensurePool()
+	c.submit("crashy", map[string]string{"impact_tier": "high"}, 2, 4)
+	s := c.start("a1")
+	failOne := func(round int) {
+		t.Helper()
+		var ids []string
+		eventuallyT(t, 15*time.Second, fmt.Sprintf("round %d: both members running, admission settled", round), func() (bool, string) {
+			ids = ids[:0]
+			for _, a := range c.fake.Allocations("crashy") {
+				if a.ClientStatus == "running" && a.DesiredStatus == "run" {
+					ids = append(ids, a.ID)
+				}
+			}
+			v := c.fake.Variable("impact/state/intents/default/crashy")
+			return len(ids) == 2 && v == nil, fmt.Sprintf("%d running, intent %v", len(ids), v)
+		})
+		if err := c.fake.FinishAlloc(ids[0], true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failOne(1)
+	failOne(2)
+	eventuallyT(t, 15*time.Second, "held back after the second requeue", func() (bool, string) {
+		ex, _ := s.api.Explain(context.Background(), "default", "crashy")
+		return ex.State == "waiting" && strings.Contains(ex.Reason, "requeued 2 times in a row"), ex.State + ": " + ex.Reason
+	})
+}
