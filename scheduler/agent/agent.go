@@ -732,10 +732,11 @@ func (a *Agent) deferRequeued(snap *cluster.Snapshot, plan *engine.Plan, requeue
 }
 
 // memoryFrom rebuilds the engine's memory from durable state: the decayed
-// usage, and the preemption budget spent in the last hour from the
-// preemption records (the engine caps work lost per sliding hour).
+// usage, the idle requeue counts, and the preemption budget spent in the
+// last hour from the preemption records (the engine caps work lost per
+// sliding hour).
 func memoryFrom(st DurableState, now time.Time) engine.Memory {
-	m := engine.Memory{UsageAt: st.UsageAt, Usage: st.Usage, LastCycle: st.UsageAt}
+	m := engine.Memory{UsageAt: st.UsageAt, Usage: st.Usage, LastCycle: st.UsageAt, Requeues: st.Requeues}
 	for _, r := range st.Preemptions {
 		if now.Sub(r.At) < time.Hour && r.LostGPUHours > 0 {
 			m.Losses = append(m.Losses, engine.Loss{At: r.At, GPUHours: r.LostGPUHours})
@@ -1220,6 +1221,7 @@ func (a *Agent) saveState(ctx context.Context, now time.Time, force bool) {
 		Usage:       a.engine.Usage().Values(now),
 		UsageAt:     now,
 		Preemptions: copyMap(a.preemptions),
+		Requeues:    a.engine.Memory(now).Requeues,
 		Leader:      a.opts.Name,
 	}
 	a.mu.Unlock()

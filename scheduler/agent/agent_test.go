@@ -409,7 +409,10 @@ func TestNewLeaderResumesUsage(t *testing.T) {
 	clk := newTestClock()
 	n := newFakeNomad(clk.Now)
 	n.addNode("node-1", 8, 1, "gpu")
-	n.state = &DurableState{Usage: map[string]float64{"olmo": 100}, UsageAt: clk.Now(), Leader: "old"}
+	// A job the old leader requeued twice for hanging: the count goes on
+	// (max_requeues holds across leaders), and it is saved again.
+	n.submit("hung", tier("high"), gpuGroup("w", 1, 1))
+	n.state = &DurableState{Usage: map[string]float64{"olmo": 100}, UsageAt: clk.Now(), Requeues: map[string]int{"default/hung": 2}, Leader: "old"}
 	ra := startAgent(t, n, clk, "a1", testPolicy(t))
 	waitFor(t, "leader", func() bool { return ra.a.IsLeader() })
 	waitFor(t, "usage re-saved by the new leader", func() bool {
@@ -418,10 +421,16 @@ func TestNewLeaderResumesUsage(t *testing.T) {
 		return n.state.Leader == "a1"
 	})
 	n.mu.Lock()
-	got := n.state.Usage["olmo"]
+	got, requeues := n.state.Usage["olmo"], n.state.Requeues
 	n.mu.Unlock()
 	if got < 99 || got > 100.0001 {
 		t.Errorf("usage after failover %.3f, want the saved 100 (decayed by ~0)", got)
+	}
+	if requeues["default/hung"] != 2 || len(requeues) != 1 {
+		t.Errorf("requeue counts after failover %v, want default/hung: 2", requeues)
+	}
+	if m := ra.a.engine.Memory(clk.Now()); m.Requeues["default/hung"] != 2 {
+		t.Errorf("new leader's engine requeue counts %v, want default/hung: 2", m.Requeues)
 	}
 }
 

@@ -129,6 +129,9 @@ type DurableState struct {
 	// Preemptions are recent preemption records (job ID -> record), the
 	// ones the executor wrote (nomad.StateStore.RecordPreemption).
 	Preemptions map[string]nomad.PreemptionRecord `json:"preemptions,omitempty"`
+	// Requeues counts, per job, the requeues of its tier's idle action,
+	// so a new leader requeues a hung job at most max_requeues times in all.
+	Requeues map[string]int `json:"requeues,omitempty"`
 	// Leader names the agent that saved it.
 	Leader string `json:"leader"`
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -396,7 +397,11 @@ func (s *statsAdapter) GPUStats(ctx context.Context, nodeIDs []string) ([]GPUSta
 // stateAdapter maps DurableState onto nomad.StateStore. Admission intents
 // and preemption records are written by the executor itself (before it
 // acts); the agent saves the fair-share usage and reads the records back.
-type stateAdapter struct{ st *nomad.StateStore }
+type stateAdapter struct {
+	st *nomad.StateStore
+	// savedRequeues is what SaveRequeues last stored (nil: nothing yet).
+	savedRequeues map[string]int
+}
 
 func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error) {
 	usage, at, err := s.st.LoadUsage(ctx)
@@ -407,13 +412,32 @@ func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error
 	if err != nil {
 		return DurableState{}, false, err
 	}
-	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}}
+	requeues, err := s.st.LoadRequeues(ctx)
+	if err != nil {
+		return DurableState{}, false, err
+	}
+	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}, Requeues: requeues}
 	for _, r := range recs {
 		ds.Preemptions[r.JobID] = r
 	}
-	return ds, !at.IsZero() || len(recs) > 0, nil
+	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0, nil
 }
 
+// SaveState writes the usage, and the idle requeue counts when they
+// changed since the last save (they change rarely; usage every save).
 func (s *stateAdapter) SaveState(ctx context.Context, d DurableState) error {
-	return s.st.SaveUsage(ctx, d.Usage, d.UsageAt)
+	if err := s.st.SaveUsage(ctx, d.Usage, d.UsageAt); err != nil {
+		return err
+	}
+	if s.savedRequeues != nil && maps.Equal(s.savedRequeues, d.Requeues) {
+		return nil
+	}
+	if err := s.st.SaveRequeues(ctx, d.Requeues); err != nil {
+		return err
+	}
+	s.savedRequeues = maps.Clone(d.Requeues)
+	if s.savedRequeues == nil {
+		s.savedRequeues = map[string]int{}
+	}
+	return nil
 }

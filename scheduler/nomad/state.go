@@ -186,6 +186,51 @@ func (s *StateStore) SaveUsage(ctx context.Context, values map[string]float64, a
 	return nil
 }
 
+// LoadRequeues returns, per job (its model key, "namespace/job"), how many
+// times its tier's idle action has requeued it, as SaveRequeues stored them
+// (empty when none was saved). A new leader needs them so that a hung job
+// is requeued at most max_requeues times in all, not that many per leader.
+func (s *StateStore) LoadRequeues(ctx context.Context) (map[string]int, error) {
+	path := s.cfg.Prefix + "/requeues"
+	v, err := s.read(ctx, path)
+	if err != nil || v == nil {
+		return map[string]int{}, err
+	}
+	out := make(map[string]int, len(v.Items))
+	for k, val := range v.Items {
+		job, err := unescapeSegment(k)
+		if err != nil {
+			return nil, fmt.Errorf("variable %s: item %q: %w", path, k, err)
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("variable %s: job %q requeues %q: not a count", path, job, val)
+		}
+		out[job] = n
+	}
+	return out, nil
+}
+
+// SaveRequeues replaces the saved requeue counts; with none left the
+// Variable is deleted (Nomad keeps no Variable without items).
+func (s *StateStore) SaveRequeues(ctx context.Context, counts map[string]int) error {
+	path := s.cfg.Prefix + "/requeues"
+	if len(counts) == 0 {
+		if _, err := s.c.api.Variables().Delete(path, s.c.w(ctx)); err != nil && !isNotFound(err) {
+			return fmt.Errorf("delete variable %s: %w", path, err)
+		}
+		return nil
+	}
+	items := make(map[string]string, len(counts))
+	for job, n := range counts {
+		items[varPathSegment(job)] = strconv.Itoa(n)
+	}
+	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {
+		return fmt.Errorf("write variable %s: %w", path, err)
+	}
+	return nil
+}
+
 // IntentKind says what an intent is about to do.
 type IntentKind string
 

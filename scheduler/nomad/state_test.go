@@ -70,6 +70,24 @@ func TestStateStore(t *testing.T) {
 		t.Fatalf("usage = %v at %v (%v)", vals, at, err)
 	}
 
+	// Idle requeue counts survive a new leader; none saved reads empty,
+	// and saving none deletes them.
+	if rq, err := st.LoadRequeues(ctx); err != nil || len(rq) != 0 {
+		t.Fatalf("empty requeues = %v %v", rq, err)
+	}
+	if err := st.SaveRequeues(ctx, map[string]int{"default/hung.job": 2, "team-a/x y": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if rq, err := st.LoadRequeues(ctx); err != nil || len(rq) != 2 || rq["default/hung.job"] != 2 || rq["team-a/x y"] != 1 {
+		t.Fatalf("requeues = %v (%v)", rq, err)
+	}
+	if err := st.SaveRequeues(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rq, err := st.LoadRequeues(ctx); err != nil || len(rq) != 0 {
+		t.Fatalf("requeues after saving none = %v (%v)", rq, err)
+	}
+
 	in := &Intent{Kind: IntentAdmit, JobID: "default/my.job", Phase: PhaseDecided, FromIndex: 7, Created: now}
 	if err := st.PutIntent(ctx, in); err != nil {
 		t.Fatal(err)
