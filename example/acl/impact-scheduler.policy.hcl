@@ -42,7 +42,8 @@ namespace "default" {
     }
     # The leader lock (impact/leader, Variables lock API) and durable state
     # (impact/state/...: fair-share usage, admission intents, preemption
-    # records); destroy removes finished intents. Must match ha.state_prefix.
+    # records, idle requeue counts); destroy removes finished intents and
+    # emptied requeue counts. Must match ha.state_prefix.
     path "impact/*" {
       capabilities = ["read", "write", "list", "destroy"]
     }

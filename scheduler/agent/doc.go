@@ -10,7 +10,8 @@
 // /v1/queue and /v1/explain are answered by standbys too. Only the leader,
 // elected with Nomad's Variables lock, acts on the plan (admit, preempt)
 // and writes the explanation Variables. A new leader first loads the durable
-// state (fair-share usage, admission intents, preemption records) from Nomad
+// state (fair-share usage, admission intents, preemption records, idle
+// requeue counts) from Nomad
 // Variables, so it resumes where the old one stopped and never admits a job
 // twice.
 //

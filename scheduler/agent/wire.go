@@ -396,7 +396,8 @@ func (s *statsAdapter) GPUStats(ctx context.Context, nodeIDs []string) ([]GPUSta
 
 // stateAdapter maps DurableState onto nomad.StateStore. Admission intents
 // and preemption records are written by the executor itself (before it
-// acts); the agent saves the fair-share usage and reads the records back.
+// acts); the agent saves the fair-share usage and the idle requeue counts
+// and reads the records back.
 type stateAdapter struct {
 	st *nomad.StateStore
 	// savedRequeues is what SaveRequeues last stored (nil: nothing yet).

@@ -28,6 +28,7 @@ type StateConfig struct {
 //	<prefix>/usage                   decayed GPU-hours per project, and when
 //	<prefix>/intents/<ns>/<job>      an admission or preemption under way
 //	<prefix>/preemptions             recent preemption records
+//	<prefix>/requeues                idle requeues per job (max_requeues)
 //
 // Variable items are strings; structured values are JSON in one item.
 type StateStore struct {
