@@ -69,28 +69,23 @@ func (o *IdleOverride) clone() *IdleOverride {
 	if o == nil {
 		return nil
 	}
-	c := &IdleOverride{}
-	if o.Threshold != nil {
-		v := *o.Threshold
-		c.Threshold = &v
+	return &IdleOverride{
+		Threshold:   clonePtr(o.Threshold),
+		Duration:    clonePtr(o.Duration),
+		Action:      clonePtr(o.Action),
+		MaxRequeues: clonePtr(o.MaxRequeues),
+		AllowOptOut: clonePtr(o.AllowOptOut),
 	}
-	if o.Duration != nil {
-		v := *o.Duration
-		c.Duration = &v
+}
+
+// clonePtr returns a pointer to a copy of *p (nil for nil), so a cloned
+// override shares no field with its original.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
 	}
-	if o.Action != nil {
-		v := *o.Action
-		c.Action = &v
-	}
-	if o.MaxRequeues != nil {
-		v := *o.MaxRequeues
-		c.MaxRequeues = &v
-	}
-	if o.AllowOptOut != nil {
-		v := *o.AllowOptOut
-		c.AllowOptOut = &v
-	}
-	return c
+	v := *p
+	return &v
 }
 
 // apply lays the override's set fields on i.
