@@ -70,43 +70,12 @@ func TestChaos(t *testing.T) {
 		// checkpoint signal exit 75 (requeue me); on TERM exit without
 		// recording.
 		script := fmt.Sprintf(`trap 'exit 75' USR1; trap 'exit 143' TERM; i=0; while [ $i -lt %d ]; do sleep 1 & wait $!; i=$((i+1)); done; echo "$NOMAD_ALLOC_ID" >> %s; exit 0`, secs, mark)
-		hcl := fmt.Sprintf(`job %q {
-  type      = "batch"
-  node_pool = "impact-queue"
-  meta {
-    impact_tier              = %q
-    impact_checkpoint_signal = "SIGUSR1"
-    impact_grace             = "3s"
-    impact_walltime          = "%ds"
-  }
-  group "g" {
-    count = %d
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver       = "raw_exec"
-      kill_timeout = "2s"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", %q]
-      }
-      resources {
-        cpu    = 20
-        memory = 32
-        device "nvidia/gpu" {
-          count = %d
-        }
-      }
-    }
-  }
-}
-`, name, tier, secs+5, sh[0], script, sh[1])
+		hcl := parkedGPUJob(name, map[string]string{
+			"impact_tier":              tier,
+			"impact_checkpoint_signal": "SIGUSR1",
+			"impact_grace":             "3s",
+			"impact_walltime":          fmt.Sprintf("%ds", secs+5),
+		}, sh[0], sh[1], script)
 		jobs = append(jobs, spec{name: name, count: sh[0]})
 		runHCL(t, e.a, e.dir, name, hcl)
 	}

@@ -21,19 +21,38 @@ import (
 // agent's /v1/explain placement), and checks that no admission was rolled
 // back and no pin mismatch was counted.
 
-// gpuJob is a batch job of count allocations, each one task "t"
+// gpuJobHCL is a batch job of count allocations, each one task "t"
 // (raw_exec) with one device block of gpus GPUs, that writes its
 // CUDA_VISIBLE_DEVICES to <envDir>/<name>-<alloc ID> and sleeps.
 func gpuJobHCL(name string, count, gpus int, topology, envDir string) string {
-	meta := ""
+	meta := map[string]string{}
 	if topology != "" {
-		meta = fmt.Sprintf("meta {\n    impact_topology = %q\n  }", topology)
+		meta["impact_topology"] = topology
 	}
 	script := fmt.Sprintf(`echo "$CUDA_VISIBLE_DEVICES" > %s/%s-$NOMAD_ALLOC_ID; trap 'exit 0' TERM; sleep 600 & wait`, envDir, name)
+	return parkedGPUJob(name, meta, count, gpus, script)
+}
+
+// parkedGPUJob is the jobspec the suites submit to the parking pool: a
+// batch job with meta, one group "g" of count allocations that Nomad
+// neither restarts nor reschedules (the impact agent decides what runs
+// again), each one raw_exec task "t" running script under /bin/sh with one
+// device block of gpus GPUs.
+func parkedGPUJob(name string, meta map[string]string, count, gpus int, script string) string {
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var mb strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&mb, "    %s = %q\n", k, meta[k])
+	}
 	return fmt.Sprintf(`job %q {
   type      = "batch"
   node_pool = "impact-queue"
-  %s
+  meta {
+%s  }
   group "g" {
     count = %d
     restart {
@@ -61,7 +80,7 @@ func gpuJobHCL(name string, count, gpus int, topology, envDir string) string {
     }
   }
 }
-`, name, meta, count, script, gpus)
+`, name, mb.String(), count, script, gpus)
 }
 
 func runHCL(t *testing.T, a *nomadagent.Agent, dir, name, hcl string) {

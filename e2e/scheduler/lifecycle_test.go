@@ -46,53 +46,12 @@ func (j lcJob) hcl() string {
 	for k, v := range j.meta {
 		meta[k] = v
 	}
-	keys := make([]string, 0, len(meta))
-	for k := range meta {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var mb strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&mb, "    %s = %q\n", k, meta[k])
-	}
 	onSignal := j.onSignal
 	if onSignal == "" {
 		onSignal = "true"
 	}
 	script := fmt.Sprintf(`trap '%s' USR1; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`, onSignal)
-	return fmt.Sprintf(`job %q {
-  type      = "batch"
-  node_pool = "impact-queue"
-  meta {
-%s  }
-  group "g" {
-    count = %d
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver       = "raw_exec"
-      kill_timeout = "2s"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", %q]
-      }
-      resources {
-        cpu    = 20
-        memory = 32
-        device "nvidia/gpu" {
-          count = %d
-        }
-      }
-    }
-  }
-}
-`, j.name, mb.String(), j.count, script, j.gpus)
+	return parkedGPUJob(j.name, meta, j.count, j.gpus, script)
 }
 
 type lcAlloc struct {
