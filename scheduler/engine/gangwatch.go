@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+)
+
+// watchGangs replaces running jobs their users re-submitted (Job.Parked:
+// the old allocations are stopped through a Requeue at once, the new
+// version then waits its turn), and finds running gangs missing a member:
+// once one has been
+// missing for the policy's gangs missing_member_grace, plans to stop the
+// gang whole (checkpoint signal, grace, park, stop: a Requeue) so that it
+// is requeued whole. A member is missing when its allocation is gone
+// without having completed (lost, failed, stopped), was told to stop by
+// someone else, sits on a node that is down or draining, or
+// is a replacement Nomad placed (a later generation than its peers: a
+// replacement waiting at a gang barrier for peers that are gone, or peers
+// of an older generation running beside it). Members that completed on
+// their own are done, not missing. Gangs with an admission still under
+// way (the adapter rolls those back) or a stop already ordered are left
+// alone.
+func (c *cycle) watchGangs() {
+	grace := c.pol.Gangs.MissingMemberGrace
+	holders := c.st.Holders()
+	seen := map[string]bool{}
+	for _, run := range c.e.queue.running {
+		for _, j := range run {
+			if _, ok := c.e.pending[j.ID]; ok {
+				continue
+			}
+			h, hasHolder := c.holderOf(j.ID)
+			var allocs []*cluster.Alloc
+			var slots []placement.Slot
+			if hasHolder {
+				allocs, slots = holders[h].Allocs, holders[h].Slots
+				if c.ordered(allocs) {
+					continue // a stop we ordered is under way
+				}
+			}
+			if j.Parked && hasHolder && c.anyRunning(allocs) {
+				// Re-submitted by its user while running: Nomad's meaning
+				// is a destructive update (the new version replaces the
+				// old allocations). Through the queue: the old ones are
+				// stopped now (checkpoint signal and grace first) and the
+				// new version waits its turn like any queued job.
+				r := Preemption{
+					JobID: j.ID, GPUs: holders[h].GPUs, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal,
+					RequeueExitCode: j.Spec.RequeueCode(), Update: true,
+					Reason: "re-submitted by its user while running: the old version's allocations are stopped (Nomad's destructive update) and the new version waits its turn in the queue",
+				}
+				for _, a := range allocs {
+					r.Allocs = append(r.Allocs, a.ID)
+					c.e.inflight[a.ID] = inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)}
+				}
+				c.claim(h)
+				c.plan.Requeues = append(c.plan.Requeues, r)
+				c.e.logger.Info("running job updated by its user; replacing it through the queue", "job", j.ID)
+				delete(c.e.broken, j.ID)
+				continue
+			}
+			if grace <= 0 {
+				continue // the watch is off
+			}
+			why := c.missing(j, allocs, slots)
+			if why == "" {
+				continue
+			}
+			seen[j.ID] = true
+			since, ok := c.e.broken[j.ID]
+			if !ok {
+				since = c.now
+				c.e.broken[j.ID] = since
+				c.e.logger.Info("gang missing a member", "job", j.ID, "why", why, "grace", grace)
+			}
+			if c.now.Sub(since) < grace {
+				continue
+			}
+			r := Preemption{
+				JobID:            j.ID,
+				Grace:            j.Spec.Grace,
+				CheckpointSignal: j.Spec.CheckpointSignal,
+				RequeueExitCode:  j.Spec.RequeueCode(),
+				Reason: fmt.Sprintf("gang incomplete for %s (gangs missing_member_grace %s): %s; stopped whole and requeued",
+					c.now.Sub(since).Round(time.Second), grace, why),
+			}
+			if hasHolder {
+				r.GPUs = holders[h].GPUs
+				for _, a := range allocs {
+					r.Allocs = append(r.Allocs, a.ID)
+					c.e.inflight[a.ID] = inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)}
+				}
+				c.claim(h)
+			}
+			c.plan.Requeues = append(c.plan.Requeues, r)
+			c.e.logger.Warn("requeuing incomplete gang whole", "job", j.ID, "why", why, "missing_for", c.now.Sub(since))
+			delete(c.e.broken, j.ID)
+		}
+	}
+	for id := range c.e.broken {
+		if !seen[id] {
+			delete(c.e.broken, id)
+		}
+	}
+}
+
+// anyRunning reports whether some allocation is not told to stop.
+func (c *cycle) anyRunning(allocs []*cluster.Alloc) bool {
+	for _, a := range allocs {
+		if !a.Stopping {
+			return true
+		}
+	}
+	return false
+}
+
+// holderOf finds the holder of a job's allocations.
+func (c *cycle) holderOf(jobID string) (int, bool) {
+	holders := c.st.Holders()
+	i := sort.Search(len(holders), func(i int) bool { return holders[i].JobID >= jobID })
+	return i, i < len(holders) && holders[i].JobID == jobID
+}
+
+// ordered reports whether the engine ordered a stop of any of the allocs.
+func (c *cycle) ordered(allocs []*cluster.Alloc) bool {
+	for _, a := range allocs {
+		if _, ok := c.e.inflight[a.ID]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// missing says which members of a running gang are missing, "" when none.
+// slots are the holder's slots of allocs (nil without a holder): a
+// member's node is read from the cycle's state by ordinal, not looked up
+// by ID, and the common complete gang allocates nothing.
+func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placement.Slot) string {
+	type count struct {
+		group string
+		n     int
+	}
+	var present []count
+	var why []string
+	for i, a := range allocs {
+		var n *cluster.Node
+		ok := false
+		if i < len(slots) {
+			n, ok = c.st.Node(slots[i].Node), true
+		} else {
+			n, ok = c.snap.Node(a.NodeID)
+		}
+		switch {
+		case a.Replacement:
+			why = append(why, fmt.Sprintf("allocation %s of group %s is a replacement Nomad placed for a lost or stopped member", a.ID, a.Group))
+		case a.Stopping:
+			why = append(why, fmt.Sprintf("allocation %s of group %s was told to stop", a.ID, a.Group))
+		case !ok || !n.Ready:
+			why = append(why, fmt.Sprintf("allocation %s of group %s is on node %s, which is down or draining", a.ID, a.Group, a.NodeID))
+		default:
+			k := 0
+			for k < len(present) && present[k].group != a.Group {
+				k++
+			}
+			if k == len(present) {
+				present = append(present, count{group: a.Group})
+			}
+			present[k].n++
+		}
+	}
+	for _, g := range j.Groups {
+		if g.GPUs == 0 {
+			// Only GPU groups are gang members the scheduler placed (an
+			// admission places every group with GPUs).
+			continue
+		}
+		have := 0
+		for _, p := range present {
+			if p.group == g.Name {
+				have = p.n
+			}
+		}
+		if short := g.Count - have - j.Completed[g.Name]; short > 0 && len(why) == 0 {
+			why = append(why, fmt.Sprintf("group %s has %d of %d members (the others lost, failed or stopped)", g.Name, g.Count-short, g.Count))
+		}
+	}
+	return strings.Join(why, "; ")
+}

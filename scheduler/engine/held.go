@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"sort"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+)
+
+// holdPending keeps the GPUs of admissions planned by earlier cycles whose
+// allocations have not appeared yet, and forgets those that did appear,
+// whose job is gone, or that outlived the TTL.
+func (c *cycle) holdPending() {
+	ids := make([]string, 0, len(c.e.pending))
+	for id := range c.e.pending {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		p := c.e.pending[id]
+		j, ok := c.snap.Job(id)
+		appeared := c.snap.JobAllocs(id)
+		// Held until every planned allocation is there: Nomad may place a
+		// gang's members one by one.
+		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(appeared) >= len(p.allocs) {
+			delete(c.e.pending, id)
+			continue
+		}
+		for _, a := range p.allocs {
+			c.st.Hold(a.NodeID, a.GPUs)
+		}
+		if j.SpecErr == nil {
+			// Members already running are charged to the quota as
+			// holders (assessHolders); only the rest is added here.
+			held := j.GPUs()
+			for _, a := range appeared {
+				held -= len(a.GPUs)
+			}
+			c.projectGPUs[c.pol.ProjectName(j.Spec)] += max(0, held)
+		}
+	}
+	c.st.Commit()
+}
+
+// holdBindings withholds the GPUs bound to preemptors (Engine.bindings)
+// that are free now from every job but their preemptor, and drops the
+// bindings whose preemptor was admitted or left the queue, or that
+// expired.
+func (c *cycle) holdBindings() {
+	if len(c.e.bindings) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(c.e.bindings))
+	for id := range c.e.bindings {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		b := c.e.bindings[id]
+		j, ok := c.snap.Job(id)
+		_, pending := c.e.pending[id]
+		if !ok || j.State != cluster.JobQueued || pending || c.now.After(b.expires) {
+			delete(c.e.bindings, id)
+			continue
+		}
+		for _, ap := range b.gpus {
+			sl, ok := c.slotOf(ap)
+			if !ok {
+				continue
+			}
+			sl.Mask &= c.st.Free(sl.Node)
+			if sl.Mask == 0 {
+				continue
+			}
+			c.st.Take(sl)
+			if c.bound == nil {
+				c.bound = map[string][]placement.Slot{}
+			}
+			c.bound[id] = append(c.bound[id], sl)
+		}
+	}
+	c.st.Commit()
+}
+
+// slotOf maps a placement by node and GPU IDs to the state's slot.
+func (c *cycle) slotOf(ap AllocPlacement) (placement.Slot, bool) {
+	ord, ok := c.st.Ordinal(ap.NodeID)
+	if !ok {
+		return placement.Slot{}, false
+	}
+	n := c.st.Node(ord)
+	var m uint64
+	for _, id := range ap.GPUs {
+		for gi := range min(len(n.GPUs), cluster.MaxGPUsPerNode) {
+			if n.GPUs[gi].ID == id {
+				m |= 1 << gi
+				break
+			}
+		}
+	}
+	return placement.Slot{Node: ord, Mask: m}, m != 0
+}
+
+// bind records the GPUs a preemptor's placement takes as bound to it.
+// An existing binding keeps its expiry (refreshing it each cycle the
+// preemptor waits would hold the GPUs for ever).
+func (c *cycle) bind(q *queued, res placement.Result) {
+	var gpus []AllocPlacement
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			gpus = append(gpus, AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)})
+		}
+	}
+	b, ok := c.e.bindings[q.job.ID]
+	if !ok {
+		maxGrace := time.Duration(0)
+		for _, h := range c.claimedFor {
+			maxGrace = max(maxGrace, c.victims[h].grace)
+		}
+		b.expires = c.now.Add(maxGrace + c.e.opts.admissionTTL)
+	}
+	b.gpus = gpus
+	c.e.bindings[q.job.ID] = b
+}

@@ -1,0 +1,428 @@
+package engine
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
+)
+
+// maxPreemptAttemptsPerSuccess bounds the victim searches of one cycle
+// (successful or not) to this many per job the policy lets preempt in a
+// cycle (Preemption.MaxPerCycle), so a long queue of jobs that may preempt
+// but cannot gain enough does not turn a cycle into a scan of the cluster
+// per job.
+const maxPreemptAttemptsPerSuccess = 4
+
+// tryPreempt looks for victims for a job that does not fit. It first
+// counts the GPUs of gangs already stopping (preemptions under way): if
+// they suffice, the job waits for them instead of preempting more.
+func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
+	tier := c.pol.Tiers[q.tier]
+	if tier == nil || (len(tier.MayPreempt) == 0 && !c.idleVictims) {
+		return false
+	}
+	holders := c.st.Holders()
+	var req placement.Request
+	reqBuilt := false
+	request := func() placement.Request {
+		if !reqBuilt {
+			req, reqBuilt = c.request(q, false), true
+		}
+		return req
+	}
+
+	// Preemptions under way.
+	if c.stopping == nil {
+		c.stopping = []int{}
+		for h := range holders {
+			if holders[h].Stopping {
+				c.stopping = append(c.stopping, h)
+			}
+		}
+		c.stoppingGPUs = -1
+	}
+	if c.stoppingGPUs < 0 {
+		c.stoppingGPUs = 0
+		for _, h := range c.stopping {
+			if !c.claimed[h] {
+				c.stoppingGPUs += holders[h].GPUs
+			}
+		}
+	}
+	cp := c.st.Checkpoint()
+	var stopping []int
+	// Releasing the stopping gangs frees at most their GPUs: when that
+	// cannot make room, placing is not tried (most waiting jobs).
+	if c.stoppingGPUs > 0 && c.st.FreeGPUs(q.pool)+c.stoppingGPUs >= q.gpus {
+		for _, h := range c.stopping {
+			if !c.claimed[h] {
+				stopping = append(stopping, h)
+				c.st.ReleaseHolder(h)
+			}
+		}
+	}
+	if len(stopping) > 0 {
+		if res, ok := c.st.Place(request(), nil); ok {
+			c.st.Rollback(cp)
+			c.reserveSlots(res)
+			used := c.slotsUse(res, stopping)
+			c.claimedFor = c.claimedFor[:0]
+			for _, h := range used {
+				c.claim(h)
+				c.claimedFor = append(c.claimedFor, h)
+				exp.Victims = append(exp.Victims, holders[h].JobID)
+			}
+			c.bind(q, res)
+			c.stopping = nil
+			exp.Status = StatusPreempting
+			exp.Reason = "waiting for preempted gangs to stop"
+			exp.Rejected = nil
+			return true
+		}
+	}
+	c.st.Rollback(cp)
+
+	if !c.pol.Preemption.Enabled {
+		return false
+	}
+	if c.explain && len(c.young) > 0 {
+		defer func() {
+			if !preempting {
+				exp.Reason = c.cat(exp.Reason, c.youngNote(q))
+			}
+		}()
+	}
+	if c.preemptors >= c.pol.Preemption.MaxPerCycle {
+		if c.explain {
+			exp.Reason = c.cat(exp.Reason, "; preemption budget of this cycle spent")
+		}
+		return false
+	}
+	if c.preemptAttempts >= maxPreemptAttemptsPerSuccess*c.pol.Preemption.MaxPerCycle {
+		return false
+	}
+	cl := c.candidates(q)
+	if c.st.FreeGPUs(q.pool)+cl.gpus < q.gpus {
+		return false
+	}
+	gain := c.pol.Impact(q.job.Spec) * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
+	if short := q.gpus - c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
+		// Even the cheapest victims, per GPU, would cost more than the
+		// gain: no need to search.
+		if c.explain {
+			exp.Reason += fmt.Sprintf("; preemption would cost at least %.1f, more than its gain %.1f", cl.minPerGPU*float64(short), gain)
+		}
+		return false
+	}
+	if cl.index == nil {
+		cl.index = preempt.NewIndex(c.st, q.pool, cl.cands)
+		for _, cd := range cl.cands {
+			if !cl.member[cd.Holder] {
+				cl.index.Exclude(cd.Holder) // claimed before the index existed
+			}
+		}
+	}
+	c.preemptAttempts++
+	cp = c.st.Checkpoint()
+	victims, res, ok := cl.index.Select(c.st, request())
+	c.st.Rollback(cp)
+	if !ok {
+		if c.explain {
+			exp.Reason += "; preempting eligible gangs would not make room"
+		}
+		return false
+	}
+	victims, res = c.minimalVictims(request(), victims, res)
+	if isGang(request()) {
+		victims, res = c.replaceGang(request(), victims, res)
+	}
+	cost, lost := 0.0, 0.0
+	for _, h := range victims {
+		cost += c.victims[h].cost
+		lost += c.victims[h].lost
+	}
+	if gain <= cost {
+		if c.explain {
+			exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
+		}
+		return false
+	}
+	budget, mx := c.e.budgetOf(q.tier)
+	if mx > 0 {
+		if already := c.e.lostFrom(budget, c.now); already+lost > mx {
+			if c.explain {
+				which := "shared"
+				if budget != "" {
+					which = fmt.Sprintf("tier %q", budget)
+				}
+				exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
+			}
+			return false
+		}
+	}
+	c.preemptors++
+	c.reserveSlots(res)
+	c.claimedFor = append(c.claimedFor[:0], victims...)
+	c.bind(q, res)
+	for _, h := range victims {
+		c.claim(h)
+		hd := holders[h]
+		v := c.victims[h]
+		p := Preemption{
+			JobID:            hd.JobID,
+			GPUs:             hd.GPUs,
+			Grace:            v.grace,
+			CheckpointSignal: v.signal,
+			RequeueExitCode:  v.requeue,
+			Preemptor:        q.job.ID,
+			Cost:             v.cost,
+			LostGPUHours:     v.lost,
+			Reason: fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
+				q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval)),
+		}
+		if v.idle {
+			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.idleGPUh, v.reclaimed
+			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.idleNote)
+			c.e.logger.Info("preempting idle job", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+				"idle_since", v.idleSince, "idle_gpu_hours", v.idleGPUh, "reclaimed_gpu_hours", v.reclaimed, "cost", v.cost, "gain", gain)
+		}
+		for _, a := range hd.Allocs {
+			p.Allocs = append(p.Allocs, a.ID)
+			c.e.inflight[a.ID] = inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)}
+		}
+		c.plan.Preemptions = append(c.plan.Preemptions, p)
+		c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+			"cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
+		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
+		exp.Victims = append(exp.Victims, hd.JobID)
+	}
+	exp.Status = StatusPreempting
+	if c.explain {
+		exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
+	}
+	exp.Rejected = nil
+	return true
+}
+
+// minimalVictims drops the victims that later choices of the search made
+// unnecessary: the search frees room one allocation at a time, cheapest
+// first, so a cheap gang taken for the first allocation may be useless
+// once a bigger one is released for the next (a 2x8 preemptor taking a
+// 3x8 and a 2x4 gang where the 3x8 alone frees enough). Each victim,
+// costliest first, is given back its GPUs; if the whole request still
+// places on what the others free, it stays running. The result is
+// minimal: no victim left could be spared. The preemptor is then placed
+// as an admission would place it on what the remaining victims free.
+func (c *cycle) minimalVictims(req placement.Request, victims []int, res placement.Result) ([]int, placement.Result) {
+	if len(victims) < 2 {
+		return victims, res
+	}
+	holders := c.st.Holders()
+	cp := c.st.Checkpoint()
+	defer c.st.Rollback(cp)
+	for _, h := range victims {
+		c.st.ReleaseHolder(h)
+	}
+	order := slices.Clone(victims)
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(c.victims[b].cost, c.victims[a].cost), cmp.Compare(holders[b].GPUs, holders[a].GPUs),
+			strings.Compare(holders[a].JobID, holders[b].JobID))
+	})
+	spared := map[int]bool{}
+	for _, h := range order {
+		if len(spared) == len(victims)-1 {
+			break
+		}
+		back := c.st.Checkpoint()
+		for _, sl := range holders[h].Slots {
+			c.st.Take(sl)
+		}
+		fit := c.st.Checkpoint()
+		if _, ok := c.st.Place(req, nil); ok {
+			c.st.Rollback(fit)
+			spared[h] = true
+			continue
+		}
+		c.st.Rollback(back)
+	}
+	if len(spared) == 0 {
+		return victims, res
+	}
+	whole, ok := c.st.Place(req, nil)
+	if !ok {
+		return victims, res // cannot happen: the last check placed it
+	}
+	var kept []int
+	for _, h := range victims {
+		if !spared[h] {
+			kept = append(kept, h)
+		}
+	}
+	// The placement may not touch every remaining victim (it could sit on
+	// GPUs that were free anyway): those are spared too.
+	if used := c.slotsUse(whole, kept); len(used) > 0 {
+		kept = used
+	}
+	return kept, whole
+}
+
+// isGang: does the request place some group as more than one allocation?
+func isGang(req placement.Request) bool {
+	for _, g := range req.Groups {
+		if g.Count > 1 && g.GPUs > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceGang re-places a gang on the GPUs the chosen victims free (and
+// those already free) as a whole, the way an admission is placed: fewest
+// nodes, then a shared switch or rack, best fit. The victim search places
+// one allocation at a time, cheapest node first, which scatters a
+// multi-node gang. Victims the new placement does not touch are spared.
+// When the whole-gang placement fails or is no better, the search's own
+// stands.
+func (c *cycle) replaceGang(req placement.Request, victims []int, res placement.Result) ([]int, placement.Result) {
+	cp := c.st.Checkpoint()
+	defer c.st.Rollback(cp)
+	for _, h := range victims {
+		c.st.ReleaseHolder(h)
+	}
+	whole, ok := c.st.Place(req, nil)
+	if !ok {
+		return victims, res
+	}
+	// Only an improvement is taken: fewer victims, or fewer nodes. An
+	// equal one would just move the preemptor's reservation around.
+	spared := c.slotsUse(whole, victims)
+	if len(spared) < len(victims) || resultNodes(whole) < resultNodes(res) {
+		return spared, whole
+	}
+	return victims, res
+}
+
+// resultNodes counts the distinct nodes of a placement.
+func resultNodes(res placement.Result) int {
+	var seen []int
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			if !slices.Contains(seen, sl.Node) {
+				seen = append(seen, sl.Node)
+			}
+		}
+	}
+	return len(seen)
+}
+
+// candidates lists the gangs a job may preempt (by its tier and pool), and
+// their GPUs. Lists are built once per cycle per tier and pool; claim
+// removes a victim from all of them.
+func (c *cycle) candidates(q *queued) *candList {
+	keptOut := c.headroomKeepsOut(q)
+	key := tierPool{q.tier, q.pool}
+	if keptOut {
+		// Headroom nodes shield their holders from this job: its own list.
+		key.pool += "\x00kept-out"
+	}
+	if cl, ok := c.candCache[key]; ok {
+		return cl
+	}
+	holders := c.st.Holders()
+	var cands []preempt.Candidate
+	gpus := 0
+	minPer := 0.0
+	for h, v := range c.victims {
+		if !(v.ok || v.young && c.headroomWaives(q, h)) || c.claimed[h] || !c.mayPreemptVictim(q.tier, &c.victims[h]) {
+			continue
+		}
+		if q.pool != "" && !c.holderInPool(h, q.pool) {
+			continue
+		}
+		if keptOut && c.headroomShields(q, h) {
+			continue
+		}
+		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.cost})
+		gpus += holders[h].GPUs
+		if per := v.cost / float64(max(1, holders[h].GPUs)); len(cands) == 1 || per < minPer {
+			minPer = per
+		}
+	}
+	if c.candCache == nil {
+		c.candCache = map[tierPool]*candList{}
+	}
+	// minPerGPU stays a valid lower bound as victims are claimed (the
+	// minimum over fewer candidates can only be higher).
+	cl := &candList{cands: cands, gpus: gpus, minPerGPU: minPer, member: map[int]bool{}}
+	for _, cd := range cands {
+		cl.member[cd.Holder] = true
+	}
+	c.candCache[key] = cl
+	return cl
+}
+
+// claim marks a gang as taken for a preemptor in this cycle: it is no
+// longer a candidate for anyone else.
+func (c *cycle) claim(h int) {
+	if c.claimed[h] {
+		return
+	}
+	c.claimed[h] = true
+	c.stoppingGPUs = -1
+	clear(c.youngNotes)
+	c.lastYoungOK = false
+	for _, cl := range c.candCache {
+		if cl.member[h] {
+			delete(cl.member, h)
+			cl.gpus -= c.st.Holders()[h].GPUs
+			if cl.index != nil {
+				cl.index.Exclude(h)
+			}
+		}
+	}
+}
+
+type candList struct {
+	cands  []preempt.Candidate
+	member map[int]bool
+	gpus   int
+	// minPerGPU is the lowest cost per GPU among the candidates: a lower
+	// bound on what freeing n GPUs costs.
+	minPerGPU float64
+	index     *preempt.Index // built on first victim search
+}
+
+func (c *cycle) holderInPool(h int, pool string) bool {
+	for _, sl := range c.st.Holders()[h].Slots {
+		if c.st.PoolOf(sl.Node) == pool {
+			return true
+		}
+	}
+	return false
+}
+
+// slotsUse returns the holders among hs whose GPUs the result uses.
+func (c *cycle) slotsUse(res placement.Result, hs []int) []int {
+	var out []int
+	holders := c.st.Holders()
+	for _, h := range hs {
+		hit := false
+		for _, hsl := range holders[h].Slots {
+			for _, g := range res.Groups {
+				for _, sl := range g {
+					if sl.Node == hsl.Node && sl.Mask&hsl.Mask != 0 {
+						hit = true
+					}
+				}
+			}
+		}
+		if hit {
+			out = append(out, h)
+		}
+	}
+	return out
+}

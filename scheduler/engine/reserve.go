@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+)
+
+type reservation struct {
+	jobID string
+	tier  string
+	until time.Time // zero: unknown (running work without walltime)
+}
+
+// mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
+// Only if, for every reservation, it ends (by walltime) before the
+// reservation is needed, or it is preemptible by the reserving job.
+func (c *cycle) mayBackfill(q *queued) bool {
+	if len(c.reservations) == 0 || !c.pol.Backfill.Enabled {
+		return false
+	}
+	wall := q.walltime
+	pre := q.preemptible
+	for _, r := range c.reservations {
+		endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until)
+		preemptibleByIt := pre && c.pol.MayPreempt(r.tier, q.tier)
+		if !endsBefore && !preemptibleByIt {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cycle) reserveSlots(res placement.Result) {
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			c.st.Reserve(sl)
+		}
+	}
+}
+
+// reserve gives a blocked job a reservation: the GPUs it would get at the
+// earliest time running work is expected to end (by walltime). It releases
+// running gangs in order of expected end in a scratch transaction until the
+// job fits; the GPUs of that placement are withheld from later jobs unless
+// they may backfill.
+func (c *cycle) reserve(q *queued, exp *Explanation) {
+	if c.endOrder == nil {
+		c.endOrder = c.holdersByEnd()
+	}
+	holders := c.st.Holders()
+	req := c.request(q, false)
+	cp := c.st.Checkpoint()
+	next := q.gpus
+	var found placement.Result
+	var until time.Time
+	ok := false
+	for i := 0; ; i++ {
+		h, more := c.endOrder.at(i)
+		if !more {
+			break
+		}
+		if c.claimed[h] {
+			continue
+		}
+		c.st.ReleaseHolder(h)
+		free := c.st.FreeGPUs(q.pool)
+		if free < next {
+			continue
+		}
+		if res, fit := c.st.Place(req, nil); fit {
+			found, ok = res, true
+			until = c.expectedEnd(&holders[h])
+			break
+		}
+		// Fragmented: try again only once noticeably more is free, so the
+		// shadow schedule costs a few placements, not one per gang.
+		next = free + max(1, q.gpus/4)
+	}
+	c.st.Rollback(cp)
+	if !ok {
+		// Every holder was released and it still does not fit: the job's
+		// own constraints or size rule the pool's nodes out, or earlier
+		// reservations this cycle hold what would fit.
+		if c.explain {
+			exp.Reason += "; no reservation possible: it does not fit even once all running work has ended (its constraints or size rule out the pool's nodes, or earlier reservations hold them)"
+		}
+		return
+	}
+	c.reserveSlots(found)
+	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.tier, until: until})
+	if c.explain {
+		c.resNotes = append(c.resNotes, c.reservationNote())
+	}
+	exp.Status = StatusReserved
+	exp.ReservedUntil = until
+	if !c.explain {
+		return
+	}
+	if until.IsZero() {
+		exp.Reason += "; GPUs reserved (time unknown: running work has no walltime)"
+	} else {
+		exp.Reason += fmt.Sprintf("; GPUs reserved, expected free by %s", until.UTC().Format(time.RFC3339))
+	}
+}
+
+// reservationNote tells jobs that may not backfill why reserved GPUs are
+// not theirs; built once per reservation, shared by every waiting job.
+func (c *cycle) reservationNote() string {
+	var b strings.Builder
+	b.WriteString("; some GPUs are reserved for ")
+	for i, r := range c.reservations {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r.jobID)
+		if !r.until.IsZero() {
+			fmt.Fprintf(&b, " (needed by %s)", r.until.UTC().Format(time.RFC3339))
+		}
+	}
+	b.WriteString(": a job may use them only if its impact_walltime ends before they are needed, or it is preemptible by the reserving job")
+	return b.String()
+}
+
+// expectedEnd of a gang: now when stopping, start + walltime when known
+// (never before now), zero when unknown.
+func (c *cycle) expectedEnd(hd *placement.Holder) time.Time {
+	if hd.Stopping {
+		return c.now
+	}
+	if hd.Job == nil || hd.Job.Spec.Walltime <= 0 {
+		return time.Time{}
+	}
+	end := earliestStart(hd.Allocs).Add(hd.Job.Spec.Walltime)
+	if end.Before(c.now) {
+		return c.now
+	}
+	return end
+}
+
+// endKey is a holder's place in the order of expected ends.
+type endKey struct {
+	h     int
+	known bool
+	end   int64
+	start int64
+}
+
+// endOrder yields the holders by expected end (known ends first, earliest
+// first; unknown ends oldest first; then job ID). A reservation releases
+// holders in that order only until the job fits, mostly a few of
+// thousands, so the order is drawn from a heap as far as it is read
+// rather than sorted whole.
+type endOrder struct {
+	holders []placement.Holder
+	heap    []endKey
+	sorted  []int
+}
+
+func (c *cycle) holdersByEnd() *endOrder {
+	holders := c.st.Holders()
+	o := &endOrder{holders: holders, heap: make([]endKey, len(holders))}
+	for i := range holders {
+		end := c.expectedEnd(&holders[i])
+		o.heap[i] = endKey{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
+	}
+	for i := len(o.heap)/2 - 1; i >= 0; i-- {
+		o.down(i)
+	}
+	return o
+}
+
+// at returns the i-th holder by expected end; false past the last.
+func (o *endOrder) at(i int) (int, bool) {
+	for len(o.sorted) <= i {
+		n := len(o.heap)
+		if n == 0 {
+			return 0, false
+		}
+		o.sorted = append(o.sorted, o.heap[0].h)
+		o.heap[0] = o.heap[n-1]
+		o.heap = o.heap[:n-1]
+		o.down(0)
+	}
+	return o.sorted[i], true
+}
+
+func (o *endOrder) less(a, b endKey) bool {
+	if a.known != b.known {
+		return a.known
+	}
+	if a.known && a.end != b.end {
+		return a.end < b.end
+	}
+	// Unknown ends: oldest first is the best guess.
+	if a.start != b.start {
+		return a.start < b.start
+	}
+	return o.holders[a.h].JobID < o.holders[b.h].JobID
+}
+
+func (o *endOrder) down(i int) {
+	h := o.heap
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && o.less(h[r], h[l]) {
+			m = r
+		}
+		if !o.less(h[m], h[i]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"sort"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
+)
+
+// victimInfo is what the cycle knows about a running gang as a possible
+// victim.
+type victimInfo struct {
+	ok bool // preemptible at all (policy, min runtime, not stopping)
+	// young: preemptible but within its minimum runtime, a victim only
+	// for the tiers of its pool's headroom (headroomWaives).
+	young  bool
+	tier   string
+	cost   float64
+	lost   float64
+	grace  time.Duration
+	signal string
+	// requeue is the victim's requeue exit code.
+	requeue int
+	// idle: a victim on its tier's preemptible idle action (see
+	// idleVictim); weight is its tier's weight.
+	idle      bool
+	idleSince time.Time
+	idleNote  string
+	weight    float64
+	idleGPUh  float64
+	reclaimed float64
+}
+
+// youngHolder is a gang that would be a preemption candidate but for its
+// impact_min_runtime.
+type youngHolder struct {
+	h          int
+	tier       string
+	from       time.Time
+	minRuntime time.Duration
+}
+
+// assessHolders charges running gangs to their projects (for quotas) and
+// works out, once per cycle, which may be victims and at what cost.
+func (c *cycle) assessHolders() {
+	holders := c.st.Holders()
+	c.victims = make([]victimInfo, len(holders))
+	idle := c.judgeRunning()
+	for h := range holders {
+		hd := &holders[h]
+		if hd.Job == nil {
+			continue
+		}
+		c.projectGPUs[c.pol.ProjectName(hd.Job.Spec)] += hd.GPUs
+		j := hd.Job
+		if hd.Stopping || c.claimed[h] || j.SpecErr != nil || j.State != cluster.JobRunning {
+			continue
+		}
+		f := c.specFacts(j.Spec)
+		if f.bad != "" {
+			continue
+		}
+		if st := idle[h]; st.idle && !st.ignored && st.cfg.Action == policy.IdlePreemptible {
+			c.victims[h] = c.idleVictim(&holders[h], st)
+			c.idleVictims = true
+			continue
+		}
+		if !f.preemptible {
+			continue
+		}
+		start := earliestStart(hd.Allocs)
+		young := false
+		if minRT := c.pol.MinRuntime(j.Spec); c.now.Sub(start) < minRT {
+			if c.explain {
+				c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: start.Add(minRT), minRuntime: minRT})
+			}
+			if len(c.pol.Headrooms) == 0 {
+				continue
+			}
+			young = true // a victim only for a headroom's tiers (headroomWaives)
+		}
+		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
+		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
+		c.victims[h] = victimInfo{
+			ok:      !young,
+			young:   young,
+			tier:    f.tier,
+			cost:    f.impact * (lost + restart),
+			lost:    lost,
+			grace:   j.Spec.Grace,
+			signal:  j.Spec.CheckpointSignal,
+			requeue: j.Spec.RequeueCode(),
+		}
+	}
+	sort.SliceStable(c.young, func(a, b int) bool {
+		ya, yb := c.young[a], c.young[b]
+		if !ya.from.Equal(yb.from) {
+			return ya.from.Before(yb.from)
+		}
+		return holders[ya.h].JobID < holders[yb.h].JobID
+	})
+}
