@@ -66,7 +66,6 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	}
 	exec := nomad.NewExecutor(client, state, nomad.ExecutorConfig{
 		ParkingPool:         cfg.ParkingPool,
-		DefaultPool:         cfg.DefaultPool,
 		AdmitDeadline:       cfg.Cycle.AdmissionDeadline,
 		Snapshot:            watcher.Snapshot,
 		OnPreemptionOutcome: metrics.RecordPreemptionOutcome,

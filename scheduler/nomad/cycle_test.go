@@ -251,7 +251,7 @@ func BenchmarkFreedCapacityToAdmission(b *testing.B) {
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
 	<-w.Ready()
-	x := NewExecutor(e.c, NewStateStore(e.c, StateConfig{}, nil), ExecutorConfig{ParkingPool: parking, DefaultPool: "gpu"}, nil)
+	x := NewExecutor(e.c, NewStateStore(e.c, StateConfig{}, nil), ExecutorConfig{ParkingPool: parking}, nil)
 	var mu sync.Mutex
 	admittedAt := map[string]time.Time{}
 	e.fake.OnRegister(func(j *api.Job) {

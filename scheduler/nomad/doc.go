@@ -27,7 +27,7 @@
 //	recs, err := st.Preemptions(ctx, since)                    // preemption records (the executor writes them)
 //	intents, err := st.Intents(ctx)                            // admissions/preemptions under way
 //
-//	x := nomad.NewExecutor(c, st, nomad.ExecutorConfig{ParkingPool: "impact-queue", DefaultPool: "default",
+//	x := nomad.NewExecutor(c, st, nomad.ExecutorConfig{ParkingPool: "impact-queue",
 //		AdmitDeadline: 5 * time.Minute, Snapshot: w.Snapshot}, logger)
 //	err = x.Recover(ctx)            // on becoming leader: finish or drop what the last leader left
 //	res := x.Apply(ctx, plan)       // *engine.Plan; ApplyReport{Admitted, Preempted, Requeued, Reclaimed, Skipped, Failed}
@@ -48,8 +48,9 @@
 // Job IDs in the model and in plans are cluster.JobKey(namespace, id).
 // A job is managed when it is in the parking pool (waiting: JobQueued) or
 // carries the executor's pin constraint (admitted: JobRunning). The
-// executor's rewrite on admission: NodePool = plan pool, else meta
-// impact_pool, else DefaultPool; per placed group a constraint
+// executor's rewrite on admission: NodePool = the plan's pool (the engine
+// resolves impact_pool and the default pool; an admission without one is
+// refused); per placed group a constraint
 // ${node.unique.id} set_contains_any <nodes>, distinct_hosts when every
 // allocation has a node of its own, and inside each GPU device block of
 // the group's tasks a constraint pinning the exact GPUs the plan gave that

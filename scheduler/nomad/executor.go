@@ -24,9 +24,6 @@ import (
 type ExecutorConfig struct {
 	// ParkingPool is where managed jobs wait (default "impact-queue").
 	ParkingPool string
-	// DefaultPool is the pool admitted jobs run in when neither the plan
-	// nor their impact_pool meta names one (default "default").
-	DefaultPool string
 	// AdmitDeadline: an admitted job whose allocations are not all running
 	// by then is parked again (default 5m).
 	AdmitDeadline time.Duration
@@ -195,9 +192,6 @@ func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Log
 	if cfg.ParkingPool == "" {
 		cfg.ParkingPool = "impact-queue"
 	}
-	if cfg.DefaultPool == "" {
-		cfg.DefaultPool = "default"
-	}
 	if cfg.AdmitDeadline <= 0 {
 		cfg.AdmitDeadline = 5 * time.Minute
 	}
@@ -358,6 +352,11 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 // admit re-registers a parked job into its target pool, pinned to the
 // plan's nodes, enforcing the JobModifyIndex the plan was decided on.
 func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
+	if a.Pool == "" {
+		// The engine resolves the pool (impact_pool, else its default,
+		// else the placed nodes' pool); the executor never guesses one.
+		return fmt.Errorf("admit %s: the plan names no target pool", a.JobID)
+	}
 	ns, id := splitJobKey(a.JobID)
 	pins := map[string][]string{}
 	for _, g := range a.Groups {
@@ -383,15 +382,7 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 		return fmt.Errorf("admit %s: job changed since the plan (modify index %d, plan %d, pool %q): %w",
 			a.JobID, derefU(job.JobModifyIndex), a.ModifyIndex, deref(job.NodePool), ErrConflict)
 	}
-	pool := a.Pool
-	if pool == "" {
-		pool = job.Meta[policy.MetaPool]
-	}
-	if pool == "" {
-		pool = x.cfg.DefaultPool
-	}
-	in.Pool = pool
-	if err := x.pinJob(job, a, pool); err != nil {
+	if err := x.pinJob(job, a); err != nil {
 		_ = x.st.DeleteIntent(ctx, a.JobID)
 		return fmt.Errorf("admit %s: %w", a.JobID, err)
 	}
@@ -441,7 +432,7 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 	x.pending[a.JobID] = in
 	x.outcomes.del(a.JobID)
 	x.mu.Unlock()
-	x.log.Info("admitted", "job", a.JobID, "pool", pool, "pins", pins, "gpus", in.PinnedGPUs, "modify_index", resp.JobModifyIndex)
+	x.log.Info("admitted", "job", a.JobID, "pool", a.Pool, "pins", pins, "gpus", in.PinnedGPUs, "modify_index", resp.JobModifyIndex)
 	for _, w := range a.Warnings {
 		x.log.Warn("admitted a task that will not see all its GPUs", "job", a.JobID, "warning", w)
 	}
@@ -502,7 +493,8 @@ func (x *Executor) awaitPlacement(ctx context.Context, admitted []engine.Admissi
 // exact GPUs the plan gave that block (ownDevicePin): the union over the
 // group's allocations, since Nomad applies a device constraint to every
 // allocation of the group alike (placement keeps that union exact).
-func (x *Executor) pinJob(job *api.Job, a engine.Admission, pool string) error {
+func (x *Executor) pinJob(job *api.Job, a engine.Admission) error {
+	pool := a.Pool
 	job.NodePool = &pool
 	byName := map[string]*api.TaskGroup{}
 	for _, tg := range job.TaskGroups {
@@ -530,10 +522,11 @@ func (x *Executor) pinJob(job *api.Job, a engine.Admission, pool string) error {
 }
 
 // pinDevices adds to each GPU device block of the group's tasks the pin of
-// its planned GPUs. A plan without per-block GPUs (an older plan, or a
-// group the model saw without its blocks) pins a group of exactly one GPU
-// block to all of the allocations' GPUs; with several blocks and no split
-// it pins none (Nomad then chooses the GPUs, on the pinned nodes).
+// its planned GPUs. Which block gets which GPUs is the plan's: a plan
+// without per-block GPUs (AllocPlacement.Blocks) is taken only for a
+// group of exactly one GPU block, whose GPUs are then the allocations';
+// a plan that leaves a block without GPUs, or several blocks unsplit, is
+// refused rather than letting Nomad choose.
 func pinDevices(tg *api.TaskGroup, g engine.GroupPlacement) error {
 	type key struct {
 		task  string
@@ -563,19 +556,16 @@ func pinDevices(tg *api.TaskGroup, g engine.GroupPlacement) error {
 			}
 		}
 	}
-	if !split {
-		if len(gpuBlocks) != 1 || len(all) == 0 {
-			return nil
-		}
+	if !split && len(gpuBlocks) > 1 {
+		return fmt.Errorf("the plan does not split the group's GPUs among its %d GPU device blocks", len(gpuBlocks))
+	}
+	if !split && len(gpuBlocks) == 1 {
 		blocks[keys[0]] = all
 	}
 	for i, d := range gpuBlocks {
 		ids := blocks[keys[i]]
 		if len(ids) == 0 {
-			if split {
-				return fmt.Errorf("the plan gives no GPUs to device block %d (%s) of task %q", keys[i].index, d.Name, keys[i].task)
-			}
-			continue
+			return fmt.Errorf("the plan gives no GPUs to device block %d (%s) of task %q", keys[i].index, d.Name, keys[i].task)
 		}
 		slices.Sort(ids)
 		d.Constraints = append(d.Constraints, ownDevicePin(slices.Compact(ids)))

@@ -36,7 +36,7 @@ func (c *fakeClock) Add(d time.Duration) {
 }
 
 func (e *env) executor(clk *fakeClock) *Executor {
-	cfg := ExecutorConfig{ParkingPool: parking, DefaultPool: "gpu", AdmitDeadline: time.Minute, PollInterval: 5 * time.Millisecond}
+	cfg := ExecutorConfig{ParkingPool: parking, AdmitDeadline: time.Minute, PollInterval: 5 * time.Millisecond}
 	if clk != nil {
 		cfg.Clock = clk.Now
 	}
@@ -707,5 +707,28 @@ func TestBoundedMap(t *testing.T) {
 	}
 	if len(n.m) > 3 || len(n.order) > 6 || get("k98") != "x" {
 		t.Fatalf("after churn: %d notes, %d order entries, k98=%q", len(n.m), len(n.order), get("k98"))
+	}
+}
+
+// The target pool is the plan's decision (the engine resolves impact_pool
+// and the default pool): an admission without one is refused, even for a
+// job whose meta names a pool, and the job stays parked with no intent.
+func TestAdmitRefusesAPlanWithoutPool(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("nopool", map[string]string{policy.MetaPool: "gpu"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
+	adm := admission(t, s, "nopool")
+	adm.Pool = ""
+	x := e.executor(nil)
+	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
+	if err := res.Failed[adm.JobID]; err == nil || !strings.Contains(err.Error(), "no target pool") || len(res.Admitted) != 0 {
+		t.Fatalf("apply = %+v, want the admission refused for naming no pool", res)
+	}
+	if j := e.fake.Job("nopool"); *j.NodePool != parking || pinnedAPI(j) {
+		t.Errorf("job moved to pool %s (pinned %v) by a plan without a pool", *j.NodePool, pinnedAPI(j))
+	}
+	if in, _ := x.st.Intent(context.Background(), adm.JobID); in != nil {
+		t.Errorf("intent left for a refused admission: %+v", in)
 	}
 }

@@ -316,10 +316,10 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 
 	// 2. Admission through the executor.
 	st := NewStateStore(c, StateConfig{}, log)
-	x := NewExecutor(c, st, ExecutorConfig{ParkingPool: parking, DefaultPool: "default", PollInterval: 100 * time.Millisecond}, log)
+	x := NewExecutor(c, st, ExecutorConfig{ParkingPool: parking, PollInterval: 100 * time.Millisecond}, log)
 	j, _ := w.Snapshot().Job(key)
 	stale := j.ModifyIndex
-	adm := engine.Admission{JobID: key, ModifyIndex: j.ModifyIndex, Groups: []engine.GroupPlacement{{Group: "workers",
+	adm := engine.Admission{JobID: key, ModifyIndex: j.ModifyIndex, Pool: "default", Groups: []engine.GroupPlacement{{Group: "workers",
 		Allocs: []engine.AllocPlacement{{NodeID: nodeID}, {NodeID: nodeID}}}}}
 	res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{adm}})
 	o.add("admit: admitted %d conflicts %d failed %v", len(res.Admitted), conflicts(res), res.Failed)
@@ -708,7 +708,7 @@ func runDeviceScenario(t *testing.T, c *Client) []string {
 	}
 
 	// 1. An admission pins GPUs 0 and 3.
-	x := NewExecutor(c, NewStateStore(c, StateConfig{}, nil), ExecutorConfig{ParkingPool: parking, DefaultPool: "default",
+	x := NewExecutor(c, NewStateStore(c, StateConfig{}, nil), ExecutorConfig{ParkingPool: parking,
 		PollInterval: 50 * time.Millisecond, Snapshot: w.Snapshot}, testLogger(t))
 	if _, _, err := c.api.Jobs().Register(job("pin-a", 2, parking), nil); err != nil {
 		t.Fatal(err)
@@ -720,7 +720,7 @@ func runDeviceScenario(t *testing.T, c *Client) []string {
 		cj, ok = w.Snapshot().Job(key)
 		return ok && cj.State == cluster.JobQueued
 	})
-	res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{{JobID: key, ModifyIndex: cj.ModifyIndex,
+	res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{{JobID: key, ModifyIndex: cj.ModifyIndex, Pool: "default",
 		Groups: []engine.GroupPlacement{{Group: "g0", Allocs: []engine.AllocPlacement{{NodeID: node.ID, GPUs: ids(0, 3),
 			Blocks: []engine.BlockPlacement{{Task: "trainer", Index: 0, GPUs: ids(0, 3)}}}}}}}}})
 	add("admit pin-a: admitted %d", len(res.Admitted))

@@ -121,7 +121,7 @@ func TestRealNomadGPUIslands(t *testing.T) {
 	}
 
 	x := NewExecutor(c, NewStateStore(c, StateConfig{}, nil),
-		ExecutorConfig{ParkingPool: parking, DefaultPool: "default", Snapshot: w.Snapshot}, testLogger(t))
+		ExecutorConfig{ParkingPool: parking, Snapshot: w.Snapshot}, testLogger(t))
 	byIndex := map[int]string{}
 	for _, g := range node.GPUs {
 		byIndex[g.Index] = g.ID
@@ -152,7 +152,7 @@ func TestRealNomadGPUIslands(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{{JobID: key, ModifyIndex: j.ModifyIndex,
+		res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{{JobID: key, ModifyIndex: j.ModifyIndex, Pool: "default",
 			Groups: []engine.GroupPlacement{{Group: "g0", Allocs: []engine.AllocPlacement{{NodeID: node.ID, GPUs: gpus,
 				Blocks: []engine.BlockPlacement{{Task: "trainer", Index: 0, GPUs: gpus}}}}}}}}})
 		if len(res.Admitted) != 1 {

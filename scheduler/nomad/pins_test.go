@@ -66,7 +66,7 @@ func pinTestAdmission() engine.Admission {
 		}
 		return []engine.BlockPlacement{{Task: "trainer", Index: 0, GPUs: ids(a)}, {Task: "trainer", Index: 2, GPUs: ids(b)}, {Task: "side", Index: 0, GPUs: ids(c)}}
 	}
-	return engine.Admission{JobID: "default/pins", Groups: []engine.GroupPlacement{{Group: "g0", Allocs: []engine.AllocPlacement{
+	return engine.Admission{JobID: "default/pins", Pool: "gpu", Groups: []engine.GroupPlacement{{Group: "g0", Allocs: []engine.AllocPlacement{
 		{NodeID: "n1", GPUs: []string{"n1-g0", "n1-g1", "n1-g4", "n1-g5"}, Blocks: blocks("n1", []int{0, 1}, []int{4}, []int{5})},
 		{NodeID: "n2", GPUs: []string{"n2-g0", "n2-g1", "n2-g6", "n2-g7"}, Blocks: blocks("n2", []int{0, 1}, []int{6}, []int{7})},
 	}}}}
@@ -80,7 +80,7 @@ func TestPinDevicesAndUnpin(t *testing.T) {
 	x := &Executor{cfg: ExecutorConfig{ParkingPool: parking}}
 	orig := pinTestJob()
 	job := pinTestJob()
-	if err := x.pinJob(job, pinTestAdmission(), "gpu"); err != nil {
+	if err := x.pinJob(job, pinTestAdmission()); err != nil {
 		t.Fatal(err)
 	}
 	devs := job.TaskGroups[0].Tasks[0].Resources.Devices
@@ -106,7 +106,7 @@ func TestPinDevicesAndUnpin(t *testing.T) {
 		t.Fatalf("the user's device constraint is gone: %+v", devs[0].Constraints)
 	}
 	// Admitting twice (a re-admission after a rollback) does not stack pins.
-	if err := x.pinJob(job, pinTestAdmission(), "gpu"); err != nil {
+	if err := x.pinJob(job, pinTestAdmission()); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints); n != 2 {
@@ -190,13 +190,19 @@ func TestPropertyReparkRemovesExactlyOurPins(t *testing.T) {
 		var job api.Job
 		_ = json.Unmarshal(b, &job)
 		adm := pinTestAdmission()
+		x := &Executor{cfg: ExecutorConfig{ParkingPool: parking}}
 		if rapid.Bool().Draw(rt, "no-split") {
+			// Which of the three GPU blocks gets which GPUs is the
+			// plan's to say: without a split the admission is refused.
 			for i := range adm.Groups[0].Allocs {
 				adm.Groups[0].Allocs[i].Blocks = nil
 			}
+			if err := x.pinJob(&job, adm); err == nil {
+				rt.Fatal("pinned a plan that does not split its GPUs among the group's device blocks")
+			}
+			return
 		}
-		x := &Executor{cfg: ExecutorConfig{ParkingPool: parking}}
-		if err := x.pinJob(&job, adm, "gpu"); err != nil {
+		if err := x.pinJob(&job, adm); err != nil {
 			rt.Fatal(err)
 		}
 		var wj wireJob
