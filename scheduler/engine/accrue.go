@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
@@ -16,13 +15,15 @@ import (
 // ones that finished meanwhile (the store's finished log) up to their end,
 // so that an allocation that started and ended between two cycles is
 // charged too. The first cycle charges nothing: usage before it is what
-// WithUsage or WithMemory restored.
-func (e *Engine) accrue(snap *cluster.Snapshot, holders []placement.Holder, now time.Time) {
+// WithUsage or WithMemory restored. The charges go to a copy of the usage
+// (changes.accrued), which the cycle scores with.
+func (c *cycle) accrue(holders []placement.Holder) {
+	e, now := c.e, c.now
 	last := e.lastCycle
-	finished, next := snap.FinishedSince(e.finishedSeq)
-	e.finishedSeq = next
+	finished, next := c.snap.FinishedSince(e.finishedSeq)
+	c.ch.finishedSeq, c.ch.lastCycle = next, last
 	if last.IsZero() {
-		e.lastCycle = now
+		c.ch.lastCycle = now
 		return
 	}
 	if !now.After(last) {
@@ -65,25 +66,24 @@ func (e *Engine) accrue(snap *cluster.Snapshot, holders []placement.Holder, now 
 	slices.SortFunc(keys, func(a, b key) int {
 		return cmp.Or(strings.Compare(a.project, b.project), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
 	})
+	u := e.usage.Clone()
 	for _, k := range keys {
-		e.usage.AddInterval(k.project, sums[k], time.Unix(0, k.from), time.Unix(0, k.to))
+		u.AddInterval(k.project, sums[k], time.Unix(0, k.from), time.Unix(0, k.to))
 	}
-	e.lastCycle = now
+	c.ch.accrued, c.ch.lastCycle = u, now
 }
 
-// expireInflight forgets ordered preemptions whose allocations are gone, or
-// that the adapter never carried out within the TTL.
-func (e *Engine) expireInflight(snap *cluster.Snapshot, now time.Time) {
-	for id, st := range e.inflight {
-		if _, ok := snap.Alloc(id); !ok || now.Sub(st.expires) > e.opts.inflightTTL {
-			delete(e.inflight, id)
+// expireInflight finds the ordered stops that are over: their
+// allocations are gone, or the adapter never carried them out within the
+// TTL. (Losses older than an hour are dropped by apply; lostFrom does not
+// count them meanwhile.)
+func (c *cycle) expireInflight() {
+	for id, st := range c.e.inflight {
+		if _, ok := c.snap.Alloc(id); !ok || c.now.Sub(st.expires) > c.e.opts.inflightTTL {
+			if c.ch.expired == nil {
+				c.ch.expired = map[string]bool{}
+			}
+			c.ch.expired[id] = true
 		}
 	}
-	keep := e.losses[:0]
-	for _, l := range e.losses {
-		if now.Sub(l.at) < time.Hour {
-			keep = append(keep, l)
-		}
-	}
-	e.losses = keep
 }

@@ -98,8 +98,8 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	for _, g := range adm.Groups {
 		held = append(held, g.Allocs...)
 	}
-	c.e.pending[j.ID] = pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings}
-	delete(c.e.bindings, j.ID)
+	c.addPending(j.ID, pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings})
+	c.dropBinding(j.ID)
 	c.projectGPUs[q.project] += q.gpus
 	c.headroomAdmit(q, res)
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil

@@ -45,7 +45,9 @@ type queued struct {
 }
 
 type cycle struct {
-	e    *Engine
+	e *Engine
+	// ch: what the cycle changes in the engine's memory (changes.go).
+	ch   changes
 	pol  *policy.Policy
 	snap *cluster.Snapshot
 	now  time.Time
@@ -138,16 +140,13 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 }
 
 func (c *cycle) run() {
-	c.e.expireInflight(c.snap, c.now)
+	c.expireInflight()
 	var stopping func(*cluster.Alloc) bool
-	if len(c.e.inflight) > 0 {
-		stopping = func(a *cluster.Alloc) bool {
-			_, ok := c.e.inflight[a.ID]
-			return ok
-		}
+	if len(c.e.inflight) > len(c.ch.expired) {
+		stopping = func(a *cluster.Alloc) bool { return c.stopOrdered(a.ID) }
 	}
 	c.st = placement.New(c.snap, stopping, c.e.cache)
-	c.e.accrue(c.snap, c.st.Holders(), c.now)
+	c.accrue(c.st.Holders())
 	c.holdPending()
 	c.holdBindings()
 	c.assessHolders()
@@ -220,7 +219,7 @@ func (c *cycle) decide(q *queued, pos int) {
 		exp.Status, exp.Reason = StatusParked, q.parked
 		return
 	}
-	if p, ok := c.e.pending[q.id]; ok {
+	if p, ok := c.pendingOf(q.id); ok {
 		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
 		exp.Placement, exp.Warnings = p.groups, p.warnings
 		return
@@ -233,7 +232,7 @@ func (c *cycle) decide(q *queued, pos int) {
 			}
 			return
 		}
-		delete(c.e.deferred, q.id)
+		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
 	}
 	if why := c.tooBig(q); why != "" {
 		exp.Status, exp.Reason = StatusParked, why

@@ -74,7 +74,19 @@
 // admissions and preemptions it ordered that the snapshot does not show
 // yet, so a cycle that runs before the adapter's actions took effect
 // neither admits a job twice, nor double-books its GPUs, nor preempts
-// again.
+// again. A cycle writes none of that memory while it decides: it records
+// its changes (changes.go) and Decide applies them once at the end, so
+// the steps cannot read each other's half-made state.
+//
+// Files follow the cycle's responsibilities: cycle.go (the cycle's state
+// and the per-job decision), queue.go and radix.go (ordering),
+// accrue.go (charging usage, expiring stops), held.go (GPUs held for
+// earlier admissions and for preemptors' bindings), gangwatch.go,
+// idle.go, victims.go (who may be preempted, at what cost),
+// preempting.go (the victim search), reserve.go (reservations and
+// backfill), headroom.go, admit.go (an admission's placement and
+// warnings), reasons.go (waiting jobs' sentences), changes.go (the
+// memory a cycle changes), plan.go (the plan's types).
 //
 // Cost is bounded: a full pool rejects a job in O(1) from the free-capacity
 // index, victim searches per cycle are capped, and the shadow schedule of a

@@ -319,5 +319,6 @@ func (e *Engine) budgetOf(tier string) (key string, limit float64) {
 func (e *Engine) Decide(snap *cluster.Snapshot, now time.Time) *Plan {
 	c := newCycle(e, snap, now)
 	c.run()
+	e.apply(&c.ch, now)
 	return c.plan
 }

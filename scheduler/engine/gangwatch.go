@@ -28,10 +28,9 @@ import (
 func (c *cycle) watchGangs() {
 	grace := c.pol.Gangs.MissingMemberGrace
 	holders := c.st.Holders()
-	seen := map[string]bool{}
 	for _, run := range c.e.queue.running {
 		for _, j := range run {
-			if _, ok := c.e.pending[j.ID]; ok {
+			if _, ok := c.pendingOf(j.ID); ok {
 				continue
 			}
 			h, hasHolder := c.holderOf(j.ID)
@@ -56,12 +55,11 @@ func (c *cycle) watchGangs() {
 				}
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)
-					c.e.inflight[a.ID] = inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)}
+					c.orderStop(a.ID, inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)})
 				}
 				c.claim(h)
 				c.plan.Requeues = append(c.plan.Requeues, r)
 				c.e.logger.Info("running job updated by its user; replacing it through the queue", "job", j.ID)
-				delete(c.e.broken, j.ID)
 				continue
 			}
 			if grace <= 0 {
@@ -71,14 +69,16 @@ func (c *cycle) watchGangs() {
 			if why == "" {
 				continue
 			}
-			seen[j.ID] = true
 			since, ok := c.e.broken[j.ID]
 			if !ok {
 				since = c.now
-				c.e.broken[j.ID] = since
 				c.e.logger.Info("gang missing a member", "job", j.ID, "why", why, "grace", grace)
 			}
 			if c.now.Sub(since) < grace {
+				if c.ch.broken == nil {
+					c.ch.broken = map[string]time.Time{}
+				}
+				c.ch.broken[j.ID] = since // still missing: watched on
 				continue
 			}
 			r := Preemption{
@@ -93,18 +93,12 @@ func (c *cycle) watchGangs() {
 				r.GPUs = holders[h].GPUs
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)
-					c.e.inflight[a.ID] = inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)}
+					c.orderStop(a.ID, inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)})
 				}
 				c.claim(h)
 			}
 			c.plan.Requeues = append(c.plan.Requeues, r)
 			c.e.logger.Warn("requeuing incomplete gang whole", "job", j.ID, "why", why, "missing_for", c.now.Sub(since))
-			delete(c.e.broken, j.ID)
-		}
-	}
-	for id := range c.e.broken {
-		if !seen[id] {
-			delete(c.e.broken, id)
 		}
 	}
 }
@@ -129,7 +123,7 @@ func (c *cycle) holderOf(jobID string) (int, bool) {
 // ordered reports whether the engine ordered a stop of any of the allocs.
 func (c *cycle) ordered(allocs []*cluster.Alloc) bool {
 	for _, a := range allocs {
-		if _, ok := c.e.inflight[a.ID]; ok {
+		if c.stopOrdered(a.ID) {
 			return true
 		}
 	}

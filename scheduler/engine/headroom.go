@@ -2,8 +2,10 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"time"
 
@@ -103,6 +105,12 @@ func (c *cycle) headroomBegin(queue []*queued) {
 	}
 	sort.Strings(hc.names)
 	c.hr = hc
+	for _, h := range c.pol.Headrooms {
+		if h.Learn {
+			c.ch.hrMem = cloneHRMemory(c.e.hrMem) // learning changes it: apply keeps the copy
+			break
+		}
+	}
 	for _, q := range queue {
 		c.headroomObserve(q)
 	}
@@ -141,7 +149,7 @@ func (c *cycle) headroomBegin(queue []*queued) {
 		if size, ok := p.h.Size(p.capacity); ok {
 			p.size, p.basis = size, p.h.Describe()
 		} else {
-			p.size, p.arrivals = c.e.learnedHeadroom(name, p.h, p.capacity, c.now)
+			p.size, p.arrivals = c.learnedHeadroom(name, p.h, p.capacity)
 			p.basis = fmt.Sprintf("%s: %d arrivals", p.h.Describe(), p.arrivals)
 		}
 		if p.nodeGPUs > 0 {
@@ -183,13 +191,13 @@ func (p *hrPool) add(tier *policy.Tier, preemptible bool, gpus int) bool {
 // learnedHeadroom sizes a learned headroom from the arrivals of its tiers
 // over its window: their mean occupancy (GPU-seconds over the window) plus
 // the largest one, at most the policy's cap.
-func (e *Engine) learnedHeadroom(pool string, h *policy.Headroom, capacity int, now time.Time) (int, int) {
+func (c *cycle) learnedHeadroom(pool string, h *policy.Headroom, capacity int) (int, int) {
 	floor := min(h.MinGPUs, h.LearnedCap(capacity))
-	m := e.hrMem[pool]
+	m := c.ch.hrMem[pool]
 	if m == nil {
 		return floor, 0
 	}
-	e.pruneHeadroom(m, h, now)
+	pruneHeadroom(m, h, c.now)
 	sum, largest := 0.0, 0
 	for _, a := range m.arrivals {
 		sum += a.gpuSec
@@ -202,7 +210,7 @@ func (e *Engine) learnedHeadroom(pool string, h *policy.Headroom, capacity int, 
 	return max(floor, min(size, h.LearnedCap(capacity))), len(m.arrivals)
 }
 
-func (e *Engine) pruneHeadroom(m *hrMemory, h *policy.Headroom, now time.Time) {
+func pruneHeadroom(m *hrMemory, h *policy.Headroom, now time.Time) {
 	k := 0
 	for k < len(m.arrivals) && now.Sub(m.arrivals[k].at) > h.Window {
 		delete(m.seen, m.arrivals[k].id)
@@ -222,13 +230,13 @@ func (c *cycle) headroomObserve(q *queued) {
 		if !h.Learn || !h.UsesHeadroom(q.tier) || (q.pool != "" && q.pool != name) {
 			continue
 		}
-		if c.e.hrMem == nil {
-			c.e.hrMem = map[string]*hrMemory{}
+		if c.ch.hrMem == nil {
+			c.ch.hrMem = map[string]*hrMemory{}
 		}
-		m := c.e.hrMem[name]
+		m := c.ch.hrMem[name]
 		if m == nil {
 			m = &hrMemory{seen: map[string]bool{}}
-			c.e.hrMem[name] = m
+			c.ch.hrMem[name] = m
 		}
 		if m.seen[q.job.ID] || c.now.Sub(q.job.Submit) > h.Window {
 			continue
@@ -422,4 +430,13 @@ func (c *cycle) headroomWaives(q *queued, h int) bool {
 	}
 	p := c.hr.pools[c.st.PoolOf(hd.Slots[0].Node)]
 	return p != nil && p.h.UsesHeadroom(q.tier)
+}
+
+// cloneHRMemory copies the learned headrooms' memory for a cycle to change.
+func cloneHRMemory(mem map[string]*hrMemory) map[string]*hrMemory {
+	out := make(map[string]*hrMemory, len(mem))
+	for pool, m := range mem {
+		out[pool] = &hrMemory{arrivals: slices.Clone(m.arrivals), seen: maps.Clone(m.seen)}
+	}
+	return out
 }

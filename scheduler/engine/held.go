@@ -24,7 +24,7 @@ func (c *cycle) holdPending() {
 		// Held until every planned allocation is there: Nomad may place a
 		// gang's members one by one.
 		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(appeared) >= len(p.allocs) {
-			delete(c.e.pending, id)
+			c.dropPending(id)
 			continue
 		}
 		for _, a := range p.allocs {
@@ -59,9 +59,9 @@ func (c *cycle) holdBindings() {
 	for _, id := range ids {
 		b := c.e.bindings[id]
 		j, ok := c.snap.Job(id)
-		_, pending := c.e.pending[id]
+		_, pending := c.pendingOf(id)
 		if !ok || j.State != cluster.JobQueued || pending || c.now.After(b.expires) {
-			delete(c.e.bindings, id)
+			c.dropBinding(id)
 			continue
 		}
 		for _, ap := range b.gpus {
@@ -112,7 +112,7 @@ func (c *cycle) bind(q *queued, res placement.Result) {
 			gpus = append(gpus, AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)})
 		}
 	}
-	b, ok := c.e.bindings[q.job.ID]
+	b, ok := c.bindingOf(q.job.ID)
 	if !ok {
 		maxGrace := time.Duration(0)
 		for _, h := range c.claimedFor {
@@ -121,5 +121,5 @@ func (c *cycle) bind(q *queued, res placement.Result) {
 		b.expires = c.now.Add(maxGrace + c.e.opts.admissionTTL)
 	}
 	b.gpus = gpus
-	c.e.bindings[q.job.ID] = b
+	c.setBinding(q.job.ID, b)
 }

@@ -378,14 +378,14 @@ func (c *cycle) judgeRunning() []idleState {
 	}
 	for id := range c.e.idleSeen {
 		if !seen[id] {
-			delete(c.e.idleSeen, id)
+			c.ch.idleGone = append(c.ch.idleGone, id)
 		}
 	}
 	// A job's requeue count lives as long as the job (queued again or
 	// running); a job that left (stopped, purged) starts afresh.
 	for id := range c.e.requeues {
 		if _, ok := c.snap.Job(id); !ok {
-			delete(c.e.requeues, id)
+			c.ch.requeuesGone = append(c.ch.requeuesGone, id)
 		}
 	}
 	// c.plan.Running is in job ID order already: holders are (one per
@@ -396,11 +396,14 @@ func (c *cycle) judgeRunning() []idleState {
 // reclaim orders the requeue action for a hung gang and returns its note.
 func (c *cycle) reclaim(h int, hd *placement.Holder, st idleState) string {
 	j := hd.Job
-	n := c.e.requeues[hd.JobID]
+	n := c.requeuesOf(hd.JobID)
 	requeue := n < st.cfg.MaxRequeues
 	if requeue {
 		n++
-		c.e.requeues[hd.JobID] = n
+		if c.ch.requeues == nil {
+			c.ch.requeues = map[string]int{}
+		}
+		c.ch.requeues[hd.JobID] = n
 	}
 	idleGPUh, reclaimed := c.idleHours(hd, st)
 	numbers := fmt.Sprintf("every member below %g%% for %s (job mean %.1f%%, idle since %s)", st.cfg.Threshold,
@@ -415,7 +418,7 @@ func (c *cycle) reclaim(h int, hd *placement.Holder, st idleState) string {
 		Requeue: requeue, Requeues: n, IdleGPUHours: idleGPUh, ReclaimedGPUHours: reclaimed, Reason: reason}
 	for _, a := range hd.Allocs {
 		r.Allocs = append(r.Allocs, a.ID)
-		c.e.inflight[a.ID] = inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(r.Grace), requeue: requeue}
+		c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(r.Grace), requeue: requeue})
 	}
 	c.claimed[h] = true
 	c.plan.Reclaims = append(c.plan.Reclaims, r)
@@ -444,13 +447,16 @@ type idleFlags struct{ idle, hung bool }
 func (c *cycle) logIdleChange(hd *placement.Holder, st idleState) {
 	prev, had := c.e.idleSeen[hd.JobID]
 	cur := idleFlags{idle: st.idle, hung: st.hung}
-	if cur == prev {
-		if !had {
-			c.e.idleSeen[hd.JobID] = cur
-		}
+	if cur == prev && had {
 		return
 	}
-	c.e.idleSeen[hd.JobID] = cur
+	if c.ch.idleSeen == nil {
+		c.ch.idleSeen = map[string]idleFlags{}
+	}
+	c.ch.idleSeen[hd.JobID] = cur
+	if cur == prev {
+		return // first seen, not idle: nothing to log
+	}
 	args := []any{"job", hd.JobID, "gpus", hd.GPUs, "utilization", st.util, "threshold", st.cfg.Threshold,
 		"idle_for", st.idleFor, "duration", st.cfg.Duration, "action", st.cfg.Action, "opted_out", st.ignored}
 	switch {

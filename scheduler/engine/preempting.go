@@ -153,7 +153,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	}
 	budget, mx := c.e.budgetOf(q.tier)
 	if mx > 0 {
-		if already := c.e.lostFrom(budget, c.now); already+lost > mx {
+		if already := c.lostFrom(budget); already+lost > mx {
 			if c.explain {
 				which := "shared"
 				if budget != "" {
@@ -192,12 +192,12 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			c.e.inflight[a.ID] = inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)}
+			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)})
 		}
 		c.plan.Preemptions = append(c.plan.Preemptions, p)
 		c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 			"cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
-		c.e.losses = append(c.e.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
+		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}
 	exp.Status = StatusPreempting

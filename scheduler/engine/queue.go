@@ -251,7 +251,7 @@ func (c *cycle) buildQueue() []*queued {
 		}
 	}
 	sort.Strings(names)
-	scorer := c.pol.NewScorer(c.e.usage, c.now, names)
+	scorer := c.pol.NewScorer(c.usage(), c.now, names)
 	deficits := make([]float64, len(qc.projNames))
 	for _, name := range names {
 		deficits[qc.projIdx[name]] = scorer.Deficit(name)

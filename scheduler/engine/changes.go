@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// changes is what one cycle changes in the engine's memory. A cycle
+// decides on the memory as it was when the cycle began and writes nothing
+// to it: every change is recorded here, and where a later step of the
+// same cycle depends on an earlier one it reads the memory through these
+// records (pendingOf, bindingOf, stopOrdered, usage, lostFrom). Decide
+// applies them once, after the cycle has decided (Engine.apply), so no
+// step can read another's half-written state and the order of the steps
+// is free to change.
+//
+// The engine's caches (placement.Cache, queueCache) are not memory: they
+// memoize what a cycle derives from unchanged parts of the snapshot and
+// give the same answers either way, so the cycle fills them as it goes.
+type changes struct {
+	// accrued is the usage after this cycle's charges (nil: none); the
+	// instant and the finished-log position they were charged up to.
+	accrued     *policy.Usage
+	lastCycle   time.Time
+	finishedSeq uint64
+	// expired: preemptions in flight that are over (their allocations
+	// are gone, or the adapter did not act within the TTL).
+	expired map[string]bool
+	// stops: the stops this cycle ordered (preemptions, requeues,
+	// reclaims), by allocation ID; losses the work its preemptions lose.
+	stops  map[string]inflightStop
+	losses []loss
+	// Pending admissions: those that appeared, left or expired; those
+	// planned now.
+	pendingGone map[string]bool
+	pending     map[string]pendingAdmission
+	// deferralsOver: deferrals that ended.
+	deferralsOver []string
+	// Bindings: those dropped (admitted, gone, expired), those made or
+	// renewed now.
+	bindingsGone map[string]bool
+	bindings     map[string]binding
+	// broken is the whole new set of gangs seen missing a member.
+	broken map[string]time.Time
+	// idleSeen: the idle states logged now; idleGone: jobs no longer
+	// running.
+	idleSeen map[string]idleFlags
+	idleGone []string
+	// requeues: the new requeue counts; requeuesGone: jobs that left.
+	requeues     map[string]int
+	requeuesGone []string
+	// hrMem, when set, replaces the learned headrooms' arrival memory.
+	hrMem map[string]*hrMemory
+}
+
+// usage is the fair-share usage the cycle scores with: the engine's, plus
+// this cycle's charges.
+func (c *cycle) usage() *policy.Usage {
+	if c.ch.accrued != nil {
+		return c.ch.accrued
+	}
+	return c.e.usage
+}
+
+// pendingOf is the admission planned for a job by an earlier cycle (or
+// this one) that still holds its GPUs.
+func (c *cycle) pendingOf(id string) (pendingAdmission, bool) {
+	if p, ok := c.ch.pending[id]; ok {
+		return p, true
+	}
+	if c.ch.pendingGone[id] {
+		return pendingAdmission{}, false
+	}
+	p, ok := c.e.pending[id]
+	return p, ok
+}
+
+// bindingOf is the binding a preemptor holds.
+func (c *cycle) bindingOf(id string) (binding, bool) {
+	if b, ok := c.ch.bindings[id]; ok {
+		return b, true
+	}
+	if c.ch.bindingsGone[id] {
+		return binding{}, false
+	}
+	b, ok := c.e.bindings[id]
+	return b, ok
+}
+
+// stopOrdered reports whether a stop the engine ordered for an allocation
+// is still under way.
+func (c *cycle) stopOrdered(allocID string) bool {
+	if _, ok := c.ch.stops[allocID]; ok {
+		return true
+	}
+	_, ok := c.e.inflight[allocID]
+	return ok && !c.ch.expired[allocID]
+}
+
+// requeuesOf is how often a job was requeued for hanging.
+func (c *cycle) requeuesOf(id string) int {
+	if n, ok := c.ch.requeues[id]; ok {
+		return n
+	}
+	return c.e.requeues[id]
+}
+
+// orderStop records a stop ordered for an allocation.
+func (c *cycle) orderStop(allocID string, st inflightStop) {
+	if c.ch.stops == nil {
+		c.ch.stops = map[string]inflightStop{}
+	}
+	c.ch.stops[allocID] = st
+}
+
+func (c *cycle) dropPending(id string) {
+	if c.ch.pendingGone == nil {
+		c.ch.pendingGone = map[string]bool{}
+	}
+	c.ch.pendingGone[id] = true
+	delete(c.ch.pending, id)
+}
+
+func (c *cycle) addPending(id string, p pendingAdmission) {
+	if c.ch.pending == nil {
+		c.ch.pending = map[string]pendingAdmission{}
+	}
+	c.ch.pending[id] = p
+}
+
+func (c *cycle) dropBinding(id string) {
+	if c.ch.bindingsGone == nil {
+		c.ch.bindingsGone = map[string]bool{}
+	}
+	c.ch.bindingsGone[id] = true
+	delete(c.ch.bindings, id)
+}
+
+func (c *cycle) setBinding(id string, b binding) {
+	if c.ch.bindings == nil {
+		c.ch.bindings = map[string]binding{}
+	}
+	c.ch.bindings[id] = b
+}
+
+// lostFrom returns the GPU-hours lost in the hour before the cycle to
+// preemptions charged to one budget ("" = the shared one), this cycle's
+// included.
+func (c *cycle) lostFrom(budget string) float64 {
+	sum := c.e.lostFrom(budget, c.now)
+	for _, l := range c.ch.losses {
+		if l.budget == budget {
+			sum += l.gpuHours
+		}
+	}
+	return sum
+}
+
+// apply carries a cycle's changes into the engine's memory: the one place
+// a cycle's decisions change it.
+func (e *Engine) apply(ch *changes, now time.Time) {
+	if ch.accrued != nil {
+		e.usage = ch.accrued
+	}
+	e.lastCycle, e.finishedSeq = ch.lastCycle, ch.finishedSeq
+	for id := range ch.expired {
+		delete(e.inflight, id)
+	}
+	for id, st := range ch.stops {
+		e.inflight[id] = st
+	}
+	keep := e.losses[:0]
+	for _, l := range e.losses {
+		if now.Sub(l.at) < time.Hour {
+			keep = append(keep, l)
+		}
+	}
+	e.losses = append(keep, ch.losses...)
+	for id := range ch.pendingGone {
+		delete(e.pending, id)
+	}
+	for id, p := range ch.pending {
+		e.pending[id] = p
+	}
+	for _, id := range ch.deferralsOver {
+		delete(e.deferred, id)
+	}
+	for id := range ch.bindingsGone {
+		delete(e.bindings, id)
+	}
+	for id, b := range ch.bindings {
+		e.bindings[id] = b
+	}
+	if ch.broken != nil {
+		e.broken = ch.broken
+	} else {
+		clear(e.broken)
+	}
+	for _, id := range ch.idleGone {
+		delete(e.idleSeen, id)
+	}
+	for id, f := range ch.idleSeen {
+		e.idleSeen[id] = f
+	}
+	for _, id := range ch.requeuesGone {
+		delete(e.requeues, id)
+	}
+	for id, n := range ch.requeues {
+		e.requeues[id] = n
+	}
+	if ch.hrMem != nil {
+		e.hrMem = ch.hrMem
+	}
+}
