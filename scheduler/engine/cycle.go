@@ -201,52 +201,12 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 	return req
 }
 
+// decide settles one queued job, in queue order: held back (parked,
+// admitted already, deferred, too big, over quota, kept out of a
+// headroom), admitted where it fits, else preempting, else reserving.
 func (c *cycle) decide(q *queued, pos int) {
-	var exp *Explanation
-	if c.explain {
-		// c.exps is fresh (zero): only the non-zero fields are written.
-		exp = &c.exps[pos-1]
-		exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, pos, q.score, q.tier, q.project, q.gpus
-		c.plan.Explanations[q.id] = exp
-		c.plan.Queue = append(c.plan.Queue, q.id)
-	} else {
-		// Decisions never read what explanations say: a scratch one
-		// takes what is written.
-		exp = &c.scratch
-		*exp = Explanation{}
-	}
-	if q.parked != "" {
-		exp.Status, exp.Reason = StatusParked, q.parked
-		return
-	}
-	if p, ok := c.pendingOf(q.id); ok {
-		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
-		exp.Placement, exp.Warnings = p.groups, p.warnings
-		return
-	}
-	if d, ok := c.e.deferred[q.id]; ok {
-		if c.now.Before(d.until) {
-			exp.Status = StatusWaiting
-			if c.explain {
-				exp.Reason = fmt.Sprintf("held back until %s: %s", d.until.UTC().Format(time.RFC3339), d.why)
-			}
-			return
-		}
-		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
-	}
-	if why := c.tooBig(q); why != "" {
-		exp.Status, exp.Reason = StatusParked, why
-		return
-	}
-	if q.quota > 0 && c.projectGPUs[q.project]+q.gpus > q.quota {
-		exp.Status = StatusWaiting
-		if c.explain {
-			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], q.quota, q.gpus)
-		}
-		return
-	}
-	if why := c.headroomBlocks(q); why != "" {
-		exp.Status, exp.Reason = StatusWaiting, why
+	exp := c.explanation(q, pos)
+	if c.heldBack(q, exp) {
 		return
 	}
 	if give := c.headroomProtect(q); give != nil {
@@ -268,30 +228,8 @@ func (c *cycle) decide(q *queued, pos int) {
 			delete(c.bound, q.id)
 		}()
 	}
-	backfill := c.mayBackfill(q)
-	free := c.st.FreeGPUs(q.pool)
-	if backfill {
-		free += c.st.ReservedFreeGPUs(q.pool)
-	}
-	if q.gpus <= free {
-		var rej placement.Rejections
-		if c.explain {
-			rej = placement.Rejections{}
-		}
-		if res, ok := c.st.Place(c.request(q, backfill), rej); ok {
-			c.admit(q, exp, res, backfill && len(c.reservations) > 0)
-			return
-		}
-		if c.explain {
-			exp.Rejected = rej
-			exp.Reason = c.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: c.noteFor(backfill)})
-		}
-	} else if c.explain {
-		exp.Reason = c.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, note: c.noteFor(backfill)})
-		if pos <= explainRejectionsUpTo {
-			exp.Rejected = placement.Rejections{}
-			c.st.Explain(c.request(q, backfill), exp.Rejected)
-		}
+	if c.tryAdmit(q, exp, pos) {
+		return
 	}
 	exp.Status = StatusWaiting
 	if c.tryPreempt(q, exp) {
@@ -300,4 +238,96 @@ func (c *cycle) decide(q *queued, pos int) {
 	if len(c.reservations) < c.pol.Backfill.Reservations {
 		c.reserve(q, exp)
 	}
+}
+
+// explanation is the job's explanation in the plan, or a scratch one
+// when the plan carries none.
+func (c *cycle) explanation(q *queued, pos int) *Explanation {
+	if !c.explain {
+		// Decisions never read what explanations say: a scratch one
+		// takes what is written.
+		c.scratch = Explanation{}
+		return &c.scratch
+	}
+	// c.exps is fresh (zero): only the non-zero fields are written.
+	exp := &c.exps[pos-1]
+	exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, pos, q.score, q.tier, q.project, q.gpus
+	c.plan.Explanations[q.id] = exp
+	c.plan.Queue = append(c.plan.Queue, q.id)
+	return exp
+}
+
+// heldBack settles a job that may not be placed this cycle whatever is
+// free: parked, admitted by an earlier cycle, deferred, larger than any
+// node set of its pool, over its project's quota, or kept out by a
+// headroom.
+func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
+	if q.parked != "" {
+		exp.Status, exp.Reason = StatusParked, q.parked
+		return true
+	}
+	if p, ok := c.pendingOf(q.id); ok {
+		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
+		exp.Placement, exp.Warnings = p.groups, p.warnings
+		return true
+	}
+	if d, ok := c.e.deferred[q.id]; ok {
+		if c.now.Before(d.until) {
+			exp.Status = StatusWaiting
+			if c.explain {
+				exp.Reason = fmt.Sprintf("held back until %s: %s", d.until.UTC().Format(time.RFC3339), d.why)
+			}
+			return true
+		}
+		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
+	}
+	if why := c.tooBig(q); why != "" {
+		exp.Status, exp.Reason = StatusParked, why
+		return true
+	}
+	if q.quota > 0 && c.projectGPUs[q.project]+q.gpus > q.quota {
+		exp.Status = StatusWaiting
+		if c.explain {
+			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], q.quota, q.gpus)
+		}
+		return true
+	}
+	if why := c.headroomBlocks(q); why != "" {
+		exp.Status, exp.Reason = StatusWaiting, why
+		return true
+	}
+	return false
+}
+
+// tryAdmit admits the job where it fits on free GPUs (reserved ones too
+// when it may backfill); otherwise it says why not.
+func (c *cycle) tryAdmit(q *queued, exp *Explanation, pos int) bool {
+	backfill := c.mayBackfill(q)
+	free := c.st.FreeGPUs(q.pool)
+	if backfill {
+		free += c.st.ReservedFreeGPUs(q.pool)
+	}
+	if q.gpus > free {
+		if c.explain {
+			exp.Reason = c.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, note: c.noteFor(backfill)})
+			if pos <= explainRejectionsUpTo {
+				exp.Rejected = placement.Rejections{}
+				c.st.Explain(c.request(q, backfill), exp.Rejected)
+			}
+		}
+		return false
+	}
+	var rej placement.Rejections
+	if c.explain {
+		rej = placement.Rejections{}
+	}
+	if res, ok := c.st.Place(c.request(q, backfill), rej); ok {
+		c.admit(q, exp, res, backfill && len(c.reservations) > 0)
+		return true
+	}
+	if c.explain {
+		exp.Rejected = rej
+		exp.Reason = c.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: c.noteFor(backfill)})
+	}
+	return false
 }

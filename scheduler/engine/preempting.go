@@ -20,12 +20,14 @@ const maxPreemptAttemptsPerSuccess = 4
 // tryPreempt looks for victims for a job that does not fit. It first
 // counts the GPUs of gangs already stopping (preemptions under way): if
 // they suffice, the job waits for them instead of preempting more.
+// Otherwise it searches the cheapest minimal set of victims (preemptable)
+// and orders their stops if the gain beats the cost and the budgets allow
+// (orderPreemptions).
 func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	tier := c.pol.Tiers[q.tier]
 	if tier == nil || (len(tier.MayPreempt) == 0 && !c.idleVictims) {
 		return false
 	}
-	holders := c.st.Holders()
 	var req placement.Request
 	reqBuilt := false
 	request := func() placement.Request {
@@ -34,8 +36,62 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		}
 		return req
 	}
+	if c.waitForStopping(q, exp, request) {
+		return true
+	}
+	if !c.pol.Preemption.Enabled {
+		return false
+	}
+	if c.explain && len(c.young) > 0 {
+		defer func() {
+			if !preempting {
+				exp.Reason = c.cat(exp.Reason, c.youngNote(q))
+			}
+		}()
+	}
+	cl, gain, ok := c.preemptable(q, exp)
+	if !ok {
+		return false
+	}
+	victims, res, ok := c.searchVictims(cl, request())
+	if !ok {
+		if c.explain {
+			exp.Reason += "; preempting eligible gangs would not make room"
+		}
+		return false
+	}
+	cost, lost := 0.0, 0.0
+	for _, h := range victims {
+		cost += c.victims[h].cost
+		lost += c.victims[h].lost
+	}
+	if gain <= cost {
+		if c.explain {
+			exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
+		}
+		return false
+	}
+	budget, mx := c.e.budgetOf(q.tier)
+	if already := c.lostFrom(budget); mx > 0 && already+lost > mx {
+		if c.explain {
+			which := "shared"
+			if budget != "" {
+				which = fmt.Sprintf("tier %q", budget)
+			}
+			exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
+		}
+		return false
+	}
+	c.orderPreemptions(q, exp, victims, res, gain, cost, budget)
+	return true
+}
 
-	// Preemptions under way.
+// waitForStopping: when the gangs already stopping (preemptions under way,
+// not yet counted for another preemptor) free room for the job, it waits
+// for them, claims those it needs and binds their GPUs, rather than
+// preempting more.
+func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() placement.Request) bool {
+	holders := c.st.Holders()
 	if c.stopping == nil {
 		c.stopping = []int{}
 		for h := range holders {
@@ -53,73 +109,72 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 			}
 		}
 	}
-	cp := c.st.Checkpoint()
-	var stopping []int
 	// Releasing the stopping gangs frees at most their GPUs: when that
 	// cannot make room, placing is not tried (most waiting jobs).
-	if c.stoppingGPUs > 0 && c.st.FreeGPUs(q.pool)+c.stoppingGPUs >= q.gpus {
-		for _, h := range c.stopping {
-			if !c.claimed[h] {
-				stopping = append(stopping, h)
-				c.st.ReleaseHolder(h)
-			}
-		}
-	}
-	if len(stopping) > 0 {
-		if res, ok := c.st.Place(request(), nil); ok {
-			c.st.Rollback(cp)
-			c.reserveSlots(res)
-			used := c.slotsUse(res, stopping)
-			c.claimedFor = c.claimedFor[:0]
-			for _, h := range used {
-				c.claim(h)
-				c.claimedFor = append(c.claimedFor, h)
-				exp.Victims = append(exp.Victims, holders[h].JobID)
-			}
-			c.bind(q, res)
-			c.stopping = nil
-			exp.Status = StatusPreempting
-			exp.Reason = "waiting for preempted gangs to stop"
-			exp.Rejected = nil
-			return true
-		}
-	}
-	c.st.Rollback(cp)
-
-	if !c.pol.Preemption.Enabled {
+	if c.stoppingGPUs == 0 || c.st.FreeGPUs(q.pool)+c.stoppingGPUs < q.gpus {
 		return false
 	}
-	if c.explain && len(c.young) > 0 {
-		defer func() {
-			if !preempting {
-				exp.Reason = c.cat(exp.Reason, c.youngNote(q))
-			}
-		}()
+	cp := c.st.Checkpoint()
+	var stopping []int
+	for _, h := range c.stopping {
+		if !c.claimed[h] {
+			stopping = append(stopping, h)
+			c.st.ReleaseHolder(h)
+		}
 	}
+	res, ok := c.st.Place(request(), nil)
+	c.st.Rollback(cp)
+	if !ok {
+		return false
+	}
+	c.reserveSlots(res)
+	c.claimedFor = c.claimedFor[:0]
+	for _, h := range c.slotsUse(res, stopping) {
+		c.claim(h)
+		c.claimedFor = append(c.claimedFor, h)
+		exp.Victims = append(exp.Victims, holders[h].JobID)
+	}
+	c.bind(q, res)
+	c.stopping = nil
+	exp.Status = StatusPreempting
+	exp.Reason = "waiting for preempted gangs to stop"
+	exp.Rejected = nil
+	return true
+}
+
+// preemptable checks, before any search, that preempting for the job may
+// pay: the cycle's preemption and search budgets are not spent, its
+// candidates hold enough GPUs, and even the cheapest of them per GPU cost
+// less than its gain. It returns the candidates and the gain.
+func (c *cycle) preemptable(q *queued, exp *Explanation) (*candList, float64, bool) {
 	if c.preemptors >= c.pol.Preemption.MaxPerCycle {
 		if c.explain {
 			exp.Reason = c.cat(exp.Reason, "; preemption budget of this cycle spent")
 		}
-		return false
+		return nil, 0, false
 	}
 	if c.preemptAttempts >= maxPreemptAttemptsPerSuccess*c.pol.Preemption.MaxPerCycle {
-		return false
+		return nil, 0, false
 	}
 	cl := c.candidates(q)
 	if c.st.FreeGPUs(q.pool)+cl.gpus < q.gpus {
-		return false
+		return nil, 0, false
 	}
 	gain := c.pol.Impact(q.job.Spec) * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
 	if short := q.gpus - c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
-		// Even the cheapest victims, per GPU, would cost more than the
-		// gain: no need to search.
 		if c.explain {
 			exp.Reason += fmt.Sprintf("; preemption would cost at least %.1f, more than its gain %.1f", cl.minPerGPU*float64(short), gain)
 		}
-		return false
+		return nil, 0, false
 	}
+	return cl, gain, true
+}
+
+// searchVictims finds the cheapest victims among the candidates that make
+// room for the request, made minimal, and for a gang re-placed whole.
+func (c *cycle) searchVictims(cl *candList, req placement.Request) ([]int, placement.Result, bool) {
 	if cl.index == nil {
-		cl.index = preempt.NewIndex(c.st, q.pool, cl.cands)
+		cl.index = preempt.NewIndex(c.st, req.Pool, cl.cands)
 		for _, cd := range cl.cands {
 			if !cl.member[cd.Holder] {
 				cl.index.Exclude(cd.Holder) // claimed before the index existed
@@ -127,43 +182,24 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		}
 	}
 	c.preemptAttempts++
-	cp = c.st.Checkpoint()
-	victims, res, ok := cl.index.Select(c.st, request())
+	cp := c.st.Checkpoint()
+	victims, res, ok := cl.index.Select(c.st, req)
 	c.st.Rollback(cp)
 	if !ok {
-		if c.explain {
-			exp.Reason += "; preempting eligible gangs would not make room"
-		}
-		return false
+		return nil, placement.Result{}, false
 	}
-	victims, res = c.minimalVictims(request(), victims, res)
-	if isGang(request()) {
-		victims, res = c.replaceGang(request(), victims, res)
+	victims, res = c.minimalVictims(req, victims, res)
+	if isGang(req) {
+		victims, res = c.replaceGang(req, victims, res)
 	}
-	cost, lost := 0.0, 0.0
-	for _, h := range victims {
-		cost += c.victims[h].cost
-		lost += c.victims[h].lost
-	}
-	if gain <= cost {
-		if c.explain {
-			exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
-		}
-		return false
-	}
-	budget, mx := c.e.budgetOf(q.tier)
-	if mx > 0 {
-		if already := c.lostFrom(budget); already+lost > mx {
-			if c.explain {
-				which := "shared"
-				if budget != "" {
-					which = fmt.Sprintf("tier %q", budget)
-				}
-				exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
-			}
-			return false
-		}
-	}
+	return victims, res, true
+}
+
+// orderPreemptions plans the victims' stops for the preemptor: claims
+// them, reserves and binds the GPUs its placement takes, and charges the
+// work they lose to the budget.
+func (c *cycle) orderPreemptions(q *queued, exp *Explanation, victims []int, res placement.Result, gain, cost float64, budget string) {
+	holders := c.st.Holders()
 	c.preemptors++
 	c.reserveSlots(res)
 	c.claimedFor = append(c.claimedFor[:0], victims...)
@@ -205,7 +241,6 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
 	}
 	exp.Rejected = nil
-	return true
 }
 
 // minimalVictims drops the victims that later choices of the search made
