@@ -123,43 +123,23 @@ type Executor struct {
 func (x *Executor) PinMismatches() uint64 { return x.pinMismatches.Load() }
 
 // checkPins reads back the GPUs Nomad allocated to a fully started
-// admission (each allocation's AllocatedResources, all tasks' devices) and
-// compares them, node by node, with the GPUs the admission pinned: a
-// difference means the model and Nomad disagree about which GPUs are
-// taken, so it is counted and logged naming the job, node and GPUs.
-func (x *Executor) checkPins(ctx context.Context, in *Intent) {
-	if len(in.PinnedGPUs) == 0 {
+// admission and compares them, node by node, with the GPUs the admission
+// pinned: a difference means the model and Nomad disagree about which
+// GPUs are taken, so it is counted and logged naming the job, node and
+// GPUs. It reads exactly the allocations admissionState counted as the
+// admission's start (started), whatever they became since: an allocation
+// that completed or was stopped still holds its AllocatedResources, so a
+// job that finished or was stopped meanwhile is no mismatch. Reading the
+// job's live allocations instead counted one whenever a job was stopped
+// (or its tasks exited) before the check ran, seen once on a real Nomad.
+func (x *Executor) checkPins(ctx context.Context, in *Intent, started []string) {
+	if len(in.PinnedGPUs) == 0 || len(started) == 0 {
 		return
 	}
-	ns, id := splitJobKey(in.JobID)
-	as, _, err := x.c.api.Jobs().Allocations(id, false, x.c.qns(ctx, ns))
+	got, err := x.allocatedGPUs(ctx, in.JobID, started)
 	if err != nil {
 		x.log.Debug("cannot read back the GPUs of an admission", "job", in.JobID, "error", err)
 		return
-	}
-	got := map[string][]string{}
-	for _, stub := range as {
-		if stub.DesiredStatus != "run" || terminalStatus(stub.ClientStatus) {
-			continue
-		}
-		a, _, err := x.c.api.Allocations().Info(stub.ID, x.c.qns(ctx, ns))
-		if err != nil {
-			x.log.Debug("cannot read back an allocation's GPUs", "job", in.JobID, "alloc", stub.ID, "error", err)
-			return
-		}
-		if a.AllocatedResources == nil {
-			continue
-		}
-		for _, tr := range a.AllocatedResources.Tasks {
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d != nil && d.Type == "gpu" {
-					got[a.NodeID] = append(got[a.NodeID], d.DeviceIDs...)
-				}
-			}
-		}
 	}
 	nodes := make([]string, 0, len(in.PinnedGPUs))
 	for n := range in.PinnedGPUs {
@@ -183,6 +163,33 @@ func (x *Executor) checkPins(ctx context.Context, in *Intent) {
 		x.log.Warn("Nomad allocated other GPUs than the admission pinned", "job", in.JobID, "node", n,
 			"pinned", strings.Join(want, ","), "allocated", strings.Join(have, ","))
 	}
+}
+
+// allocatedGPUs reads the GPU instance IDs Nomad gave the allocations
+// (every task's gpu devices in AllocatedResources), by node.
+func (x *Executor) allocatedGPUs(ctx context.Context, jobID string, allocs []string) (map[string][]string, error) {
+	ns, _ := splitJobKey(jobID)
+	got := map[string][]string{}
+	for _, id := range allocs {
+		a, _, err := x.c.api.Allocations().Info(id, x.c.qns(ctx, ns))
+		if err != nil {
+			return nil, fmt.Errorf("read allocation %s: %w", id, err)
+		}
+		if a.AllocatedResources == nil {
+			continue
+		}
+		for _, tr := range a.AllocatedResources.Tasks {
+			if tr == nil {
+				continue
+			}
+			for _, d := range tr.Devices {
+				if d != nil && d.Type == "gpu" {
+					got[a.NodeID] = append(got[a.NodeID], d.DeviceIDs...)
+				}
+			}
+		}
+	}
+	return got, nil
 }
 
 var errCrashed = errors.New("executor stopped at a test crash point")
@@ -1036,14 +1043,15 @@ func (x *Executor) CheckDeadlines(ctx context.Context) []string {
 	sort.Slice(pend, func(i, j int) bool { return pend[i].JobID < pend[j].JobID })
 	var rolled []string
 	for _, in := range pend {
-		done, failed, err := x.admissionState(ctx, in)
+		st, err := x.admissionState(ctx, in)
 		if err != nil {
 			x.log.Warn("cannot check admission", "job", in.JobID, "error", err)
 			continue
 		}
+		failed := st.failed
 		switch {
-		case done:
-			x.checkPins(ctx, in)
+		case st.done:
+			x.checkPins(ctx, in, st.started)
 			if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
 				x.log.Warn("cannot delete a finished admission intent", "job", in.JobID, "error", err)
 				continue
@@ -1066,45 +1074,59 @@ func (x *Executor) CheckDeadlines(ctx context.Context) []string {
 	return rolled
 }
 
+// admissionCheck is how an admitted job stands (admissionState).
+type admissionCheck struct {
+	// done: nothing left to watch. Either every group has its allocations
+	// of the admitted version running or finished (started lists them,
+	// for the read-back of their GPUs), or the job is gone, stopped or
+	// parked again by someone else (started is empty: nothing to check).
+	done    bool
+	started []string
+	// failed says why the admission failed ("" while it may still start).
+	failed string
+}
+
 // admissionState says whether every group of an admitted job has its
 // allocations of the admitted version running (or finished), or why it
 // failed.
-func (x *Executor) admissionState(ctx context.Context, in *Intent) (bool, string, error) {
+func (x *Executor) admissionState(ctx context.Context, in *Intent) (admissionCheck, error) {
 	ns, id := splitJobKey(in.JobID)
 	job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
 	if err != nil {
 		if isNotFound(err) {
-			return true, "", nil
+			return admissionCheck{done: true}, nil
 		}
-		return false, "", err
+		return admissionCheck{}, err
 	}
 	if derefB(job.Stop) || (deref(job.NodePool) == x.cfg.ParkingPool && !pinnedAPI(job)) {
 		// Stopped or re-parked by someone else: nothing to watch.
-		return true, "", nil
+		return admissionCheck{done: true}, nil
 	}
 	as, _, err := x.c.api.Jobs().Allocations(id, true, x.c.qns(ctx, ns))
 	if err != nil {
-		return false, "", err
+		return admissionCheck{}, err
 	}
 	version := derefU(job.Version)
-	started := map[string]int{}
+	count := map[string]int{}
+	var started []string
 	for _, a := range as {
 		if a.JobVersion < version {
 			continue
 		}
 		switch a.ClientStatus {
 		case "running", "complete":
-			started[a.TaskGroup]++
+			count[a.TaskGroup]++
+			started = append(started, a.ID)
 		case "failed", "lost":
-			return false, fmt.Sprintf("allocation %s of group %s %s", a.ID, a.TaskGroup, a.ClientStatus), nil
+			return admissionCheck{failed: fmt.Sprintf("allocation %s of group %s %s", a.ID, a.TaskGroup, a.ClientStatus)}, nil
 		}
 	}
 	for _, tg := range job.TaskGroups {
-		if started[deref(tg.Name)] < derefI(tg.Count) {
-			return false, x.blockedReason(ctx, in, job), nil
+		if count[deref(tg.Name)] < derefI(tg.Count) {
+			return admissionCheck{failed: x.blockedReason(ctx, in, job)}, nil
 		}
 	}
-	return true, "", nil
+	return admissionCheck{done: true, started: started}, nil
 }
 
 // blockedReason says why Nomad could not place an admitted job, once it

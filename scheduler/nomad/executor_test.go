@@ -149,8 +149,12 @@ func TestAdmitPinsGangToPlannedNodesAndIsland(t *testing.T) {
 		t.Errorf("%d pin mismatches reading back what Nomad allocated, want 0", n)
 	}
 	// A read-back that disagrees with the pins is counted, per node.
+	var started []string
+	for _, a := range allocs {
+		started = append(started, a.ID)
+	}
 	x.checkPins(context.Background(), &Intent{JobID: cluster.JobKey("default", "gang"),
-		PinnedGPUs: map[string][]string{"node-0": {"not-this-gpu"}}})
+		PinnedGPUs: map[string][]string{"node-0": {"not-this-gpu"}}}, started)
 	if n := x.PinMismatches(); n != 2 {
 		t.Errorf("%d pin mismatches after a wrong read-back (node-0 differs, node-1 unplanned), want 2", n)
 	}
