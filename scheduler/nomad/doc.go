@@ -8,6 +8,37 @@
 // preemption records) in Variables. See DESIGN.md, "How the scheduler acts
 // on Nomad".
 //
+// # Layout
+//
+// One file per job. The executor only carries out what the plan decided
+// (pool, nodes, GPUs per device block, victims, grace, signal, requeue
+// code); it refuses an admission that names no pool or does not say which
+// device block gets which GPUs, rather than choosing itself.
+//
+//	client.go       Config (the agent's nomad block embeds it), Client, node pool creation
+//	watcher.go      Watcher: config, stats, Run (connect, resync when needed, consume, back off)
+//	stream.go       the event stream: open, watchdog, de-duplicating batches, applying events
+//	resync.go       full resync (list nodes, jobs, allocations; drop what vanished), reset probe
+//	wire.go         the few Nomad fields decoded; slim.go trims payloads before decoding
+//	mirror.go       the watcher's ModifyIndex-guarded copy of Nomad objects, flushed into cluster.Store
+//	translate.go    Nomad job, group, allocation and node -> the model (device blocks, topology)
+//	executor.go     Executor: config, Apply (starts stops, admits), claims, shared helpers
+//	report.go       ApplyReport and the skip reasons
+//	admit.go        admitting: intent, EnforceIndex register, a lost answer, waiting for the model
+//	pins.go         the admission's node and GPU pins, and removing exactly those (parking)
+//	deadlines.go    watching admissions: done, late, failed or unplaceable -> rollback
+//	readback.go     reading back the GPUs Nomad allocated and counting mismatches
+//	preempt.go      preempting (and whole-gang requeues): signal, grace, settle, finish
+//	outcome.go      how a victim's tasks ended (the outcome contract) and its counters
+//	reclaim.go      reclaims of hung jobs (the preemption path, no preemptor)
+//	park.go         parking a job again and stopping its allocations
+//	recover.go      a new leader finishing or dropping the last leader's intents
+//	state.go        durable state in Variables: usage, requeues, intents, preemption records
+//	explain.go      the explanation Variable (nomad/jobs/<job>/impact)
+//	elector.go      leader election through a Variables lock
+//	devicestats.go  GPU utilisation from the clients' device stats
+//	bounded.go      a size-bounded map (outcome notes)
+//
 // # API for the agent
 //
 //	c, err := nomad.NewClient(cfg, logger)         // validates; does not connect (cfg: the agent

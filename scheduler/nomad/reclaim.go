@@ -23,10 +23,6 @@ const (
 
 func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *ApplyReport) {
 	for _, r := range plan.Reclaims {
-		if !x.claim(r.JobID) {
-			res.Skipped[r.JobID] = SkipUnderway
-			continue
-		}
 		idle := IdleRequeue
 		if !r.Requeue {
 			idle = IdleStop
@@ -36,15 +32,10 @@ func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *Ap
 			Signal: r.CheckpointSignal, Grace: r.Grace, Reason: r.Reason, GPUs: r.GPUs,
 			RequeueExitCode: r.RequeueExitCode, Idle: idle, Created: x.cfg.Clock(),
 		}
-		if err := x.st.PutIntent(ctx, in); err != nil {
-			x.release(r.JobID)
-			res.Failed[r.JobID] = fmt.Errorf("record reclaim intent: %w", err)
-			continue
+		if x.startStop(ctx, in, "reclaim", res, &res.Reclaimed) {
+			x.log.Info("reclaiming hung job", "job", r.JobID, "requeue", r.Requeue, "requeues", r.Requeues, "gpus", r.GPUs,
+				"idle_gpu_hours", r.IdleGPUHours, "signal", r.CheckpointSignal, "grace", r.Grace, "reason", r.Reason)
 		}
-		x.log.Info("reclaiming hung job", "job", r.JobID, "requeue", r.Requeue, "requeues", r.Requeues, "gpus", r.GPUs,
-			"idle_gpu_hours", r.IdleGPUHours, "signal", r.CheckpointSignal, "grace", r.Grace, "reason", r.Reason)
-		res.Reclaimed = append(res.Reclaimed, r.JobID)
-		x.runPreemption(ctx, in, "reclaim")
 	}
 }
 

@@ -1,0 +1,116 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Preemption outcomes, by how the victim's tasks ended (see the package
+// documentation).
+const (
+	// OutcomeCompleted: every task exited 0 before the stop; the job is
+	// done and not requeued.
+	OutcomeCompleted = "completed"
+	// OutcomeRequeued: a task exited with the job's requeue exit code; the
+	// job was parked and its allocations stopped at once.
+	OutcomeRequeued = "requeued"
+	// OutcomeStopped: the tasks were still running at the end of the grace
+	// (or no signal was sent); they were stopped and the job parked.
+	OutcomeStopped = "stopped"
+)
+
+// PreemptionOutcomes counts finished preemptions by outcome.
+func (x *Executor) PreemptionOutcomes() map[string]uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make(map[string]uint64, len(x.outcomeCounts))
+	for k, v := range x.outcomeCounts {
+		out[k] = v
+	}
+	return out
+}
+
+func (x *Executor) countOutcome(o string) {
+	x.mu.Lock()
+	if x.outcomeCounts == nil {
+		x.outcomeCounts = map[string]uint64{}
+	}
+	x.outcomeCounts[o]++
+	x.mu.Unlock()
+	if x.cfg.OnPreemptionOutcome != nil {
+		x.cfg.OnPreemptionOutcome(o)
+	}
+}
+
+// victimOutcome is how a preempted job's allocations (those the plan
+// named) stand: ended when each has finished or has a task that exited
+// with the requeue code since the preemption was decided; done when each
+// completed on its own (client status complete with desired status run:
+// every task exited 0, not stopped by the server); requeued when some task
+// exited with the requeue code. Allocations Nomad no longer lists count as
+// ended, not done.
+type outcome struct{ ended, done, requeued bool }
+
+func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, error) {
+	ns, id := splitJobKey(in.JobID)
+	as, _, err := x.c.api.Jobs().Allocations(id, true, x.c.qns(ctx, ns))
+	if err != nil {
+		if isNotFound(err) {
+			return outcome{ended: true}, nil
+		}
+		return outcome{}, fmt.Errorf("list allocations of %s: %w", in.JobID, err)
+	}
+	byID := make(map[string]*api.AllocationListStub, len(as))
+	for _, a := range as {
+		byID[a.ID] = a
+	}
+	ids := in.Allocs
+	if len(ids) == 0 {
+		for _, a := range as {
+			ids = append(ids, a.ID)
+		}
+	}
+	code := strconv.Itoa(requeueCode(in))
+	since := in.Created.UnixNano()
+	o := outcome{ended: true, done: len(ids) > 0}
+	for _, aid := range ids {
+		a := byID[aid]
+		if a == nil {
+			o.done = false
+			continue
+		}
+		if a.ClientStatus == "complete" && a.DesiredStatus == "run" {
+			continue
+		}
+		o.done = false
+		if terminalStatus(a.ClientStatus) {
+			continue
+		}
+		if exitedWith(a, code, since) {
+			o.requeued = true
+			continue
+		}
+		o.ended = false
+	}
+	return o, nil
+}
+
+// exitedWith reports whether a task of the allocation terminated with the
+// exit code at or after since (Nomad's Terminated task event carries it in
+// Details["exit_code"]).
+func exitedWith(a *api.AllocationListStub, code string, since int64) bool {
+	for _, ts := range a.TaskStates {
+		if ts == nil {
+			continue
+		}
+		for _, ev := range ts.Events {
+			if ev != nil && ev.Type == "Terminated" && ev.Time >= since && ev.Details["exit_code"] == code {
+				return true
+			}
+		}
+	}
+	return false
+}

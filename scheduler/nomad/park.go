@@ -1,0 +1,81 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// park re-registers the job into the parking pool without pins, retrying
+// when a concurrent update moves the JobModifyIndex. A job already parked
+// (e.g. re-submitted by its user) is left alone.
+func (x *Executor) park(ctx context.Context, jobID string) error {
+	ns, id := splitJobKey(jobID)
+	for attempt := 0; attempt < 5; attempt++ {
+		job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+		if err != nil {
+			if isNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("park %s: read job: %w", jobID, err)
+		}
+		if derefB(job.Stop) {
+			return nil
+		}
+		if deref(job.NodePool) == x.cfg.ParkingPool && !pinnedAPI(job) {
+			return nil
+		}
+		idx := derefU(job.JobModifyIndex)
+		x.unpin(job)
+		_, _, err = x.c.api.Jobs().EnforceRegister(job, idx, x.c.wns(ctx, ns))
+		if err == nil {
+			return nil
+		}
+		if !isEnforceConflict(err) {
+			return fmt.Errorf("park %s: register: %w", jobID, err)
+		}
+		x.log.Info("job changed while parking it; re-reading", "job", jobID)
+	}
+	return fmt.Errorf("park %s: %w (5 attempts)", jobID, ErrConflict)
+}
+
+// liveAllocs lists the job's allocations that are not terminal.
+func (x *Executor) liveAllocs(ctx context.Context, jobID string) ([]*api.AllocationListStub, error) {
+	ns, id := splitJobKey(jobID)
+	as, _, err := x.c.api.Jobs().Allocations(id, true, x.c.qns(ctx, ns))
+	if err != nil {
+		if isNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list allocations of %s: %w", jobID, err)
+	}
+	var out []*api.AllocationListStub
+	for _, a := range as {
+		if !terminalStatus(a.ClientStatus) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// stopAll stops the job's live allocations (re-registering does not stop
+// running batch allocations; see DESIGN.md).
+func (x *Executor) stopAll(ctx context.Context, jobID string) error {
+	ns, _ := splitJobKey(jobID)
+	live, err := x.liveAllocs(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range live {
+		if a.DesiredStatus != "run" {
+			continue
+		}
+		if _, err := x.c.api.Allocations().Stop(&api.Allocation{ID: a.ID}, x.c.qns(ctx, ns)); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("stop allocation %s of %s: %w", a.ID, jobID, err))
+		}
+	}
+	return errors.Join(errs...)
+}

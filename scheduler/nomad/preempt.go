@@ -1,0 +1,213 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// runPreemption carries out a claimed preemption in the background.
+func (x *Executor) runPreemption(ctx context.Context, in *Intent, what string) {
+	x.mu.Lock()
+	x.underway[in.JobID] = in
+	x.mu.Unlock()
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		defer x.release(in.JobID)
+		// ctx is the leader's: losing leadership stops the preemption
+		// where it is, and its intent lets the next leader finish it.
+		if err := x.preempt(ctx, in); err != nil {
+			x.log.Error(what+" interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
+		}
+	}()
+}
+
+// PreemptionsUnderway lists the preemptions being carried out, by victim:
+// its allocations, grace and preemptor (a new leader's engine is told of
+// them after Recover).
+func (x *Executor) PreemptionsUnderway() []engine.Preemption {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]engine.Preemption, 0, len(x.underway))
+	for _, in := range x.underway {
+		out = append(out, engine.Preemption{JobID: in.JobID, Allocs: append([]string(nil), in.Allocs...), GPUs: in.GPUs,
+			Grace: in.Grace, CheckpointSignal: in.Signal, Preemptor: in.Preemptor, Reason: in.Reason, RequeueExitCode: in.RequeueExitCode})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })
+	return out
+}
+
+// preempt runs (or resumes, after a leader change) one preemption, from
+// the phase its intent records: checkpoint signal (signal), grace and the
+// outcome contract (settle: done, or parked), stop, and the record and
+// note (finishPreemption; finishReclaim for reclaims). Each phase is
+// written to the intent before the next starts.
+func (x *Executor) preempt(ctx context.Context, in *Intent) error {
+	if in.Phase == PhaseDecided {
+		if err := x.signal(ctx, in); err != nil {
+			return err
+		}
+	}
+	if in.Phase == PhaseSignalled {
+		done, err := x.settle(ctx, in)
+		if err != nil || done {
+			return err
+		}
+	}
+	if err := x.stopAll(ctx, in.JobID); err != nil {
+		return err
+	}
+	if in.Idle != "" {
+		return x.finishReclaim(ctx, in)
+	}
+	return x.finishPreemption(ctx, in)
+}
+
+// signal sends the checkpoint signal (if the plan names one) to the
+// victim's running allocations and moves the intent to PhaseSignalled. A
+// failed signal is only logged: the grace and the stop still follow.
+func (x *Executor) signal(ctx context.Context, in *Intent) error {
+	if in.Signal != "" {
+		ns, _ := splitJobKey(in.JobID)
+		live, err := x.liveAllocs(ctx, in.JobID)
+		if err != nil {
+			return err
+		}
+		for _, a := range live {
+			if a.ClientStatus != "running" {
+				continue
+			}
+			if err := x.c.api.Allocations().Signal(&api.Allocation{ID: a.ID}, x.c.qns(ctx, ns), "", in.Signal); err != nil {
+				x.log.Warn("checkpoint signal failed", "job", in.JobID, "alloc", a.ID, "signal", in.Signal, "error", err)
+			}
+		}
+	}
+	in.Phase = PhaseSignalled
+	in.SignalledAt = x.cfg.Clock()
+	if err := x.st.PutIntent(ctx, in); err != nil {
+		return fmt.Errorf("preempt %s: update intent: %w", in.JobID, err)
+	}
+	return x.crash("preempt:after-signal")
+}
+
+// awaitGrace waits until the victim's allocations have ended or the
+// plan's grace after the signal has passed (no wait without a signal).
+func (x *Executor) awaitGrace(ctx context.Context, in *Intent) error {
+	if in.Signal == "" || in.Grace <= 0 {
+		return nil
+	}
+	deadline := in.SignalledAt.Add(in.Grace)
+	for x.cfg.Clock().Before(deadline) {
+		if out, err := x.victimOutcome(ctx, in); err == nil && out.ended {
+			return nil
+		}
+		wait := min(x.cfg.PollInterval, deadline.Sub(x.cfg.Clock()))
+		if err := sleepCtx(ctx, max(wait, time.Millisecond)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle applies the outcome contract (package doc) once the grace is
+// over: every task exited 0 -> the work is done, the job is neither parked
+// nor stopped and Nomad marks it complete (done is true: nothing follows).
+// Anything else is requeued: the job is parked (or, for a reclaim past its
+// requeues, deregistered) and the intent moves to PhaseParked.
+func (x *Executor) settle(ctx context.Context, in *Intent) (done bool, err error) {
+	if err := x.awaitGrace(ctx, in); err != nil {
+		return false, err
+	}
+	out, err := x.victimOutcome(ctx, in)
+	if err != nil {
+		return false, fmt.Errorf("preempt %s: %w", in.JobID, err)
+	}
+	if out.done {
+		return true, x.finishedInGrace(ctx, in)
+	}
+	in.outcome = OutcomeStopped
+	if out.requeued {
+		in.outcome = OutcomeRequeued
+	}
+	if in.Idle == IdleStop {
+		err = x.stopForGood(ctx, in)
+	} else {
+		err = x.park(ctx, in.JobID)
+	}
+	if err != nil {
+		return false, err
+	}
+	in.Phase = PhaseParked
+	if err := x.st.PutIntent(ctx, in); err != nil {
+		return false, fmt.Errorf("preempt %s: update intent: %w", in.JobID, err)
+	}
+	return false, x.crash("preempt:after-park")
+}
+
+// finishedInGrace ends a preemption (or requeue) whose victim completed
+// on its own: the intent goes, no preemption is recorded.
+func (x *Executor) finishedInGrace(ctx context.Context, in *Intent) error {
+	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+		return err
+	}
+	if in.Preemptor == "" {
+		x.setOutcome(in.JobID, "finished before its requeue (every task exited 0): complete, not requeued")
+		return nil
+	}
+	x.countOutcome(OutcomeCompleted)
+	x.setOutcome(in.JobID, fmt.Sprintf("finished during its preemption grace (every task exited 0): complete, not requeued (preempted for %s)", in.Preemptor))
+	x.log.Info("preempted job finished within its grace; not requeued", "job", in.JobID, "for", in.Preemptor)
+	return nil
+}
+
+// finishPreemption ends a preemption (or whole-gang requeue) once its
+// victim is parked and stopped: the preemption record (with a preemptor),
+// the intent deleted, the outcome counted and noted.
+func (x *Executor) finishPreemption(ctx context.Context, in *Intent) error {
+	if in.Preemptor != "" {
+		if err := x.st.RecordPreemption(ctx, PreemptionRecord{
+			JobID: in.JobID, Preemptor: in.Preemptor, At: x.cfg.Clock(), GPUs: in.GPUs,
+			LostGPUHours: in.LostGPUH, Reason: in.Reason,
+		}); err != nil {
+			x.log.Warn("could not record the preemption", "job", in.JobID, "error", err)
+		}
+	}
+	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+		return err
+	}
+	how := "stopped at the end of its grace and requeued"
+	switch in.outcome {
+	case OutcomeRequeued:
+		how = fmt.Sprintf("exited with its requeue code %d and was requeued", requeueCode(in))
+	case "":
+		// Resumed after the park: how the tasks ended is not known.
+		how = "requeued"
+		in.outcome = OutcomeStopped
+	}
+	if in.Preemptor == "" {
+		x.setOutcome(in.JobID, fmt.Sprintf("requeued whole (%s): %s", how, in.Reason))
+		x.log.Info("incomplete gang requeued whole", "job", in.JobID, "outcome", in.outcome)
+		return nil
+	}
+	x.countOutcome(in.outcome)
+	x.setOutcome(in.JobID, fmt.Sprintf("preempted for %s, %s: %s", in.Preemptor, how, in.Reason))
+	x.log.Info("preempted", "job", in.JobID, "for", in.Preemptor, "gpus", in.GPUs, "outcome", in.outcome)
+	return nil
+}
+
+// requeueCode is the victim's requeue exit code as the plan gave it; an
+// intent recorded without one (by an older agent) gets the policy default,
+// as the engine would have given it.
+func requeueCode(in *Intent) int {
+	if in.RequeueExitCode != 0 {
+		return in.RequeueExitCode
+	}
+	return policy.DefaultRequeueExitCode
+}
