@@ -145,7 +145,16 @@ func (c *cycle) run() {
 	if len(c.e.inflight) > len(c.ch.expired) {
 		stopping = func(a *cluster.Alloc) bool { return c.stopOrdered(a.ID) }
 	}
+	// The queue cache and the placement state are built from the same
+	// snapshot by disjoint code (the queue cache and the placement cache
+	// are separate, the snapshot is immutable): on two cores, at once.
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		c.refreshQueue()
+	}()
 	c.st = placement.New(c.snap, stopping, c.e.cache)
+	<-refreshed
 	c.accrue(c.st.Holders())
 	c.holdPending()
 	c.holdBindings()

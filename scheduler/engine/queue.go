@@ -221,9 +221,11 @@ func cmpQueued(x, y *queued) int {
 	return strings.Compare(x.id, y.id)
 }
 
-// buildQueue scores the queued jobs and sorts them: score, then Nomad
-// priority, then submit time, then ID (so equal input gives equal order).
-func (c *cycle) buildQueue() []*queued {
+// refreshQueue brings the queue cache up to the snapshot: the shards
+// whose key changed are derived again (refreshShard). It touches only the
+// queue cache and reads only the snapshot and the policy, so run lets it
+// overlap with building the placement state.
+func (c *cycle) refreshQueue() {
 	qc := &c.e.queue
 	n := c.snap.NumShards()
 	if len(qc.keys) != n {
@@ -232,13 +234,22 @@ func (c *cycle) buildQueue() []*queued {
 		qc.projs = make([][]int32, n)
 		qc.running = make([][]*cluster.Job, n)
 	}
-	qc.gen++
-	total := 0
 	for i := 0; i < n; i++ {
 		key, jobs := c.snap.JobShard(i)
 		if key != qc.keys[i] {
 			c.refreshShard(i, key, jobs)
 		}
+	}
+}
+
+// buildQueue scores the queued jobs and sorts them: score, then Nomad
+// priority, then submit time, then ID (so equal input gives equal order).
+// The queue cache is refreshed (refreshQueue) before.
+func (c *cycle) buildQueue() []*queued {
+	qc := &c.e.queue
+	qc.gen++
+	total := 0
+	for i := range qc.queued {
 		total += len(qc.queued[i])
 		for _, p := range qc.projs[i] {
 			qc.mark[p] = qc.gen

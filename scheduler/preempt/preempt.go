@@ -1,6 +1,7 @@
 package preempt
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 	"time"
@@ -66,6 +67,10 @@ type Index struct {
 	// O(1).
 	minCost []float64
 	union   []uint64
+	// byCost is nodes by minCost (then ordinal): a search visits the
+	// cheapest bounds first and stops at the first node whose bound
+	// exceeds the best set found.
+	byCost []int
 }
 
 // onNode is a candidate's GPUs on one node.
@@ -120,6 +125,8 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 			ix.union[ord] |= c.mask
 		}
 	}
+	ix.byCost = slices.Clone(ix.nodes)
+	slices.SortStableFunc(ix.byCost, func(a, b int) int { return cmp.Compare(ix.minCost[a], ix.minCost[b]) })
 	return ix
 }
 
@@ -142,7 +149,7 @@ func Select(st *placement.State, req placement.Request, cands []Candidate) ([]in
 func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, placement.Result, bool) {
 	cp := st.Checkpoint()
 	holders := st.Holders()
-	cost, byNode, nodes, excluded := ix.cost, ix.byNode, ix.nodes, ix.excluded
+	cost, byNode, excluded := ix.cost, ix.byNode, ix.excluded
 	var victims []int
 	released := func(h int) bool { return slices.Contains(victims, h) }
 	res := placement.Result{Groups: make([][]placement.Slot, len(req.Groups))}
@@ -184,9 +191,18 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 			bestOrd, bestCost, bestN := -1, 0.0, 0
 			var bestSet []int
 			var bestMask uint64
-			for _, ord := range nodes {
-				if bits.OnesCount64(st.Free(ord)|ix.union[ord]) < one.GPUs ||
-					(bestOrd >= 0 && (ix.minCost[ord] > bestCost || (ix.minCost[ord] == bestCost && bestN <= 1))) {
+			// The best node is the one whose victims cost least, then are
+			// fewest, then the lowest ordinal. Nodes are visited by their
+			// cost bound, so the first bound above the best cost ends the
+			// search; every other check skips only nodes that cannot win.
+			cannotWin := func(ord int, cost float64, n int) bool {
+				return bestOrd >= 0 && (cost > bestCost || (cost == bestCost && (n > bestN || (n == bestN && ord > bestOrd))))
+			}
+			for _, ord := range ix.byCost {
+				if bestOrd >= 0 && ix.minCost[ord] > bestCost {
+					break
+				}
+				if bits.OnesCount64(st.Free(ord)|ix.union[ord]) < one.GPUs || cannotWin(ord, ix.minCost[ord], 1) {
 					continue // the checks below, from bounds (see minCost)
 				}
 				if !st.Allowed(ord, one) {
@@ -219,8 +235,7 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 				// where the cheapest single victim already costs more than
 				// (or as much as, in no fewer victims) the best found:
 				// the scan below would stop at its first step on them.
-				if len(vs) == 0 || bits.OnesCount64(room) < one.GPUs ||
-					(bestOrd >= 0 && (minCost > bestCost || (minCost == bestCost && bestN <= 1))) {
+				if len(vs) == 0 || bits.OnesCount64(room) < one.GPUs || cannotWin(ord, minCost, 1) {
 					continue
 				}
 				sortVics(vs, holders)
@@ -228,14 +243,14 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 				for k, v := range vs {
 					free |= v.onNode
 					sum += v.fullCost
-					if bestOrd >= 0 && (sum > bestCost || (sum == bestCost && k+1 >= bestN)) {
+					if cannotWin(ord, sum, k+1) {
 						break
 					}
 					if sl, ok := st.PickGroup(ord, free, one); ok {
 						m := sl.Mask
 						// Drop victims the pick did not need.
 						set, total := trim(vs[:k+1], m)
-						if bestOrd < 0 || total < bestCost || (total == bestCost && len(set) < bestN) {
+						if !cannotWin(ord, total, len(set)) {
 							bestOrd, bestCost, bestN, bestSet, bestMask = ord, total, len(set), set, m
 						}
 						break
