@@ -66,6 +66,9 @@ func (c *cycle) usage() *policy.Usage {
 // pendingOf is the admission planned for a job by an earlier cycle (or
 // this one) that still holds its GPUs.
 func (c *cycle) pendingOf(id string) (pendingAdmission, bool) {
+	if len(c.e.pending) == 0 && len(c.ch.pending) == 0 {
+		return pendingAdmission{}, false // the common case: no string to hash
+	}
 	if p, ok := c.ch.pending[id]; ok {
 		return p, true
 	}
@@ -91,6 +94,9 @@ func (c *cycle) bindingOf(id string) (binding, bool) {
 // stopOrdered reports whether a stop the engine ordered for an allocation
 // is still under way.
 func (c *cycle) stopOrdered(allocID string) bool {
+	if len(c.e.inflight) == 0 && len(c.ch.stops) == 0 {
+		return false
+	}
 	if _, ok := c.ch.stops[allocID]; ok {
 		return true
 	}

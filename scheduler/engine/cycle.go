@@ -113,6 +113,8 @@ type cycle struct {
 	bound map[string][]placement.Slot
 	// claimedFor: the victims of the preemptor being decided (for bind).
 	claimedFor []int
+	// holderByJob: the holder of each running managed job (managedFacts).
+	holderByJob map[*cluster.Job]int32
 	// idleVictims: some gang is a victim by its idle action (any tier
 	// may then preempt, see mayPreemptVictim).
 	idleVictims bool
@@ -162,14 +164,22 @@ func (c *cycle) run() {
 	queue := c.buildQueue()
 	c.headroomBegin(queue)
 	c.watchGangs()
+	indexed := make(chan struct{})
 	if c.explain {
-		c.plan.Queue = make([]string, 0, len(queue))
-		c.plan.Explanations = make(map[string]*Explanation, len(queue))
+		// The plan's queue and its index of explanations depend only on
+		// the order, not on the decisions: built beside the decisions.
 		c.exps = make([]Explanation, len(queue))
+		go func() {
+			defer close(indexed)
+			c.indexExplanations(queue)
+		}()
+	} else {
+		close(indexed)
 	}
 	for i, q := range queue {
 		c.decide(q, i+1)
 	}
+	<-indexed
 	c.st.Commit()
 	c.plan.Headroom = c.headroomStatus()
 	if c.e.logger.IsDebug() {
@@ -261,9 +271,19 @@ func (c *cycle) explanation(q *queued, pos int) *Explanation {
 	// c.exps is fresh (zero): only the non-zero fields are written.
 	exp := &c.exps[pos-1]
 	exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, pos, q.score, q.tier, q.project, q.gpus
-	c.plan.Explanations[q.id] = exp
-	c.plan.Queue = append(c.plan.Queue, q.id)
 	return exp
+}
+
+// indexExplanations fills the plan's Queue and Explanations (pointers
+// into c.exps, which decide fills) in queue order. It reads only the
+// queue's IDs, so it runs while the jobs are decided.
+func (c *cycle) indexExplanations(queue []*queued) {
+	c.plan.Queue = make([]string, len(queue))
+	c.plan.Explanations = make(map[string]*Explanation, len(queue))
+	for i, q := range queue {
+		c.plan.Queue[i] = q.id
+		c.plan.Explanations[q.id] = &c.exps[i]
+	}
 }
 
 // heldBack settles a job that may not be placed this cycle whatever is

@@ -33,7 +33,7 @@ func (c *cycle) watchGangs() {
 			if _, ok := c.pendingOf(j.ID); ok {
 				continue
 			}
-			h, hasHolder := c.holderOf(j.ID)
+			h, hasHolder := c.holderOfJob(j)
 			var allocs []*cluster.Alloc
 			var slots []placement.Slot
 			if hasHolder {
@@ -111,6 +111,15 @@ func (c *cycle) anyRunning(allocs []*cluster.Alloc) bool {
 		}
 	}
 	return false
+}
+
+// holderOfJob finds the holder of a running job's allocations: by the
+// job object (the holders' jobs are the snapshot's), else by ID.
+func (c *cycle) holderOfJob(j *cluster.Job) (int, bool) {
+	if h, ok := c.holderByJob[j]; ok {
+		return int(h), true
+	}
+	return c.holderOf(j.ID)
 }
 
 // holderOf finds the holder of a job's allocations.

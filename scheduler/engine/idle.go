@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
@@ -247,9 +246,9 @@ type idleState struct {
 }
 
 // judgeIdle works out the utilisation state of a managed running gang.
-func (c *cycle) judgeIdle(hd *placement.Holder) idleState {
-	j := hd.Job
-	st := idleState{cfg: c.pol.IdleFor(j.Spec), util: -1, ignored: c.pol.IdleIgnored(j.Spec)}
+func (c *cycle) judgeIdle(hd *placement.Holder, f *specFacts) idleState {
+	// f.idle is the policy's IdleFor, ignored its IdleIgnored.
+	st := idleState{cfg: f.idle, util: -1, ignored: hd.Job.Spec.IdleIgnore && f.idle.AllowOptOut}
 	jt := c.e.jobUtil[hd.JobID]
 	if jt == nil || jt.lastAt.IsZero() {
 		return st
@@ -326,25 +325,19 @@ func (c *cycle) mayPreemptVictim(by string, v *victimInfo) bool {
 // judgeRunning judges every managed running gang's utilisation once per
 // cycle: it logs changes (idle, hung, busy again), orders the requeue
 // action's reclaims, and returns the states by holder for assessHolders.
-func (c *cycle) judgeRunning() []idleState {
+func (c *cycle) judgeRunning(facts []*specFacts) []idleState {
 	holders := c.st.Holders()
 	states := make([]idleState, len(holders))
-	seen := make(map[string]bool, len(holders))
 	if c.explain && len(holders) > 0 {
 		c.plan.Running = make([]RunningJob, 0, len(holders))
 	}
 	for h := range holders {
 		hd := &holders[h]
-		j := hd.Job
-		if j == nil || j.SpecErr != nil || j.State != cluster.JobRunning {
+		f := facts[h]
+		if f == nil {
 			continue
 		}
-		f := c.specFacts(j.Spec)
-		if f.bad != "" {
-			continue
-		}
-		seen[hd.JobID] = true
-		st := c.judgeIdle(hd)
+		st := c.judgeIdle(hd, f)
 		states[h] = st
 		c.logIdleChange(hd, st)
 		note := ""
@@ -377,8 +370,8 @@ func (c *cycle) judgeRunning() []idleState {
 		}
 	}
 	for id := range c.e.idleSeen {
-		if !seen[id] {
-			c.ch.idleGone = append(c.ch.idleGone, id)
+		if h, ok := c.holderOf(id); !ok || facts[h] == nil {
+			c.ch.idleGone = append(c.ch.idleGone, id) // no longer running
 		}
 	}
 	// A job's requeue count lives as long as the job (queued again or
@@ -445,17 +438,23 @@ func (c *cycle) idleHours(hd *placement.Holder, st idleState) (idle, reclaimed f
 type idleFlags struct{ idle, hung bool }
 
 func (c *cycle) logIdleChange(hd *placement.Holder, st idleState) {
-	prev, had := c.e.idleSeen[hd.JobID]
+	// Only idle states are remembered: a job absent from idleSeen was
+	// last seen busy (or never seen), which needs no entry.
 	cur := idleFlags{idle: st.idle, hung: st.hung}
-	if cur == prev && had {
+	var prev idleFlags
+	if len(c.e.idleSeen) > 0 {
+		prev = c.e.idleSeen[hd.JobID]
+	}
+	if cur == prev {
 		return
 	}
-	if c.ch.idleSeen == nil {
-		c.ch.idleSeen = map[string]idleFlags{}
-	}
-	c.ch.idleSeen[hd.JobID] = cur
-	if cur == prev {
-		return // first seen, not idle: nothing to log
+	if cur == (idleFlags{}) {
+		c.ch.idleGone = append(c.ch.idleGone, hd.JobID)
+	} else {
+		if c.ch.idleSeen == nil {
+			c.ch.idleSeen = map[string]idleFlags{}
+		}
+		c.ch.idleSeen[hd.JobID] = cur
 	}
 	args := []any{"job", hd.JobID, "gpus", hd.GPUs, "utilization", st.util, "threshold", st.cfg.Threshold,
 		"idle_for", st.idleFor, "duration", st.cfg.Duration, "action", st.cfg.Action, "opted_out", st.ignored}

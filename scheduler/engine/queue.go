@@ -67,6 +67,8 @@ type specFacts struct {
 	impact      float64
 	quota       int
 	preemptible bool
+	// idle is the tier's idle policy.
+	idle policy.Idle
 }
 
 // specKey is every field of a spec that TierOf, ProjectName, ProjectOf,
@@ -93,6 +95,7 @@ func (c *cycle) specFacts(s policy.Spec) *specFacts {
 		f.impact = c.pol.Impact(s)
 		f.preemptible = c.pol.IsPreemptible(s)
 		f.quota = c.pol.ProjectOf(s).GPUQuota
+		f.idle = c.pol.IdleFor(s)
 	}
 	if qc.facts == nil || len(qc.facts) >= maxSpecFacts {
 		qc.facts = map[specKey]*specFacts{} // bounded: tiers and projects are few, typos are not

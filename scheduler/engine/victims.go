@@ -47,7 +47,8 @@ type youngHolder struct {
 func (c *cycle) assessHolders() {
 	holders := c.st.Holders()
 	c.victims = make([]victimInfo, len(holders))
-	idle := c.judgeRunning()
+	facts := c.managedFacts()
+	idle := c.judgeRunning(facts)
 	for h := range holders {
 		hd := &holders[h]
 		if hd.Job == nil {
@@ -55,11 +56,8 @@ func (c *cycle) assessHolders() {
 		}
 		c.projectGPUs[c.pol.ProjectName(hd.Job.Spec)] += hd.GPUs
 		j := hd.Job
-		if hd.Stopping || c.claimed[h] || j.SpecErr != nil || j.State != cluster.JobRunning {
-			continue
-		}
-		f := c.specFacts(j.Spec)
-		if f.bad != "" {
+		f := facts[h]
+		if hd.Stopping || c.claimed[h] || f == nil {
 			continue
 		}
 		if st := idle[h]; st.idle && !st.ignored && st.cfg.Action == policy.IdlePreemptible {
@@ -101,4 +99,24 @@ func (c *cycle) assessHolders() {
 		}
 		return holders[ya.h].JobID < holders[yb.h].JobID
 	})
+}
+
+// managedFacts gives, per holder, the spec facts of a running job the
+// scheduler manages (valid metadata); nil for the others. Worked out once
+// per cycle for the steps that judge running gangs.
+func (c *cycle) managedFacts() []*specFacts {
+	holders := c.st.Holders()
+	facts := make([]*specFacts, len(holders))
+	c.holderByJob = make(map[*cluster.Job]int32, len(holders))
+	for h := range holders {
+		j := holders[h].Job
+		if j == nil || j.SpecErr != nil || j.State != cluster.JobRunning {
+			continue
+		}
+		c.holderByJob[j] = int32(h)
+		if f := c.specFacts(j.Spec); f.bad == "" {
+			facts[h] = f
+		}
+	}
+	return facts
 }
