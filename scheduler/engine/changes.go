@@ -3,6 +3,7 @@ package engine
 import (
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -79,6 +80,34 @@ func (c *cycle) pendingOf(id string) (pendingAdmission, bool) {
 	return p, ok
 }
 
+// pendingJob is pendingOf for a job of the snapshot, looked up by the job
+// object: thousands of queued and running jobs are asked each cycle and
+// few have an admission pending, so the pending ones are indexed by
+// pointer once rather than each asker's ID hashed.
+func (c *cycle) pendingJob(j *cluster.Job) (pendingAdmission, bool) {
+	if len(c.e.pending) == 0 && len(c.ch.pending) == 0 {
+		return pendingAdmission{}, false
+	}
+	if c.pendingByJob == nil {
+		c.pendingByJob = map[*cluster.Job]pendingAdmission{}
+		add := func(id string, p pendingAdmission) {
+			if pj, ok := c.snap.Job(id); ok {
+				c.pendingByJob[pj] = p
+			}
+		}
+		for id, p := range c.e.pending {
+			if !c.ch.pendingGone[id] {
+				add(id, p)
+			}
+		}
+		for id, p := range c.ch.pending {
+			add(id, p)
+		}
+	}
+	p, ok := c.pendingByJob[j]
+	return p, ok
+}
+
 // bindingOf is the binding a preemptor holds.
 func (c *cycle) bindingOf(id string) (binding, bool) {
 	if b, ok := c.ch.bindings[id]; ok {
@@ -126,6 +155,9 @@ func (c *cycle) dropPending(id string) {
 	}
 	c.ch.pendingGone[id] = true
 	delete(c.ch.pending, id)
+	if j, ok := c.snap.Job(id); ok && c.pendingByJob != nil {
+		delete(c.pendingByJob, j)
+	}
 }
 
 func (c *cycle) addPending(id string, p pendingAdmission) {
@@ -133,6 +165,9 @@ func (c *cycle) addPending(id string, p pendingAdmission) {
 		c.ch.pending = map[string]pendingAdmission{}
 	}
 	c.ch.pending[id] = p
+	if j, ok := c.snap.Job(id); ok && c.pendingByJob != nil {
+		c.pendingByJob[j] = p
+	}
 }
 
 func (c *cycle) dropBinding(id string) {

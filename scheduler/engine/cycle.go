@@ -113,6 +113,8 @@ type cycle struct {
 	bound map[string][]placement.Slot
 	// claimedFor: the victims of the preemptor being decided (for bind).
 	claimedFor []int
+	// pendingByJob indexes pending admissions by job (pendingJob).
+	pendingByJob map[*cluster.Job]pendingAdmission
 	// holderByJob: the holder of each running managed job (managedFacts).
 	holderByJob map[*cluster.Job]int32
 	// idleVictims: some gang is a victim by its idle action (any tier
@@ -295,7 +297,7 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 		exp.Status, exp.Reason = StatusParked, q.parked
 		return true
 	}
-	if p, ok := c.pendingOf(q.id); ok {
+	if p, ok := c.pendingJob(q.job); ok {
 		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
 		exp.Placement, exp.Warnings = p.groups, p.warnings
 		return true

@@ -30,7 +30,7 @@ func (c *cycle) watchGangs() {
 	holders := c.st.Holders()
 	for _, run := range c.e.queue.running {
 		for _, j := range run {
-			if _, ok := c.pendingOf(j.ID); ok {
+			if _, ok := c.pendingJob(j); ok {
 				continue
 			}
 			h, hasHolder := c.holderOfJob(j)
