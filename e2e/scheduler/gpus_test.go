@@ -154,20 +154,32 @@ func exactGPUs(t *testing.T, a *nomadagent.Agent, apiURL, envDir, name string, c
 		_ = getAPI(apiURL, "/v1/explain/"+name, &why)
 		return len(out) == count, fmt.Sprintf("%d of %d running: %+v; impact: %s: %s", len(out), count, stubs, why.State, why.Reason)
 	})
+	// The engine's explanation of the admission, as /v1/explain shows it.
+	type allocPlacement struct {
+		Node    string `json:"node_id"`
+		GPUs    []string
+		Islands []int
+	}
 	var exp struct {
-		Placement []struct {
-			Group, Node string
-			GPUs        []string
-			Islands     []int
+		Engine struct {
+			Placement []struct {
+				Group  string
+				Allocs []allocPlacement
+			}
 		}
 	}
+	var allocs []allocPlacement
 	eventually(t, 30*time.Second, name+": the agent explains the placement", func() (bool, string) {
 		err := getAPI(apiURL, "/v1/explain/"+name, &exp)
-		return err == nil && len(exp.Placement) == count, fmt.Sprintf("%+v %v", exp, err)
+		allocs = nil
+		for _, g := range exp.Engine.Placement {
+			allocs = append(allocs, g.Allocs...)
+		}
+		return err == nil && len(allocs) == count, fmt.Sprintf("%+v %v", exp, err)
 	})
 	plan := map[string][]string{}
 	islands := map[string][]int{}
-	for _, p := range exp.Placement {
+	for _, p := range allocs {
 		plan[p.Node] = append(plan[p.Node], p.GPUs...)
 		islands[p.Node] = append(islands[p.Node], p.Islands...)
 	}

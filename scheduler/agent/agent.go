@@ -148,13 +148,11 @@ type jobHistory struct {
 	Decision string
 	At       time.Time
 	Nodes    map[string][]string
-	// Placement and Warnings of the admission (explain).
-	Placement   []engine.GroupPlacement
-	Warnings    []string
+	// Admitted is the engine's explanation of the admission (score,
+	// placement, warnings), shown while the job runs.
+	Admitted    *engine.Explanation
 	PreemptedBy string
 	Reason      string
-	// Score is the score a job was admitted with, shown while it runs.
-	Score policy.Score
 }
 
 // New validates the options and builds an agent; nothing runs until Run.
@@ -899,7 +897,7 @@ func (a *Agent) record(plan *engine.Plan, snap *cluster.Snapshot, rep nomad.Appl
 		for _, g := range adm.Groups {
 			nodes[g.Group] = g.Nodes()
 		}
-		a.history[adm.JobID] = jobHistory{Decision: "admit", At: now, Nodes: nodes, Score: adm.Score, Placement: adm.Groups, Warnings: adm.Warnings}
+		a.history[adm.JobID] = jobHistory{Decision: DecisionAdmit, At: now, Nodes: nodes, Admitted: plan.Explanations[adm.JobID]}
 		tier := ""
 		waited := time.Duration(0)
 		if j, ok := snap.Job(adm.JobID); ok {

@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 type staticView struct {
@@ -34,16 +36,18 @@ func sampleView() *staticView {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	a := agentapi.Entry{Namespace: "default", Job: "train-a", Position: 1, State: agentapi.StateWaiting,
 		Tier: "high", Project: "olmo", GPUs: 8, Allocations: 2, Score: 12.5,
-		Terms: []agentapi.Term{{Name: "tier", Value: 10}, {Name: "fair_share", Value: 2}, {Name: "age", Value: 0.5}},
 		Since: now.Add(-90 * time.Second), WaitSeconds: 90, Reason: "waiting for 8 GPUs on one island"}
 	b := agentapi.Entry{Namespace: "default", Job: "eval/b", State: agentapi.StateRunning, Tier: "normal", GPUs: 1, Allocations: 1, Since: now}
 	return &staticView{
 		health: agentapi.Health{Status: agentapi.StatusOK, Name: "a1", Leader: true, Cycles: 3},
 		queue:  agentapi.Queue{GeneratedAt: now, Leader: true, Jobs: []agentapi.Entry{a, b}},
 		explain: map[string]agentapi.Explanation{
-			"default/train-a": {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait"},
+			"default/train-a": {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait",
+				Engine: &engine.Explanation{JobID: "default/train-a", Position: 1, Status: engine.StatusWaiting,
+					Score: policy.Score{Total: 12.5, Tier: 10, FairShare: 2, Age: 0.5}}},
 			"default/eval/b": {Entry: b, GeneratedAt: now, Leader: true, Decision: "admit", Nodes: map[string][]string{"g": {"n1"}},
-				Placement: []agentapi.PlacedAlloc{{Group: "g", Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Islands: []int{0, 1}}}},
+				Engine: &engine.Explanation{JobID: "default/eval/b", Status: engine.StatusAdmitted,
+					Placement: []engine.GroupPlacement{{Group: "g", Allocs: []engine.AllocPlacement{{NodeID: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Islands: []int{0, 1}}}}}}},
 		},
 	}
 }
@@ -67,15 +71,18 @@ func TestHTTPQueueAndExplain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(q.Jobs) != 2 || q.Jobs[0].Job != "train-a" || q.Jobs[0].Terms[1].Name != "fair_share" || !q.Leader {
+	if len(q.Jobs) != 2 || q.Jobs[0].Job != "train-a" || q.Jobs[0].Score != 12.5 || !q.Leader {
 		t.Errorf("queue round trip: %+v", q)
 	}
 	e, err := c.Explain(ctx, "", "eval/b")
 	if err != nil {
 		t.Fatalf("explain of a job ID with a slash: %v", err)
 	}
-	if e.Decision != "admit" || e.Nodes["g"][0] != "n1" {
+	if e.Decision != "admit" || e.Nodes["g"][0] != "n1" || e.Engine == nil || e.Engine.Placement[0].Allocs[0].Islands[1] != 1 {
 		t.Errorf("explain: %+v", e)
+	}
+	if e, err := c.Explain(ctx, "", "train-a"); err != nil || e.Terms()[1].Name != "fair_share" || e.Terms()[1].Value != 2 {
+		t.Errorf("explain terms: %v %+v", err, e.Terms())
 	}
 	_, err = c.Explain(ctx, "other", "train-a")
 	if !agentapi.IsNotFound(err) || !strings.Contains(err.Error(), "namespace other") {

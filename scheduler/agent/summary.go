@@ -57,7 +57,7 @@ func summarize(e agentapi.Explanation) string {
 	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "waiting for preempted gangs"):
 		return "Starts as soon as the gangs preempted for it have stopped."
 	case e.Decision == DecisionPreempt:
-		return fmt.Sprintf("Starts next: stopping %d lower-priority gang(s) to make room.", max(1, len(e.Victims)))
+		return fmt.Sprintf("Starts next: stopping %d lower-priority gang(s) to make room.", max(1, len(e.Decided().Victims)))
 	case strings.HasPrefix(r, "held back until"):
 		return "Held back after a start that failed; it is retried later."
 	case strings.HasPrefix(r, "project ") && strings.Contains(r, " quota:"):

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 // Each state and each of the engine's reason sentences gets its one-line
@@ -28,7 +29,7 @@ func TestSummarize(t *testing.T) {
 	admitting := agentapi.Explanation{Decision: DecisionAdmit}
 	admitting.State, admitting.Allocations = agentapi.StateAdmitting, 2
 	preempting := w(1, DecisionPreempt, "preempting 2 gang(s): default/a, default/b")
-	preempting.Victims = []string{"default/a", "default/b"}
+	preempting.Engine = &engine.Explanation{Status: engine.StatusPreempting, Victims: []string{"default/a", "default/b"}}
 
 	for _, tc := range []struct {
 		name string

@@ -30,6 +30,11 @@ func TestUIPages(t *testing.T) {
 	a.Summary = "Waiting for 8 free GPUs (first in line)."
 	a.Reason = "needs 8 GPUs, 0 free; preempting eligible gangs would not make room"
 	a.History = []agentapi.Event{{At: a.GeneratedAt.Add(-time.Minute), State: "waiting", Decision: "wait", Summary: a.Summary}}
+	ex := *a.Engine
+	ex.Rejected = map[string]int{"fewer than 8 free GPUs": 2}
+	ex.ReservedUntil = a.GeneratedAt.Add(time.Hour)
+	ex.Victims = []string{"default/sweep"}
+	a.Engine = &ex
 	v.explain["default/train-a"] = a
 	v.queue.Jobs[0].Summary = a.Summary
 	v.queue.Cluster.WaitingJobs = 1
@@ -74,6 +79,10 @@ func TestUIPages(t *testing.T) {
 		`<td>fair_share</td><td class="num">&#43;2.00</td><td>` + template.HTMLEscapeString(termMeaning["fair_share"]),
 		`data-test="score">12.50<`,
 		`data-test="history"`,
+		`data-test="status">waiting<`,
+		`data-test="reserved-until">2026-11-30T09:00:00Z<`,
+		`<td>fewer than 8 free GPUs</td><td class="num">2</td>`,
+		`data-test="victims">default/sweep<`,
 		`href="/v1/explain/train-a?namespace=default"`,
 		`href="http://127.0.0.1:4646/ui/jobs/train-a@default"`,
 	} {

@@ -11,16 +11,23 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 // VariableItems renders an explanation as the items of the job's Nomad
-// Variable (nomad/jobs/<job>/impact): the same state words as `impact
-// queue`, the summary sentence first and the full reason after it, and
-// the score and its terms rounded to whole points. Only what changes when
-// the scheduler's view of the job changes is in it (no wait time, which
-// grows every second: since is the moment it started), so a stable queue
-// costs no writes, and a score moves the Variable only when it moves by a
-// point. pageURL, when set, is the job's page on the agent (/ui/...).
+// Variable (nomad/jobs/<job>/impact): everything /v1/explain/<job> shows
+// but what grows every cycle, in the same words as `impact queue` and the
+// job's page (the summary sentence first, the full reason after it).
+// Left out, so a stable queue costs no writes: the wait time (since is
+// the moment it started), the utilisation percentage and idle time (idle,
+// idle_since and idle_note say what matters), and generated_at and leader
+// (the writer adds decided_at; only the leader writes). The score and its
+// terms are rounded to whole points, so a score moves the Variable only
+// when it moves by a point. The engine's explanation is in it as well:
+// its status, its reason where the agent's says more, the nodes that
+// could not take the job (rejected), the reservation, victims, the
+// pinned placement and warnings. pageURL, when set, is the job's page on
+// the agent (/ui/...).
 func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 	items := map[string]string{
 		"state":        e.State,
@@ -32,40 +39,57 @@ func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 		"gpus":         strconv.Itoa(e.GPUs),
 		"allocations":  strconv.Itoa(e.Allocations),
 		"preempted_by": e.PreemptedBy,
-		"victims":      strings.Join(e.Victims, ","),
 		"errors":       strings.Join(e.Errors, "; "),
+		"nodes":        nodesItem(e.Nodes),
+		"history":      historyItem(e.History),
 		"page":         pageURL,
 	}
 	if e.Position > 0 {
 		items["position"] = strconv.Itoa(e.Position)
 	}
-	if len(e.Terms) > 0 || e.Score != 0 {
-		items["score"] = roundPoints(e.Score)
-		for _, t := range e.Terms {
-			items["score_"+t.Name] = roundPoints(t.Value)
-		}
-	}
 	if !e.Since.IsZero() {
 		items["since"] = e.Since.UTC().Format(time.RFC3339)
 	}
-	if len(e.Nodes) > 0 {
-		groups := make([]string, 0, len(e.Nodes))
-		for g := range e.Nodes {
-			groups = append(groups, g)
+	engineItems(items, e)
+	idleItems(items, e.Entry)
+	for k, v := range items {
+		if v == "" {
+			delete(items, k)
 		}
-		sort.Strings(groups)
-		parts := make([]string, len(groups))
-		for i, g := range groups {
-			parts[i] = g + ": " + strings.Join(e.Nodes[g], ",")
-		}
-		items["nodes"] = strings.Join(parts, "; ")
 	}
-	if len(e.Placement) > 0 {
-		items["placement"] = placementItem(e.Placement)
+	return items
+}
+
+// engineItems adds the engine's explanation to items.
+func engineItems(items map[string]string, e agentapi.Explanation) {
+	if e.Engine == nil {
+		return
 	}
-	items["warnings"] = strings.Join(e.Warnings, "; ")
-	// The utilisation layer: only whether the job is idle or hung, since
-	// when, and what is done (the idle time itself grows every poll).
+	x := e.Engine
+	items["score"] = roundPoints(e.Score)
+	for _, t := range e.Terms() {
+		items["score_"+t.Name] = roundPoints(t.Value)
+	}
+	items["status"] = string(x.Status)
+	if !strings.Contains(e.Reason, x.Reason) {
+		// The agent's reason replaced the engine's (a standby, an
+		// admission not carried out, a preempted job): keep both.
+		items["engine_reason"] = x.Reason
+	}
+	items["rejected"] = rejectedItem(x.Rejected)
+	if !x.ReservedUntil.IsZero() {
+		items["reserved_until"] = x.ReservedUntil.UTC().Format(time.RFC3339)
+	}
+	items["victims"] = strings.Join(x.Victims, ",")
+	items["placement"] = placementItem(x.Placement)
+	items["warnings"] = strings.Join(x.Warnings, "; ")
+}
+
+// idleItems adds the utilisation layer: only whether the job is idle or
+// hung, since when, and what is done (the idle time itself grows every
+// poll).
+func idleItems(items map[string]string, e agentapi.Entry) {
+	items["idle_action"] = e.IdleAction
 	switch {
 	case e.Hung:
 		items["idle"] = "hung"
@@ -78,28 +102,64 @@ func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 	if e.Idle {
 		items["idle_note"] = e.IdleNote
 	}
-	for k, v := range items {
-		if v == "" {
-			delete(items, k)
-		}
+}
+
+// nodesItem renders the nodes per group: "<group>: <node>,<node>; ...",
+// groups sorted.
+func nodesItem(nodes map[string][]string) string {
+	groups := make([]string, 0, len(nodes))
+	for g := range nodes {
+		groups = append(groups, g)
 	}
-	return items
+	sort.Strings(groups)
+	parts := make([]string, len(groups))
+	for i, g := range groups {
+		parts[i] = g + ": " + strings.Join(nodes[g], ",")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// rejectedItem renders why nodes could not take the job, one reason per
+// clause: "<reason>: <n> node(s); ...", reasons sorted.
+func rejectedItem(r map[string]int) string {
+	if len(r) == 0 {
+		return ""
+	}
+	s := rejectedSummary(r)
+	return s[1 : len(s)-1]
+}
+
+// historyItem renders the state changes, one per line:
+// "<RFC 3339> <state> <decision>: <summary>".
+func historyItem(h []agentapi.Event) string {
+	lines := make([]string, len(h))
+	for i, ev := range h {
+		lines[i] = ev.At.UTC().Format(time.RFC3339) + " " + ev.State + " " + ev.Decision + ": " + ev.Summary
+	}
+	return strings.Join(lines, "\n")
 }
 
 // placementItem renders the planned allocations, one per line:
 // "<group> on <node>: <gpu> (island <n>), ...", the GPU IDs the admission
-// pinned with their NVLink islands.
-func placementItem(ps []agentapi.PlacedAlloc) string {
-	lines := make([]string, len(ps))
-	for i, p := range ps {
-		parts := make([]string, len(p.GPUs))
-		for k, id := range p.GPUs {
-			parts[k] = id
-			if k < len(p.Islands) {
-				parts[k] += " (island " + strconv.Itoa(p.Islands[k]) + ")"
+// pinned with their NVLink islands, then each device block's GPUs when
+// the group lists them: " [<task>#<index>: <gpu>,<gpu>]".
+func placementItem(groups []engine.GroupPlacement) string {
+	var lines []string
+	for _, g := range groups {
+		for _, p := range g.Allocs {
+			parts := make([]string, len(p.GPUs))
+			for k, id := range p.GPUs {
+				parts[k] = id
+				if k < len(p.Islands) {
+					parts[k] += " (island " + strconv.Itoa(p.Islands[k]) + ")"
+				}
 			}
+			line := g.Group + " on " + p.NodeID + ": " + strings.Join(parts, ", ")
+			for _, b := range p.Blocks {
+				line += " [" + b.Task + "#" + strconv.Itoa(b.Index) + ": " + strings.Join(b.GPUs, ",") + "]"
+			}
+			lines = append(lines, line)
 		}
-		lines[i] = p.Group + " on " + p.Node + ": " + strings.Join(parts, ", ")
 	}
 	return strings.Join(lines, "\n")
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func waitingExplanation() agentapi.Explanation {
@@ -15,7 +17,8 @@ func waitingExplanation() agentapi.Explanation {
 	e.Namespace, e.Job, e.State, e.Position = "default", "train", agentapi.StateWaiting, 2
 	e.Tier, e.Project, e.GPUs, e.Allocations = "high", "olmo", 8, 2
 	e.Score = 1050.26
-	e.Terms = []agentapi.Term{{Name: "tier", Value: 1000}, {Name: "fair_share", Value: 49.96}, {Name: "deadline", Value: 0}, {Name: "age", Value: 0.3}}
+	e.Engine = &engine.Explanation{JobID: "default/train", Position: 2, Status: engine.StatusWaiting, Tier: "high", Project: "olmo", GPUs: 8,
+		Score: policy.Score{Total: 1050.26, Tier: 1000, FairShare: 49.96, Deadline: 0, Age: 0.3}, Reason: "needs 8 GPUs, 0 free"}
 	e.Since, e.WaitSeconds = time.Unix(1_799_999_000, 0), 1000
 	e.Reason = "needs 8 GPUs, 0 free"
 	e.Summary = summarize(e)
@@ -29,7 +32,7 @@ func TestVariableItems(t *testing.T) {
 		"state": "waiting", "decision": "wait", "position": "2", "summary": "Waiting for 8 free GPUs (2nd in line).",
 		"reason": "needs 8 GPUs, 0 free", "tier": "high", "project": "olmo", "gpus": "8", "allocations": "2",
 		"score": "1050", "score_tier": "1000", "score_fair_share": "50", "score_deadline": "0", "score_age": "0",
-		"since": "2027-01-15T07:43:20Z", "page": "http://impact:4680/ui/job/default/train",
+		"since": "2027-01-15T07:43:20Z", "page": "http://impact:4680/ui/job/default/train", "status": "waiting",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -49,17 +52,41 @@ func TestVariableItems(t *testing.T) {
 	}
 	// The planned GPUs of each allocation, with their islands, and the
 	// warnings of the admission.
-	e.Placement = []agentapi.PlacedAlloc{
-		{Group: "workers", Node: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Islands: []int{0, 1}},
-		{Group: "workers", Node: "n2", GPUs: []string{"GPU-c"}, Islands: []int{1}},
-	}
-	e.Warnings = []string{"w1", "w2"}
+	x := *e.Engine
+	x.Placement = []engine.GroupPlacement{{Group: "workers", Allocs: []engine.AllocPlacement{
+		{NodeID: "n1", GPUs: []string{"GPU-a", "GPU-b"}, Islands: []int{0, 1}},
+		{NodeID: "n2", GPUs: []string{"GPU-c"}, Islands: []int{1}, Blocks: []engine.BlockPlacement{{Task: "t", Index: 1, GPUs: []string{"GPU-c"}}}},
+	}}}
+	x.Warnings = []string{"w1", "w2"}
+	e.Engine = &x
 	got = VariableItems(e, "")
-	if want := "workers on n1: GPU-a (island 0), GPU-b (island 1)\nworkers on n2: GPU-c (island 1)"; got["placement"] != want {
+	if want := "workers on n1: GPU-a (island 0), GPU-b (island 1)\nworkers on n2: GPU-c (island 1) [t#1: GPU-c]"; got["placement"] != want {
 		t.Errorf("placement item %q, want %q", got["placement"], want)
 	}
 	if got["warnings"] != "w1; w2" {
 		t.Errorf("warnings item %q", got["warnings"])
+	}
+	// What the engine says about a job that waits: the nodes that cannot
+	// take it, its reservation, its victims, and its own reason where the
+	// agent's replaced it.
+	x = *waitingExplanation().Engine
+	x.Rejected = map[string]int{"no GPU": 3, "fewer than 8 free GPUs": 1}
+	x.ReservedUntil = time.Unix(1_800_003_600, 0)
+	x.Victims = []string{"default/a", "default/b"}
+	e = waitingExplanation()
+	e.Engine, e.Reason = &x, "fits now; the leader admits it (this agent is a standby)"
+	e.History = []agentapi.Event{{At: time.Unix(1_799_999_000, 0), State: "waiting", Decision: "wait", Summary: "Waiting."}}
+	got = VariableItems(e, "")
+	for k, want := range map[string]string{
+		"rejected":       "fewer than 8 free GPUs: 1 node(s); no GPU: 3 node(s)",
+		"reserved_until": "2027-01-15T09:00:00Z",
+		"victims":        "default/a,default/b",
+		"engine_reason":  "needs 8 GPUs, 0 free",
+		"history":        "2027-01-15T07:43:20Z waiting wait: Waiting.",
+	} {
+		if got[k] != want {
+			t.Errorf("item %s = %q, want %q", k, got[k], want)
+		}
 	}
 }
 
@@ -73,11 +100,12 @@ func TestDigestIgnoresChurn(t *testing.T) {
 	same.WaitSeconds += 600
 	same.GeneratedAt = same.GeneratedAt.Add(10 * time.Minute)
 	same.Score += 0.2
-	same.Terms = append([]agentapi.Term(nil), base.Terms...)
-	same.Terms[3].Value += 0.15
-	same.History = []agentapi.Event{{State: "waiting"}}
+	x := *base.Engine
+	x.Score.Age += 0.15
+	same.Engine = &x
+	same.Leader = false
 	if digest(same) != d {
-		t.Errorf("digest changed with the wait time, decision time, sub-point score moves or history")
+		t.Errorf("digest changed with the wait time, decision time or sub-point score moves")
 	}
 	for name, change := range map[string]func(e *agentapi.Explanation){
 		"state":    func(e *agentapi.Explanation) { e.State = agentapi.StateRunning },
@@ -85,11 +113,16 @@ func TestDigestIgnoresChurn(t *testing.T) {
 		"reason":   func(e *agentapi.Explanation) { e.Reason = "no placement for the whole gang (8 GPUs) on free GPUs" },
 		"score":    func(e *agentapi.Explanation) { e.Score += 1 },
 		"decision": func(e *agentapi.Explanation) { e.Decision = DecisionPreempt },
-		"victims":  func(e *agentapi.Explanation) { e.Victims = []string{"default/sweep"} },
+		"victims":  func(e *agentapi.Explanation) { e.Engine.Victims = []string{"default/sweep"} },
 		"errors":   func(e *agentapi.Explanation) { e.Errors = []string{"bad"} },
+		"rejected": func(e *agentapi.Explanation) { e.Engine.Rejected = map[string]int{"no GPU": 1} },
+		"reserved": func(e *agentapi.Explanation) { e.Engine.ReservedUntil = time.Unix(1_800_003_600, 0) },
+		"status":   func(e *agentapi.Explanation) { e.Engine.Status = engine.StatusReserved },
+		"history":  func(e *agentapi.Explanation) { e.History = []agentapi.Event{{State: "waiting"}} },
 	} {
 		e := base
-		e.Terms = append([]agentapi.Term(nil), base.Terms...)
+		x := *base.Engine
+		e.Engine = &x
 		change(&e)
 		if digest(e) == d {
 			t.Errorf("digest unchanged after a change of %s", name)

@@ -32,81 +32,109 @@ const (
 	DecisionReclaimed = "reclaimed" // hung: stopped by its tier's idle requeue action
 )
 
+// viewInput is what one cycle's view is built from.
+type viewInput struct {
+	snap   *cluster.Snapshot
+	plan   *engine.Plan // nil before the first decision (tests)
+	hist   map[string]jobHistory
+	now    time.Time
+	leader bool
+	pol    *policy.Policy
+	// The plan's actions by job ID.
+	victims  map[string]engine.Preemption // preemptions and requeues
+	running  map[string]*engine.RunningJob
+	reclaims map[string]*engine.Reclaim
+}
+
 func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHistory, now time.Time, leader bool, pol *policy.Policy) *view {
-	v := &view{explain: map[string]agentapi.Explanation{}, stats: ClusterStats{Tiers: map[string]TierStats{}}}
+	in := indexPlan(viewInput{snap: snap, plan: plan, hist: hist, now: now, leader: leader, pol: pol})
+	v := &view{explain: map[string]agentapi.Explanation{}, stats: layerStats(snap)}
+	var waiting, others []agentapi.Entry
+	for _, j := range snap.Jobs() {
+		e := in.explain(j)
+		v.explain[j.ID] = e
+		if e.State != agentapi.StateWaiting && e.State != agentapi.StateInvalid {
+			others = append(others, e.Entry)
+			continue
+		}
+		waiting = append(waiting, e.Entry)
+		v.countWaiting(e.Entry)
+	}
+	sortWaiting(waiting)
+	v.queue.Jobs = append(waiting, others...)
+	if v.queue.Jobs == nil {
+		v.queue.Jobs = []agentapi.Entry{}
+	}
+	v.queue.GeneratedAt = now
+	v.queue.Leader = leader
+	v.queue.Cluster.HealthyGPUs = v.stats.HealthyGPUs
+	v.queue.Cluster.AllocatedGPUs = v.stats.AllocatedGPUs
+	return v
+}
+
+// indexPlan fills in's per-job maps from its plan.
+func indexPlan(in viewInput) viewInput {
+	in.victims = map[string]engine.Preemption{}
+	in.running = map[string]*engine.RunningJob{}
+	in.reclaims = map[string]*engine.Reclaim{}
+	if in.plan == nil {
+		return in
+	}
+	for _, p := range in.plan.Preemptions {
+		in.victims[p.JobID] = p
+	}
+	for _, p := range in.plan.Requeues {
+		in.victims[p.JobID] = p
+	}
+	for i := range in.plan.Running {
+		in.running[in.plan.Running[i].JobID] = &in.plan.Running[i]
+	}
+	for i := range in.plan.Reclaims {
+		in.reclaims[in.plan.Reclaims[i].JobID] = &in.plan.Reclaims[i]
+	}
+	return in
+}
+
+// layerStats counts the GPUs of the snapshot: in all, healthy on ready
+// nodes, and allocated.
+func layerStats(snap *cluster.Snapshot) ClusterStats {
+	st := ClusterStats{Tiers: map[string]TierStats{}}
 	for _, n := range snap.Nodes() {
 		for _, g := range n.GPUs {
-			v.stats.TotalGPUs++
+			st.TotalGPUs++
 			if g.Healthy && n.Ready {
-				v.stats.HealthyGPUs++
+				st.HealthyGPUs++
 			}
 		}
 	}
 	for _, a := range snap.Allocs() {
-		v.stats.AllocatedGPUs += len(a.GPUs)
+		st.AllocatedGPUs += len(a.GPUs)
 	}
+	return st
+}
 
-	victims := map[string]engine.Preemption{}
-	running := map[string]*engine.RunningJob{}
-	reclaims := map[string]*engine.Reclaim{}
-	if plan != nil {
-		for _, p := range plan.Preemptions {
-			victims[p.JobID] = p
-		}
-		for _, p := range plan.Requeues {
-			victims[p.JobID] = p
-		}
-		for i := range plan.Running {
-			running[plan.Running[i].JobID] = &plan.Running[i]
-		}
-		for i := range plan.Reclaims {
-			reclaims[plan.Reclaims[i].JobID] = &plan.Reclaims[i]
-		}
+// countWaiting adds a listed job to the demand statistics: an invalid job
+// is listed in the queue but is not demand (it cannot run as written;
+// impact_queue_invalid_jobs counts it).
+func (v *view) countWaiting(e agentapi.Entry) {
+	if e.State == agentapi.StateInvalid {
+		v.stats.InvalidJobs++
+		return
 	}
-	var waiting, others []agentapi.Entry
-	for _, j := range snap.Jobs() {
-		var ex *engine.Explanation
-		if plan != nil {
-			ex = plan.Explanations[j.ID]
-		}
-		e := explainJob(j, ex, snap, hist[j.ID], victims, now, leader, pol)
-		if r, ok := running[j.ID]; ok && e.State == agentapi.StateRunning {
-			withUtilization(&e, r)
-		}
-		if r, ok := reclaims[j.ID]; ok && e.State == agentapi.StateRunning {
-			e.Decision = DecisionReclaimed
-			e.Reason = r.Reason
-			if len(e.Nodes) == 0 {
-				e.Nodes = hist[j.ID].Nodes
-			}
-		}
-		if running[j.ID] != nil || reclaims[j.ID] != nil {
-			e.Summary = summarize(e)
-		}
-		v.explain[j.ID] = e
-		if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
-			waiting = append(waiting, e.Entry)
-			if e.State == agentapi.StateInvalid {
-				// Listed in the queue, but not demand: it cannot run as
-				// written (impact_queue_invalid_jobs counts it).
-				v.stats.InvalidJobs++
-				continue
-			}
-			ts := v.stats.Tiers[tierKey(e.Tier)]
-			ts.Jobs++
-			ts.GPUs += e.GPUs
-			if w := time.Duration(e.WaitSeconds * float64(time.Second)); w > ts.MaxWait {
-				ts.MaxWait = w
-			}
-			v.stats.Tiers[tierKey(e.Tier)] = ts
-			v.queue.Cluster.WaitingJobs++
-			v.queue.Cluster.WaitingGPUs += e.GPUs
-		} else {
-			others = append(others, e.Entry)
-		}
+	ts := v.stats.Tiers[tierKey(e.Tier)]
+	ts.Jobs++
+	ts.GPUs += e.GPUs
+	if w := time.Duration(e.WaitSeconds * float64(time.Second)); w > ts.MaxWait {
+		ts.MaxWait = w
 	}
-	// Waiting jobs in decision order; jobs without a position (invalid)
-	// after them; then admitted and running jobs by ID.
+	v.stats.Tiers[tierKey(e.Tier)] = ts
+	v.queue.Cluster.WaitingJobs++
+	v.queue.Cluster.WaitingGPUs += e.GPUs
+}
+
+// sortWaiting orders waiting jobs by decision order, jobs without a
+// position (invalid) after them, ties by ID.
+func sortWaiting(waiting []agentapi.Entry) {
 	sort.SliceStable(waiting, func(i, k int) bool {
 		pi, pk := waiting[i].Position, waiting[k].Position
 		if (pi == 0) != (pk == 0) {
@@ -117,15 +145,162 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 		}
 		return waiting[i].Namespace+"/"+waiting[i].Job < waiting[k].Namespace+"/"+waiting[k].Job
 	})
-	v.queue.Jobs = append(waiting, others...)
-	if v.queue.Jobs == nil {
-		v.queue.Jobs = []agentapi.Entry{}
+}
+
+// explain is one job's explanation: what the job asks, the engine's
+// decision about it, and where the agent's actions left it.
+func (in viewInput) explain(j *cluster.Job) agentapi.Explanation {
+	var ex *engine.Explanation
+	if in.plan != nil {
+		ex = in.plan.Explanations[j.ID]
 	}
-	v.queue.GeneratedAt = now
-	v.queue.Leader = leader
-	v.queue.Cluster.HealthyGPUs = v.stats.HealthyGPUs
-	v.queue.Cluster.AllocatedGPUs = v.stats.AllocatedGPUs
-	return v
+	h := in.hist[j.ID]
+	e := jobExplanation(j, in.pol, in.now, in.leader)
+	withEngine(&e, ex)
+	switch {
+	case j.State == cluster.JobRunning:
+		in.explainRunning(&e, j, ex, h)
+	case ex != nil && ex.Status == engine.StatusAdmitted:
+		explainAdmitted(&e, h, in.leader)
+	case j.SpecErr != nil || len(e.Errors) > 0 || (ex != nil && ex.Status == engine.StatusParked):
+		e.State, e.Decision = agentapi.StateInvalid, DecisionNone
+		if e.Reason == "" && j.SpecErr != nil {
+			e.Reason = "impact_* meta is invalid: fix the job and re-submit it"
+		}
+	default:
+		explainWaiting(&e, h)
+	}
+	if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
+		if w := in.now.Sub(j.Submit); w > 0 {
+			e.WaitSeconds = w.Seconds()
+		}
+	}
+	if r, ok := in.running[j.ID]; ok && e.State == agentapi.StateRunning {
+		withUtilization(&e, r)
+	}
+	if r, ok := in.reclaims[j.ID]; ok && e.State == agentapi.StateRunning {
+		e.Decision, e.Reason = DecisionReclaimed, r.Reason
+		if len(e.Nodes) == 0 {
+			e.Nodes = h.Nodes
+		}
+	}
+	e.Summary = summarize(e)
+	return e
+}
+
+// jobExplanation starts a job's explanation from the job itself: what it
+// asks, and its tier, project and meta errors as the policy reads them
+// (the engine's explanation, when there is one, has the final word).
+func jobExplanation(j *cluster.Job, pol *policy.Policy, now time.Time, leader bool) agentapi.Explanation {
+	e := agentapi.Explanation{GeneratedAt: now, Leader: leader}
+	e.Namespace, e.Job, e.Since, e.GPUs = j.Namespace, j.Name, j.Submit, j.GPUs()
+	for _, g := range j.Groups {
+		e.Allocations += g.Count
+	}
+	if j.SpecErr != nil {
+		e.Errors = metaErrors(j.SpecErr)
+		return e
+	}
+	if t := pol.TierOf(j.Spec); t != nil {
+		e.Tier = t.Name
+	}
+	e.Project = pol.ProjectName(j.Spec)
+	if err := pol.CheckSpec(j.Spec); err != nil {
+		e.Errors = metaErrors(err)
+	}
+	return e
+}
+
+// withEngine attaches the engine's explanation and takes the row's
+// position, tier, project, score and reason from it.
+func withEngine(e *agentapi.Explanation, ex *engine.Explanation) {
+	if ex == nil {
+		return
+	}
+	e.Engine = ex
+	e.Position = ex.Position
+	if ex.Tier != "" {
+		e.Tier = ex.Tier
+	}
+	if ex.Project != "" {
+		e.Project = ex.Project
+	}
+	e.Score = ex.Score.Total
+	e.Reason = ex.Reason
+	if len(ex.Rejected) > 0 {
+		e.Reason = strings.TrimSpace(e.Reason + " " + rejectedSummary(ex.Rejected))
+	}
+}
+
+// explainRunning explains a job Nomad runs (some or all allocations).
+func (in viewInput) explainRunning(e *agentapi.Explanation, j *cluster.Job, ex *engine.Explanation, h jobHistory) {
+	running := len(in.snap.JobAllocs(j.ID))
+	e.State, e.Position, e.Decision = agentapi.StateRunning, 0, DecisionAdmit
+	if running < e.Allocations {
+		e.State = agentapi.StateAdmitting
+		e.Reason = fmt.Sprintf("admitted; %d of %d allocations running", running, e.Allocations)
+	}
+	if h.Decision == DecisionAdmit {
+		e.Since, e.Nodes = h.At, h.Nodes
+		if ex == nil && h.Admitted != nil {
+			// The engine explains queued jobs only: a running job
+			// keeps the explanation it was admitted with.
+			e.Engine, e.Score = h.Admitted, h.Admitted.Score.Total
+		}
+	} else {
+		// Admitted before this agent led: where it runs is what Nomad
+		// says, so its Variable still follows its state.
+		e.Nodes = allocNodes(in.snap, j.ID)
+	}
+	if p, ok := in.victims[j.ID]; ok {
+		e.Decision = DecisionPreempted
+		if p.Preemptor == "" {
+			e.Decision = DecisionRequeued
+		}
+		e.PreemptedBy, e.Reason = p.Preemptor, p.Reason
+	}
+}
+
+// explainAdmitted explains a job the engine admitted this cycle that Nomad
+// does not run yet.
+func explainAdmitted(e *agentapi.Explanation, h jobHistory, leader bool) {
+	switch {
+	case !leader:
+		// A standby decides but does not act: the job still waits.
+		e.State, e.Decision = agentapi.StateWaiting, DecisionAdmit
+		e.Reason = "fits now; the leader admits it (this agent is a standby)"
+	case h.Decision != DecisionAdmit:
+		// Planned by this cycle but not carried out (EnforceIndex
+		// conflict, failure): still parked, decided again next cycle.
+		e.State, e.Decision = agentapi.StateWaiting, DecisionWait
+		e.Reason = "admission planned but not carried out this cycle (job changed or Nomad refused); re-deciding"
+	default:
+		e.State, e.Position, e.Decision = agentapi.StateAdmitting, 0, DecisionAdmit
+		if e.Reason == "" {
+			e.Reason = "admitted: every allocation of the gang placed"
+		}
+		e.Nodes = h.Nodes
+	}
+}
+
+// explainWaiting explains a valid job that waits in the parking pool.
+func explainWaiting(e *agentapi.Explanation, h jobHistory) {
+	e.State, e.Decision = agentapi.StateWaiting, DecisionWait
+	if e.Engine != nil && e.Engine.Status == engine.StatusPreempting {
+		e.Decision = DecisionPreempt
+	}
+	switch h.Decision {
+	case DecisionPreempted, DecisionRequeued:
+		e.PreemptedBy = h.PreemptedBy
+		if e.Reason == "" {
+			e.Reason = h.Reason
+		}
+	case DecisionReclaimed:
+		e.Reason = strings.TrimSpace("requeued by its tier's idle action (" + h.Reason + "); " + e.Reason)
+	}
+	if e.Engine == nil && e.Reason == "" {
+		e.Reason = "not yet considered by a cycle"
+	}
 }
 
 // allocNodes lists the nodes of a job's live allocations per group, in
@@ -152,142 +327,6 @@ func tierKey(t string) string {
 	return t
 }
 
-func explainJob(j *cluster.Job, ex *engine.Explanation, snap *cluster.Snapshot, h jobHistory,
-	victims map[string]engine.Preemption, now time.Time, leader bool, pol *policy.Policy) agentapi.Explanation {
-	e := agentapi.Explanation{GeneratedAt: now, Leader: leader}
-	e.Namespace = j.Namespace
-	e.Job = j.Name
-	e.Since = j.Submit
-	e.GPUs = j.GPUs()
-	for _, g := range j.Groups {
-		e.Allocations += g.Count
-	}
-	if j.SpecErr == nil {
-		if t := pol.TierOf(j.Spec); t != nil {
-			e.Tier = t.Name
-		}
-		e.Project = pol.ProjectName(j.Spec)
-		if err := pol.CheckSpec(j.Spec); err != nil {
-			e.Errors = metaErrors(err)
-		}
-	} else {
-		e.Errors = metaErrors(j.SpecErr)
-	}
-	if ex != nil {
-		e.Position = ex.Position
-		if ex.Tier != "" {
-			e.Tier = ex.Tier
-		}
-		if ex.Project != "" {
-			e.Project = ex.Project
-		}
-		e.Score = ex.Score.Total
-		e.Terms = scoreTerms(ex.Score)
-		e.Reason = ex.Reason
-		if len(ex.Rejected) > 0 {
-			e.Reason = strings.TrimSpace(e.Reason + " " + rejectedSummary(ex.Rejected))
-		}
-		e.Victims = append([]string(nil), ex.Victims...)
-	}
-
-	switch {
-	case j.State == cluster.JobRunning:
-		running := len(snap.JobAllocs(j.ID))
-		e.State = agentapi.StateRunning
-		if running < e.Allocations {
-			e.State = agentapi.StateAdmitting
-			e.Reason = fmt.Sprintf("admitted; %d of %d allocations running", running, e.Allocations)
-		}
-		e.Position = 0
-		e.Decision = DecisionAdmit
-		if h.Decision == DecisionAdmit {
-			e.Since = h.At
-			e.Nodes = h.Nodes
-			e.Placement, e.Warnings = placedAllocs(h.Placement), h.Warnings
-			if ex == nil {
-				e.Score = h.Score.Total
-				e.Terms = scoreTerms(h.Score)
-			}
-		} else {
-			// Admitted before this agent led: where it runs is what
-			// Nomad says, so its Variable still follows its state.
-			e.Nodes = allocNodes(snap, j.ID)
-		}
-		if p, ok := victims[j.ID]; ok {
-			e.Decision = DecisionPreempted
-			if p.Preemptor == "" {
-				e.Decision = DecisionRequeued
-			}
-			e.PreemptedBy = p.Preemptor
-			e.Reason = p.Reason
-		}
-	case ex != nil && ex.Status == engine.StatusAdmitted && !leader:
-		// A standby decides but does not act: the job still waits.
-		e.State = agentapi.StateWaiting
-		e.Decision = DecisionAdmit
-		e.Reason = "fits now; the leader admits it (this agent is a standby)"
-	case ex != nil && ex.Status == engine.StatusAdmitted && h.Decision != DecisionAdmit:
-		// Planned by this cycle but not carried out (EnforceIndex
-		// conflict, failure): still parked, decided again next cycle.
-		e.State = agentapi.StateWaiting
-		e.Decision = DecisionWait
-		e.Reason = "admission planned but not carried out this cycle (job changed or Nomad refused); re-deciding"
-	case ex != nil && ex.Status == engine.StatusAdmitted:
-		e.State = agentapi.StateAdmitting
-		e.Position = 0
-		e.Decision = DecisionAdmit
-		if e.Reason == "" {
-			e.Reason = "admitted: every allocation of the gang placed"
-		}
-		if h.Decision == DecisionAdmit {
-			e.Nodes = h.Nodes
-			e.Placement, e.Warnings = placedAllocs(h.Placement), h.Warnings
-		} else if ex != nil {
-			e.Placement, e.Warnings = placedAllocs(ex.Placement), ex.Warnings
-		}
-	case j.SpecErr != nil || len(e.Errors) > 0 || (ex != nil && ex.Status == engine.StatusParked):
-		e.State = agentapi.StateInvalid
-		e.Decision = DecisionNone
-		if e.Reason == "" && j.SpecErr != nil {
-			e.Reason = "impact_* meta is invalid: fix the job and re-submit it"
-		}
-	default:
-		e.State = agentapi.StateWaiting
-		e.Decision = DecisionWait
-		if ex != nil && ex.Status == engine.StatusPreempting {
-			e.Decision = DecisionPreempt
-		}
-		if h.Decision == DecisionPreempted || h.Decision == DecisionRequeued {
-			e.PreemptedBy = h.PreemptedBy
-			if e.Reason == "" {
-				e.Reason = h.Reason
-			}
-		}
-		if h.Decision == DecisionReclaimed {
-			e.Reason = strings.TrimSpace("requeued by its tier's idle action (" + h.Reason + "); " + e.Reason)
-		}
-		if ex == nil && e.Reason == "" {
-			e.Reason = "not yet considered by a cycle"
-		}
-	}
-	if e.State == agentapi.StateWaiting || e.State == agentapi.StateInvalid {
-		if w := now.Sub(j.Submit); w > 0 {
-			e.WaitSeconds = w.Seconds()
-		}
-	}
-	e.Summary = summarize(e)
-	return e
-}
-
-func scoreTerms(s policy.Score) []agentapi.Term {
-	return []agentapi.Term{
-		{Name: "tier", Value: s.Tier, Detail: "tier weight x project weight"},
-		{Name: "fair_share", Value: s.FairShare, Detail: "project's entitled minus used share of GPU-hours"},
-		{Name: "deadline", Value: s.Deadline, Detail: "urgency as impact_deadline nears"},
-		{Name: "age", Value: s.Age, Detail: "time waited, so nothing starves"},
-	}
-}
-
 func rejectedSummary(r map[string]int) string {
 	keys := make([]string, 0, len(r))
 	for k := range r {
@@ -312,19 +351,4 @@ func metaErrors(err error) []string {
 		return out
 	}
 	return []string{err.Error()}
-}
-
-// placedAllocs lists a plan's allocations for explain, group by group.
-func placedAllocs(groups []engine.GroupPlacement) []agentapi.PlacedAlloc {
-	var out []agentapi.PlacedAlloc
-	for _, g := range groups {
-		for _, ap := range g.Allocs {
-			pa := agentapi.PlacedAlloc{Group: g.Group, Node: ap.NodeID, GPUs: ap.GPUs, Islands: ap.Islands}
-			for _, b := range ap.Blocks {
-				pa.Blocks = append(pa.Blocks, agentapi.PlacedBlock{Task: b.Task, Index: b.Index, GPUs: b.GPUs})
-			}
-			out = append(out, pa)
-		}
-	}
-	return out
 }

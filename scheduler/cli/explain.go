@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 const explainHelp = `Usage: impact explain [options] JOB
@@ -77,6 +78,54 @@ func explainCmd(getenv func(string) string) Command {
 func printExplanation(w io.Writer, e agentapi.Explanation) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	rows := func(k string, vs []string) {
+		for i, v := range vs {
+			if i > 0 {
+				k = ""
+			}
+			row(k, v)
+		}
+	}
+	printFacts(row, e)
+	x := e.Decided()
+	rows("Rejected", rejectedLines(x.Rejected))
+	if !x.ReservedUntil.IsZero() {
+		row("Reserved until", x.ReservedUntil.UTC().Format(time.RFC3339))
+	}
+	if e.PreemptedBy != "" {
+		row("Preempted by", e.PreemptedBy)
+	}
+	if len(x.Victims) > 0 {
+		row("Preempts", strings.Join(x.Victims, ", "))
+	}
+	rows("Placement", nodeLines(e.Nodes))
+	rows("Pinned", pinnedLines(x.Placement))
+	rows("Warning", x.Warnings)
+	role := "leader"
+	if !e.Leader {
+		role = "standby"
+	}
+	row("Decided", e.GeneratedAt.UTC().Format(time.RFC3339)+" by the "+role)
+	tw.Flush()
+	printScore(w, e)
+	if len(e.Errors) > 0 {
+		fmt.Fprintln(w, "\nThe job stays parked until its impact_* meta is fixed:")
+		for _, msg := range e.Errors {
+			fmt.Fprintf(w, "  - %s\n", msg)
+		}
+	}
+	if len(e.History) > 0 {
+		fmt.Fprintln(w, "\nHistory (changes this agent saw):")
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		for _, h := range e.History {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", h.At.UTC().Format(time.RFC3339), h.State, h.Decision, h.Summary)
+		}
+		tw.Flush()
+	}
+}
+
+// printFacts writes the job's entry: what it asks, where it stands, why.
+func printFacts(row func(k, v string), e agentapi.Explanation) {
 	row("Job", e.Namespace+"/"+e.Job)
 	state := e.State
 	if e.Position > 0 {
@@ -95,76 +144,67 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 	}
 	row("Since", since)
 	row("Decision", dash(e.Decision))
+	if e.Engine != nil {
+		row("Engine", string(e.Engine.Status))
+	}
 	if e.Summary != "" {
 		row("Summary", e.Summary)
 	}
 	row("Reason", dash(e.Reason))
-	if e.PreemptedBy != "" {
-		row("Preempted by", e.PreemptedBy)
+	if x := e.Decided(); x.Reason != "" && !strings.Contains(e.Reason, x.Reason) {
+		row("Engine's reason", x.Reason)
 	}
-	if len(e.Victims) > 0 {
-		row("Preempts", strings.Join(e.Victims, ", "))
-	}
-	if len(e.Nodes) > 0 {
-		groups := make([]string, 0, len(e.Nodes))
-		for g := range e.Nodes {
-			groups = append(groups, g)
-		}
-		sort.Strings(groups)
-		for i, g := range groups {
-			k := ""
-			if i == 0 {
-				k = "Placement"
-			}
-			row(k, g+": "+strings.Join(e.Nodes[g], ", "))
-		}
-	}
-	for i, p := range e.Placement {
-		k := ""
-		if i == 0 {
-			k = "Pinned"
-		}
-		row(k, fmt.Sprintf("%s on %s: %s", p.Group, p.Node, gpuList(p.GPUs, p.Islands)))
-	}
-	for i, w := range e.Warnings {
-		k := ""
-		if i == 0 {
-			k = "Warning"
-		}
-		row(k, w)
-	}
-	role := "leader"
-	if !e.Leader {
-		role = "standby"
-	}
-	row("Decided", e.GeneratedAt.UTC().Format(time.RFC3339)+" by the "+role)
-	tw.Flush()
+}
 
+// printScore writes the impact score and its terms.
+func printScore(w io.Writer, e agentapi.Explanation) {
 	fmt.Fprintf(w, "\nImpact score %.3f", e.Score)
-	if len(e.Terms) == 0 {
+	terms := e.Terms()
+	if len(terms) == 0 {
 		fmt.Fprintln(w)
-	} else {
-		fmt.Fprintln(w, " =")
-		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		for _, t := range e.Terms {
-			fmt.Fprintf(tw, "  %s\t%+9.3f\t%s\n", t.Name, t.Value, t.Detail)
-		}
-		tw.Flush()
+		return
 	}
-	if len(e.Errors) > 0 {
-		fmt.Fprintln(w, "\nThe job stays parked until its impact_* meta is fixed:")
-		for _, msg := range e.Errors {
-			fmt.Fprintf(w, "  - %s\n", msg)
+	fmt.Fprintln(w, " =")
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, t := range terms {
+		fmt.Fprintf(tw, "  %s\t%+9.3f\t%s\n", t.Name, t.Value, t.Detail)
+	}
+	tw.Flush()
+}
+
+// nodeLines renders the nodes of each group, groups sorted.
+func nodeLines(nodes map[string][]string) []string {
+	groups := make([]string, 0, len(nodes))
+	for g := range nodes {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = g + ": " + strings.Join(nodes[g], ", ")
+	}
+	return out
+}
+
+// pinnedLines renders each planned allocation: its group, node and GPUs.
+func pinnedLines(groups []engine.GroupPlacement) []string {
+	var out []string
+	for _, g := range groups {
+		for _, p := range g.Allocs {
+			out = append(out, fmt.Sprintf("%s on %s: %s", g.Group, p.NodeID, gpuList(p.GPUs, p.Islands)))
 		}
 	}
-	if len(e.History) > 0 {
-		fmt.Fprintln(w, "\nHistory (changes this agent saw):")
-		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		for _, h := range e.History {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", h.At.UTC().Format(time.RFC3339), h.State, h.Decision, h.Summary)
-		}
-		tw.Flush()
+	return out
+}
+
+// rejectedLines renders why nodes could not take the job, reasons sorted.
+func rejectedLines(r map[string]int) []string {
+	out := make([]string, 0, len(r))
+	for why, n := range r {
+		out = append(out, fmt.Sprintf("%s: %d node(s)", why, n))
 	}
+	sort.Strings(out)
+	return out
 }
 
 // gpuList renders GPU IDs with their islands: "GPU-a, GPU-b (island 0),

@@ -12,6 +12,8 @@ import (
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 type fixedView struct {
@@ -34,8 +36,7 @@ func testAgent(t *testing.T) string {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	a := agentapi.Entry{Namespace: "default", Job: "train-a", Position: 1, State: agentapi.StateWaiting,
 		Tier: "high", Project: "olmo", GPUs: 8, Allocations: 2, Score: 12.5, Since: now.Add(-750 * time.Second),
-		WaitSeconds: 750, Reason: "needs 8 GPUs, 4 free", Summary: "Waiting for 8 free GPUs (first in line).",
-		Terms: []agentapi.Term{{Name: "tier", Value: 10, Detail: "tier high"}, {Name: "fair_share", Value: 2.5}}}
+		WaitSeconds: 750, Reason: "needs 8 GPUs, 4 free", Summary: "Waiting for 8 free GPUs (first in line)."}
 	bad := agentapi.Entry{Namespace: "research", Job: "bad-meta", Position: 0, State: agentapi.StateInvalid,
 		Since: now.Add(-time.Minute), WaitSeconds: 60, Errors: []string{`impact_tier "urgent" is not a tier of the policy`}}
 	run := agentapi.Entry{Namespace: "default", Job: "eval", State: agentapi.StateRunning, Tier: "normal", Project: "tulu",
@@ -49,12 +50,17 @@ func testAgent(t *testing.T) string {
 			Cluster: agentapi.ClusterSummary{HealthyGPUs: 16, AllocatedGPUs: 12, WaitingJobs: 1, WaitingGPUs: 8}},
 		e: map[string]agentapi.Explanation{
 			"default/train-a": {Entry: a, GeneratedAt: now, Leader: true, Decision: "wait",
+				Engine: &engine.Explanation{JobID: "default/train-a", Position: 1, Status: engine.StatusWaiting,
+					Score: policy.Score{Total: 12.5, Tier: 10, FairShare: 2.5}, Reason: "needs 8 GPUs, 4 free",
+					Rejected: map[string]int{"fewer than 8 free GPUs": 2}, ReservedUntil: now.Add(time.Hour)},
 				History: []agentapi.Event{{At: now.Add(-750 * time.Second), State: "waiting", Decision: "wait", Summary: "Waiting for 8 free GPUs (first in line)."}}},
 			"research/bad-meta": {Entry: bad, GeneratedAt: now, Leader: true, Decision: "none"},
 			"default/eval": {Entry: run, GeneratedAt: now, Leader: false, Decision: "admit", Nodes: map[string][]string{"w": {"node-1", "node-2"}},
-				Placement: []agentapi.PlacedAlloc{{Group: "w", Node: "node-1", GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}, Islands: []int{0, 0, 1},
-					Blocks: []agentapi.PlacedBlock{{Task: "t", Index: 0, GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}}}}},
-				Warnings: []string{"group \"w\" task \"t\" has 2 GPU device blocks"}},
+				Engine: &engine.Explanation{JobID: "default/eval", Status: engine.StatusAdmitted, Victims: []string{"default/sweep"},
+					Placement: []engine.GroupPlacement{{Group: "w", Allocs: []engine.AllocPlacement{{NodeID: "node-1",
+						GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}, Islands: []int{0, 0, 1},
+						Blocks: []engine.BlockPlacement{{Task: "t", Index: 0, GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}}}}}}},
+					Warnings: []string{"group \"w\" task \"t\" has 2 GPU device blocks"}}},
 		},
 	}
 	srv := httptest.NewServer(agent.NewHandler(v, agent.HandlerOptions{}, hclog.NewNullLogger()))
@@ -159,8 +165,12 @@ func TestExplainTable(t *testing.T) {
 		"+10.000",
 		"fair_share",
 		"+2.500",
+		"Rejected        fewer than 8 free GPUs: 2 node(s)",
+		"Reserved until  2026-11-30T09:00:00Z",
+		"Engine          waiting",
 	} {
-		if !strings.Contains(out, want) {
+		// Column widths follow the longest row name: compare words.
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("explain output lacks %q:\n%s", want, out)
 		}
 	}
@@ -172,13 +182,18 @@ func TestExplainTable(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Placement  w: node-1, node-2") || !strings.Contains(out, "by the standby") {
 		t.Errorf("placement explanation: %d\n%s", code, out)
 	}
-	if !strings.Contains(out, "Pinned     w on node-1: GPU-a, GPU-b (island 0), GPU-c (island 1)") || !strings.Contains(out, `Warning    group "w" task "t" has 2 GPU device blocks`) {
-		t.Errorf("explanation lacks the planned GPUs and islands, or the warning:\n%s", out)
+	if !strings.Contains(out, "Pinned     w on node-1: GPU-a, GPU-b (island 0), GPU-c (island 1)") || !strings.Contains(out, `Warning    group "w" task "t" has 2 GPU device blocks`) ||
+		!strings.Contains(out, "Preempts   default/sweep") {
+		t.Errorf("explanation lacks the planned GPUs and islands, the warning or the victims:\n%s", out)
 	}
 	code, out, _ = run(explainCmd(noEnv), "-json", "-address", addr, "eval")
 	var e agentapi.Explanation
-	if err := json.Unmarshal([]byte(out), &e); code != 0 || err != nil || len(e.Placement) != 1 || e.Placement[0].Islands[2] != 1 || e.Placement[0].Blocks[0].Task != "t" {
-		t.Errorf("json placement: %d %v %+v", code, err, e.Placement)
+	if err := json.Unmarshal([]byte(out), &e); code != 0 || err != nil || e.Engine == nil || len(e.Engine.Placement) != 1 ||
+		e.Engine.Placement[0].Allocs[0].Islands[2] != 1 || e.Engine.Placement[0].Allocs[0].Blocks[0].Task != "t" {
+		t.Errorf("json placement: %d %v %+v", code, err, e.Engine)
+	}
+	if len(e.Engine.Victims) != 1 || !strings.Contains(out, `"victims"`) {
+		t.Errorf("json lacks the engine's victims:\n%s", out)
 	}
 }
 
@@ -189,7 +204,8 @@ func TestExplainJSONAndErrors(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	var e agentapi.Explanation
-	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Job != "train-a" || e.Decision != "wait" || len(e.Terms) != 2 {
+	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Job != "train-a" || e.Decision != "wait" || len(e.Terms()) != 4 ||
+		e.Engine.Score.FairShare != 2.5 || e.Engine.Rejected["fewer than 8 free GPUs"] != 2 || e.Engine.ReservedUntil.IsZero() {
 		t.Errorf("json: %v %+v", err, e)
 	}
 	code, _, errs = run(explainCmd(noEnv), "-address", addr, "ghost")

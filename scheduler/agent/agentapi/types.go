@@ -1,13 +1,19 @@
 // Package agentapi is the wire contract of the `impact agent` HTTP API: the
 // JSON bodies of /v1/health, /v1/queue and /v1/explain/<job>, and a small
 // client the `impact queue` / `impact explain` commands (and scripts written
-// in Go) use. It holds no logic of the agent, so the CLI can import it
-// without pulling the agent's dependencies.
+// in Go) use. It holds no logic of the agent: besides the agent's own
+// words for a job (its state, decision, summary, history) an Explanation
+// carries the engine's explanation (engine.Explanation) as the engine
+// produced it, so the API, the CLI, the job's page and its Nomad Variable
+// all render that one value and nothing is copied into a second shape.
+// It imports only the pure core (engine, policy), never the agent.
 package agentapi
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 // DefaultAddress is where `impact agent` listens unless configured
@@ -88,10 +94,9 @@ type Entry struct {
 	GPUs int `json:"gpus"`
 	// Allocations is the number of allocations of the gang.
 	Allocations int `json:"allocations"`
-	// Score is the impact score (higher is admitted first); Terms is its
-	// breakdown, which sums to Score.
+	// Score is the impact score (higher is admitted first): the total of
+	// the engine's score, whose terms an Explanation lists (Terms).
 	Score float64 `json:"score"`
-	Terms []Term  `json:"terms,omitempty"`
 	// Since is when the job started waiting (or was admitted).
 	Since time.Time `json:"since"`
 	// WaitSeconds is GeneratedAt - Since for waiting jobs.
@@ -128,33 +133,60 @@ type Term struct {
 	Detail string  `json:"detail,omitempty"`
 }
 
-// Explanation is GET /v1/explain/<job>: the job's entry plus the last
-// decision about it. The agent writes the same content (volatile numbers
-// rounded) to the Nomad Variable nomad/jobs/<job>/impact and shows it as
-// a page at /ui/job/<namespace>/<job>.
+// Explanation is GET /v1/explain/<job>: the job's entry, what the agent
+// did about it, and the engine's explanation of its decision. The agent
+// writes the same content (volatile numbers rounded, see
+// agent.VariableItems) to the Nomad Variable nomad/jobs/<job>/impact and
+// shows it as a page at /ui/job/<namespace>/<job>.
 type Explanation struct {
 	Entry
 	GeneratedAt time.Time `json:"generated_at"`
 	Leader      bool      `json:"leader"`
 	// Decision is the last action the scheduler chose for the job:
-	// "admit", "preempt", "wait" or "none".
+	// "admit", "preempt", "preempted", "requeued", "reclaimed", "wait" or
+	// "none".
 	Decision string `json:"decision"`
-	// Nodes is where an admitted job was placed, per task group.
+	// Nodes is where an admitted job runs, per task group.
 	Nodes map[string][]string `json:"nodes,omitempty"`
 	// PreemptedBy names the job whose admission preempted this one.
 	PreemptedBy string `json:"preempted_by,omitempty"`
-	// Victims names the jobs this job's admission preempts.
-	Victims []string `json:"victims,omitempty"`
 	// History lists the job's state changes this agent saw, oldest first
 	// (the most recent MaxHistory of them); it starts empty when an agent
 	// starts.
 	History []Event `json:"history,omitempty"`
-	// Placement is each planned allocation of an admitted job: its node,
-	// the GPU IDs the admission pinned and their NVLink islands.
-	Placement []PlacedAlloc `json:"placement,omitempty"`
-	// Warnings about the admission (a task that will not see all its
-	// GPUs: several GPU device blocks with a driver other than impact-exec).
-	Warnings []string `json:"warnings,omitempty"`
+	// Engine is the engine's explanation of the job, unchanged: its
+	// status, score and terms, reason, the nodes that could not take it
+	// and why (rejected), its reservation, the victims preempted for it,
+	// and for an admitted job the planned placement (node, pinned GPU IDs,
+	// NVLink islands and device blocks of each allocation) and warnings.
+	// For a job running since this agent admitted it, the explanation it
+	// was admitted with; nil for a job no cycle of this agent decided
+	// about (running since before it led).
+	Engine *engine.Explanation `json:"engine,omitempty"`
+}
+
+// Decided returns the engine's explanation, the zero value when there is
+// none.
+func (e Explanation) Decided() engine.Explanation {
+	if e.Engine == nil {
+		return engine.Explanation{}
+	}
+	return *e.Engine
+}
+
+// Terms lists the additive parts of the engine's score, which sum to
+// Score (nil when the engine has not scored the job).
+func (e Explanation) Terms() []Term {
+	if e.Engine == nil {
+		return nil
+	}
+	s := e.Engine.Score
+	return []Term{
+		{Name: "tier", Value: s.Tier, Detail: "tier weight x project weight"},
+		{Name: "fair_share", Value: s.FairShare, Detail: "project's entitled minus used share of GPU-hours"},
+		{Name: "deadline", Value: s.Deadline, Detail: "urgency as impact_deadline nears"},
+		{Name: "age", Value: s.Age, Detail: "time waited, so nothing starves"},
+	}
 }
 
 // MaxHistory bounds Explanation.History.
@@ -166,24 +198,6 @@ type Event struct {
 	State    string    `json:"state"`
 	Decision string    `json:"decision"`
 	Summary  string    `json:"summary,omitempty"`
-}
-
-// PlacedAlloc is one planned allocation.
-type PlacedAlloc struct {
-	Group string   `json:"group"`
-	Node  string   `json:"node"`
-	GPUs  []string `json:"gpus"`
-	// Islands is the NVLink island of each GPU, in GPUs order.
-	Islands []int `json:"islands,omitempty"`
-	// Blocks are the GPUs of each device block (task, block index).
-	Blocks []PlacedBlock `json:"blocks,omitempty"`
-}
-
-// PlacedBlock is the GPUs one device block of a task is pinned to.
-type PlacedBlock struct {
-	Task  string   `json:"task"`
-	Index int      `json:"index"`
-	GPUs  []string `json:"gpus"`
 }
 
 // Error is the body of every non-2xx answer.
