@@ -127,8 +127,8 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 func waitCycles(t testing.TB, k uint64, agents ...*Agent) {
 	t.Helper()
 	for _, a := range agents {
-		c0 := a.cycles.Load()
-		waitFor(t, fmt.Sprintf("%d more cycles of %s", k, a.opts.Name), func() bool { return a.cycles.Load() >= c0+k })
+		c0 := a.health.cycles.Load()
+		waitFor(t, fmt.Sprintf("%d more cycles of %s", k, a.opts.Name), func() bool { return a.health.cycles.Load() >= c0+k })
 	}
 }
 
@@ -429,7 +429,7 @@ func TestNewLeaderResumesUsage(t *testing.T) {
 	if requeues["default/hung"] != 2 || len(requeues) != 1 {
 		t.Errorf("requeue counts after failover %v, want default/hung: 2", requeues)
 	}
-	if m := ra.a.engine.Memory(clk.Now()); m.Requeues["default/hung"] != 2 {
+	if m := ra.a.cycle.engine.Memory(clk.Now()); m.Requeues["default/hung"] != 2 {
 		t.Errorf("new leader's engine requeue counts %v, want default/hung: 2", m.Requeues)
 	}
 }

@@ -10,10 +10,50 @@
 // /v1/queue and /v1/explain are answered by standbys too. Only the leader,
 // elected with Nomad's Variables lock, acts on the plan (admit, preempt)
 // and writes the explanation Variables. A new leader first loads the durable
-// state (fair-share usage, admission intents, preemption records, idle
-// requeue counts) from Nomad
-// Variables, so it resumes where the old one stopped and never admits a job
+// state (fair-share usage, preemption records, idle requeue counts) and has
+// the executor settle the previous leader's admission and preemption
+// intents, so it resumes where the old one stopped and never admits a job
 // twice.
+//
+// # Layout
+//
+// Agent (agent.go) is a short composition; Run wires these parts, each
+// with one job, its own tests and, where it logs, its own named logger
+// (leader, cycle, state, explain, devicestats):
+//
+//	leadership    leader.go       the election: campaigns for the lock, holds the term's
+//	                              context, asks at a bounded rate who leads (standbys),
+//	                              keeps Consul's leader tag
+//	cycler        cycle.go        one cycle: snapshot, engine.Decide, Apply while leading
+//	              record.go       what the executor did: history, back-offs, what the
+//	                              engine must forget
+//	              view.go         the view /v1/queue, /v1/explain and the pages serve
+//	durable       state.go        durable state: loaded into the engine's memory when a
+//	                              term starts, the previous leader's intents recovered
+//	                              before the term acts, saved while leading
+//	explainWriter explainer.go    the explanation Variables: written in the background,
+//	                              deleted when a job leaves for good, swept once per term
+//	health        health.go       what /v1/health reports
+//	utilQueue     utilization.go  the device stats poll, and its samples queued for the
+//	              idle.go         engine
+//	(Agent)       startup.go      the parking pool and the Consul registration
+//
+// The loop goroutine runs the cycles and the leadership changes one at a
+// time, so the engine, the cycle's memory and the durable state need no
+// lock; the parts other goroutines reach (leadership from the campaign,
+// explainWriter from its writers, health and the view from HTTP handlers,
+// the stats queue from the poller) have their own.
+//
+// # One explanation
+//
+// The engine explains every queued job (engine.Explanation). The view
+// puts that value, unchanged, into the job's agentapi.Explanation, next
+// to what only the agent knows (the job's state in Nomad, the decision it
+// carried out, the nodes, the history); a running job keeps the
+// explanation it was admitted with. /v1/explain serves it, `impact
+// explain` and the job's page render it, and VariableItems renders it for
+// the Variable: everything /v1/explain shows but what changes every cycle
+// (the wait, the utilisation percentage).
 //
 // # Utilisation
 //

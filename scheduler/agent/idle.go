@@ -64,24 +64,31 @@ func allocSamples(snap *cluster.Snapshot, stats []GPUStat) []engine.AllocUtiliza
 	return out
 }
 
-// queueUtilization keeps a poll for the next cycle.
-func (a *Agent) queueUtilization(at time.Time, samples []engine.AllocUtilization) {
-	a.utilMu.Lock()
-	defer a.utilMu.Unlock()
-	if len(a.utilPolls) >= maxPendingPolls {
-		a.utilPolls = append(a.utilPolls[:0], a.utilPolls[1:]...)
-	}
-	a.utilPolls = append(a.utilPolls, utilPoll{at: at, samples: samples})
+// utilQueue holds the device stats polls not yet handed to the engine:
+// the poller adds them in its goroutine, the cycle feeds them in its own.
+type utilQueue struct {
+	mu    sync.Mutex
+	polls []utilPoll
 }
 
-// feedUtilization hands the queued polls to the engine, oldest first.
-func (a *Agent) feedUtilization() {
-	a.utilMu.Lock()
-	polls := a.utilPolls
-	a.utilPolls = nil
-	a.utilMu.Unlock()
+// add keeps a poll for the next cycle.
+func (q *utilQueue) add(at time.Time, samples []engine.AllocUtilization) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.polls) >= maxPendingPolls {
+		q.polls = append(q.polls[:0], q.polls[1:]...)
+	}
+	q.polls = append(q.polls, utilPoll{at: at, samples: samples})
+}
+
+// feed hands the queued polls to the engine, oldest first.
+func (q *utilQueue) feed(eng *engine.Engine) {
+	q.mu.Lock()
+	polls := q.polls
+	q.polls = nil
+	q.mu.Unlock()
 	for _, p := range polls {
-		a.engine.ObserveUtilization(p.at, p.samples)
+		eng.ObserveUtilization(p.at, p.samples)
 	}
 }
 

@@ -171,7 +171,7 @@ func (a *Agent) pollUtilization(ctx context.Context) {
 // utilisation series (absent, not stale); the new leader's first poll
 // follows its election within a second.
 func (a *Agent) pollOnce(ctx context.Context, failing map[string]bool) bool {
-	if !a.leader.Load() {
+	if !a.lead.leader.Load() {
 		a.opts.Metrics.clearUtilization()
 		clear(failing)
 		return false
@@ -207,7 +207,7 @@ func (a *Agent) pollOnce(ctx context.Context, failing map[string]bool) bool {
 		}
 	}
 	a.opts.Metrics.RecordUtilization(utilizationOf(snap, stats))
-	a.queueUtilization(a.clk(), allocSamples(snap, stats))
+	a.util.add(a.opts.Clock(), allocSamples(snap, stats))
 	return true
 }
 

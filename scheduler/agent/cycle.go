@@ -1,0 +1,225 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
+)
+
+// cycler runs the scheduling cycle: snapshot, engine.Decide, and, while
+// leading, the executor's Apply; then it remembers what was done (record.go),
+// publishes the view that /v1/queue, /v1/explain and the pages serve, and
+// hands it to the explanation writer and the durable state. It owns the
+// engine, which is not safe for concurrent use: everything but the view
+// (an atomic pointer the HTTP handlers load) belongs to the loop
+// goroutine, so it needs no lock.
+type cycler struct {
+	o       Options
+	log     hclog.Logger
+	lead    *leadership
+	state   *durable
+	explain *explainWriter
+	health  *health
+	util    *utilQueue
+
+	engine *engine.Engine
+	view   atomic.Pointer[view]
+	// history is the agent's memory of its last action on each job.
+	history map[string]jobHistory
+	// timeline is each job's history of state changes (see addHistory).
+	timeline map[string][]agentapi.Event
+	// rollbacks counts a job's admissions rolled back in a row, for the
+	// back-off before the next (see deferRolledBack); requeues its
+	// incomplete-gang requeues in a row (deferRequeued). Both are kept
+	// while the job is in the model.
+	rollbacks, requeues map[string]int
+	// pendingSince is the first model update not yet consumed by a cycle.
+	pendingSince time.Time
+}
+
+// jobHistory is the agent's memory of its last action on a job, so that a
+// running job's explanation still says where it was placed and when.
+type jobHistory struct {
+	Decision string
+	At       time.Time
+	Nodes    map[string][]string
+	// Admitted is the engine's explanation of the admission (score,
+	// placement, warnings), shown while the job runs.
+	Admitted    *engine.Explanation
+	PreemptedBy string
+	Reason      string
+}
+
+// CycleResult summarises one cycle.
+type CycleResult struct {
+	At       time.Time
+	Leader   bool
+	Plan     *engine.Plan
+	Report   nomad.ApplyReport
+	Decide   time.Duration
+	Duration time.Duration
+	Err      error
+}
+
+func newCycler(o Options, log hclog.Logger) (*cycler, error) {
+	c := &cycler{o: o, log: log, history: map[string]jobHistory{}, timeline: map[string][]agentapi.Event{},
+		rollbacks: map[string]int{}, requeues: map[string]int{}}
+	if err := c.restore(nil); err != nil {
+		return nil, err
+	}
+	c.view.Store(&view{queue: agentapi.Queue{Jobs: []agentapi.Entry{}}, explain: map[string]agentapi.Explanation{}})
+	return c, nil
+}
+
+// restore starts a fresh engine, from m when set (a new leader's durable
+// state), so fair-share memory survives a leader change.
+func (c *cycler) restore(m *engine.Memory) error {
+	opts := []engine.Option{engine.WithLogger(c.o.Logger), engine.WithDefaultPool(c.o.DefaultPool)}
+	if m != nil {
+		opts = append(opts, engine.WithMemory(*m))
+	}
+	e, err := engine.New(c.o.Policy, opts...)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	c.engine = e
+	return nil
+}
+
+// updated notes a model update for the event-lag metric.
+func (c *cycler) updated() {
+	if c.pendingSince.IsZero() {
+		c.pendingSince = c.o.Clock()
+	}
+}
+
+// run runs one scheduling cycle.
+func (c *cycler) run(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	res := CycleResult{At: c.o.Clock()}
+	wallStart := time.Now()
+	if !c.synced(res.At) {
+		return
+	}
+	snap := c.o.Model.Snapshot()
+	c.util.feed(c.engine)
+	t0 := time.Now()
+	res.Plan = c.engine.Decide(snap, res.At)
+	res.Decide = time.Since(t0)
+
+	lctx := c.lead.context()
+	res.Leader = lctx != nil
+	if lctx == nil {
+		c.lead.checkHolder(ctx)
+	} else if err := c.state.recover(lctx, c.engine); err != nil {
+		// Decide, show, but do not act.
+		res.Err, lctx = err, nil
+	}
+	c.act(lctx, snap, &res)
+	v := buildView(snap, res.Plan, c.history, res.At, res.Leader, c.o.Policy)
+	c.addHistory(v, res.At)
+	// Metrics first: whoever reads the new view finds them as new.
+	c.o.Metrics.RecordCluster(v.stats)
+	c.o.Metrics.RecordIdle(res.Plan.Running, res.Leader)
+	c.view.Store(v)
+	if lctx != nil {
+		c.explain.write(lctx, v)
+		// What the executor did is saved at once; usage alone only every
+		// SaveEvery.
+		r := res.Report
+		acted := len(r.Admitted)+len(r.Preempted)+len(r.Requeued)+len(r.RolledBack)+len(r.Reclaimed) > 0
+		c.state.save(lctx, res.At, acted, c.engine)
+	}
+	c.finish(res, wallStart)
+}
+
+// synced records the event lag and says whether the model is synced:
+// deciding on a partial model could admit out of order (health reports
+// the state, and the first sync triggers a cycle).
+func (c *cycler) synced(now time.Time) bool {
+	lag := time.Duration(0)
+	if !c.pendingSince.IsZero() {
+		lag = now.Sub(c.pendingSince)
+		c.pendingSince = time.Time{}
+	}
+	st := c.o.Model.Status()
+	c.o.Metrics.RecordEvents(lag, st)
+	if !st.Synced {
+		c.log.Debug("skipping cycle: model not synced with nomad yet", "status", st.Err)
+	}
+	return st.Synced
+}
+
+// act carries the plan out when lctx is set (leading and recovered) and
+// remembers what was done; otherwise nothing planned is under way.
+func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *CycleResult) {
+	if lctx == nil {
+		c.forgetUnapplied(res.Plan, nil)
+		return
+	}
+	rep, err := c.o.Executor.Apply(lctx, res.Plan, snap)
+	res.Report = rep
+	if err != nil {
+		res.Err = fmt.Errorf("applying plan: %w", err)
+	}
+	c.record(res.Plan, snap, rep, res.At)
+	c.forgetUnapplied(res.Plan, &rep)
+	c.deferRolledBack(snap, rep.RolledBack, res.At)
+	c.deferRequeued(snap, res.Plan, rep.Requeued, res.At)
+}
+
+// finish reports a cycle: health, metrics, the log, OnCycle.
+func (c *cycler) finish(res CycleResult, wallStart time.Time) {
+	res.Duration = time.Since(wallStart)
+	c.health.cycleDone(res.At, res.Err)
+	c.o.Metrics.RecordCycle(res.Decide, res.Duration, res.Err != nil)
+	switch p := res.Plan; {
+	case res.Err != nil && errors.Is(res.Err, context.Canceled):
+		c.log.Debug("cycle interrupted", "error", res.Err)
+	case res.Err != nil:
+		c.log.Warn("cycle failed", "error", res.Err)
+	case res.Leader && (len(p.Admissions) > 0 || len(p.Preemptions) > 0):
+		c.log.Info("cycle", "leader", res.Leader, "admissions", len(p.Admissions),
+			"preemptions", len(p.Preemptions), "queued", len(p.Queue), "decide", res.Decide)
+	default:
+		c.log.Trace("cycle", "leader", res.Leader, "queued", len(p.Queue), "decide", res.Decide)
+	}
+	if c.o.OnCycle != nil {
+		c.o.OnCycle(res)
+	}
+}
+
+// addHistory appends to each job's timeline the changes of its state or
+// decision this cycle shows, keeps the last agentapi.MaxHistory, forgets
+// the jobs that left, and hands each explanation its timeline. Called
+// before the view is stored.
+func (c *cycler) addHistory(v *view, now time.Time) {
+	for id := range c.timeline {
+		if _, ok := v.explain[id]; !ok {
+			delete(c.timeline, id)
+		}
+	}
+	for id, e := range v.explain {
+		tl := c.timeline[id]
+		if n := len(tl); n == 0 || tl[n-1].State != e.State || tl[n-1].Decision != e.Decision {
+			tl = append(tl, agentapi.Event{At: now, State: e.State, Decision: e.Decision, Summary: e.Summary})
+			if len(tl) > agentapi.MaxHistory {
+				tl = append([]agentapi.Event(nil), tl[len(tl)-agentapi.MaxHistory:]...)
+			}
+			c.timeline[id] = tl
+		}
+		e.History = append([]agentapi.Event(nil), tl...)
+		v.explain[id] = e
+	}
+}

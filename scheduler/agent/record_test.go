@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+func testCycler(t *testing.T, clk func() time.Time) *cycler {
+	t.Helper()
+	m, err := NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Policy: policy.Default(), Metrics: m, Clock: clk, Logger: hclog.NewNullLogger()}
+	c, err := newCycler(o, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.state = testDurable(t, &memStore{}, &fakeExec{}, clk)
+	return c
+}
+
+func snapOf(t *testing.T, ids ...string) *cluster.Snapshot {
+	t.Helper()
+	var jobs []*cluster.Job
+	for _, id := range ids {
+		jobs = append(jobs, &cluster.Job{ID: "default/" + id, Namespace: "default", Name: id,
+			Groups: []cluster.TaskGroup{{Name: "g", Count: 1, GPUs: 4}}})
+	}
+	snap, err := cluster.Build(nil, jobs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// What the executor reports done is remembered, job by job, with the
+// engine's explanation of an admission; what it did not do is not; a job
+// that left the model is forgotten.
+func TestRecordRemembersWhatWasDone(t *testing.T) {
+	clk := newTestClock()
+	c := testCycler(t, clk.Now)
+	now := clk.Now()
+	adm := &engine.Explanation{JobID: "default/a", Status: engine.StatusAdmitted}
+	plan := &engine.Plan{
+		Admissions: []engine.Admission{
+			{JobID: "default/a", Groups: []engine.GroupPlacement{{Group: "g", Allocs: []engine.AllocPlacement{{NodeID: "n1"}, {NodeID: "n1"}, {NodeID: "n2"}}}}},
+			{JobID: "default/refused"},
+		},
+		Preemptions:  []engine.Preemption{{JobID: "default/v", Preemptor: "default/a", Reason: "room for a", LostGPUHours: 2}},
+		Requeues:     []engine.Preemption{{JobID: "default/r", Reason: "member lost"}},
+		Reclaims:     []engine.Reclaim{{JobID: "default/hung", Reason: "hung"}},
+		Explanations: map[string]*engine.Explanation{"default/a": adm},
+	}
+	c.history["default/hung"] = jobHistory{Decision: DecisionAdmit, Nodes: map[string][]string{"g": {"n3"}}}
+	c.history["default/gone"] = jobHistory{Decision: DecisionAdmit}
+	rep := nomad.ApplyReport{Admitted: []string{"default/a"}, Preempted: []string{"default/v"},
+		Requeued: []string{"default/r"}, Reclaimed: []string{"default/hung"}}
+	c.record(plan, snapOf(t, "a", "refused", "v", "r", "hung"), rep, now)
+
+	want := map[string]string{"default/a": DecisionAdmit, "default/v": DecisionPreempted, "default/r": DecisionRequeued, "default/hung": DecisionReclaimed}
+	if len(c.history) != len(want) {
+		t.Errorf("history %v, want exactly %v", c.history, want)
+	}
+	for id, d := range want {
+		if c.history[id].Decision != d || !c.history[id].At.Equal(now) {
+			t.Errorf("history of %s = %+v, want %s at %v", id, c.history[id], d, now)
+		}
+	}
+	if h := c.history["default/a"]; h.Admitted != adm || len(h.Nodes["g"]) != 2 {
+		t.Errorf("admission remembered as %+v, want the engine's explanation and nodes n1, n2", h)
+	}
+	if h := c.history["default/v"]; h.PreemptedBy != "default/a" || h.Reason != "room for a" {
+		t.Errorf("preemption remembered as %+v", h)
+	}
+	if h := c.history["default/hung"]; h.Nodes["g"][0] != "n3" {
+		t.Errorf("a reclaimed job forgot where it ran: %+v", h)
+	}
+	if r := c.state.preemptions["default/v"]; r.Preemptor != "default/a" || r.LostGPUHours != 2 || !r.At.Equal(now) {
+		t.Errorf("preemption record %+v", r)
+	}
+}
+
+// The back-off after failures in a row doubles from 30s and stops at 30m.
+func TestBackoffFor(t *testing.T) {
+	for n, want := range map[int]time.Duration{
+		1: 30 * time.Second, 2: time.Minute, 3: 2 * time.Minute, 6: 16 * time.Minute, 7: 30 * time.Minute, 17: 30 * time.Minute, 64: 30 * time.Minute,
+	} {
+		if got := backoffFor(n); got != want {
+			t.Errorf("backoffFor(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// Rollbacks and gang requeues are counted in a row while the job is in
+// the model, and forgotten once it left; a requeue for a user's update is
+// not a failure.
+func TestBackoffCountsFollowTheModel(t *testing.T) {
+	clk := newTestClock()
+	c := testCycler(t, clk.Now)
+	now := clk.Now()
+	snap := snapOf(t, "a", "b")
+	plan := &engine.Plan{Requeues: []engine.Preemption{{JobID: "default/b"}, {JobID: "default/u", Update: true}}}
+	for range 3 {
+		c.deferRolledBack(snap, []string{"default/a"}, now)
+		c.deferRequeued(snap, plan, []string{"default/b", "default/u"}, now)
+	}
+	if c.rollbacks["default/a"] != 3 || c.requeues["default/b"] != 3 || c.requeues["default/u"] != 0 {
+		t.Fatalf("rollbacks %v requeues %v", c.rollbacks, c.requeues)
+	}
+	left := snapOf(t)
+	c.deferRolledBack(left, nil, now)
+	c.deferRequeued(left, &engine.Plan{}, nil, now)
+	if len(c.rollbacks) != 0 || len(c.requeues) != 0 {
+		t.Errorf("counts of jobs that left kept: %v %v", c.rollbacks, c.requeues)
+	}
+}
