@@ -162,10 +162,21 @@ func (c *cycle) run() {
 	c.accrue(c.st.Holders())
 	c.holdPending()
 	c.holdBindings()
-	c.assessHolders()
+	// Judging the running gangs (victims, idle, the gang watch) and
+	// ordering the queue read the same state and write disjoint parts of
+	// the cycle: at once. The spec facts both need are worked out before
+	// (managedFacts; the queue's came with refreshQueue), so neither fills
+	// a shared cache.
+	facts := c.managedFacts()
+	judged := make(chan struct{})
+	go func() {
+		defer close(judged)
+		c.assessHolders(facts)
+		c.watchGangs()
+	}()
 	queue := c.buildQueue()
 	c.headroomBegin(queue)
-	c.watchGangs()
+	<-judged
 	indexed := make(chan struct{})
 	if c.explain {
 		// The plan's queue and its index of explanations depend only on

@@ -44,10 +44,9 @@ type youngHolder struct {
 
 // assessHolders charges running gangs to their projects (for quotas) and
 // works out, once per cycle, which may be victims and at what cost.
-func (c *cycle) assessHolders() {
+func (c *cycle) assessHolders(facts []*specFacts) {
 	holders := c.st.Holders()
 	c.victims = make([]victimInfo, len(holders))
-	facts := c.managedFacts()
 	idle := c.judgeRunning(facts)
 	for h := range holders {
 		hd := &holders[h]
