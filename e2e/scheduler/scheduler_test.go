@@ -18,7 +18,10 @@
 //  4. the explanation Variable nomad/jobs/<job>/impact exists for the
 //     preempted job;
 //  5. GPU utilisation injected through the fake backend's control file
-//     reaches the impact agent's /metrics (device stats through Nomad).
+//     reaches the impact agent's /metrics (device stats through Nomad);
+//  6. explanation Variables are deleted when their job is stopped, purged
+//     or completes, and at start for a job that no longer exists (never a
+//     user's Variable).
 //
 // TestSchedulerWithACL repeats the preemption and the utilisation check
 // with a token of example/acl/impact-scheduler.policy.hcl only, and
@@ -497,6 +500,17 @@ func TestScheduler(t *testing.T) {
 				t.Fatalf("%s is %q before the scheduler runs, want pending (parked)", id, st.Status)
 			}
 		}
+		// An explanation an earlier agent left for a job that no longer
+		// exists (swept when the agent leads), and a user's Variable at
+		// such a path (never touched); see "explanation variables removed".
+		for _, kv := range [][]string{
+			{"nomad/jobs/ghost/impact", "written_by=impact agent", "state=waiting"},
+			{"nomad/jobs/mine/impact", "note=the user's own"},
+		} {
+			if out, err := e.nomad(append([]string{"var", "put", kv[0]}, kv[1:]...)...); err != nil {
+				t.Fatalf("nomad var put %s: %v\n%s", kv[0], err, out)
+			}
+		}
 		e.startImpact(t)
 		eventually(t, 120*time.Second, "all three ran", func() (bool, string) {
 			var info []string
@@ -592,6 +606,54 @@ func TestScheduler(t *testing.T) {
 		}
 		t.Logf("impact queue:\n%s", out)
 	})
+
+	t.Run("explanation variables removed", func(t *testing.T) { e.checkExplanationsRemoved(t) })
+}
+
+// checkExplanationsRemoved: the explanation Variable of a job goes when
+// the job leaves the queue for good, whether it is stopped (victim,
+// waiting), purged (incident, running) or completes (brief); the one an
+// earlier agent left for a job that no longer exists was swept at start,
+// and a user's Variable at such a path is left alone.
+func (e *env) checkExplanationsRemoved(t *testing.T) {
+	t.Helper()
+	var v struct{ Items map[string]string }
+	gone := func(job string) {
+		t.Helper()
+		eventually(t, 60*time.Second, job+"'s explanation Variable deleted", func() (bool, string) {
+			err := e.a.Get("/v1/var/nomad/jobs/"+job+"/impact", &v)
+			return err != nil && strings.Contains(err.Error(), "404"), fmt.Sprintf("%v %v", err, v.Items)
+		})
+	}
+	written := func(job, state string) {
+		t.Helper()
+		eventually(t, 60*time.Second, job+"'s explanation Variable says "+state, func() (bool, string) {
+			err := e.a.Get("/v1/var/nomad/jobs/"+job+"/impact", &v)
+			return err == nil && v.Items["state"] == state, fmt.Sprintf("%v %v", err, v.Items)
+		})
+	}
+	gone("ghost")
+	if err := e.a.Get("/v1/var/nomad/jobs/mine/impact", &v); err != nil || v.Items["note"] != "the user's own" {
+		t.Errorf("the user's Variable at nomad/jobs/mine/impact: %v %v, want it untouched", err, v.Items)
+	}
+	written("victim", "waiting")
+	if out, err := e.nomad("job", "stop", "-detach", "victim"); err != nil {
+		t.Fatalf("stop victim: %v\n%s", err, out)
+	}
+	gone("victim")
+	written("incident", "running")
+	if out, err := e.nomad("job", "stop", "-purge", "-detach", "incident"); err != nil {
+		t.Fatalf("purge incident: %v\n%s", err, out)
+	}
+	gone("incident")
+	e.run(job{name: "brief", tier: "normal", pool: "impact-queue", count: 1, gpus: 4, seconds: 30,
+		marker: filepath.Join(e.dir, "brief.mark")})
+	written("brief", "running")
+	eventually(t, 90*time.Second, "brief completed", func() (bool, string) {
+		st := e.job("brief")
+		return st.Status == "dead", st.Status
+	})
+	gone("brief")
 }
 
 // TestSchedulerWithACL runs the agent with a token of

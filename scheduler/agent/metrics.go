@@ -77,64 +77,23 @@ type Metrics struct {
 // read as "no data" on a dashboard.
 func NewMetrics() (*Metrics, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(collectors.NewGoCollector()); err != nil {
-		return nil, fmt.Errorf("registering go collector: %w", err)
-	}
-	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-		return nil, fmt.Errorf("registering process collector: %w", err)
-	}
-	gpus := newGPUCollector()
-	if err := reg.Register(gpus); err != nil {
-		return nil, fmt.Errorf("registering GPU utilisation collector: %w", err)
-	}
-	idle := newIdleCollector()
-	if err := reg.Register(idle); err != nil {
-		return nil, fmt.Errorf("registering idle collector: %w", err)
-	}
-	gauge := func(name []string, help string) metricsprom.GaugeDefinition {
-		return metricsprom.GaugeDefinition{Name: append([]string{"impact"}, name...), Help: help}
-	}
-	counter := func(name []string, help string) metricsprom.CounterDefinition {
-		return metricsprom.CounterDefinition{Name: append([]string{"impact"}, name...), Help: help}
-	}
-	summary := func(name []string, help string) metricsprom.SummaryDefinition {
-		return metricsprom.SummaryDefinition{Name: append([]string{"impact"}, name...), Help: help}
+	gpus, idle := newGPUCollector(), newIdleCollector()
+	for _, c := range []struct {
+		what string
+		c    prometheus.Collector
+	}{
+		{"go collector", collectors.NewGoCollector()},
+		{"process collector", collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})},
+		{"GPU utilisation collector", gpus},
+		{"idle collector", idle},
+	} {
+		if err := reg.Register(c.c); err != nil {
+			return nil, fmt.Errorf("registering %s: %w", c.what, err)
+		}
 	}
 	sink, err := metricsprom.NewPrometheusSinkFrom(metricsprom.PrometheusOpts{
-		Name:       "impact_agent",
-		Registerer: reg,
-		GaugeDefinitions: []metricsprom.GaugeDefinition{
-			gauge(mGPUsTotal, "GPUs Nomad reports on eligible nodes."),
-			gauge(mGPUsHealthy, "Healthy GPUs (availability layer)."),
-			gauge(mGPUsAllocated, "GPUs held by allocations (occupancy layer)."),
-			gauge(mOccupancy, "Allocated / healthy GPUs."),
-			gauge(mInvalidJobs, "Jobs parked because their impact_* meta is invalid."),
-			gauge(mEventLag, "Seconds from the oldest unapplied Nomad event's arrival to the cycle that used it."),
-			gauge(mEventIndex, "Nomad index the agent's model is current to."),
-			gauge(mLeader, "1 when this agent is the leader."),
-			gauge(mEventsApplied, "Nomad events applied to the model since start."),
-			gauge(mResyncs, "Full resyncs with Nomad since start (start-up, outages, index resets)."),
-			gauge(mReconnects, "Event stream reconnects since start."),
-			gauge(mApplyLatency, "Time applying the last event batch took, milliseconds."),
-			gauge(mHeadroom, "GPUs a pool's policy headroom keeps free of non-preemptible work of tiers that may not use it (learned or fixed), after the last cycle."),
-			gauge(mHeadroomHeld, "GPUs of a pool with a headroom by what holds them after the last cycle: free, preemptible (work an urgent job may preempt), urgent (non-preemptible work of the headroom's tiers), other (non-preemptible work of the other tiers, at most the pool minus the headroom)."),
-		},
-		CounterDefinitions: []metricsprom.CounterDefinition{
-			counter(mCycles, "Scheduling cycles run."),
-			counter(mCycleErrors, "Cycles that failed before acting."),
-			counter(mActionErrors, "Admissions, preemptions or explanations that failed."),
-			counter(mRollbacks, "Admissions rolled back because the gang did not fully start in time."),
-			counter(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
-			counter(mOutcomes, "Finished preemptions by how the victim ended: completed (every task exited 0: done, not requeued), requeued (exited with its requeue code), stopped (still running at the end of its grace)."),
-			counter(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace."),
-			counter(mIdleReclaimed, "GPU-hours freed from idle or hung jobs by their tier's idle action (reclaims and idle preemptions carried out): their GPUs x the rest of their impact_walltime (0 for jobs without one)."),
-			counter(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
-			counter(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
-		},
-		SummaryDefinitions: []metricsprom.SummaryDefinition{
-			summary(mDecisionLatency, "Time engine.Decide took, milliseconds."),
-			summary(mCycleDuration, "Time a whole cycle took (snapshot, decide, act), milliseconds."),
-		},
+		Name: "impact_agent", Registerer: reg,
+		GaugeDefinitions: gaugeDefinitions(), CounterDefinitions: counterDefinitions(), SummaryDefinitions: summaryDefinitions(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("prometheus sink: %w", err)
@@ -158,6 +117,62 @@ func NewMetrics() (*Metrics, error) {
 		return nil, fmt.Errorf("registering admitted wait histogram: %w", err)
 	}
 	return &Metrics{m: m, registry: reg, gpus: gpus, idle: idle, admittedWait: admittedWait, seenTiers: map[string]bool{}}, nil
+}
+
+func gaugeDef(name []string, help string) metricsprom.GaugeDefinition {
+	return metricsprom.GaugeDefinition{Name: append([]string{"impact"}, name...), Help: help}
+}
+
+func counterDef(name []string, help string) metricsprom.CounterDefinition {
+	return metricsprom.CounterDefinition{Name: append([]string{"impact"}, name...), Help: help}
+}
+
+func summaryDef(name []string, help string) metricsprom.SummaryDefinition {
+	return metricsprom.SummaryDefinition{Name: append([]string{"impact"}, name...), Help: help}
+}
+
+// gaugeDefinitions are the sink's gauges, with their help.
+func gaugeDefinitions() []metricsprom.GaugeDefinition {
+	return []metricsprom.GaugeDefinition{
+		gaugeDef(mGPUsTotal, "GPUs Nomad reports on eligible nodes."),
+		gaugeDef(mGPUsHealthy, "Healthy GPUs (availability layer)."),
+		gaugeDef(mGPUsAllocated, "GPUs held by allocations (occupancy layer)."),
+		gaugeDef(mOccupancy, "Allocated / healthy GPUs."),
+		gaugeDef(mInvalidJobs, "Jobs parked because their impact_* meta is invalid."),
+		gaugeDef(mEventLag, "Seconds from the oldest unapplied Nomad event's arrival to the cycle that used it."),
+		gaugeDef(mEventIndex, "Nomad index the agent's model is current to."),
+		gaugeDef(mLeader, "1 when this agent is the leader."),
+		gaugeDef(mEventsApplied, "Nomad events applied to the model since start."),
+		gaugeDef(mResyncs, "Full resyncs with Nomad since start (start-up, outages, index resets)."),
+		gaugeDef(mReconnects, "Event stream reconnects since start."),
+		gaugeDef(mApplyLatency, "Time applying the last event batch took, milliseconds."),
+		gaugeDef(mHeadroom, "GPUs a pool's policy headroom keeps free of non-preemptible work of tiers that may not use it (learned or fixed), after the last cycle."),
+		gaugeDef(mHeadroomHeld, "GPUs of a pool with a headroom by what holds them after the last cycle: free, preemptible (work an urgent job may preempt), urgent (non-preemptible work of the headroom's tiers), other (non-preemptible work of the other tiers, at most the pool minus the headroom)."),
+	}
+}
+
+// counterDefinitions are the sink's counters, with their help.
+func counterDefinitions() []metricsprom.CounterDefinition {
+	return []metricsprom.CounterDefinition{
+		counterDef(mCycles, "Scheduling cycles run."),
+		counterDef(mCycleErrors, "Cycles that failed before acting."),
+		counterDef(mActionErrors, "Admissions, preemptions or explanations that failed."),
+		counterDef(mRollbacks, "Admissions rolled back because the gang did not fully start in time."),
+		counterDef(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
+		counterDef(mOutcomes, "Finished preemptions by how the victim ended: completed (every task exited 0: done, not requeued), requeued (exited with its requeue code), stopped (still running at the end of its grace)."),
+		counterDef(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace."),
+		counterDef(mIdleReclaimed, "GPU-hours freed from idle or hung jobs by their tier's idle action (reclaims and idle preemptions carried out): their GPUs x the rest of their impact_walltime (0 for jobs without one)."),
+		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
+		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
+	}
+}
+
+// summaryDefinitions are the sink's summaries, with their help.
+func summaryDefinitions() []metricsprom.SummaryDefinition {
+	return []metricsprom.SummaryDefinition{
+		summaryDef(mDecisionLatency, "Time engine.Decide took, milliseconds."),
+		summaryDef(mCycleDuration, "Time a whole cycle took (snapshot, decide, act), milliseconds."),
+	}
 }
 
 // Handler serves /metrics in the Prometheus text format.

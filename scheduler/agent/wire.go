@@ -49,63 +49,27 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	name := cfg.Name
-	if name == "" {
-		host, _ := os.Hostname()
-		name = host + "-" + cfg.HTTP.Listen
-	}
-	client, err := nomad.NewClient(cfg.NomadClient(), logger)
-	if err != nil {
-		return nil, fmt.Errorf("nomad client: %w", err)
-	}
-	watcher := nomad.NewWatcher(client, nomad.WatcherConfig{ParkingPool: cfg.ParkingPool}, logger)
-	state := nomad.NewStateStore(client, nomad.StateConfig{Prefix: cfg.HA.StatePrefix + "/state"}, logger)
+	name := agentName(cfg)
 	metrics, err := NewMetrics()
 	if err != nil {
 		return nil, err
 	}
-	exec := nomad.NewExecutor(client, state, nomad.ExecutorConfig{
-		ParkingPool:         cfg.ParkingPool,
-		AdmitDeadline:       cfg.Cycle.AdmissionDeadline,
-		Snapshot:            watcher.Snapshot,
-		OnPreemptionOutcome: metrics.RecordPreemptionOutcome,
-	}, logger)
-	elector := nomad.NewElector(client, nomad.ElectorConfig{
-		Path: cfg.HA.StatePrefix + "/leader", HolderID: name, TTL: cfg.HA.LockTTL,
-	}, logger)
-	var util UtilizationSource
-	if cfg.DeviceStatsEnabled() {
-		util = &statsAdapter{r: nomad.NewDeviceStatsReader(client, nomad.DeviceStatsConfig{NodeTimeout: cfg.DeviceStats.NodeTimeout}, logger)}
+	ad, err := newAdapters(cfg, name, metrics, logger)
+	if err != nil {
+		return nil, err
 	}
-	var reg *Registrar
-	if cfg.ConsulEnabled() {
-		reg, err = NewRegistrar(ConsulConfig{
-			Address: cfg.Consul.Address, Token: cfg.Consul.Token, ServiceName: cfg.Consul.ServiceName,
-			ServiceID: cfg.Consul.ServiceName + "-" + name, Advertise: cfg.AdvertiseAddr(), TLS: cfg.HTTP.TLS(),
-			CheckInterval: cfg.Consul.CheckInterval.String(),
-		}, logger.Named("consul"))
-		if err != nil {
-			return nil, err
-		}
+	reg, err := newRegistrar(cfg, name, logger)
+	if err != nil {
+		return nil, err
 	}
-	explain := &explainAdapter{w: nomad.NewExplainWriter(client, logger), pageBase: cfg.UIBase()}
 	a, err := New(Options{
 		Name: name, Version: version, Namespace: cfg.Nomad.Namespace,
 		ParkingPool: cfg.ParkingPool, DefaultPool: cfg.DefaultPool,
 		Interval: cfg.Cycle.Interval, Debounce: cfg.Cycle.Debounce,
-		Policy:    pol,
-		Model:     &watcherModel{w: watcher},
-		Executor:  &executorAdapter{x: exec},
-		Explainer: explain,
-		Elector:   &electorAdapter{el: elector},
-		State:     &stateAdapter{st: state},
-		Pools:     client,
-		Registrar: reg,
-
-		Utilization:   util,
-		StatsInterval: cfg.DeviceStats.Interval,
-		Metrics:       metrics,
-		Logger:        logger,
+		Policy: pol, Model: ad.model, Executor: ad.exec, Explainer: ad.explain, Elector: ad.elector,
+		State: ad.state, Pools: ad.client, Registrar: reg,
+		Utilization: ad.util, StatsInterval: cfg.DeviceStats.Interval,
+		Metrics: metrics, Logger: logger,
 		// A crashed leader's lock takes about three TTLs to free (measured
 		// on Nomad 2.0.6); report "no leader" only past that.
 		NoLeaderGrace: 4 * cfg.HA.LockTTL,
@@ -116,6 +80,77 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	if err != nil {
 		return nil, err
 	}
+	srv, err := newHTTPServer(cfg, a, metrics, ad.client.Address(), logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{Agent: a, Config: cfg, log: logger, srv: srv,
+		listening: make(chan struct{}), registrar: reg, explain: ad.explain}, nil
+}
+
+// agentName is the configured name, else <host>-<listen address>.
+func agentName(cfg *config.Config) string {
+	if cfg.Name != "" {
+		return cfg.Name
+	}
+	host, _ := os.Hostname()
+	return host + "-" + cfg.HTTP.Listen
+}
+
+// adapters are the agent's ports, wired to scheduler/nomad.
+type adapters struct {
+	client  *nomad.Client
+	model   *watcherModel
+	exec    *executorAdapter
+	explain *explainAdapter
+	elector *electorAdapter
+	state   *stateAdapter
+	util    UtilizationSource // nil without device stats
+}
+
+func newAdapters(cfg *config.Config, name string, metrics *Metrics, logger hclog.Logger) (*adapters, error) {
+	client, err := nomad.NewClient(cfg.NomadClient(), logger)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	watcher := nomad.NewWatcher(client, nomad.WatcherConfig{ParkingPool: cfg.ParkingPool}, logger)
+	state := nomad.NewStateStore(client, nomad.StateConfig{Prefix: cfg.HA.StatePrefix + "/state"}, logger)
+	exec := nomad.NewExecutor(client, state, nomad.ExecutorConfig{
+		ParkingPool:         cfg.ParkingPool,
+		AdmitDeadline:       cfg.Cycle.AdmissionDeadline,
+		Snapshot:            watcher.Snapshot,
+		OnPreemptionOutcome: metrics.RecordPreemptionOutcome,
+	}, logger)
+	elector := nomad.NewElector(client, nomad.ElectorConfig{
+		Path: cfg.HA.StatePrefix + "/leader", HolderID: name, TTL: cfg.HA.LockTTL,
+	}, logger)
+	ad := &adapters{
+		client: client, model: &watcherModel{w: watcher}, exec: &executorAdapter{x: exec},
+		explain: &explainAdapter{w: nomad.NewExplainWriter(client, logger), pageBase: cfg.UIBase()},
+		elector: &electorAdapter{el: elector}, state: &stateAdapter{st: state},
+	}
+	if cfg.DeviceStatsEnabled() {
+		ad.util = &statsAdapter{r: nomad.NewDeviceStatsReader(client, nomad.DeviceStatsConfig{NodeTimeout: cfg.DeviceStats.NodeTimeout}, logger)}
+	}
+	return ad, nil
+}
+
+// newRegistrar builds the Consul registration (nil when Consul is off).
+func newRegistrar(cfg *config.Config, name string, logger hclog.Logger) (*Registrar, error) {
+	if !cfg.ConsulEnabled() {
+		return nil, nil
+	}
+	return NewRegistrar(ConsulConfig{
+		Address: cfg.Consul.Address, Token: cfg.Consul.Token, ServiceName: cfg.Consul.ServiceName,
+		ServiceID: cfg.Consul.ServiceName + "-" + name, Advertise: cfg.AdvertiseAddr(), TLS: cfg.HTTP.TLS(),
+		CheckInterval: cfg.Consul.CheckInterval.String(),
+	}, logger.Named("consul"))
+}
+
+// newHTTPServer builds the API server: the agent's views, /metrics, the
+// gang endpoints, who may call them, and TLS. nomadAddress is the Nomad
+// client's address (NOMAD_ADDR when the file does not say).
+func newHTTPServer(cfg *config.Config, a *Agent, metrics *Metrics, nomadAddress string, logger hclog.Logger) (*http.Server, error) {
 	apiAuth, gangAuth, err := newAuth(cfg, logger)
 	if err != nil {
 		return nil, err
@@ -128,22 +163,12 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 	}
 	registry := gang.NewRegistry(gang.RegistryConfig{SizeResolver: a.GangSize})
 	handler := NewHandler(a, HandlerOptions{
-		Metrics: metrics.Handler(),
-		Gang:    gang.NewHandlerWith(registry, gangAuth, logger),
-		Auth:    apiAuth,
-		// The client's address: NOMAD_ADDR when the file does not say.
-		NomadAddress: client.Address(),
+		Metrics:      metrics.Handler(),
+		Gang:         gang.NewHandlerWith(registry, gangAuth, logger),
+		Auth:         apiAuth,
+		NomadAddress: nomadAddress,
 	}, logger.Named("http"))
-	return &Service{
-		Agent:  a,
-		Config: cfg,
-		log:    logger,
-		srv:    &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg},
-
-		listening: make(chan struct{}),
-		registrar: reg,
-		explain:   explain,
-	}, nil
+	return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}, nil
 }
 
 // Run serves the API and runs the agent until ctx ends. The listener is

@@ -322,7 +322,20 @@ func (c *Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Origin: c.origins[field], Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
+	for _, check := range []func(badFunc){c.checkNomad, c.checkPools, c.checkCycle, c.checkState, c.checkHTTP, c.checkAuth, c.checkConsul} {
+		check(bad)
+	}
+	sort.SliceStable(errs, func(i, j int) bool {
+		return errs[i].(*FieldError).Field < errs[j].(*FieldError).Field
+	})
+	return joinErrs(errs)
+}
 
+// badFunc reports one invalid field.
+type badFunc func(field, format string, args ...any)
+
+// checkNomad checks the connection to Nomad.
+func (c *Config) checkNomad(bad badFunc) {
 	if c.Nomad.Address == "" {
 		bad("nomad.address", "must be set (an http://, https:// or unix:// URL)")
 	} else if u, err := url.Parse(c.Nomad.Address); err != nil {
@@ -345,6 +358,10 @@ func (c *Config) Validate() error {
 		}
 		bad(f, "client_cert and client_key must be set together")
 	}
+}
+
+// checkPools checks the parking and default pools.
+func (c *Config) checkPools(bad badFunc) {
 	if c.ParkingPool == "" {
 		bad("parking_pool", "must be set")
 	}
@@ -359,6 +376,10 @@ func (c *Config) Validate() error {
 			bad(p.field, `"all" is reserved by Nomad`)
 		}
 	}
+}
+
+// checkCycle checks the cycle's timing.
+func (c *Config) checkCycle(bad badFunc) {
 	if c.Cycle.Interval <= 0 {
 		bad("cycle.interval", "must be positive, got %s", c.Cycle.Interval)
 	}
@@ -371,6 +392,10 @@ func (c *Config) Validate() error {
 	if c.Cycle.AdmissionDeadline <= 0 {
 		bad("cycle.admission_deadline", "must be positive, got %s", c.Cycle.AdmissionDeadline)
 	}
+}
+
+// checkState checks the leader lock, the state prefix, the device stats poll and the policy file.
+func (c *Config) checkState(bad badFunc) {
 	// Nomad refuses lock TTLs outside [10s, 24h] (seen on Nomad 2.0.6:
 	// "TTL must be between 10 seconds and 24 hours").
 	if c.HA.LockTTL < 10*time.Second || c.HA.LockTTL > 24*time.Hour {
@@ -385,6 +410,10 @@ func (c *Config) Validate() error {
 	if c.PolicyFile == "" {
 		bad("policy", "must name the policy file (tiers, projects, preemption limits)")
 	}
+}
+
+// checkHTTP checks the API's listener and TLS.
+func (c *Config) checkHTTP(bad badFunc) {
 	if c.HTTP.Listen == "" {
 		bad("http.listen", "must be set (host:port)")
 	} else if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
@@ -410,6 +439,10 @@ func (c *Config) Validate() error {
 	if c.HTTP.TLSClientCA != "" && c.HTTP.TLSCert == "" {
 		bad("http.tls_client_ca", "needs http.tls_cert and http.tls_key (mutual TLS is TLS first)")
 	}
+}
+
+// checkAuth checks who may call the API, and the log level.
+func (c *Config) checkAuth(bad badFunc) {
 	if !oneOf(c.Auth.Read, "auto", "token", "open") {
 		bad("auth.read", "%q: must be auto, token or open", c.Auth.Read)
 	}
@@ -428,6 +461,10 @@ func (c *Config) Validate() error {
 	if !logLevels[strings.ToLower(c.LogLevel)] {
 		bad("log_level", "%q: must be one of trace, debug, info, warn, error, off", c.LogLevel)
 	}
+}
+
+// checkConsul checks the Consul registration, when enabled.
+func (c *Config) checkConsul(bad badFunc) {
 	if c.ConsulEnabled() {
 		if c.Consul.Address == "" {
 			bad("consul.address", "must be set when consul is enabled")
@@ -444,10 +481,6 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	sort.SliceStable(errs, func(i, j int) bool {
-		return errs[i].(*FieldError).Field < errs[j].(*FieldError).Field
-	})
-	return joinErrs(errs)
 }
 
 // UIBase is the URL the agent's pages are linked at (no trailing slash):
