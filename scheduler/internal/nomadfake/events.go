@@ -92,32 +92,19 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	from, _ := strconv.ParseUint(q.Get("index"), 10, 64)
 	filter := parseTopics(q["topic"])
-	var after uint64
-	s.mu.Lock()
-	if n := len(s.events); n > 0 && from > s.events[n-1].wire.Index {
-		from = s.events[n-1].wire.Index
-	}
-	s.mu.Unlock()
-	if from > 0 {
-		after = from - 1
-	}
+	after := s.streamStart(from)
+	sid, kill, epoch := s.openStream()
+	defer s.closeStream(sid, kill)
 	fl, _ := w.(http.Flusher)
-
-	s.mu.Lock()
-	kill := make(chan struct{})
-	sid := s.nextSID
-	s.nextSID++
-	s.streams[sid] = kill
-	epoch := s.epoch
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if ch, ok := s.streams[sid]; ok && ch == kill {
-			delete(s.streams, sid)
+	flush := func(bw *bufio.Writer) bool {
+		if bw.Flush() != nil {
+			return false
 		}
-		s.mu.Unlock()
-	}()
-
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriter(w)
@@ -127,56 +114,25 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	hb := time.NewTicker(s.opts.HeartbeatInterval)
 	defer hb.Stop()
 	for {
-		s.mu.Lock()
-		if s.epoch != epoch {
-			s.mu.Unlock()
+		batches, wake, ok := s.batchesAfter(after, filter, epoch)
+		if !ok {
 			return
 		}
-		var batches []wireBatch
-		for i := range s.events {
-			e := &s.events[i].wire
-			if e.Index <= after {
-				continue
-			}
-			if !filter.match(e) {
-				continue
-			}
-			// Like Nomad 2.0.6 (testdata/events.ndjson), a job
-			// registration's Job and Evaluation events come on two lines
-			// with the same index.
-			if n := len(batches); n > 0 && batches[n-1].Index == e.Index && !splitLine(&batches[n-1], e) {
-				batches[n-1].Events = append(batches[n-1].Events, *e)
-			} else {
-				batches = append(batches, wireBatch{Events: []wireEvent{*e}, Index: e.Index})
-			}
-		}
-		// Whole indexes only: every write emits all its events under the
-		// lock, so what is buffered now is complete.
-		wake := s.wake
-		s.mu.Unlock()
 		for _, b := range batches {
 			line, _ := json.Marshal(b)
 			_, _ = bw.Write(line)
 			_ = bw.WriteByte('\n')
 			after = b.Index
 		}
-		if len(batches) > 0 {
-			if bw.Flush() != nil {
-				return
-			}
-			if fl != nil {
-				fl.Flush()
-			}
+		if len(batches) > 0 && !flush(bw) {
+			return
 		}
 		select {
 		case <-wake:
 		case <-hb.C:
 			_, _ = bw.WriteString("{}\n")
-			if bw.Flush() != nil {
+			if !flush(bw) {
 				return
-			}
-			if fl != nil {
-				fl.Flush()
 			}
 		case <-kill:
 			// An abrupt drop: the connection is hijacked and closed so the
@@ -193,10 +149,90 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// streamStart is the index a stream asked to start at index from has
+// already sent: one below from, once from is brought down to the latest
+// event's index (Nomad's "closest index" rule).
+func (s *Server) streamStart(from uint64) uint64 {
+	s.mu.Lock()
+	if n := len(s.events); n > 0 && from > s.events[n-1].wire.Index {
+		from = s.events[n-1].wire.Index
+	}
+	s.mu.Unlock()
+	if from > 0 {
+		return from - 1
+	}
+	return 0
+}
+
+// openStream registers a stream (DropStreams closes kill) and returns the
+// epoch it belongs to (Restart ends every stream of an older one).
+func (s *Server) openStream() (sid int, kill chan struct{}, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kill = make(chan struct{})
+	sid = s.nextSID
+	s.nextSID++
+	s.streams[sid] = kill
+	return sid, kill, s.epoch
+}
+
+func (s *Server) closeStream(sid int, kill chan struct{}) {
+	s.mu.Lock()
+	if ch, ok := s.streams[sid]; ok && ch == kill {
+		delete(s.streams, sid)
+	}
+	s.mu.Unlock()
+}
+
+// batchesAfter gathers the buffered events after index after that match
+// the filter, as the stream's lines, and the channel that wakes when more
+// are written; ok is false once the server restarted (a new epoch).
+func (s *Server) batchesAfter(after uint64, filter topicFilter, epoch uint64) (batches []wireBatch, wake chan struct{}, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch != epoch {
+		return nil, nil, false
+	}
+	for i := range s.events {
+		e := &s.events[i].wire
+		if e.Index <= after || !filter.match(e) {
+			continue
+		}
+		// Like Nomad 2.0.6 (testdata/events.ndjson), a job
+		// registration's Job and Evaluation events come on two lines
+		// with the same index.
+		if n := len(batches); n > 0 && batches[n-1].Index == e.Index && !splitLine(&batches[n-1], e) {
+			batches[n-1].Events = append(batches[n-1].Events, *e)
+		} else {
+			batches = append(batches, wireBatch{Events: []wireEvent{*e}, Index: e.Index})
+		}
+	}
+	// Whole indexes only: every write emits all its events under the
+	// lock, so what is buffered now is complete.
+	return batches, s.wake, true
+}
+
 func splitLine(b *wireBatch, e *wireEvent) bool {
 	if e.Type != "JobRegistered" && e.Type != "JobDeregistered" {
 		return false
 	}
 	prev := b.Events[len(b.Events)-1]
 	return prev.Topic != e.Topic
+}
+
+// EventRecord identifies one event the fake emitted.
+type EventRecord struct {
+	Index            uint64
+	Topic, Type, Key string
+}
+
+// Events returns the buffered events (oldest first).
+func (s *Server) Events() []EventRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]EventRecord, 0, len(s.events))
+	for _, e := range s.events {
+		out = append(out, EventRecord{Index: e.wire.Index, Topic: e.wire.Topic, Type: e.wire.Type, Key: e.wire.Key})
+	}
+	return out
 }

@@ -2,12 +2,9 @@ package nomadfake
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 
-	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -119,41 +116,83 @@ func (s *Server) registerJob(r *http.Request, id string) (any, uint64, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, 0, err
 	}
+	job, err := registeredJob(r, &req, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	ns, id := str(job.Namespace), str(job.ID)
+	existing := s.jobs[jobKey(ns, id)]
+	if err := checkRegister(&req, existing, job); err != nil {
+		return nil, 0, err
+	}
+	idx := s.bump("jobs", "evals")
+	s.stampJob(job, existing, idx)
+	if existing == nil {
+		existing = &jobState{queued: map[string]int{}}
+		s.jobs[jobKey(ns, id)] = existing
+	}
+	existing.job = job
+	if s.onRegister != nil {
+		s.onRegister(cloneJob(job))
+	}
+	s.supersedeBlocked(existing, idx)
+	s.updateJobStatus(existing)
+	s.emit(idx, "Job", "JobRegistered", id, ns, nil, "Job", job)
+	ev := s.newEval(idx, job, "job-register")
+	s.emit(idx, "Evaluation", "JobRegistered", ev.ID, ns, []string{id, ""}, "Evaluation", evalStub(ev))
+	s.process(existing, ev)
+	return registerResponse{EvalCreateIndex: idx, EvalID: ev.ID, Index: idx, JobModifyIndex: idx}, idx, nil
+}
+
+// registeredJob is the job of a register request, canonicalized in its
+// namespace (the request's, else the query's), with Nomad's answers to a
+// request without a job or with an ID other than the path's.
+func registeredJob(r *http.Request, req *api.JobRegisterRequest, id string) (*api.Job, error) {
 	if req.Job == nil {
-		return nil, 0, errf(http.StatusBadRequest, "Job must be specified")
+		return nil, errf(http.StatusBadRequest, "Job must be specified")
 	}
 	job := req.Job
 	if id == "" {
 		id = str(job.ID)
 	}
 	if str(job.ID) != id {
-		return nil, 0, errf(http.StatusBadRequest, "Job ID does not match name")
+		return nil, errf(http.StatusBadRequest, "Job ID does not match name")
 	}
 	ns := str(job.Namespace)
 	if ns == "" {
 		ns = namespaceOf(r)
 	}
 	canonicalize(job, ns)
-	key := jobKey(ns, id)
-	existing := s.jobs[key]
+	return job, nil
+}
+
+// checkRegister refuses a register as Nomad does: an EnforceIndex that
+// does not match (HTTP 500 with Nomad's texts), a negative group count.
+func checkRegister(req *api.JobRegisterRequest, existing *jobState, job *api.Job) error {
 	if req.EnforceIndex {
 		switch {
 		case req.JobModifyIndex == 0 && existing != nil:
-			return nil, 0, errf(http.StatusInternalServerError, "Enforcing job modify index 0: job already exists")
+			return errf(http.StatusInternalServerError, "Enforcing job modify index 0: job already exists")
 		case req.JobModifyIndex != 0 && existing == nil:
-			return nil, 0, errf(http.StatusInternalServerError, "Enforcing job modify index %d: job does not exist", req.JobModifyIndex)
+			return errf(http.StatusInternalServerError, "Enforcing job modify index %d: job does not exist", req.JobModifyIndex)
 		case existing != nil && req.JobModifyIndex != *existing.job.JobModifyIndex:
-			return nil, 0, errf(http.StatusInternalServerError,
+			return errf(http.StatusInternalServerError,
 				"Enforcing job modify index %d: job exists with conflicting job modify index: %d",
 				req.JobModifyIndex, *existing.job.JobModifyIndex)
 		}
 	}
 	for _, tg := range job.TaskGroups {
 		if *tg.Count < 0 {
-			return nil, 0, errf(http.StatusBadRequest, "1 error occurred:\n\t* Task group %s validation failed: Task group count can't be negative", str(tg.Name))
+			return errf(http.StatusBadRequest, "1 error occurred:\n\t* Task group %s validation failed: Task group count can't be negative", str(tg.Name))
 		}
 	}
-	idx := s.bump("jobs", "evals")
+	return nil
+}
+
+// stampJob sets what Nomad sets on a registered job: its version (a new
+// one only when the spec changed), indexes, submit time and a pending
+// status.
+func (s *Server) stampJob(job *api.Job, existing *jobState, idx uint64) {
 	var version uint64
 	createIndex := idx
 	if existing != nil {
@@ -175,182 +214,21 @@ func (s *Server) registerJob(r *http.Request, id string) (any, uint64, error) {
 	job.Status = &pending
 	empty := ""
 	job.StatusDescription = &empty
-	if existing == nil {
-		existing = &jobState{queued: map[string]int{}}
-		s.jobs[key] = existing
-	}
-	existing.job = job
-	if s.onRegister != nil {
-		s.onRegister(cloneJob(job))
-	}
-	// A new registration supersedes the job's blocked evaluation.
-	if existing.blocked != "" {
-		if be := s.evals[existing.blocked]; be != nil {
-			be.Status = "canceled"
-			be.StatusDescription = "evaluation superseded by a newer registration"
-			be.ModifyIndex = idx
-			s.emit(idx, "Evaluation", "EvaluationUpdated", be.ID, ns, []string{id, ""}, "Evaluation", be)
-		}
-		existing.blocked = ""
-	}
-	s.updateJobStatus(existing)
-	s.emit(idx, "Job", "JobRegistered", id, ns, nil, "Job", job)
-	ev := s.newEval(idx, job, "job-register")
-	s.emit(idx, "Evaluation", "JobRegistered", ev.ID, ns, []string{id, ""}, "Evaluation", evalStub(ev))
-	s.process(existing, ev)
-	return registerResponse{EvalCreateIndex: idx, EvalID: ev.ID, Index: idx, JobModifyIndex: idx}, idx, nil
 }
 
-func (s *Server) newEval(idx uint64, job *api.Job, trigger string) *api.Evaluation {
-	now := s.now().UnixNano()
-	ev := &api.Evaluation{
-		ID: s.newID(), Priority: *job.Priority, Type: *job.Type, TriggeredBy: trigger,
-		Namespace: *job.Namespace, JobID: *job.ID, JobModifyIndex: *job.JobModifyIndex,
-		Status: "pending", CreateIndex: idx, ModifyIndex: idx, CreateTime: now, ModifyTime: now,
+// supersedeBlocked cancels the job's blocked evaluation: a new
+// registration supersedes it.
+func (s *Server) supersedeBlocked(js *jobState, idx uint64) {
+	if js.blocked == "" {
+		return
 	}
-	s.evals[ev.ID] = ev
-	if js := s.jobs[jobKey(*job.Namespace, *job.ID)]; js != nil {
-		js.evalIDs = append(js.evalIDs, ev.ID)
+	if be := s.evals[js.blocked]; be != nil {
+		be.Status = "canceled"
+		be.StatusDescription = "evaluation superseded by a newer registration"
+		be.ModifyIndex = idx
+		s.emit(idx, "Evaluation", "EvaluationUpdated", be.ID, str(js.job.Namespace), []string{str(js.job.ID), ""}, "Evaluation", be)
 	}
-	return ev
-}
-
-// evalStub is the reduced evaluation Nomad puts in JobRegistered events.
-func evalStub(ev *api.Evaluation) map[string]any {
-	return map[string]any{
-		"CreateIndex": ev.CreateIndex, "CreateTime": ev.CreateTime, "ID": ev.ID, "JobID": ev.JobID,
-		"JobModifyIndex": ev.JobModifyIndex, "ModifyIndex": ev.ModifyIndex, "ModifyTime": ev.ModifyTime,
-		"Namespace": ev.Namespace, "Priority": ev.Priority, "Status": ev.Status,
-		"TriggeredBy": ev.TriggeredBy, "Type": ev.Type,
-	}
-}
-
-func (s *Server) readJob(r *http.Request, id string) (any, uint64, error) {
-	js := s.jobs[jobKey(namespaceOf(r), id)]
-	if js == nil {
-		return nil, 0, errf(http.StatusNotFound, "job not found")
-	}
-	return js.job, s.tableIndex["jobs"], nil
-}
-
-func (s *Server) listJobs(r *http.Request) []map[string]any {
-	q := r.URL.Query()
-	ns := namespaceOf(r)
-	withMeta := q.Get("meta") == "true"
-	prefix := q.Get("prefix")
-	out := []*api.JobListStub{}
-	for _, js := range s.jobs {
-		j := js.job
-		if (ns != "*" && *j.Namespace != ns) || !strings.HasPrefix(*j.ID, prefix) {
-			continue
-		}
-		stub := &api.JobListStub{
-			ID: *j.ID, ParentID: str(j.ParentID), Name: *j.Name, Namespace: *j.Namespace,
-			Datacenters: j.Datacenters, Type: *j.Type, Priority: *j.Priority, Stop: *j.Stop,
-			Status: *j.Status, StatusDescription: str(j.StatusDescription),
-			JobSummary: s.summary(js), CreateIndex: *j.CreateIndex, ModifyIndex: *j.ModifyIndex,
-			JobModifyIndex: *j.JobModifyIndex, SubmitTime: *j.SubmitTime,
-		}
-		if withMeta {
-			stub.Meta = j.Meta
-		}
-		out = append(out, stub)
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
-	// Nomad's stubs carry the job's node pool, which api.JobListStub lacks.
-	res := make([]map[string]any, 0, len(out))
-	for _, stub := range out {
-		m := shape(stub, "jobstub", false).(map[string]any)
-		m["NodePool"] = *s.jobs[jobKey(stub.Namespace, stub.ID)].job.NodePool
-		if !withMeta {
-			delete(m, "Meta")
-		}
-		res = append(res, m)
-	}
-	return res
-}
-
-func (s *Server) summary(js *jobState) *api.JobSummary {
-	j := js.job
-	sum := &api.JobSummary{JobID: *j.ID, Namespace: *j.Namespace, Summary: map[string]api.TaskGroupSummary{},
-		Children: &api.JobChildrenSummary{}, CreateIndex: *j.CreateIndex, ModifyIndex: *j.ModifyIndex}
-	for _, tg := range j.TaskGroups {
-		sum.Summary[*tg.Name] = api.TaskGroupSummary{Queued: js.queued[*tg.Name]}
-	}
-	for _, a := range s.allocs {
-		if a.JobID != *j.ID || a.Namespace != *j.Namespace {
-			continue
-		}
-		tgs := sum.Summary[a.TaskGroup]
-		switch a.ClientStatus {
-		case "pending":
-			tgs.Starting++
-		case "running":
-			tgs.Running++
-		case "complete":
-			tgs.Complete++
-		case "failed":
-			tgs.Failed++
-		case "lost":
-			tgs.Lost++
-		}
-		sum.Summary[a.TaskGroup] = tgs
-	}
-	return sum
-}
-
-func (s *Server) jobSummary(r *http.Request, id string) (any, uint64, error) {
-	js := s.jobs[jobKey(namespaceOf(r), id)]
-	if js == nil {
-		return nil, 0, errf(http.StatusNotFound, "job not found")
-	}
-	return s.summary(js), s.tableIndex["jobs"], nil
-}
-
-func (s *Server) jobAllocs(r *http.Request, id string) (any, uint64, error) {
-	ns := namespaceOf(r)
-	out := []*api.AllocationListStub{}
-	for _, a := range s.allocs {
-		if a.JobID == id && a.Namespace == ns {
-			out = append(out, allocStub(a))
-		}
-	}
-	sortStubs(out)
-	return out, s.tableIndex["allocs"], nil
-}
-
-func (s *Server) jobEvals(r *http.Request, id string) (any, uint64, error) {
-	ns := namespaceOf(r)
-	out := []*api.Evaluation{}
-	for _, e := range s.evals {
-		if e.JobID == id && e.Namespace == ns {
-			out = append(out, e)
-		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].CreateIndex > out[b].CreateIndex })
-	return out, s.tableIndex["evals"], nil
-}
-
-func (s *Server) listEvals(r *http.Request) []*api.Evaluation {
-	ns := namespaceOf(r)
-	q := r.URL.Query()
-	out := []*api.Evaluation{}
-	for _, e := range s.evals {
-		if (ns == "*" || e.Namespace == ns) && (q.Get("job") == "" || e.JobID == q.Get("job")) &&
-			(q.Get("status") == "" || e.Status == q.Get("status")) {
-			out = append(out, e)
-		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].CreateIndex > out[b].CreateIndex })
-	return out
-}
-
-func (s *Server) readEval(id string) (any, uint64, error) {
-	e := s.evals[id]
-	if e == nil {
-		return nil, 0, errf(http.StatusNotFound, "eval not found")
-	}
-	return e, s.tableIndex["evals"], nil
+	js.blocked = ""
 }
 
 func (s *Server) deregisterJob(r *http.Request, id string) (any, uint64, error) {
@@ -384,23 +262,7 @@ func (s *Server) deregisterJob(r *http.Request, id string) (any, uint64, error) 
 	}
 	s.emitRaw(idx, "Job", "JobDeregistered", id, ns, nil, payload)
 	s.emit(idx, "Evaluation", "JobDeregistered", ev.ID, ns, []string{id, ""}, "Evaluation", evalStub(ev))
-	var stopped []*api.Allocation
-	for _, a := range s.sortedAllocs() {
-		if purge && a.JobID == id && a.Namespace == ns {
-			// Nomad 2.0.6 deletes a purged job's allocations from its
-			// state with no allocation event (only the job's
-			// JobDeregistered, Deleted); its clients then kill the tasks.
-			delete(s.allocs, a.ID)
-			continue
-		}
-		if a.JobID == id && a.Namespace == ns && a.DesiredStatus == "run" && !terminal(a) {
-			a.DesiredStatus = "stop"
-			a.DesiredDescription = "alloc not needed due to job update"
-			a.ModifyIndex = idx
-			stopped = append(stopped, a)
-			s.emit(idx, "Allocation", "PlanResult", a.ID, ns, []string{id, ""}, "Allocation", allocEvent(a))
-		}
-	}
+	stopped := s.stopJobAllocs(ns, id, purge, idx)
 	ev.Status = "complete"
 	idx2 := s.bump("evals")
 	ev.ModifyIndex = idx2
@@ -413,6 +275,32 @@ func (s *Server) deregisterJob(r *http.Request, id string) (any, uint64, error) 
 	}
 	s.unblock("")
 	return deregisterResponse{EvalCreateIndex: idx, EvalID: ev.ID, Index: idx, JobModifyIndex: idx}, idx, nil
+}
+
+// stopJobAllocs marks a deregistered job's live allocations desired stop
+// (their clients stop them next) and returns them; a purge instead
+// deletes every allocation of the job, as Nomad 2.0.6 does: from its state,
+// with no allocation event (only the job's JobDeregistered, Deleted), its
+// clients then killing the tasks.
+func (s *Server) stopJobAllocs(ns, id string, purge bool, idx uint64) []*api.Allocation {
+	var stopped []*api.Allocation
+	for _, a := range s.sortedAllocs() {
+		if a.JobID != id || a.Namespace != ns {
+			continue
+		}
+		if purge {
+			delete(s.allocs, a.ID)
+			continue
+		}
+		if a.DesiredStatus == "run" && !terminal(a) {
+			a.DesiredStatus = "stop"
+			a.DesiredDescription = "alloc not needed due to job update"
+			a.ModifyIndex = idx
+			stopped = append(stopped, a)
+			s.emit(idx, "Allocation", "PlanResult", a.ID, ns, []string{id, ""}, "Allocation", allocEvent(a))
+		}
+	}
+	return stopped
 }
 
 func (s *Server) planJob(r *http.Request, id string) (any, uint64, error) {
@@ -491,365 +379,4 @@ func (s *Server) updateJobStatus(js *jobState) bool {
 	}
 	j.Status = &status
 	return true
-}
-
-func terminal(a *api.Allocation) bool {
-	switch a.ClientStatus {
-	case "complete", "failed", "lost":
-		return true
-	}
-	return false
-}
-
-// counts reports whether an allocation fills one of its group's slots: it
-// is live, or (batch) it finished in the current job version. Failed
-// allocations of the current version also count: the fake does not
-// reschedule, so a failing client cannot loop forever.
-func counts(a *api.Allocation, job *api.Job) bool {
-	if a.DesiredStatus != "run" {
-		return false
-	}
-	if !terminal(a) {
-		return true
-	}
-	if a.Job != nil && a.Job.Version != nil && *a.Job.Version == *job.Version {
-		return a.ClientStatus == "complete" || a.ClientStatus == "failed"
-	}
-	return false
-}
-
-type placement struct {
-	tg      string
-	node    *api.Node
-	devices map[string][]*api.AllocatedDeviceResource // task -> devices
-}
-
-// placeJob finds nodes for every missing allocation of the job. extra are
-// placements already decided in the same plan (they use capacity).
-func (s *Server) placeJob(js *jobState, extra []placement) ([]placement, map[string]*api.AllocationMetric, map[string]int) {
-	job := js.job
-	var out []placement
-	failed := map[string]*api.AllocationMetric{}
-	queued := map[string]int{}
-	for _, tg := range job.TaskGroups {
-		name := *tg.Name
-		have := 0
-		for _, a := range s.allocs {
-			if a.JobID == *job.ID && a.Namespace == *job.Namespace && a.TaskGroup == name && counts(a, job) {
-				have++
-			}
-		}
-		need := *tg.Count - have
-		for i := 0; i < need; i++ {
-			p, metric := s.selectNode(job, tg, append(extra, out...))
-			if p == nil {
-				metric.CoalescedFailures = need - i - 1
-				failed[name] = metric
-				queued[name] = need - i
-				break
-			}
-			out = append(out, *p)
-		}
-	}
-	return out, failed, queued
-}
-
-// process runs an evaluation for the job: places what fits, queues the
-// rest behind a blocked evaluation, and lets the simulated clients start
-// the new allocations.
-func (s *Server) process(js *jobState, ev *api.Evaluation) {
-	job := js.job
-	ns, id := *job.Namespace, *job.ID
-	fk := []string{id, ""}
-	if *job.Stop {
-		js.queued = map[string]int{}
-		ev.Status = "complete"
-		idx := s.bump("evals")
-		ev.ModifyIndex = idx
-		s.emit(idx, "Evaluation", "EvaluationUpdated", ev.ID, ns, fk, "Evaluation", ev)
-		return
-	}
-	placements, failed, queued := s.placeJob(js, nil)
-	js.queued = queued
-	var created []*api.Allocation
-	if len(placements) > 0 {
-		idx := s.bump("evals", "allocs", "jobs")
-		ev.ModifyIndex = idx
-		s.emit(idx, "Evaluation", "PlanResult", ev.ID, ns, fk, "Evaluation", evalStub(ev))
-		for _, p := range placements {
-			a := s.newAlloc(idx, job, ev, p)
-			created = append(created, a)
-			s.emit(idx, "Allocation", "PlanResult", a.ID, ns, fk, "Allocation", allocEvent(a))
-		}
-		if s.updateJobStatus(js) {
-			job.ModifyIndex = &idx
-		}
-		s.emit(idx, "Job", "PlanResult", id, ns, nil, "Job", job)
-	}
-	if len(failed) > 0 {
-		idx := s.bump("evals", "jobs")
-		now := s.now().UnixNano()
-		be := &api.Evaluation{
-			ID: s.newID(), Priority: ev.Priority, Type: ev.Type, TriggeredBy: "queued-allocs",
-			Namespace: ns, JobID: id, JobModifyIndex: *job.JobModifyIndex, Status: "blocked",
-			StatusDescription: "created to place remaining allocations", PreviousEval: ev.ID,
-			FailedTGAllocs: failed, SnapshotIndex: ev.CreateIndex, CreateIndex: idx, ModifyIndex: idx,
-			CreateTime: now, ModifyTime: now,
-		}
-		s.evals[be.ID] = be
-		js.evalIDs = append(js.evalIDs, be.ID)
-		js.blocked = be.ID
-		ev.BlockedEval = be.ID
-		s.emit(idx, "Evaluation", "EvaluationUpdated", be.ID, ns, fk, "Evaluation", be)
-	}
-	idx := s.bump("evals", "jobs")
-	ev.Status = "complete"
-	ev.ModifyIndex = idx
-	ev.QueuedAllocations = map[string]int{}
-	ann := &api.PlanAnnotations{DesiredTGUpdates: map[string]*api.DesiredUpdates{}}
-	for _, tg := range job.TaskGroups {
-		ev.QueuedAllocations[*tg.Name] = queued[*tg.Name]
-		ann.DesiredTGUpdates[*tg.Name] = &api.DesiredUpdates{Place: uint64(queued[*tg.Name])}
-	}
-	for _, p := range placements {
-		ann.DesiredTGUpdates[p.tg].Place++
-	}
-	ev.PlanAnnotations = ann
-	if len(failed) > 0 {
-		ev.FailedTGAllocs = failed
-	}
-	s.emit(idx, "Evaluation", "EvaluationUpdated", ev.ID, ns, fk, "Evaluation", ev)
-	if s.updateJobStatus(js) {
-		job.ModifyIndex = &idx
-		s.emit(idx, "Job", "PlanResult", id, ns, nil, "Job", job)
-	}
-	for _, a := range created {
-		s.clientStart(a)
-	}
-}
-
-// unblock re-evaluates jobs with blocked evaluations after capacity was
-// freed or added (Nomad's blocked-evals tracker). skip names a job key
-// that was just evaluated.
-func (s *Server) unblock(skip string) {
-	keys := make([]string, 0, len(s.jobs))
-	for k, js := range s.jobs {
-		if js.blocked != "" && k != skip {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(a, b int) bool {
-		ja, jb := s.jobs[keys[a]].job, s.jobs[keys[b]].job
-		if *ja.Priority != *jb.Priority {
-			return *ja.Priority > *jb.Priority
-		}
-		return *ja.CreateIndex < *jb.CreateIndex
-	})
-	for _, k := range keys {
-		js := s.jobs[k]
-		if js == nil || js.blocked == "" {
-			continue
-		}
-		// Only worth an evaluation when something can be placed now.
-		if p, _, _ := s.placeJob(js, nil); len(p) == 0 {
-			continue
-		}
-		be := s.evals[js.blocked]
-		js.blocked = ""
-		idx := s.bump("evals")
-		be.Status = "pending"
-		be.ModifyIndex = idx
-		s.emit(idx, "Evaluation", "EvaluationUpdated", be.ID, be.Namespace, []string{be.JobID, ""}, "Evaluation", be)
-		s.process(js, be)
-	}
-}
-
-func (s *Server) newAlloc(idx uint64, job *api.Job, ev *api.Evaluation, p placement) *api.Allocation {
-	// Name index: the lowest index not used by a live allocation of the group.
-	used := map[int]bool{}
-	for _, a := range s.allocs {
-		if a.JobID == *job.ID && a.Namespace == *job.Namespace && a.TaskGroup == p.tg && counts(a, job) {
-			if i := strings.LastIndex(a.Name, "["); i >= 0 {
-				n, _ := strconv.Atoi(strings.TrimSuffix(a.Name[i+1:], "]"))
-				used[n] = true
-			}
-		}
-	}
-	n := 0
-	for used[n] {
-		n++
-	}
-	var tg *api.TaskGroup
-	for _, g := range job.TaskGroups {
-		if *g.Name == p.tg {
-			tg = g
-		}
-	}
-	now := s.now().UnixNano()
-	ar := &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{}, Shared: api.AllocatedSharedResources{DiskMB: 300}}
-	taskRes := map[string]*api.Resources{}
-	for _, t := range tg.Tasks {
-		atr := &api.AllocatedTaskResources{Devices: p.devices[t.Name]}
-		if t.Resources != nil {
-			if t.Resources.CPU != nil {
-				atr.Cpu.CpuShares = int64(*t.Resources.CPU)
-			}
-			if t.Resources.MemoryMB != nil {
-				atr.Memory.MemoryMB = int64(*t.Resources.MemoryMB)
-			}
-		}
-		ar.Tasks[t.Name] = atr
-		taskRes[t.Name] = t.Resources
-	}
-	a := &api.Allocation{
-		ID: s.newID(), Namespace: *job.Namespace, EvalID: ev.ID,
-		Name:   fmt.Sprintf("%s.%s[%d]", *job.ID, p.tg, n),
-		NodeID: p.node.ID, NodeName: p.node.Name, JobID: *job.ID, Job: cloneJob(job), TaskGroup: p.tg,
-		AllocatedResources: ar, TaskResources: taskRes,
-		Metrics:       &api.AllocationMetric{NodePool: *job.NodePool, NodesEvaluated: len(s.nodes), NodesAvailable: map[string]int{}},
-		DesiredStatus: "run", ClientStatus: "pending",
-		CreateIndex: idx, ModifyIndex: idx, AllocModifyIndex: idx, CreateTime: now, ModifyTime: now,
-		TaskStates: map[string]*api.TaskState{},
-	}
-	// A new allocation of a group that lost one of the same job version
-	// replaces it (Nomad links the two whenever it places for a lost
-	// allocation, at once or later from a blocked evaluation; a new job
-	// version places afresh).
-	for _, old := range s.sortedAllocs() {
-		if old.JobID == a.JobID && old.Namespace == a.Namespace && old.TaskGroup == p.tg &&
-			old.ClientStatus == "lost" && old.NextAllocation == "" &&
-			old.Job != nil && old.Job.Version != nil && *old.Job.Version == *job.Version {
-			a.PreviousAllocation = old.ID
-			old.NextAllocation = a.ID
-			break
-		}
-	}
-	s.allocs[a.ID] = a
-	return a
-}
-
-// allocEvent is the allocation as Nomad puts it in events: without the job.
-func allocEvent(a *api.Allocation) *api.Allocation {
-	c := *a
-	c.Job = nil
-	return &c
-}
-
-func allocStub(a *api.Allocation) *api.AllocationListStub {
-	var ver uint64
-	jt := ""
-	if a.Job != nil {
-		ver = *a.Job.Version
-		jt = *a.Job.Type
-	}
-	return &api.AllocationListStub{
-		ID: a.ID, EvalID: a.EvalID, Name: a.Name, Namespace: a.Namespace, NodeID: a.NodeID,
-		NodeName: a.NodeName, JobID: a.JobID, JobType: jt, JobVersion: ver, TaskGroup: a.TaskGroup,
-		DesiredStatus: a.DesiredStatus, DesiredDescription: a.DesiredDescription,
-		ClientStatus: a.ClientStatus, ClientDescription: a.ClientDescription, TaskStates: a.TaskStates,
-		DeploymentStatus: a.DeploymentStatus, FollowupEvalID: a.FollowupEvalID,
-		NextAllocation: a.NextAllocation, RescheduleTracker: a.RescheduleTracker,
-		PreemptedAllocations: a.PreemptedAllocations, PreemptedByAllocation: a.PreemptedByAllocation,
-		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, CreateTime: a.CreateTime, ModifyTime: a.ModifyTime,
-		AllocatedResources: a.AllocatedResources,
-	}
-}
-
-func sortStubs(out []*api.AllocationListStub) {
-	sort.Slice(out, func(a, b int) bool {
-		if out[a].CreateIndex != out[b].CreateIndex {
-			return out[a].CreateIndex > out[b].CreateIndex
-		}
-		return out[a].Name < out[b].Name
-	})
-}
-
-func (s *Server) sortedAllocs() []*api.Allocation {
-	out := make([]*api.Allocation, 0, len(s.allocs))
-	for _, a := range s.allocs {
-		out = append(out, a)
-	}
-	sort.Slice(out, func(a, b int) bool {
-		if out[a].CreateIndex != out[b].CreateIndex {
-			return out[a].CreateIndex < out[b].CreateIndex
-		}
-		return out[a].Name < out[b].Name
-	})
-	return out
-}
-
-// Jobs returns copies of the fake's jobs (test inspection).
-func (s *Server) Jobs() []*api.Job {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*api.Job
-	for _, js := range s.jobs {
-		out = append(out, cloneJob(js.job))
-	}
-	sort.Slice(out, func(a, b int) bool { return *out[a].ID < *out[b].ID })
-	return out
-}
-
-// Job returns a copy of one job in the default namespace, or nil.
-func (s *Server) Job(id string) *api.Job {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	js := s.jobs[jobKey("default", id)]
-	if js == nil {
-		return nil
-	}
-	return cloneJob(js.job)
-}
-
-// Allocations returns copies of the job's allocations (all when jobID is
-// empty), oldest first.
-func (s *Server) Allocations(jobID string) []*api.Allocation {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*api.Allocation
-	for _, a := range s.sortedAllocs() {
-		if jobID == "" || a.JobID == jobID {
-			c := *a
-			out = append(out, &c)
-		}
-	}
-	return out
-}
-
-// Queued returns the number of queued allocations per group of a job.
-func (s *Server) Queued(jobID string) map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	js := s.jobs[jobKey("default", jobID)]
-	if js == nil {
-		return nil
-	}
-	out := map[string]int{}
-	for k, v := range js.queued {
-		out[k] = v
-	}
-	return out
-}
-
-// UpdateJob lets a test act as a user editing a job in place (e.g. `nomad
-// job run` of a new version): fn mutates a copy, which is registered
-// without EnforceIndex. It returns the new JobModifyIndex.
-func (s *Server) UpdateJob(id string, fn func(j *api.Job)) (uint64, error) {
-	j := s.Job(id)
-	if j == nil {
-		return 0, fmt.Errorf("job %q not found", id)
-	}
-	fn(j)
-	body, _ := json.Marshal(api.JobRegisterRequest{Job: j})
-	req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/job/"+id, strings.NewReader(string(body)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var rr registerResponse
-	if err := json.NewDecoder(resp.Body).Decode(&rr); err != nil {
-		return 0, fmt.Errorf("decode register response (status %d): %w", resp.StatusCode, err)
-	}
-	return rr.JobModifyIndex, nil
 }

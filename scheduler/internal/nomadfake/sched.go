@@ -219,8 +219,42 @@ func splitSet(s string) map[string]bool {
 // live allocations and planned placements. It returns the devices chosen
 // per task, an affinity score, or the exhausted dimension.
 func (s *Server) fitNode(job *api.Job, tg *api.TaskGroup, n *api.Node, planned []placement) (map[string][]*api.AllocatedDeviceResource, float64, string) {
-	usedDev := map[string]bool{}
-	var cpu, mem int64
+	usedDev, cpu, mem := s.nodeUsage(job, n, planned)
+	if nr := n.NodeResources; nr != nil {
+		if nr.Cpu.CpuShares > 0 && cpu+groupCPU(job, *tg.Name) > nr.Cpu.CpuShares {
+			return nil, 0, "cpu"
+		}
+		if nr.Memory.MemoryMB > 0 && mem+groupMem(job, *tg.Name) > nr.Memory.MemoryMB {
+			return nil, 0, "memory"
+		}
+	}
+	out := map[string][]*api.AllocatedDeviceResource{}
+	score := 0.0
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		for _, req := range t.Resources.Devices {
+			best, bestScore, bestIDs := pickDeviceGroup(req, n, usedDev)
+			if best == nil {
+				return nil, 0, "devices: " + req.Name
+			}
+			for _, id := range bestIDs {
+				usedDev[id] = true
+			}
+			score += bestScore
+			out[t.Name] = append(out[t.Name], &api.AllocatedDeviceResource{
+				Vendor: best.Vendor, Type: best.Type, Name: best.Name, DeviceIDs: append([]string(nil), bestIDs...),
+			})
+		}
+	}
+	return out, score, ""
+}
+
+// nodeUsage is what the node's live allocations and the planned
+// placements on it take: device instances, CPU and memory.
+func (s *Server) nodeUsage(job *api.Job, n *api.Node, planned []placement) (usedDev map[string]bool, cpu, mem int64) {
+	usedDev = map[string]bool{}
 	for _, a := range s.allocs {
 		if a.NodeID != n.ID || terminal(a) || a.AllocatedResources == nil {
 			continue
@@ -249,68 +283,50 @@ func (s *Server) fitNode(job *api.Job, tg *api.TaskGroup, n *api.Node, planned [
 		cpu += groupCPU(job, p.tg)
 		mem += groupMem(job, p.tg)
 	}
-	if nr := n.NodeResources; nr != nil {
-		if nr.Cpu.CpuShares > 0 && cpu+groupCPU(job, *tg.Name) > nr.Cpu.CpuShares {
-			return nil, 0, "cpu"
-		}
-		if nr.Memory.MemoryMB > 0 && mem+groupMem(job, *tg.Name) > nr.Memory.MemoryMB {
-			return nil, 0, "memory"
-		}
+	return usedDev, cpu, mem
+}
+
+// pickDeviceGroup chooses, for one device request, the node's device
+// group that matches it (name, constraints, allowed instance IDs) with
+// enough free healthy instances and the best affinity score, and the
+// first free instances of it; nil when none fits.
+func pickDeviceGroup(req *api.RequestedDevice, n *api.Node, usedDev map[string]bool) (*api.NodeDeviceResource, float64, []string) {
+	want := uint64(1)
+	if req.Count != nil {
+		want = *req.Count
 	}
-	out := map[string][]*api.AllocatedDeviceResource{}
-	score := 0.0
-	for _, t := range tg.Tasks {
-		if t.Resources == nil {
+	var best *api.NodeDeviceResource
+	bestScore := -1.0
+	var bestIDs []string
+	if n.NodeResources == nil {
+		return nil, 0, nil
+	}
+	for _, g := range n.NodeResources.Devices {
+		if !deviceNameMatch(req.Name, g) || !deviceConstraintsOK(req.Constraints, g) {
 			continue
 		}
-		for _, req := range t.Resources.Devices {
-			want := uint64(1)
-			if req.Count != nil {
-				want = *req.Count
+		var free []string
+		for _, inst := range g.Instances {
+			if inst.Healthy && !usedDev[inst.ID] && instanceIDOK(req.Constraints, inst.ID, g) {
+				free = append(free, inst.ID)
 			}
-			var best *api.NodeDeviceResource
-			bestScore := -1.0
-			var bestIDs []string
-			if n.NodeResources != nil {
-				for _, g := range n.NodeResources.Devices {
-					if !deviceNameMatch(req.Name, g) || !deviceConstraintsOK(req.Constraints, g) {
-						continue
-					}
-					var free []string
-					for _, inst := range g.Instances {
-						if inst.Healthy && !usedDev[inst.ID] && instanceIDOK(req.Constraints, inst.ID, g) {
-							free = append(free, inst.ID)
-						}
-					}
-					if uint64(len(free)) < want {
-						continue
-					}
-					sc := 0.0
-					for _, af := range req.Affinities {
-						l, lok := deviceTarget(af.LTarget, g)
-						r, rok := deviceTarget(af.RTarget, g)
-						if deviceCheck(af.Operand, l, lok, r, rok) && af.Weight != nil {
-							sc += float64(*af.Weight)
-						}
-					}
-					if sc > bestScore {
-						best, bestScore, bestIDs = g, sc, free[:want]
-					}
-				}
+		}
+		if uint64(len(free)) < want {
+			continue
+		}
+		sc := 0.0
+		for _, af := range req.Affinities {
+			l, lok := deviceTarget(af.LTarget, g)
+			r, rok := deviceTarget(af.RTarget, g)
+			if deviceCheck(af.Operand, l, lok, r, rok) && af.Weight != nil {
+				sc += float64(*af.Weight)
 			}
-			if best == nil {
-				return nil, 0, "devices: " + req.Name
-			}
-			for _, id := range bestIDs {
-				usedDev[id] = true
-			}
-			score += bestScore
-			out[t.Name] = append(out[t.Name], &api.AllocatedDeviceResource{
-				Vendor: best.Vendor, Type: best.Type, Name: best.Name, DeviceIDs: append([]string(nil), bestIDs...),
-			})
+		}
+		if sc > bestScore {
+			best, bestScore, bestIDs = g, sc, free[:want]
 		}
 	}
-	return out, score, ""
+	return best, bestScore, bestIDs
 }
 
 func groupCPU(job *api.Job, tg string) int64 {
