@@ -122,11 +122,14 @@
 //     as for node constraints the model does not read. Affinities only
 //     score among what the pins allow.
 //
-// Once an admission's allocations all run, the executor reads back the
-// GPUs Nomad allocated (each allocation's AllocatedResources) and
+// Once an admission's allocations all run (or completed), the executor
+// reads back the GPUs Nomad allocated to exactly those allocations (each
+// one's AllocatedResources, which outlive a stop or completion) and
 // compares them per node with what it pinned; a difference is counted
 // (PinMismatches, metric impact_gpu_pin_mismatch_total) and logged naming
-// the job, the node and both GPU lists.
+// the job, the node and both GPU lists. A job stopped, purged or parked
+// again by someone else before CheckDeadlines saw its gang running is not
+// checked.
 //
 // nomadfake (scheduler/internal/nomadfake) is the in-process fake of Nomad's
 // HTTP API the tests use; TestFidelityFakeVersusRealNomad runs the same
