@@ -166,6 +166,20 @@ func (r *runner) result() *Result {
 	if a.delivered > 0 {
 		res.LostFraction = a.lost / a.delivered
 	}
+	r.occupancy(res)
+	r.jobTimes(res)
+	lat := append([]float64(nil), r.lat...)
+	sort.Float64s(lat)
+	if len(lat) > 0 {
+		res.DecisionLatencyMS = Latency{P50: percentile(lat, 50), P99: percentile(lat, 99), Max: lat[len(lat)-1]}
+	}
+	r.fairShare(res)
+	return res
+}
+
+// occupancy fills the occupancy metrics and the makespan.
+func (r *runner) occupancy(res *Result) {
+	a := &r.acc
 	winLen := float64(r.opts.WindowEnd - r.opts.WindowStart)
 	if winLen > 0 {
 		res.Occupancy = a.winAlloc / (winLen * float64(a.capacity))
@@ -183,7 +197,11 @@ func (r *runner) result() *Result {
 	res.PartialGangIdleGPUHours = a.allPartial / 3600
 	res.PartialGangIdleGPUHoursWindow = a.winPartial / 3600
 	res.MakespanS = a.end - a.first
+}
 
+// jobTimes fills the per-job outcomes, the waits and completion times per
+// tier and the tier-weighted JCT.
+func (r *runner) jobTimes(res *Result) {
 	jct := map[string][]float64{}
 	floor := map[string]float64{}
 	var wsum, wjct, wfloor float64
@@ -229,28 +247,30 @@ func (r *runner) result() *Result {
 		res.MeanJCTFloorS[t] = floor[t] / float64(len(jct[t]))
 		res.JobsCompletedByTier[t] = len(jct[t])
 	}
-	lat := append([]float64(nil), r.lat...)
-	sort.Float64s(lat)
-	if len(lat) > 0 {
-		res.DecisionLatencyMS = Latency{P50: percentile(lat, 50), P99: percentile(lat, 99), Max: lat[len(lat)-1]}
+}
+
+// fairShare fills each project's mean allocation against its fair share
+// and the summary deviation.
+func (r *runner) fairShare(res *Result) {
+	a := &r.acc
+	n := float64(a.fsSamples)
+	if n == 0 {
+		return
 	}
-	if n := float64(a.fsSamples); n > 0 {
-		// Sum in project order: map order would change the float total's
-		// last bits from run to run.
-		var projects []string
-		for p := range a.fsAbsDev {
-			projects = append(projects, p)
-		}
-		sort.Strings(projects)
-		total := 0.0
-		for _, p := range projects {
-			fs := FairShare{MeanAllocatedGPUs: a.fsAlloc[p] / n, MeanFairGPUs: a.fsFair[p] / n, MeanAbsDeviationGPUs: a.fsAbsDev[p] / n}
-			res.FairShare[p] = fs
-			total += fs.MeanAbsDeviationGPUs
-		}
-		res.FairShareDeviation = total / (2 * float64(a.capacity))
+	// Sum in project order: map order would change the float total's
+	// last bits from run to run.
+	var projects []string
+	for p := range a.fsAbsDev {
+		projects = append(projects, p)
 	}
-	return res
+	sort.Strings(projects)
+	total := 0.0
+	for _, p := range projects {
+		fs := FairShare{MeanAllocatedGPUs: a.fsAlloc[p] / n, MeanFairGPUs: a.fsFair[p] / n, MeanAbsDeviationGPUs: a.fsAbsDev[p] / n}
+		res.FairShare[p] = fs
+		total += fs.MeanAbsDeviationGPUs
+	}
+	res.FairShareDeviation = total / (2 * float64(a.capacity))
 }
 
 // FormatSeconds writes a duration in seconds in the unit a reader takes in

@@ -236,6 +236,27 @@ func (r *Report) WriteJSON(dir string) (string, error) {
 
 // WriteTable prints one row per policy.
 func (r *Report) WriteTable(w io.Writer) error {
+	if err := r.writePolicies(w); err != nil {
+		return err
+	}
+	idleOn := false
+	for _, p := range r.Policies {
+		idleOn = idleOn || p.HungRuns > 0
+	}
+	if idleOn {
+		if err := r.writeUtilization(w); err != nil {
+			return err
+		}
+	}
+	r.writeNotes(w)
+	r.writeComparisons(w, idleOn)
+	r.writeBound(w)
+	r.writeScenario(w)
+	return nil
+}
+
+// writePolicies writes the main table: one row per policy.
+func (r *Report) writePolicies(w io.Writer) error {
 	top := trace.Tiers[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\toccupancy\tvs bound\tpartial-gang idle GPU-h\t%s wait p50\t%s wait p99\tnormal wait p99\tweighted JCT (floor)\tpreemptions\tlost GPU-h (%% of delivered)\tdelivered GPU-h\tfair-share dev\tdecision ms p50/p99\tcompleted\t\n", top, top)
@@ -247,36 +268,34 @@ func (r *Report) WriteTable(w io.Writer) error {
 			p.Preemptions, p.LostGPUHours, 100*p.LostFraction, p.DeliveredGPUHours, 100*p.FairShareDeviation,
 			p.DecisionLatencyMS.P50, p.DecisionLatencyMS.P99, p.JobsCompleted, p.JobsTotal-p.JobsUnschedulable)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	idleOn := false
+	return tw.Flush()
+}
+
+// writeUtilization writes the utilization layer's table (idleness model on).
+func (r *Report) writeUtilization(w io.Writer) error {
+	fmt.Fprintln(w, "\nutilization layer (idleness model on):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "policy\thung runs\tGPU-h held idle\treclaimed by idle policy\tkilled at walltime\tdelivered GPU-h\t\n")
 	for _, p := range r.Policies {
-		idleOn = idleOn || p.HungRuns > 0
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t\n", p.Policy, p.HungRuns, p.IdleHeldGPUHours, p.Reclaims, p.HungKilled, p.DeliveredGPUHours)
 	}
-	if idleOn {
-		fmt.Fprintln(w, "\nutilization layer (idleness model on):")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "policy\thung runs\tGPU-h held idle\treclaimed by idle policy\tkilled at walltime\tdelivered GPU-h\t\n")
-		for _, p := range r.Policies {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t\n", p.Policy, p.HungRuns, p.IdleHeldGPUHours, p.Reclaims, p.HungKilled, p.DeliveredGPUHours)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	var notes []string
+	return tw.Flush()
+}
+
+// writeNotes names the jobs that never finished or could never fit.
+func (r *Report) writeNotes(w io.Writer) {
 	for _, p := range r.Policies {
 		if p.JobsUnfinished > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d jobs never finished", p.Policy, p.JobsUnfinished))
+			fmt.Fprintf(w, "note: %s: %d jobs never finished\n", p.Policy, p.JobsUnfinished)
 		}
 		if p.JobsUnschedulable > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d jobs can never fit the cluster and were not run", p.Policy, p.JobsUnschedulable))
+			fmt.Fprintf(w, "note: %s: %d jobs can never fit the cluster and were not run\n", p.Policy, p.JobsUnschedulable)
 		}
 	}
-	for _, n := range notes {
-		fmt.Fprintln(w, "note:", n)
-	}
+}
+
+// writeComparisons writes impact against each baseline.
+func (r *Report) writeComparisons(w io.Writer, idleOn bool) {
 	if len(r.Comparisons) > 0 {
 		fmt.Fprintln(w)
 	}
@@ -288,18 +307,29 @@ func (r *Report) WriteTable(w io.Writer) error {
 				c.ImpactIdleHeldGPUH, c.BaselineIdleHeldGPUH, c.IdleHeldReductionPct, c.DeliveredGPUHoursGain)
 		}
 	}
-	if b := r.Scenario.TopTierBound; b != nil {
-		fmt.Fprintf(w, "\n%s bound (%s jobs alone on the cluster, backfill at the impact cadence): p50 %s, p99 %s; each policy's %s p99:", top, top,
-			sim.FormatSeconds(b.P50), sim.FormatSeconds(b.P99), top)
-		for i, p := range r.Policies {
-			sep := ","
-			if i == 0 {
-				sep = ""
-			}
-			fmt.Fprintf(w, "%s %s %s (%s the bound)", sep, p.Policy, sim.FormatSeconds(p.WaitS[top].P99), timesBound(p.WaitS[top].P99, b.P99))
-		}
-		fmt.Fprintln(w)
+}
+
+// writeBound writes the top tier's bound and each policy's p99 against it.
+func (r *Report) writeBound(w io.Writer) {
+	b := r.Scenario.TopTierBound
+	if b == nil {
+		return
 	}
+	top := trace.Tiers[0]
+	fmt.Fprintf(w, "\n%s bound (%s jobs alone on the cluster, backfill at the impact cadence): p50 %s, p99 %s; each policy's %s p99:", top, top,
+		sim.FormatSeconds(b.P50), sim.FormatSeconds(b.P99), top)
+	for i, p := range r.Policies {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(w, "%s %s %s (%s the bound)", sep, p.Policy, sim.FormatSeconds(p.WaitS[top].P99), timesBound(p.WaitS[top].P99, b.P99))
+	}
+	fmt.Fprintln(w)
+}
+
+// writeScenario writes what was simulated, under which model.
+func (r *Report) writeScenario(w io.Writer) {
 	span := ""
 	if r.Scenario.From != "" || r.Scenario.To != "" {
 		span = fmt.Sprintf(", submitted %s..%s", r.Scenario.From, r.Scenario.To)
@@ -311,7 +341,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Model: %s\n", r.Scenario.Model.Description)
 	fmt.Fprintln(w, "Occupancy and fair share are measured over the submission window; waits, JCT, preemptions and lost work over the whole run.")
-	return nil
 }
 
 func timesBound(v, bound float64) string {

@@ -52,21 +52,22 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, help)
 		fs.PrintDefaults()
 	}
-	tracePath := fs.String("trace", "example/traces/philly.csv.gz", "the Philly trace")
-	seed := fs.Int64("seed", 1, "seed of the synthetic workloads and of the labels synthesized for Philly")
-	scale := fs.Float64("scale", 1, "length of the synthetic workloads (1: the suite's; smaller is quicker)")
-	only := fs.String("only", "", "comma-separated scenario names to run (default: all)")
-	out := fs.String("out", "out/robustness", "output directory for robustness.json")
-	policyFile := fs.String("impact-policy", "", "policy HCL file for impact (default: the built-in simulation policy)")
-	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "simulations run at once")
-	strict := fs.Bool("strict", false, "exit 1 when a never-worse check fails")
+	var f flags
+	fs.StringVar(&f.tracePath, "trace", "example/traces/philly.csv.gz", "the Philly trace")
+	fs.Int64Var(&f.seed, "seed", 1, "seed of the synthetic workloads and of the labels synthesized for Philly")
+	fs.Float64Var(&f.scale, "scale", 1, "length of the synthetic workloads (1: the suite's; smaller is quicker)")
+	fs.StringVar(&f.only, "only", "", "comma-separated scenario names to run (default: all)")
+	fs.StringVar(&f.out, "out", "out/robustness", "output directory for robustness.json")
+	fs.StringVar(&f.policyFile, "impact-policy", "", "policy HCL file for impact (default: the built-in simulation policy)")
+	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
+	fs.BoolVar(&f.strict, "strict", false, "exit 1 when a never-worse check fails")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	code, err := run(*tracePath, *seed, *scale, *only, *out, *policyFile, *parallel, *strict, stdout, stderr)
+	code, err := run(f, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "impact robustness: %v\n", err)
 		return 1
@@ -86,46 +87,26 @@ func DefaultConfig(pol *policy.Policy) Config {
 	return Config{Policy: pol, ImpactModel: imp, BaseModel: base, Refresh: base.Interval, Parallel: runtime.GOMAXPROCS(0)}
 }
 
-func run(tracePath string, seed int64, scale float64, only, out, policyFile string, parallel int, strict bool, stdout, stderr io.Writer) (int, error) {
+// flags are impact robustness's options.
+type flags struct {
+	tracePath, only, out, policyFile string
+	seed                             int64
+	scale                            float64
+	parallel                         int
+	strict                           bool
+}
+
+func run(f flags, stdout, stderr io.Writer) (int, error) {
 	t0 := time.Now()
-	var pol *policy.Policy
-	var err error
-	if policyFile != "" {
-		pol, err = policy.Load(policyFile)
-	} else {
-		pol, err = impact.DefaultPolicy()
-	}
+	pol, err := suitePolicy(f.policyFile)
 	if err != nil {
-		return 1, fmt.Errorf("impact policy: %w", err)
+		return 1, err
 	}
 	cfg := DefaultConfig(pol)
-	cfg.Parallel = parallel
-	want := map[string]bool{}
-	for _, n := range strings.Split(only, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			want[n] = true
-		}
-	}
-	var scs []Scenario
-	ph, err := Philly(tracePath, seed, DefaultPhillyWindows)
+	cfg.Parallel = f.parallel
+	scs, code, err := selectScenarios(f)
 	if err != nil {
-		return 1, err
-	}
-	syn, err := Synthetic(seed, scale)
-	if err != nil {
-		return 1, err
-	}
-	found := map[string]bool{}
-	for _, s := range append(ph, syn...) {
-		if len(want) == 0 || want[s.Name] {
-			scs = append(scs, s)
-			found[s.Name] = true
-		}
-	}
-	for n := range want {
-		if !found[n] {
-			return 2, fmt.Errorf("--only: unknown scenario %q", n)
-		}
+		return code, err
 	}
 	var outs []*Outcome
 	for _, s := range scs {
@@ -137,8 +118,74 @@ func run(tracePath string, seed int64, scale float64, only, out, policyFile stri
 		fmt.Fprintf(stderr, "impact robustness: %-14s %6d jobs on %4d GPUs, load %.2f: %s\n", s.Name, s.NumJobs, s.GPUs, s.Load, time.Since(st).Round(100*time.Millisecond))
 		outs = append(outs, o)
 	}
-	if err := WriteTable(stdout, outs); err != nil {
+	failed, err := printOutcomes(stdout, outs, cfg)
+	if err != nil {
 		return 1, err
+	}
+	path, err := writeJSON(f.out, outs)
+	if err != nil {
+		return 1, err
+	}
+	fmt.Fprintf(stdout, "\n%d scenarios, %d failed checks; report: %s; wall time %s\n", len(outs), failed, path, time.Since(t0).Round(100*time.Millisecond))
+	if f.strict && failed > 0 {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// suitePolicy is the policy of --impact-policy, or the built-in one.
+func suitePolicy(path string) (*policy.Policy, error) {
+	var pol *policy.Policy
+	var err error
+	if path != "" {
+		pol, err = policy.Load(path)
+	} else {
+		pol, err = impact.DefaultPolicy()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("impact policy: %w", err)
+	}
+	return pol, nil
+}
+
+// selectScenarios builds the suite's scenarios, those --only names if
+// given; on error it also returns the exit code (2 for a bad --only).
+func selectScenarios(f flags) ([]Scenario, int, error) {
+	want := map[string]bool{}
+	for _, n := range strings.Split(f.only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
+		}
+	}
+	ph, err := Philly(f.tracePath, f.seed, DefaultPhillyWindows)
+	if err != nil {
+		return nil, 1, err
+	}
+	syn, err := Synthetic(f.seed, f.scale)
+	if err != nil {
+		return nil, 1, err
+	}
+	var scs []Scenario
+	found := map[string]bool{}
+	for _, s := range append(ph, syn...) {
+		if len(want) == 0 || want[s.Name] {
+			scs = append(scs, s)
+			found[s.Name] = true
+		}
+	}
+	for n := range want {
+		if !found[n] {
+			return nil, 2, fmt.Errorf("--only: unknown scenario %q", n)
+		}
+	}
+	return scs, 0, nil
+}
+
+// printOutcomes prints the table, the scenarios, the cadences and the
+// failed checks; it returns how many checks failed.
+func printOutcomes(stdout io.Writer, outs []*Outcome, cfg Config) (int, error) {
+	if err := WriteTable(stdout, outs); err != nil {
+		return 0, err
 	}
 	fmt.Fprintln(stdout)
 	for _, o := range outs {
@@ -153,20 +200,21 @@ func run(tracePath string, seed int64, scale float64, only, out, policyFile stri
 		fmt.Fprintf(stdout, "\nfailed never-worse checks:\n")
 		WriteFailures(stdout, outs)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return 1, err
+	return failed, nil
+}
+
+// writeJSON writes the outcomes to DIR/robustness.json.
+func writeJSON(dir string, outs []*Outcome) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
 	b, err := json.MarshalIndent(outs, "", "  ")
 	if err != nil {
-		return 1, err
+		return "", err
 	}
-	path := filepath.Join(out, "robustness.json")
+	path := filepath.Join(dir, "robustness.json")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return 1, err
+		return "", err
 	}
-	fmt.Fprintf(stdout, "\n%d scenarios, %d failed checks; report: %s; wall time %s\n", len(outs), failed, path, time.Since(t0).Round(100*time.Millisecond))
-	if strict && failed > 0 {
-		return 1, nil
-	}
-	return 0, nil
+	return path, nil
 }

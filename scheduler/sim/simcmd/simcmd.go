@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +86,7 @@ type simFlags struct {
 	checkpoint, restart, grace  time.Duration
 	interval, debounce, recheck time.Duration
 	agentConfig                 string
+	cpuProfile                  string
 	parallel                    int
 	hangShare                   float64
 }
@@ -102,6 +104,33 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, simHelp)
 		fs.PrintDefaults()
 	}
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "impact sim: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	stop, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "impact sim: %v\n", err)
+		return 1
+	}
+	err = simMain(f, args, stdout, stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(stderr, "impact sim: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// register defines the flags of impact sim on fs, into f.
+func (f *simFlags) register(fs *flag.FlagSet) {
 	m := sim.DefaultModel()
 	fs.StringVar(&f.tracePath, "trace", "", "trace file (required)")
 	fs.StringVar(&f.format, "format", "philly", "trace format: philly or generic")
@@ -126,91 +155,29 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.interval, "cycle-interval", 0, fmt.Sprintf("the impact scheduler's timer, as the agent's cycle.interval (default: the agent's, %s)", agentconfig.DefaultCycleInterval))
 	fs.DurationVar(&f.debounce, "cycle-debounce", -1, fmt.Sprintf("the impact scheduler's delay from an event to its decision, as the agent's cycle.debounce, rounded up to a second (default: the agent's, %s)", agentconfig.DefaultCycleDebounce))
 	fs.DurationVar(&f.recheck, "recheck", time.Duration(m.Interval)*time.Second, "the baselines' timer (they decide after every event and this often while jobs wait); the impact scheduler re-reads aging and fair share at least this often on ticks where nothing else changed")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once")
 	fs.Float64Var(&f.hangShare, "hang-share", 0, "idleness model: the share of jobs (0..1) that hang once at a random point of their first run, holding their GPUs at 0% until their walltime estimate ends unless the policy reclaims them (seeded by --seed; 0: off)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "impact sim: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if err := simMain(f, args, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "impact sim: %v\n", err)
-		return 1
-	}
-	return 0
+}
+
+// simSetup is what the flags resolve to before anything is simulated.
+type simSetup struct {
+	format      trace.Format
+	ro          trace.ReadOptions
+	names       []string
+	cluster     sim.ClusterSpec
+	clusterDesc string
+	// model is the impact scheduler's (the live cadence), baseModel the
+	// baselines' (every modelled effect the same, their own cadence).
+	model, baseModel sim.Model
+	cadenceNote      string
 }
 
 func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
-	if f.tracePath == "" {
-		return errors.New("--trace is required (try example/traces/philly.csv.gz)")
-	}
-	format, err := trace.ParseFormat(f.format)
+	su, err := resolve(f)
 	if err != nil {
 		return err
 	}
-	var ro trace.ReadOptions
-	ro.SkipBad = f.skipBad
-	if f.from != "" {
-		v, err := trace.ParseTimeBound(format, f.from, false)
-		if err != nil {
-			return fmt.Errorf("--from: %w", err)
-		}
-		ro.From = &v
-	}
-	if f.to != "" {
-		v, err := trace.ParseTimeBound(format, f.to, true)
-		if err != nil {
-			return fmt.Errorf("--to: %w", err)
-		}
-		ro.To = &v
-	}
-	if ro.From != nil && ro.To != nil && *ro.To <= *ro.From {
-		return fmt.Errorf("--to (%s) must be after --from (%s)", f.to, f.from)
-	}
-	names, err := parsePolicies(f.policies)
-	if err != nil {
-		return err
-	}
-	var cl sim.ClusterSpec
-	clusterDesc := ""
-	if f.clusterFile != "" {
-		src, err := os.ReadFile(f.clusterFile)
-		if err != nil {
-			return fmt.Errorf("read cluster file: %w", err)
-		}
-		if cl, err = sim.ParseClusterHCL(src, f.clusterFile); err != nil {
-			return err
-		}
-		clusterDesc = f.clusterFile
-	} else {
-		if cl, err = sim.UniformCluster(f.nodes, f.gpn, f.islands, f.rack); err != nil {
-			return fmt.Errorf("cluster: %w", err)
-		}
-		clusterDesc = fmt.Sprintf("%d nodes x %d GPUs, %d NVLink islands per node, %d nodes per rack", f.nodes, f.gpn, f.islands, f.rack)
-	}
-	model := sim.DefaultModel()
-	model.CheckpointInterval = int64(f.checkpoint / time.Second)
-	model.RestartCost = int64(f.restart / time.Second)
-	model.Grace = int64(f.grace / time.Second)
-	model.Interval = int64(f.recheck / time.Second)
-	// The baselines share every modelled effect but the cadence.
-	baseModel := model
-	if err := baseModel.Validate(); err != nil {
-		return fmt.Errorf("--recheck: %w", err)
-	}
-	cadenceNote, err := impactCadence(f, &model)
-	if err != nil {
-		return err
-	}
-	if err := model.Validate(); err != nil {
-		return fmt.Errorf("impact cadence: %w", err)
-	}
-
 	if os.Getenv("GOGC") == "" {
 		// The run allocates many short-lived objects and stays small
 		// (about 300 MB for the whole Philly trace): collecting less
@@ -218,55 +185,179 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 		debug.SetGCPercent(400)
 	}
 	t0 := time.Now()
-	tr, err := trace.ReadFile(f.tracePath, format, ro)
+	tr, err := loadTrace(f, su, stderr)
 	if err != nil {
 		return err
 	}
+	opts := su.options(f, tr)
+	if !f.quiet {
+		opts.Progress = progressLine(stderr, opts, t0)
+	}
+	results, wall, err := runPolicies(f, su, tr, opts)
+	if err != nil {
+		return err
+	}
+	rep := newReport(f, su, args, tr, opts, results, wall)
+	if b, n, err := robust.TopTierBound(tr.Jobs, opts, su.model); err != nil {
+		return err
+	} else if n > 0 {
+		rep.Scenario.TopTierBound = &b
+	}
+	rep.Compare(impact.Name)
+	path, err := writeOutputs(f, rep, results, stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n%d jobs on %d GPUs; report: %s; wall time %s\n", len(tr.Jobs), su.cluster.GPUs(), path, time.Since(t0).Round(100*time.Millisecond))
+	return nil
+}
+
+// resolve checks the flags and works out the trace window, policies,
+// cluster and models.
+func resolve(f simFlags) (*simSetup, error) {
+	if f.tracePath == "" {
+		return nil, errors.New("--trace is required (try example/traces/philly.csv.gz)")
+	}
+	su := &simSetup{}
+	var err error
+	if su.format, err = trace.ParseFormat(f.format); err != nil {
+		return nil, err
+	}
+	if su.ro, err = readOptions(f, su.format); err != nil {
+		return nil, err
+	}
+	if su.names, err = parsePolicies(f.policies); err != nil {
+		return nil, err
+	}
+	if su.cluster, su.clusterDesc, err = simCluster(f); err != nil {
+		return nil, err
+	}
+	model := sim.DefaultModel()
+	model.CheckpointInterval = int64(f.checkpoint / time.Second)
+	model.RestartCost = int64(f.restart / time.Second)
+	model.Grace = int64(f.grace / time.Second)
+	model.Interval = int64(f.recheck / time.Second)
+	su.baseModel = model
+	if err := su.baseModel.Validate(); err != nil {
+		return nil, fmt.Errorf("--recheck: %w", err)
+	}
+	if su.cadenceNote, err = impactCadence(f, &model); err != nil {
+		return nil, err
+	}
+	if err := model.Validate(); err != nil {
+		return nil, fmt.Errorf("impact cadence: %w", err)
+	}
+	su.model = model
+	if err := (sim.IdleModel{HangShare: f.hangShare, Seed: f.seed}).Validate(); err != nil {
+		return nil, fmt.Errorf("--hang-share: %w", err)
+	}
+	return su, nil
+}
+
+// readOptions parses --from, --to and --skip-bad.
+func readOptions(f simFlags, format trace.Format) (trace.ReadOptions, error) {
+	ro := trace.ReadOptions{SkipBad: f.skipBad}
+	if f.from != "" {
+		v, err := trace.ParseTimeBound(format, f.from, false)
+		if err != nil {
+			return ro, fmt.Errorf("--from: %w", err)
+		}
+		ro.From = &v
+	}
+	if f.to != "" {
+		v, err := trace.ParseTimeBound(format, f.to, true)
+		if err != nil {
+			return ro, fmt.Errorf("--to: %w", err)
+		}
+		ro.To = &v
+	}
+	if ro.From != nil && ro.To != nil && *ro.To <= *ro.From {
+		return ro, fmt.Errorf("--to (%s) must be after --from (%s)", f.to, f.from)
+	}
+	return ro, nil
+}
+
+// simCluster is the cluster of --cluster, or the uniform one of --nodes and
+// friends, and its description for the report.
+func simCluster(f simFlags) (sim.ClusterSpec, string, error) {
+	if f.clusterFile != "" {
+		src, err := os.ReadFile(f.clusterFile)
+		if err != nil {
+			return sim.ClusterSpec{}, "", fmt.Errorf("read cluster file: %w", err)
+		}
+		cl, err := sim.ParseClusterHCL(src, f.clusterFile)
+		return cl, f.clusterFile, err
+	}
+	cl, err := sim.UniformCluster(f.nodes, f.gpn, f.islands, f.rack)
+	if err != nil {
+		return cl, "", fmt.Errorf("cluster: %w", err)
+	}
+	return cl, fmt.Sprintf("%d nodes x %d GPUs, %d NVLink islands per node, %d nodes per rack", f.nodes, f.gpn, f.islands, f.rack), nil
+}
+
+// loadTrace reads the selected window and synthesizes missing labels.
+func loadTrace(f simFlags, su *simSetup, stderr io.Writer) (*trace.Trace, error) {
+	tr, err := trace.ReadFile(f.tracePath, su.format, su.ro)
+	if err != nil {
+		return nil, err
+	}
 	if len(tr.Jobs) == 0 {
-		return fmt.Errorf("%s: no jobs in the selected window (%d rows outside it)", f.tracePath, tr.Filtered)
+		return nil, fmt.Errorf("%s: no jobs in the selected window (%d rows outside it)", f.tracePath, tr.Filtered)
 	}
 	if err := trace.Synthesize(tr.Jobs, tr.Source, f.seed); err != nil {
-		return err
+		return nil, err
 	}
 	if tr.Skipped > 0 {
 		fmt.Fprintf(stderr, "impact sim: skipped %d bad rows (first: %s)\n", tr.Skipped, tr.SkipErrors[0])
 	}
-	opts := sim.Options{Cluster: cl, Model: model, ProgressEvery: 2 * time.Second, Idle: sim.IdleModel{HangShare: f.hangShare, Seed: f.seed}}
-	if err := opts.Idle.Validate(); err != nil {
-		return fmt.Errorf("--hang-share: %w", err)
+	return tr, nil
+}
+
+// options are the run options of the impact scheduler (the baselines
+// differ only in the model); the window is the selected one, or the trace's
+// first to last submit.
+func (su *simSetup) options(f simFlags, tr *trace.Trace) sim.Options {
+	opts := sim.Options{Cluster: su.cluster, Model: su.model, ProgressEvery: 2 * time.Second, Idle: sim.IdleModel{HangShare: f.hangShare, Seed: f.seed}}
+	opts.WindowStart = tr.Jobs[0].Submit
+	if su.ro.From != nil {
+		opts.WindowStart = *su.ro.From
 	}
-	if ro.From != nil {
-		opts.WindowStart = *ro.From
-	} else {
-		opts.WindowStart = tr.Jobs[0].Submit
+	opts.WindowEnd = tr.Jobs[len(tr.Jobs)-1].Submit + 1
+	if su.ro.To != nil {
+		opts.WindowEnd = *su.ro.To
 	}
-	if ro.To != nil {
-		opts.WindowEnd = *ro.To
-	} else {
-		opts.WindowEnd = tr.Jobs[len(tr.Jobs)-1].Submit + 1
+	return opts
+}
+
+// progressLine prints the progress of the policies' runs (called from
+// their goroutines).
+func progressLine(stderr io.Writer, opts sim.Options, t0 time.Time) func(sim.Progress) {
+	var mu sync.Mutex
+	return func(p sim.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stderr, "impact sim: %-12s day %5.1f of %.1f  done %d/%d  queued %d  (%s)\n", p.Policy,
+			float64(p.Now-opts.WindowStart)/86400, float64(opts.WindowEnd-opts.WindowStart)/86400,
+			p.Done, p.Total, p.Queue, time.Since(t0).Round(time.Second))
 	}
-	var progMu sync.Mutex
-	if !f.quiet {
-		opts.Progress = func(p sim.Progress) {
-			progMu.Lock()
-			defer progMu.Unlock()
-			fmt.Fprintf(stderr, "impact sim: %-12s day %5.1f of %.1f  done %d/%d  queued %d  (%s)\n", p.Policy,
-				float64(p.Now-opts.WindowStart)/86400, float64(opts.WindowEnd-opts.WindowStart)/86400,
-				p.Done, p.Total, p.Queue, time.Since(t0).Round(time.Second))
-		}
-	}
-	scheds := make([]sim.Scheduler, len(names))
-	for i, n := range names {
+}
+
+// runPolicies simulates every policy, --parallel at a time, and returns
+// their results and wall times in seconds.
+func runPolicies(f simFlags, su *simSetup, tr *trace.Trace, opts sim.Options) ([]*sim.Result, map[string]float64, error) {
+	scheds := make([]sim.Scheduler, len(su.names))
+	for i, n := range su.names {
+		var err error
 		if scheds[i], err = newSimScheduler(n, f); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
-	results := make([]*sim.Result, len(names))
-	errs := make([]error, len(names))
-	wall := map[string]float64{}
+	results := make([]*sim.Result, len(su.names))
+	errs := make([]error, len(su.names))
+	walls := make([]float64, len(su.names))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, f.parallel))
-	for i := range names {
+	for i := range su.names {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
@@ -274,36 +365,43 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 			defer func() { <-sem }()
 			start := time.Now()
 			o := opts
-			if names[i] != impact.Name {
-				o.Model = baseModel
+			if su.names[i] != impact.Name {
+				o.Model = su.baseModel
 			}
 			results[i], errs[i] = sim.Run(tr.Jobs, scheds[i], o)
-			progMu.Lock()
-			wall[names[i]] = time.Since(start).Seconds()
-			progMu.Unlock()
+			walls[i] = time.Since(start).Seconds()
 		}(i)
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, nil, err
 	}
+	wall := make(map[string]float64, len(su.names))
+	for i, n := range su.names {
+		wall[n] = walls[i]
+	}
+	return results, wall, nil
+}
+
+// newReport assembles the report of a run (without comparisons).
+func newReport(f simFlags, su *simSetup, args []string, tr *trace.Trace, opts sim.Options, results []*sim.Result, wall map[string]float64) *report.Report {
 	rep := &report.Report{
 		Scenario: report.Scenario{
 			Command:     "impact sim " + strings.Join(args, " "),
 			Trace:       f.tracePath,
-			Format:      string(format),
+			Format:      string(su.format),
 			From:        f.from,
 			To:          f.to,
 			Jobs:        len(tr.Jobs),
 			OutsideRows: tr.Filtered,
 			SkippedRows: tr.Skipped,
 			SkipErrors:  tr.SkipErrors,
-			Nodes:       len(cl.Nodes),
-			GPUs:        cl.GPUs(),
-			Cluster:     clusterDesc,
+			Nodes:       len(su.cluster.Nodes),
+			GPUs:        su.cluster.GPUs(),
+			Cluster:     su.clusterDesc,
 			Seed:        f.seed,
 			LabelRule:   trace.LabelRule(f.seed),
-			Model:       report.ModelOf(model, baseModel, cadenceNote),
+			Model:       report.ModelOf(su.model, su.baseModel, su.cadenceNote),
 			Idleness:    opts.Idle.Describe(),
 			TierWeights: report.TierWeightMap(sim.DefaultTierWeights),
 		},
@@ -311,7 +409,7 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 		Policies:    results,
 		WallS:       wall,
 	}
-	for _, n := range names {
+	for _, n := range su.names {
 		if n == impact.Name {
 			rep.Scenario.ImpactPolicy = "built in (the text of example/sim/policy.hcl)"
 			if f.policyFile != "" {
@@ -319,31 +417,50 @@ func simMain(f simFlags, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if b, n, err := robust.TopTierBound(tr.Jobs, opts, model); err != nil {
-		return err
-	} else if n > 0 {
-		rep.Scenario.TopTierBound = &b
-	}
-	rep.Compare(impact.Name)
+	return rep
+}
+
+// writeOutputs prints the table and writes report.json, the series and
+// the plots; it returns report.json's path.
+func writeOutputs(f simFlags, rep *report.Report, results []*sim.Result, stdout io.Writer) (string, error) {
 	if err := rep.WriteTable(stdout); err != nil {
-		return err
+		return "", err
 	}
 	path, err := rep.WriteJSON(f.out)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := rep.WriteSeries(f.out); err != nil {
-		return err
+		return "", err
 	}
 	if !f.noPlots {
 		files, err := plot.All(f.out, results)
 		if err != nil {
-			return err
+			return "", err
 		}
 		fmt.Fprintf(stdout, "plots: %s\n", strings.Join(files, ", "))
 	}
-	fmt.Fprintf(stdout, "\n%d jobs on %d GPUs; report: %s; wall time %s\n", len(tr.Jobs), cl.GPUs(), path, time.Since(t0).Round(100*time.Millisecond))
-	return nil
+	return path, nil
+}
+
+// startCPUProfile starts profiling into path (nothing if path is empty)
+// and returns what stops it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		fh.Close()
+	}, nil
 }
 
 func parsePolicies(s string) ([]string, error) {

@@ -306,3 +306,23 @@ func TestSimCadenceFromAgentConfig(t *testing.T) {
 		t.Fatalf("missing agent config: exit %d, %s", code, stderr.String())
 	}
 }
+
+// TestSimCPUProfile: --cpuprofile writes a profile pprof can read (a gzip
+// stream), and a path that cannot be created is an error naming the flag.
+func TestSimCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	prof := filepath.Join(dir, "cpu.prof")
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"--trace", tr, "--format", "generic", "--nodes", "4", "--policies", "impact", "--no-plots", "--quiet", "--out", filepath.Join(dir, "o"), "--cpuprofile", prof}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile %d bytes, err %v", len(b), err)
+	}
+	stderr.Reset()
+	if code := Main([]string{"--trace", tr, "--format", "generic", "--cpuprofile", filepath.Join(dir, "missing", "cpu.prof")}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "--cpuprofile") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}

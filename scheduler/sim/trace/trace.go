@@ -134,101 +134,35 @@ func ReadFile(path string, format Format, opts ReadOptions) (*Trace, error) {
 
 // Read reads a trace from r; name is used in error messages.
 func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, error) {
-	br := bufio.NewReaderSize(r, 1<<16)
-	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, fmt.Errorf("%s: gzip: %w", name, err)
-		}
-		defer zr.Close()
-		br = bufio.NewReaderSize(zr, 1<<16)
-	}
-	var p rowParser
-	var columns []string
-	switch format {
-	case FormatPhilly:
-		p, columns = &phillyParser{}, phillyColumns
-	case FormatGeneric:
-		p, columns = &genericParser{}, GenericColumns
-	default:
-		return nil, fmt.Errorf("%s: unknown trace format %q", name, format)
-	}
-	cr := csv.NewReader(br)
-	cr.FieldsPerRecord = -1 // checked per row, so the error names the line
-	cr.ReuseRecord = true
-	t := &Trace{Source: name, Format: format}
-	header, err := cr.Read()
+	br, closeGz, err := decompress(r, name)
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: empty trace (no header)", name)
-		}
-		return nil, fmt.Errorf("%s: header: %w", name, err)
+		return nil, err
 	}
-	if err := p.header(header); err != nil {
-		return nil, &RowError{File: name, Line: 1, Err: err}
+	defer closeGz()
+	rr, err := newRowReader(br, name, format)
+	if err != nil {
+		return nil, err
 	}
-	seen := make(map[string]int)
-	lastLine := 1 // the last line read, for errors that have no row
+	t := &Trace{Source: name, Format: format}
 	for {
-		rec, err := cr.Read()
+		job, err := rr.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		var line int
-		if err == nil {
-			line, _ = cr.FieldPos(0)
-			lastLine = line
-		}
-		var job Job
-		if err != nil {
-			var pe *csv.ParseError
-			if !errors.As(err, &pe) {
-				// The file itself cannot be read (truncated or corrupt
-				// gzip, I/O): no later row can be, so not even --skip-bad
-				// goes on (it would read the same error forever).
-				return nil, fmt.Errorf("%s: read after line %d: %w", name, lastLine, err)
-			}
-			err = &RowError{File: name, Line: pe.Line, Col: pe.Column, Err: pe.Err}
-		} else if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
-			continue // a blank line (e.g. trailing) is not a row
-		} else {
-			job, err = p.row(rec, line)
-			if err != nil {
-				var re *RowError
-				if errors.As(err, &re) {
-					re.File, re.Line = name, line
-					if k := slices.Index(columns, re.Column); k >= 0 {
-						re.Line, re.Col = cr.FieldPos(k)
-					}
-				} else {
-					err = &RowError{File: name, Line: line, Err: err}
-				}
-			}
-		}
-		if err == nil {
-			if prev, dup := seen[job.ID]; dup {
-				_, col := cr.FieldPos(0)
-				err = &RowError{File: name, Line: line, Col: col, Column: "id", Err: fmt.Errorf("duplicate job id %q (first on line %d)", job.ID, prev)}
-			}
+		var re *RowError
+		if err != nil && (!errors.As(err, &re) || !opts.SkipBad) {
+			return nil, err
 		}
 		if err != nil {
-			if !opts.SkipBad {
-				return nil, err
-			}
 			t.Skipped++
 			if len(t.SkipErrors) < maxSkipErrors {
 				t.SkipErrors = append(t.SkipErrors, err.Error())
 			}
 			continue
 		}
-		seen[job.ID] = line
 		if (opts.From != nil && job.Submit < *opts.From) || (opts.To != nil && job.Submit >= *opts.To) {
 			t.Filtered++
 			continue
-		}
-		job.Line = line
-		if k := slices.Index(columns, "tier"); k >= 0 && job.Tier != "" {
-			_, job.tierCol = cr.FieldPos(k)
 		}
 		t.Jobs = append(t.Jobs, job)
 	}
@@ -239,6 +173,111 @@ func Read(r io.Reader, name string, format Format, opts ReadOptions) (*Trace, er
 		return t.Jobs[i].Line < t.Jobs[j].Line
 	})
 	return t, nil
+}
+
+// decompress reads through gzip when r starts with its magic bytes; the
+// function returned closes the gzip reader.
+func decompress(r io.Reader, name string) (*bufio.Reader, func(), error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: gzip: %w", name, err)
+		}
+		return bufio.NewReaderSize(zr, 1<<16), func() { zr.Close() }, nil
+	}
+	return br, func() {}, nil
+}
+
+// rowReader reads a trace's rows as jobs, with errors that name the
+// file, line and column at fault.
+type rowReader struct {
+	cr       *csv.Reader
+	name     string
+	p        rowParser
+	columns  []string
+	seen     map[string]int // job ID -> line of its first row
+	lastLine int            // the last line read, for errors that have no row
+}
+
+// newRowReader reads and checks the header of format.
+func newRowReader(r io.Reader, name string, format Format) (*rowReader, error) {
+	rr := &rowReader{name: name, seen: map[string]int{}, lastLine: 1}
+	switch format {
+	case FormatPhilly:
+		rr.p, rr.columns = &phillyParser{}, phillyColumns
+	case FormatGeneric:
+		rr.p, rr.columns = &genericParser{}, GenericColumns
+	default:
+		return nil, fmt.Errorf("%s: unknown trace format %q", name, format)
+	}
+	rr.cr = csv.NewReader(r)
+	rr.cr.FieldsPerRecord = -1 // checked per row, so the error names the line
+	rr.cr.ReuseRecord = true
+	header, err := rr.cr.Read()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty trace (no header)", name)
+		}
+		return nil, fmt.Errorf("%s: header: %w", name, err)
+	}
+	if err := rr.p.header(header); err != nil {
+		return nil, &RowError{File: name, Line: 1, Err: err}
+	}
+	return rr, nil
+}
+
+// next returns the next row's job, io.EOF after the last row, a *RowError
+// for a bad row (the reader can go on), or another error when the file
+// itself cannot be read (truncated or corrupt gzip, I/O): no later row can
+// be, so not even --skip-bad goes on (it would read the same error
+// forever).
+func (rr *rowReader) next() (Job, error) {
+	for {
+		rec, err := rr.cr.Read()
+		if errors.Is(err, io.EOF) {
+			return Job{}, io.EOF
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if !errors.As(err, &pe) {
+				return Job{}, fmt.Errorf("%s: read after line %d: %w", rr.name, rr.lastLine, err)
+			}
+			return Job{}, &RowError{File: rr.name, Line: pe.Line, Col: pe.Column, Err: pe.Err}
+		}
+		line, _ := rr.cr.FieldPos(0)
+		rr.lastLine = line
+		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue // a blank line (e.g. trailing) is not a row
+		}
+		return rr.job(rec, line)
+	}
+}
+
+// job parses one row read from line.
+func (rr *rowReader) job(rec []string, line int) (Job, error) {
+	job, err := rr.p.row(rec, line)
+	if err != nil {
+		var re *RowError
+		if !errors.As(err, &re) {
+			return Job{}, &RowError{File: rr.name, Line: line, Err: err}
+		}
+		re.File, re.Line = rr.name, line
+		if k := slices.Index(rr.columns, re.Column); k >= 0 {
+			re.Line, re.Col = rr.cr.FieldPos(k)
+		}
+		return Job{}, re
+	}
+	if prev, dup := rr.seen[job.ID]; dup {
+		_, col := rr.cr.FieldPos(0)
+		return Job{}, &RowError{File: rr.name, Line: line, Col: col, Column: "id", Err: fmt.Errorf("duplicate job id %q (first on line %d)", job.ID, prev)}
+	}
+	rr.seen[job.ID] = line
+	job.Line = line
+	if k := slices.Index(rr.columns, "tier"); k >= 0 && job.Tier != "" {
+		_, job.tierCol = rr.cr.FieldPos(k)
+	}
+	return job, nil
 }
 
 type rowParser interface {
