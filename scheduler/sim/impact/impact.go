@@ -292,64 +292,75 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 		s.changed = true
 	}
 	for _, c := range st.Changes() {
-		j := c.Job
-		switch c.Kind {
-		case sim.Submitted:
-			s.jobs[j.ID] = j
-			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued)); err != nil {
-				return err
-			}
-		case sim.Started:
-			// A run that already ended is recorded too: its Finished
-			// change follows and charges its GPU time.
-			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobRunning)); err != nil {
-				return err
-			}
-			ri := &runInfo{job: j, ckpt: c.At, allocs: s.runAllocs(j, c.Allocs, c.At)}
-			s.running[j.Index] = ri
-			if j.State == sim.Running {
-				s.watchCkpt(ri)
-				if s.pol.Preemption.Enabled && j.IsPreemptible {
-					heap.Push(&s.youngUntil, c.At+int64(s.pol.MinRuntime(s.spec(j))/time.Second))
-				}
-			}
-			if err := s.upsertAllocs(ri.allocs); err != nil {
-				return err
-			}
-		case sim.StopRequested:
-			ri := s.running[j.Index]
-			if ri == nil || j.State != sim.Stopping {
-				continue // already stopped or finished: the next change says which
-			}
-			ri.allocs = restamp(ri.allocs, ri.ckpt, true)
-			if err := s.upsertAllocs(ri.allocs); err != nil {
-				return err
-			}
-		case sim.Requeued:
-			if ri := s.running[j.Index]; ri != nil {
-				s.finishAllocs(ri, c.At)
-				delete(s.running, j.Index)
-			}
-			if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued)); err != nil {
-				return err
-			}
-		case sim.Hung:
-			if ri := s.running[j.Index]; ri != nil {
-				s.hung[j.Index] = &hungRun{ri: ri, fed: -1}
-				s.changed = true
-			}
-		case sim.Finished:
-			if ri := s.running[j.Index]; ri != nil {
-				s.finishAllocs(ri, c.At)
-				delete(s.running, j.Index)
-			}
-			s.store.DeleteJob(j.ID)
-			delete(s.jobs, j.ID)
+		if err := s.applyChange(c); err != nil {
+			return err
 		}
 	}
-	// Checkpoints taken since the last cycle. A run that ended (its
-	// runInfo is gone or replaced) or is stopping is dropped: a stopping
-	// job's checkpoints no longer matter, it is not a victim again.
+	return s.applyCheckpoints(st, now)
+}
+
+// applyChange tells the store of one change of a job.
+func (s *Scheduler) applyChange(c sim.Change) error {
+	j := c.Job
+	switch c.Kind {
+	case sim.Submitted:
+		s.jobs[j.ID] = j
+		return s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued))
+	case sim.Started:
+		return s.started(c)
+	case sim.StopRequested:
+		ri := s.running[j.Index]
+		if ri == nil || j.State != sim.Stopping {
+			return nil // already stopped or finished: the next change says which
+		}
+		ri.allocs = restamp(ri.allocs, ri.ckpt, true)
+		return s.upsertAllocs(ri.allocs)
+	case sim.Requeued:
+		if ri := s.running[j.Index]; ri != nil {
+			s.finishAllocs(ri, c.At)
+			delete(s.running, j.Index)
+		}
+		return s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued))
+	case sim.Hung:
+		if ri := s.running[j.Index]; ri != nil {
+			s.hung[j.Index] = &hungRun{ri: ri, fed: -1}
+			s.changed = true
+		}
+	case sim.Finished:
+		if ri := s.running[j.Index]; ri != nil {
+			s.finishAllocs(ri, c.At)
+			delete(s.running, j.Index)
+		}
+		s.store.DeleteJob(j.ID)
+		delete(s.jobs, j.ID)
+	}
+	return nil
+}
+
+// started records a run that started. A run that already ended is
+// recorded too: its Finished change follows and charges its GPU time.
+func (s *Scheduler) started(c sim.Change) error {
+	j := c.Job
+	if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobRunning)); err != nil {
+		return err
+	}
+	ri := &runInfo{job: j, ckpt: c.At, allocs: s.runAllocs(j, c.Allocs, c.At)}
+	s.running[j.Index] = ri
+	if j.State == sim.Running {
+		s.watchCkpt(ri)
+		if s.pol.Preemption.Enabled && j.IsPreemptible {
+			heap.Push(&s.youngUntil, c.At+int64(s.pol.MinRuntime(s.spec(j))/time.Second))
+		}
+	}
+	return s.upsertAllocs(ri.allocs)
+}
+
+// applyCheckpoints tells the store of the checkpoints taken since the last
+// cycle. A run that ended (its runInfo is gone or replaced) or is stopping
+// is dropped: a stopping job's checkpoints no longer matter, it is not a
+// victim again.
+func (s *Scheduler) applyCheckpoints(st *sim.State, now int64) error {
+	var v victimTiers
 	for len(s.ckpts) > 0 && s.ckpts[0].t <= now {
 		ri := heap.Pop(&s.ckpts).(ckptEntry).ri
 		j := ri.job
@@ -357,7 +368,9 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 			continue
 		}
 		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {
-			s.changed = true // a victim's cost fell
+			// A victim's cost fell: that can change the plan only if some
+			// waiting job may preempt it.
+			s.changed = s.changed || v.mayPreempt(s, st, j)
 			ri.ckpt = ck
 			ri.allocs = restamp(ri.allocs, ck, false)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
@@ -369,6 +382,45 @@ func (s *Scheduler) apply(st *sim.State, now int64) error {
 		heap.Push(&s.ckpts, ckptEntry{t: max(s.nextCkpt(ri), now+1), ri: ri})
 	}
 	return nil
+}
+
+// victimTiers answers, for one cycle, whether a waiting job may preempt a
+// running one: the only use the engine makes of a checkpoint is to price a
+// victim (preempt.WorkLost), so a checkpoint of a job no waiting job may
+// preempt leaves the plan as it was.
+type victimTiers struct {
+	tiers map[string]bool // tiers of the waiting jobs; nil until needed
+}
+
+// mayPreempt: some waiting job's tier may preempt j's, or j hung (the
+// idle policy can make a hung job a victim of any tier at least as
+// heavy; its idle state is the engine's to judge).
+func (v *victimTiers) mayPreempt(s *Scheduler, st *sim.State, j *sim.Job) bool {
+	if _, hung := s.hung[j.Index]; hung || !s.pol.Preemption.Enabled {
+		return hung
+	}
+	if v.tiers == nil {
+		v.tiers = map[string]bool{}
+		for _, q := range st.Queue() {
+			v.tiers[s.tierOf(q)] = true
+		}
+	}
+	victim := s.tierOf(j)
+	for t := range v.tiers {
+		if s.pol.MayPreempt(t, victim) {
+			return true
+		}
+	}
+	return false
+}
+
+// tierOf is the policy's tier of j (its default tier for one it lacks),
+// as the engine resolves it.
+func (s *Scheduler) tierOf(j *sim.Job) string {
+	if t := s.pol.TierOf(policy.Spec{Tier: j.Tier}); t != nil {
+		return t.Name
+	}
+	return j.Tier
 }
 
 // idle reports a cycle whose plan is certainly empty, so the engine need
@@ -400,10 +452,12 @@ func (s *Scheduler) idle(st *sim.State) bool {
 }
 
 // quiet reports a timer tick whose decision would repeat the last look's
-// (a decision, or an idle check that proved the plan empty): nothing the engine reads changed since
-// (no submit, start, stop, finish or checkpoint) and no time-dependent
-// threshold passed: a running gang's impact_min_runtime ending (it becomes
-// a victim), a preemption leaving the lost-work budget's hour. The inputs
+// (a decision, or an idle check that proved the plan empty): nothing the
+// engine reads changed since (no submit, start, stop or finish, and no
+// checkpoint of a job some waiting job may preempt: see victimTiers) and
+// no time-dependent threshold passed: a running gang's impact_min_runtime
+// ending (it becomes a victim), a preemption leaving the lost-work
+// budget's hour. The inputs
 // that move continuously, aging and fair-share decay, move slowly (points
 // per hour), so they are re-read at least every Refresh seconds rather
 // than at every tick. The live agent decides at every tick; this lets the
@@ -462,6 +516,12 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 	}
 	plan := s.eng.Decide(s.store.Snapshot(), at(now))
 	s.looked(now, plan)
+	return s.actions(plan)
+}
+
+// actions translates an engine plan into simulator actions, checking that
+// it names only jobs, nodes and GPUs the simulation has.
+func (s *Scheduler) actions(plan *engine.Plan) (sim.Actions, error) {
 	var acts sim.Actions
 	if len(plan.Requeues) > 0 {
 		// Simulated gangs never lose a member: a requeue means the model
@@ -482,28 +542,36 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 		acts.Preempt = append(acts.Preempt, sim.Preemption{Job: j, Grace: int64(p.Grace / time.Second)})
 	}
 	for _, a := range plan.Admissions {
-		j := s.jobs[a.JobID]
-		if j == nil {
-			return acts, fmt.Errorf("plan admits unknown job %q", a.JobID)
-		}
-		if len(a.Groups) != 1 || len(a.Groups[0].Allocs) != len(j.Members) {
-			return acts, fmt.Errorf("plan admits job %q with %d groups, want 1 group of %d allocations", a.JobID, len(a.Groups), len(j.Members))
-		}
-		for m, ap := range a.Groups[0].Allocs {
-			n, ok := s.nodeIndex[ap.NodeID]
-			if !ok {
-				return acts, fmt.Errorf("plan admits job %q on unknown node %q", a.JobID, ap.NodeID)
-			}
-			gpus := make([]int, len(ap.GPUs))
-			for k, id := range ap.GPUs {
-				g, ok := s.gpuIndex[id]
-				if !ok {
-					return acts, fmt.Errorf("plan admits job %q on unknown GPU %q", a.JobID, id)
-				}
-				gpus[k] = g
-			}
-			acts.Place = append(acts.Place, sim.Placement{Job: j, Member: m, Alloc: sim.Alloc{Node: n, GPUs: gpus}})
+		if err := s.admission(a, &acts); err != nil {
+			return acts, err
 		}
 	}
 	return acts, nil
+}
+
+// admission adds the placements of one admitted job to acts.
+func (s *Scheduler) admission(a engine.Admission, acts *sim.Actions) error {
+	j := s.jobs[a.JobID]
+	if j == nil {
+		return fmt.Errorf("plan admits unknown job %q", a.JobID)
+	}
+	if len(a.Groups) != 1 || len(a.Groups[0].Allocs) != len(j.Members) {
+		return fmt.Errorf("plan admits job %q with %d groups, want 1 group of %d allocations", a.JobID, len(a.Groups), len(j.Members))
+	}
+	for m, ap := range a.Groups[0].Allocs {
+		n, ok := s.nodeIndex[ap.NodeID]
+		if !ok {
+			return fmt.Errorf("plan admits job %q on unknown node %q", a.JobID, ap.NodeID)
+		}
+		gpus := make([]int, len(ap.GPUs))
+		for k, id := range ap.GPUs {
+			g, ok := s.gpuIndex[id]
+			if !ok {
+				return fmt.Errorf("plan admits job %q on unknown GPU %q", a.JobID, id)
+			}
+			gpus[k] = g
+		}
+		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: m, Alloc: sim.Alloc{Node: n, GPUs: gpus}})
+	}
+	return nil
 }

@@ -334,3 +334,40 @@ func TestHeadroomStartsCriticalAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointWakesOnlyForAVictim: a checkpoint lowers what preempting
+// its job would lose, so it is worth a decision only while a waiting job
+// may preempt that job. Scavenger A (8 GPUs) checkpoints at 2501 (2500s
+// of progress from its start at 1).
+//   - Normal job N waits from 100: normal may preempt scavenger. Past A's
+//     minimum runtime (1801) A is still too costly (all its work since
+//     the start would be lost) until the checkpoint; the tick after it
+//     (2510) preempts A, and N starts when the grace ends, on the 2570
+//     tick (it comes after the release at the same second). Without
+//     waking on the checkpoint the preemption would wait for the next
+//     refresh of the quiet ticks (2710).
+//   - With A a normal job and normal job W waiting (a tier that may
+//     preempt, but not normal work), no waiting job may preempt A: the run
+//     makes as many decisions as one without checkpoints at all.
+func TestCheckpointWakesOnlyForAVictim(t *testing.T) {
+	run := func(aTier string, waiter trace.Job, ckpt int64) *sim.Result {
+		o := opts(t, 1)
+		o.Model.CheckpointInterval = ckpt
+		res, err := sim.Run([]trace.Job{tj("A", 0, 20000, 8, aTier, true), waiter}, newSchedNoHeadroom(t), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := run("scavenger", tj("N", 100, 600, 8, "normal", true), 2500)
+	for _, j := range res.Jobs {
+		if j.ID == "N" && j.FirstStart != 2570 {
+			t.Errorf("N started at %d, want 2570 (A preempted on the tick after its checkpoint)", j.FirstStart)
+		}
+	}
+	w := tj("W", 100, 600, 8, "normal", true)
+	with, without := run("normal", w, 2500), run("normal", w, 0)
+	if with.Cycles != without.Cycles || with.Cycles == 0 {
+		t.Errorf("decisions with A's checkpoints %d, without %d: a checkpoint no waiting job can use woke the engine", with.Cycles, without.Cycles)
+	}
+}
