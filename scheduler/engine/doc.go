@@ -99,8 +99,13 @@
 // cycle (they depend on now and usage) and radix-sorted; waiting reasons
 // are formatted once per distinct sentence. Placement keeps the running
 // allocations in gang order across cycles and merges in only the changed
-// shards. TestGoldenPlans pins the decisions (testdata/plans.golden), so
-// that a change made for speed cannot change a plan.
+// shards. Work that reads the same state and writes disjoint parts of the
+// cycle runs on two goroutines: the queue cache is refreshed while the
+// placement state is built; the running gangs are judged while the queue
+// is ordered; the plan's queue index is filled while the jobs are
+// decided. Decisions stay sequential, in queue order. TestGoldenPlans
+// pins the decisions (testdata/plans.golden), so that a change made for
+// speed cannot change a plan.
 //
 // The engine reads no clock: `now` is an argument, so the simulator can
 // replay months in seconds and tests are exact.
