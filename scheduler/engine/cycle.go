@@ -151,48 +151,38 @@ func (c *cycle) run() {
 	}
 	// The queue cache and the placement state are built from the same
 	// snapshot by disjoint code (the queue cache and the placement cache
-	// are separate, the snapshot is immutable): on two cores, at once.
-	refreshed := make(chan struct{})
-	go func() {
-		defer close(refreshed)
-		c.refreshQueue()
-	}()
-	c.st = placement.New(c.snap, stopping, c.e.cache)
-	<-refreshed
+	// are separate, the snapshot is immutable).
+	c.sideBySide(func() { c.st = placement.New(c.snap, stopping, c.e.cache) }, c.refreshQueue)
 	c.accrue(c.st.Holders())
 	c.holdPending()
 	c.holdBindings()
 	// Judging the running gangs (victims, idle, the gang watch) and
 	// ordering the queue read the same state and write disjoint parts of
-	// the cycle: at once. The spec facts both need are worked out before
+	// the cycle. The spec facts both need are worked out before
 	// (managedFacts; the queue's came with refreshQueue), so neither fills
 	// a shared cache.
 	facts := c.managedFacts()
-	judged := make(chan struct{})
-	go func() {
-		defer close(judged)
+	var queue []*queued
+	c.sideBySide(func() {
+		queue = c.buildQueue()
+		c.headroomBegin(queue)
+	}, func() {
 		c.assessHolders(facts)
 		c.watchGangs()
-	}()
-	queue := c.buildQueue()
-	c.headroomBegin(queue)
-	<-judged
-	indexed := make(chan struct{})
+	})
+	decideAll := func() {
+		for i, q := range queue {
+			c.decide(q, i+1)
+		}
+	}
 	if c.explain {
 		// The plan's queue and its index of explanations depend only on
-		// the order, not on the decisions: built beside the decisions.
+		// the order, not on the decisions.
 		c.exps = make([]Explanation, len(queue))
-		go func() {
-			defer close(indexed)
-			c.indexExplanations(queue)
-		}()
+		c.sideBySide(decideAll, func() { c.indexExplanations(queue) })
 	} else {
-		close(indexed)
+		decideAll()
 	}
-	for i, q := range queue {
-		c.decide(q, i+1)
-	}
-	<-indexed
 	c.st.Commit()
 	c.plan.Headroom = c.headroomStatus()
 	if c.e.logger.IsDebug() {
@@ -200,6 +190,29 @@ func (c *cycle) run() {
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
 			"reservations", len(c.reservations), "free_gpus", c.st.FreeGPUs(""))
 	}
+}
+
+// sideBySideFrom is the size of a snapshot (jobs plus allocations) from
+// which sideBySide uses a second goroutine: below it the hand-off costs
+// more than the work it shares.
+const sideBySideFrom = 2048
+
+// sideBySide runs a and b, which must touch disjoint state, and returns
+// when both are done: b on a goroutine of its own when the snapshot is
+// large enough for two cores to gain.
+func (c *cycle) sideBySide(a, b func()) {
+	if c.snap.NumJobs()+c.snap.NumAllocs() < sideBySideFrom {
+		a()
+		b()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b()
+	}()
+	a()
+	<-done
 }
 
 func earliestStart(allocs []*cluster.Alloc) time.Time {
