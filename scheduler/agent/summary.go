@@ -14,37 +14,45 @@ import (
 // their opening words; a reason it does not recognise still gets a true,
 // generic sentence (the details are in Reason).
 func summarize(e agentapi.Explanation) string {
-	r := e.Reason
 	switch e.State {
 	case agentapi.StateInvalid:
-		if len(e.Errors) > 0 {
-			return "Cannot be scheduled as written: fix its impact_* meta and submit it again."
-		}
-		if strings.HasPrefix(r, "group ") {
-			return "Cannot be scheduled as written: it asks more GPUs per allocation than any node can give."
-		}
-		return "Cannot be scheduled as written: change the job and submit it again."
+		return summarizeInvalid(e)
 	case agentapi.StateRunning:
-		if e.Decision == DecisionPreempted {
-			return "Being preempted for " + e.PreemptedBy + "; it goes back to the queue."
-		}
-		if e.Decision == DecisionReclaimed {
-			if strings.Contains(r, "left stopped") {
-				return "Hung: being stopped by its tier's idle action, for good (no requeues left)."
-			}
-			return "Hung: being stopped by its tier's idle action; it goes back to the queue."
-		}
-		if e.Hung {
-			return "Running but hung: every allocation's GPUs are idle."
-		}
-		if e.Idle {
-			return "Running but idle: its GPUs' utilisation is below its tier's idle threshold."
-		}
-		return fmt.Sprintf("Running: all %d allocation(s) admitted and started.", e.Allocations)
+		return summarizeRunning(e)
 	case agentapi.StateAdmitting:
 		return fmt.Sprintf("Admitted: waiting for Nomad to start its %d allocation(s).", e.Allocations)
 	}
-	// Waiting.
+	return summarizeWaiting(e)
+}
+
+func summarizeInvalid(e agentapi.Explanation) string {
+	switch {
+	case len(e.Errors) > 0:
+		return "Cannot be scheduled as written: fix its impact_* meta and submit it again."
+	case strings.HasPrefix(e.Reason, "group "):
+		return "Cannot be scheduled as written: it asks more GPUs per allocation than any node can give."
+	}
+	return "Cannot be scheduled as written: change the job and submit it again."
+}
+
+func summarizeRunning(e agentapi.Explanation) string {
+	switch {
+	case e.Decision == DecisionPreempted:
+		return "Being preempted for " + e.PreemptedBy + "; it goes back to the queue."
+	case e.Decision == DecisionReclaimed && strings.Contains(e.Reason, "left stopped"):
+		return "Hung: being stopped by its tier's idle action, for good (no requeues left)."
+	case e.Decision == DecisionReclaimed:
+		return "Hung: being stopped by its tier's idle action; it goes back to the queue."
+	case e.Hung:
+		return "Running but hung: every allocation's GPUs are idle."
+	case e.Idle:
+		return "Running but idle: its GPUs' utilisation is below its tier's idle threshold."
+	}
+	return fmt.Sprintf("Running: all %d allocation(s) admitted and started.", e.Allocations)
+}
+
+func summarizeWaiting(e agentapi.Explanation) string {
+	r := e.Reason
 	place := "first in line"
 	if e.Position > 1 {
 		place = fmt.Sprintf("%s in line", ordinal(e.Position))

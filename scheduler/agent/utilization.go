@@ -54,66 +54,55 @@ type GPUUtilization struct {
 // and the cluster mean is over allocated GPUs, which is what says whether
 // admitted work uses what it was given.
 func utilizationOf(snap *cluster.Snapshot, stats []GPUStat) UtilizationStats {
-	type key struct{ node, dev string }
-	holder := map[key]string{} // GPU -> job holding it
+	holder := map[gpuKey]string{} // GPU -> job holding it
 	for _, a := range snap.Allocs() {
 		for _, g := range a.GPUs {
-			holder[key{a.NodeID, g}] = a.JobID
+			holder[gpuKey{a.NodeID, g}] = a.JobID
 		}
 	}
-	type mean struct {
-		sum float64
-		n   int
-	}
-	jobs := map[string]*mean{}
-	known := map[key]GPUStat{}
+	known := map[gpuKey]GPUStat{}
 	for _, s := range stats {
-		known[key{s.NodeID, s.DeviceID}] = s
+		known[gpuKey{s.NodeID, s.DeviceID}] = s
 	}
 	out := UtilizationStats{Nodes: map[string]float64{}, Jobs: map[string]float64{}}
-	var allocSum float64
+	var allocated meanOf
+	jobs := map[string]*meanOf{}
 	for _, n := range snap.Nodes() {
 		name := n.Name
 		if name == "" {
 			name = n.ID
 		}
-		var sum float64
-		var cnt int
+		var node meanOf
 		for _, g := range n.GPUs {
-			s, ok := known[key{n.ID, g.ID}]
+			s, ok := known[gpuKey{n.ID, g.ID}]
 			if !ok {
 				continue
 			}
-			job, held := holder[key{n.ID, g.ID}]
-			gu := GPUUtilization{Node: name, DeviceID: g.ID, Index: g.Index, Allocated: held,
-				Utilization: s.Utilization, MemoryUsedMiB: s.MemoryUsedMiB, MemoryTotalMiB: s.MemoryTotalMiB}
-			out.GPUs = append(out.GPUs, gu)
+			job, held := holder[gpuKey{n.ID, g.ID}]
+			out.GPUs = append(out.GPUs, GPUUtilization{Node: name, DeviceID: g.ID, Index: g.Index, Allocated: held,
+				Utilization: s.Utilization, MemoryUsedMiB: s.MemoryUsedMiB, MemoryTotalMiB: s.MemoryTotalMiB})
 			if s.Utilization < 0 {
 				continue
 			}
-			sum += s.Utilization
-			cnt++
+			node.add(s.Utilization)
 			if held {
-				allocSum += s.Utilization
-				out.AllocatedKnown++
-				m := jobs[job]
-				if m == nil {
-					m = &mean{}
-					jobs[job] = m
+				allocated.add(s.Utilization)
+				if jobs[job] == nil {
+					jobs[job] = &meanOf{}
 				}
-				m.sum += s.Utilization
-				m.n++
+				jobs[job].add(s.Utilization)
 			}
 		}
-		if cnt > 0 {
-			out.Nodes[name] = sum / float64(cnt)
+		if node.n > 0 {
+			out.Nodes[name] = node.mean()
 		}
 	}
-	if out.AllocatedKnown > 0 {
-		out.AllocatedMean = allocSum / float64(out.AllocatedKnown)
+	out.AllocatedKnown = allocated.n
+	if allocated.n > 0 {
+		out.AllocatedMean = allocated.mean()
 	}
 	for j, m := range jobs {
-		out.Jobs[j] = m.sum / float64(m.n)
+		out.Jobs[j] = m.mean()
 	}
 	sort.Slice(out.GPUs, func(i, j int) bool {
 		a, b := out.GPUs[i], out.GPUs[j]
@@ -124,6 +113,17 @@ func utilizationOf(snap *cluster.Snapshot, stats []GPUStat) UtilizationStats {
 	})
 	return out
 }
+
+type gpuKey struct{ node, dev string }
+
+// meanOf accumulates a mean.
+type meanOf struct {
+	sum float64
+	n   int
+}
+
+func (m *meanOf) add(v float64) { m.sum += v; m.n++ }
+func (m meanOf) mean() float64  { return m.sum / float64(m.n) }
 
 // statsNodes lists the nodes worth asking: ready, with GPUs. A down node's
 // client cannot answer, and asking would only cost a timeout per poll.

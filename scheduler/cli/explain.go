@@ -18,14 +18,16 @@ import (
 const explainHelp = `Usage: impact explain [options] JOB
 
   Explains what the impact scheduler decided about one job and why: its
-  place in the queue, its impact score and the terms it is made of, the
-  reason it waits, in one sentence and then in full (or where it was
-  placed: nodes, and the GPU IDs pinned to each allocation with their
-  NVLink islands; or what preempted it), any problem with its impact_*
-  meta, and the changes of its state the agent saw. Reads GET
-  /v1/explain/JOB of an impact agent; the same is on the agent's page
-  /ui/job/NAMESPACE/JOB and (numbers rounded) in the Nomad Variable
-  nomad/jobs/JOB/impact.
+  place in the queue, the engine's status for it, its impact score and
+  the terms it is made of, the reason it waits, in one sentence and then
+  in full, the nodes that could not take it and why, its reservation (or
+  where it was placed: nodes, and the GPU IDs pinned to each allocation
+  with their NVLink islands; or what preempted it, or what it preempts),
+  any problem with its impact_* meta, and the changes of its state the
+  agent saw. Reads GET /v1/explain/JOB of an impact agent (-json: the
+  engine's own explanation is under "engine"); the same is on the agent's
+  page /ui/job/NAMESPACE/JOB and (numbers rounded, the wait left out) in
+  the Nomad Variable nomad/jobs/JOB/impact.
 
 Options:
 
