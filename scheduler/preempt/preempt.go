@@ -148,19 +148,13 @@ func Select(st *placement.State, req placement.Request, cands []Candidate) ([]in
 // are skipped only if released through this call).
 func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, placement.Result, bool) {
 	cp := st.Checkpoint()
-	holders := st.Holders()
-	cost, byNode, excluded := ix.cost, ix.byNode, ix.excluded
-	var victims []int
-	released := func(h int) bool { return slices.Contains(victims, h) }
+	sr := &search{ix: ix, st: st}
 	res := placement.Result{Groups: make([][]placement.Slot, len(req.Groups))}
-
 	order := make([]int, len(req.Groups))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return req.Groups[b].GPUs - req.Groups[a].GPUs })
-
-	var vs []vic
 	var jobNodes []int // nodes taken so far, for a job-level distinct_hosts
 	for _, gi := range order {
 		g := req.Groups[gi]
@@ -179,103 +173,131 @@ func (ix *Index) Select(st *placement.State, req placement.Request) ([]int, plac
 			if req.DistinctHosts {
 				one.Avoid = append(one.Avoid, jobNodes...)
 			}
-			took := func(ord int) {
-				groupNodes = append(groupNodes, ord)
-				jobNodes = append(jobNodes, ord)
-			}
-			if r, ok := st.Place(placement.Request{Pool: req.Pool, Groups: []placement.Group{one}}, nil); ok {
-				res.Groups[gi] = append(res.Groups[gi], r.Groups[0]...)
-				took(r.Groups[0][0].Node)
-				continue
-			}
-			bestOrd, bestCost, bestN := -1, 0.0, 0
-			var bestSet []int
-			var bestMask uint64
-			// The best node is the one whose victims cost least, then are
-			// fewest, then the lowest ordinal. Nodes are visited by their
-			// cost bound, so the first bound above the best cost ends the
-			// search; every other check skips only nodes that cannot win.
-			cannotWin := func(ord int, cost float64, n int) bool {
-				return bestOrd >= 0 && (cost > bestCost || (cost == bestCost && (n > bestN || (n == bestN && ord > bestOrd))))
-			}
-			for _, ord := range ix.byCost {
-				if bestOrd >= 0 && ix.minCost[ord] > bestCost {
-					break
-				}
-				if bits.OnesCount64(st.Free(ord)|ix.union[ord]) < one.GPUs || cannotWin(ord, ix.minCost[ord], 1) {
-					continue // the checks below, from bounds (see minCost)
-				}
-				if !st.Allowed(ord, one) {
-					continue
-				}
-				vs = vs[:0]
-				inUse := st.Used(ord) &^ st.Reserved(ord)
-				free := st.Free(ord)
-				room := free
-				minCost := 0.0
-				for _, c := range byNode[ord] {
-					h := c.h
-					if excluded[h] || released(h) {
-						continue
-					}
-					// Only GPUs the gang still holds and nobody reserved
-					// count.
-					m := c.mask & inUse
-					if m == 0 {
-						continue
-					}
-					if len(vs) == 0 || cost[h] < minCost {
-						minCost = cost[h]
-					}
-					room |= m
-					vs = append(vs, vic{h: h, perGPU: cost[h] / float64(bits.OnesCount64(m)), onNode: m, fullCost: cost[h]})
-				}
-				// Skip, without sorting, nodes that cannot take the
-				// allocation even with every candidate gone, and nodes
-				// where the cheapest single victim already costs more than
-				// (or as much as, in no fewer victims) the best found:
-				// the scan below would stop at its first step on them.
-				if len(vs) == 0 || bits.OnesCount64(room) < one.GPUs || cannotWin(ord, minCost, 1) {
-					continue
-				}
-				sortVics(vs, holders)
-				sum := 0.0
-				for k, v := range vs {
-					free |= v.onNode
-					sum += v.fullCost
-					if cannotWin(ord, sum, k+1) {
-						break
-					}
-					if sl, ok := st.PickGroup(ord, free, one); ok {
-						m := sl.Mask
-						// Drop victims the pick did not need.
-						set, total := trim(vs[:k+1], m)
-						if !cannotWin(ord, total, len(set)) {
-							bestOrd, bestCost, bestN, bestSet, bestMask = ord, total, len(set), set, m
-						}
-						break
-					}
-				}
-			}
-			if bestOrd < 0 {
+			sl, ok := sr.placeOne(req.Pool, one)
+			if !ok {
 				st.Rollback(cp)
 				return nil, placement.Result{}, false
 			}
-			for _, h := range bestSet {
-				victims = append(victims, h)
-				st.ReleaseHolder(h)
-			}
-			if bestMask&^st.Free(bestOrd) != 0 {
-				st.Rollback(cp)
-				return nil, placement.Result{}, false
-			}
-			sl := placement.Slot{Node: bestOrd, Mask: bestMask} // blocks: placement.SplitBlocks
-			st.Take(sl)
 			res.Groups[gi] = append(res.Groups[gi], sl)
-			took(bestOrd)
+			groupNodes = append(groupNodes, sl.Node)
+			jobNodes = append(jobNodes, sl.Node)
 		}
 	}
-	return victims, res, true
+	return sr.victims, res, true
+}
+
+// search is one Select: the index, the state it releases victims in and
+// the victims chosen so far.
+type search struct {
+	ix      *Index
+	st      *placement.State
+	victims []int
+	vs      []vic // scratch: one node's candidates
+}
+
+// best is the cheapest way found so far to make room for an allocation.
+type best struct {
+	ord  int // -1: none yet
+	cost float64
+	set  []int
+	mask uint64
+}
+
+// cannotWin: a node whose victims would cost cost in n gangs cannot beat
+// the best found. The best node is the one whose victims cost least, then
+// are fewest, then the lowest ordinal.
+func (b *best) cannotWin(ord int, cost float64, n int) bool {
+	return b.ord >= 0 && (cost > b.cost || (cost == b.cost && (n > len(b.set) || (n == len(b.set) && ord > b.ord))))
+}
+
+// placeOne places one allocation: on free GPUs when it fits, else on the
+// node where the cheapest set of candidates makes room, releasing them.
+func (sr *search) placeOne(pool string, one placement.Group) (placement.Slot, bool) {
+	st := sr.st
+	if r, ok := st.Place(placement.Request{Pool: pool, Groups: []placement.Group{one}}, nil); ok {
+		return r.Groups[0][0], true
+	}
+	b := best{ord: -1}
+	// Nodes are visited by their cost bound, so the first bound above the
+	// best cost ends the search; every other check skips only nodes that
+	// cannot win.
+	for _, ord := range sr.ix.byCost {
+		if b.ord >= 0 && sr.ix.minCost[ord] > b.cost {
+			break
+		}
+		if bits.OnesCount64(st.Free(ord)|sr.ix.union[ord]) < one.GPUs || b.cannotWin(ord, sr.ix.minCost[ord], 1) {
+			continue // the checks below, from bounds (see minCost)
+		}
+		if st.Allowed(ord, one) {
+			sr.tryNode(ord, one, &b)
+		}
+	}
+	if b.ord < 0 {
+		return placement.Slot{}, false
+	}
+	for _, h := range b.set {
+		sr.victims = append(sr.victims, h)
+		st.ReleaseHolder(h)
+	}
+	if b.mask&^st.Free(b.ord) != 0 {
+		return placement.Slot{}, false
+	}
+	sl := placement.Slot{Node: b.ord, Mask: b.mask} // blocks: placement.SplitBlocks
+	st.Take(sl)
+	return sl, true
+}
+
+// tryNode finds the cheapest candidates on one node that make room for
+// the allocation, releasing them cheapest per GPU first, and records them
+// in b when they beat it.
+func (sr *search) tryNode(ord int, one placement.Group, b *best) {
+	st, ix := sr.st, sr.ix
+	vs := sr.vs[:0]
+	inUse := st.Used(ord) &^ st.Reserved(ord)
+	free := st.Free(ord)
+	room := free
+	minCost := 0.0
+	for _, c := range ix.byNode[ord] {
+		h := c.h
+		if ix.excluded[h] || slices.Contains(sr.victims, h) {
+			continue
+		}
+		// Only GPUs the gang still holds and nobody reserved count.
+		m := c.mask & inUse
+		if m == 0 {
+			continue
+		}
+		if len(vs) == 0 || ix.cost[h] < minCost {
+			minCost = ix.cost[h]
+		}
+		room |= m
+		vs = append(vs, vic{h: h, perGPU: ix.cost[h] / float64(bits.OnesCount64(m)), onNode: m, fullCost: ix.cost[h]})
+	}
+	sr.vs = vs
+	// Skip, without sorting, nodes that cannot take the allocation even
+	// with every candidate gone, and nodes where the cheapest single
+	// victim already cannot win: the scan below would stop at its first
+	// step on them.
+	if len(vs) == 0 || bits.OnesCount64(room) < one.GPUs || b.cannotWin(ord, minCost, 1) {
+		return
+	}
+	sortVics(vs, st.Holders())
+	sum := 0.0
+	for k, v := range vs {
+		free |= v.onNode
+		sum += v.fullCost
+		if b.cannotWin(ord, sum, k+1) {
+			return
+		}
+		if sl, ok := st.PickGroup(ord, free, one); ok {
+			// Drop victims the pick did not need.
+			set, total := trim(vs[:k+1], sl.Mask)
+			if !b.cannotWin(ord, total, len(set)) {
+				*b = best{ord: ord, cost: total, set: set, mask: sl.Mask}
+			}
+			return
+		}
+	}
 }
 
 // sortVics orders a node's candidates cheapest per GPU first, then by job
