@@ -253,14 +253,41 @@ func (p *Policy) Merge(o *Policy) *Policy {
 	}
 	set := func(field string) bool { _, ok := o.pos[field]; return ok }
 	take := func(field string) { c.pos[field] = o.pos[field] }
-	if set("default_tier") {
-		c.DefaultTier = o.DefaultTier
-		take("default_tier")
+	mergeField(set, take, "default_tier", &c.DefaultTier, o.DefaultTier)
+	mergeField(set, take, "default_project", &c.DefaultProject, o.DefaultProject)
+	c.mergeTiers(o, set, take)
+	c.mergeProjects(o, set, take)
+	mergeField(set, take, "aging weight_per_hour", &c.Aging.WeightPerHour, o.Aging.WeightPerHour)
+	mergeField(set, take, "aging max", &c.Aging.Max, o.Aging.Max)
+	mergeField(set, take, "fair_share half_life", &c.FairShare.HalfLife, o.FairShare.HalfLife)
+	mergeField(set, take, "fair_share weight", &c.FairShare.Weight, o.FairShare.Weight)
+	mergeField(set, take, "deadline weight", &c.Deadline.Weight, o.Deadline.Weight)
+	mergeField(set, take, "deadline horizon", &c.Deadline.Horizon, o.Deadline.Horizon)
+	mergeField(set, take, "preemption enabled", &c.Preemption.Enabled, o.Preemption.Enabled)
+	mergeField(set, take, "preemption max_gpu_hours_lost_per_hour", &c.Preemption.MaxGPUHoursLostPerHour, o.Preemption.MaxGPUHoursLostPerHour)
+	mergeField(set, take, "preemption min_runtime", &c.Preemption.MinRuntime, o.Preemption.MinRuntime)
+	mergeField(set, take, "preemption restart_cost", &c.Preemption.RestartCost, o.Preemption.RestartCost)
+	mergeField(set, take, "preemption gain_horizon", &c.Preemption.GainHorizon, o.Preemption.GainHorizon)
+	mergeField(set, take, "preemption max_per_cycle", &c.Preemption.MaxPerCycle, o.Preemption.MaxPerCycle)
+	mergeField(set, take, "backfill enabled", &c.Backfill.Enabled, o.Backfill.Enabled)
+	mergeField(set, take, "backfill reservations", &c.Backfill.Reservations, o.Backfill.Reservations)
+	c.mergeHeadrooms(o)
+	mergeField(set, take, "gangs missing_member_grace", &c.Gangs.MissingMemberGrace, o.Gangs.MissingMemberGrace)
+	mergeIdle(c, o, set, take)
+	return c
+}
+
+// mergeField lays src on dst when the file set field, keeping its
+// position.
+func mergeField[T any](set func(string) bool, take func(string), field string, dst *T, src T) {
+	if set(field) {
+		*dst = src
+		take(field)
 	}
-	if set("default_project") {
-		c.DefaultProject = o.DefaultProject
-		take("default_project")
-	}
+}
+
+// mergeTiers merges o's tier blocks into c by name.
+func (c *Policy) mergeTiers(o *Policy, set func(string) bool, take func(string)) {
 	for _, name := range sortedKeys(o.Tiers) {
 		ot := o.Tiers[name]
 		ct, ok := c.Tiers[name]
@@ -275,23 +302,15 @@ func (p *Policy) Merge(o *Policy) *Policy {
 			}
 		}
 		take(prefix[:len(prefix)-1])
-		if f := prefix + "weight"; set(f) {
-			ct.Weight = ot.Weight
-			take(f)
-		}
-		if f := prefix + "may_preempt"; set(f) {
-			ct.MayPreempt = append([]string(nil), ot.MayPreempt...)
-			take(f)
-		}
-		if f := prefix + "preemptible"; set(f) {
-			ct.Preemptible = ot.Preemptible
-			take(f)
-		}
-		if f := prefix + "max_gpu_hours_lost_per_hour"; set(f) {
-			ct.MaxGPUHoursLostPerHour = ot.MaxGPUHoursLostPerHour
-			take(f)
-		}
+		mergeField(set, take, prefix+"weight", &ct.Weight, ot.Weight)
+		mergeField(set, take, prefix+"may_preempt", &ct.MayPreempt, append([]string(nil), ot.MayPreempt...))
+		mergeField(set, take, prefix+"preemptible", &ct.Preemptible, ot.Preemptible)
+		mergeField(set, take, prefix+"max_gpu_hours_lost_per_hour", &ct.MaxGPUHoursLostPerHour, ot.MaxGPUHoursLostPerHour)
 	}
+}
+
+// mergeProjects merges o's project blocks into c by name.
+func (c *Policy) mergeProjects(o *Policy, set func(string) bool, take func(string)) {
 	for _, name := range sortedKeys(o.Projects) {
 		op := o.Projects[name]
 		cp, ok := c.Projects[name]
@@ -301,61 +320,10 @@ func (p *Policy) Merge(o *Policy) *Policy {
 		}
 		prefix := fmt.Sprintf("project %q ", name)
 		take(prefix[:len(prefix)-1])
-		if f := prefix + "share"; set(f) {
-			cp.Share = op.Share
-			take(f)
-		}
-		if f := prefix + "weight"; set(f) {
-			cp.Weight = op.Weight
-			take(f)
-		}
-		if f := prefix + "gpu_quota"; set(f) {
-			cp.GPUQuota = op.GPUQuota
-			take(f)
-		}
+		mergeField(set, take, prefix+"share", &cp.Share, op.Share)
+		mergeField(set, take, prefix+"weight", &cp.Weight, op.Weight)
+		mergeField(set, take, prefix+"gpu_quota", &cp.GPUQuota, op.GPUQuota)
 	}
-	mergeF := func(field string, dst *float64, src float64) {
-		if set(field) {
-			*dst = src
-			take(field)
-		}
-	}
-	mergeD := func(field string, dst *time.Duration, src time.Duration) {
-		if set(field) {
-			*dst = src
-			take(field)
-		}
-	}
-	mergeB := func(field string, dst *bool, src bool) {
-		if set(field) {
-			*dst = src
-			take(field)
-		}
-	}
-	mergeI := func(field string, dst *int, src int) {
-		if set(field) {
-			*dst = src
-			take(field)
-		}
-	}
-	mergeF("aging weight_per_hour", &c.Aging.WeightPerHour, o.Aging.WeightPerHour)
-	mergeF("aging max", &c.Aging.Max, o.Aging.Max)
-	mergeD("fair_share half_life", &c.FairShare.HalfLife, o.FairShare.HalfLife)
-	mergeF("fair_share weight", &c.FairShare.Weight, o.FairShare.Weight)
-	mergeF("deadline weight", &c.Deadline.Weight, o.Deadline.Weight)
-	mergeD("deadline horizon", &c.Deadline.Horizon, o.Deadline.Horizon)
-	mergeB("preemption enabled", &c.Preemption.Enabled, o.Preemption.Enabled)
-	mergeF("preemption max_gpu_hours_lost_per_hour", &c.Preemption.MaxGPUHoursLostPerHour, o.Preemption.MaxGPUHoursLostPerHour)
-	mergeD("preemption min_runtime", &c.Preemption.MinRuntime, o.Preemption.MinRuntime)
-	mergeD("preemption restart_cost", &c.Preemption.RestartCost, o.Preemption.RestartCost)
-	mergeD("preemption gain_horizon", &c.Preemption.GainHorizon, o.Preemption.GainHorizon)
-	mergeI("preemption max_per_cycle", &c.Preemption.MaxPerCycle, o.Preemption.MaxPerCycle)
-	mergeB("backfill enabled", &c.Backfill.Enabled, o.Backfill.Enabled)
-	mergeI("backfill reservations", &c.Backfill.Reservations, o.Backfill.Reservations)
-	c.mergeHeadrooms(o)
-	mergeD("gangs missing_member_grace", &c.Gangs.MissingMemberGrace, o.Gangs.MissingMemberGrace)
-	mergeIdle(c, o, set, take)
-	return c
 }
 
 // Validate checks the policy as a whole. It returns every problem found,
@@ -366,23 +334,8 @@ func (p *Policy) Validate() error {
 		errs = append(errs, pr)
 	}
 	bad := func(field, format string, args ...any) {
-		pos, ok := p.pos[field]
-		if !ok {
-			// Point at the enclosing block when the field itself was not
-			// written (e.g. a tier block without a weight).
-			for f := field; !ok && f != ""; {
-				if i := lastSpace(f); i > 0 {
-					f = f[:i]
-					pos, ok = p.pos[f]
-				} else {
-					break
-				}
-			}
-		}
-		errs = append(errs, &FieldError{Pos: pos, Field: field, Reason: fmt.Sprintf(format, args...)})
+		errs = append(errs, &FieldError{Pos: p.posOf(field), Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
 	if len(p.Tiers) == 0 {
 		bad("tier", "at least one tier is required")
 	}
@@ -392,6 +345,39 @@ func (p *Policy) Validate() error {
 	if p.DefaultProject == "" {
 		bad("default_project", "must not be empty")
 	}
+	p.validateTiers(bad)
+	p.validateProjects(bad)
+	p.validateScoring(bad)
+	p.validatePreemption(bad)
+	if p.Backfill.Reservations < 0 {
+		bad("backfill reservations", "must be >= 0, got %d", p.Backfill.Reservations)
+	}
+	p.validateHeadrooms(bad)
+	if p.Gangs.MissingMemberGrace < 0 {
+		bad("gangs missing_member_grace", "must not be negative (0 turns the watch off)")
+	}
+	p.validateIdle(bad)
+	return errors.Join(errs...)
+}
+
+// posOf is where a field was written, or where its enclosing block was
+// when the field itself was not (e.g. a tier block without a weight).
+func (p *Policy) posOf(field string) Pos {
+	pos, ok := p.pos[field]
+	for f := field; !ok && f != ""; {
+		i := lastSpace(f)
+		if i <= 0 {
+			break
+		}
+		f = f[:i]
+		pos, ok = p.pos[f]
+	}
+	return pos
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+func (p *Policy) validateTiers(bad func(field, format string, args ...any)) {
 	for _, name := range sortedKeys(p.Tiers) {
 		t := p.Tiers[name]
 		prefix := fmt.Sprintf("tier %q ", name)
@@ -409,6 +395,9 @@ func (p *Policy) Validate() error {
 			}
 		}
 	}
+}
+
+func (p *Policy) validateProjects(bad func(field, format string, args ...any)) {
 	for _, name := range sortedKeys(p.Projects) {
 		pr := p.Projects[name]
 		prefix := fmt.Sprintf("project %q ", name)
@@ -422,6 +411,10 @@ func (p *Policy) Validate() error {
 			bad(prefix+"gpu_quota", "must be >= 0 (0 = no quota), got %d", pr.GPUQuota)
 		}
 	}
+}
+
+// validateScoring checks the aging, fair-share and deadline terms.
+func (p *Policy) validateScoring(bad func(field, format string, args ...any)) {
 	if !finite(p.Aging.WeightPerHour) || p.Aging.WeightPerHour < 0 {
 		bad("aging weight_per_hour", "must be >= 0, got %v", p.Aging.WeightPerHour)
 	}
@@ -440,6 +433,9 @@ func (p *Policy) Validate() error {
 	if p.Deadline.Horizon <= 0 {
 		bad("deadline horizon", "must be > 0, got %s", p.Deadline.Horizon)
 	}
+}
+
+func (p *Policy) validatePreemption(bad func(field, format string, args ...any)) {
 	if !finite(p.Preemption.MaxGPUHoursLostPerHour) || p.Preemption.MaxGPUHoursLostPerHour < 0 {
 		bad("preemption max_gpu_hours_lost_per_hour", "must be >= 0 (0 = no cap), got %v", p.Preemption.MaxGPUHoursLostPerHour)
 	}
@@ -455,15 +451,6 @@ func (p *Policy) Validate() error {
 	if p.Preemption.MaxPerCycle < 1 {
 		bad("preemption max_per_cycle", "must be >= 1, got %d", p.Preemption.MaxPerCycle)
 	}
-	if p.Backfill.Reservations < 0 {
-		bad("backfill reservations", "must be >= 0, got %d", p.Backfill.Reservations)
-	}
-	p.validateHeadrooms(bad)
-	if p.Gangs.MissingMemberGrace < 0 {
-		bad("gangs missing_member_grace", "must not be negative (0 turns the watch off)")
-	}
-	p.validateIdle(bad)
-	return errors.Join(errs...)
 }
 
 // TierOf resolves the tier of a spec (the default tier when unset); nil
