@@ -64,7 +64,7 @@ func getPage(t *testing.T, url string) (int, string) {
 
 // The explanation Variable follows the job through its states in the
 // words of `impact queue` (waiting -> running), links the job's page, is
-// deleted when the job leaves (stopped), and a leader sweeps the
+// deleted when the job leaves (stopped, completed), and a leader sweeps the
 // explanations of jobs that left before it led, but never a Variable it
 // did not write.
 func TestFakeNomadExplanationVariableLifecycle(t *testing.T) {
@@ -122,5 +122,12 @@ func TestFakeNomadExplanationVariableLifecycle(t *testing.T) {
 	if code, _ := getPage(t, base+"/ui/job/default/first"); code != 404 {
 		t.Errorf("page of the stopped job: HTTP %d, want 404", code)
 	}
+
+	// The second completes: its Variable goes too.
+	c.finish("second")
+	eventuallyT(t, 10*time.Second, "completed job's variable deleted", func() (bool, string) {
+		w := c.fake.Variable("nomad/jobs/second/impact")
+		return w == nil, fmt.Sprint(w)
+	})
 	s.stop()
 }
