@@ -38,6 +38,10 @@
 //	              idle.go         engine
 //	(Agent)       startup.go      the parking pool and the Consul registration
 //
+// Service (wire.go) builds an Agent from a config, with its ports wired to
+// scheduler/nomad (adapters.go), the Consul registrar and the HTTP API
+// (http.go, ui.go, auth.go).
+//
 // The loop goroutine runs the cycles and the leadership changes one at a
 // time, so the engine, the cycle's memory and the durable state need no
 // lock; the parts other goroutines reach (leadership from the campaign,
