@@ -372,6 +372,10 @@ func (c *cycle) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 		}
 		return false
 	}
+	if res, ok := c.headroomPrefer(q, c.request(q, backfill)); ok {
+		c.admit(q, exp, res, backfill && len(c.reservations) > 0)
+		return true
+	}
 	var rej placement.Rejections
 	if c.explain {
 		rej = placement.Rejections{}

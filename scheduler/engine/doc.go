@@ -42,8 +42,11 @@
 //     the headroom's GPUs free of such work, and never takes the GPUs of
 //     the headroom's whole nodes (the first ceil(size / node GPUs) nodes
 //     free of such work); jobs of the headroom's tiers may preempt
-//     preemptible work of the pool before its minimum runtime. A learned
-//     headroom is sized from the arrivals of its tiers over a window.
+//     preemptible work of the pool before its minimum runtime; preemptible
+//     work of the other tiers goes to the headroom's nodes first when it
+//     fits there (headroom_prefer.go), leaving the rest of the pool to the
+//     work the headroom keeps out. A learned headroom is sized from the
+//     arrivals of its tiers over a window.
 //  5. Return the plan: admissions with node and GPU choices (per
 //     allocation its GPU IDs and their islands, and each device block's
 //     GPUs: what the adapter pins; a task with several GPU blocks whose
@@ -84,7 +87,7 @@
 // earlier admissions and for preemptors' bindings), gangwatch.go,
 // idle.go, victims.go (who may be preempted, at what cost),
 // preempting.go (the victim search), reserve.go (reservations and
-// backfill), headroom.go, admit.go (an admission's placement and
+// backfill), headroom.go and headroom_prefer.go, admit.go (an admission's placement and
 // warnings), reasons.go (waiting jobs' sentences), changes.go (the
 // memory a cycle changes), plan.go (the plan's types).
 //

@@ -199,3 +199,34 @@ func TestHeadroomLetsAWideJobStart(t *testing.T) {
 		t.Fatalf("an 8-GPU high job on an empty 8-GPU pool with a 4-GPU headroom waits: %+v", p.Explanations["h"])
 	}
 }
+
+// Preemptible work of a tier that does not use the headroom goes to the
+// headroom's whole nodes first when it fits there: a scavenger job that
+// best fit would put on n2 (2 GPUs left beside high-tier work) lands on
+// n1, the node the headroom keeps whole, so that a high-tier job arriving
+// next still finds n2's 2 GPUs (it may not use n1).
+func TestHeadroomFilledByPreemptibleWorkFirst(t *testing.T) {
+	pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 2))
+	_ = store.UpsertNode(mkNode("n2", 8, 2))
+	_ = store.UpsertJob(mkJob("old", group("main", 1, 6), meta("impact_tier", "high"), running()))
+	_ = store.UpsertAlloc(alloc("old-a", "old", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
+	_ = store.UpsertJob(mkJob("s", group("main", 1, 2), meta("impact_tier", "scavenger"), submitted(t0)))
+	e := mustEngine(t, pol)
+	p := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+	a := admission(p, "s")
+	if a == nil || join(nodesOf(a)) != "n1" {
+		t.Fatalf("s: %+v, want n1 (the headroom's node)", a)
+	}
+	_ = store.UpsertJob(mkJob("s", group("main", 1, 2), meta("impact_tier", "scavenger"), running()))
+	_ = store.UpsertAlloc(alloc("s-a", "s", "n1", t0.Add(time.Minute), 0, 1))
+	_ = store.UpsertJob(mkJob("h", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(2*time.Minute))))
+	p = e.Decide(store.Snapshot(), t0.Add(3*time.Minute))
+	if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+		t.Fatal(err)
+	}
+	if a := admission(p, "h"); a == nil || join(nodesOf(a)) != "n2" {
+		t.Fatalf("h: %+v, want n2", a)
+	}
+}

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"math/bits"
+
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+)
+
+// headroomPrefer places preemptible work of a tier that does not use the
+// headroom on the nodes a headroom keeps whole, if it fits there: those
+// nodes may hold only such work (and urgent work), so filling them first
+// leaves the other nodes to the non-preemptible work the headroom keeps
+// out, instead of preemptible work taking both. ok is false (and nothing
+// is placed) when the job is not such work or does not fit there; the
+// caller then places it as usual.
+func (c *cycle) headroomPrefer(q *queued, req placement.Request) (placement.Result, bool) {
+	if c.hr == nil || !q.preemptible || c.hr.urgent[q.tier] {
+		return placement.Result{}, false
+	}
+	room := 0
+	for ord, prot := range c.hr.protected {
+		if prot && (q.pool == "" || c.st.PoolOf(ord) == q.pool) {
+			room += bits.OnesCount64(c.st.Free(ord))
+		}
+	}
+	if room < q.gpus {
+		return placement.Result{}, false
+	}
+	var taken, reserved []placement.Slot
+	for ord, prot := range c.hr.protected {
+		if prot {
+			continue
+		}
+		res := c.st.Reserved(ord) &^ c.st.Used(ord)
+		mask := c.st.Free(ord) | res
+		if mask == 0 {
+			continue
+		}
+		sl := placement.Slot{Node: ord, Mask: mask}
+		c.st.Take(sl)
+		taken = append(taken, sl)
+		if res != 0 {
+			reserved = append(reserved, placement.Slot{Node: ord, Mask: res})
+		}
+	}
+	res, ok := c.st.Place(req, nil)
+	for _, sl := range taken {
+		c.st.Release(sl)
+	}
+	for _, sl := range reserved {
+		c.st.Reserve(sl)
+	}
+	return res, ok
+}
