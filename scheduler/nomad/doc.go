@@ -185,16 +185,17 @@
 //     the job is parked: requeued with its identity and history.
 //
 // Trainers that checkpoint on the signal and want to resume later must
-// therefore exit with the requeue code, not 0. The outcome is the job's
-// explain note and counted by Executor.PreemptionOutcomes
-// (impact_preemption_outcomes_total{outcome}).
+// therefore exit with the requeue code, not 0. The executor logs the
+// outcome with the job and counts it (Executor.PreemptionOutcomes;
+// ExecutorConfig.OnPreemptionOutcome feeds the agent's
+// impact_preemption_outcomes_total{outcome}).
 //
 // Reclaims (engine.Plan.Reclaims, a tier's requeue idle action on a hung
 // job) follow the same path and contract with no preemptor (reclaim.go):
 // the job is parked to be queued again, or, past the tier's max_requeues,
 // deregistered (not purged: Nomad shows it stopped) so it stays stopped;
-// the reason is the executor's outcome note and the agent's log. They are
-// not recorded as preemptions and spend no preemption budget.
+// the reason is in the executor's log. They are not recorded as
+// preemptions and spend no preemption budget.
 //
 // The executor records an intent in a Variable before it changes a job and
 // removes it once the change is complete, so a leader that dies between
