@@ -26,9 +26,6 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 	if err := x.st.PutIntent(ctx, in); err != nil {
 		return fmt.Errorf("admit %s: record intent: %w", a.JobID, err)
 	}
-	if err := x.crash("admit:after-intent"); err != nil {
-		return err
-	}
 	job, err := x.parkedJob(ctx, a)
 	if err == nil {
 		err = x.pinJob(job, a)
@@ -42,9 +39,6 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 	}
 	index, err := x.register(ctx, job, a, in)
 	if err != nil {
-		return err
-	}
-	if err := x.crash("admit:after-register"); err != nil {
 		return err
 	}
 	x.admitted(ctx, a, in, index)

@@ -66,18 +66,12 @@ type Executor struct {
 	// pinMismatches counts nodes where Nomad allocated other GPUs than the
 	// admission pinned (checkPins).
 	pinMismatches atomic.Uint64
-
-	// crashAt, in tests, makes the executor stop dead at a named step, as
-	// if the process had been killed there.
-	crashAt string
 }
 
 // PinMismatches is how many times, since the start, Nomad allocated an
 // admitted job other GPUs on a node than the plan pinned there (metric
 // impact_gpu_pin_mismatch_total).
 func (x *Executor) PinMismatches() uint64 { return x.pinMismatches.Load() }
-
-var errCrashed = errors.New("executor stopped at a test crash point")
 
 // NewExecutor builds an executor.
 func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Logger) *Executor {
@@ -106,13 +100,6 @@ func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Log
 		c: c, st: st, cfg: cfg, log: logger.Named("executor"),
 		busy: map[string]bool{}, pending: map[string]*Intent{}, underway: map[string]*Intent{}, outcomes: newBounded[string](maxOutcomes),
 	}
-}
-
-func (x *Executor) crash(step string) error {
-	if x.crashAt == step {
-		return errCrashed
-	}
-	return nil
 }
 
 func (x *Executor) claim(jobID string) bool {

@@ -94,7 +94,7 @@ func (x *Executor) signal(ctx context.Context, in *Intent) error {
 	if err := x.st.PutIntent(ctx, in); err != nil {
 		return fmt.Errorf("preempt %s: update intent: %w", in.JobID, err)
 	}
-	return x.crash("preempt:after-signal")
+	return nil
 }
 
 // awaitGrace waits until the victim's allocations have ended or the
@@ -148,7 +148,7 @@ func (x *Executor) settle(ctx context.Context, in *Intent) (done bool, err error
 	if err := x.st.PutIntent(ctx, in); err != nil {
 		return false, fmt.Errorf("preempt %s: update intent: %w", in.JobID, err)
 	}
-	return false, x.crash("preempt:after-park")
+	return false, nil
 }
 
 // finishedInGrace ends a preemption (or requeue) whose victim completed

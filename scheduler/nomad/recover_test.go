@@ -2,7 +2,6 @@ package nomad
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -10,6 +9,14 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
+// intentsPath is where the executor's intents live in the fake (the
+// Variables API path of StateConfig's default prefix).
+const intentsPath = "/v1/var/impact/state/intents/"
+
+// A leader that dies between deciding and acting is stood for by its
+// context ending right after a write reached Nomad (the fake's AfterNext):
+// the write is done, its answer is lost and nothing after it reaches
+// Nomad. The next leader's Recover must finish or undo what it left.
 func TestCrashBetweenDecidingAndActing(t *testing.T) {
 	t.Run("admission recorded, never registered", func(t *testing.T) {
 		e := newEnv(t, 2)
@@ -18,10 +25,14 @@ func TestCrashBetweenDecidingAndActing(t *testing.T) {
 		s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
 		registers := countRegisters(e.fake)
 		x := e.executor(nil)
-		x.crashAt = "admit:after-intent"
-		res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{admission(t, s, "a")}})
-		if !errors.Is(res.Failed["default/a"], errCrashed) {
-			t.Fatalf("apply = %+v", res)
+		ctx, die := context.WithCancel(context.Background())
+		e.fake.AfterNext("PUT", intentsPath, "", die)
+		res := x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{admission(t, s, "a")}})
+		if res.Failed["default/a"] == nil || len(res.Admitted) != 0 {
+			t.Fatalf("apply = %+v, want the admission cut short", res)
+		}
+		if in, _ := x.st.Intent(context.Background(), "default/a"); in == nil || in.Phase != PhaseDecided {
+			t.Fatalf("test setup: intent %+v, want the decided one written before the crash", in)
 		}
 		// A new leader starts.
 		y := e.executor(nil)
@@ -48,9 +59,13 @@ func TestCrashBetweenDecidingAndActing(t *testing.T) {
 		s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
 		registers := countRegisters(e.fake)
 		x := e.executor(nil)
-		x.crashAt = "admit:after-register"
+		ctx, die := context.WithCancel(context.Background())
+		e.fake.AfterNext("PUT", "/v1/jobs", "", die)
 		adm := admission(t, s, "b")
-		x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
+		x.Apply(ctx, &engine.Plan{Admissions: []engine.Admission{adm}})
+		if in, _ := x.st.Intent(context.Background(), "default/b"); in == nil || in.Phase != PhaseDecided || !pinnedAPI(e.fake.Job("b")) {
+			t.Fatalf("test setup: intent %+v, want the job registered and its intent still decided", in)
+		}
 		y := e.executor(nil)
 		if err := y.Recover(context.Background()); err != nil {
 			t.Fatal(err)
@@ -81,11 +96,15 @@ func TestCrashBetweenDecidingAndActing(t *testing.T) {
 		e.startWatcher(WatcherConfig{})
 		x := e.executor(nil)
 		admitAndRun(t, e, x, "v")
-		x.crashAt = "preempt:after-signal"
-		x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "v", 10*time.Millisecond)}})
+		ctx, die := context.WithCancel(context.Background())
+		e.fake.AfterNext("PUT", intentsPath, "signalled_at", die) // the signalled phase written
+		x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "v", 10*time.Millisecond)}})
 		x.Wait()
 		if j := e.fake.Job("v"); *j.NodePool == parking {
 			t.Fatal("crash point not reached")
+		}
+		if in, _ := x.st.Intent(context.Background(), "default/v"); in == nil || in.Phase != PhaseSignalled {
+			t.Fatalf("test setup: intent %+v, want the signalled one written before the crash", in)
 		}
 		y := e.executor(nil)
 		if err := y.Recover(context.Background()); err != nil {

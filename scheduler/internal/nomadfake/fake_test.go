@@ -661,3 +661,27 @@ func TestPlanEndpoint(t *testing.T) {
 		t.Errorf("plan changed state")
 	}
 }
+
+// AfterNext runs its hook once, for the first successful request that
+// matches method, path and body, after the write took effect and before
+// the answer: what a test needs to stand for a client dying just after a
+// write.
+func TestAfterNext(t *testing.T) {
+	s := New(Options{})
+	t.Cleanup(s.Close)
+	var seen []string
+	s.AfterNext("PUT", "/v1/var/a/", "second", func() { seen = append(seen, s.Variable("a/x")["v"]) })
+	put := func(v string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"Path":"a/x","Items":{"v":%q}}`, v)
+		if r := do(t, "PUT", s.URL()+"/v1/var/a/x", []byte(body)); r.status != 200 {
+			t.Fatalf("put %s: %d %s", v, r.status, r.body)
+		}
+	}
+	put("first")  // body does not match
+	put("second") // runs the hook: the write is already visible
+	put("second") // the hook ran once
+	if len(seen) != 1 || seen[0] != "second" {
+		t.Fatalf("hook saw %q, want one call that sees the matching write done", seen)
+	}
+}

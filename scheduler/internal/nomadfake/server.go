@@ -1,6 +1,7 @@
 package nomadfake
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
@@ -75,6 +76,7 @@ type Server struct {
 	failAfter   []failure
 	armed       []failure // failNext entries armed when a failAfter fires
 	hangs       []hang
+	afterNext   []afterHook
 	signals     []SignalRecord
 	requests    []RequestRecord
 	idCounter   uint64
@@ -99,6 +101,17 @@ type failure struct {
 	method, pathPrefix string
 	status             int
 	body               string
+}
+
+// afterHook runs fn once after the first request that matches (AfterNext).
+type afterHook struct {
+	method, pathPrefix, bodyContains string
+	fn                               func()
+}
+
+func (h afterHook) matches(r *http.Request, body []byte) bool {
+	return (h.method == "" || h.method == r.Method) && strings.HasPrefix(r.URL.Path, h.pathPrefix) &&
+		bytes.Contains(body, []byte(h.bodyContains))
 }
 
 // SignalRecord is one signal the fake delivered.
@@ -261,6 +274,18 @@ func (s *Server) FailAfterNext(method, pathPrefix string, status int, body strin
 	s.failAfter = append(s.failAfter, failure{method: method, pathPrefix: pathPrefix, status: status, body: body})
 }
 
+// AfterNext runs fn once, right after the fake has carried out the next
+// successful request whose method matches (empty: any), whose path starts
+// with pathPrefix and whose body contains bodyContains, and before it
+// answers. A test stands for a process that dies just after a write with
+// fn cancelling the client's context: the write is done, its answer lost,
+// and nothing the client does afterwards reaches Nomad.
+func (s *Server) AfterNext(method, pathPrefix, bodyContains string, fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.afterNext = append(s.afterNext, afterHook{method: method, pathPrefix: pathPrefix, bodyContains: bodyContains, fn: fn})
+}
+
 // FailNextOnceLost queues a FailNext that is armed only when the next
 // FailAfterNext fires: the request after a lost response fails too (the
 // connection is still down), while earlier requests go through.
@@ -365,6 +390,34 @@ func errf(status int, format string, a ...any) *httpError {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.injected(w, r) {
+		return
+	}
+	if r.URL.Path == "/v1/event/stream" {
+		s.serveStream(w, r)
+		return
+	}
+	var body []byte
+	s.mu.Lock()
+	hooked := len(s.afterNext) > 0
+	s.mu.Unlock()
+	if hooked {
+		body, _ = io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	out, index, err := s.route(r)
+	if hooked && err == nil {
+		s.runAfterHook(r, body)
+	}
+	if lost := s.lostAnswer(r); lost != nil {
+		out, err = nil, lost
+	}
+	writeAnswer(w, out, index, err)
+}
+
+// injected records the request and answers it with an injected failure
+// (FailNext) or hang (Hang) if one matches; false: serve it.
+func (s *Server) injected(w http.ResponseWriter, r *http.Request) bool {
 	s.mu.Lock()
 	s.requests = append(s.requests, RequestRecord{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery})
 	for i, f := range s.failNext {
@@ -374,7 +427,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(f.status)
 			_, _ = io.WriteString(w, f.body)
-			return
+			return true
 		}
 	}
 	for _, h := range s.hangs {
@@ -385,27 +438,33 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			case <-r.Context().Done():
 			}
 			w.WriteHeader(http.StatusServiceUnavailable)
-			return
+			return true
 		}
 	}
 	s.mu.Unlock()
+	return false
+}
 
-	if r.URL.Path == "/v1/event/stream" {
-		s.serveStream(w, r)
-		return
-	}
-	out, index, err := s.route(r)
+// lostAnswer is the error a FailAfterNext matching the (served) request
+// answers instead, arming the FailNextOnceLost failures; nil if none.
+func (s *Server) lostAnswer(r *http.Request) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i, f := range s.failAfter {
 		if (f.method == "" || f.method == r.Method) && strings.HasPrefix(r.URL.Path, f.pathPrefix) {
 			s.failAfter = append(s.failAfter[:i], s.failAfter[i+1:]...)
 			s.failNext = append(s.failNext, s.armed...)
 			s.armed = nil
-			out, err = nil, &httpError{status: f.status, msg: f.body}
-			break
+			return &httpError{status: f.status, msg: f.body}
 		}
 	}
-	s.mu.Unlock()
+	return nil
+}
+
+// writeAnswer writes a route's answer: an error as Nomad's plain-text
+// status, a variable conflict as 409 with the current variable, else the
+// JSON (or an empty 200) with the index headers.
+func writeAnswer(w http.ResponseWriter, out any, index uint64, err error) {
 	if err != nil {
 		var he *httpError
 		if e, ok := err.(*httpError); ok {
@@ -428,6 +487,24 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, index, out)
+}
+
+// runAfterHook runs (and drops) the first AfterNext hook the request
+// matches, outside the lock.
+func (s *Server) runAfterHook(r *http.Request, body []byte) {
+	s.mu.Lock()
+	var fn func()
+	for i, h := range s.afterNext {
+		if h.matches(r, body) {
+			fn = h.fn
+			s.afterNext = append(s.afterNext[:i], s.afterNext[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 }
 
 func setMeta(w http.ResponseWriter, index uint64) {
