@@ -277,6 +277,7 @@ func TestExactGPUs(t *testing.T) {
 	runHCL(t, e.a, e.dir, "two-b", gpuJobHCL("two-b", 1, 2, "", envDir))
 	runHCL(t, e.a, e.dir, "four", gpuJobHCL("four", 1, 4, "nvlink", envDir))
 	all := map[string]bool{}
+	var fourGPUs []string
 	for _, j := range []struct {
 		name string
 		gpus int
@@ -292,6 +293,7 @@ func TestExactGPUs(t *testing.T) {
 				all[g] = true
 			}
 			if j.name == "four" {
+				fourGPUs = p.allocated
 				if len(p.plannedIsland) != 4 || slices.Min(p.plannedIsland) != slices.Max(p.plannedIsland) {
 					t.Errorf("the NVLink job's GPUs are on islands %v, want one", p.plannedIsland)
 				} else {
@@ -309,13 +311,17 @@ func TestExactGPUs(t *testing.T) {
 	if len(all) != 8 {
 		t.Errorf("2 + 2 + 4 took %d distinct GPUs, want 8", len(all))
 	}
-	// The job's Variable, as the Nomad UI shows it, names the pinned GPUs
-	// and their island.
+	// The job's Variable, as the Nomad UI shows it, names each pinned GPU
+	// with its island (then the device block's GPUs: "[t#0: ...]").
 	eventually(t, 30*time.Second, "the Variable of four shows its pinned GPUs", func() (bool, string) {
 		var v struct{ Items map[string]string }
 		err := e.a.Get("/v1/var/nomad/jobs/four/impact", &v)
 		p := v.Items["placement"]
-		return err == nil && strings.Count(p, "GPU-") == 4 && strings.Count(p, "(island ") == 4, fmt.Sprintf("%q %v", p, err)
+		ok := err == nil && len(fourGPUs) == 4 && strings.Count(p, "(island ") == 4
+		for _, g := range fourGPUs {
+			ok = ok && strings.Contains(p, g+" (island ")
+		}
+		return ok, fmt.Sprintf("%q %v", p, err)
 	})
 	noRollbacks(t, e.apiURL)
 }
