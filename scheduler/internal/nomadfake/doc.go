@@ -30,8 +30,10 @@
 //
 // # Layout
 //
-//	server.go    Server, Options, New, the HTTP front (failures, hangs, blocking
-//	             queries, headers) and the test controls for faults and clocks
+//	server.go    Server, Options, New, the HTTP front (routing, answers, blocking
+//	             queries, headers) and the test controls for clocks and signals
+//	faults.go    injected faults: FailNext, FailAfterNext (a lost answer), Hang,
+//	             AfterNext (a client dying after a write), DropStreams, Restart
 //	routes.go    dispatch: one router per API area (jobs, allocations, evaluations,
 //	             nodes, variables, the rest)
 //	shape.go     answers shaped like the recorded 2.0.6 ones (testdata/)
