@@ -33,7 +33,8 @@
 //	reclaim.go      reclaims of hung jobs (the preemption path, no preemptor)
 //	park.go         parking a job again and stopping its allocations
 //	recover.go      a new leader finishing or dropping the last leader's intents
-//	state.go        durable state in Variables: usage, requeues, intents, preemption records
+//	state.go        durable state in Variables: the store, usage, requeues, preemption records
+//	intents.go      intents: what the executor is about to do, written before it acts
 //	explain.go      the explanation Variable (nomad/jobs/<job>/impact)
 //	elector.go      leader election through a Variables lock
 //	devicestats.go  GPU utilisation from the clients' device stats
