@@ -10,10 +10,11 @@
 //
 // # Layout
 //
-// One file per job. The executor only carries out what the plan decided
-// (pool, nodes, GPUs per device block, victims, grace, signal, requeue
-// code); it refuses an admission that names no pool or does not say which
-// device block gets which GPUs, rather than choosing itself.
+// One responsibility per file. The executor only carries out what the
+// plan decided (pool, nodes, GPUs per device block, victims, grace,
+// signal, requeue code); it refuses an admission that names no pool or
+// does not say which device block gets which GPUs, rather than choosing
+// itself.
 //
 //	client.go       Config (the agent's nomad block embeds it), Client, node pool creation
 //	watcher.go      Watcher: config, stats, Run (connect, resync when needed, consume, back off)
