@@ -51,8 +51,8 @@ func JobPagePath(namespace, job string) string {
 }
 
 // reasonDetails splits the scheduler's reason into its clauses ("; "
-// outside parentheses: a parenthesised list of node rejections stays
-// whole), one per line on the page.
+// outside parentheses: a parenthesised aside, such as "(time unknown:
+// ...)", stays whole), one per line on the page.
 func reasonDetails(r string) []string {
 	var out []string
 	depth, start := 0, 0

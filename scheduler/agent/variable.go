@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -122,11 +123,12 @@ func nodesItem(nodes map[string][]string) string {
 // rejectedItem renders why nodes could not take the job, one reason per
 // clause: "<reason>: <n> node(s); ...", reasons sorted.
 func rejectedItem(r map[string]int) string {
-	if len(r) == 0 {
-		return ""
+	parts := make([]string, 0, len(r))
+	for why, n := range r {
+		parts = append(parts, fmt.Sprintf("%s: %d node(s)", why, n))
 	}
-	s := rejectedSummary(r)
-	return s[1 : len(s)-1]
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
 }
 
 // historyItem renders the state changes, one per line:

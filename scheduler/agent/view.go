@@ -212,7 +212,9 @@ func jobExplanation(j *cluster.Job, pol *policy.Policy, now time.Time, leader bo
 }
 
 // withEngine attaches the engine's explanation and takes the row's
-// position, tier, project, score and reason from it.
+// position, tier, project, score and reason from it (the nodes that
+// rejected the job stay in the engine's explanation: the CLI, the page
+// and the Variable list them from there).
 func withEngine(e *agentapi.Explanation, ex *engine.Explanation) {
 	if ex == nil {
 		return
@@ -227,9 +229,6 @@ func withEngine(e *agentapi.Explanation, ex *engine.Explanation) {
 	}
 	e.Score = ex.Score.Total
 	e.Reason = ex.Reason
-	if len(ex.Rejected) > 0 {
-		e.Reason = strings.TrimSpace(e.Reason + " " + rejectedSummary(ex.Rejected))
-	}
 }
 
 // explainRunning explains a job Nomad runs (some or all allocations).
@@ -325,19 +324,6 @@ func tierKey(t string) string {
 		return "none"
 	}
 	return t
-}
-
-func rejectedSummary(r map[string]int) string {
-	keys := make([]string, 0, len(r))
-	for k := range r {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s: %d node(s)", k, r[k])
-	}
-	return "(" + strings.Join(parts, "; ") + ")"
 }
 
 // metaErrors lists every error of a (possibly joined) meta error.
