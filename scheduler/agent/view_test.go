@@ -2,9 +2,11 @@ package agent
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -63,5 +65,103 @@ func TestInvalidJobsAreNotWaitingDemand(t *testing.T) {
 	}
 	if x := v.explain["default/bad1"]; x.State != "invalid" || VariableItems(x, "")["state"] != "invalid" {
 		t.Errorf("bad1: explain state %q, Variable state %q; want invalid in both", x.State, VariableItems(x, "")["state"])
+	}
+}
+
+// Each case of a job's explanation: the engine's decision, where the
+// agent's actions left the job (history), and what Nomad runs decide its
+// state, decision and reason; the engine's explanation is attached
+// unchanged (a running job's, the one it was admitted with).
+func TestExplainCases(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	spec, _ := policy.ParseMeta(map[string]string{"impact_tier": "high"}, nil)
+	_, bad := policy.ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
+	job := func(id string, st cluster.JobState) *cluster.Job {
+		return &cluster.Job{ID: "default/" + id, Namespace: "default", Name: id, Submit: now.Add(-time.Minute), State: st, Spec: spec,
+			Groups: []cluster.TaskGroup{{Name: "g", Count: 2, GPUs: 1, Spec: spec}}}
+	}
+	admitted := &engine.Explanation{JobID: "default/old", Status: engine.StatusAdmitted, Score: policy.Score{Total: 7}}
+	for _, tc := range []struct {
+		name     string
+		job      *cluster.Job
+		allocs   int // running allocations of the job
+		ex       *engine.Explanation
+		hist     jobHistory
+		leader   bool
+		victim   *engine.Preemption
+		state    string
+		decision string
+		reason   string // a substring
+		engine   *engine.Explanation
+		position int
+	}{
+		{name: "waiting", job: job("w", cluster.JobQueued), leader: true,
+			ex:    &engine.Explanation{Position: 3, Status: engine.StatusWaiting, Reason: "needs 2 GPUs, 0 free"},
+			state: agentapi.StateWaiting, decision: DecisionWait, reason: "needs 2 GPUs", position: 3},
+		{name: "preempting", job: job("p", cluster.JobQueued), leader: true,
+			ex:    &engine.Explanation{Position: 1, Status: engine.StatusPreempting, Reason: "preempting 1 gang(s)"},
+			state: agentapi.StateWaiting, decision: DecisionPreempt, reason: "preempting", position: 1},
+		{name: "standby's admission", job: job("s", cluster.JobQueued),
+			ex:    &engine.Explanation{Position: 1, Status: engine.StatusAdmitted},
+			state: agentapi.StateWaiting, decision: DecisionAdmit, reason: "this agent is a standby", position: 1},
+		{name: "admission not carried out", job: job("n", cluster.JobQueued), leader: true,
+			ex:    &engine.Explanation{Position: 1, Status: engine.StatusAdmitted},
+			state: agentapi.StateWaiting, decision: DecisionWait, reason: "not carried out", position: 1},
+		{name: "admitted this cycle", job: job("a", cluster.JobQueued), leader: true,
+			ex:    &engine.Explanation{Position: 1, Status: engine.StatusAdmitted},
+			hist:  jobHistory{Decision: DecisionAdmit, At: now, Nodes: map[string][]string{"g": {"n1"}}},
+			state: agentapi.StateAdmitting, decision: DecisionAdmit, reason: "every allocation of the gang placed"},
+		{name: "running, admitted by this agent", job: job("old", cluster.JobRunning), allocs: 2, leader: true,
+			hist:  jobHistory{Decision: DecisionAdmit, At: now, Nodes: map[string][]string{"g": {"n1"}}, Admitted: admitted},
+			state: agentapi.StateRunning, decision: DecisionAdmit, engine: admitted},
+		{name: "half started", job: job("h", cluster.JobRunning), allocs: 1, leader: true,
+			state: agentapi.StateAdmitting, decision: DecisionAdmit, reason: "1 of 2 allocations running"},
+		{name: "running, being preempted", job: job("v", cluster.JobRunning), allocs: 2, leader: true,
+			victim: &engine.Preemption{JobID: "default/v", Preemptor: "default/urgent", Reason: "room for urgent"},
+			state:  agentapi.StateRunning, decision: DecisionPreempted, reason: "room for urgent"},
+		{name: "waiting after a preemption", job: job("q", cluster.JobQueued), leader: true,
+			ex:    &engine.Explanation{Position: 2, Status: engine.StatusWaiting},
+			hist:  jobHistory{Decision: DecisionPreempted, PreemptedBy: "default/urgent", Reason: "room for urgent"},
+			state: agentapi.StateWaiting, decision: DecisionWait, reason: "room for urgent", position: 2},
+		{name: "bad meta", job: &cluster.Job{ID: "default/b", Namespace: "default", Name: "b", SpecErr: bad,
+			Groups: []cluster.TaskGroup{{Name: "g", Count: 1, GPUs: 1}}},
+			state: agentapi.StateInvalid, decision: DecisionNone, reason: "impact_* meta is invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := &cluster.Node{ID: "n1", Name: "n1", Pool: "default", Eligible: true, Ready: true,
+				GPUs: []cluster.GPU{{ID: "g0", Healthy: true}, {ID: "g1", Index: 1, Healthy: true}}}
+			var allocs []*cluster.Alloc
+			for i := range tc.allocs {
+				allocs = append(allocs, &cluster.Alloc{ID: fmt.Sprint("a", i), JobID: tc.job.ID, Group: "g", NodeID: "n1",
+					GPUs: []string{fmt.Sprint("g", i)}, Start: now})
+			}
+			snap, err := cluster.Build([]*cluster.Node{node}, []*cluster.Job{tc.job}, allocs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := &engine.Plan{Explanations: map[string]*engine.Explanation{}}
+			if tc.ex != nil {
+				plan.Explanations[tc.job.ID] = tc.ex
+			}
+			if tc.victim != nil {
+				plan.Preemptions = []engine.Preemption{*tc.victim}
+			}
+			want := tc.engine
+			if want == nil {
+				want = tc.ex
+			}
+			v := buildView(snap, plan, map[string]jobHistory{tc.job.ID: tc.hist}, now, tc.leader, policy.Default())
+			e := v.explain[tc.job.ID]
+			if e.State != tc.state || e.Decision != tc.decision || !strings.Contains(e.Reason, tc.reason) || e.Position != tc.position {
+				t.Errorf("state %s decision %s reason %q position %d; want %s %s %q %d",
+					e.State, e.Decision, e.Reason, e.Position, tc.state, tc.decision, tc.reason, tc.position)
+			}
+			if e.Engine != want {
+				t.Errorf("engine explanation %+v, want %+v (unchanged)", e.Engine, want)
+			}
+			if e.Summary == "" || e.GPUs != 2 && e.State != agentapi.StateInvalid {
+				t.Errorf("summary %q GPUs %d", e.Summary, e.GPUs)
+			}
+		})
 	}
 }
