@@ -27,7 +27,8 @@ import (
 // when it moves by a point. The engine's explanation is in it as well:
 // its status, its reason where the agent's says more, the nodes that
 // could not take the job (rejected), the reservation, victims, the
-// pinned placement and warnings. pageURL, when set, is the job's page on
+// pinned placement (GPUs and islands; blocks: each device block's GPUs)
+// and warnings. pageURL, when set, is the job's page on
 // the agent (/ui/...).
 func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 	items := map[string]string{
@@ -83,6 +84,7 @@ func engineItems(items map[string]string, e agentapi.Explanation) {
 	}
 	items["victims"] = strings.Join(x.Victims, ",")
 	items["placement"] = placementItem(x.Placement)
+	items["blocks"] = blocksItem(x.Placement)
 	items["warnings"] = strings.Join(x.Warnings, "; ")
 }
 
@@ -143,8 +145,7 @@ func historyItem(h []agentapi.Event) string {
 
 // placementItem renders the planned allocations, one per line:
 // "<group> on <node>: <gpu> (island <n>), ...", the GPU IDs the admission
-// pinned with their NVLink islands, then each device block's GPUs when
-// the group lists them: " [<task>#<index>: <gpu>,<gpu>]".
+// pinned with their NVLink islands.
 func placementItem(groups []engine.GroupPlacement) string {
 	var lines []string
 	for _, g := range groups {
@@ -156,11 +157,27 @@ func placementItem(groups []engine.GroupPlacement) string {
 					parts[k] += " (island " + strconv.Itoa(p.Islands[k]) + ")"
 				}
 			}
-			line := g.Group + " on " + p.NodeID + ": " + strings.Join(parts, ", ")
-			for _, b := range p.Blocks {
-				line += " [" + b.Task + "#" + strconv.Itoa(b.Index) + ": " + strings.Join(b.GPUs, ",") + "]"
+			lines = append(lines, g.Group+" on "+p.NodeID+": "+strings.Join(parts, ", "))
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// blocksItem renders which GPUs each device block of a planned allocation
+// gets, one allocation per line: "<group> on <node>: <task>#<index>:
+// <gpu>,<gpu>; ..." ("" when the placement lists no blocks).
+func blocksItem(groups []engine.GroupPlacement) string {
+	var lines []string
+	for _, g := range groups {
+		for _, p := range g.Allocs {
+			if len(p.Blocks) == 0 {
+				continue
 			}
-			lines = append(lines, line)
+			parts := make([]string, len(p.Blocks))
+			for i, b := range p.Blocks {
+				parts[i] = b.Task + "#" + strconv.Itoa(b.Index) + ": " + strings.Join(b.GPUs, ",")
+			}
+			lines = append(lines, g.Group+" on "+p.NodeID+": "+strings.Join(parts, "; "))
 		}
 	}
 	return strings.Join(lines, "\n")

@@ -220,6 +220,11 @@ func checkField(key string, e agentapi.Explanation, items map[string]string) str
 				if msg := has("placement", append([]string{g.Group + " on " + a.NodeID + ": "}, a.GPUs...)...); msg != "" {
 					return msg
 				}
+				for _, b := range a.Blocks {
+					if msg := has("blocks", b.Task+"#"+strconv.Itoa(b.Index)+": "+strings.Join(b.GPUs, ",")); msg != "" {
+						return msg
+					}
+				}
 			}
 		}
 		return ""

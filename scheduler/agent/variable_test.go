@@ -60,8 +60,11 @@ func TestVariableItems(t *testing.T) {
 	x.Warnings = []string{"w1", "w2"}
 	e.Engine = &x
 	got = VariableItems(e, "")
-	if want := "workers on n1: GPU-a (island 0), GPU-b (island 1)\nworkers on n2: GPU-c (island 1) [t#1: GPU-c]"; got["placement"] != want {
+	if want := "workers on n1: GPU-a (island 0), GPU-b (island 1)\nworkers on n2: GPU-c (island 1)"; got["placement"] != want {
 		t.Errorf("placement item %q, want %q", got["placement"], want)
+	}
+	if want := "workers on n2: t#1: GPU-c"; got["blocks"] != want {
+		t.Errorf("blocks item %q, want %q", got["blocks"], want)
 	}
 	if got["warnings"] != "w1; w2" {
 		t.Errorf("warnings item %q", got["warnings"])
