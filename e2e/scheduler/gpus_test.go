@@ -312,7 +312,7 @@ func TestExactGPUs(t *testing.T) {
 		t.Errorf("2 + 2 + 4 took %d distinct GPUs, want 8", len(all))
 	}
 	// The job's Variable, as the Nomad UI shows it, names each pinned GPU
-	// with its island (then the device block's GPUs: "[t#0: ...]").
+	// with its island (each device block's GPUs are in the blocks item).
 	eventually(t, 30*time.Second, "the Variable of four shows its pinned GPUs", func() (bool, string) {
 		var v struct{ Items map[string]string }
 		err := e.a.Get("/v1/var/nomad/jobs/four/impact", &v)
