@@ -149,16 +149,17 @@ func (b *backfill) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 	return sim.Actions{Place: s.place}, nil
 }
 
-// reservation finds when head can start if running jobs end at their
-// walltimes, and the GPUs per node left over once head takes its share then
-// (extra). A head that can never fit reserves nothing.
-func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int64) (int64, []int) {
-	type end struct {
-		t    int64
-		node int
-		gpus int
-	}
-	var ends []end
+// gpuEnd is when a running allocation gives its GPUs back (its walltime,
+// or the end of its grace when stopping).
+type gpuEnd struct {
+	t    int64
+	node int
+	gpus int
+}
+
+// gpuEnds lists every running allocation's end, earliest first.
+func gpuEnds(st *sim.State, now int64) []gpuEnd {
+	var ends []gpuEnd
 	for _, j := range st.Active() {
 		t := j.WalltimeEnd(st.Model)
 		if j.State == sim.Stopping {
@@ -167,7 +168,7 @@ func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int
 		t = max(t, now)
 		for _, a := range j.Allocs {
 			if a.Node >= 0 {
-				ends = append(ends, end{t, a.Node, len(a.GPUs)})
+				ends = append(ends, gpuEnd{t, a.Node, len(a.GPUs)})
 			}
 		}
 	}
@@ -177,6 +178,13 @@ func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int
 		}
 		return ends[a].node < ends[b].node
 	})
+	return ends
+}
+
+// reservation finds when head can start if running jobs end at their
+// walltimes, and the GPUs per node left over once head takes its share then
+// (extra). A head that can never fit reserves nothing.
+func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int64) (int64, []int) {
 	pf := append([]int(nil), s.free...)
 	need, count := head.Members[0], len(head.Members)
 	ok := 0
@@ -189,7 +197,7 @@ func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int
 	if ok >= count {
 		shadow = now // fits on free GPUs, but not as placed this cycle
 	}
-	for _, e := range ends {
+	for _, e := range gpuEnds(st, now) {
 		if shadow >= 0 && e.t > shadow {
 			break
 		}

@@ -87,65 +87,31 @@ type Check struct {
 // Run simulates sc under every policy and its top tier alone, in parallel.
 func Run(sc Scenario, cfg Config) (*Outcome, error) {
 	o := &Outcome{Scenario: sc, Results: map[string]*sim.Result{}, Debounce: cfg.ImpactModel.Debounce}
-	opts := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd}
-	type run struct {
-		name string
-		res  *sim.Result
-		err  error
-	}
 	names := append(append([]string(nil), Policies...), "bound")
-	out := make([]run, len(names))
+	res := make([]*sim.Result, len(names))
+	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, cfg.Parallel))
 	for i, n := range names {
 		wg.Add(1)
-		go func(i int, n string) {
+		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			out[i].name = n
-			o := opts
-			jobs := sc.Jobs
-			var s sim.Scheduler
-			var err error
-			switch n {
-			case impact.Name:
-				o.Model = cfg.ImpactModel
-				var is *impact.Scheduler
-				if is, err = impact.New(cfg.Policy, nil); err == nil {
-					is.Refresh = cfg.Refresh
-					s = is
-				}
-			case "bound":
-				o.Model = cfg.ImpactModel
-				jobs = TopTier(sc.Jobs)
-				s, err = baseline.New(baseline.Backfill)
-			default:
-				o.Model = cfg.BaseModel
-				s, err = baseline.New(n)
-			}
-			if err != nil {
-				out[i].err = err
-				return
-			}
-			if len(jobs) == 0 {
-				out[i].res = &sim.Result{}
-				return
-			}
-			out[i].res, out[i].err = sim.Run(jobs, s, o)
-		}(i, n)
+			res[i], errs[i] = runOne(sc, cfg, n)
+		}()
 	}
 	wg.Wait()
-	for _, r := range out {
-		if r.err != nil {
-			return nil, fmt.Errorf("scenario %s: %s: %w", sc.Name, r.name, r.err)
+	for i, n := range names {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("scenario %s: %s: %w", sc.Name, n, errs[i])
 		}
-		if r.name == "bound" {
-			o.Bound = r.res.WaitS[trace.Tiers[0]]
-			o.BoundN = r.res.JobsCompleted
+		if n == "bound" {
+			o.Bound = res[i].WaitS[trace.Tiers[0]]
+			o.BoundN = res[i].JobsCompleted
 			continue
 		}
-		o.Results[r.name] = r.res
+		o.Results[n] = res[i]
 	}
 	o.Checks = NeverWorse(o)
 	o.Summary = map[string]Summary{}
@@ -154,6 +120,38 @@ func Run(sc Scenario, cfg Config) (*Outcome, error) {
 			WaitS: r.WaitS, WeightedJCTS: r.WeightedJCTS, Preemptions: r.Preemptions, LostFraction: r.LostFraction, JobsUnfinished: r.JobsUnfinished}
 	}
 	return o, nil
+}
+
+// runOne simulates sc under the policy name, or, for "bound", its top
+// tier alone under backfill at the impact cadence.
+func runOne(sc Scenario, cfg Config, name string) (*sim.Result, error) {
+	o := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd}
+	jobs := sc.Jobs
+	var s sim.Scheduler
+	var err error
+	switch name {
+	case impact.Name:
+		o.Model = cfg.ImpactModel
+		var is *impact.Scheduler
+		if is, err = impact.New(cfg.Policy, nil); err == nil {
+			is.Refresh = cfg.Refresh
+			s = is
+		}
+	case "bound":
+		o.Model = cfg.ImpactModel
+		jobs = TopTier(sc.Jobs)
+		s, err = baseline.New(baseline.Backfill)
+	default:
+		o.Model = cfg.BaseModel
+		s, err = baseline.New(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return &sim.Result{}, nil
+	}
+	return sim.Run(jobs, s, o)
 }
 
 // Summary is one policy's headline metrics on a scenario.
