@@ -79,6 +79,8 @@ type Scheduler struct {
 	Refresh int64
 	// hung: runs the idleness model hung, by job index (idle.go).
 	hung map[int]*hungRun
+	// tierNames: a trace tier -> the policy's tier it resolves to.
+	tierNames map[string]string
 }
 
 type runInfo struct {
@@ -167,6 +169,7 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 		hung:      map[int]*hungRun{},
 		running:   map[int]*runInfo{},
 		cjobs:     map[int]*cluster.Job{},
+		tierNames: map[string]string{},
 		lastLook:  -1,
 		Refresh:   DefaultRefresh,
 	}, nil
@@ -389,7 +392,8 @@ func (s *Scheduler) applyCheckpoints(st *sim.State, now int64) error {
 // victim (preempt.WorkLost), so a checkpoint of a job no waiting job may
 // preempt leaves the plan as it was.
 type victimTiers struct {
-	tiers map[string]bool // tiers of the waiting jobs; nil until needed
+	// answers by the victim's tier, for this cycle's queue.
+	answers map[string]bool
 }
 
 // mayPreempt: some waiting job's tier may preempt j's, or j hung (the
@@ -399,28 +403,36 @@ func (v *victimTiers) mayPreempt(s *Scheduler, st *sim.State, j *sim.Job) bool {
 	if _, hung := s.hung[j.Index]; hung || !s.pol.Preemption.Enabled {
 		return hung
 	}
-	if v.tiers == nil {
-		v.tiers = map[string]bool{}
-		for _, q := range st.Queue() {
-			v.tiers[s.tierOf(q)] = true
-		}
-	}
 	victim := s.tierOf(j)
-	for t := range v.tiers {
-		if s.pol.MayPreempt(t, victim) {
-			return true
+	if ok, known := v.answers[victim]; known {
+		return ok
+	}
+	if v.answers == nil {
+		v.answers = map[string]bool{}
+	}
+	ok := false
+	for _, q := range st.Queue() {
+		if s.pol.MayPreempt(s.tierOf(q), victim) {
+			ok = true
+			break
 		}
 	}
-	return false
+	v.answers[victim] = ok
+	return ok
 }
 
 // tierOf is the policy's tier of j (its default tier for one it lacks),
 // as the engine resolves it.
 func (s *Scheduler) tierOf(j *sim.Job) string {
-	if t := s.pol.TierOf(policy.Spec{Tier: j.Tier}); t != nil {
-		return t.Name
+	if name, ok := s.tierNames[j.Tier]; ok {
+		return name
 	}
-	return j.Tier
+	name := j.Tier
+	if t := s.pol.TierOf(policy.Spec{Tier: j.Tier}); t != nil {
+		name = t.Name
+	}
+	s.tierNames[j.Tier] = name
+	return name
 }
 
 // idle reports a cycle whose plan is certainly empty, so the engine need
