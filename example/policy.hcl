@@ -162,7 +162,9 @@ idle {
 # runtime does not protect it from them), so urgent work starts within a
 # cycle even when long non-preemptible jobs fill the cluster. The headroom
 # is kept as whole nodes (ceil(size / node GPUs) of them), so a job up to a
-# node's size finds one. Size: `gpus = N`, `share = 0.1` of the pool, or
+# node's size finds one; preemptible work of the other tiers goes there
+# first when it fits, leaving the rest of the pool to what the headroom
+# keeps out. Size: `gpus = N`, `share = 0.1` of the pool, or
 # `learn = true`: the mean GPUs the tiers' jobs of the last `window` held
 # (GPUs x walltime, an hour when unknown) plus the largest of them, at
 # least `min_gpus`, at most `max_share` of the pool. Waiting jobs kept out

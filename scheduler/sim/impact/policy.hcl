@@ -76,11 +76,12 @@ idle {
 
 # Headroom for urgent work: part of the pool is kept free of
 # non-preemptible work of the other tiers (it may hold preemptible work,
-# which a critical job preempts at once, minimum runtime or not), so a
-# critical job starts within a cycle even when long non-preemptible work
-# fills the cluster. Its size is learned from the critical jobs of the
-# last day (their mean occupancy plus the largest one), at least one
-# node, at most a tenth of the pool; it is kept as whole nodes.
+# which goes there first and which a critical job preempts at once,
+# minimum runtime or not), so a critical job starts within a cycle even
+# when long non-preemptible work fills the cluster. Its size is learned
+# from the critical jobs of the last day (their mean occupancy plus the
+# largest one), at least one node, at most a tenth of the pool; it is
+# kept as whole nodes.
 headroom "gpu" {
   tiers     = ["critical"]
   learn     = true
