@@ -227,3 +227,47 @@ func TestPropertyReparkRemovesExactlyOurPins(t *testing.T) {
 }
 
 func mustJSONr(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// Which device block gets which GPUs is the plan's decision: the executor
+// takes an unsplit plan only for a group of exactly one GPU block, and
+// refuses one that leaves a block without GPUs or several blocks unsplit,
+// rather than letting Nomad choose.
+func TestPinDevicesTakesTheSplitFromThePlan(t *testing.T) {
+	oneBlock := func() *api.Job { return gpuJob("one", nil, [2]int{1, 2}) }
+	for _, tc := range []struct {
+		name   string
+		job    func() *api.Job
+		allocs []engine.AllocPlacement
+		pin    string // the one block's own pin; "" when refused
+	}{
+		{"one block, plan without blocks", oneBlock,
+			[]engine.AllocPlacement{{NodeID: "n1", GPUs: []string{"n1-g3", "n1-g1"}}}, "n1-g1,n1-g3"},
+		{"one block, plan gives it no GPUs", oneBlock,
+			[]engine.AllocPlacement{{NodeID: "n1"}}, ""},
+		{"three blocks, plan without blocks", pinTestJob,
+			[]engine.AllocPlacement{{NodeID: "n1", GPUs: []string{"n1-g0", "n1-g1", "n1-g4", "n1-g5"}}}, ""},
+		{"three blocks, one left without GPUs", pinTestJob,
+			[]engine.AllocPlacement{{NodeID: "n1", GPUs: []string{"n1-g0", "n1-g1", "n1-g4"}, Blocks: []engine.BlockPlacement{
+				{Task: "trainer", Index: 0, GPUs: []string{"n1-g0", "n1-g1"}}, {Task: "trainer", Index: 2, GPUs: []string{"n1-g4"}}}}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := tc.job()
+			x := &Executor{cfg: ExecutorConfig{ParkingPool: parking}}
+			err := x.pinJob(job, engine.Admission{JobID: "default/" + *job.ID, Pool: "gpu",
+				Groups: []engine.GroupPlacement{{Group: "g0", Allocs: tc.allocs}}})
+			if tc.pin == "" {
+				if err == nil {
+					t.Fatal("pinned a plan that does not say which block gets which GPUs")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs := job.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints
+			if len(cs) != 1 || !isOwnDevicePin(cs[0].LTarget, cs[0].Operand, cs[0].RTarget) || cs[0].LTarget != tc.pin {
+				t.Fatalf("block constraints %+v, want our pin of %s", cs, tc.pin)
+			}
+		})
+	}
+}
