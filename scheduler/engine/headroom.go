@@ -333,12 +333,21 @@ func (c *cycle) headroomProtect(q *queued) func() {
 	if c.hr == nil || !c.headroomKeepsOut(q) {
 		return nil
 	}
-	var taken, reserved []placement.Slot
-	for ord, prot := range c.hr.protected {
+	return c.withhold(func(ord int) bool {
 		p := c.hr.pools[c.st.PoolOf(ord)]
 		// A job too wide for the rest of the pool is not kept off: it
 		// would never start.
-		if !prot || (q.pool != "" && c.st.PoolOf(ord) != q.pool) || p.h.UsesHeadroom(q.tier) || q.gpus > p.capacity-p.protect*p.nodeGPUs {
+		return c.hr.protected[ord] && (q.pool == "" || c.st.PoolOf(ord) == q.pool) && !p.h.UsesHeadroom(q.tier) && q.gpus <= p.capacity-p.protect*p.nodeGPUs
+	})
+}
+
+// withhold takes every free or reserved-but-unused GPU of the nodes keep
+// selects, so that the next placement cannot use them, and returns what
+// gives them back as they were; nil when it took nothing.
+func (c *cycle) withhold(keep func(ord int) bool) func() {
+	var taken, reserved []placement.Slot
+	for ord := range c.st.NumNodes() {
+		if !keep(ord) {
 			continue
 		}
 		res := c.st.Reserved(ord) &^ c.st.Used(ord)

@@ -26,29 +26,10 @@ func (c *cycle) headroomPrefer(q *queued, req placement.Request) (placement.Resu
 	if room < q.gpus {
 		return placement.Result{}, false
 	}
-	var taken, reserved []placement.Slot
-	for ord, prot := range c.hr.protected {
-		if prot {
-			continue
-		}
-		res := c.st.Reserved(ord) &^ c.st.Used(ord)
-		mask := c.st.Free(ord) | res
-		if mask == 0 {
-			continue
-		}
-		sl := placement.Slot{Node: ord, Mask: mask}
-		c.st.Take(sl)
-		taken = append(taken, sl)
-		if res != 0 {
-			reserved = append(reserved, placement.Slot{Node: ord, Mask: res})
-		}
-	}
+	giveBack := c.withhold(func(ord int) bool { return !c.hr.protected[ord] })
 	res, ok := c.st.Place(req, nil)
-	for _, sl := range taken {
-		c.st.Release(sl)
-	}
-	for _, sl := range reserved {
-		c.st.Reserve(sl)
+	if giveBack != nil {
+		giveBack()
 	}
 	return res, ok
 }
