@@ -72,6 +72,8 @@ type Engine struct {
 	// hrMem: pool -> the recent arrivals a learned headroom is sized
 	// from (headroom.go).
 	hrMem map[string]*hrMemory
+	// scratch is the cycles' reusable working memory (scratch.go).
+	scratch scratch
 }
 
 type loss struct {

@@ -327,7 +327,7 @@ func (c *cycle) mayPreemptVictim(by string, v *victimInfo) bool {
 // action's reclaims, and returns the states by holder for assessHolders.
 func (c *cycle) judgeRunning(facts []*specFacts) []idleState {
 	holders := c.st.Holders()
-	states := make([]idleState, len(holders))
+	states := reuse(&c.e.scratch.states, len(holders))
 	if c.explain && len(holders) > 0 {
 		c.plan.Running = make([]RunningJob, 0, len(holders))
 	}

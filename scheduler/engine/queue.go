@@ -275,7 +275,7 @@ func (c *cycle) buildQueue() []*queued {
 	// insertion sort then mostly confirms runs already in order (a long
 	// queue's radix sort costs the same either way; see sortQueue).
 	prev := qc.prevLen
-	keys := make([]qkey, prev, total+prev)
+	keys := reuse(&c.e.scratch.keys, total+prev)[:prev]
 	var parked []*queued
 	packed := true
 	for i := range qc.queued {

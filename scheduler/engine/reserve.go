@@ -161,7 +161,7 @@ type endOrder struct {
 
 func (c *cycle) holdersByEnd() *endOrder {
 	holders := c.st.Holders()
-	o := &endOrder{holders: holders, heap: make([]endKey, len(holders))}
+	o := &endOrder{holders: holders, heap: reuse(&c.e.scratch.ends, len(holders))}
 	for i := range holders {
 		end := c.expectedEnd(&holders[i])
 		o.heap[i] = endKey{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}

@@ -46,7 +46,7 @@ type youngHolder struct {
 // works out, once per cycle, which may be victims and at what cost.
 func (c *cycle) assessHolders(facts []*specFacts) {
 	holders := c.st.Holders()
-	c.victims = make([]victimInfo, len(holders))
+	c.victims = reuse(&c.e.scratch.victims, len(holders))
 	idle := c.judgeRunning(facts)
 	for h := range holders {
 		hd := &holders[h]
@@ -105,8 +105,12 @@ func (c *cycle) assessHolders(facts []*specFacts) {
 // per cycle for the steps that judge running gangs.
 func (c *cycle) managedFacts() []*specFacts {
 	holders := c.st.Holders()
-	facts := make([]*specFacts, len(holders))
-	c.holderByJob = make(map[*cluster.Job]int32, len(holders))
+	facts := reuse(&c.e.scratch.facts, len(holders))
+	if c.e.scratch.holderByJob == nil {
+		c.e.scratch.holderByJob = make(map[*cluster.Job]int32, len(holders))
+	}
+	clear(c.e.scratch.holderByJob)
+	c.holderByJob = c.e.scratch.holderByJob
 	for h := range holders {
 		j := holders[h].Job
 		if j == nil || j.SpecErr != nil || j.State != cluster.JobRunning {

@@ -1,0 +1,29 @@
+package engine
+
+import "github.com/impact-sched/nomad-impact/scheduler/cluster"
+
+// scratch is memory a cycle fills and drops: the per-holder tables and
+// the queue's sort keys. It is kept on the engine so that each cycle
+// reuses the previous one's rather than allocating megabytes the garbage
+// collector then has to find again (a third of a long cycle's time went
+// to it). Nothing in it outlives the cycle that fills it, and no plan
+// points into it.
+type scratch struct {
+	victims     []victimInfo
+	states      []idleState
+	facts       []*specFacts
+	holderByJob map[*cluster.Job]int32
+	keys        []qkey
+	ends        []endKey
+}
+
+// reuse returns buf resized to n zero values, reallocated only when it
+// is too small.
+func reuse[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	s := (*buf)[:n]
+	clear(s)
+	return s
+}
