@@ -89,7 +89,8 @@
 // preempting.go (the victim search), reserve.go (reservations and
 // backfill), headroom.go and headroom_prefer.go, admit.go (an admission's placement and
 // warnings), reasons.go (waiting jobs' sentences), changes.go (the
-// memory a cycle changes), plan.go (the plan's types).
+// memory a cycle changes), scratch.go (working memory reused from cycle
+// to cycle), plan.go (the plan's types).
 //
 // Cost is bounded: a full pool rejects a job in O(1) from the free-capacity
 // index, victim searches per cycle are capped, and the shadow schedule of a
