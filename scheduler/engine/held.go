@@ -1,7 +1,8 @@
 package engine
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -12,12 +13,7 @@ import (
 // allocations have not appeared yet, and forgets those that did appear,
 // whose job is gone, or that outlived the TTL.
 func (c *cycle) holdPending() {
-	ids := make([]string, 0, len(c.e.pending))
-	for id := range c.e.pending {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(c.e.pending)) {
 		p := c.e.pending[id]
 		j, ok := c.snap.Job(id)
 		appeared := c.snap.JobAllocs(id)
@@ -51,12 +47,7 @@ func (c *cycle) holdBindings() {
 	if len(c.e.bindings) == 0 {
 		return
 	}
-	ids := make([]string, 0, len(c.e.bindings))
-	for id := range c.e.bindings {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(c.e.bindings)) {
 		b := c.e.bindings[id]
 		j, ok := c.snap.Job(id)
 		_, pending := c.pendingOf(id)
