@@ -330,42 +330,7 @@ func TestExactGPUs(t *testing.T) {
 // dir, ports and fake two-island topology with distinct UUIDs), a gang of
 // 2 allocations x 8 GPUs gets exactly its planned GPUs on both nodes.
 func TestExactGPUsTwoNodes(t *testing.T) {
-	nomadagent.Binary(t)
-	root := nomadagent.RepoRoot()
-	bins := t.TempDir()
-	gpu := nomadagent.ImpactBinary(t, bins, "plugins/impact-gpu", "github.com/impact-sched/nomad-impact/cmd/impact-gpu")
-	impact := nomadagent.ImpactBinary(t, bins, "impact", "github.com/impact-sched/nomad-impact/cmd/impact")
-	src := filepath.Join(root, "example", "topologies", "two-islands-8x-a100.hcl")
-	c := nomadagent.StartCluster(t, nomadagent.ClusterConfig{
-		Prefix:  "impact-e2e-gpus-",
-		Clients: 2,
-		Plugins: map[string]string{"impact-gpu": gpu},
-		ClientExtra: func(i int, cl *nomadagent.Client) string {
-			return fmt.Sprintf(`
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-plugin "impact-gpu" {
-  config {
-    backend            = "fake"
-    fake_topology      = %q
-    fingerprint_period = "2s"
-  }
-}
-`, nomadagent.NodeTopology(t, src, cl.Dir, i))
-		},
-	})
-	c.WaitNodes(90*time.Second, 2, "two nodes with 8 GPUs each", func(ns []nomadagent.Node) (bool, string) {
-		ok := true
-		var counts []int
-		for _, n := range ns {
-			counts = append(counts, n.Devices("gpu"))
-			ok = ok && n.Devices("gpu") == 8
-		}
-		return ok, fmt.Sprint(counts)
-	})
+	c, impact := startGPUCluster(t, "impact-e2e-gpus-", 2)
 	e := &env{t: t, a: c.Agent, dir: c.Dir, impact: impact,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])}
 	e.startImpact(t)

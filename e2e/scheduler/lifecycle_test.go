@@ -146,6 +146,20 @@ func nodesOfAllocs(as []lcAlloc) []string {
 }
 
 func setupCluster(t *testing.T, prefix, policyExtra string) *lcEnv {
+	c, impact := startGPUCluster(t, prefix, 3)
+	e := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact, policyExtra: policyExtra,
+		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])}}
+	e.impactProc = e.startImpact(t)
+	return e
+}
+
+// startGPUCluster starts one Nomad server and n client processes, each
+// with raw_exec and impact-gpu's fake backend on its own copy of the
+// two-island 8-GPU topology (distinct GPU UUIDs), and waits until every
+// node shows its 8 GPUs. It returns the cluster and the built impact
+// binary.
+func startGPUCluster(t *testing.T, prefix string, n int) (*nomadagent.Cluster, string) {
+	t.Helper()
 	nomadagent.Binary(t)
 	root := nomadagent.RepoRoot()
 	bins := t.TempDir()
@@ -154,7 +168,7 @@ func setupCluster(t *testing.T, prefix, policyExtra string) *lcEnv {
 	src := filepath.Join(root, "example", "topologies", "two-islands-8x-a100.hcl")
 	c := nomadagent.StartCluster(t, nomadagent.ClusterConfig{
 		Prefix:  prefix,
-		Clients: 3,
+		Clients: n,
 		Plugins: map[string]string{"impact-gpu": gpu},
 		ClientExtra: func(i int, cl *nomadagent.Client) string {
 			return fmt.Sprintf(`
@@ -173,19 +187,16 @@ plugin "impact-gpu" {
 `, nomadagent.NodeTopology(t, src, cl.Dir, i))
 		},
 	})
-	c.WaitNodes(90*time.Second, 3, "three nodes with 8 GPUs each", func(ns []nomadagent.Node) (bool, string) {
+	c.WaitNodes(90*time.Second, n, fmt.Sprintf("%d nodes with 8 GPUs each", n), func(ns []nomadagent.Node) (bool, string) {
 		var counts []int
 		ok := true
-		for _, n := range ns {
-			counts = append(counts, n.Devices("gpu"))
-			ok = ok && n.Devices("gpu") == 8
+		for _, nd := range ns {
+			counts = append(counts, nd.Devices("gpu"))
+			ok = ok && nd.Devices("gpu") == 8
 		}
 		return ok, fmt.Sprint(counts)
 	})
-	e := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact, policyExtra: policyExtra,
-		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])}}
-	e.impactProc = e.startImpact(t)
-	return e
+	return c, impact
 }
 
 func TestLifecycle(t *testing.T) {
