@@ -72,15 +72,17 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		return false
 	}
 	budget, mx := c.e.budgetOf(q.tier)
-	if already := c.lostFrom(budget); mx > 0 && already+lost > mx {
-		if c.explain {
-			which := "shared"
-			if budget != "" {
-				which = fmt.Sprintf("tier %q", budget)
+	if mx > 0 { // the hour's losses are summed only for a capped budget
+		if already := c.lostFrom(budget); already+lost > mx {
+			if c.explain {
+				which := "shared"
+				if budget != "" {
+					which = fmt.Sprintf("tier %q", budget)
+				}
+				exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
 			}
-			exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
+			return false
 		}
-		return false
 	}
 	c.orderPreemptions(q, exp, victims, res, gain, cost, budget)
 	return true
