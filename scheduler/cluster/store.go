@@ -362,7 +362,8 @@ func (s *Snapshot) NumShards() int { return shardCount }
 // hold exactly the same objects in it: a consumer that derives something
 // per snapshot (the engine's queue, placement's capacity) can keep what it
 // derived per shard and redo only the shards whose key changed. A nil key
-// is an empty shard.
+// is a shard never created (empty); an emptied shard keeps a key of its
+// own.
 type ShardKey = any
 
 // JobShard returns shard i of the job table: its key and its jobs, in no
@@ -371,6 +372,27 @@ func (s *Snapshot) JobShard(i int) (ShardKey, []*Job) { return s.jobs.shard(i) }
 
 // AllocShard returns shard i of the allocation table (see JobShard).
 func (s *Snapshot) AllocShard(i int) (ShardKey, []*Alloc) { return s.allocs.shard(i) }
+
+// JobShardKey is JobShard's key alone, read without touching the shard:
+// what a consumer compares before it needs the jobs.
+func (s *Snapshot) JobShardKey(i int) ShardKey { return s.jobs.shardKey(i) }
+
+// AllocShardKey is AllocShard's key alone (see JobShardKey).
+func (s *Snapshot) AllocShardKey(i int) ShardKey { return s.allocs.shardKey(i) }
+
+// TableKey identifies a whole table of a snapshot (JobsKey, AllocsKey):
+// equal keys, every shard equal. The store hands a new snapshot the last
+// one's shard array when nothing changed since, so a consumer that kept
+// what it derived from a table skips the table without comparing its
+// 1,024 shard keys. Unequal keys say nothing: compare the shards then.
+// The zero TableKey equals no snapshot's.
+type TableKey struct{ p any }
+
+// JobsKey is the job table's key (see TableKey).
+func (s *Snapshot) JobsKey() TableKey { return TableKey{p: s.jobs.shards} }
+
+// AllocsKey is the allocation table's key (see TableKey).
+func (s *Snapshot) AllocsKey() TableKey { return TableKey{p: s.allocs.shards} }
 
 // NodesKey identifies the node table: equal keys, equal nodes (the same
 // *Node objects). Comparing costs a scan of the shard pointers.

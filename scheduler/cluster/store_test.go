@@ -309,6 +309,15 @@ func TestShardKeys(t *testing.T) {
 		if (ka == nil) != (len(ja) == 0) {
 			t.Fatalf("shard %d: key %v for %d jobs", i, ka, len(ja))
 		}
+		if a.JobShardKey(i) != ka {
+			t.Fatalf("shard %d: JobShardKey differs from JobShard's key", i)
+		}
+	}
+	if a.JobsKey() != b.JobsKey() || a.AllocsKey() != b.AllocsKey() {
+		t.Fatal("table keys of snapshots with no write between differ")
+	}
+	if a.JobsKey() == (TableKey{}) || a.AllocsKey() == (TableKey{}) {
+		t.Fatal("a snapshot's table key equals the zero key")
 	}
 	changed := a.ShardOf("j7")
 	before, jobsBefore := a.JobShard(changed)
@@ -335,6 +344,12 @@ func TestShardKeys(t *testing.T) {
 	}
 	if k, jobs := a.JobShard(changed); k != before || len(jobs) != n {
 		t.Fatal("a write changed an older snapshot's shard")
+	}
+	if a.JobsKey() == c.JobsKey() {
+		t.Fatal("a job write left the job table's key unchanged")
+	}
+	if a.AllocsKey() != c.AllocsKey() {
+		t.Fatal("a job write changed the allocation table's key")
 	}
 	if !a.NodesKey().Equal(c.NodesKey()) {
 		t.Fatal("a job write changed the node table's key")

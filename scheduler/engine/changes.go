@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -51,7 +52,8 @@ type changes struct {
 	// requeues: the new requeue counts; requeuesGone: jobs that left.
 	requeues     map[string]int
 	requeuesGone []string
-	// hrMem, when set, replaces the learned headrooms' arrival memory.
+	// hrMem: the pools whose learned-headroom memory the cycle changed,
+	// with their new memory (hrMemoryToChange).
 	hrMem map[string]*hrMemory
 }
 
@@ -251,6 +253,9 @@ func (e *Engine) apply(ch *changes, now time.Time) {
 		e.requeues[id] = n
 	}
 	if ch.hrMem != nil {
-		e.hrMem = ch.hrMem
+		if e.hrMem == nil {
+			e.hrMem = map[string]*hrMemory{}
+		}
+		maps.Copy(e.hrMem, ch.hrMem)
 	}
 }

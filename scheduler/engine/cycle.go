@@ -165,7 +165,7 @@ func (c *cycle) run() {
 	var queue []*queued
 	c.sideBySide(func() {
 		queue = c.buildQueue()
-		c.headroomBegin(queue)
+		c.headroomBegin(queue, facts)
 	}, func() {
 		c.assessHolders(facts)
 		c.watchGangs()

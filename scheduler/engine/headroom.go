@@ -60,8 +60,11 @@ const unknownWalltime = time.Hour
 
 // hrPool is one headroom pool's state in a cycle.
 type hrPool struct {
-	h        *policy.Headroom
-	size     int
+	h    *policy.Headroom
+	size int
+	// learned: size was learned from arrivals (else fixed by the policy);
+	// basis caches describe.
+	learned  bool
 	basis    string
 	capacity int
 	arrivals int
@@ -90,8 +93,8 @@ type hrCycle struct {
 
 // headroomBegin learns from the queue's jobs of headroom tiers, sizes
 // every pool's headroom and counts what holds each pool (before this
-// cycle's decisions).
-func (c *cycle) headroomBegin(queue []*queued) {
+// cycle's decisions). facts are the running holders' (managedFacts).
+func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 	if len(c.pol.Headrooms) == 0 {
 		return
 	}
@@ -105,12 +108,6 @@ func (c *cycle) headroomBegin(queue []*queued) {
 	}
 	sort.Strings(hc.names)
 	c.hr = hc
-	for _, h := range c.pol.Headrooms {
-		if h.Learn {
-			c.ch.hrMem = cloneHRMemory(c.e.hrMem) // learning changes it: apply keeps the copy
-			break
-		}
-	}
 	for _, q := range queue {
 		c.headroomObserve(q)
 	}
@@ -129,12 +126,20 @@ func (c *cycle) headroomBegin(queue []*queued) {
 		p.capacity += healthy
 		p.nodeGPUs = max(p.nodeGPUs, healthy)
 	}
-	for _, hd := range c.st.Holders() {
+	for h, hd := range c.st.Holders() {
 		if hd.Job == nil {
 			continue
 		}
-		tier := c.pol.TierOf(hd.Job.Spec)
-		pre := c.pol.IsPreemptible(hd.Job.Spec)
+		var tier string
+		var pre bool
+		if f := facts[h]; f != nil {
+			tier, pre = f.tier, f.preemptible
+		} else {
+			if t := c.pol.TierOf(hd.Job.Spec); t != nil {
+				tier = t.Name
+			}
+			pre = c.pol.IsPreemptible(hd.Job.Spec)
+		}
 		for _, sl := range hd.Slots {
 			if p := hc.pools[c.st.PoolOf(sl.Node)]; p != nil {
 				n := bits.OnesCount64(sl.Mask)
@@ -147,10 +152,10 @@ func (c *cycle) headroomBegin(queue []*queued) {
 	for _, name := range hc.names {
 		p := hc.pools[name]
 		if size, ok := p.h.Size(p.capacity); ok {
-			p.size, p.basis = size, p.h.Describe()
+			p.size = size
 		} else {
 			p.size, p.arrivals = c.learnedHeadroom(name, p.h, p.capacity)
-			p.basis = fmt.Sprintf("%s: %d arrivals", p.h.Describe(), p.arrivals)
+			p.learned = true
 		}
 		if p.nodeGPUs > 0 {
 			p.protect = (p.size + p.nodeGPUs - 1) / p.nodeGPUs
@@ -173,13 +178,25 @@ func (c *cycle) headroomBegin(queue []*queued) {
 	}
 }
 
+// describe says how the pool's headroom was sized (HeadroomStatus.Basis),
+// formatted once a cycle.
+func (p *hrPool) describe() string {
+	if p.basis == "" {
+		p.basis = p.h.Describe()
+		if p.learned {
+			p.basis = fmt.Sprintf("%s: %d arrivals", p.basis, p.arrivals)
+		}
+	}
+	return p.basis
+}
+
 // add counts gpus of a holder; true when they are other tiers'
 // non-preemptible work.
-func (p *hrPool) add(tier *policy.Tier, preemptible bool, gpus int) bool {
+func (p *hrPool) add(tier string, preemptible bool, gpus int) bool {
 	switch {
 	case preemptible:
 		p.preemptible += gpus
-	case tier != nil && p.h.UsesHeadroom(tier.Name):
+	case tier != "" && p.h.UsesHeadroom(tier):
 		p.urgent += gpus
 	default:
 		p.other += gpus
@@ -193,11 +210,17 @@ func (p *hrPool) add(tier *policy.Tier, preemptible bool, gpus int) bool {
 // the largest one, at most the policy's cap.
 func (c *cycle) learnedHeadroom(pool string, h *policy.Headroom, capacity int) (int, int) {
 	floor := min(h.MinGPUs, h.LearnedCap(capacity))
-	m := c.ch.hrMem[pool]
+	m := c.hrMemory(pool)
 	if m == nil {
 		return floor, 0
 	}
-	pruneHeadroom(m, h, c.now)
+	if k := expiredArrivals(m, h, c.now); k > 0 {
+		m = c.hrMemoryToChange(pool)
+		for _, a := range m.arrivals[:k] {
+			delete(m.seen, a.id)
+		}
+		m.arrivals = m.arrivals[k:]
+	}
 	sum, largest := 0.0, 0
 	for _, a := range m.arrivals {
 		sum += a.gpuSec
@@ -210,13 +233,41 @@ func (c *cycle) learnedHeadroom(pool string, h *policy.Headroom, capacity int) (
 	return max(floor, min(size, h.LearnedCap(capacity))), len(m.arrivals)
 }
 
-func pruneHeadroom(m *hrMemory, h *policy.Headroom, now time.Time) {
+// expiredArrivals is how many of m's oldest arrivals are out of the
+// window.
+func expiredArrivals(m *hrMemory, h *policy.Headroom, now time.Time) int {
 	k := 0
 	for k < len(m.arrivals) && now.Sub(m.arrivals[k].at) > h.Window {
-		delete(m.seen, m.arrivals[k].id)
 		k++
 	}
-	m.arrivals = m.arrivals[k:]
+	return k
+}
+
+// hrMemory is a pool's learned-headroom memory as this cycle sees it: its
+// own copy once it changed one, else the engine's (nil: none yet).
+func (c *cycle) hrMemory(pool string) *hrMemory {
+	if m, ok := c.ch.hrMem[pool]; ok {
+		return m
+	}
+	return c.e.hrMem[pool]
+}
+
+// hrMemoryToChange is the pool's memory to change in this cycle: copied
+// from the engine's the first time (the engine's memory is only replaced
+// by apply, after the cycle), so cycles that learn nothing copy nothing.
+func (c *cycle) hrMemoryToChange(pool string) *hrMemory {
+	if m, ok := c.ch.hrMem[pool]; ok {
+		return m
+	}
+	if c.ch.hrMem == nil {
+		c.ch.hrMem = map[string]*hrMemory{}
+	}
+	m := &hrMemory{seen: map[string]bool{}}
+	if old := c.e.hrMem[pool]; old != nil {
+		m = &hrMemory{arrivals: slices.Clone(old.arrivals), seen: maps.Clone(old.seen)}
+	}
+	c.ch.hrMem[pool] = m
+	return m
 }
 
 // headroomObserve records a queued job of a tier that may use a learned
@@ -230,17 +281,10 @@ func (c *cycle) headroomObserve(q *queued) {
 		if !h.Learn || !h.UsesHeadroom(q.tier) || (q.pool != "" && q.pool != name) {
 			continue
 		}
-		if c.ch.hrMem == nil {
-			c.ch.hrMem = map[string]*hrMemory{}
-		}
-		m := c.ch.hrMem[name]
-		if m == nil {
-			m = &hrMemory{seen: map[string]bool{}}
-			c.ch.hrMem[name] = m
-		}
-		if m.seen[q.job.ID] || c.now.Sub(q.job.Submit) > h.Window {
+		if m := c.hrMemory(name); (m != nil && m.seen[q.job.ID]) || c.now.Sub(q.job.Submit) > h.Window {
 			continue
 		}
+		m := c.hrMemoryToChange(name)
 		wall := q.job.Spec.Walltime
 		if wall <= 0 {
 			wall = unknownWalltime
@@ -296,7 +340,7 @@ func (c *cycle) headroomBlocks(q *queued) string {
 	p := c.hr.pools[blocking[0]]
 	if len(blocking) == 1 {
 		return fmt.Sprintf("headroom: pool %q keeps %d GPUs (%s) free of non-preemptible work but that of %v; such work holds %d of its %d GPUs, this job needs %d",
-			blocking[0], size, p.basis, p.h.Tiers, other, capacity, q.gpus)
+			blocking[0], size, p.describe(), p.h.Tiers, other, capacity, q.gpus)
 	}
 	return fmt.Sprintf("headroom: pools %v keep %d GPUs free of non-preemptible work of tier %q; such work holds %d of their %d GPUs, this job needs %d",
 		blocking, size, q.tier, other, capacity, q.gpus)
@@ -307,7 +351,10 @@ func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 	if c.hr == nil {
 		return
 	}
-	tier := c.pol.TierOf(q.job.Spec)
+	tier := ""
+	if t := c.pol.TierOf(q.job.Spec); t != nil {
+		tier = t.Name
+	}
 	for _, g := range res.Groups {
 		for _, sl := range g {
 			if p := c.hr.pools[c.st.PoolOf(sl.Node)]; p != nil {
@@ -415,9 +462,10 @@ func (c *cycle) headroomStatus() []HeadroomStatus {
 	for _, name := range c.hr.names {
 		p := c.hr.pools[name]
 		out = append(out, HeadroomStatus{
-			Pool: name, GPUs: p.size, Tiers: append([]string(nil), p.h.Tiers...), Basis: p.basis, Capacity: p.capacity,
+			Pool: name, GPUs: p.size, Tiers: append([]string(nil), p.h.Tiers...), Capacity: p.capacity,
 			OtherNonPreemptibleGPUs: p.other, PreemptibleGPUs: p.preemptible, UrgentGPUs: p.urgent,
 			FreeGPUs: max(0, p.capacity-p.other-p.preemptible-p.urgent), Arrivals: p.arrivals,
+			Basis: p.describe(),
 		})
 	}
 	return out
@@ -439,13 +487,4 @@ func (c *cycle) headroomWaives(q *queued, h int) bool {
 	}
 	p := c.hr.pools[c.st.PoolOf(hd.Slots[0].Node)]
 	return p != nil && p.h.UsesHeadroom(q.tier)
-}
-
-// cloneHRMemory copies the learned headrooms' memory for a cycle to change.
-func cloneHRMemory(mem map[string]*hrMemory) map[string]*hrMemory {
-	out := make(map[string]*hrMemory, len(mem))
-	for pool, m := range mem {
-		out[pool] = &hrMemory{arrivals: slices.Clone(m.arrivals), seen: maps.Clone(m.seen)}
-	}
-	return out
 }

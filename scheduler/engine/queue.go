@@ -19,7 +19,10 @@ import (
 // shards. Scores depend on now and on usage, so they are computed every
 // cycle.
 type queueCache struct {
-	keys []cluster.ShardKey
+	// table is the job table the shards were last brought up to: equal,
+	// no shard changed.
+	table cluster.TableKey
+	keys  []cluster.ShardKey
 	// queued: the JobQueued jobs of each shard (score not filled).
 	queued [][]queued
 	// running: the JobRunning jobs of each shard (for watchGangs).
@@ -30,9 +33,11 @@ type queueCache struct {
 	// projIdx interns project names; projNames[i] is project i.
 	projIdx   map[string]int32
 	projNames []string
-	// mark and gen give each cycle a fresh set of active projects.
-	mark []uint64
-	gen  uint64
+	// projShards counts, per project, the shards with jobs of it in projs
+	// (kept by refreshShard): the projects with work are those counted.
+	projShards []int32
+	// queuedLen is the number of queued jobs in all shards.
+	queuedLen int
 	// sortBuf is the queue sort's scratch space, kept across cycles.
 	sortBuf radixBuf
 	// facts memoizes the policy's answers per spec key (specFacts).
@@ -52,7 +57,7 @@ func (qc *queueCache) project(name string) int32 {
 	i := int32(len(qc.projNames))
 	qc.projIdx[name] = i
 	qc.projNames = append(qc.projNames, name)
-	qc.mark = append(qc.mark, 0)
+	qc.projShards = append(qc.projShards, 0)
 	return i
 }
 
@@ -166,6 +171,13 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 			}
 		}
 	}
+	for _, p := range qc.projs[i] {
+		qc.projShards[p]--
+	}
+	for _, p := range projs {
+		qc.projShards[p]++
+	}
+	qc.queuedLen += len(q) - len(qc.queued[i])
 	qc.queued[i] = q
 	qc.projs[i] = projs
 	qc.running[i] = run
@@ -230,6 +242,11 @@ func cmpQueued(x, y *queued) int {
 // overlap with building the placement state.
 func (c *cycle) refreshQueue() {
 	qc := &c.e.queue
+	if table := c.snap.JobsKey(); table == qc.table {
+		return
+	} else {
+		qc.table = table
+	}
 	n := c.snap.NumShards()
 	if len(qc.keys) != n {
 		qc.keys = make([]cluster.ShardKey, n)
@@ -238,8 +255,8 @@ func (c *cycle) refreshQueue() {
 		qc.running = make([][]*cluster.Job, n)
 	}
 	for i := 0; i < n; i++ {
-		key, jobs := c.snap.JobShard(i)
-		if key != qc.keys[i] {
+		if c.snap.JobShardKey(i) != qc.keys[i] {
+			key, jobs := c.snap.JobShard(i)
 			c.refreshShard(i, key, jobs)
 		}
 	}
@@ -250,17 +267,10 @@ func (c *cycle) refreshQueue() {
 // The queue cache is refreshed (refreshQueue) before.
 func (c *cycle) buildQueue() []*queued {
 	qc := &c.e.queue
-	qc.gen++
-	total := 0
-	for i := range qc.queued {
-		total += len(qc.queued[i])
-		for _, p := range qc.projs[i] {
-			qc.mark[p] = qc.gen
-		}
-	}
+	total := qc.queuedLen
 	var names []string
-	for p, g := range qc.mark {
-		if g == qc.gen {
+	for p, n := range qc.projShards {
+		if n > 0 {
 			names = append(names, qc.projNames[p])
 		}
 	}

@@ -149,6 +149,10 @@ type Cache struct {
 	refs      []ref
 	refKeys   []cluster.ShardKey
 	refsValid bool
+	// allocs: the allocation table refs were built from (equal: refs are
+	// current without a look at any shard); jobs: the job table of the
+	// last State, whose entries' jobs are then current too.
+	allocs, jobs cluster.TableKey
 }
 
 // nodeTable is what New derives from a node table; shared read-only by
@@ -174,9 +178,12 @@ type allocEnt struct {
 }
 
 // lookupJob returns the allocation's job, from the entry while the job
-// table's shard holding it is unchanged.
-func (e *allocEnt) lookupJob(snap *cluster.Snapshot) *cluster.Job {
-	key, _ := snap.JobShard(e.jobShard)
+// table's shard holding it is unchanged (all of them: jobsSame).
+func (e *allocEnt) lookupJob(snap *cluster.Snapshot, jobsSame bool) *cluster.Job {
+	if e.jobKnown && jobsSame {
+		return e.job
+	}
+	key := snap.JobShardKey(e.jobShard)
 	if e.jobKnown && key == e.jobKey {
 		return e.job
 	}
@@ -310,10 +317,10 @@ func (c *Cache) allocShard(snap *cluster.Snapshot, i int, t *nodeTable) []allocE
 		c.shardKeys = make([]cluster.ShardKey, snap.NumShards())
 		c.shards = make([][]allocEnt, snap.NumShards())
 	}
-	key, allocs := snap.AllocShard(i)
-	if key == c.shardKeys[i] {
+	if snap.AllocShardKey(i) == c.shardKeys[i] {
 		return c.shards[i]
 	}
+	key, allocs := snap.AllocShard(i)
 	ents := make([]allocEnt, 0, len(allocs))
 	for _, a := range allocs {
 		ord, ok := t.byID[a.NodeID]
@@ -356,6 +363,10 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 	if c.refs == nil || len(c.refKeys) != n {
 		c.refs, c.refKeys, c.refsValid = nil, make([]cluster.ShardKey, n), false
 	}
+	table := snap.AllocsKey()
+	if c.refsValid && table == c.allocs {
+		return c.refs
+	}
 	var changed []int
 	for si := range n {
 		c.allocShard(snap, si, t)
@@ -363,6 +374,7 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 			changed = append(changed, si)
 		}
 	}
+	c.allocs = table
 	if len(changed) == 0 {
 		return c.refs
 	}
@@ -434,6 +446,9 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 	// job's run of them one holder, its Allocs and Slots windows of two
 	// shared arrays (two allocations, not two per gang).
 	refs := cache.sortedRefs(snap, t)
+	jobs := snap.JobsKey()
+	jobsSame := jobs == cache.jobs
+	cache.jobs = jobs
 	allocs := make([]*cluster.Alloc, len(refs))
 	slots := make([]Slot, len(refs))
 	for i := range refs {
@@ -447,7 +462,7 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		for j < len(refs) && refs[j].job == refs[i].job {
 			j++
 		}
-		s.holders = append(s.holders, Holder{JobID: refs[i].job, Job: refs[i].e.lookupJob(snap), Allocs: allocs[i:j:j], Slots: slots[i:j:j]})
+		s.holders = append(s.holders, Holder{JobID: refs[i].job, Job: refs[i].e.lookupJob(snap, jobsSame), Allocs: allocs[i:j:j], Slots: slots[i:j:j]})
 		i = j
 	}
 	for h := range s.holders {
