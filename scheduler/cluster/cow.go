@@ -165,27 +165,10 @@ func (c *cowMap[V]) freeze() frozen[V] {
 	return frozen[V]{shards: &cp, n: c.n}
 }
 
-// shard returns the key (shardKey) and values of shard i.
-func (f frozen[V]) shard(i int) (any, []V) {
-	if f.shards == nil {
-		return nil, nil
-	}
-	s := f.shards[i]
-	if s == nil {
-		return nil, nil
-	}
-	return s, s.vals
-}
-
-// shardKey is shard i's key: its pointer (nil when it was never created).
-// Reading it does not touch the shard itself, so comparing the keys of
-// 1,024 shards reads one array, not 1,024 scattered objects.
-func (f frozen[V]) shardKey(i int) any {
+// at is shard i (nil when it was never created).
+func (f frozen[V]) at(i int) *shard[V] {
 	if f.shards == nil {
 		return nil
 	}
-	if s := f.shards[i]; s != nil {
-		return s
-	}
-	return nil
+	return f.shards[i]
 }

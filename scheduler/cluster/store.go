@@ -361,38 +361,57 @@ func (s *Snapshot) NumShards() int { return shardCount }
 // shard before changing it, so two snapshots whose shard i has equal keys
 // hold exactly the same objects in it: a consumer that derives something
 // per snapshot (the engine's queue, placement's capacity) can keep what it
-// derived per shard and redo only the shards whose key changed. A nil key
-// is a shard never created (empty); an emptied shard keeps a key of its
-// own.
-type ShardKey = any
+// derived per shard and redo only the shards whose key changed. The zero
+// key is a shard never created (empty); an emptied shard keeps a key of
+// its own. A key is the shard's pointer: comparing two is comparing
+// words, not interfaces.
+type ShardKey struct {
+	jobs   *shard[*Job]
+	allocs *shard[*Alloc]
+}
 
 // JobShard returns shard i of the job table: its key and its jobs, in no
 // particular order. The slice is shared: do not modify.
-func (s *Snapshot) JobShard(i int) (ShardKey, []*Job) { return s.jobs.shard(i) }
+func (s *Snapshot) JobShard(i int) (ShardKey, []*Job) {
+	sh := s.jobs.at(i)
+	if sh == nil {
+		return ShardKey{}, nil
+	}
+	return ShardKey{jobs: sh}, sh.vals
+}
 
 // AllocShard returns shard i of the allocation table (see JobShard).
-func (s *Snapshot) AllocShard(i int) (ShardKey, []*Alloc) { return s.allocs.shard(i) }
+func (s *Snapshot) AllocShard(i int) (ShardKey, []*Alloc) {
+	sh := s.allocs.at(i)
+	if sh == nil {
+		return ShardKey{}, nil
+	}
+	return ShardKey{allocs: sh}, sh.vals
+}
 
-// JobShardKey is JobShard's key alone, read without touching the shard:
-// what a consumer compares before it needs the jobs.
-func (s *Snapshot) JobShardKey(i int) ShardKey { return s.jobs.shardKey(i) }
+// JobShardKey is JobShard's key alone, read without touching the shard
+// (one array read): what a consumer compares before it needs the jobs.
+func (s *Snapshot) JobShardKey(i int) ShardKey { return ShardKey{jobs: s.jobs.at(i)} }
 
 // AllocShardKey is AllocShard's key alone (see JobShardKey).
-func (s *Snapshot) AllocShardKey(i int) ShardKey { return s.allocs.shardKey(i) }
+func (s *Snapshot) AllocShardKey(i int) ShardKey { return ShardKey{allocs: s.allocs.at(i)} }
 
 // TableKey identifies a whole table of a snapshot (JobsKey, AllocsKey):
 // equal keys, every shard equal. The store hands a new snapshot the last
 // one's shard array when nothing changed since, so a consumer that kept
 // what it derived from a table skips the table without comparing its
 // 1,024 shard keys. Unequal keys say nothing: compare the shards then.
-// The zero TableKey equals no snapshot's.
-type TableKey struct{ p any }
+// The zero TableKey equals no snapshot's with a table.
+type TableKey struct {
+	jobs   *[shardCount]*shard[*Job]
+	allocs *[shardCount]*shard[*Alloc]
+}
 
 // JobsKey is the job table's key (see TableKey).
-func (s *Snapshot) JobsKey() TableKey { return TableKey{p: s.jobs.shards} }
+func (s *Snapshot) JobsKey() TableKey { return TableKey{jobs: s.jobs.shards} }
 
 // AllocsKey is the allocation table's key (see TableKey).
-func (s *Snapshot) AllocsKey() TableKey { return TableKey{p: s.allocs.shards} }
+func (s *Snapshot) AllocsKey() TableKey { return TableKey{allocs: s.allocs.shards} }
 
 // NodesKey identifies the node table: equal keys, equal nodes (the same
 // *Node objects). Comparing costs a scan of the shard pointers.

@@ -306,7 +306,7 @@ func TestShardKeys(t *testing.T) {
 		if ka != kb {
 			t.Fatalf("shard %d: keys differ with no write between", i)
 		}
-		if (ka == nil) != (len(ja) == 0) {
+		if (ka == ShardKey{}) != (len(ja) == 0) {
 			t.Fatalf("shard %d: key %v for %d jobs", i, ka, len(ja))
 		}
 		if a.JobShardKey(i) != ka {

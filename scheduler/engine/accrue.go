@@ -16,8 +16,9 @@ import (
 // so that an allocation that started and ended between two cycles is
 // charged too. The first cycle charges nothing: usage before it is what
 // WithUsage or WithMemory restored. The charges go to a copy of the usage
-// (changes.accrued), which the cycle scores with.
-func (c *cycle) accrue(holders []placement.Holder) {
+// (changes.accrued), which the cycle scores with. facts are the holders'
+// (managedFacts): their project index saves a lookup per allocation.
+func (c *cycle) accrue(holders []placement.Holder, facts []*specFacts) {
 	e, now := c.e, c.now
 	last := e.lastCycle
 	finished, next := c.snap.FinishedSince(e.finishedSeq)
@@ -29,12 +30,14 @@ func (c *cycle) accrue(holders []placement.Holder) {
 	if !now.After(last) {
 		return
 	}
-	type key struct {
-		project  string
-		from, to int64
-	}
-	sums := map[key]int{}
-	charge := func(project string, gpus int, start, end time.Time) {
+	qc := &e.queue
+	// Nearly every allocation ran through the whole interval: those are
+	// summed per project index (whole[p]); the others (started within
+	// it, finished) are listed as they come, and both are merged in one
+	// sorted list of intervals.
+	whole := reuse(&e.scratch.whole, len(qc.projNames))
+	var parts []charge
+	add := func(proj int32, gpus int, start, end time.Time) {
 		from := last
 		if start.After(from) {
 			from = start
@@ -42,35 +45,70 @@ func (c *cycle) accrue(holders []placement.Holder) {
 		if end.After(now) {
 			end = now
 		}
-		if gpus > 0 && end.After(from) {
-			sums[key{project, from.UnixNano(), end.UnixNano()}] += gpus
+		if gpus <= 0 || !end.After(from) {
+			return
 		}
+		if from.Equal(last) && end.Equal(now) {
+			whole = growTo(&e.scratch.whole, whole, int(proj)+1)
+			whole[proj] += gpus
+			return
+		}
+		parts = append(parts, charge{proj: proj, from: from.UnixNano(), to: end.UnixNano(), gpus: gpus})
 	}
-	for i := range holders {
-		hd := &holders[i]
+	for h := range holders {
+		hd := &holders[h]
 		if hd.Job == nil || hd.Job.SpecErr != nil {
 			continue
 		}
-		project := e.pol.ProjectName(hd.Job.Spec)
+		var proj int32
+		if f := facts[h]; f != nil {
+			proj = f.proj
+		} else {
+			proj = qc.project(e.pol.ProjectName(hd.Job.Spec))
+		}
 		for _, a := range hd.Allocs {
-			charge(project, len(a.GPUs), a.Start, now)
+			add(proj, len(a.GPUs), a.Start, now)
 		}
 	}
 	for _, f := range finished {
-		charge(e.pol.ProjectName(policy.Spec{Project: f.Project}), f.GPUs, f.Start, f.End)
+		add(qc.project(e.pol.ProjectName(policy.Spec{Project: f.Project})), f.GPUs, f.Start, f.End)
 	}
-	keys := make([]key, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
+	for p, gpus := range whole {
+		if gpus > 0 {
+			parts = append(parts, charge{proj: int32(p), from: last.UnixNano(), to: now.UnixNano(), gpus: gpus})
+		}
 	}
-	slices.SortFunc(keys, func(a, b key) int {
-		return cmp.Or(strings.Compare(a.project, b.project), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
+	// One interval per project, start and end, in name order: the same
+	// sums, added in the same order, whatever the holders' order.
+	slices.SortFunc(parts, func(a, b charge) int {
+		return cmp.Or(strings.Compare(qc.projNames[a.proj], qc.projNames[b.proj]), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
 	})
 	u := e.usage.Clone()
-	for _, k := range keys {
-		u.AddInterval(k.project, sums[k], time.Unix(0, k.from), time.Unix(0, k.to))
+	for i := 0; i < len(parts); {
+		k, sum := parts[i], 0
+		for ; i < len(parts) && parts[i].proj == k.proj && parts[i].from == k.from && parts[i].to == k.to; i++ {
+			sum += parts[i].gpus
+		}
+		u.AddInterval(qc.projNames[k.proj], sum, time.Unix(0, k.from), time.Unix(0, k.to))
 	}
 	c.ch.accrued, c.ch.lastCycle = u, now
+}
+
+// charge is GPUs a project used over an interval (Unix nanoseconds).
+type charge struct {
+	proj     int32
+	from, to int64
+	gpus     int
+}
+
+// growTo extends s (kept in *buf) with zeros to at least n values.
+func growTo(buf *[]int, s []int, n int) []int {
+	if len(s) >= n {
+		return s
+	}
+	s = append(s, make([]int, n-len(s))...)
+	*buf = s
+	return s
 }
 
 // expireInflight finds the ordered stops that are over: their

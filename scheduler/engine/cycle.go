@@ -120,6 +120,13 @@ type cycle struct {
 	// idleVictims: some gang is a victim by its idle action (any tier
 	// may then preempt, see mayPreemptVictim).
 	idleVictims bool
+	// tierSlots: tier's recent answers.
+	tierSlots [4]tierSlot
+}
+
+type tierSlot struct {
+	name string
+	t    *policy.Tier
 }
 
 // tierPool keys what the cycle works out once per tier and pool.
@@ -153,15 +160,15 @@ func (c *cycle) run() {
 	// snapshot by disjoint code (the queue cache and the placement cache
 	// are separate, the snapshot is immutable).
 	c.sideBySide(func() { c.st = placement.New(c.snap, stopping, c.e.cache) }, c.refreshQueue)
-	c.accrue(c.st.Holders())
-	c.holdPending()
-	c.holdBindings()
 	// Judging the running gangs (victims, idle, the gang watch) and
 	// ordering the queue read the same state and write disjoint parts of
 	// the cycle. The spec facts both need are worked out before
 	// (managedFacts; the queue's came with refreshQueue), so neither fills
 	// a shared cache.
 	facts := c.managedFacts()
+	c.accrue(c.st.Holders(), facts)
+	c.holdPending()
+	c.holdBindings()
 	var queue []*queued
 	c.sideBySide(func() {
 		queue = c.buildQueue()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -312,14 +313,37 @@ func (c *cycle) idleVictim(hd *placement.Holder, st idleState) victimInfo {
 // may preempt v's, or v is idle (preemptible action) and `by` weighs at
 // least as much as v's tier.
 func (c *cycle) mayPreemptVictim(by string, v *victimInfo) bool {
-	if c.pol.MayPreempt(by, v.tier) {
+	if c.mayPreempt(by, v.tier) {
 		return true
 	}
 	if !v.idle {
 		return false
 	}
-	t := c.pol.Tiers[by]
+	t := c.tier(by)
 	return t != nil && t.Weight >= v.weight
+}
+
+// tier is the policy's tier of that name (nil: none), remembered for the
+// last few names asked: a cycle asks for the same few tiers thousands of
+// times (a slot is a length and pointer compare, the map a hash).
+func (c *cycle) tier(name string) *policy.Tier {
+	for i := range c.tierSlots {
+		if sl := &c.tierSlots[i]; sl.t != nil && sl.name == name {
+			return sl.t
+		}
+	}
+	t := c.pol.Tiers[name]
+	if t != nil {
+		copy(c.tierSlots[1:], c.tierSlots[:len(c.tierSlots)-1])
+		c.tierSlots[0] = tierSlot{name: name, t: t}
+	}
+	return t
+}
+
+// mayPreempt is policy.MayPreempt through tier.
+func (c *cycle) mayPreempt(by, victim string) bool {
+	t := c.tier(by)
+	return t != nil && slices.Contains(t.MayPreempt, victim)
 }
 
 // judgeRunning judges every managed running gang's utilisation once per

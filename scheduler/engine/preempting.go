@@ -24,7 +24,7 @@ const maxPreemptAttemptsPerSuccess = 4
 // and orders their stops if the gain beats the cost and the budgets allow
 // (orderPreemptions).
 func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
-	tier := c.pol.Tiers[q.tier]
+	tier := c.tier(q.tier)
 	if tier == nil || (len(tier.MayPreempt) == 0 && !c.idleVictims) {
 		return false
 	}

@@ -32,7 +32,7 @@ func (c *cycle) youngNote(q *queued) string {
 	}
 	note := ""
 	for _, y := range c.young {
-		if c.claimed[y.h] || !c.pol.MayPreempt(q.tier, y.tier) {
+		if c.claimed[y.h] || !c.mayPreempt(q.tier, y.tier) {
 			continue
 		}
 		if q.pool != "" && !c.holderInPool(y.h, q.pool) {

@@ -25,7 +25,7 @@ func (c *cycle) mayBackfill(q *queued) bool {
 	pre := q.preemptible
 	for _, r := range c.reservations {
 		endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until)
-		preemptibleByIt := pre && c.pol.MayPreempt(r.tier, q.tier)
+		preemptibleByIt := pre && c.mayPreempt(r.tier, q.tier)
 		if !endsBefore && !preemptibleByIt {
 			return false
 		}

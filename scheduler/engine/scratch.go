@@ -15,6 +15,8 @@ type scratch struct {
 	holderByJob map[*cluster.Job]int32
 	keys        []qkey
 	ends        []endKey
+	// whole: accrue's GPUs per project index.
+	whole []int
 }
 
 // reuse returns buf resized to n zero values, reallocated only when it
