@@ -100,7 +100,7 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	}
 	c.addPending(j.ID, pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings})
 	c.dropBinding(j.ID)
-	c.projectGPUs[q.project] += q.gpus
+	c.addProjectGPUs(q.proj, q.gpus)
 	c.headroomAdmit(q, res)
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
 	exp.Placement, exp.Warnings = adm.Groups, adm.Warnings

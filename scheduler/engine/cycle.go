@@ -54,7 +54,11 @@ type cycle struct {
 	st   *placement.State
 	plan *Plan
 
-	projectGPUs  map[string]int
+	// projectGPUs: GPUs held per project index (queueCache.project), for
+	// quotas (addProjectGPUs).
+	projectGPUs []int
+	// holderProj: each holder's project index (managedFacts; -1: no job).
+	holderProj   []int32
 	reservations []reservation
 	// claimed: holders already chosen as victims (or stopping ones counted
 	// for a preemptor) in this cycle.
@@ -143,10 +147,9 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 			SnapshotVersion: snap.Version(),
 			Explanations:    map[string]*Explanation{},
 		},
-		explain:     !e.opts.noExplain,
-		projectGPUs: map[string]int{},
-		claimed:     map[int]bool{},
-		poolMax:     map[string][3]int{},
+		explain: !e.opts.noExplain,
+		claimed: map[int]bool{},
+		poolMax: map[string][3]int{},
 	}
 }
 
@@ -347,10 +350,10 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 		exp.Status, exp.Reason = StatusParked, why
 		return true
 	}
-	if q.quota > 0 && c.projectGPUs[q.project]+q.gpus > q.quota {
+	if held := c.projectGPUsOf(q.proj); q.quota > 0 && held+q.gpus > q.quota {
 		exp.Status = StatusWaiting
 		if c.explain {
-			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, c.projectGPUs[q.project], q.quota, q.gpus)
+			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, held, q.quota, q.gpus)
 		}
 		return true
 	}

@@ -33,7 +33,7 @@ func (c *cycle) holdPending() {
 			for _, a := range appeared {
 				held -= len(a.GPUs)
 			}
-			c.projectGPUs[c.pol.ProjectName(j.Spec)] += max(0, held)
+			c.addProjectGPUs(c.e.queue.project(c.pol.ProjectName(j.Spec)), max(0, held))
 		}
 	}
 	c.st.Commit()

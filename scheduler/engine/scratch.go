@@ -16,7 +16,9 @@ type scratch struct {
 	keys        []qkey
 	ends        []endKey
 	// whole: accrue's GPUs per project index.
-	whole []int
+	whole      []int
+	projGPUs   []int
+	holderProj []int32
 }
 
 // reuse returns buf resized to n zero values, reallocated only when it
@@ -28,4 +30,24 @@ func reuse[T any](buf *[]T, n int) []T {
 	s := (*buf)[:n]
 	clear(s)
 	return s
+}
+
+// addProjectGPUs charges gpus to project index p (for quotas).
+func (c *cycle) addProjectGPUs(p int32, gpus int) {
+	if p < 0 {
+		return
+	}
+	if c.projectGPUs == nil {
+		c.projectGPUs = reuse(&c.e.scratch.projGPUs, len(c.e.queue.projNames))
+	}
+	c.projectGPUs = growTo(&c.e.scratch.projGPUs, c.projectGPUs, int(p)+1)
+	c.projectGPUs[p] += gpus
+}
+
+// projectGPUsOf is what addProjectGPUs charged to project index p.
+func (c *cycle) projectGPUsOf(p int32) int {
+	if p < 0 || int(p) >= len(c.projectGPUs) {
+		return 0
+	}
+	return c.projectGPUs[p]
 }

@@ -53,7 +53,7 @@ func (c *cycle) assessHolders(facts []*specFacts) {
 		if hd.Job == nil {
 			continue
 		}
-		c.projectGPUs[c.pol.ProjectName(hd.Job.Spec)] += hd.GPUs
+		c.addProjectGPUs(c.holderProj[h], hd.GPUs)
 		j := hd.Job
 		f := facts[h]
 		if hd.Stopping || c.claimed[h] || f == nil {
@@ -111,15 +111,23 @@ func (c *cycle) managedFacts() []*specFacts {
 	}
 	clear(c.e.scratch.holderByJob)
 	c.holderByJob = c.e.scratch.holderByJob
+	c.holderProj = reuse(&c.e.scratch.holderProj, len(holders))
 	for h := range holders {
 		j := holders[h].Job
-		if j == nil || j.SpecErr != nil || j.State != cluster.JobRunning {
+		c.holderProj[h] = -1
+		if j == nil {
+			continue
+		}
+		if j.SpecErr != nil || j.State != cluster.JobRunning {
+			c.holderProj[h] = c.e.queue.project(c.pol.ProjectName(j.Spec))
 			continue
 		}
 		c.holderByJob[j] = int32(h)
-		if f := c.specFacts(j.Spec); f.bad == "" {
+		f := c.specFacts(j.Spec)
+		if f.bad == "" {
 			facts[h] = f
 		}
+		c.holderProj[h] = f.proj
 	}
 	return facts
 }
