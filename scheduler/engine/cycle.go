@@ -182,6 +182,9 @@ func (c *cycle) run() {
 	})
 	decideAll := func() {
 		for i, q := range queue {
+			if !c.explain && c.onlyWaits(q) {
+				continue
+			}
 			c.decide(q, i+1)
 		}
 	}
@@ -293,6 +296,34 @@ func (c *cycle) decide(q *queued, pos int) {
 	if len(c.reservations) < c.pol.Backfill.Reservations {
 		c.reserve(q, exp)
 	}
+}
+
+// onlyWaits reports, for an engine without explanations, that deciding q
+// could only leave it waiting and change nothing: it needs more GPUs than
+// are free (reserved ones too) in all pools, no GPU is bound to anyone,
+// no preemption may be ordered or waited for any more this cycle, and
+// every reservation is taken. A long queue behind a full cluster is then
+// settled without a look at each job beyond its size (its explanation is
+// not kept anyway). The one thing decide would still note, an expired
+// deferral, is noted here.
+func (c *cycle) onlyWaits(q *queued) bool {
+	if len(c.bound) > 0 || len(c.reservations) < c.pol.Backfill.Reservations {
+		return false
+	}
+	if c.unclaimedStoppingGPUs() != 0 {
+		return false // a job may wait for those
+	}
+	pr := c.pol.Preemption
+	if pr.Enabled && c.preemptors < pr.MaxPerCycle && c.preemptAttempts < maxPreemptAttemptsPerSuccess*pr.MaxPerCycle {
+		return false
+	}
+	if q.gpus <= c.st.FreeGPUs("")+c.st.ReservedFreeGPUs("") {
+		return false
+	}
+	if d, ok := c.e.deferred[q.id]; ok && !c.now.Before(d.until) {
+		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
+	}
+	return true
 }
 
 // explanation is the job's explanation in the plan, or a scratch one

@@ -94,26 +94,9 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 // preempting more.
 func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() placement.Request) bool {
 	holders := c.st.Holders()
-	if c.stopping == nil {
-		c.stopping = []int{}
-		for h := range holders {
-			if holders[h].Stopping {
-				c.stopping = append(c.stopping, h)
-			}
-		}
-		c.stoppingGPUs = -1
-	}
-	if c.stoppingGPUs < 0 {
-		c.stoppingGPUs = 0
-		for _, h := range c.stopping {
-			if !c.claimed[h] {
-				c.stoppingGPUs += holders[h].GPUs
-			}
-		}
-	}
 	// Releasing the stopping gangs frees at most their GPUs: when that
 	// cannot make room, placing is not tried (most waiting jobs).
-	if c.stoppingGPUs == 0 || c.st.FreeGPUs(q.pool)+c.stoppingGPUs < q.gpus {
+	if stopping := c.unclaimedStoppingGPUs(); stopping == 0 || c.st.FreeGPUs(q.pool)+stopping < q.gpus {
 		return false
 	}
 	cp := c.st.Checkpoint()
@@ -142,6 +125,31 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	exp.Reason = "waiting for preempted gangs to stop"
 	exp.Rejected = nil
 	return true
+}
+
+// unclaimedStoppingGPUs is what the gangs already stopping and not yet
+// counted for a preemptor hold (c.stopping, c.stoppingGPUs: worked out
+// once, again after a claim).
+func (c *cycle) unclaimedStoppingGPUs() int {
+	holders := c.st.Holders()
+	if c.stopping == nil {
+		c.stopping = []int{}
+		for h := range holders {
+			if holders[h].Stopping {
+				c.stopping = append(c.stopping, h)
+			}
+		}
+		c.stoppingGPUs = -1
+	}
+	if c.stoppingGPUs < 0 {
+		c.stoppingGPUs = 0
+		for _, h := range c.stopping {
+			if !c.claimed[h] {
+				c.stoppingGPUs += holders[h].GPUs
+			}
+		}
+	}
+	return c.stoppingGPUs
 }
 
 // preemptable checks, before any search, that preempting for the job may
