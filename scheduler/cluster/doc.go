@@ -10,7 +10,9 @@
 // sharded, so a snapshot costs O(1) and an update after it copies one small
 // shard, not the table. A shard's key (JobShard, AllocShard, NodesKey)
 // changes exactly when the shard does, so consumers can keep what they
-// derive per shard from one cycle to the next and redo only changed shards.
+// derive per shard from one cycle to the next and redo only changed shards;
+// a table's key (JobsKey, AllocsKey) is unchanged while no shard of it
+// changed, so they skip an unchanged table whole.
 //
 // Jobs carry the node constraints of their own that the scheduler checks
 // (distinct_hosts, node class/datacenter/meta/attribute tests), and their
