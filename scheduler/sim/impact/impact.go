@@ -15,6 +15,7 @@ import (
 	"container/heap"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -392,8 +393,9 @@ func (s *Scheduler) applyCheckpoints(st *sim.State, now int64) error {
 // victim (preempt.WorkLost), so a checkpoint of a job no waiting job may
 // preempt leaves the plan as it was.
 type victimTiers struct {
-	// answers by the victim's tier, for this cycle's queue.
-	answers map[string]bool
+	// waiting: the policy tiers of this cycle's queue (nil: not yet
+	// gathered); a few, so a victim's answer is a short loop.
+	waiting []string
 }
 
 // mayPreempt: some waiting job's tier may preempt j's, or j hung (the
@@ -403,22 +405,27 @@ func (v *victimTiers) mayPreempt(s *Scheduler, st *sim.State, j *sim.Job) bool {
 	if _, hung := s.hung[j.Index]; hung || !s.pol.Preemption.Enabled {
 		return hung
 	}
-	victim := s.tierOf(j)
-	if ok, known := v.answers[victim]; known {
-		return ok
-	}
-	if v.answers == nil {
-		v.answers = map[string]bool{}
-	}
-	ok := false
-	for _, q := range st.Queue() {
-		if s.pol.MayPreempt(s.tierOf(q), victim) {
-			ok = true
-			break
+	if v.waiting == nil {
+		// One pass over the queue by trace tier (a handful of distinct
+		// strings, mostly the same ones): no map lookup per waiting job.
+		v.waiting = []string{}
+		var seen []string
+		for _, q := range st.Queue() {
+			if !slices.Contains(seen, q.Tier) {
+				seen = append(seen, q.Tier)
+				if t := s.tierOf(q); !slices.Contains(v.waiting, t) {
+					v.waiting = append(v.waiting, t)
+				}
+			}
 		}
 	}
-	v.answers[victim] = ok
-	return ok
+	victim := s.tierOf(j)
+	for _, t := range v.waiting {
+		if s.pol.MayPreempt(t, victim) {
+			return true
+		}
+	}
+	return false
 }
 
 // tierOf is the policy's tier of j (its default tier for one it lacks),
