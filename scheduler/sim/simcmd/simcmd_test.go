@@ -326,3 +326,44 @@ func TestSimCPUProfile(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
+
+// TestSimModelStatesSkips: the scenario's model says which of the impact
+// scheduler's ticks and decisions are skipped, with the --recheck it
+// re-reads aging and fair share at.
+func TestSimModelStatesSkips(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeTrace(t, dir)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "re-reading aging and fair share at least every 5m0s"},
+		{[]string{"--recheck", "2m"}, "re-reading aging and fair share at least every 2m0s"},
+	} {
+		out := filepath.Join(dir, "m")
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "impact", "--no-plots", "--quiet", "--out", out}, c.args...)
+		if code := Main(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep struct {
+			Scenario struct {
+				Model struct {
+					Description string `json:"description"`
+				} `json:"model"`
+			} `json:"scenario"`
+		}
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			t.Fatal(err)
+		}
+		d := rep.Scenario.Model.Description
+		if !strings.Contains(d, "skips the ticks on which nothing the engine reads changed") || !strings.Contains(d, c.want) ||
+			!strings.Contains(d, "the decisions while no waiting job fits") {
+			t.Fatalf("%v: model description %q does not state the skips (want %q)", c.args, d, c.want)
+		}
+	}
+}
