@@ -127,6 +127,23 @@ backfill {
   reservations = 1
 }
 
+# Defragmenting preemption (off by default): a waiting job for which the
+# pool has free GPUs enough, but not where it could use them (an 8-GPU job
+# beside nodes with 7 free GPUs whose 8th holds a small job), may stop
+# small preemptible jobs that its tier's may_preempt would not let it stop
+# (its own tier's too), each only if it can be placed again at once on
+# GPUs free elsewhere: it is bound to those GPUs and restarts there once
+# stopped, losing the work since its last checkpoint and its restart.
+# Gain (over gain_horizon), cost, minimum runtime and the hourly budget of
+# work lost are counted as for any preemption; plans and metrics show it as
+# a preemption whose victim has moved_to set.
+defragment {
+  enabled         = false
+  max_victim_gpus = 2    # a victim holds at most this many GPUs, in one allocation
+  max_per_cycle   = 2    # jobs that may defragment in one cycle
+  gain_horizon    = "0s" # 0 = the preemption block's gain_horizon
+}
+
 # Gangs: a running gang with a member missing (lost with its node, failed,
 # stopped by someone, on a node that is down or draining, or replaced by
 # Nomad with a member of a later generation) for longer than this grace is

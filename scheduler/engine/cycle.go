@@ -126,6 +126,9 @@ type cycle struct {
 	idleVictims bool
 	// tierSlots: tier's recent answers.
 	tierSlots [4]tierSlot
+	// defrags and defragAttempts count this cycle's defragmenting
+	// preemptions and their searches (defrag.go).
+	defrags, defragAttempts int
 }
 
 type tierSlot struct {
@@ -261,7 +264,8 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 
 // decide settles one queued job, in queue order: held back (parked,
 // admitted already, deferred, too big, over quota, kept out of a
-// headroom), admitted where it fits, else preempting, else reserving.
+// headroom), admitted where it fits, else preempting, else moving small
+// jobs out of its way (defrag.go), else reserving.
 func (c *cycle) decide(q *queued, pos int) {
 	exp := c.explanation(q, pos)
 	if c.heldBack(q, exp) {
@@ -290,7 +294,7 @@ func (c *cycle) decide(q *queued, pos int) {
 		return
 	}
 	exp.Status = StatusWaiting
-	if c.tryPreempt(q, exp) {
+	if c.tryPreempt(q, exp) || c.tryDefragment(q, exp) {
 		return
 	}
 	if len(c.reservations) < c.pol.Backfill.Reservations {

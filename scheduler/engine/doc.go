@@ -32,6 +32,16 @@
 //     admitted onto them, even as backfill. It is admitted by a later
 //     cycle, once they are free. A new leader learns preemptions under
 //     way from the adapter (Engine.Preempting).
+//     Otherwise, with the policy's defragment block on (defrag.go), a job
+//     for which its pool has free GPUs enough but not where it could use
+//     them may stop small preemptible jobs (at most max_victim_gpus, one
+//     allocation, any tier, its own included) that can be placed again at
+//     once on GPUs free elsewhere after its own placement: the same
+//     minimal cheapest-victim search, gain (over the block's gain horizon)
+//     and cost test and budget as a preemption; the mover is bound to
+//     what its victims free, and each victim to the GPUs it moves to
+//     (Preemption.MovedTo; the binding is kept while it stops and until
+//     it is admitted again).
 //     Otherwise the first blocked jobs (Backfill.Reservations of them) get a
 //     reservation on the GPUs they will get when running work ends; later
 //     jobs may use reserved GPUs only if they end (by walltime) before the
@@ -86,7 +96,8 @@
 // accrue.go (charging usage, expiring stops), held.go (GPUs held for
 // earlier admissions and for preemptors' bindings), gangwatch.go,
 // idle.go, victims.go (who may be preempted, at what cost),
-// preempting.go (the victim search), reserve.go (reservations and
+// preempting.go (the victim search), defrag.go (defragmenting
+// preemptions), reserve.go (reservations and
 // backfill), headroom.go and headroom_prefer.go, admit.go (an admission's placement and
 // warnings), reasons.go (waiting jobs' sentences), changes.go (the
 // memory a cycle changes), scratch.go (working memory reused from cycle

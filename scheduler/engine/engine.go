@@ -49,7 +49,9 @@ type Engine struct {
 	// model but not Nomad (CPU, memory, a constraint the model does not
 	// read) would be admitted and rolled back in a loop, holding GPUs.
 	deferred map[string]deferral
-	// bindings: preemptor job ID -> the GPUs its preemptions free for it.
+	// bindings: preemptor job ID -> the GPUs its preemptions free for it
+	// (and a job moved by a defragmenting preemption -> the GPUs it moves
+	// to).
 	// They are withheld from every other job (victims included, even those
 	// that could backfill a reservation) until the preemptor is admitted,
 	// leaves the queue, is forgotten, or the binding expires: freed GPUs
@@ -152,6 +154,10 @@ func WithAdmissionTTL(d time.Duration) Option { return func(o *options) { o.admi
 type binding struct {
 	gpus    []AllocPlacement
 	expires time.Time
+	// moved: the binding of a job a defragmenting preemption moves
+	// (defrag.go), kept while it still runs (stopping) as well as once
+	// it is queued again.
+	moved bool
 }
 
 type pendingAdmission struct {

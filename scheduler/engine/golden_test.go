@@ -51,6 +51,12 @@ headroom "gpu" {
 }`},
 	{name: "small-busy", seed: 6, nodes: 8, running: 24, queued: 60, cycles: 6, reservations: 1},
 	{name: "wide", seed: 7, nodes: 64, running: 150, queued: 300, cycles: 3, reservations: 2},
+	{name: "defragment", seed: 9, nodes: 32, running: 70, queued: 160, cycles: 5, reservations: 1,
+		policy: `preemption { max_gpu_hours_lost_per_hour = 1000 }
+defragment {
+  enabled      = true
+  gain_horizon = "2h"
+}`},
 }
 
 // TestGoldenPlans pins the engine's decisions on seeded worlds: every
@@ -447,6 +453,9 @@ func renderDecisions(p *Plan) string {
 	for _, v := range p.Preemptions {
 		fmt.Fprintf(&b, "preempt %s for %s gpus=%d allocs=%s grace=%s signal=%q requeue=%d cost=%.3f lost=%.3f\n  %s\n",
 			v.JobID, v.Preemptor, v.GPUs, strings.Join(v.Allocs, ","), v.Grace, v.CheckpointSignal, v.RequeueExitCode, v.Cost, v.LostGPUHours, v.Reason)
+		for _, to := range v.MovedTo {
+			fmt.Fprintf(&b, "  moved to %s %s\n", to.NodeID, strings.Join(to.GPUs, ","))
+		}
 	}
 	for _, h := range p.Headroom {
 		fmt.Fprintf(&b, "headroom %+v\n", h)

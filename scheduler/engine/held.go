@@ -42,7 +42,8 @@ func (c *cycle) holdPending() {
 // holdBindings withholds the GPUs bound to preemptors (Engine.bindings)
 // that are free now from every job but their preemptor, and drops the
 // bindings whose preemptor was admitted or left the queue, or that
-// expired.
+// expired. A job moved by a defragmenting preemption keeps its binding
+// while it is still running (stopping) too.
 func (c *cycle) holdBindings() {
 	if len(c.e.bindings) == 0 {
 		return
@@ -51,7 +52,8 @@ func (c *cycle) holdBindings() {
 		b := c.e.bindings[id]
 		j, ok := c.snap.Job(id)
 		_, pending := c.pendingOf(id)
-		if !ok || j.State != cluster.JobQueued || pending || c.now.After(b.expires) {
+		waiting := j != nil && (j.State == cluster.JobQueued || b.moved && j.State == cluster.JobRunning)
+		if !ok || !waiting || pending || c.now.After(b.expires) {
 			c.dropBinding(id)
 			continue
 		}

@@ -145,6 +145,12 @@ type Preemption struct {
 	Idle              bool    `json:"idle,omitempty"`
 	IdleGPUHours      float64 `json:"idle_gpu_hours,omitempty"`
 	ReclaimedGPUHours float64 `json:"reclaimed_gpu_hours,omitempty"`
+	// MovedTo, for a defragmenting preemption (policy defragment block),
+	// is where the victim restarts: GPUs free now, bound to it until it is
+	// admitted again (or the binding expires after its grace and the
+	// admission TTL). The adapter stops it as any victim; the engine
+	// admits it there once it is queued again.
+	MovedTo []AllocPlacement `json:"moved_to,omitempty"`
 }
 
 // Status of a queued job after a cycle.

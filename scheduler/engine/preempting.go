@@ -71,6 +71,18 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		}
 		return false
 	}
+	budget, ok := c.budgetAllows(q, exp, lost)
+	if !ok {
+		return false
+	}
+	c.orderPreemptions(q, exp, victims, res, gain, cost, budget)
+	return true
+}
+
+// budgetAllows checks that lost more GPU-hours of work fit the hourly
+// budget the job's preemptions draw on, and returns that budget's key
+// (see Engine.budgetOf); when they do not, the job's reason says so.
+func (c *cycle) budgetAllows(q *queued, exp *Explanation, lost float64) (string, bool) {
 	budget, mx := c.e.budgetOf(q.tier)
 	if mx > 0 { // the hour's losses are summed only for a capped budget
 		if already := c.lostFrom(budget); already+lost > mx {
@@ -81,11 +93,10 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 				}
 				exp.Reason += fmt.Sprintf("; preemption limit (%s budget): %.1f GPU-hours lost in the last hour, %.1f more would exceed %.1f", which, already, lost, mx)
 			}
-			return false
+			return budget, false
 		}
 	}
-	c.orderPreemptions(q, exp, victims, res, gain, cost, budget)
-	return true
+	return budget, true
 }
 
 // waitForStopping: when the gangs already stopping (preemptions under way,

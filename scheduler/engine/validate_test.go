@@ -14,7 +14,9 @@ import (
 // policy: every admitted gang complete (every group, every allocation, the
 // right GPU count), on existing healthy GPUs of schedulable nodes of the
 // right pool, NVLink islands respected where required, no GPU given twice
-// or given while held; every preemption a whole gang of a preemptible job.
+// or given while held; every preemption a whole gang of a preemptible job
+// of a tier its preemptor may preempt, or a defragmenting move (validateMove)
+// to GPUs free and given to no one else.
 // The engine's tests run it on their plans; it is test code (neither the
 // agent nor the simulator calls it).
 func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error {
@@ -49,12 +51,26 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 		if len(want) != len(p.Allocs) {
 			bad("preemption of %s stops %d of its %d allocations: gangs are preempted whole", p.JobID, len(p.Allocs), len(want))
 		}
+		if len(p.MovedTo) > 0 {
+			validateMove(pol, snap, p, want, bad)
+		}
 		if pj, ok := snap.Job(p.Preemptor); ok {
-			if !pol.MayPreempt(pol.TierOf(pj.Spec).Name, pol.TierOf(j.Spec).Name) {
+			if len(p.MovedTo) == 0 && !pol.MayPreempt(pol.TierOf(pj.Spec).Name, pol.TierOf(j.Spec).Name) {
 				bad("preemption of %s by %s: tier %s may not preempt tier %s", p.JobID, p.Preemptor, pol.TierOf(pj.Spec).Name, pol.TierOf(j.Spec).Name)
 			}
 		} else {
 			bad("preemption of %s for unknown job %s", p.JobID, p.Preemptor)
+		}
+	}
+	for _, p := range plan.Preemptions {
+		for _, to := range p.MovedTo {
+			for _, id := range to.GPUs {
+				k := gpuKey{to.NodeID, id}
+				if by, dup := held[k]; dup {
+					bad("GPU %s on %s: %s moves there, but it is held by %s", id, to.NodeID, p.JobID, by)
+				}
+				held[k] = "the move of " + p.JobID
+			}
 		}
 	}
 	for _, adm := range plan.Admissions {
@@ -141,6 +157,35 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateMove checks a defragmenting preemption: allowed by the policy,
+// a victim within max_victim_gpus in one allocation, moved to as many
+// existing healthy GPUs of one schedulable node.
+func validateMove(pol *policy.Policy, snap *cluster.Snapshot, p Preemption, allocs []*cluster.Alloc, bad func(string, ...any)) {
+	if !pol.Defragment.Enabled {
+		bad("preemption of %s moves it, but the policy's defragment block is off", p.JobID)
+	}
+	if len(allocs) != 1 || p.GPUs > pol.Defragment.MaxVictimGPUs {
+		bad("move of %s: %d allocations, %d GPUs; want one allocation of at most %d", p.JobID, len(allocs), p.GPUs, pol.Defragment.MaxVictimGPUs)
+	}
+	n := 0
+	for _, to := range p.MovedTo {
+		node, ok := snap.Node(to.NodeID)
+		if !ok || !node.Schedulable() {
+			bad("move of %s to unknown or unschedulable node %s", p.JobID, to.NodeID)
+			continue
+		}
+		for _, id := range to.GPUs {
+			if g := findGPU(node, id); g == nil || !g.Healthy {
+				bad("move of %s to missing or unhealthy GPU %s on %s", p.JobID, id, to.NodeID)
+			}
+		}
+		n += len(to.GPUs)
+	}
+	if n != p.GPUs {
+		bad("move of %s to %d GPUs, it holds %d", p.JobID, n, p.GPUs)
+	}
 }
 
 func findGPU(n *cluster.Node, id string) *cluster.GPU {

@@ -11,7 +11,7 @@
 //     defaulted silently.
 //   - Policy, the operator's policy file (tiers, projects, aging, fair-share
 //     half-life, preemption limits, shared or per preempting tier,
-//     backfill), built with the
+//     backfill, defragmenting preemptions, headrooms, idle), built with the
 //     Default -> Merge -> Validate pattern. Parse errors and validation
 //     errors name the file, line and field.
 //   - Score and Usage: the impact score of a waiting job with every term kept

@@ -73,6 +73,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "deadline"},
 		{Type: "preemption"},
 		{Type: "backfill"},
+		{Type: "defragment"},
 		{Type: "headroom", LabelNames: []string{"pool"}},
 		{Type: "gangs"},
 		{Type: "idle"},
@@ -160,6 +161,9 @@ func (d *decoder) decodeRoot(body hcl.Body) {
 			})
 		case "backfill":
 			d.block(b, key, map[string]any{"enabled": &d.p.Backfill.Enabled, "reservations": &d.p.Backfill.Reservations})
+		case "defragment":
+			df := &d.p.Defragment
+			d.block(b, key, map[string]any{"enabled": &df.Enabled, "max_victim_gpus": &df.MaxVictimGPUs, "max_per_cycle": &df.MaxPerCycle, "gain_horizon": &df.GainHorizon})
 		case "headroom":
 			d.headroom(b, key)
 		case "gangs":

@@ -31,6 +31,9 @@ type Policy struct {
 	Preemption Preemption
 	// Backfill governs the reservation of the head of the queue.
 	Backfill Backfill
+	// Defragment lets a job that fits the free GPUs but no node move small
+	// preemptible jobs out of its way (see Defragment). Off by default.
+	Defragment Defragment
 	// Headrooms by node pool: capacity kept free of non-preemptible work
 	// for urgent tiers (see Headroom). None by default.
 	Headrooms map[string]*Headroom
@@ -143,6 +146,46 @@ type Backfill struct {
 	Reservations int
 }
 
+// Defragment governs defragmenting preemptions. A waiting job whose pool
+// has free GPUs enough for it, but not where it could use them (a node
+// with 7 free GPUs whose 8th is held by a small job), may stop small
+// preemptible jobs it could not preempt otherwise (of its own tier, or of
+// a tier its may_preempt does not list), provided each of them can be
+// placed again at once on GPUs free elsewhere: the victim is bound to
+// those GPUs and restarts there once stopped, losing only the work since
+// its last checkpoint and its restart. Gain, cost, minimum runtime and
+// the hourly budget of work lost are the preemption block's; a
+// defragmenting preemption is a preemption like any other in plans and
+// metrics.
+type Defragment struct {
+	// Enabled switches it on (it needs preemption enabled). Off by
+	// default: it stops jobs that the tiers' may_preempt alone would
+	// protect from the preemptor.
+	Enabled bool
+	// MaxVictimGPUs is the most GPUs a victim may hold (in one
+	// allocation): only small jobs are moved.
+	MaxVictimGPUs int
+	// MaxPerCycle bounds the jobs that may defragment in one cycle.
+	MaxPerCycle int
+	// GainHorizon values a defragmenting preemption's gain as
+	// Preemption.GainHorizon values a preemption's (mover impact x GPUs x
+	// GainHorizon); 0 takes the preemption block's. A move is worth more
+	// than a plain preemption's horizon when that is kept short to spare
+	// victims: the victim restarts at once, and the GPUs the mover takes
+	// were idle, so the work gained is the cluster's, not only the
+	// mover's.
+	GainHorizon time.Duration
+}
+
+// DefragmentGainHorizon is the gain horizon of defragmenting preemptions:
+// the defragment block's, or else the preemption block's.
+func (p *Policy) DefragmentGainHorizon() time.Duration {
+	if p.Defragment.GainHorizon > 0 {
+		return p.Defragment.GainHorizon
+	}
+	return p.Preemption.GainHorizon
+}
+
 // Gangs governs running gangs that lose a member after their admission.
 type Gangs struct {
 	// MissingMemberGrace: a running gang with a member missing (lost,
@@ -204,10 +247,11 @@ func Default() *Policy {
 			GainHorizon:            time.Hour,
 			MaxPerCycle:            8,
 		},
-		Backfill: Backfill{Enabled: true, Reservations: 1},
-		Gangs:    Gangs{MissingMemberGrace: 2 * time.Minute},
-		Idle:     defaultIdle(),
-		pos:      map[string]Pos{},
+		Backfill:   Backfill{Enabled: true, Reservations: 1},
+		Defragment: Defragment{MaxVictimGPUs: 2, MaxPerCycle: 2},
+		Gangs:      Gangs{MissingMemberGrace: 2 * time.Minute},
+		Idle:       defaultIdle(),
+		pos:        map[string]Pos{},
 	}
 }
 
@@ -271,6 +315,10 @@ func (p *Policy) Merge(o *Policy) *Policy {
 	mergeField(set, take, "preemption max_per_cycle", &c.Preemption.MaxPerCycle, o.Preemption.MaxPerCycle)
 	mergeField(set, take, "backfill enabled", &c.Backfill.Enabled, o.Backfill.Enabled)
 	mergeField(set, take, "backfill reservations", &c.Backfill.Reservations, o.Backfill.Reservations)
+	mergeField(set, take, "defragment enabled", &c.Defragment.Enabled, o.Defragment.Enabled)
+	mergeField(set, take, "defragment max_victim_gpus", &c.Defragment.MaxVictimGPUs, o.Defragment.MaxVictimGPUs)
+	mergeField(set, take, "defragment max_per_cycle", &c.Defragment.MaxPerCycle, o.Defragment.MaxPerCycle)
+	mergeField(set, take, "defragment gain_horizon", &c.Defragment.GainHorizon, o.Defragment.GainHorizon)
 	c.mergeHeadrooms(o)
 	mergeField(set, take, "gangs missing_member_grace", &c.Gangs.MissingMemberGrace, o.Gangs.MissingMemberGrace)
 	mergeIdle(c, o, set, take)
@@ -352,6 +400,7 @@ func (p *Policy) Validate() error {
 	if p.Backfill.Reservations < 0 {
 		bad("backfill reservations", "must be >= 0, got %d", p.Backfill.Reservations)
 	}
+	p.validateDefragment(bad)
 	p.validateHeadrooms(bad)
 	if p.Gangs.MissingMemberGrace < 0 {
 		bad("gangs missing_member_grace", "must not be negative (0 turns the watch off)")
@@ -450,6 +499,22 @@ func (p *Policy) validatePreemption(bad func(field, format string, args ...any))
 	}
 	if p.Preemption.MaxPerCycle < 1 {
 		bad("preemption max_per_cycle", "must be >= 1, got %d", p.Preemption.MaxPerCycle)
+	}
+}
+
+func (p *Policy) validateDefragment(bad func(field, format string, args ...any)) {
+	d := p.Defragment
+	if d.MaxVictimGPUs < 1 {
+		bad("defragment max_victim_gpus", "must be >= 1, got %d", d.MaxVictimGPUs)
+	}
+	if d.MaxPerCycle < 1 {
+		bad("defragment max_per_cycle", "must be >= 1, got %d", d.MaxPerCycle)
+	}
+	if d.GainHorizon < 0 {
+		bad("defragment gain_horizon", "must not be negative (0 = the preemption block's), got %s", d.GainHorizon)
+	}
+	if d.Enabled && !p.Preemption.Enabled {
+		bad("defragment enabled", "needs preemption enabled (a defragmenting preemption uses its gain, cost, minimum runtime and budget)")
 	}
 }
 

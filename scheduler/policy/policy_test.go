@@ -48,6 +48,9 @@ func TestExamplePolicy(t *testing.T) {
 	if p.FairShare.HalfLife != 24*time.Hour || p.Preemption.RestartCost != 5*time.Minute {
 		t.Fatalf("durations: %+v %+v", p.FairShare, p.Preemption)
 	}
+	if want := (Defragment{MaxVictimGPUs: 2, MaxPerCycle: 2}); p.Defragment != want || p.DefragmentGainHorizon() != time.Hour {
+		t.Fatalf("defragment = %+v (gain horizon %s), want %+v with the preemption block's 1h", p.Defragment, p.DefragmentGainHorizon(), want)
+	}
 }
 
 func TestMergeKeepsUnsetDefaults(t *testing.T) {

@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
+)
+
+// defragPool keys the candidate list of defragmenting preemptions in
+// candCache (no tier is named so: tier names are validated).
+const defragPool = "\x00defragment"
+
+// tryDefragment is the policy's defragment block for a job that neither
+// fits nor may preempt its way in: when its pool has free GPUs enough but
+// not where the job could use them (a node with 7 free GPUs whose 8th
+// holds a one-GPU job), it moves small preemptible jobs out of the way.
+// A victim may be of any tier (the mover's own included, which
+// may_preempt never allows) as long as it can be placed again at once on
+// GPUs free elsewhere, after the job's own placement: it is stopped with
+// its checkpoint signal and grace like any victim and bound to those GPUs
+// (holdBindings keeps them for it while it stops), so it loses only the
+// work since its last checkpoint and its restart. The job is bound to the
+// GPUs its victims free and the free ones beside them, and admitted by a
+// later cycle as a preemptor is. Gain and cost are a preemption's, and the
+// work lost is charged to the same hourly budget.
+func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
+	d := c.pol.Defragment
+	if !d.Enabled || !c.pol.Preemption.Enabled || c.defrags >= d.MaxPerCycle ||
+		c.defragAttempts >= maxPreemptAttemptsPerSuccess*d.MaxPerCycle {
+		return false
+	}
+	free := c.st.FreeGPUs(q.pool)
+	if free < q.gpus {
+		return false // moving work around frees no GPU
+	}
+	cl := c.defragCandidates(q)
+	if cl.gpus == 0 {
+		return false
+	}
+	gain := c.pol.Impact(q.job.Spec) * float64(q.gpus) * c.pol.DefragmentGainHorizon().Hours()
+	if gain <= cl.minPerGPU { // even the cheapest GPU to move costs more
+		if c.explain {
+			exp.Reason += fmt.Sprintf("; moving small jobs out of its way would cost at least %.1f, more than its gain %.1f", cl.minPerGPU, gain)
+		}
+		return false
+	}
+	req := c.request(q, false)
+	victims, res, dests, ok := c.defragSearch(cl, req)
+	if !ok {
+		return false
+	}
+	cost, lost := 0.0, 0.0
+	for _, h := range victims {
+		cost += c.victims[h].cost
+		lost += c.victims[h].lost
+	}
+	if gain <= cost {
+		if c.explain {
+			exp.Reason += fmt.Sprintf("; moving %d small job(s) out of its way would cost %.1f, more than its gain %.1f", len(victims), cost, gain)
+		}
+		return false
+	}
+	budget, ok := c.budgetAllows(q, exp, lost)
+	if !ok {
+		return false
+	}
+	c.orderMoves(q, exp, victims, res, dests, gain, cost, budget)
+	return true
+}
+
+// defragCandidates lists the gangs a defragmenting preemption may move in
+// the job's pool: preemptible and past their minimum runtime (victimInfo
+// ok), not idle victims (those are preemption's), one allocation of at
+// most the block's max_victim_gpus. Built once per cycle per pool; claim
+// removes a victim from it.
+func (c *cycle) defragCandidates(q *queued) *candList {
+	keptOut := c.headroomKeepsOut(q)
+	key := tierPool{defragPool, q.pool}
+	if keptOut {
+		key.pool += "\x00kept-out"
+	}
+	if cl, ok := c.candCache[key]; ok {
+		return cl
+	}
+	holders := c.st.Holders()
+	maxGPUs := c.pol.Defragment.MaxVictimGPUs
+	cl := &candList{member: map[int]bool{}}
+	for h := range c.victims {
+		v := &c.victims[h]
+		hd := &holders[h]
+		if !v.ok || v.idle || c.claimed[h] || hd.Job == nil || len(hd.Allocs) != 1 || hd.GPUs > maxGPUs {
+			continue
+		}
+		if q.pool != "" && !c.holderInPool(h, q.pool) {
+			continue
+		}
+		if keptOut && c.headroomShields(q, h) {
+			continue
+		}
+		cl.cands = append(cl.cands, preempt.Candidate{Holder: h, Cost: v.cost})
+		cl.member[h] = true
+		cl.gpus += hd.GPUs
+		if per := v.cost / float64(max(1, hd.GPUs)); len(cl.cands) == 1 || per < cl.minPerGPU {
+			cl.minPerGPU = per
+		}
+	}
+	if c.candCache == nil {
+		c.candCache = map[tierPool]*candList{}
+	}
+	c.candCache[key] = cl
+	return cl
+}
+
+// defragSearch finds the cheapest minimal set of candidates whose GPUs
+// let the request place, and a placement of every victim, made after the
+// job's, on GPUs that are free now (not reserved, not the job's, not a
+// victim's). The state is left as it was.
+func (c *cycle) defragSearch(cl *candList, req placement.Request) (victims []int, res placement.Result, dests [][]placement.Slot, ok bool) {
+	if cl.index == nil {
+		cl.index = preempt.NewIndex(c.st, req.Pool, cl.cands)
+		for _, cd := range cl.cands {
+			if !cl.member[cd.Holder] {
+				cl.index.Exclude(cd.Holder)
+			}
+		}
+	}
+	c.defragAttempts++
+	cp := c.st.Checkpoint()
+	victims, res, ok = cl.index.Select(c.st, req)
+	c.st.Rollback(cp)
+	if !ok {
+		return nil, placement.Result{}, nil, false
+	}
+	victims, res = c.minimalVictims(req, victims, res)
+	if isGang(req) {
+		victims, res = c.replaceGang(req, victims, res)
+	}
+	defer c.st.Rollback(cp)
+	for _, h := range victims {
+		c.st.ReleaseHolder(h)
+	}
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			c.st.Take(sl)
+		}
+	}
+	holders := c.st.Holders()
+	// What the job leaves of its victims' GPUs is theirs until they stop.
+	for _, h := range victims {
+		for _, sl := range holders[h].Slots {
+			if m := sl.Mask & c.st.Free(sl.Node); m != 0 {
+				c.st.Take(placement.Slot{Node: sl.Node, Mask: m})
+			}
+		}
+	}
+	for _, h := range victims {
+		j := holders[h].Job
+		vq := &queued{job: j, pool: j.Spec.Pool}
+		if vq.pool == "" {
+			vq.pool = c.e.opts.defaultPool
+		}
+		to, fit := c.st.Place(c.request(vq, false), nil)
+		if !fit {
+			return nil, placement.Result{}, nil, false
+		}
+		var slots []placement.Slot
+		for _, g := range to.Groups {
+			slots = append(slots, g...)
+		}
+		dests = append(dests, slots)
+	}
+	return victims, res, dests, true
+}
+
+// orderMoves plans a defragmenting preemption: the victims' stops (as
+// orderPreemptions does), the job's binding on what they free, and each
+// victim's binding on the GPUs it moves to. The free GPUs of both
+// placements are taken from the rest of this cycle; later cycles withhold
+// them through the bindings.
+func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res placement.Result, dests [][]placement.Slot, gain, cost float64, budget string) {
+	holders := c.st.Holders()
+	c.defrags++
+	c.reserveSlots(res)
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			if m := sl.Mask & c.st.Free(sl.Node); m != 0 {
+				c.st.Take(placement.Slot{Node: sl.Node, Mask: m})
+			}
+		}
+	}
+	c.claimedFor = append(c.claimedFor[:0], victims...)
+	c.bind(q, res)
+	var moved []string
+	for i, h := range victims {
+		c.claim(h)
+		hd := holders[h]
+		v := c.victims[h]
+		to := make([]AllocPlacement, 0, len(dests[i]))
+		var where []string
+		for _, sl := range dests[i] {
+			c.st.Take(sl)
+			ap := AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)}
+			to = append(to, ap)
+			where = append(where, fmt.Sprintf("%s (%s)", ap.NodeID, strings.Join(ap.GPUs, ", ")))
+		}
+		c.setBinding(hd.JobID, binding{gpus: to, expires: c.now.Add(v.grace + c.e.opts.admissionTTL), moved: true})
+		p := Preemption{
+			JobID:            hd.JobID,
+			GPUs:             hd.GPUs,
+			Grace:            v.grace,
+			CheckpointSignal: v.signal,
+			RequeueExitCode:  v.requeue,
+			Preemptor:        q.job.ID,
+			Cost:             v.cost,
+			LostGPUHours:     v.lost,
+			MovedTo:          to,
+			Reason: fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
+				q.job.ID, q.tier, q.score.Total, strings.Join(where, "; "), gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval)),
+		}
+		for _, a := range hd.Allocs {
+			p.Allocs = append(p.Allocs, a.ID)
+			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)})
+		}
+		c.plan.Preemptions = append(c.plan.Preemptions, p)
+		c.e.logger.Debug("moving job to defragment", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+			"to", strings.Join(where, "; "), "cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
+		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
+		exp.Victims = append(exp.Victims, hd.JobID)
+		moved = append(moved, fmt.Sprintf("%s to %s", hd.JobID, strings.Join(where, "; ")))
+	}
+	exp.Status = StatusPreempting
+	if c.explain {
+		exp.Reason = fmt.Sprintf("defragmenting: the pool has GPUs enough but not where it could use them, so %d small job(s) move out of its way and restart at once elsewhere: %s",
+			len(victims), strings.Join(moved, ", "))
+	}
+	exp.Rejected = nil
+}

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+)
+
+const defragOn = `defragment { enabled = true }`
+
+// A normal 8-GPU job beside a node with 7 free GPUs whose 8th holds a
+// normal 1-GPU job (which normal may not preempt) moves that job to a GPU
+// free elsewhere when the policy's defragment block is on, and waits with
+// a reservation when it is off. Each case fails without the mechanism or
+// one of its bounds.
+func TestDefragmentMovesSmallJobOutOfTheWay(t *testing.T) {
+	h := func(d float64) time.Time { return t0.Add(-time.Duration(d * float64(time.Hour))) }
+	normal := func(id string, opts ...jobOpt) *cluster.Job {
+		return mkJob(id, append([]jobOpt{running(), meta("impact_tier", "normal", "impact_grace", "1m")}, opts...)...)
+	}
+	high := func(id string, gpus int) *cluster.Job {
+		return mkJob(id, running(), group("main", 1, gpus), meta("impact_tier", "high"))
+	}
+	big := mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))
+	cases := []struct {
+		name   string
+		pol    string
+		jobs   []*cluster.Job
+		allocs []*cluster.Alloc
+		// wantMoved: the victim moved ("" none); wantTo: the node it moves to.
+		wantMoved, wantTo string
+		// wantReason: a substring of big's reason.
+		wantReason string
+	}{
+		{
+			name:       "moved: restarts on the free GPUs of n2",
+			pol:        defragOn,
+			jobs:       []*cluster.Job{normal("v"), high("h", 4), big},
+			allocs:     []*cluster.Alloc{withCheckpoint(alloc("va", "v", "n1", h(2), 7), h(0.02)), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)},
+			wantMoved:  "v",
+			wantTo:     "n2",
+			wantReason: "defragmenting: the pool has GPUs enough but not where it could use them, so 1 small job(s) move out of its way and restart at once elsewhere: v to n2",
+		},
+		{
+			name:       "off: the job waits with a reservation",
+			pol:        ``,
+			jobs:       []*cluster.Job{normal("v"), high("h", 4), big},
+			allocs:     []*cluster.Alloc{withCheckpoint(alloc("va", "v", "n1", h(2), 7), h(0.02)), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)},
+			wantReason: "GPUs reserved",
+		},
+		{
+			name:   "not moved: nowhere to restart it (an NVLink pair, and n2's free GPUs sit in two islands)",
+			pol:    defragOn,
+			jobs:   []*cluster.Job{normal("v", group("main", 1, 2), meta("impact_tier", "normal", "impact_topology", "nvlink")), high("h", 6), big},
+			allocs: []*cluster.Alloc{withCheckpoint(alloc("va", "v", "n1", h(2), 6, 7), h(0.02)), alloc("ha", "h", "n2", h(2), 0, 1, 2, 5, 6, 7)},
+		},
+		{
+			name:   "not moved: larger than max_victim_gpus",
+			pol:    "defragment {\n  enabled = true\n  max_victim_gpus = 1\n}",
+			jobs:   []*cluster.Job{normal("v", group("main", 1, 2)), high("h", 4), big},
+			allocs: []*cluster.Alloc{withCheckpoint(alloc("va", "v", "n1", h(2), 6, 7), h(0.02)), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)},
+		},
+		{
+			name:   "not moved: younger than the minimum runtime",
+			pol:    defragOn,
+			jobs:   []*cluster.Job{normal("v"), high("h", 4), big},
+			allocs: []*cluster.Alloc{alloc("va", "v", "n1", t0.Add(-5*time.Minute), 7), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)},
+		},
+		{
+			name:   "not moved: non-preemptible",
+			pol:    defragOn,
+			jobs:   []*cluster.Job{high("v", 1), high("h", 4), big},
+			allocs: []*cluster.Alloc{alloc("va", "v", "n1", h(2), 7), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)},
+		},
+		{
+			// gain 100 x 8 x 1h = 800 < cost 100 x (10h lost + 5m restart)
+			name:       "not moved: the work it would lose costs more than the gain",
+			pol:        defragOn,
+			jobs:       []*cluster.Job{normal("v"), high("h", 4), big},
+			allocs:     []*cluster.Alloc{alloc("va", "v", "n1", h(10), 7), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)},
+			wantReason: "moving small jobs out of its way would cost at least 1008.3, more than its gain 800.0",
+		},
+		{
+			// The same move pays over the block's own 2h horizon (1600).
+			name:      "moved: the block's gain_horizon values the gain",
+			pol:       "defragment {\n  enabled = true\n  gain_horizon = \"2h\"\n}",
+			jobs:      []*cluster.Job{normal("v"), high("h", 4), big},
+			allocs:    []*cluster.Alloc{alloc("va", "v", "n1", h(10), 7), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)},
+			wantMoved: "v",
+			wantTo:    "n2",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := mustPolicy(t, tc.pol)
+			e := mustEngine(t, pol)
+			nodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}
+			snap := mustSnap(t, nodes, tc.jobs, tc.allocs)
+			plan := e.Decide(snap, t0)
+			if err := ValidatePlan(pol, snap, plan); err != nil {
+				t.Fatalf("invalid plan: %v", err)
+			}
+			exp := plan.Explanations["big"]
+			if got := join(preemptedIDs(plan)); got != tc.wantMoved {
+				t.Fatalf("preempted %q, want %q; big: %+v", got, tc.wantMoved, exp)
+			}
+			if len(plan.Admissions) != 0 {
+				t.Fatalf("admitted %v, want none", admittedIDs(plan))
+			}
+			if tc.wantReason != "" && !strings.Contains(exp.Reason, tc.wantReason) {
+				t.Fatalf("big's reason %q, want it to contain %q", exp.Reason, tc.wantReason)
+			}
+			if tc.wantMoved == "" {
+				if exp.Status == StatusPreempting {
+					t.Fatalf("big is preempting with nothing preempted: %+v", exp)
+				}
+				return
+			}
+			if exp.Status != StatusPreempting || join(exp.Victims) != tc.wantMoved {
+				t.Fatalf("big: status %s victims %v, want preempting %s", exp.Status, exp.Victims, tc.wantMoved)
+			}
+			p := plan.Preemptions[0]
+			if len(p.MovedTo) != 1 || p.MovedTo[0].NodeID != tc.wantTo || p.Preemptor != "big" {
+				t.Fatalf("preemption %+v, want the victim moved to %s for big", p, tc.wantTo)
+			}
+			if !strings.Contains(p.Reason, "moved out of the way of big") || !strings.Contains(p.Reason, "restarts at once on "+tc.wantTo) {
+				t.Fatalf("victim's reason %q", p.Reason)
+			}
+		})
+	}
+}
+
+// Follow-through: while the moved job stops, neither its new GPUs nor the
+// mover's are given to anyone; once it stopped and is queued again, the
+// mover starts on the node it cleared and the moved job restarts on the
+// GPUs bound to it, ahead of a heavier job that would have taken them.
+func TestDefragmentFollowThrough(t *testing.T) {
+	store := cluster.NewStore()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(store.UpsertNode(mkNode("n1", 8, 2)))
+	must(store.UpsertNode(mkNode("n2", 8, 2)))
+	must(store.UpsertJob(mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))))
+	must(store.UpsertJob(mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))))
+	must(store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
+	must(store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
+	must(store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
+
+	pol := mustPolicy(t, defragOn)
+	e := mustEngine(t, pol)
+	decide := func(at time.Time) *Plan {
+		t.Helper()
+		snap := store.Snapshot()
+		p := e.Decide(snap, at)
+		if err := ValidatePlan(pol, snap, p); err != nil {
+			t.Fatalf("invalid plan at %s: %v", at, err)
+		}
+		return p
+	}
+	p1 := decide(t0)
+	if got := join(preemptedIDs(p1)); got != "v" {
+		t.Fatalf("first cycle preempted %q, want v", got)
+	}
+	to := p1.Preemptions[0].MovedTo[0]
+
+	// v is still stopping; a heavier 4-GPU job arrives: n2's four free
+	// GPUs would fit it, but one of them is v's and n1's are big's.
+	must(store.UpsertJob(mkJob("rival", group("main", 1, 4), meta("impact_tier", "high"))))
+	p2 := decide(t0.Add(30 * time.Second))
+	if len(p2.Admissions) != 0 || len(p2.Preemptions) != 0 {
+		t.Fatalf("while v stops: admitted %v preempted %v, want nothing", admittedIDs(p2), preemptedIDs(p2))
+	}
+
+	// v stopped and is queued again.
+	store.DeleteAlloc("va")
+	must(store.UpsertJob(mkJob("v", meta("impact_tier", "normal", "impact_grace", "1m"))))
+	p3 := decide(t0.Add(2 * time.Minute))
+	a := admission(p3, "big")
+	if a == nil || join(nodesOf(a)) != "n1" {
+		t.Fatalf("big not admitted on n1: %+v; %+v", a, p3.Explanations["big"])
+	}
+	av := admission(p3, "v")
+	if av == nil || av.Groups[0].Allocs[0].NodeID != to.NodeID || join(av.Groups[0].Allocs[0].GPUs) != join(to.GPUs) {
+		t.Fatalf("v admitted as %+v, want on its bound GPUs %+v; %+v", av, to, p3.Explanations["v"])
+	}
+	if admission(p3, "rival") != nil {
+		t.Fatalf("rival admitted onto GPUs bound to big or v")
+	}
+}
