@@ -396,14 +396,26 @@ type victimTiers struct {
 	// waiting: the policy tiers of this cycle's queue (nil: not yet
 	// gathered); a few, so a victim's answer is a short loop.
 	waiting []string
+	// movers: some waiting job may move small jobs (mayMove), once known.
+	movers, moversKnown bool
 }
 
-// mayPreempt: some waiting job's tier may preempt j's, or j hung (the
-// idle policy can make a hung job a victim of any tier at least as
+// mayPreempt: some waiting job's tier may preempt j's, or some waiting job
+// may move j out of its way (the policy's defragment block: j is small
+// enough and some waiting job asks no more GPUs than are free), or j hung
+// (the idle policy can make a hung job a victim of any tier at least as
 // heavy; its idle state is the engine's to judge).
 func (v *victimTiers) mayPreempt(s *Scheduler, st *sim.State, j *sim.Job) bool {
 	if _, hung := s.hung[j.Index]; hung || !s.pol.Preemption.Enabled {
 		return hung
+	}
+	if d := s.pol.Defragment; d.Enabled && len(j.Members) == 1 && j.Members[0] <= d.MaxVictimGPUs {
+		if !v.moversKnown {
+			v.movers, v.moversKnown = s.mayMove(st), true
+		}
+		if v.movers {
+			return true
+		}
 	}
 	if v.waiting == nil {
 		// One pass over the queue by trace tier (a handful of distinct
@@ -428,6 +440,22 @@ func (v *victimTiers) mayPreempt(s *Scheduler, st *sim.State, j *sim.Job) bool {
 	return false
 }
 
+// mayMove: with the policy's defragment block on, some waiting job asks no
+// more GPUs than are free, so it may move small jobs out of its way when
+// they are what keeps it from fitting (the engine's tryDefragment needs
+// its pool to have GPUs enough).
+func (s *Scheduler) mayMove(st *sim.State) bool {
+	if !s.pol.Defragment.Enabled || !s.pol.Preemption.Enabled {
+		return false
+	}
+	for _, q := range st.Queue() {
+		if q.TotalGPUs() <= st.FreeGPUs {
+			return true
+		}
+	}
+	return false
+}
+
 // tierOf is the policy's tier of j (its default tier for one it lacks),
 // as the engine resolves it.
 func (s *Scheduler) tierOf(j *sim.Job) string {
@@ -444,8 +472,9 @@ func (s *Scheduler) tierOf(j *sim.Job) string {
 
 // idle reports a cycle whose plan is certainly empty, so the engine need
 // not run: no node has room for any waiting allocation, no waiting job
-// belongs to a tier that may preempt, and no allocation ended since the
-// last cycle (its GPUs could admit a job). The skipped plan would be
+// belongs to a tier that may preempt or may move small jobs out of its way
+// (mayMove), and no allocation ended since the last cycle (its GPUs could
+// admit a job). The skipped plan would be
 // empty; what changes is only where the engine splits its fair-share
 // accrual (at its next cycle it charges the allocations still running by
 // elapsed time, and those that ended meanwhile from the store's finished
@@ -467,13 +496,14 @@ func (s *Scheduler) idle(st *sim.State) bool {
 			}
 		}
 	}
-	return true
+	return !s.mayMove(st)
 }
 
 // quiet reports a timer tick whose decision would repeat the last look's
 // (a decision, or an idle check that proved the plan empty): nothing the
 // engine reads changed since (no submit, start, stop or finish, and no
-// checkpoint of a job some waiting job may preempt: see victimTiers) and
+// checkpoint of a job some waiting job may preempt or move: see
+// victimTiers) and
 // no time-dependent threshold passed: a running gang's impact_min_runtime
 // ending (it becomes a victim), a preemption leaving the lost-work
 // budget's hour. The inputs

@@ -371,3 +371,54 @@ func TestCheckpointWakesOnlyForAVictim(t *testing.T) {
 		t.Errorf("decisions with A's checkpoints %d, without %d: a checkpoint no waiting job can use woke the engine", with.Cycles, without.Cycles)
 	}
 }
+
+// TestDefragmentStartsWholeNodeJob: node 0 holds normal job "keep" (one
+// GPU, 10 hours) once seven short jobs beside it end; node 1 holds four
+// long high jobs. The normal 8-GPU job "big" arriving at 2400 fits the 11
+// free GPUs but no node, and normal may not preempt normal. With the
+// built-in policy's defragment block, keep is moved: stopped on the
+// decision after big's submit (losing the work since its checkpoint at
+// 1800s of progress), it restarts on node 1 right after its 60s grace,
+// and big starts on node 0 then. Without the block big waits for keep to
+// end, ten hours.
+func TestDefragmentStartsWholeNodeJob(t *testing.T) {
+	jobs := []trace.Job{tj("keep", 0, 36000, 1, "normal", true)}
+	for i := range 7 {
+		jobs = append(jobs, tj(fmt.Sprintf("s%d", i), 0, 600, 1, "normal", true))
+	}
+	for i := range 4 {
+		jobs = append(jobs, tj(fmt.Sprintf("h%d", i), 100, 36000, 1, "high", false))
+	}
+	jobs = append(jobs, tj("big", 2400, 3600, 8, "normal", true))
+	for _, on := range []bool{true, false} {
+		s := newSchedNoHeadroom(t)
+		if !on {
+			pol := s.eng.Policy().Clone()
+			pol.Defragment.Enabled = false
+			var err error
+			if s, err = New(pol, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := sim.Run(jobs, s, opts(t, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.JobsCompleted != len(jobs) {
+			t.Fatalf("defragment %t: %d of %d jobs completed", on, res.JobsCompleted, len(jobs))
+		}
+		by := map[string]sim.JobResult{}
+		for _, j := range res.Jobs {
+			by[j.ID] = j
+		}
+		big, keep := by["big"], by["keep"]
+		t.Logf("defragment %t: big started at %d; keep preempted %d times, finished at %d", on, big.FirstStart, keep.Preempted, keep.Finish)
+		if on && (big.FirstStart > 2400+120 || keep.Preempted != 1 || keep.Finish > 36000+1200 || res.Preemptions != 1) {
+			t.Fatalf("with defragment: big started at %d (submitted 2400), keep preempted %d times and finished at %d, %d preemptions; want big within 2 minutes, keep moved once and restarted at once",
+				big.FirstStart, keep.Preempted, keep.Finish, res.Preemptions)
+		}
+		if !on && (big.FirstStart < 36000 || keep.Preempted != 0) {
+			t.Fatalf("without defragment: big started at %d, keep preempted %d times; want big to wait for keep's end", big.FirstStart, keep.Preempted)
+		}
+	}
+}

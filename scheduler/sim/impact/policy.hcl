@@ -63,6 +63,24 @@ backfill {
   reservations = 1
 }
 
+# Defragmenting preemption: a job that the free GPUs fit on no node (an
+# 8-GPU job beside nodes with 7 free GPUs whose 8th holds a small job) may
+# move small preemptible jobs, of its own tier too, to GPUs free
+# elsewhere: each is stopped (losing the work since its last checkpoint)
+# and restarts at once on GPUs bound to it. Cost, minimum runtime and
+# budget are the preemption block's; the gain is valued over 10 minutes,
+# not 1: the victim restarts at once and the GPUs the mover takes were
+# idle. Occupancy against the bound, standard scenario: off 95.3%, 10m
+# 98.2% (tier-weighted JCT 3.38h and 3.35h); its first week alone: off
+# 94.9%, 1m 96.0%, 5m 98.1%, 10m 98.5%, 20m 99.3% (see
+# example/sim/README.md).
+defragment {
+  enabled         = true
+  max_victim_gpus = 2
+  max_per_cycle   = 2
+  gain_horizon    = "10m"
+}
+
 # The utilization layer: a job whose GPUs' mean utilisation stays below 5%
 # for 30 minutes is idle; one whose every member is idle is hung, and is
 # stopped with its checkpoint signal and queued again (at most twice). It

@@ -91,14 +91,16 @@ func TestChecksFail(t *testing.T) {
 
 // TestQuietTicksDecideTheSame: skipping timer ticks on which nothing
 // changed (impact.Scheduler.Refresh) gives the same run as deciding at
-// every tick, on a bursty and a saturated workload.
+// every tick, on a bursty, a saturated, a gang and a walltimes workload
+// (the gang workload needs a checkpoint of a small preemptible job to wake
+// the engine while a waiting job may move it: the defragment block).
 func TestQuietTicksDecideTheSame(t *testing.T) {
 	pol, err := impact.DefaultPolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := DefaultConfig(pol).ImpactModel
-	for _, s := range []synth.Spec{synth.Bursty(2, 0.05), synth.Saturated(2, 0.2)} {
+	for _, s := range []synth.Spec{synth.Bursty(2, 0.05), synth.Saturated(2, 0.2), synth.Gangs(2, 0.2), synth.Walltimes(2, 0.3)} {
 		sc := scenario(t, s)
 		var out [2]*sim.Result
 		for i, refresh := range []int64{0, 300} {
