@@ -123,16 +123,34 @@ func (c *cycle) bindingOf(id string) (binding, bool) {
 }
 
 // stopOrdered reports whether a stop the engine ordered for an allocation
-// is still under way.
-func (c *cycle) stopOrdered(allocID string) bool {
-	if len(c.e.inflight) == 0 && len(c.ch.stops) == 0 {
-		return false
+// of the snapshot is still under way: ordered this cycle, or in flight
+// since an earlier one (inflightAllocs).
+func (c *cycle) stopOrdered(a *cluster.Alloc) bool {
+	if len(c.ch.stops) > 0 {
+		if _, ok := c.ch.stops[a.ID]; ok {
+			return true
+		}
 	}
-	if _, ok := c.ch.stops[allocID]; ok {
-		return true
+	_, ok := c.inflightAllocs[a]
+	return ok
+}
+
+// indexInflight fills inflightAllocs: the snapshot's allocations with a
+// stop in flight that has not expired, by pointer, so that asking about
+// every running allocation twice a cycle hashes pointers, not IDs. Run
+// after expireInflight, before any stopOrdered.
+func (c *cycle) indexInflight() {
+	for id := range c.e.inflight {
+		if c.ch.expired[id] {
+			continue
+		}
+		if a, ok := c.snap.Alloc(id); ok {
+			if c.inflightAllocs == nil {
+				c.inflightAllocs = map[*cluster.Alloc]struct{}{}
+			}
+			c.inflightAllocs[a] = struct{}{}
+		}
 	}
-	_, ok := c.e.inflight[allocID]
-	return ok && !c.ch.expired[allocID]
 }
 
 // requeuesOf is how often a job was requeued for hanging.

@@ -124,6 +124,9 @@ type cycle struct {
 	// idleVictims: some gang is a victim by its idle action (any tier
 	// may then preempt, see mayPreemptVictim).
 	idleVictims bool
+	// inflightAllocs: the snapshot's allocations with a stop in flight
+	// (indexInflight).
+	inflightAllocs map[*cluster.Alloc]struct{}
 	// tierSlots: tier's recent answers.
 	tierSlots [4]tierSlot
 	// defrags and defragAttempts count this cycle's defragmenting
@@ -158,9 +161,10 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 
 func (c *cycle) run() {
 	c.expireInflight()
+	c.indexInflight()
 	var stopping func(*cluster.Alloc) bool
-	if len(c.e.inflight) > len(c.ch.expired) {
-		stopping = func(a *cluster.Alloc) bool { return c.stopOrdered(a.ID) }
+	if len(c.inflightAllocs) > 0 {
+		stopping = c.stopOrdered
 	}
 	// The queue cache and the placement state are built from the same
 	// snapshot by disjoint code (the queue cache and the placement cache

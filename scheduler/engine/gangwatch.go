@@ -132,7 +132,7 @@ func (c *cycle) holderOf(jobID string) (int, bool) {
 // ordered reports whether the engine ordered a stop of any of the allocs.
 func (c *cycle) ordered(allocs []*cluster.Alloc) bool {
 	for _, a := range allocs {
-		if c.stopOrdered(a.ID) {
+		if c.stopOrdered(a) {
 			return true
 		}
 	}
