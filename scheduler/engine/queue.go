@@ -27,6 +27,9 @@ type queueCache struct {
 	queued [][]queued
 	// running: the JobRunning jobs of each shard (for watchGangs).
 	running [][]*cluster.Job
+	// runFacts: the spec facts of every running job with valid metadata
+	// in running (managedFacts reads them by job, not by spec key).
+	runFacts map[*cluster.Job]*specFacts
 	// projs: the distinct projects (indexes) of each shard's jobs with
 	// valid metadata, running or queued.
 	projs [][]int32
@@ -122,6 +125,9 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	q := make([]queued, 0, n)
 	var projs []int32
 	var run []*cluster.Job
+	for _, j := range qc.running[i] {
+		delete(qc.runFacts, j)
+	}
 	for _, j := range jobs {
 		if j.State == cluster.JobRunning {
 			run = append(run, j)
@@ -131,6 +137,12 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 			f = c.specFacts(j.Spec)
 			if !slices.Contains(projs, f.proj) {
 				projs = append(projs, f.proj)
+			}
+			if j.State == cluster.JobRunning {
+				if qc.runFacts == nil {
+					qc.runFacts = map[*cluster.Job]*specFacts{}
+				}
+				qc.runFacts[j] = f
 			}
 		}
 		if j.State != cluster.JobQueued {

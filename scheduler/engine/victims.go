@@ -123,7 +123,10 @@ func (c *cycle) managedFacts() []*specFacts {
 			continue
 		}
 		c.holderByJob[j] = int32(h)
-		f := c.specFacts(j.Spec)
+		f := c.e.queue.runFacts[j]
+		if f == nil {
+			f = c.specFacts(j.Spec) // a job object the job table no longer holds
+		}
 		if f.bad == "" {
 			facts[h] = f
 		}
