@@ -80,9 +80,11 @@ type hrPool struct {
 type hrCycle struct {
 	pools map[string]*hrPool
 	names []string // pools with a headroom, sorted
-	// urgent: tier -> it may use some pool's headroom (learned ones
-	// observe its jobs).
-	urgent map[string]bool
+	// urgent: the tiers that may use some pool's headroom (learned ones
+	// observe their jobs); a few, so a list (isUrgent).
+	urgent []string
+	// nodePool: node ordinal -> its pool's headroom (nil: none).
+	nodePool []*hrPool
 	// nodeOther: node ordinal -> GPUs held by non-preemptible work of
 	// tiers that may not use its pool's headroom.
 	nodeOther []int
@@ -98,12 +100,14 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 	if len(c.pol.Headrooms) == 0 {
 		return
 	}
-	hc := &hrCycle{pools: map[string]*hrPool{}, urgent: map[string]bool{}, nodeOther: make([]int, c.st.NumNodes())}
+	hc := &hrCycle{pools: map[string]*hrPool{}, nodeOther: make([]int, c.st.NumNodes())}
 	for name, h := range c.pol.Headrooms {
 		hc.pools[name] = &hrPool{h: h}
 		hc.names = append(hc.names, name)
 		for _, t := range h.Tiers {
-			hc.urgent[t] = true
+			if !slices.Contains(hc.urgent, t) {
+				hc.urgent = append(hc.urgent, t)
+			}
 		}
 	}
 	sort.Strings(hc.names)
@@ -111,9 +115,11 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 	for _, q := range queue {
 		c.headroomObserve(q)
 	}
+	hc.nodePool = make([]*hrPool, c.st.NumNodes())
 	for ord := 0; ord < c.st.NumNodes(); ord++ {
 		n := c.st.Node(ord)
 		p := hc.pools[n.Pool]
+		hc.nodePool[ord] = p
 		if p == nil || !c.st.Schedulable(ord) {
 			continue
 		}
@@ -141,7 +147,7 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 			pre = c.pol.IsPreemptible(hd.Job.Spec)
 		}
 		for _, sl := range hd.Slots {
-			if p := hc.pools[c.st.PoolOf(sl.Node)]; p != nil {
+			if p := hc.nodePool[sl.Node]; p != nil {
 				n := bits.OnesCount64(sl.Mask)
 				if p.add(tier, pre, n) {
 					hc.nodeOther[sl.Node] += n
@@ -177,6 +183,9 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 		}
 	}
 }
+
+// isUrgent reports whether tier may use some pool's headroom.
+func (hc *hrCycle) isUrgent(tier string) bool { return slices.Contains(hc.urgent, tier) }
 
 // describe says how the pool's headroom was sized (HeadroomStatus.Basis),
 // formatted once a cycle.
@@ -273,7 +282,7 @@ func (c *cycle) hrMemoryToChange(pool string) *hrMemory {
 // headroomObserve records a queued job of a tier that may use a learned
 // headroom (once per job).
 func (c *cycle) headroomObserve(q *queued) {
-	if !c.hr.urgent[q.tier] || q.parked != "" {
+	if !c.hr.isUrgent(q.tier) || q.parked != "" {
 		return
 	}
 	for _, name := range c.hr.names {
@@ -357,7 +366,7 @@ func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 	}
 	for _, g := range res.Groups {
 		for _, sl := range g {
-			if p := c.hr.pools[c.st.PoolOf(sl.Node)]; p != nil {
+			if p := c.hr.nodePool[sl.Node]; p != nil {
 				n := bits.OnesCount64(sl.Mask)
 				if p.add(tier, q.preemptible, n) {
 					c.hr.nodeOther[sl.Node] += n
@@ -381,7 +390,7 @@ func (c *cycle) headroomProtect(q *queued) func() {
 		return nil
 	}
 	return c.withhold(func(ord int) bool {
-		p := c.hr.pools[c.st.PoolOf(ord)]
+		p := c.hr.nodePool[ord]
 		// A job too wide for the rest of the pool is not kept off: it
 		// would never start.
 		return c.hr.protected[ord] && (q.pool == "" || c.st.PoolOf(ord) == q.pool) && !p.h.UsesHeadroom(q.tier) && q.gpus <= p.capacity-p.protect*p.nodeGPUs
@@ -444,7 +453,7 @@ func (c *cycle) headroomShields(q *queued, h int) bool {
 		return false
 	}
 	for _, sl := range c.st.Holders()[h].Slots {
-		if c.hr.protected[sl.Node] && !c.hr.pools[c.st.PoolOf(sl.Node)].h.UsesHeadroom(q.tier) {
+		if c.hr.protected[sl.Node] && !c.hr.nodePool[sl.Node].h.UsesHeadroom(q.tier) {
 			return true
 		}
 	}
@@ -485,6 +494,6 @@ func (c *cycle) headroomWaives(q *queued, h int) bool {
 	if len(hd.Slots) == 0 {
 		return false
 	}
-	p := c.hr.pools[c.st.PoolOf(hd.Slots[0].Node)]
+	p := c.hr.nodePool[hd.Slots[0].Node]
 	return p != nil && p.h.UsesHeadroom(q.tier)
 }
