@@ -456,6 +456,20 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		// no earlier gang claimed.
 		allocs[i], slots[i] = refs[i].e.a, Slot{Node: refs[i].e.ord, Mask: refs[i].e.mask}
 	}
+	// Each node's holder list: a window of one shared array, as long as
+	// the node's allocations (at most one holder each), so the appends
+	// below never allocate.
+	perNode := make([]int32, len(s.nodes))
+	for i := range refs {
+		perNode[refs[i].e.ord]++
+	}
+	onNodes := make([]int, len(refs))
+	off := 0
+	for i := range s.nodes {
+		n := int(perNode[i])
+		s.nodes[i].holders = onNodes[off : off : off+n]
+		off += n
+	}
 	s.holders = make([]Holder, 0, len(refs))
 	for i := 0; i < len(refs); {
 		j := i + 1
