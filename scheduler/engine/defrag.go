@@ -23,13 +23,26 @@ const defragPool = "\x00defragment"
 // (holdBindings keeps them for it while it stops), so it loses only the
 // work since its last checkpoint and its restart. The job is bound to the
 // GPUs its victims free and the free ones beside them, and admitted by a
-// later cycle as a preemptor is. Gain and cost are a preemption's, and the
-// work lost is charged to the same hourly budget.
+// later cycle as a preemptor is; while the jobs it moved still stop it
+// moves no more (movesUnderWay). Gain (over the block's gain horizon) and
+// cost are weighed as a preemption's, and the work lost is charged to the
+// same hourly budget.
 func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 	d := c.pol.Defragment
 	if !d.Enabled || !c.pol.Preemption.Enabled || c.defrags >= d.MaxPerCycle ||
 		c.defragAttempts >= maxPreemptAttemptsPerSuccess*d.MaxPerCycle {
 		return false
+	}
+	if c.movesUnderWay(q) {
+		// The jobs moved for it are still stopping (a tier that may
+		// preempt no one has no waitForStopping to claim them): it waits
+		// for them rather than moving more.
+		exp.Status = StatusPreempting
+		if c.explain {
+			exp.Reason = "waiting for the jobs moved out of its way to stop"
+			exp.Rejected = nil
+		}
+		return true
 	}
 	free := c.st.FreeGPUs(q.pool)
 	if free < q.gpus {
@@ -192,6 +205,12 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 	}
 	c.claimedFor = append(c.claimedFor[:0], victims...)
 	c.bind(q, res)
+	b, _ := c.bindingOf(q.id)
+	b.movedOut = make([]string, 0, len(victims))
+	for _, h := range victims {
+		b.movedOut = append(b.movedOut, holders[h].JobID)
+	}
+	c.setBinding(q.id, b)
 	var moved []string
 	for i, h := range victims {
 		c.claim(h)
@@ -236,4 +255,23 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 			len(victims), strings.Join(moved, ", "))
 	}
 	exp.Rejected = nil
+}
+
+// movesUnderWay: some job moved out of q's way by an earlier cycle is
+// still stopping (within its grace; then it is queued again, or gone, and
+// may have restarted where it was moved to: that no longer counts).
+func (c *cycle) movesUnderWay(q *queued) bool {
+	b, ok := c.bindingOf(q.id)
+	if !ok || len(b.movedOut) == 0 {
+		return false
+	}
+	holders := c.st.Holders()
+	for _, id := range b.movedOut {
+		if j, ok := c.snap.Job(id); ok {
+			if h, ok := c.holderByJob[j]; ok && holders[h].Stopping {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -193,3 +193,51 @@ func TestDefragmentFollowThrough(t *testing.T) {
 		t.Fatalf("rival admitted onto GPUs bound to big or v")
 	}
 }
+
+// A mover whose tier may preempt no one (scavenger) waits for the job it
+// moved to stop, as a preemptor waits for its victims: the next cycle
+// does not move a second job for it (here v3, off n3, which would also
+// clear a node for it).
+func TestDefragmentMoverWaitsForItsVictim(t *testing.T) {
+	store := cluster.NewStore()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		must(store.UpsertNode(mkNode(n, 8, 2)))
+	}
+	for _, id := range []string{"v1", "v3"} {
+		must(store.UpsertJob(mkJob(id, running(), meta("impact_tier", "scavenger", "impact_grace", "1m"))))
+	}
+	must(store.UpsertJob(mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))))
+	must(store.UpsertAlloc(withCheckpoint(alloc("v1a", "v1", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
+	must(store.UpsertAlloc(withCheckpoint(alloc("v3a", "v3", "n3", t0.Add(-2*time.Hour), 7), t0.Add(-2*time.Minute))))
+	must(store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
+	must(store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "scavenger"))))
+
+	pol := mustPolicy(t, defragOn)
+	e := mustEngine(t, pol)
+	p1 := e.Decide(store.Snapshot(), t0)
+	if got := join(preemptedIDs(p1)); got != "v1" {
+		t.Fatalf("first cycle moved %q, want v1 (the cheaper)", got)
+	}
+	// v1 is stopping (the adapter marked its allocation).
+	a, _ := store.Snapshot().Alloc("v1a")
+	cp := *a
+	cp.Stopping = true
+	must(store.UpsertAlloc(&cp))
+	snap := store.Snapshot()
+	p2 := e.Decide(snap, t0.Add(30*time.Second))
+	if err := ValidatePlan(pol, snap, p2); err != nil {
+		t.Fatal(err)
+	}
+	if len(p2.Preemptions) != 0 || len(p2.Admissions) != 0 {
+		t.Fatalf("while v1 stops: moved %v, admitted %v; want big to wait for v1 (%+v)", preemptedIDs(p2), admittedIDs(p2), p2.Explanations["big"])
+	}
+	if exp := p2.Explanations["big"]; exp.Status != StatusPreempting || exp.Reason != "waiting for the jobs moved out of its way to stop" {
+		t.Fatalf("big: %+v, want preempting, waiting for v1", exp)
+	}
+}

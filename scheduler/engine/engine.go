@@ -158,6 +158,9 @@ type binding struct {
 	// (defrag.go), kept while it still runs (stopping) as well as once
 	// it is queued again.
 	moved bool
+	// movedOut: for the job a defragmenting preemption is for, the jobs
+	// it moved; while one of them still runs (stops), it moves no more.
+	movedOut []string
 }
 
 type pendingAdmission struct {
