@@ -71,9 +71,9 @@ backfill {
 # budget are the preemption block's; the gain is valued over 10 minutes,
 # not 1: the victim restarts at once and the GPUs the mover takes were
 # idle. Occupancy against the bound, standard scenario: off 95.3%, 10m
-# 98.2% (tier-weighted JCT 3.38h and 3.35h); its first week alone: off
-# 94.9%, 1m 96.0%, 5m 98.1%, 10m 98.5%, 20m 99.3% (see
-# example/sim/README.md).
+# 98.5% (tier-weighted JCT 3.38h and 3.36h); its first week alone: off
+# 94.9%, 1m 95.7%, 5m 98.1%, 10m 99.1%, 20m 99.3%, at a JCT 6-9% worse
+# (see example/sim/README.md).
 defragment {
   enabled         = true
   max_victim_gpus = 2
