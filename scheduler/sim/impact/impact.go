@@ -506,14 +506,17 @@ func (s *Scheduler) idle(st *sim.State) bool {
 // victimTiers) and
 // no time-dependent threshold passed: a running gang's impact_min_runtime
 // ending (it becomes a victim), a preemption leaving the lost-work
-// budget's hour. The inputs
+// budget's hour. While a run hangs (the idleness model) no tick is quiet:
+// the engine reads a new utilisation sample of it at every one, and
+// skipping them was measured to change the run (week 1 with 5% of jobs
+// hanging: normal p99 7.0h skipping against 10.9h at every tick). The inputs
 // that move continuously, aging and fair-share decay, move slowly (points
 // per hour), so they are re-read at least every Refresh seconds rather
 // than at every tick. The live agent decides at every tick; this lets the
 // simulator take its timer at face value (every 10s) at the cost of the
 // ticks that would plan the same as the last one.
 func (s *Scheduler) quiet(now int64) bool {
-	return s.Refresh > 0 && s.lastLook >= 0 && !s.changed && now < s.wakeAt && now < s.lastLook+s.Refresh
+	return len(s.hung) == 0 && s.Refresh > 0 && s.lastLook >= 0 && !s.changed && now < s.wakeAt && now < s.lastLook+s.Refresh
 }
 
 // looked records a look at now (a decision with plan, or an idle check:
