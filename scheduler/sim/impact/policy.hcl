@@ -70,8 +70,10 @@ backfill {
 # and restarts at once on GPUs bound to it. Cost, minimum runtime and
 # budget are the preemption block's; the gain is valued over 10 minutes,
 # not 1: the victim restarts at once and the GPUs the mover takes were
-# idle. Occupancy against the bound, standard scenario: off 95.3%, 10m
-# 98.5% (tier-weighted JCT 3.38h and 3.36h); its first week alone: off
+# idle. Occupancy against the bound, standard scenario (make demo): 10m
+# 98.3%, tier-weighted JCT 1.37x below nomad-native's (off: 95.3%, measured
+# before the replay woke at every tick while a run hangs); its first week
+# alone, idleness off: off
 # 94.9%, 1m 95.7%, 5m 98.1%, 10m 99.1%, 20m 99.3%, at a JCT 6-9% worse
 # (see example/sim/README.md).
 defragment {
