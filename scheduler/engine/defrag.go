@@ -64,11 +64,7 @@ func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 	if !ok {
 		return false
 	}
-	cost, lost := 0.0, 0.0
-	for _, h := range victims {
-		cost += c.victims[h].cost
-		lost += c.victims[h].lost
-	}
+	cost, lost := c.victimsCost(victims)
 	if gain <= cost {
 		if c.explain {
 			exp.Reason += fmt.Sprintf("; moving %d small job(s) out of its way would cost %.1f, more than its gain %.1f", len(victims), cost, gain)
@@ -225,19 +221,10 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 			where = append(where, fmt.Sprintf("%s (%s)", ap.NodeID, strings.Join(ap.GPUs, ", ")))
 		}
 		c.setBinding(hd.JobID, binding{gpus: to, expires: c.now.Add(v.grace + c.e.opts.admissionTTL), moved: true})
-		p := Preemption{
-			JobID:            hd.JobID,
-			GPUs:             hd.GPUs,
-			Grace:            v.grace,
-			CheckpointSignal: v.signal,
-			RequeueExitCode:  v.requeue,
-			Preemptor:        q.job.ID,
-			Cost:             v.cost,
-			LostGPUHours:     v.lost,
-			MovedTo:          to,
-			Reason: fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-				q.job.ID, q.tier, q.score.Total, strings.Join(where, "; "), gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval)),
-		}
+		p := victimStop(q, hd, v)
+		p.MovedTo = to
+		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
+			q.job.ID, q.tier, q.score.Total, strings.Join(where, "; "), gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
 			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)})

@@ -60,11 +60,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		}
 		return false
 	}
-	cost, lost := 0.0, 0.0
-	for _, h := range victims {
-		cost += c.victims[h].cost
-		lost += c.victims[h].lost
-	}
+	cost, lost := c.victimsCost(victims)
 	if gain <= cost {
 		if c.explain {
 			exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
@@ -97,6 +93,31 @@ func (c *cycle) budgetAllows(q *queued, exp *Explanation, lost float64) (string,
 		}
 	}
 	return budget, true
+}
+
+// victimStop is the stop of victim hd (what the cycle knows of it: v) for
+// preemptor q, without its reason.
+func victimStop(q *queued, hd placement.Holder, v victimInfo) Preemption {
+	return Preemption{
+		JobID:            hd.JobID,
+		GPUs:             hd.GPUs,
+		Grace:            v.grace,
+		CheckpointSignal: v.signal,
+		RequeueExitCode:  v.requeue,
+		Preemptor:        q.job.ID,
+		Cost:             v.cost,
+		LostGPUHours:     v.lost,
+	}
+}
+
+// victimsCost is what stopping the victims costs (the preemption's cost
+// to weigh against its gain) and the GPU-hours of work they lose.
+func (c *cycle) victimsCost(victims []int) (cost, lost float64) {
+	for _, h := range victims {
+		cost += c.victims[h].cost
+		lost += c.victims[h].lost
+	}
+	return cost, lost
 }
 
 // waitForStopping: when the gangs already stopping (preemptions under way,
@@ -229,18 +250,9 @@ func (c *cycle) orderPreemptions(q *queued, exp *Explanation, victims []int, res
 		c.claim(h)
 		hd := holders[h]
 		v := c.victims[h]
-		p := Preemption{
-			JobID:            hd.JobID,
-			GPUs:             hd.GPUs,
-			Grace:            v.grace,
-			CheckpointSignal: v.signal,
-			RequeueExitCode:  v.requeue,
-			Preemptor:        q.job.ID,
-			Cost:             v.cost,
-			LostGPUHours:     v.lost,
-			Reason: fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-				q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval)),
-		}
+		p := victimStop(q, hd, v)
+		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
+			q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		if v.idle {
 			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.idleGPUh, v.reclaimed
 			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.idleNote)

@@ -416,6 +416,30 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		cache = NewCache()
 	}
 	t := cache.nodeTable(snap)
+	s := newState(t)
+	refs := cache.sortedRefs(snap, t)
+	jobs := snap.JobsKey()
+	jobsSame := jobs == cache.jobs
+	cache.jobs = jobs
+	s.buildGangs(snap, refs, jobsSame)
+	s.claimGangs(stopping)
+	for i := range s.nodes {
+		ns := &s.nodes[i]
+		if !ns.sched {
+			continue
+		}
+		f := bits.OnesCount64(ns.free())
+		s.all.add(i, f)
+		s.all.nodes++
+		pix := s.pools[ns.node.Pool]
+		pix.add(i, f)
+		pix.nodes++
+	}
+	return s
+}
+
+// newState is a state of the node table with nothing used yet.
+func newState(t *nodeTable) *State {
 	nodes := t.nodes
 	s := &State{
 		nodes:         make([]nodeState, len(nodes)),
@@ -441,26 +465,24 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		pix.total++
 		s.all.total++
 	}
-	// Gangs: every allocation sorted by job ID then allocation ID (so that
-	// the result does not depend on the snapshot's iteration order), each
-	// job's run of them one holder, its Allocs and Slots windows of two
-	// shared arrays (two allocations, not two per gang).
-	refs := cache.sortedRefs(snap, t)
-	jobs := snap.JobsKey()
-	jobsSame := jobs == cache.jobs
-	cache.jobs = jobs
+	return s
+}
+
+// buildGangs makes the holders: every allocation sorted by job ID then
+// allocation ID (refs, so that the result does not depend on the
+// snapshot's iteration order), each job's run of them one holder, its
+// Allocs and Slots windows of two shared arrays (two allocations, not two
+// per gang). Each node's holder list gets a window of one more array, as
+// long as the node's allocations (at most one holder each), so that
+// claimGangs never allocates.
+func (s *State) buildGangs(snap *cluster.Snapshot, refs []ref, jobsSame bool) {
 	allocs := make([]*cluster.Alloc, len(refs))
 	slots := make([]Slot, len(refs))
-	for i := range refs {
-		// The allocation's whole mask for now; reduced below to the GPUs
-		// no earlier gang claimed.
-		allocs[i], slots[i] = refs[i].e.a, Slot{Node: refs[i].e.ord, Mask: refs[i].e.mask}
-	}
-	// Each node's holder list: a window of one shared array, as long as
-	// the node's allocations (at most one holder each), so the appends
-	// below never allocate.
 	perNode := make([]int32, len(s.nodes))
 	for i := range refs {
+		// The allocation's whole mask for now; claimGangs reduces it to
+		// the GPUs no earlier gang claimed.
+		allocs[i], slots[i] = refs[i].e.a, Slot{Node: refs[i].e.ord, Mask: refs[i].e.mask}
 		perNode[refs[i].e.ord]++
 	}
 	onNodes := make([]int, len(refs))
@@ -479,13 +501,18 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 		s.holders = append(s.holders, Holder{JobID: refs[i].job, Job: refs[i].e.lookupJob(snap, jobsSame), Allocs: allocs[i:j:j], Slots: slots[i:j:j]})
 		i = j
 	}
+}
+
+// claimGangs marks the holders' GPUs used, in holder order: a GPU claimed
+// twice by the snapshot stays claimed once, by the first, so nothing
+// double counts. stopping (may be nil) reports allocations to treat as
+// being stopped besides those marked so.
+func (s *State) claimGangs(stopping func(*cluster.Alloc) bool) {
 	for h := range s.holders {
 		hd := &s.holders[h]
 		for i, a := range hd.Allocs {
 			ord := hd.Slots[i].Node
 			ns := &s.nodes[ord]
-			// A GPU claimed twice by the snapshot stays claimed once;
-			// nothing double counts.
 			mask := hd.Slots[i].Mask &^ ns.used
 			ns.used |= mask
 			hd.Slots[i].Mask = mask
@@ -498,19 +525,6 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 			}
 		}
 	}
-	for i := range s.nodes {
-		ns := &s.nodes[i]
-		if !ns.sched {
-			continue
-		}
-		f := bits.OnesCount64(ns.free())
-		s.all.add(i, f)
-		s.all.nodes++
-		pix := s.pools[ns.node.Pool]
-		pix.add(i, f)
-		pix.nodes++
-	}
-	return s
 }
 
 // NumNodes is the number of nodes.
