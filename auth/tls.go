@@ -131,3 +131,18 @@ func HTTPClient(address string, tlsCfg *tls.Config, timeout time.Duration) (*htt
 	}
 	return &http.Client{Transport: tr, Timeout: timeout}, base, nil
 }
+
+// LoopbackListen reports whether a listen address (host:port) is reachable
+// from this host only: what both the agent and the gang server require
+// before they serve without authentication.
+func LoopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -55,3 +55,23 @@ func TestServerAndClientTLS(t *testing.T) {
 		t.Error("a client CA file without certificates was accepted")
 	}
 }
+
+func TestLoopbackListen(t *testing.T) {
+	for _, tc := range []struct {
+		listen string
+		want   bool
+	}{
+		{"127.0.0.1:4680", true},
+		{"[::1]:4680", true},
+		{"localhost:4680", true},
+		{"0.0.0.0:4680", false},
+		{":4680", false},
+		{"10.0.0.5:4680", false},
+		{"example.com:4680", false},
+		{"127.0.0.1", false}, // no port: not a listen address
+	} {
+		if got := auth.LoopbackListen(tc.listen); got != tc.want {
+			t.Errorf("LoopbackListen(%q) = %v, want %v", tc.listen, got, tc.want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -202,7 +201,7 @@ func gangServerOptions(f gangServerFlags, logger hclog.Logger) (gang.ServerOptio
 		opts.TLS = cfg
 	}
 	if f.dev {
-		if !f.devRemote && !loopback(f.listen) {
+		if !f.devRemote && !auth.LoopbackListen(f.listen) {
 			return opts, fmt.Errorf("-dev serves without authentication, so it listens on loopback only; %q is not a loopback address (add -dev-remote to serve it to the network anyway, or run without -dev against Nomad)", f.listen)
 		}
 		opts.Auth = gang.DevNoAuth{}
@@ -236,17 +235,4 @@ func gangServerOptions(f gangServerFlags, logger hclog.Logger) (gang.ServerOptio
 	}
 	opts.Auth = &gang.NomadAuth{Identities: ids, ACL: acl}
 	return opts, nil
-}
-
-// loopback reports whether a listen address (host:port) is a loopback one.
-func loopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

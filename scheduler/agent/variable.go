@@ -42,7 +42,7 @@ func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 		"allocations":  strconv.Itoa(e.Allocations),
 		"preempted_by": e.PreemptedBy,
 		"errors":       strings.Join(e.Errors, "; "),
-		"nodes":        nodesItem(e.Nodes),
+		"nodes":        strings.Join(agentapi.NodeLines(e.Nodes, ","), "; "),
 		"history":      historyItem(e.History),
 		"page":         pageURL,
 	}
@@ -105,21 +105,6 @@ func idleItems(items map[string]string, e agentapi.Entry) {
 	if e.Idle {
 		items["idle_note"] = e.IdleNote
 	}
-}
-
-// nodesItem renders the nodes per group: "<group>: <node>,<node>; ...",
-// groups sorted.
-func nodesItem(nodes map[string][]string) string {
-	groups := make([]string, 0, len(nodes))
-	for g := range nodes {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	parts := make([]string, len(groups))
-	for i, g := range groups {
-		parts[i] = g + ": " + strings.Join(nodes[g], ",")
-	}
-	return strings.Join(parts, "; ")
 }
 
 // rejectedItem renders why nodes could not take the job, one reason per

@@ -100,7 +100,7 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 	if len(x.Victims) > 0 {
 		row("Preempts", strings.Join(x.Victims, ", "))
 	}
-	rows("Placement", nodeLines(e.Nodes))
+	rows("Placement", agentapi.NodeLines(e.Nodes, ", "))
 	rows("Pinned", pinnedLines(x.Placement))
 	rows("Warning", x.Warnings)
 	role := "leader"
@@ -172,20 +172,6 @@ func printScore(w io.Writer, e agentapi.Explanation) {
 		fmt.Fprintf(tw, "  %s\t%+9.3f\t%s\n", t.Name, t.Value, t.Detail)
 	}
 	tw.Flush()
-}
-
-// nodeLines renders the nodes of each group, groups sorted.
-func nodeLines(nodes map[string][]string) []string {
-	groups := make([]string, 0, len(nodes))
-	for g := range nodes {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	out := make([]string, len(groups))
-	for i, g := range groups {
-		out[i] = g + ": " + strings.Join(nodes[g], ", ")
-	}
-	return out
 }
 
 // pinnedLines renders each planned allocation: its group, node and GPUs.

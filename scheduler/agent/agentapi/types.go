@@ -11,6 +11,9 @@ package agentapi
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
@@ -220,4 +223,16 @@ func FormatDuration(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
+}
+
+// NodeLines renders Explanation.Nodes one line per task group, groups
+// sorted: "<group>: <node><sep><node>..." (the Variable's item and
+// `impact explain` share it, with their own separators).
+func NodeLines(nodes map[string][]string, sep string) []string {
+	groups := slices.Sorted(maps.Keys(nodes))
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = g + ": " + strings.Join(nodes[g], sep)
+	}
+	return out
 }

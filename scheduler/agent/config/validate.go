@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/auth"
 )
 
 // FieldError is one invalid field, with where its value came from.
@@ -45,6 +47,17 @@ func (c *Config) Validate() error {
 // badFunc reports one invalid field.
 type badFunc func(field, format string, args ...any)
 
+// bothOrNeither reports a certificate set without its key, or a key
+// without its certificate, on the one that is missing.
+func bothOrNeither(bad badFunc, block, certName, cert, keyName, key string) {
+	switch {
+	case cert != "" && key == "":
+		bad(block+"."+keyName, "%s and %s must be set together", certName, keyName)
+	case cert == "" && key != "":
+		bad(block+"."+certName, "%s and %s must be set together", certName, keyName)
+	}
+}
+
 // checkNomad checks the connection to Nomad.
 func (c *Config) checkNomad(bad badFunc) {
 	if c.Nomad.Address == "" {
@@ -62,13 +75,7 @@ func (c *Config) checkNomad(bad badFunc) {
 			bad("nomad.address", "%q: scheme must be http, https or unix", c.Nomad.Address)
 		}
 	}
-	if (c.Nomad.ClientCert == "") != (c.Nomad.ClientKey == "") {
-		f := "nomad.client_key"
-		if c.Nomad.ClientCert == "" {
-			f = "nomad.client_cert"
-		}
-		bad(f, "client_cert and client_key must be set together")
-	}
+	bothOrNeither(bad, "nomad", "client_cert", c.Nomad.ClientCert, "client_key", c.Nomad.ClientKey)
 }
 
 // checkPools checks the parking and default pools.
@@ -140,13 +147,7 @@ func (c *Config) checkHTTP(bad badFunc) {
 			bad("http.ui_url", "%q is not an http:// or https:// URL with a host", c.HTTP.UIURL)
 		}
 	}
-	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
-		f := "http.tls_key"
-		if c.HTTP.TLSCert == "" {
-			f = "http.tls_cert"
-		}
-		bad(f, "tls_cert and tls_key must be set together")
-	}
+	bothOrNeither(bad, "http", "tls_cert", c.HTTP.TLSCert, "tls_key", c.HTTP.TLSKey)
 	if c.HTTP.TLSClientCA != "" && c.HTTP.TLSCert == "" {
 		bad("http.tls_client_ca", "needs http.tls_cert and http.tls_key (mutual TLS is TLS first)")
 	}
@@ -163,7 +164,7 @@ func (c *Config) checkAuth(bad badFunc) {
 	switch {
 	case !oneOf(c.Auth.Gang, "identity", "open"):
 		bad("auth.gang", "%q: must be identity or open", c.Auth.Gang)
-	case c.Auth.Gang == "open" && !loopbackListen(c.HTTP.Listen):
+	case c.Auth.Gang == "open" && !auth.LoopbackListen(c.HTTP.Listen):
 		bad("auth.gang", `"open" lets anyone who reaches the API join or stop any gang: it is for development, with http.listen on a loopback address, not %q`, c.HTTP.Listen)
 	}
 	if c.Auth.IdentityAudience == "" {
@@ -201,17 +202,4 @@ func oneOf(v string, allowed ...string) bool {
 		}
 	}
 	return false
-}
-
-// loopbackListen reports whether a host:port listens on loopback only.
-func loopbackListen(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
