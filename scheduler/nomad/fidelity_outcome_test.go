@@ -161,18 +161,5 @@ func TestFidelityOutcomesAndPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	realObs := runOutcomeScenario(t, rc, "default", nil)
-	for i := range max(len(fakeObs), len(realObs)) {
-		var fo, ro string
-		if i < len(fakeObs) {
-			fo = fakeObs[i]
-		}
-		if i < len(realObs) {
-			ro = realObs[i]
-		}
-		if fo != ro {
-			t.Errorf("fake and real Nomad differ:\n  fake: %s\n  real: %s", fo, ro)
-		} else {
-			t.Logf("same: %s", fo)
-		}
-	}
+	compareObservations(t, fakeObs, realObs)
 }

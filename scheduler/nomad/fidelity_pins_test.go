@@ -68,20 +68,7 @@ func TestFidelityDevicePins(t *testing.T) {
 		}
 		real()
 	}
-	for i := range max(len(fakeObs), len(realObs)) {
-		var fo, ro string
-		if i < len(fakeObs) {
-			fo = fakeObs[i]
-		}
-		if i < len(realObs) {
-			ro = realObs[i]
-		}
-		if fo != ro {
-			t.Errorf("fake and real Nomad differ:\n  fake: %s\n  real: %s", fo, ro)
-		} else {
-			t.Logf("same: %s", fo)
-		}
-	}
+	compareObservations(t, fakeObs, realObs)
 }
 
 // recordGPUNode writes the agent's one node, once its devices are

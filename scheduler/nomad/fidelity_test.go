@@ -289,20 +289,7 @@ func TestFidelityFakeVersusRealNomad(t *testing.T) {
 		t.Fatal(err)
 	}
 	realObs, realTypes := runScenario(t, rc)
-	for i := range max(len(fakeObs), len(realObs)) {
-		var fo, ro string
-		if i < len(fakeObs) {
-			fo = fakeObs[i]
-		}
-		if i < len(realObs) {
-			ro = realObs[i]
-		}
-		if fo != ro {
-			t.Errorf("fake and real Nomad differ:\n  fake: %s\n  real: %s", fo, ro)
-		} else {
-			t.Logf("same: %s", fo)
-		}
-	}
+	compareObservations(t, fakeObs, realObs)
 	missing := []string{}
 	for _, typ := range realTypes {
 		if !containsStr(fakeTypes, typ) {
@@ -326,4 +313,25 @@ func containsStr(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// compareObservations fails for every step where the fake's observation
+// differs from the real Nomad's (a missing step counts as ""), and logs
+// the steps they agree on.
+func compareObservations(t *testing.T, fakeObs, realObs []string) {
+	t.Helper()
+	for i := range max(len(fakeObs), len(realObs)) {
+		var fo, ro string
+		if i < len(fakeObs) {
+			fo = fakeObs[i]
+		}
+		if i < len(realObs) {
+			ro = realObs[i]
+		}
+		if fo != ro {
+			t.Errorf("fake and real Nomad differ:\n  fake: %s\n  real: %s", fo, ro)
+		} else {
+			t.Logf("same: %s", fo)
+		}
+	}
 }
