@@ -1,6 +1,9 @@
 package engine
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // sortQueue sorts queue keys as cmpQkey orders them, by an LSD radix sort
 // on (total, tie) and a final insertion sort of each run of equal
@@ -12,6 +15,9 @@ import "math"
 func sortQueue(keys []qkey, buf *radixBuf) {
 	if len(keys) < 64 {
 		insertionSortQkeys(keys)
+		return
+	}
+	if mendOrder(keys, buf) {
 		return
 	}
 	if cap(buf.a) < len(keys) {
@@ -84,6 +90,59 @@ type rk struct {
 type radixBuf struct {
 	a, b []rk
 	keys []qkey
+	out  []qkey // mendOrder's keys out of order
+}
+
+// mendOrder sorts keys that are mostly in order already (the queue is laid
+// out in the last cycle's order and scores move little) in one pass and a
+// merge: every key that breaks the order is taken out with the key before
+// it, which leaves the rest sorted and takes out at most twice as many
+// keys as the fewest whose removal would; the keys taken out are sorted
+// and merged back. It gives up (reporting false, keys unchanged) once
+// more than a sixteenth of the keys are out, where the radix sort is the
+// cheaper.
+func mendOrder(keys []qkey, buf *radixBuf) bool {
+	limit := len(keys) / 16
+	if cap(buf.keys) < len(keys) {
+		buf.keys = make([]qkey, len(keys))
+	}
+	kept := buf.keys[:0]
+	out := buf.out[:0]
+	defer func() {
+		clear(buf.keys[:len(keys)]) // keep no job alive
+		clear(out)
+		buf.out = out[:0]
+	}()
+	for _, k := range keys {
+		if n := len(kept); n > 0 && cmpQkey(k, kept[n-1]) < 0 {
+			out = append(out, kept[n-1], k)
+			kept = kept[:n-1]
+			if len(out) > limit {
+				return false
+			}
+			continue
+		}
+		kept = append(kept, k)
+	}
+	if len(out) == 0 {
+		return true
+	}
+	if len(out) < 64 {
+		insertionSortQkeys(out)
+	} else {
+		slices.SortFunc(out, cmpQkey)
+	}
+	i, j := 0, 0
+	for w := range keys {
+		if j == len(out) || (i < len(kept) && cmpQkey(kept[i], out[j]) <= 0) {
+			keys[w] = kept[i]
+			i++
+		} else {
+			keys[w] = out[j]
+			j++
+		}
+	}
+	return true
 }
 
 // orderedBits maps a float to bits whose unsigned order is the float's

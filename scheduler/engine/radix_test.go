@@ -47,3 +47,47 @@ func TestSortQueueMatchesComparisonSort(t *testing.T) {
 		}
 	}
 }
+
+// A queue laid out in the last cycle's order with a few scores moved is
+// mended in one pass and a merge (mendOrder), and gives the comparison
+// sort's order; with too many keys out of place mendOrder declines and
+// the radix sort orders them.
+func TestSortQueueMendsNearlySortedQueues(t *testing.T) {
+	for _, n := range []int{64, 500, 3000} {
+		for _, moved := range []int{0, 1, 2, 7, n / 40, n / 4} {
+			rng := rand.New(rand.NewPCG(uint64(n), uint64(moved)))
+			keys := make([]qkey, n)
+			for i := range keys {
+				j := &cluster.Job{ID: fmt.Sprintf("j%05d", i), Priority: 50, Submit: t0.Add(time.Duration(rng.IntN(5)) * time.Second)}
+				q := &queued{job: j, id: j.ID, prio: j.Priority, submit: j.Submit}
+				q.tie, q.tieOK = tieOf(j)
+				keys[i] = qkey{total: float64(rng.IntN(n / 4)), tie: q.tie, q: q}
+			}
+			slices.SortFunc(keys, cmpQkey)
+			for range moved { // a score moved up or down, ties included
+				keys[rng.IntN(n)].total = float64(rng.IntN(n / 4))
+			}
+			want := slices.Clone(keys)
+			slices.SortFunc(want, cmpQkey)
+			got := slices.Clone(keys)
+			mended := mendOrder(got, &radixBuf{})
+			// Each moved key takes out at most itself and one neighbour.
+			if 2*moved <= n/16 && !mended {
+				t.Errorf("n=%d moved=%d: mendOrder declined %d keys out of order", n, moved, moved)
+			}
+			if moved >= n/4 && mended {
+				t.Errorf("n=%d moved=%d: mendOrder took a queue a quarter out of order", n, moved)
+			}
+			if !mended && !slices.Equal(got, keys) {
+				t.Fatalf("n=%d moved=%d: mendOrder declined but changed the keys", n, moved)
+			}
+			got = slices.Clone(keys)
+			sortQueue(got, &radixBuf{})
+			for i := range want {
+				if got[i].q != want[i].q {
+					t.Fatalf("n=%d moved=%d: position %d holds %s (total %v), want %s (total %v)", n, moved, i, got[i].q.id, got[i].total, want[i].q.id, want[i].total)
+				}
+			}
+		}
+	}
+}
