@@ -309,7 +309,8 @@ func (c *cycle) decide(q *queued, pos int) {
 // onlyWaits reports, for an engine without explanations, that deciding q
 // could only leave it waiting and change nothing: it needs more GPUs than
 // are free (reserved ones too) in all pools, no GPU is bound to anyone,
-// no preemption may be ordered or waited for any more this cycle, and
+// no preemption may be ordered or waited for any more this cycle (or by
+// this job: its tier may preempt no one, and no job is idle), and
 // every reservation is taken. A long queue behind a full cluster is then
 // settled without a look at each job beyond its size (its explanation is
 // not kept anyway). The one thing decide would still note, an expired
@@ -322,7 +323,7 @@ func (c *cycle) onlyWaits(q *queued) bool {
 		return false // a job may wait for those
 	}
 	pr := c.pol.Preemption
-	if pr.Enabled && c.preemptors < pr.MaxPerCycle && c.preemptAttempts < maxPreemptAttemptsPerSuccess*pr.MaxPerCycle {
+	if pr.Enabled && c.preemptors < pr.MaxPerCycle && c.preemptAttempts < maxPreemptAttemptsPerSuccess*pr.MaxPerCycle && c.mayTryPreempting(q) {
 		return false
 	}
 	if q.gpus <= c.st.FreeGPUs("")+c.st.ReservedFreeGPUs("") {

@@ -24,8 +24,7 @@ const maxPreemptAttemptsPerSuccess = 4
 // and orders their stops if the gain beats the cost and the budgets allow
 // (orderPreemptions).
 func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
-	tier := c.tier(q.tier)
-	if tier == nil || (len(tier.MayPreempt) == 0 && !c.idleVictims) {
+	if !c.mayTryPreempting(q) {
 		return false
 	}
 	var req placement.Request
@@ -73,6 +72,14 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	}
 	c.orderPreemptions(q, exp, victims, res, gain, cost, budget)
 	return true
+}
+
+// mayTryPreempting: q's tier may preempt some tier, or some running job
+// is an idle victim (a tier of at least its weight may take it, see
+// mayPreemptVictim); else tryPreempt has nothing to try.
+func (c *cycle) mayTryPreempting(q *queued) bool {
+	tier := c.tier(q.tier)
+	return tier != nil && (len(tier.MayPreempt) > 0 || c.idleVictims)
 }
 
 // budgetAllows checks that lost more GPU-hours of work fit the hourly
