@@ -308,23 +308,34 @@ func (c *cycle) decide(q *queued, pos int) {
 
 // onlyWaits reports, for an engine without explanations, that deciding q
 // could only leave it waiting and change nothing: it needs more GPUs than
-// are free (reserved ones too) in all pools, no GPU is bound to anyone,
-// no preemption may be ordered or waited for any more this cycle (or by
-// this job: its tier may preempt no one, and no job is idle), and
-// every reservation is taken. A long queue behind a full cluster is then
-// settled without a look at each job beyond its size (its explanation is
-// not kept anyway). The one thing decide would still note, an expired
-// deferral, is noted here.
+// are free (reserved ones too) in all pools, no GPU is bound to it, every
+// reservation is taken, no headroom keeps it out (see below), and it may
+// not preempt: its tier may preempt no one (and no job is idle), or no
+// preemption may be ordered or waited for any more this cycle. GPUs bound
+// to other preemptors are theirs alone, and only a job that may preempt
+// waits for gangs already stopping (tryPreempt), so neither matters to
+// it. A long queue behind a full cluster is then settled without a look
+// at each job beyond its size (its explanation is not kept anyway). The
+// one thing decide would still note, an expired deferral, is noted here.
 func (c *cycle) onlyWaits(q *queued) bool {
-	if len(c.bound) > 0 || len(c.reservations) < c.pol.Backfill.Reservations {
+	if len(c.bound[q.id]) > 0 || len(c.reservations) < c.pol.Backfill.Reservations {
 		return false
 	}
-	if c.unclaimedStoppingGPUs() != 0 {
-		return false // a job may wait for those
-	}
-	pr := c.pol.Preemption
-	if pr.Enabled && c.preemptors < pr.MaxPerCycle && c.preemptAttempts < maxPreemptAttemptsPerSuccess*pr.MaxPerCycle && c.mayTryPreempting(q) {
+	if c.headroomKeepsOut(q) {
+		// headroomProtect would take the headroom's free GPUs and give
+		// them back, which reorders placement's buckets of nodes by free
+		// GPUs: later placements break ties by that order, so skipping it
+		// would decide otherwise than an engine with explanations.
 		return false
+	}
+	if c.mayTryPreempting(q) {
+		if c.unclaimedStoppingGPUs() != 0 {
+			return false // it may wait for those
+		}
+		pr := c.pol.Preemption
+		if pr.Enabled && c.preemptors < pr.MaxPerCycle && c.preemptAttempts < maxPreemptAttemptsPerSuccess*pr.MaxPerCycle {
+			return false
+		}
 	}
 	if q.gpus <= c.st.FreeGPUs("")+c.st.ReservedFreeGPUs("") {
 		return false
