@@ -231,8 +231,16 @@ func noRollbacks(t *testing.T, apiURL string) {
 }
 
 // stopJob stops a job and waits until Nomad shows its allocations ended
-// and the impact agent's model has their GPUs back.
+// and the impact agent's model has their GPUs back (it holds none).
 func (e *env) stopJob(t *testing.T, name string) {
+	t.Helper()
+	e.stopJobLeaving(t, name, 0)
+}
+
+// stopJobLeaving stops a job and waits until Nomad shows its allocations
+// ended and the impact agent's model holds exactly want GPUs (the other
+// jobs' ones).
+func (e *env) stopJobLeaving(t *testing.T, name string, want int) {
 	t.Helper()
 	if out, err := e.nomad("job", "stop", "-detach", name); err != nil {
 		t.Fatalf("stop %s: %v\n%s", name, err, out)
@@ -250,7 +258,7 @@ func (e *env) stopJob(t *testing.T, name string) {
 			}
 		}
 		err := getAPI(e.apiURL, "/v1/queue", &q)
-		return live == 0 && err == nil && q.Cluster.AllocatedGPUs == 0, fmt.Sprintf("live %d, model %+v %v", live, q.Cluster, err)
+		return live == 0 && err == nil && q.Cluster.AllocatedGPUs == want, fmt.Sprintf("live %d, model %+v %v", live, q.Cluster, err)
 	})
 }
 

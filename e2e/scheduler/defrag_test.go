@@ -1,0 +1,346 @@
+package scheduler
+
+// TestDefragment: a defragmenting preemption (policy defragment block) on
+// a real two-node Nomad cluster (one server, two client processes, each 8
+// fake GPUs with UUIDs of its own).
+//
+// client-0 holds a non-preemptible high-tier job of 5 GPUs ("anchor") and,
+// for a while, one of 3 ("hold"), so two small normal-tier jobs ("small-a",
+// 1 GPU, and "small-b", 2 GPUs, both with a checkpoint signal) can only go
+// to client-1. Once hold is stopped the pool has 8 free GPUs, 3 on client-0
+// and 5 on client-1, and a normal-tier job of 8 GPUs ("whole") arrives: it
+// fits no node and may not preempt jobs of its own tier, so the agent moves
+// both small jobs out of its way. The test checks, against Nomad's own
+// records: both small jobs got their checkpoint signal and were stopped;
+// each restarted on client-0 on exactly the GPUs the preemption named
+// (Preemption.MovedTo, in the victim's explanation), which are the ones
+// hold freed; whole runs on client-1 with exactly its 8 planned GPUs; every
+// job ends up running, the small ones after exactly one move; the
+// explanations (/v1/explain and the nomad/jobs/<job>/impact Variables)
+// say what was moved, where, and for whom.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
+)
+
+// dfJob is a parked job of one allocation of gpus GPUs whose task writes
+// its CUDA_VISIBLE_DEVICES to <envDir>/<name>-<alloc ID> (as exactGPUs
+// reads), appends "checkpoint" to that file's .ckpt on SIGUSR1 and keeps
+// running, and exits 0 on SIGTERM. node, when set, pins the job to the
+// node of that name with a job-level constraint (the model honours
+// ${node.unique.name}).
+func dfJob(name, tier string, gpus int, node, envDir string) string {
+	out := filepath.Join(envDir, name+"-$NOMAD_ALLOC_ID")
+	script := fmt.Sprintf(`echo "$CUDA_VISIBLE_DEVICES" > %s; trap 'echo checkpoint >> %s.ckpt' USR1; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`, out, out)
+	hcl := parkedGPUJob(name, map[string]string{
+		"impact_tier": tier, "impact_checkpoint_signal": "SIGUSR1", "impact_grace": "5s",
+	}, 1, gpus, script)
+	if node == "" {
+		return hcl
+	}
+	return strings.Replace(hcl, "  group \"g\" {", fmt.Sprintf(`  constraint {
+    attribute = "${node.unique.name}"
+    value     = %q
+  }
+  group "g" {`, node), 1)
+}
+
+// explainRecorder polls the agent's /v1/explain/<job> and the job's
+// Variable for a set of jobs and keeps every distinct version it saw, so
+// states that last only a grace period (a job being moved, a job waiting
+// for the jobs moved for it) are checked without racing them.
+type explainRecorder struct {
+	mu   sync.Mutex
+	seen map[string][]recordedExplain // by job
+	// lastErr is the last failed poll of each job, for failure reports.
+	lastErr map[string]error
+	stop chan struct{}
+	done chan struct{}
+}
+
+type recordedExplain struct {
+	State, Decision, Summary, Reason string
+	PreemptedBy                      string `json:"preempted_by"`
+	Engine                           *struct {
+		Status  string
+		Reason  string
+		Victims []string
+	}
+	// Variable is the job's nomad/jobs/<job>/impact items at that poll.
+	Variable map[string]string `json:"-"`
+}
+
+func (r recordedExplain) key() string {
+	return fmt.Sprintf("%s|%s|%s|%s|%v", r.State, r.Decision, r.Reason, r.Variable["reason"], r.Engine != nil)
+}
+
+func recordExplanations(t *testing.T, a *nomadagent.Agent, apiURL string, jobs ...string) *explainRecorder {
+	r := &explainRecorder{seen: map[string][]recordedExplain{}, lastErr: map[string]error{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		last := map[string]string{}
+		for {
+			for _, j := range jobs {
+				var ex recordedExplain
+				if err := getAPI(apiURL, "/v1/explain/"+j, &ex); err != nil {
+					r.mu.Lock()
+					r.lastErr[j] = err
+					r.mu.Unlock()
+					continue
+				}
+				var v struct{ Items map[string]string }
+				if a.Get("/v1/var/nomad/jobs/"+j+"/impact", &v) == nil {
+					ex.Variable = v.Items
+				}
+				if k := ex.key(); k != last[j] {
+					last[j] = k
+					r.mu.Lock()
+					r.seen[j] = append(r.seen[j], ex)
+					r.mu.Unlock()
+				}
+			}
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *explainRecorder) close() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+}
+
+// find returns the first recorded explanation of job that ok accepts.
+func (r *explainRecorder) find(job string, ok func(recordedExplain) bool) (recordedExplain, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.seen[job] {
+		if ok(e) {
+			return e, true
+		}
+	}
+	return recordedExplain{}, false
+}
+
+func (r *explainRecorder) dump(job string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, e := range r.seen[job] {
+		fmt.Fprintf(&b, "\n  %s/%s: %s [%s] (variable reason %q)", e.State, e.Decision, e.Reason, e.Summary, e.Variable["reason"])
+	}
+	if err := r.lastErr[job]; err != nil {
+		fmt.Fprintf(&b, "\n  last error: %v", err)
+	}
+	return b.String()
+}
+
+// movedToRE reads a moved job's destination from its preemption reason
+// (engine orderMoves: "restarts at once on <node> (<gpu>, <gpu>)").
+var movedToRE = regexp.MustCompile(`restarts at once on (\S+) \(([^)]*)\)`)
+
+func TestDefragment(t *testing.T) {
+	c, impact := startGPUCluster(t, "impact-e2e-defrag-", 2)
+	e := &env{t: t, a: c.Agent, dir: c.Dir, impact: impact,
+		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
+		policyExtra: `
+defragment {
+  enabled         = true
+  max_victim_gpus = 2
+  max_per_cycle   = 1
+}
+`}
+	impactProc := e.startImpact(t)
+	envDir := filepath.Join(e.dir, "env")
+	if err := os.MkdirAll(envDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.WaitNodes(30*time.Second, 2, "both nodes", nil)
+	node0, node1 := nodes[0], nodes[1] // sorted by name: client-0, client-1
+	gpusOf := func(n nomadagent.Node) []string {
+		var ids []string
+		for _, d := range n.NodeResources.Devices {
+			if d.Type == "gpu" {
+				for _, in := range d.Instances {
+					ids = append(ids, in.ID)
+				}
+			}
+		}
+		return sorted(ids)
+	}
+	// lc gives the lifecycle suite's allocation helpers on this cluster.
+	lc := &lcEnv{env: e, c: c}
+	run := func(name, tier string, gpus int, node string) {
+		runHCL(t, c.Agent, e.dir, name, dfJob(name, tier, gpus, node, envDir))
+	}
+	allocated := func(allocID string) (node string, gpus []string) {
+		var full allocDevices
+		if err := c.Get("/v1/allocation/"+allocID, &full); err != nil {
+			t.Fatalf("allocation %s: %v", allocID, err)
+		}
+		for _, d := range full.AllocatedResources.Tasks["t"].Devices {
+			if d.Type == "gpu" {
+				gpus = append(gpus, d.DeviceIDs...)
+			}
+		}
+		return full.NodeID, sorted(gpus)
+	}
+
+	// client-0: anchor (5, not preemptible) and hold (3); then the small
+	// jobs can only go to client-1.
+	run("anchor", "high", 5, node0.Name)
+	run("hold", "high", 3, node0.Name)
+	anchor := lc.waitRunningN("anchor", 1, 120*time.Second)
+	holdAlloc := lc.waitRunningN("hold", 1, 120*time.Second)
+	_, holdGPUs := allocated(holdAlloc[0].ID)
+	run("small-a", "normal", 1, "")
+	run("small-b", "normal", 2, "")
+	small := map[string]lcAlloc{}
+	for _, name := range []string{"small-a", "small-b"} {
+		a := lc.waitRunningN(name, 1, 120*time.Second)[0]
+		if a.NodeID != node1.ID {
+			t.Fatalf("%s runs on %s, want %s (client-0 is full)", name, a.NodeID, node1.ID)
+		}
+		small[name] = a
+	}
+	e.stopJobLeaving(t, "hold", 5+1+2)
+
+	// whole: 8 free GPUs in the pool (3 on client-0, 5 on client-1), none
+	// of its tier's may_preempt victims: only a move can make room.
+	rec := recordExplanations(t, c.Agent, e.apiURL, "whole", "small-a", "small-b")
+	start := time.Now()
+	run("whole", "normal", 8, "")
+	wholePlaced := exactGPUs(t, c.Agent, e.apiURL, envDir, "whole", 1)
+	t.Logf("whole running %s after its submission", time.Since(start).Round(100*time.Millisecond))
+	if len(wholePlaced) == 1 {
+		w := wholePlaced[0]
+		if w.node != node1.ID || !slices.Equal(sorted(w.allocated), gpusOf(node1)) {
+			t.Errorf("whole on %s with %v, want all of client-1's GPUs %v on %s", w.node, sorted(w.allocated), gpusOf(node1), node1.ID)
+		}
+	}
+
+	// Each small job: moved once, with its checkpoint signal, to exactly
+	// the GPUs its preemption named, which are the ones hold freed.
+	var movedGPUs []string
+	for _, name := range []string{"small-a", "small-b"} {
+		old := small[name]
+		var now []lcAlloc
+		eventually(t, 90*time.Second, name+" running again", func() (bool, string) {
+			now = lc.running(name)
+			return len(now) == 1 && now[0].ID != old.ID, fmt.Sprintf("%+v; explain %s", lc.allocsOf(name), lc.explain(name))
+		})
+		if b, err := os.ReadFile(filepath.Join(envDir, name+"-"+old.ID+".ckpt")); err != nil || !strings.Contains(string(b), "checkpoint") {
+			t.Errorf("%s's first allocation %s got no checkpoint signal (%q, %v)", name, old.ID, b, err)
+		}
+		stopped, ok := rec.find(name, func(r recordedExplain) bool {
+			return r.Decision == "preempted" && r.PreemptedBy == "default/whole" && strings.Contains(r.Reason, "moved out of the way of default/whole")
+		})
+		if !ok {
+			t.Errorf("%s: never explained as moved out of whole's way; seen:%s", name, rec.dump(name))
+			continue
+		}
+		t.Logf("%s while moved: %s", name, stopped.Reason)
+		m := movedToRE.FindStringSubmatch(stopped.Reason)
+		if m == nil {
+			t.Errorf("%s: no destination in %q", name, stopped.Reason)
+			continue
+		}
+		wantGPUs := sorted(strings.Split(m[2], ", "))
+		placed := exactGPUs(t, c.Agent, e.apiURL, envDir, name, 1)
+		if len(placed) != 1 {
+			continue
+		}
+		p := placed[0]
+		if p.node != m[1] || p.node != node0.ID || !slices.Equal(sorted(p.allocated), wantGPUs) {
+			t.Errorf("%s restarted on %s with %v; its preemption moved it to %s %v (client-0 is %s)", name, p.node, sorted(p.allocated), m[1], wantGPUs, node0.ID)
+		}
+		movedGPUs = append(movedGPUs, p.allocated...)
+		if stopped.Variable == nil || !strings.Contains(stopped.Variable["reason"], "moved out of the way of default/whole") {
+			if _, ok := rec.find(name, func(r recordedExplain) bool {
+				return strings.Contains(r.Variable["reason"], "moved out of the way of default/whole")
+			}); !ok {
+				t.Errorf("%s: its Variable never said it was moved; seen:%s", name, rec.dump(name))
+			}
+		}
+	}
+	if !slices.Equal(sorted(movedGPUs), holdGPUs) {
+		t.Errorf("the moved jobs got %v, want exactly the GPUs hold freed on client-0 %v", sorted(movedGPUs), holdGPUs)
+	}
+
+	// whole explained the move while it waited for it.
+	mover, ok := rec.find("whole", func(r recordedExplain) bool {
+		return r.Engine != nil && r.Engine.Status == "preempting" && strings.HasPrefix(r.Reason, "defragmenting:")
+	})
+	if !ok {
+		t.Errorf("whole: never explained as defragmenting; seen:%s", rec.dump("whole"))
+	} else {
+		t.Logf("whole while defragmenting: %s", mover.Reason)
+		if v := sorted(mover.Engine.Victims); !slices.Equal(v, []string{"default/small-a", "default/small-b"}) {
+			t.Errorf("whole's victims %v, want [default/small-a default/small-b]", v)
+		}
+		for _, name := range []string{"small-a", "small-b"} {
+			if !strings.Contains(mover.Reason, "default/"+name+" to "+node0.ID+" (") {
+				t.Errorf("whole's reason does not say %s moves to %s: %q", name, node0.ID, mover.Reason)
+			}
+		}
+	}
+	if _, ok := rec.find("whole", func(r recordedExplain) bool {
+		return strings.Contains(r.Variable["reason"], "defragmenting:") && r.Variable["victims"] != ""
+	}); !ok {
+		t.Errorf("whole: its Variable never explained the move; seen:%s", rec.dump("whole"))
+	}
+	rec.close()
+
+	// Nothing lost: anchor untouched, each small job moved exactly once
+	// (its old allocation stopped, one new one running), whole admitted
+	// once; all run now.
+	if now := lc.running("anchor"); len(now) != 1 || now[0].ID != anchor[0].ID || len(lc.allocsOf("anchor")) != 1 {
+		t.Errorf("anchor: allocations %+v, want its one allocation %s untouched", lc.allocsOf("anchor"), anchor[0].ID)
+	}
+	for _, name := range []string{"small-a", "small-b"} {
+		as := lc.allocsOf(name)
+		stopped := 0
+		for _, a := range as {
+			if a.ID == small[name].ID && a.DesiredStatus == "stop" && a.ClientStatus == "complete" {
+				stopped++
+			}
+		}
+		if len(as) != 2 || stopped != 1 || len(lc.running(name)) != 1 {
+			t.Errorf("%s: allocations %+v, want its first stopped and one running (moved once)", name, as)
+		}
+	}
+	if as := lc.allocsOf("whole"); len(as) != 1 || len(lc.running("whole")) != 1 {
+		t.Errorf("whole: allocations %+v, want one, running", as)
+	}
+	for _, m := range []struct{ name, want string }{
+		{`impact_preemptions_total{tier="normal"}`, "2"},
+		{`impact_preemption_outcomes_total{outcome="stopped"}`, "2"},
+	} {
+		if v := lc.metric(m.name); v != m.want {
+			t.Errorf("%s = %q, want %s", m.name, v, m.want)
+		}
+	}
+	noRollbacks(t, e.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", impactProc.Output())
+	}
+}
