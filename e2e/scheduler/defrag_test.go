@@ -64,8 +64,8 @@ type explainRecorder struct {
 	seen map[string][]recordedExplain // by job
 	// lastErr is the last failed poll of each job, for failure reports.
 	lastErr map[string]error
-	stop chan struct{}
-	done chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 type recordedExplain struct {
@@ -229,6 +229,14 @@ defragment {
 	rec := recordExplanations(t, c.Agent, e.apiURL, "whole", "small-a", "small-b")
 	start := time.Now()
 	run("whole", "normal", 8, "")
+	// filler waits behind whole for 3 GPUs: the ones the moved jobs
+	// restart on are theirs, from the move until their new allocations
+	// run, so it must not get them.
+	eventually(t, 60*time.Second, "whole defragmenting", func() (bool, string) {
+		_, ok := rec.find("whole", func(r recordedExplain) bool { return r.Engine != nil && r.Engine.Status == "preempting" })
+		return ok, rec.dump("whole")
+	})
+	run("filler", "scavenger", 3, "")
 	wholePlaced := exactGPUs(t, c.Agent, e.apiURL, envDir, "whole", 1)
 	t.Logf("whole running %s after its submission", time.Since(start).Round(100*time.Millisecond))
 	if len(wholePlaced) == 1 {
@@ -327,6 +335,10 @@ defragment {
 		if len(as) != 2 || stopped != 1 || len(lc.running(name)) != 1 {
 			t.Errorf("%s: allocations %+v, want its first stopped and one running (moved once)", name, as)
 		}
+	}
+	waitCycles(t, e.apiURL, 3)
+	if as := lc.allocsOf("filler"); len(as) != 0 {
+		t.Errorf("filler: allocations %+v, want none (no GPU is free for it); explain %s", as, lc.explain("filler"))
 	}
 	if as := lc.allocsOf("whole"); len(as) != 1 || len(lc.running("whole")) != 1 {
 		t.Errorf("whole: allocations %+v, want one, running", as)

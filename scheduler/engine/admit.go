@@ -98,7 +98,14 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	for _, g := range adm.Groups {
 		held = append(held, g.Allocs...)
 	}
-	c.addPending(j.ID, pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings})
+	var earlier map[string]bool
+	for _, a := range c.snap.JobAllocs(j.ID) {
+		if earlier == nil {
+			earlier = map[string]bool{}
+		}
+		earlier[a.ID] = true
+	}
+	c.addPending(j.ID, pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings, earlier: earlier})
 	c.dropBinding(j.ID)
 	c.addProjectGPUs(q.proj, q.gpus)
 	c.headroomAdmit(q, res)

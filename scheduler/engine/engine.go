@@ -166,6 +166,12 @@ type binding struct {
 type pendingAdmission struct {
 	at     time.Time
 	allocs []AllocPlacement
+	// earlier are the job's allocations in the snapshot it was admitted
+	// from: an earlier run's, still stopping (a job moved by a
+	// defragmenting preemption restarts before its old allocation has
+	// ended). They are not this admission's, so they neither end its hold
+	// nor count as its members.
+	earlier map[string]bool
 	// groups and warnings, for the job's explanation meanwhile.
 	groups   []GroupPlacement
 	warnings []string

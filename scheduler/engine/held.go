@@ -16,7 +16,12 @@ func (c *cycle) holdPending() {
 	for _, id := range slices.Sorted(maps.Keys(c.e.pending)) {
 		p := c.e.pending[id]
 		j, ok := c.snap.Job(id)
-		appeared := c.snap.JobAllocs(id)
+		var appeared []*cluster.Alloc
+		for _, a := range c.snap.JobAllocs(id) {
+			if !p.earlier[a.ID] {
+				appeared = append(appeared, a)
+			}
+		}
 		// Held until every planned allocation is there: Nomad may place a
 		// gang's members one by one.
 		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(appeared) >= len(p.allocs) {
