@@ -266,7 +266,10 @@ defragment {
 			t.Errorf("%s: never explained as moved out of whole's way; seen:%s", name, rec.dump(name))
 			continue
 		}
-		t.Logf("%s while moved: %s", name, stopped.Reason)
+		t.Logf("%s while moved: %s [%s]", name, stopped.Reason, stopped.Summary)
+		if !strings.HasPrefix(stopped.Summary, "Being moved out of the way of default/whole") {
+			t.Errorf("%s's summary while moved: %q", name, stopped.Summary)
+		}
 		m := movedToRE.FindStringSubmatch(stopped.Reason)
 		if m == nil {
 			t.Errorf("%s: no destination in %q", name, stopped.Reason)
@@ -301,7 +304,10 @@ defragment {
 	if !ok {
 		t.Errorf("whole: never explained as defragmenting; seen:%s", rec.dump("whole"))
 	} else {
-		t.Logf("whole while defragmenting: %s", mover.Reason)
+		t.Logf("whole while defragmenting: %s [%s]", mover.Reason, mover.Summary)
+		if !strings.HasPrefix(mover.Summary, "Starts next: moving 2 small job(s) out of its way") {
+			t.Errorf("whole's summary while defragmenting: %q", mover.Summary)
+		}
 		if v := sorted(mover.Engine.Victims); !slices.Equal(v, []string{"default/small-a", "default/small-b"}) {
 			t.Errorf("whole's victims %v, want [default/small-a default/small-b]", v)
 		}

@@ -37,6 +37,8 @@ func summarizeInvalid(e agentapi.Explanation) string {
 
 func summarizeRunning(e agentapi.Explanation) string {
 	switch {
+	case e.Decision == DecisionPreempted && strings.HasPrefix(e.Reason, "moved out of the way of "):
+		return "Being moved out of the way of " + e.PreemptedBy + ": it restarts at once on GPUs kept for it elsewhere."
 	case e.Decision == DecisionPreempted:
 		return "Being preempted for " + e.PreemptedBy + "; it goes back to the queue."
 	case e.Decision == DecisionReclaimed && strings.Contains(e.Reason, "left stopped"):
@@ -64,6 +66,11 @@ func summarizeWaiting(e agentapi.Explanation) string {
 		return "Its admission did not go through this cycle; the scheduler decides again."
 	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "waiting for preempted gangs"):
 		return "Starts as soon as the gangs preempted for it have stopped."
+	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "waiting for the jobs moved out of its way"):
+		return "Starts as soon as the jobs moved out of its way have stopped."
+	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "defragmenting:"):
+		// Defragment: the victims may be of its own tier, and restart.
+		return fmt.Sprintf("Starts next: moving %d small job(s) out of its way (they restart at once on GPUs free elsewhere).", max(1, len(e.Decided().Victims)))
 	case e.Decision == DecisionPreempt:
 		return fmt.Sprintf("Starts next: stopping %d lower-priority gang(s) to make room.", max(1, len(e.Decided().Victims)))
 	case strings.HasPrefix(r, "held back until"):
@@ -76,6 +83,8 @@ func summarizeWaiting(e agentapi.Explanation) string {
 		return fmt.Sprintf("Waiting for room for the whole gang of %d GPUs together (%s).", e.GPUs, place)
 	case strings.HasPrefix(r, "not yet considered"):
 		return "Not yet considered by a scheduling cycle."
+	case e.PreemptedBy != "" && strings.HasPrefix(r, "moved out of the way of "):
+		return fmt.Sprintf("Moved out of the way of %s; restarts at once on GPUs kept for it (%s).", e.PreemptedBy, place)
 	case e.PreemptedBy != "":
 		return fmt.Sprintf("Preempted for %s; waiting to run again (%s).", e.PreemptedBy, place)
 	case e.Position > 0:

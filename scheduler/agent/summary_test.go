@@ -28,6 +28,12 @@ func TestSummarize(t *testing.T) {
 	victim.State = agentapi.StateRunning
 	admitting := agentapi.Explanation{Decision: DecisionAdmit}
 	admitting.State, admitting.Allocations = agentapi.StateAdmitting, 2
+	moving := w(1, DecisionPreempt, "defragmenting: the pool has GPUs enough but not where it could use them, so 2 small job(s) move out of its way and restart at once elsewhere: default/a to n1 (g1), default/b to n1 (g2)")
+	moving.Engine = &engine.Explanation{Status: engine.StatusPreempting, Victims: []string{"default/a", "default/b"}}
+	moved := agentapi.Explanation{Decision: DecisionPreempted, PreemptedBy: "default/whole"}
+	moved.State, moved.Reason = agentapi.StateRunning, "moved out of the way of default/whole (tier normal, score 100.0), for which the pool has GPUs enough but not where it could use them: restarts at once on n1 (g1), on GPUs bound to it"
+	movedWaiting := w(1, DecisionWait, moved.Reason)
+	movedWaiting.PreemptedBy = "default/whole"
 	preempting := w(1, DecisionPreempt, "preempting 2 gang(s): default/a, default/b")
 	preempting.Engine = &engine.Explanation{Status: engine.StatusPreempting, Victims: []string{"default/a", "default/b"}}
 
@@ -42,6 +48,10 @@ func TestSummarize(t *testing.T) {
 		{"quota", w(2, DecisionWait, `project "olmo" quota: holds 8 of 8 GPUs, job needs 8`), "Waiting for its project's GPU quota (2nd in line)."},
 		{"held back", w(1, DecisionWait, "held back until 2026-01-01T00:00:00Z: its admission was rolled back 1 time(s)"), "Held back after a start that failed; it is retried later."},
 		{"preempting", preempting, "Starts next: stopping 2 lower-priority gang(s) to make room."},
+		{"defragmenting", moving, "Starts next: moving 2 small job(s) out of its way (they restart at once on GPUs free elsewhere)."},
+		{"moved jobs stopping", w(1, DecisionPreempt, "waiting for the jobs moved out of its way to stop"), "Starts as soon as the jobs moved out of its way have stopped."},
+		{"being moved", moved, "Being moved out of the way of default/whole: it restarts at once on GPUs kept for it elsewhere."},
+		{"moved, queued again", movedWaiting, "Moved out of the way of default/whole; restarts at once on GPUs kept for it (first in line)."},
 		{"victims stopping", w(1, DecisionPreempt, "waiting for preempted gangs to stop"), "Starts as soon as the gangs preempted for it have stopped."},
 		{"standby", w(1, DecisionAdmit, "fits now; the leader admits it (this agent is a standby)"), "Fits now; the leader will admit it (this agent is a standby)."},
 		{"not carried out", w(1, DecisionWait, "admission planned but not carried out this cycle (job changed or Nomad refused); re-deciding"), "Its admission did not go through this cycle; the scheduler decides again."},
