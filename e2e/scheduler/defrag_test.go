@@ -2,7 +2,9 @@ package scheduler
 
 // TestDefragment: a defragmenting preemption (policy defragment block) on
 // a real two-node Nomad cluster (one server, two client processes, each 8
-// fake GPUs with UUIDs of its own).
+// fake GPUs with UUIDs of its own), once with victims that exit at once on
+// SIGTERM and once with victims that take 12s (so each moved job's new
+// allocation runs beside its old, stopping one for a while).
 //
 // client-0 holds a non-preemptible high-tier job of 5 GPUs ("anchor") and,
 // for a while, one of 3 ("hold"), so two small normal-tier jobs ("small-a",
@@ -33,26 +35,70 @@ import (
 	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
 
-// dfJob is a parked job of one allocation of gpus GPUs whose task writes
-// its CUDA_VISIBLE_DEVICES to <envDir>/<name>-<alloc ID> (as exactGPUs
+// dfJob is a parked job of one allocation of gpus GPUs, tier tier, with
+// SIGUSR1 as its checkpoint signal and a 5s grace. Its task writes its
+// CUDA_VISIBLE_DEVICES to <envDir>/<name>-<alloc ID> (as exactGPUs
 // reads), appends "checkpoint" to that file's .ckpt on SIGUSR1 and keeps
-// running, and exits 0 on SIGTERM. node, when set, pins the job to the
-// node of that name with a job-level constraint (the model honours
-// ${node.unique.name}).
-func dfJob(name, tier string, gpus int, node, envDir string) string {
-	out := filepath.Join(envDir, name+"-$NOMAD_ALLOC_ID")
-	script := fmt.Sprintf(`echo "$CUDA_VISIBLE_DEVICES" > %s; trap 'echo checkpoint >> %s.ckpt' USR1; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done`, out, out)
-	hcl := parkedGPUJob(name, map[string]string{
-		"impact_tier": tier, "impact_checkpoint_signal": "SIGUSR1", "impact_grace": "5s",
-	}, 1, gpus, script)
-	if node == "" {
-		return hcl
-	}
-	return strings.Replace(hcl, "  group \"g\" {", fmt.Sprintf(`  constraint {
+// running, and on SIGTERM (its kill_signal; Nomad's default is SIGINT)
+// goes on for stopSeconds more (a job saving its
+// work on the way out; kill_timeout leaves it that long) before it exits
+// 0. node, when set, pins the job to the node of that name with a
+// job-level constraint (the model honours ${node.unique.name}).
+type dfJob struct {
+	name, tier  string
+	gpus        int
+	node        string
+	stopSeconds int
+}
+
+func (j dfJob) hcl(envDir string) string {
+	out := filepath.Join(envDir, j.name+"-$NOMAD_ALLOC_ID")
+	script := fmt.Sprintf(`echo "$CUDA_VISIBLE_DEVICES" > %[1]s; trap 'echo checkpoint >> %[1]s.ckpt' USR1; end=0; trap 'end=$(( $(date +%%s) + %[2]d ))' TERM; while [ $end -eq 0 ] || [ $(date +%%s) -lt $end ]; do sleep 1 & wait $!; done`,
+		out, j.stopSeconds)
+	constraint := ""
+	if j.node != "" {
+		constraint = fmt.Sprintf(`
+  constraint {
     attribute = "${node.unique.name}"
     value     = %q
+  }`, j.node)
+	}
+	return fmt.Sprintf(`job %q {
+  type      = "batch"
+  node_pool = "impact-queue"
+  meta {
+    impact_tier              = %q
+    impact_checkpoint_signal = "SIGUSR1"
+    impact_grace             = "5s"
+  }%s
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "t" {
+      driver       = "raw_exec"
+      kill_signal  = "SIGTERM"
+      kill_timeout = "%ds"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", %q]
+      }
+      resources {
+        cpu    = 20
+        memory = 32
+        device "nvidia/gpu" {
+          count = %d
+        }
+      }
+    }
   }
-  group "g" {`, node), 1)
+}
+`, j.name, j.tier, constraint, j.stopSeconds+10, script, j.gpus)
 }
 
 // explainRecorder polls the agent's /v1/explain/<job> and the job's
@@ -159,6 +205,24 @@ func (r *explainRecorder) dump(job string) string {
 var movedToRE = regexp.MustCompile(`restarts at once on (\S+) \(([^)]*)\)`)
 
 func TestDefragment(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// stopSeconds: how long the small jobs' tasks take to exit
+		// after SIGTERM.
+		stopSeconds int
+	}{
+		// They exit at once: the old allocations end within a second.
+		{"quick stop", 0},
+		// They take 12s: each moved job's new allocation runs beside its
+		// old one, still stopping, for longer than the policy's gangs
+		// missing_member_grace (3s).
+		{"slow stop", 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testDefragment(t, tc.stopSeconds) })
+	}
+}
+
+func testDefragment(t *testing.T, stopSeconds int) {
 	c, impact := startGPUCluster(t, "impact-e2e-defrag-", 2)
 	e := &env{t: t, a: c.Agent, dir: c.Dir, impact: impact,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
@@ -167,6 +231,9 @@ defragment {
   enabled         = true
   max_victim_gpus = 2
   max_per_cycle   = 1
+}
+gangs {
+  missing_member_grace = "3s"
 }
 `}
 	impactProc := e.startImpact(t)
@@ -190,7 +257,11 @@ defragment {
 	// lc gives the lifecycle suite's allocation helpers on this cluster.
 	lc := &lcEnv{env: e, c: c}
 	run := func(name, tier string, gpus int, node string) {
-		runHCL(t, c.Agent, e.dir, name, dfJob(name, tier, gpus, node, envDir))
+		j := dfJob{name: name, tier: tier, gpus: gpus, node: node}
+		if strings.HasPrefix(name, "small-") {
+			j.stopSeconds = stopSeconds
+		}
+		runHCL(t, c.Agent, e.dir, name, j.hcl(envDir))
 	}
 	allocated := func(allocID string) (node string, gpus []string) {
 		var full allocDevices
@@ -342,7 +413,26 @@ defragment {
 			t.Errorf("%s: allocations %+v, want its first stopped and one running (moved once)", name, as)
 		}
 	}
+	// Past the gangs missing_member_grace with every old allocation
+	// ended: no moved job was taken for a gang missing a member.
+	for _, name := range []string{"small-a", "small-b"} {
+		eventually(t, 60*time.Second, name+"'s first allocation ended", func() (bool, string) {
+			for _, a := range lc.allocsOf(name) {
+				if a.ID == small[name].ID {
+					return a.ClientStatus == "complete", fmt.Sprintf("%+v", a)
+				}
+			}
+			return false, "not listed"
+		})
+	}
+	past := time.Now().Add(5 * time.Second)
+	eventually(t, 30*time.Second, "the gangs missing_member_grace passed", func() (bool, string) {
+		return time.Now().After(past), ""
+	})
 	waitCycles(t, e.apiURL, 3)
+	if v := lc.metric("impact_gangs_requeued_total"); v != "" && v != "0" {
+		t.Errorf("impact_gangs_requeued_total = %s, want 0 (no gang is missing a member)", v)
+	}
 	if as := lc.allocsOf("filler"); len(as) != 0 {
 		t.Errorf("filler: allocations %+v, want none (no GPU is free for it); explain %s", as, lc.explain("filler"))
 	}
