@@ -27,6 +27,15 @@
 // with a token of example/acl/impact-scheduler.policy.hcl only, and
 // TestSchedulerFailover kills the leader of two agents. The Nomad agent
 // comes from e2e/internal/nomadagent (shared with the other suites).
+//
+// The other suites of the package, each on its own agent or cluster:
+// TestExactGPUs and TestExactGPUsTwoNodes (gpus_test.go: tasks get exactly
+// the planned GPUs), TestLifecycle (lifecycle_test.go: purge, grace,
+// minimal victims, updates, node loss on three clients), TestDefragment
+// (defrag_test.go: a defragmenting preemption on two clients: small jobs
+// moved with their checkpoint signal to the GPUs named in the plan, the
+// waiting job whole on the node they cleared), TestChaos, TestIdle,
+// TestParkingCandidates and TestOperatorUI in their files.
 package scheduler
 
 import (

@@ -87,7 +87,9 @@
 // admissions and preemptions it ordered that the snapshot does not show
 // yet, so a cycle that runs before the adapter's actions took effect
 // neither admits a job twice, nor double-books its GPUs, nor preempts
-// again. A cycle writes none of that memory while it decides: it records
+// again (an admission's GPUs are held until allocations of it appear; an
+// allocation of the job's earlier run, still stopping, is not one of
+// them: a moved job restarts before its old allocation ends). A cycle writes none of that memory while it decides: it records
 // its changes (changes.go) and Decide applies them once at the end, so
 // the steps cannot read each other's half-made state.
 //
