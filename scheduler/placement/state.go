@@ -120,7 +120,10 @@ type State struct {
 	// reservedNodes lists nodes that have (or had) reserved GPUs.
 	reservedNodes []int
 	isReservedSet []bool
-	ignoredGPUs   int
+	// reservedFree is ReservedFreeGPUs("") kept up to date by apply (the
+	// only writer of reserved GPUs): a long queue asks it once per job.
+	reservedFree int
+	ignoredGPUs  int
 }
 
 // New builds the state of a snapshot: nodes sorted by ID, running
@@ -284,6 +287,9 @@ func (s *State) FreeGPUs(pool string) int {
 // ReservedFreeGPUs is the number of reserved GPUs that are not in use (what
 // a backfill-eligible job may additionally take) in a pool ("" = all).
 func (s *State) ReservedFreeGPUs(pool string) int {
+	if pool == "" {
+		return s.reservedFree
+	}
 	n := 0
 	for _, ord := range s.reservedNodes {
 		ns := &s.nodes[ord]
@@ -328,6 +334,9 @@ func (s *State) set(ord int, used, reserved uint64) {
 
 func (s *State) apply(ord int, used, reserved uint64) {
 	ns := &s.nodes[ord]
+	if ns.sched {
+		s.reservedFree += bits.OnesCount64(reserved&ns.healthy&^used) - bits.OnesCount64(ns.reserved&ns.healthy&^ns.used)
+	}
 	ns.used, ns.reserved = used, reserved
 	if reserved != 0 && !s.isReservedSet[ord] {
 		s.isReservedSet[ord] = true

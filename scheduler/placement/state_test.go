@@ -143,3 +143,43 @@ func TestRejectionsExplain(t *testing.T) {
 		t.Fatalf("rejections %v", rej)
 	}
 }
+
+// ReservedFreeGPUs("") is kept up to date as GPUs are taken, released,
+// reserved, unreserved and rolled back: it equals what the masks say (and
+// the pool's count, which is summed from them).
+func TestReservedFreeGPUsFollowsEveryChange(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := New(genSnapshot(t), nil, NewCache())
+		var cps []int
+		for step := range 30 {
+			ord := rapid.IntRange(0, s.NumNodes()-1).Draw(t, "node")
+			sl := Slot{Node: ord, Mask: rapid.Uint64Range(0, 255).Draw(t, "mask")}
+			switch op := rapid.IntRange(0, 5).Draw(t, "op"); op {
+			case 0:
+				s.Take(sl)
+			case 1:
+				s.Release(sl)
+			case 2:
+				s.Reserve(sl)
+			case 3:
+				s.Unreserve(sl)
+			case 4:
+				cps = append(cps, s.Checkpoint())
+			case 5:
+				if len(cps) > 0 {
+					s.Rollback(cps[len(cps)-1])
+					cps = cps[:len(cps)-1]
+				}
+			}
+			want := 0
+			for i := range s.NumNodes() {
+				if s.Schedulable(i) {
+					want += bits.OnesCount64(s.Reserved(i) & s.nodes[i].healthy &^ s.Used(i))
+				}
+			}
+			if got, pool := s.ReservedFreeGPUs(""), s.ReservedFreeGPUs("gpu"); got != want || pool != want {
+				t.Fatalf("step %d: ReservedFreeGPUs(\"\") %d, (\"gpu\") %d, the masks say %d", step, got, pool, want)
+			}
+		}
+	})
+}
