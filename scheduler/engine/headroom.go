@@ -445,9 +445,9 @@ func (c *cycle) headroomKeepsOut(q *queued) bool {
 	return false
 }
 
-// headroomShields reports whether holder h may not be preempted for q:
-// it runs on a node kept whole for a headroom that keeps q out (q would
-// take the node's GPUs).
+// headroomShields reports whether holder h may not be preempted, moved
+// or waited for (a stopping one) for q: it runs on a node kept whole for
+// a headroom that keeps q out (q would take the node's GPUs).
 func (c *cycle) headroomShields(q *queued, h int) bool {
 	if c.hr == nil || !c.headroomKeepsOut(q) {
 		return false

@@ -230,3 +230,64 @@ func TestHeadroomFilledByPreemptibleWorkFirst(t *testing.T) {
 		t.Fatalf("h: %+v, want n2", a)
 	}
 }
+
+// Work a headroom keeps out does not wait for a gang stopping on the
+// node the headroom keeps whole: the GPUs it frees stay the headroom's.
+// A high-tier job that claimed them (as waitForStopping let any job
+// claim stopping gangs) was bound to them and admitted onto the node
+// once they were free, and the headroom lost its node: in the
+// robustness suite's saturated scenario (seed 1) one such claim, by a
+// 2-GPU normal job 18h into the run, left no node free of
+// non-preemptible work for 149 cycles. A critical job, which the
+// headroom is for, still waits for them.
+func TestHeadroomNodeNotClaimedFromStoppingWork(t *testing.T) {
+	for _, tc := range []struct {
+		tier       string
+		wantOnNode bool
+	}{
+		{"high", false},
+		{"critical", true},
+	} {
+		t.Run(tc.tier, func(t *testing.T) {
+			// 4 GPUs of headroom kept as the whole node n1 (the first
+			// free of non-preemptible work); n2 is full of high-tier
+			// work, n1 of a scavenger job being preempted.
+			pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+			store := cluster.NewStore()
+			_ = store.UpsertNode(mkNode("n1", 8, 2))
+			_ = store.UpsertNode(mkNode("n2", 8, 2))
+			_ = store.UpsertJob(mkJob("old", group("main", 1, 8), meta("impact_tier", "high"), running()))
+			_ = store.UpsertAlloc(alloc("old-a", "old", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))
+			_ = store.UpsertJob(mkJob("s", group("main", 1, 8), meta("impact_tier", "scavenger"), running()))
+			sa := alloc("s-a", "s", "n1", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)
+			sa.Stopping = true
+			_ = store.UpsertAlloc(sa)
+			_ = store.UpsertJob(mkJob("j", group("main", 1, 4), meta("impact_tier", tc.tier), submitted(t0)))
+			e := mustEngine(t, pol)
+			p1 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+			if err := ValidatePlan(pol, store.Snapshot(), p1); err != nil {
+				t.Fatal(err)
+			}
+			exp := p1.Explanations["j"]
+			waits := exp.Status == StatusPreempting && join(exp.Victims) == "s"
+			if waits != tc.wantOnNode {
+				t.Fatalf("while s stops, j: %s %q victims %v; want waiting for s: %v", exp.Status, exp.Reason, exp.Victims, tc.wantOnNode)
+			}
+			// s has stopped: n1 is free.
+			store.DeleteAlloc("s-a")
+			store.DeleteJob("s")
+			p2 := e.Decide(store.Snapshot(), t0.Add(2*time.Minute))
+			if err := ValidatePlan(pol, store.Snapshot(), p2); err != nil {
+				t.Fatal(err)
+			}
+			a := admission(p2, "j")
+			onNode := a != nil && join(nodesOf(a)) == "n1"
+			if onNode != tc.wantOnNode {
+				t.Fatalf("once s stopped, j admitted %+v (%s %q); want on n1: %v", a, p2.Explanations["j"].Status, p2.Explanations["j"].Reason, tc.wantOnNode)
+			}
+			if !tc.wantOnNode && a != nil {
+				t.Fatalf("j admitted onto %v with n2 full", nodesOf(a))
+			}
+		})
+	}
+}

@@ -130,7 +130,9 @@ func (c *cycle) victimsCost(victims []int) (cost, lost float64) {
 // waitForStopping: when the gangs already stopping (preemptions under way,
 // not yet counted for another preemptor) free room for the job, it waits
 // for them, claims those it needs and binds their GPUs, rather than
-// preempting more.
+// preempting more. Not those on a node a headroom keeps whole and keeps
+// the job out of (headroomShields): claiming them would put the job there
+// once they stop.
 func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() placement.Request) bool {
 	holders := c.st.Holders()
 	// Releasing the stopping gangs frees at most their GPUs: when that
@@ -141,7 +143,7 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	cp := c.st.Checkpoint()
 	var stopping []int
 	for _, h := range c.stopping {
-		if !c.claimed[h] {
+		if !c.claimed[h] && !c.headroomShields(q, h) {
 			stopping = append(stopping, h)
 			c.st.ReleaseHolder(h)
 		}
