@@ -71,7 +71,7 @@ backfill {
 # budget are the preemption block's; the gain is valued over 10 minutes,
 # not 1: the victim restarts at once and the GPUs the mover takes were
 # idle. Occupancy against the bound, standard scenario (make demo): 10m
-# 98.3%, tier-weighted JCT 1.37x below nomad-native's (off: 95.3%, measured
+# 98.6%, tier-weighted JCT 1.36x below nomad-native's (off: 95.3%, measured
 # before the replay woke at every tick while a run hangs); its first week
 # alone, idleness off: off
 # 94.9%, 1m 95.7%, 5m 98.1%, 10m 99.1%, 20m 99.3%, at a JCT 6-9% worse
