@@ -51,7 +51,7 @@
 //     (neither preempting nor reserving) when it would leave fewer than
 //     the headroom's GPUs free of such work, and never takes the GPUs of
 //     the headroom's whole nodes (the first ceil(size / node GPUs) nodes
-//     free of such work); jobs of the headroom's tiers may preempt
+//     free of such work), not even those of a gang stopping there; jobs of the headroom's tiers may preempt
 //     preemptible work of the pool before its minimum runtime; preemptible
 //     work of the other tiers goes to the headroom's nodes first when it
 //     fits there (headroom_prefer.go), leaving the rest of the pool to the
