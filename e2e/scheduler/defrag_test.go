@@ -218,13 +218,113 @@ func TestDefragment(t *testing.T) {
 		// missing_member_grace (3s).
 		{"slow stop", 12},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testDefragment(t, tc.stopSeconds) })
+		t.Run(tc.name, func(t *testing.T) {
+			w := setupDefrag(t, tc.stopSeconds)
+			rec := recordExplanations(t, w.c.Agent, w.apiURL, "whole", "small-a", "small-b")
+			start := time.Now()
+			w.run("whole", "normal", 8, "")
+			// filler waits behind whole for 3 GPUs: the ones the moved
+			// jobs restart on are theirs, from the move until their new
+			// allocations run, so it must not get them.
+			eventually(t, 60*time.Second, "whole defragmenting", func() (bool, string) {
+				_, ok := rec.find("whole", func(r recordedExplain) bool { return r.Engine != nil && r.Engine.Status == "preempting" })
+				return ok, rec.dump("whole")
+			})
+			w.run("filler", "scavenger", 3, "")
+			w.checkWhole(t)
+			t.Logf("whole running %s after its submission", time.Since(start).Round(100*time.Millisecond))
+			movedGPUs := w.checkMoved(t, rec)
+			if !slices.Equal(sorted(movedGPUs), w.holdGPUs) {
+				t.Errorf("the moved jobs got %v, want exactly the GPUs hold freed on client-0 %v", sorted(movedGPUs), w.holdGPUs)
+			}
+			w.checkMover(t, rec)
+			rec.close()
+			w.checkNothingLost(t)
+			for _, m := range []struct{ name, want string }{
+				{`impact_preemptions_total{tier="normal"}`, "2"},
+				{`impact_preemption_outcomes_total{outcome="stopped"}`, "2"},
+			} {
+				if v := w.metric(m.name); v != m.want {
+					t.Errorf("%s = %q, want %s", m.name, v, m.want)
+				}
+			}
+			noRollbacks(t, w.apiURL)
+			if t.Failed() {
+				t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+			}
+		})
 	}
 }
 
-func testDefragment(t *testing.T, stopSeconds int) {
+// TestDefragmentFailover: the impact agent is killed (SIGKILL) while the
+// jobs it moved are in their grace; a second agent takes the lead,
+// finishes the preemptions from their intents (it knows nothing of the
+// bindings the first one kept in memory), and the outcome is the same:
+// the 8-GPU job whole on one node with its planned GPUs, each small job
+// moved once and running again, nothing lost or placed twice.
+func TestDefragmentFailover(t *testing.T) {
+	w := setupDefrag(t, 0)
+	w.run("whole", "normal", 8, "")
+	for _, name := range []string{"small-a", "small-b"} {
+		ckpt := filepath.Join(w.envDir, name+"-"+w.small[name].ID+".ckpt")
+		eventually(t, 60*time.Second, name+" signalled", func() (bool, string) {
+			b, err := os.ReadFile(ckpt)
+			return err == nil && strings.Contains(string(b), "checkpoint"), fmt.Sprintf("%q %v; explain %s", b, err, w.explain(name))
+		})
+	}
+	t.Logf("killing the impact agent during the moved jobs' grace; whole: %s", w.explain("whole"))
+	w.impactProc.Kill()
+	w.run("filler", "scavenger", 3, "")
+	w.apiURL = fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])
+	killed := time.Now()
+	w.impactProc = w.launchImpact(t, "e2e-b", w.apiURL)
+	eventually(t, 90*time.Second, "the second agent leading", func() (bool, string) {
+		var h health
+		err := getAPI(w.apiURL, "/v1/health", &h)
+		return err == nil && h.Leader, fmt.Sprintf("%+v %v", h, err)
+	})
+	t.Logf("second agent led %s after the kill", time.Since(killed).Round(100*time.Millisecond))
+	w.checkWhole(t)
+	for _, name := range []string{"small-a", "small-b"} {
+		old := w.small[name]
+		eventually(t, 90*time.Second, name+" running again", func() (bool, string) {
+			now := w.running(name)
+			return len(now) == 1 && now[0].ID != old.ID, fmt.Sprintf("%+v; explain %s", w.allocsOf(name), w.explain(name))
+		})
+		if p := exactGPUs(t, w.c.Agent, w.apiURL, w.envDir, name, 1); len(p) == 1 {
+			t.Logf("%s restarted on %s", name, p[0].node)
+		}
+	}
+	w.checkNothingLost(t)
+	// The second agent finished both preemptions from their intents.
+	if v := w.metric(`impact_preemption_outcomes_total{outcome="stopped"}`); v != "2" {
+		t.Errorf(`second agent: impact_preemption_outcomes_total{outcome="stopped"} = %q, want 2`, v)
+	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("second impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}
+
+// defragWorld is the cluster of the defragment suites once set up:
+// client-0 holds anchor (5 GPUs, high tier) and 3 free GPUs, which hold
+// had; client-1 holds small-a (1 GPU) and small-b (2 GPUs), normal tier,
+// and 5 free GPUs.
+type defragWorld struct {
+	*lcEnv
+	envDir       string
+	node0, node1 nomadagent.Node
+	holdGPUs     []string
+	anchor       lcAlloc
+	small        map[string]lcAlloc
+	stopSeconds  int
+}
+
+func setupDefrag(t *testing.T, stopSeconds int) *defragWorld {
+	t.Helper()
 	c, impact := startGPUCluster(t, "impact-e2e-defrag-", 2)
-	e := &env{t: t, a: c.Agent, dir: c.Dir, impact: impact,
+	w := &defragWorld{stopSeconds: stopSeconds, small: map[string]lcAlloc{}, lcEnv: &lcEnv{c: c, env: &env{
+		t: t, a: c.Agent, dir: c.Dir, impact: impact,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
 		policyExtra: `
 defragment {
@@ -235,99 +335,94 @@ defragment {
 gangs {
   missing_member_grace = "3s"
 }
-`}
-	impactProc := e.startImpact(t)
-	envDir := filepath.Join(e.dir, "env")
-	if err := os.MkdirAll(envDir, 0o777); err != nil {
+`}}}
+	w.impactProc = w.startImpact(t)
+	w.envDir = filepath.Join(w.dir, "env")
+	if err := os.MkdirAll(w.envDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	nodes := c.WaitNodes(30*time.Second, 2, "both nodes", nil)
-	node0, node1 := nodes[0], nodes[1] // sorted by name: client-0, client-1
-	gpusOf := func(n nomadagent.Node) []string {
-		var ids []string
-		for _, d := range n.NodeResources.Devices {
-			if d.Type == "gpu" {
-				for _, in := range d.Instances {
-					ids = append(ids, in.ID)
-				}
-			}
-		}
-		return sorted(ids)
-	}
-	// lc gives the lifecycle suite's allocation helpers on this cluster.
-	lc := &lcEnv{env: e, c: c}
-	run := func(name, tier string, gpus int, node string) {
-		j := dfJob{name: name, tier: tier, gpus: gpus, node: node}
-		if strings.HasPrefix(name, "small-") {
-			j.stopSeconds = stopSeconds
-		}
-		runHCL(t, c.Agent, e.dir, name, j.hcl(envDir))
-	}
-	allocated := func(allocID string) (node string, gpus []string) {
-		var full allocDevices
-		if err := c.Get("/v1/allocation/"+allocID, &full); err != nil {
-			t.Fatalf("allocation %s: %v", allocID, err)
-		}
-		for _, d := range full.AllocatedResources.Tasks["t"].Devices {
-			if d.Type == "gpu" {
-				gpus = append(gpus, d.DeviceIDs...)
-			}
-		}
-		return full.NodeID, sorted(gpus)
-	}
+	w.node0, w.node1 = nodes[0], nodes[1] // sorted by name: client-0, client-1
 
 	// client-0: anchor (5, not preemptible) and hold (3); then the small
 	// jobs can only go to client-1.
-	run("anchor", "high", 5, node0.Name)
-	run("hold", "high", 3, node0.Name)
-	anchor := lc.waitRunningN("anchor", 1, 120*time.Second)
-	holdAlloc := lc.waitRunningN("hold", 1, 120*time.Second)
-	_, holdGPUs := allocated(holdAlloc[0].ID)
-	run("small-a", "normal", 1, "")
-	run("small-b", "normal", 2, "")
-	small := map[string]lcAlloc{}
+	w.run("anchor", "high", 5, w.node0.Name)
+	w.run("hold", "high", 3, w.node0.Name)
+	w.anchor = w.waitRunningN("anchor", 1, 120*time.Second)[0]
+	hold := w.waitRunningN("hold", 1, 120*time.Second)[0]
+	_, w.holdGPUs = w.allocated(hold.ID)
+	w.run("small-a", "normal", 1, "")
+	w.run("small-b", "normal", 2, "")
 	for _, name := range []string{"small-a", "small-b"} {
-		a := lc.waitRunningN(name, 1, 120*time.Second)[0]
-		if a.NodeID != node1.ID {
-			t.Fatalf("%s runs on %s, want %s (client-0 is full)", name, a.NodeID, node1.ID)
+		a := w.waitRunningN(name, 1, 120*time.Second)[0]
+		if a.NodeID != w.node1.ID {
+			t.Fatalf("%s runs on %s, want %s (client-0 is full)", name, a.NodeID, w.node1.ID)
 		}
-		small[name] = a
+		w.small[name] = a
 	}
-	e.stopJobLeaving(t, "hold", 5+1+2)
+	// 8 free GPUs in the pool (3 on client-0, 5 on client-1).
+	w.stopJobLeaving(t, "hold", 5+1+2)
+	return w
+}
 
-	// whole: 8 free GPUs in the pool (3 on client-0, 5 on client-1), none
-	// of its tier's may_preempt victims: only a move can make room.
-	rec := recordExplanations(t, c.Agent, e.apiURL, "whole", "small-a", "small-b")
-	start := time.Now()
-	run("whole", "normal", 8, "")
-	// filler waits behind whole for 3 GPUs: the ones the moved jobs
-	// restart on are theirs, from the move until their new allocations
-	// run, so it must not get them.
-	eventually(t, 60*time.Second, "whole defragmenting", func() (bool, string) {
-		_, ok := rec.find("whole", func(r recordedExplain) bool { return r.Engine != nil && r.Engine.Status == "preempting" })
-		return ok, rec.dump("whole")
-	})
-	run("filler", "scavenger", 3, "")
-	wholePlaced := exactGPUs(t, c.Agent, e.apiURL, envDir, "whole", 1)
-	t.Logf("whole running %s after its submission", time.Since(start).Round(100*time.Millisecond))
-	if len(wholePlaced) == 1 {
-		w := wholePlaced[0]
-		if w.node != node1.ID || !slices.Equal(sorted(w.allocated), gpusOf(node1)) {
-			t.Errorf("whole on %s with %v, want all of client-1's GPUs %v on %s", w.node, sorted(w.allocated), gpusOf(node1), node1.ID)
+// run submits a dfJob; the small ones take stopSeconds to stop.
+func (w *defragWorld) run(name, tier string, gpus int, node string) {
+	j := dfJob{name: name, tier: tier, gpus: gpus, node: node}
+	if strings.HasPrefix(name, "small-") {
+		j.stopSeconds = w.stopSeconds
+	}
+	runHCL(w.t, w.c.Agent, w.dir, name, j.hcl(w.envDir))
+}
+
+// allocated is the node and the GPUs Nomad allocated to an allocation.
+func (w *defragWorld) allocated(allocID string) (node string, gpus []string) {
+	var full allocDevices
+	if err := w.c.Get("/v1/allocation/"+allocID, &full); err != nil {
+		w.t.Fatalf("allocation %s: %v", allocID, err)
+	}
+	for _, d := range full.AllocatedResources.Tasks["t"].Devices {
+		if d.Type == "gpu" {
+			gpus = append(gpus, d.DeviceIDs...)
 		}
 	}
+	return full.NodeID, sorted(gpus)
+}
 
-	// Each small job: moved once, with its checkpoint signal, to exactly
-	// the GPUs its preemption named, which are the ones hold freed.
+// checkWhole waits for whole to run and checks it got, exactly as
+// planned, every GPU of client-1, the node the moves cleared.
+func (w *defragWorld) checkWhole(t *testing.T) {
+	t.Helper()
+	ps := exactGPUs(t, w.c.Agent, w.apiURL, w.envDir, "whole", 1)
+	if len(ps) != 1 {
+		return
+	}
+	var all []string
+	for _, d := range w.node1.NodeResources.Devices {
+		if d.Type == "gpu" {
+			for _, in := range d.Instances {
+				all = append(all, in.ID)
+			}
+		}
+	}
+	if p := ps[0]; p.node != w.node1.ID || !slices.Equal(sorted(p.allocated), sorted(all)) {
+		t.Errorf("whole on %s with %v, want all of client-1's GPUs %v on %s", p.node, sorted(p.allocated), sorted(all), w.node1.ID)
+	}
+}
+
+// checkMoved checks each small job was moved once, with its checkpoint
+// signal, to exactly the GPUs its preemption named (on client-0), and
+// that its explanation and Variable said so while it stopped; it returns
+// the GPUs they restarted on.
+func (w *defragWorld) checkMoved(t *testing.T, rec *explainRecorder) []string {
+	t.Helper()
 	var movedGPUs []string
 	for _, name := range []string{"small-a", "small-b"} {
-		old := small[name]
-		var now []lcAlloc
+		old := w.small[name]
 		eventually(t, 90*time.Second, name+" running again", func() (bool, string) {
-			now = lc.running(name)
-			return len(now) == 1 && now[0].ID != old.ID, fmt.Sprintf("%+v; explain %s", lc.allocsOf(name), lc.explain(name))
+			now := w.running(name)
+			return len(now) == 1 && now[0].ID != old.ID, fmt.Sprintf("%+v; explain %s", w.allocsOf(name), w.explain(name))
 		})
-		if b, err := os.ReadFile(filepath.Join(envDir, name+"-"+old.ID+".ckpt")); err != nil || !strings.Contains(string(b), "checkpoint") {
+		if b, err := os.ReadFile(filepath.Join(w.envDir, name+"-"+old.ID+".ckpt")); err != nil || !strings.Contains(string(b), "checkpoint") {
 			t.Errorf("%s's first allocation %s got no checkpoint signal (%q, %v)", name, old.ID, b, err)
 		}
 		stopped, ok := rec.find(name, func(r recordedExplain) bool {
@@ -341,51 +436,52 @@ gangs {
 		if !strings.HasPrefix(stopped.Summary, "Being moved out of the way of default/whole") {
 			t.Errorf("%s's summary while moved: %q", name, stopped.Summary)
 		}
+		if _, ok := rec.find(name, func(r recordedExplain) bool {
+			return strings.Contains(r.Variable["reason"], "moved out of the way of default/whole")
+		}); !ok {
+			t.Errorf("%s: its Variable never said it was moved; seen:%s", name, rec.dump(name))
+		}
 		m := movedToRE.FindStringSubmatch(stopped.Reason)
 		if m == nil {
 			t.Errorf("%s: no destination in %q", name, stopped.Reason)
 			continue
 		}
-		wantGPUs := sorted(strings.Split(m[2], ", "))
-		placed := exactGPUs(t, c.Agent, e.apiURL, envDir, name, 1)
+		want := sorted(strings.Split(m[2], ", "))
+		placed := exactGPUs(t, w.c.Agent, w.apiURL, w.envDir, name, 1)
 		if len(placed) != 1 {
 			continue
 		}
 		p := placed[0]
-		if p.node != m[1] || p.node != node0.ID || !slices.Equal(sorted(p.allocated), wantGPUs) {
-			t.Errorf("%s restarted on %s with %v; its preemption moved it to %s %v (client-0 is %s)", name, p.node, sorted(p.allocated), m[1], wantGPUs, node0.ID)
+		if p.node != m[1] || p.node != w.node0.ID || !slices.Equal(sorted(p.allocated), want) {
+			t.Errorf("%s restarted on %s with %v; its preemption moved it to %s %v (client-0 is %s)", name, p.node, sorted(p.allocated), m[1], want, w.node0.ID)
 		}
 		movedGPUs = append(movedGPUs, p.allocated...)
-		if stopped.Variable == nil || !strings.Contains(stopped.Variable["reason"], "moved out of the way of default/whole") {
-			if _, ok := rec.find(name, func(r recordedExplain) bool {
-				return strings.Contains(r.Variable["reason"], "moved out of the way of default/whole")
-			}); !ok {
-				t.Errorf("%s: its Variable never said it was moved; seen:%s", name, rec.dump(name))
-			}
-		}
 	}
-	if !slices.Equal(sorted(movedGPUs), holdGPUs) {
-		t.Errorf("the moved jobs got %v, want exactly the GPUs hold freed on client-0 %v", sorted(movedGPUs), holdGPUs)
-	}
+	return movedGPUs
+}
 
-	// whole explained the move while it waited for it.
+// checkMover checks whole explained the move (/v1/explain and its
+// Variable) while it waited for it: defragmenting, both small jobs its
+// victims, each moving to client-0.
+func (w *defragWorld) checkMover(t *testing.T, rec *explainRecorder) {
+	t.Helper()
 	mover, ok := rec.find("whole", func(r recordedExplain) bool {
 		return r.Engine != nil && r.Engine.Status == "preempting" && strings.HasPrefix(r.Reason, "defragmenting:")
 	})
 	if !ok {
 		t.Errorf("whole: never explained as defragmenting; seen:%s", rec.dump("whole"))
-	} else {
-		t.Logf("whole while defragmenting: %s [%s]", mover.Reason, mover.Summary)
-		if !strings.HasPrefix(mover.Summary, "Starts next: moving 2 small job(s) out of its way") {
-			t.Errorf("whole's summary while defragmenting: %q", mover.Summary)
-		}
-		if v := sorted(mover.Engine.Victims); !slices.Equal(v, []string{"default/small-a", "default/small-b"}) {
-			t.Errorf("whole's victims %v, want [default/small-a default/small-b]", v)
-		}
-		for _, name := range []string{"small-a", "small-b"} {
-			if !strings.Contains(mover.Reason, "default/"+name+" to "+node0.ID+" (") {
-				t.Errorf("whole's reason does not say %s moves to %s: %q", name, node0.ID, mover.Reason)
-			}
+		return
+	}
+	t.Logf("whole while defragmenting: %s [%s]", mover.Reason, mover.Summary)
+	if !strings.HasPrefix(mover.Summary, "Starts next: moving 2 small job(s) out of its way") {
+		t.Errorf("whole's summary while defragmenting: %q", mover.Summary)
+	}
+	if v := sorted(mover.Engine.Victims); !slices.Equal(v, []string{"default/small-a", "default/small-b"}) {
+		t.Errorf("whole's victims %v, want [default/small-a default/small-b]", v)
+	}
+	for _, name := range []string{"small-a", "small-b"} {
+		if !strings.Contains(mover.Reason, "default/"+name+" to "+w.node0.ID+" (") {
+			t.Errorf("whole's reason does not say %s moves to %s: %q", name, w.node0.ID, mover.Reason)
 		}
 	}
 	if _, ok := rec.find("whole", func(r recordedExplain) bool {
@@ -393,62 +489,46 @@ gangs {
 	}); !ok {
 		t.Errorf("whole: its Variable never explained the move; seen:%s", rec.dump("whole"))
 	}
-	rec.close()
+}
 
-	// Nothing lost: anchor untouched, each small job moved exactly once
-	// (its old allocation stopped, one new one running), whole admitted
-	// once; all run now.
-	if now := lc.running("anchor"); len(now) != 1 || now[0].ID != anchor[0].ID || len(lc.allocsOf("anchor")) != 1 {
-		t.Errorf("anchor: allocations %+v, want its one allocation %s untouched", lc.allocsOf("anchor"), anchor[0].ID)
+// checkNothingLost: anchor untouched, each small job moved exactly once
+// (its first allocation stopped and ended, one new one running, no gang
+// requeue past the gangs missing_member_grace), whole admitted once,
+// filler never admitted (no GPU was free for it).
+func (w *defragWorld) checkNothingLost(t *testing.T) {
+	t.Helper()
+	if now := w.running("anchor"); len(now) != 1 || now[0].ID != w.anchor.ID || len(w.allocsOf("anchor")) != 1 {
+		t.Errorf("anchor: allocations %+v, want its one allocation %s untouched", w.allocsOf("anchor"), w.anchor.ID)
 	}
-	for _, name := range []string{"small-a", "small-b"} {
-		as := lc.allocsOf(name)
-		stopped := 0
-		for _, a := range as {
-			if a.ID == small[name].ID && a.DesiredStatus == "stop" && a.ClientStatus == "complete" {
-				stopped++
-			}
-		}
-		if len(as) != 2 || stopped != 1 || len(lc.running(name)) != 1 {
-			t.Errorf("%s: allocations %+v, want its first stopped and one running (moved once)", name, as)
-		}
-	}
-	// Past the gangs missing_member_grace with every old allocation
-	// ended: no moved job was taken for a gang missing a member.
 	for _, name := range []string{"small-a", "small-b"} {
 		eventually(t, 60*time.Second, name+"'s first allocation ended", func() (bool, string) {
-			for _, a := range lc.allocsOf(name) {
-				if a.ID == small[name].ID {
-					return a.ClientStatus == "complete", fmt.Sprintf("%+v", a)
+			for _, a := range w.allocsOf(name) {
+				if a.ID == w.small[name].ID {
+					return a.ClientStatus == "complete" && a.DesiredStatus == "stop", fmt.Sprintf("%+v", a)
 				}
 			}
 			return false, "not listed"
 		})
 	}
+	// A gang requeue would be decided within the missing_member_grace
+	// (3s) of the old allocations' end at the latest.
 	past := time.Now().Add(5 * time.Second)
 	eventually(t, 30*time.Second, "the gangs missing_member_grace passed", func() (bool, string) {
 		return time.Now().After(past), ""
 	})
-	waitCycles(t, e.apiURL, 3)
-	if v := lc.metric("impact_gangs_requeued_total"); v != "" && v != "0" {
+	waitCycles(t, w.apiURL, 3)
+	if v := w.metric("impact_gangs_requeued_total"); v != "" && v != "0" {
 		t.Errorf("impact_gangs_requeued_total = %s, want 0 (no gang is missing a member)", v)
 	}
-	if as := lc.allocsOf("filler"); len(as) != 0 {
-		t.Errorf("filler: allocations %+v, want none (no GPU is free for it); explain %s", as, lc.explain("filler"))
-	}
-	if as := lc.allocsOf("whole"); len(as) != 1 || len(lc.running("whole")) != 1 {
-		t.Errorf("whole: allocations %+v, want one, running", as)
-	}
-	for _, m := range []struct{ name, want string }{
-		{`impact_preemptions_total{tier="normal"}`, "2"},
-		{`impact_preemption_outcomes_total{outcome="stopped"}`, "2"},
-	} {
-		if v := lc.metric(m.name); v != m.want {
-			t.Errorf("%s = %q, want %s", m.name, v, m.want)
+	for _, name := range []string{"small-a", "small-b"} {
+		if as := w.allocsOf(name); len(as) != 2 || len(w.running(name)) != 1 {
+			t.Errorf("%s: allocations %+v, want its first stopped and one running (moved once)", name, as)
 		}
 	}
-	noRollbacks(t, e.apiURL)
-	if t.Failed() {
-		t.Logf("impact agent output (tail):\n%s", impactProc.Output())
+	if as := w.allocsOf("whole"); len(as) != 1 || len(w.running("whole")) != 1 {
+		t.Errorf("whole: allocations %+v, want one, running", as)
+	}
+	if as := w.allocsOf("filler"); len(as) != 0 {
+		t.Errorf("filler: allocations %+v, want none (no GPU is free for it); explain %s", as, w.explain("filler"))
 	}
 }

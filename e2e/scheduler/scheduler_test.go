@@ -34,7 +34,8 @@
 // minimal victims, updates, node loss on three clients), TestDefragment
 // (defrag_test.go: a defragmenting preemption on two clients: small jobs
 // moved with their checkpoint signal to the GPUs named in the plan, the
-// waiting job whole on the node they cleared), TestChaos, TestIdle,
+// waiting job whole on the node they cleared; TestDefragmentFailover kills
+// the agent during the move and a second one finishes it), TestChaos, TestIdle,
 // TestParkingCandidates and TestOperatorUI in their files.
 package scheduler
 
