@@ -49,6 +49,8 @@ type dfJob struct {
 	gpus        int
 	node        string
 	stopSeconds int
+	// grace is its impact_grace ("" is 5s).
+	grace string
 }
 
 func (j dfJob) hcl(envDir string) string {
@@ -69,7 +71,7 @@ func (j dfJob) hcl(envDir string) string {
   meta {
     impact_tier              = %q
     impact_checkpoint_signal = "SIGUSR1"
-    impact_grace             = "5s"
+    impact_grace             = %q
   }%s
   group "g" {
     restart {
@@ -98,7 +100,7 @@ func (j dfJob) hcl(envDir string) string {
     }
   }
 }
-`, j.name, j.tier, constraint, j.stopSeconds+10, script, j.gpus)
+`, j.name, j.tier, cmpOr(j.grace, "5s"), constraint, j.stopSeconds+10, script, j.gpus)
 }
 
 // explainRecorder polls the agent's /v1/explain/<job> and the job's
@@ -219,7 +221,7 @@ func TestDefragment(t *testing.T) {
 		{"slow stop", 12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := setupDefrag(t, tc.stopSeconds)
+			w := setupDefrag(t, tc.stopSeconds, "")
 			rec := recordExplanations(t, w.c.Agent, w.apiURL, "whole", "small-a", "small-b")
 			start := time.Now()
 			w.run("whole", "normal", 8, "")
@@ -257,13 +259,18 @@ func TestDefragment(t *testing.T) {
 }
 
 // TestDefragmentFailover: the impact agent is killed (SIGKILL) while the
-// jobs it moved are in their grace; a second agent takes the lead,
-// finishes the preemptions from their intents (it knows nothing of the
-// bindings the first one kept in memory), and the outcome is the same:
+// jobs it moved are in their grace (60s); a second agent takes the lead
+// within it, decides while they still stop, finishes the preemptions from
+// their intents (it knows nothing of the bindings the first one kept in
+// memory), and the outcome is the same, a scavenger job submitted during
+// the failover never admitted:
 // the 8-GPU job whole on one node with its planned GPUs, each small job
 // moved once and running again, nothing lost or placed twice.
 func TestDefragmentFailover(t *testing.T) {
-	w := setupDefrag(t, 0)
+	// The small jobs' grace (60s) outlasts the failover (about 30s: the
+	// leader lock's TTL and delay), so the second agent decides while
+	// they still stop.
+	w := setupDefrag(t, 0, "60s")
 	w.run("whole", "normal", 8, "")
 	for _, name := range []string{"small-a", "small-b"} {
 		ckpt := filepath.Join(w.envDir, name+"-"+w.small[name].ID+".ckpt")
@@ -284,6 +291,10 @@ func TestDefragmentFailover(t *testing.T) {
 		return err == nil && h.Leader, fmt.Sprintf("%+v %v", h, err)
 	})
 	t.Logf("second agent led %s after the kill", time.Since(killed).Round(100*time.Millisecond))
+	waitCycles(t, w.apiURL, 2)
+	for _, name := range []string{"whole", "small-a", "small-b", "filler"} {
+		t.Logf("second agent, in the moved jobs' grace: %s: %s", name, w.explain(name))
+	}
 	w.checkWhole(t)
 	for _, name := range []string{"small-a", "small-b"} {
 		old := w.small[name]
@@ -318,12 +329,14 @@ type defragWorld struct {
 	anchor       lcAlloc
 	small        map[string]lcAlloc
 	stopSeconds  int
+	// smallGrace is the small jobs' impact_grace ("" is 5s).
+	smallGrace string
 }
 
-func setupDefrag(t *testing.T, stopSeconds int) *defragWorld {
+func setupDefrag(t *testing.T, stopSeconds int, smallGrace string) *defragWorld {
 	t.Helper()
 	c, impact := startGPUCluster(t, "impact-e2e-defrag-", 2)
-	w := &defragWorld{stopSeconds: stopSeconds, small: map[string]lcAlloc{}, lcEnv: &lcEnv{c: c, env: &env{
+	w := &defragWorld{stopSeconds: stopSeconds, smallGrace: smallGrace, small: map[string]lcAlloc{}, lcEnv: &lcEnv{c: c, env: &env{
 		t: t, a: c.Agent, dir: c.Dir, impact: impact,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
 		policyExtra: `
@@ -369,7 +382,7 @@ gangs {
 func (w *defragWorld) run(name, tier string, gpus int, node string) {
 	j := dfJob{name: name, tier: tier, gpus: gpus, node: node}
 	if strings.HasPrefix(name, "small-") {
-		j.stopSeconds = w.stopSeconds
+		j.stopSeconds, j.grace = w.stopSeconds, w.smallGrace
 	}
 	runHCL(w.t, w.c.Agent, w.dir, name, j.hcl(w.envDir))
 }
