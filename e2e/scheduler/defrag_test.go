@@ -260,10 +260,13 @@ func TestDefragment(t *testing.T) {
 
 // TestDefragmentFailover: the impact agent is killed (SIGKILL) while the
 // jobs it moved are in their grace (60s); a second agent takes the lead
-// within it, decides while they still stop, finishes the preemptions from
-// their intents (it knows nothing of the bindings the first one kept in
-// memory), and the outcome is the same, a scavenger job submitted during
-// the failover never admitted:
+// within it. It knows nothing of the bindings the first one kept in
+// memory, but the small jobs still run (their stop comes after the
+// grace), so its first cycle plans the same move again (binding the same
+// GPUs), the preemptions already under way are skipped, and Recover
+// finishes them from their intents. The outcome is the same, and a
+// scavenger job submitted during the failover never gets the moved jobs'
+// GPUs:
 // the 8-GPU job whole on one node with its planned GPUs, each small job
 // moved once and running again, nothing lost or placed twice.
 func TestDefragmentFailover(t *testing.T) {
