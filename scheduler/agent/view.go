@@ -233,7 +233,16 @@ func withEngine(e *agentapi.Explanation, ex *engine.Explanation) {
 
 // explainRunning explains a job Nomad runs (some or all allocations).
 func (in viewInput) explainRunning(e *agentapi.Explanation, j *cluster.Job, ex *engine.Explanation, h jobHistory) {
-	running := len(in.snap.JobAllocs(j.ID))
+	running := 0
+	for _, a := range in.snap.JobAllocs(j.ID) {
+		// One told to stop is not running for the job: an earlier run's,
+		// still stopping, when the job was admitted again (a job moved
+		// by a defragmenting preemption restarts before its old
+		// allocation has ended), or a member someone stopped.
+		if !a.Stopping {
+			running++
+		}
+	}
 	e.State, e.Position, e.Decision = agentapi.StateRunning, 0, DecisionAdmit
 	if running < e.Allocations {
 		e.State = agentapi.StateAdmitting

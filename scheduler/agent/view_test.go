@@ -85,6 +85,7 @@ func TestExplainCases(t *testing.T) {
 		name     string
 		job      *cluster.Job
 		allocs   int // running allocations of the job
+		stopping int // how many of them are told to stop
 		ex       *engine.Explanation
 		hist     jobHistory
 		leader   bool
@@ -116,6 +117,9 @@ func TestExplainCases(t *testing.T) {
 			state: agentapi.StateRunning, decision: DecisionAdmit, engine: admitted},
 		{name: "half started", job: job("h", cluster.JobRunning), allocs: 1, leader: true,
 			state: agentapi.StateAdmitting, decision: DecisionAdmit, reason: "1 of 2 allocations running"},
+		{name: "admitted again while its earlier run stops", job: job("m", cluster.JobRunning), allocs: 2, stopping: 2, leader: true,
+			hist:  jobHistory{Decision: DecisionAdmit, At: now, Nodes: map[string][]string{"g": {"n1"}}, Admitted: admitted},
+			state: agentapi.StateAdmitting, decision: DecisionAdmit, reason: "0 of 2 allocations running", engine: admitted},
 		{name: "running, being preempted", job: job("v", cluster.JobRunning), allocs: 2, leader: true,
 			victim: &engine.Preemption{JobID: "default/v", Preemptor: "default/urgent", Reason: "room for urgent"},
 			state:  agentapi.StateRunning, decision: DecisionPreempted, reason: "room for urgent"},
@@ -133,7 +137,7 @@ func TestExplainCases(t *testing.T) {
 			var allocs []*cluster.Alloc
 			for i := range tc.allocs {
 				allocs = append(allocs, &cluster.Alloc{ID: fmt.Sprint("a", i), JobID: tc.job.ID, Group: "g", NodeID: "n1",
-					GPUs: []string{fmt.Sprint("g", i)}, Start: now})
+					GPUs: []string{fmt.Sprint("g", i)}, Start: now, Stopping: i < tc.stopping})
 			}
 			snap, err := cluster.Build([]*cluster.Node{node}, []*cluster.Job{tc.job}, allocs)
 			if err != nil {
