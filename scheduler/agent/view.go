@@ -266,6 +266,11 @@ func (in viewInput) explainRunning(e *agentapi.Explanation, j *cluster.Job, ex *
 			e.Decision = DecisionRequeued
 		}
 		e.PreemptedBy, e.Reason = p.Preemptor, p.Reason
+	} else if h.Decision == DecisionPreempted || h.Decision == DecisionRequeued {
+		// Preempted (or requeued) by an earlier cycle and still running:
+		// in its grace, or stopping. Said so until it is parked, not
+		// only in the cycle that decided it.
+		e.Decision, e.PreemptedBy, e.Reason = h.Decision, h.PreemptedBy, h.Reason
 	}
 }
 
