@@ -19,7 +19,12 @@ package scheduler
 // hold freed; whole runs on client-1 with exactly its 8 planned GPUs; every
 // job ends up running, the small ones after exactly one move; the
 // explanations (/v1/explain and the nomad/jobs/<job>/impact Variables)
-// say what was moved, where, and for whom.
+// say what was moved, where, and for whom; a scavenger job waiting behind
+// whole never gets the moved jobs' GPUs.
+//
+// TestDefragmentFailover kills the agent during the move and a second
+// agent finishes it; TestDefragmentGang moves the same small jobs for a
+// gang of 2 x 8 GPUs on three clients.
 
 import (
 	"fmt"
@@ -35,7 +40,7 @@ import (
 	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
 
-// dfJob is a parked job of one allocation of gpus GPUs, tier tier, with
+// dfJob is a parked job of count allocations (0: one) of gpus GPUs, tier tier, with
 // SIGUSR1 as its checkpoint signal and a 5s grace. Its task writes its
 // CUDA_VISIBLE_DEVICES to <envDir>/<name>-<alloc ID> (as exactGPUs
 // reads), appends "checkpoint" to that file's .ckpt on SIGUSR1 and keeps
@@ -46,7 +51,7 @@ import (
 // job-level constraint (the model honours ${node.unique.name}).
 type dfJob struct {
 	name, tier  string
-	gpus        int
+	count, gpus int
 	node        string
 	stopSeconds int
 	// grace is its impact_grace ("" is 5s).
@@ -74,6 +79,7 @@ func (j dfJob) hcl(envDir string) string {
     impact_grace             = %q
   }%s
   group "g" {
+    count = %d
     restart {
       attempts = 0
       mode     = "fail"
@@ -100,7 +106,7 @@ func (j dfJob) hcl(envDir string) string {
     }
   }
 }
-`, j.name, j.tier, cmpOr(j.grace, "5s"), constraint, j.stopSeconds+10, script, j.gpus)
+`, j.name, j.tier, cmpOr(j.grace, "5s"), constraint, max(1, j.count), j.stopSeconds+10, script, j.gpus)
 }
 
 // explainRecorder polls the agent's /v1/explain/<job> and the job's
@@ -235,11 +241,11 @@ func TestDefragment(t *testing.T) {
 			w.run("filler", "scavenger", 3, "")
 			w.checkWhole(t)
 			t.Logf("whole running %s after its submission", time.Since(start).Round(100*time.Millisecond))
-			movedGPUs := w.checkMoved(t, rec)
+			movedGPUs := w.checkMoved(t, rec, "whole")
 			if !slices.Equal(sorted(movedGPUs), w.holdGPUs) {
 				t.Errorf("the moved jobs got %v, want exactly the GPUs hold freed on client-0 %v", sorted(movedGPUs), w.holdGPUs)
 			}
-			w.checkMover(t, rec)
+			w.checkMover(t, rec, "whole")
 			rec.close()
 			w.checkNothingLost(t)
 			for _, m := range []struct{ name, want string }{
@@ -429,7 +435,7 @@ func (w *defragWorld) checkWhole(t *testing.T) {
 // signal, to exactly the GPUs its preemption named (on client-0), and
 // that its explanation and Variable said so while it stopped; it returns
 // the GPUs they restarted on.
-func (w *defragWorld) checkMoved(t *testing.T, rec *explainRecorder) []string {
+func (w *defragWorld) checkMoved(t *testing.T, rec *explainRecorder, mover string) []string {
 	t.Helper()
 	var movedGPUs []string
 	for _, name := range []string{"small-a", "small-b"} {
@@ -442,18 +448,18 @@ func (w *defragWorld) checkMoved(t *testing.T, rec *explainRecorder) []string {
 			t.Errorf("%s's first allocation %s got no checkpoint signal (%q, %v)", name, old.ID, b, err)
 		}
 		stopped, ok := rec.find(name, func(r recordedExplain) bool {
-			return r.Decision == "preempted" && r.PreemptedBy == "default/whole" && strings.Contains(r.Reason, "moved out of the way of default/whole")
+			return r.Decision == "preempted" && r.PreemptedBy == "default/"+mover && strings.Contains(r.Reason, "moved out of the way of default/"+mover+" ")
 		})
 		if !ok {
-			t.Errorf("%s: never explained as moved out of whole's way; seen:%s", name, rec.dump(name))
+			t.Errorf("%s: never explained as moved out of %s's way; seen:%s", name, mover, rec.dump(name))
 			continue
 		}
 		t.Logf("%s while moved: %s [%s]", name, stopped.Reason, stopped.Summary)
-		if !strings.HasPrefix(stopped.Summary, "Being moved out of the way of default/whole") {
+		if !strings.HasPrefix(stopped.Summary, "Being moved out of the way of default/"+mover) {
 			t.Errorf("%s's summary while moved: %q", name, stopped.Summary)
 		}
 		if _, ok := rec.find(name, func(r recordedExplain) bool {
-			return strings.Contains(r.Variable["reason"], "moved out of the way of default/whole")
+			return strings.Contains(r.Variable["reason"], "moved out of the way of default/"+mover+" ")
 		}); !ok {
 			t.Errorf("%s: its Variable never said it was moved; seen:%s", name, rec.dump(name))
 		}
@@ -479,31 +485,31 @@ func (w *defragWorld) checkMoved(t *testing.T, rec *explainRecorder) []string {
 // checkMover checks whole explained the move (/v1/explain and its
 // Variable) while it waited for it: defragmenting, both small jobs its
 // victims, each moving to client-0.
-func (w *defragWorld) checkMover(t *testing.T, rec *explainRecorder) {
+func (w *defragWorld) checkMover(t *testing.T, rec *explainRecorder, mover string) {
 	t.Helper()
-	mover, ok := rec.find("whole", func(r recordedExplain) bool {
+	ex, ok := rec.find(mover, func(r recordedExplain) bool {
 		return r.Engine != nil && r.Engine.Status == "preempting" && strings.HasPrefix(r.Reason, "defragmenting:")
 	})
 	if !ok {
-		t.Errorf("whole: never explained as defragmenting; seen:%s", rec.dump("whole"))
+		t.Errorf("%s: never explained as defragmenting; seen:%s", mover, rec.dump(mover))
 		return
 	}
-	t.Logf("whole while defragmenting: %s [%s]", mover.Reason, mover.Summary)
-	if !strings.HasPrefix(mover.Summary, "Starts next: moving 2 small job(s) out of its way") {
-		t.Errorf("whole's summary while defragmenting: %q", mover.Summary)
+	t.Logf("%s while defragmenting: %s [%s]", mover, ex.Reason, ex.Summary)
+	if !strings.HasPrefix(ex.Summary, "Starts next: moving 2 small job(s) out of its way") {
+		t.Errorf("%s's summary while defragmenting: %q", mover, ex.Summary)
 	}
-	if v := sorted(mover.Engine.Victims); !slices.Equal(v, []string{"default/small-a", "default/small-b"}) {
-		t.Errorf("whole's victims %v, want [default/small-a default/small-b]", v)
+	if v := sorted(ex.Engine.Victims); !slices.Equal(v, []string{"default/small-a", "default/small-b"}) {
+		t.Errorf("%s's victims %v, want [default/small-a default/small-b]", mover, v)
 	}
 	for _, name := range []string{"small-a", "small-b"} {
-		if !strings.Contains(mover.Reason, "default/"+name+" to "+w.node0.ID+" (") {
-			t.Errorf("whole's reason does not say %s moves to %s: %q", name, w.node0.ID, mover.Reason)
+		if !strings.Contains(ex.Reason, "default/"+name+" to "+w.node0.ID+" (") {
+			t.Errorf("%s's reason does not say %s moves to %s: %q", mover, name, w.node0.ID, ex.Reason)
 		}
 	}
-	if _, ok := rec.find("whole", func(r recordedExplain) bool {
+	if _, ok := rec.find(mover, func(r recordedExplain) bool {
 		return strings.Contains(r.Variable["reason"], "defragmenting:") && r.Variable["victims"] != ""
 	}); !ok {
-		t.Errorf("whole: its Variable never explained the move; seen:%s", rec.dump("whole"))
+		t.Errorf("%s: its Variable never explained the move; seen:%s", mover, rec.dump(mover))
 	}
 }
 
@@ -546,5 +552,83 @@ func (w *defragWorld) checkNothingLost(t *testing.T) {
 	}
 	if as := w.allocsOf("filler"); len(as) != 0 {
 		t.Errorf("filler: allocations %+v, want none (no GPU is free for it); explain %s", as, w.explain("filler"))
+	}
+}
+
+// TestDefragmentGang: the mover is a gang of 2 allocations x 8 GPUs on
+// three clients. client-0 holds anchor (5 GPUs, not preemptible), client-1
+// small-a (1 GPU), client-2 small-b (2 GPUs): 16 GPUs free, no two nodes
+// whole. Both small jobs move to client-0's 3 free GPUs and the gang runs
+// on client-1 and client-2, each member on all 8 GPUs of its node, pinned
+// exactly as planned.
+func TestDefragmentGang(t *testing.T) {
+	c, impact := startGPUCluster(t, "impact-e2e-defrag-gang-", 3)
+	w := &defragWorld{small: map[string]lcAlloc{}, lcEnv: &lcEnv{c: c, env: &env{
+		t: t, a: c.Agent, dir: c.Dir, impact: impact,
+		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
+		policyExtra: `
+defragment {
+  enabled         = true
+  max_victim_gpus = 2
+  max_per_cycle   = 1
+}
+`}}}
+	w.impactProc = w.startImpact(t)
+	w.envDir = filepath.Join(w.dir, "env")
+	if err := os.MkdirAll(w.envDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.WaitNodes(30*time.Second, 3, "three nodes", nil)
+	// Fillers steer the small jobs: client-0 and client-2 full for
+	// small-a, then client-0 and client-1 full for small-b.
+	w.run("anchor", "high", 5, nodes[0].Name)
+	w.run("hold0", "high", 3, nodes[0].Name)
+	w.run("hold2", "high", 8, nodes[2].Name)
+	w.anchor = w.waitRunningN("anchor", 1, 120*time.Second)[0]
+	w.waitRunningN("hold0", 1, 120*time.Second)
+	w.waitRunningN("hold2", 1, 120*time.Second)
+	w.run("small-a", "normal", 1, "")
+	w.small["small-a"] = w.waitRunningN("small-a", 1, 120*time.Second)[0]
+	w.run("hold1", "high", 7, nodes[1].Name)
+	w.waitRunningN("hold1", 1, 120*time.Second)
+	w.stopJobLeaving(t, "hold2", 5+3+1+7)
+	w.run("small-b", "normal", 2, "")
+	w.small["small-b"] = w.waitRunningN("small-b", 1, 120*time.Second)[0]
+	for name, node := range map[string]nomadagent.Node{"small-a": nodes[1], "small-b": nodes[2]} {
+		if w.small[name].NodeID != node.ID {
+			t.Fatalf("%s on %s, want %s (%s)", name, w.small[name].NodeID, node.ID, node.Name)
+		}
+	}
+	w.stopJobLeaving(t, "hold1", 5+3+1+2)
+	w.stopJobLeaving(t, "hold0", 5+1+2)
+
+	rec := recordExplanations(t, c.Agent, w.apiURL, "pair", "small-a", "small-b")
+	runHCL(t, c.Agent, w.dir, "pair", dfJob{name: "pair", tier: "normal", count: 2, gpus: 8}.hcl(w.envDir))
+	ps := exactGPUs(t, c.Agent, w.apiURL, w.envDir, "pair", 2)
+	got := map[string]int{}
+	for _, p := range ps {
+		got[p.node] = len(p.allocated)
+	}
+	if got[nodes[1].ID] != 8 || got[nodes[2].ID] != 8 {
+		t.Errorf("pair's GPUs by node %v, want 8 on client-1 (%s) and 8 on client-2 (%s)", got, nodes[1].ID, nodes[2].ID)
+	}
+	w.node0 = nodes[0]
+	moved := w.checkMoved(t, rec, "pair")
+	w.checkMover(t, rec, "pair")
+	if len(moved) != 3 {
+		t.Errorf("the moved jobs got %v, want client-0's 3 free GPUs", moved)
+	}
+	rec.close()
+	for _, name := range []string{"small-a", "small-b"} {
+		if as := w.allocsOf(name); len(as) != 2 || len(w.running(name)) != 1 {
+			t.Errorf("%s: allocations %+v, want its first stopped and one running (moved once)", name, as)
+		}
+	}
+	if now := w.running("anchor"); len(now) != 1 || now[0].ID != w.anchor.ID {
+		t.Errorf("anchor: %+v, want its one allocation untouched", w.allocsOf("anchor"))
+	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
 	}
 }

@@ -35,7 +35,8 @@
 // (defrag_test.go: a defragmenting preemption on two clients: small jobs
 // moved with their checkpoint signal to the GPUs named in the plan, the
 // waiting job whole on the node they cleared; TestDefragmentFailover kills
-// the agent during the move and a second one finishes it), TestChaos, TestIdle,
+// the agent during the move and a second one finishes it;
+// TestDefragmentGang clears two nodes for a 2 x 8 gang), TestChaos, TestIdle,
 // TestParkingCandidates and TestOperatorUI in their files.
 package scheduler
 
