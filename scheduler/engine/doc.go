@@ -113,8 +113,13 @@
 // pool, impact, GPUs) are kept per shard of the snapshot's job table and
 // redone only for shards that changed, and the policy's answers per
 // distinct tier/project are worked out once; scores are recomputed each
-// cycle (they depend on now and usage) and radix-sorted; waiting reasons
-// are formatted once per distinct sentence. Placement keeps the running
+// cycle (they depend on now and usage), laid out in the last cycle's
+// order and mended (radix-sorted when much moved); waiting reasons are
+// formatted once per distinct sentence. Without explanations, a job that
+// could only wait is settled by its size (onlyWaits) unless deciding it
+// would touch the placement state: placements break ties by the order of
+// the free-capacity index, which every take and give-back changes, so a
+// skipped operation would make the quiet engine decide otherwise. Placement keeps the running
 // allocations in gang order across cycles and merges in only the changed
 // shards. Work that reads the same state and writes disjoint parts of the
 // cycle runs on two goroutines: the queue cache is refreshed while the
@@ -122,7 +127,8 @@
 // is ordered; the plan's queue index is filled while the jobs are
 // decided. Decisions stay sequential, in queue order. TestGoldenPlans
 // pins the decisions (testdata/plans.golden), so that a change made for
-// speed cannot change a plan.
+// speed cannot change a plan, and checks that engines with and without
+// explanations decide the same.
 //
 // The engine reads no clock: `now` is an argument, so the simulator can
 // replay months in seconds and tests are exact.
