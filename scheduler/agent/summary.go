@@ -66,10 +66,9 @@ func summarizeWaiting(e agentapi.Explanation) string {
 		return "Its admission did not go through this cycle; the scheduler decides again."
 	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "waiting for preempted gangs"):
 		return "Starts as soon as the gangs preempted for it have stopped."
-	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "waiting for the jobs moved out of its way"):
-		return "Starts as soon as the jobs moved out of its way have stopped."
 	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "defragmenting:"):
-		// Defragment: the victims may be of its own tier, and restart.
+		// Defragment, decided or under way (its moved jobs stopping):
+		// the victims may be of its own tier, and restart.
 		return fmt.Sprintf("Starts next: moving %d small job(s) out of its way (they restart at once on GPUs free elsewhere).", max(1, len(e.Decided().Victims)))
 	case e.Decision == DecisionPreempt:
 		return fmt.Sprintf("Starts next: stopping %d lower-priority gang(s) to make room.", max(1, len(e.Decided().Victims)))

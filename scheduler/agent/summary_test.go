@@ -49,7 +49,7 @@ func TestSummarize(t *testing.T) {
 		{"held back", w(1, DecisionWait, "held back until 2026-01-01T00:00:00Z: its admission was rolled back 1 time(s)"), "Held back after a start that failed; it is retried later."},
 		{"preempting", preempting, "Starts next: stopping 2 lower-priority gang(s) to make room."},
 		{"defragmenting", moving, "Starts next: moving 2 small job(s) out of its way (they restart at once on GPUs free elsewhere)."},
-		{"moved jobs stopping", w(1, DecisionPreempt, "waiting for the jobs moved out of its way to stop"), "Starts as soon as the jobs moved out of its way have stopped."},
+		{"moved jobs stopping", w(1, DecisionPreempt, "defragmenting: waiting for the 1 small job(s) moved out of its way to stop; they restart at once elsewhere: default/small-a to n1 (GPU-1)"), "Starts next: moving 1 small job(s) out of its way (they restart at once on GPUs free elsewhere)."},
 		{"being moved", moved, "Being moved out of the way of default/whole: it restarts at once on GPUs kept for it elsewhere."},
 		{"moved, queued again", movedWaiting, "Moved out of the way of default/whole; restarts at once on GPUs kept for it (first in line)."},
 		{"victims stopping", w(1, DecisionPreempt, "waiting for preempted gangs to stop"), "Starts as soon as the gangs preempted for it have stopped."},

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
@@ -39,8 +40,7 @@ func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 		// for them rather than moving more.
 		exp.Status = StatusPreempting
 		if c.explain {
-			exp.Reason = "waiting for the jobs moved out of its way to stop"
-			exp.Rejected = nil
+			c.explainMoves(q, exp)
 		}
 		return true
 	}
@@ -241,6 +241,33 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 		exp.Reason = fmt.Sprintf("defragmenting: the pool has GPUs enough but not where it could use them, so %d small job(s) move out of its way and restart at once elsewhere: %s",
 			len(victims), strings.Join(moved, ", "))
 	}
+	exp.Rejected = nil
+}
+
+// explainMoves explains a job whose defragmenting preemption is under way
+// (movesUnderWay) for as long as it lasts, not only in the cycle that
+// decided it: it waits for the jobs it moved to stop, each named with the
+// GPUs it is bound to restart on (none once it has restarted).
+func (c *cycle) explainMoves(q *queued, exp *Explanation) {
+	b, _ := c.bindingOf(q.id)
+	moved := make([]string, 0, len(b.movedOut))
+	for _, id := range b.movedOut {
+		if !slices.Contains(exp.Victims, id) {
+			exp.Victims = append(exp.Victims, id)
+		}
+		mb, ok := c.bindingOf(id)
+		if !ok || !mb.moved {
+			moved = append(moved, id+" (restarted)")
+			continue
+		}
+		where := make([]string, 0, len(mb.gpus))
+		for _, ap := range mb.gpus {
+			where = append(where, fmt.Sprintf("%s (%s)", ap.NodeID, strings.Join(ap.GPUs, ", ")))
+		}
+		moved = append(moved, fmt.Sprintf("%s to %s", id, strings.Join(where, "; ")))
+	}
+	exp.Reason = fmt.Sprintf("defragmenting: waiting for the %d small job(s) moved out of its way to stop; they restart at once elsewhere: %s",
+		len(moved), strings.Join(moved, ", "))
 	exp.Rejected = nil
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,7 +238,10 @@ func TestDefragmentMoverWaitsForItsVictim(t *testing.T) {
 	if len(p2.Preemptions) != 0 || len(p2.Admissions) != 0 {
 		t.Fatalf("while v1 stops: moved %v, admitted %v; want big to wait for v1 (%+v)", preemptedIDs(p2), admittedIDs(p2), p2.Explanations["big"])
 	}
-	if exp := p2.Explanations["big"]; exp.Status != StatusPreempting || exp.Reason != "waiting for the jobs moved out of its way to stop" {
-		t.Fatalf("big: %+v, want preempting, waiting for v1", exp)
+	// Explained as the move still under way (the deciding cycle's
+	// explanation would otherwise last one cycle of its grace).
+	const want = "defragmenting: waiting for the 1 small job(s) moved out of its way to stop; they restart at once elsewhere: v1 to n2 (n2-g4)"
+	if exp := p2.Explanations["big"]; exp.Status != StatusPreempting || exp.Reason != want || !slices.Equal(exp.Victims, []string{"v1"}) {
+		t.Fatalf("big: %+v, want preempting, %q, victims [v1]", exp, want)
 	}
 }

@@ -165,6 +165,11 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	exp.Status = StatusPreempting
 	exp.Reason = "waiting for preempted gangs to stop"
 	exp.Rejected = nil
+	if c.explain && c.movesUnderWay(q) {
+		// What it waits for are the jobs it moved (its tier may
+		// preempt, so it claims them here): said as a move.
+		c.explainMoves(q, exp)
+	}
 	return true
 }
 
