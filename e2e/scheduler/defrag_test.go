@@ -62,51 +62,9 @@ func (j dfJob) hcl(envDir string) string {
 	out := filepath.Join(envDir, j.name+"-$NOMAD_ALLOC_ID")
 	script := fmt.Sprintf(`echo "$CUDA_VISIBLE_DEVICES" > %[1]s; trap 'echo checkpoint >> %[1]s.ckpt' USR1; end=0; trap 'end=$(( $(date +%%s) + %[2]d ))' TERM; while [ $end -eq 0 ] || [ $(date +%%s) -lt $end ]; do sleep 1 & wait $!; done`,
 		out, j.stopSeconds)
-	constraint := ""
-	if j.node != "" {
-		constraint = fmt.Sprintf(`
-  constraint {
-    attribute = "${node.unique.name}"
-    value     = %q
-  }`, j.node)
-	}
-	return fmt.Sprintf(`job %q {
-  type      = "batch"
-  node_pool = "impact-queue"
-  meta {
-    impact_tier              = %q
-    impact_checkpoint_signal = "SIGUSR1"
-    impact_grace             = %q
-  }%s
-  group "g" {
-    count = %d
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver       = "raw_exec"
-      kill_signal  = "SIGTERM"
-      kill_timeout = "%ds"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", %q]
-      }
-      resources {
-        cpu    = 20
-        memory = 32
-        device "nvidia/gpu" {
-          count = %d
-        }
-      }
-    }
-  }
-}
-`, j.name, j.tier, cmpOr(j.grace, "5s"), constraint, max(1, j.count), j.stopSeconds+10, script, j.gpus)
+	meta := map[string]string{"impact_tier": j.tier, "impact_checkpoint_signal": "SIGUSR1", "impact_grace": cmpOr(j.grace, "5s")}
+	return parkedJob{name: j.name, meta: meta, count: max(1, j.count), gpus: j.gpus, script: script, node: j.node,
+		killSignal: "SIGTERM", killTimeout: time.Duration(j.stopSeconds+10) * time.Second}.hcl()
 }
 
 // explainRecorder polls the agent's /v1/explain/<job> and the job's

@@ -33,26 +33,62 @@ func gpuJobHCL(name string, count, gpus int, topology, envDir string) string {
 	return parkedGPUJob(name, meta, count, gpus, script)
 }
 
-// parkedGPUJob is the jobspec the suites submit to the parking pool: a
-// batch job with meta, one group "g" of count allocations that Nomad
-// neither restarts nor reschedules (the impact agent decides what runs
-// again), each one raw_exec task "t" running script under /bin/sh with one
-// device block of gpus GPUs.
+// parkedGPUJob is the jobspec the suites submit to the parking pool (see
+// parkedJob), with Nomad's default kill signal and a 2s kill timeout.
 func parkedGPUJob(name string, meta map[string]string, count, gpus int, script string) string {
-	keys := make([]string, 0, len(meta))
-	for k := range meta {
+	return parkedJob{name: name, meta: meta, count: count, gpus: gpus, script: script}.hcl()
+}
+
+// parkedJob is a jobspec for the parking pool: a batch job with meta, one
+// group "g" of count allocations that Nomad neither restarts nor
+// reschedules (the impact agent decides what runs again), each one
+// raw_exec task "t" running script under /bin/sh with one device block of
+// gpus GPUs.
+type parkedJob struct {
+	name        string
+	meta        map[string]string
+	count, gpus int
+	script      string
+	// node, when set, pins the job to the node of that name with a
+	// job-level constraint (the model honours ${node.unique.name}).
+	node string
+	// killSignal is the task's kill_signal ("": Nomad's default, SIGINT),
+	// killTimeout its kill_timeout (0: 2s).
+	killSignal  string
+	killTimeout time.Duration
+}
+
+func (p parkedJob) hcl() string {
+	keys := make([]string, 0, len(p.meta))
+	for k := range p.meta {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var mb strings.Builder
 	for _, k := range keys {
-		fmt.Fprintf(&mb, "    %s = %q\n", k, meta[k])
+		fmt.Fprintf(&mb, "    %s = %q\n", k, p.meta[k])
+	}
+	constraint := ""
+	if p.node != "" {
+		constraint = fmt.Sprintf(`
+  constraint {
+    attribute = "${node.unique.name}"
+    value     = %q
+  }`, p.node)
+	}
+	kill := ""
+	if p.killSignal != "" {
+		kill = fmt.Sprintf("\n      kill_signal  = %q", p.killSignal)
+	}
+	timeout := p.killTimeout
+	if timeout == 0 {
+		timeout = 2 * time.Second
 	}
 	return fmt.Sprintf(`job %q {
   type      = "batch"
   node_pool = "impact-queue"
   meta {
-%s  }
+%s  }%s
   group "g" {
     count = %d
     restart {
@@ -64,8 +100,8 @@ func parkedGPUJob(name string, meta map[string]string, count, gpus int, script s
       unlimited = false
     }
     task "t" {
-      driver       = "raw_exec"
-      kill_timeout = "2s"
+      driver       = "raw_exec"%s
+      kill_timeout = "%ds"
       config {
         command = "/bin/sh"
         args    = ["-c", %q]
@@ -80,7 +116,7 @@ func parkedGPUJob(name string, meta map[string]string, count, gpus int, script s
     }
   }
 }
-`, name, mb.String(), count, script, gpus)
+`, p.name, mb.String(), constraint, p.count, kill, int(timeout.Seconds()), p.script, p.gpus)
 }
 
 func runHCL(t *testing.T, a *nomadagent.Agent, dir, name, hcl string) {
