@@ -300,18 +300,23 @@ type defragWorld struct {
 	smallGrace string
 }
 
+// defragBlock turns defragmenting preemption on in the agent's policy:
+// small jobs of up to 2 GPUs may move, for one job a cycle.
+const defragBlock = `
+defragment {
+  enabled         = true
+  max_victim_gpus = 2
+  max_per_cycle   = 1
+}
+`
+
 func setupDefrag(t *testing.T, stopSeconds int, smallGrace string) *defragWorld {
 	t.Helper()
 	c, impact := startGPUCluster(t, "impact-e2e-defrag-", 2)
 	w := &defragWorld{stopSeconds: stopSeconds, smallGrace: smallGrace, small: map[string]lcAlloc{}, lcEnv: &lcEnv{c: c, env: &env{
 		t: t, a: c.Agent, dir: c.Dir, impact: impact,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
-		policyExtra: `
-defragment {
-  enabled         = true
-  max_victim_gpus = 2
-  max_per_cycle   = 1
-}
+		policyExtra: defragBlock + `
 gangs {
   missing_member_grace = "3s"
 }
@@ -523,14 +528,8 @@ func TestDefragmentGang(t *testing.T) {
 	c, impact := startGPUCluster(t, "impact-e2e-defrag-gang-", 3)
 	w := &defragWorld{small: map[string]lcAlloc{}, lcEnv: &lcEnv{c: c, env: &env{
 		t: t, a: c.Agent, dir: c.Dir, impact: impact,
-		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
-		policyExtra: `
-defragment {
-  enabled         = true
-  max_victim_gpus = 2
-  max_per_cycle   = 1
-}
-`}}}
+		apiURL:      fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
+		policyExtra: defragBlock}}}
 	w.impactProc = w.startImpact(t)
 	w.envDir = filepath.Join(w.dir, "env")
 	if err := os.MkdirAll(w.envDir, 0o777); err != nil {
