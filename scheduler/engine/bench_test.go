@@ -88,7 +88,9 @@ func bigCluster(tb testing.TB, nodes, gangs, waiting int, seed uint64) *cluster.
 }
 
 // BenchmarkDecide is issue 4's cycle: 10,000 waiting jobs, 2,000 nodes x 8
-// GPUs, 5,000 running gangs. Target: <= 100 ms median.
+// GPUs, 5,000 running gangs, with a new engine each time (nothing cached
+// from an earlier cycle). Issue 4 asked <= 100 ms median; issue 12 asks
+// <= 20 ms on the 2-core machine.
 func BenchmarkDecide(b *testing.B) {
 	snap := bigCluster(b, 2000, 5000, 10000, 1)
 	snap.Nodes()
