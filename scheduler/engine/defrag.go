@@ -213,28 +213,26 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 		hd := holders[h]
 		v := c.victims[h]
 		to := make([]AllocPlacement, 0, len(dests[i]))
-		var where []string
 		for _, sl := range dests[i] {
 			c.st.Take(sl)
-			ap := AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)}
-			to = append(to, ap)
-			where = append(where, fmt.Sprintf("%s (%s)", ap.NodeID, strings.Join(ap.GPUs, ", ")))
+			to = append(to, AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)})
 		}
+		where := placesText(to)
 		c.setBinding(hd.JobID, binding{gpus: to, expires: c.now.Add(v.grace + c.e.opts.admissionTTL), moved: true})
 		p := victimStop(q, hd, v)
 		p.MovedTo = to
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-			q.job.ID, q.tier, q.score.Total, strings.Join(where, "; "), gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+			q.job.ID, q.tier, q.score.Total, where, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
 			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)})
 		}
 		c.plan.Preemptions = append(c.plan.Preemptions, p)
 		c.e.logger.Debug("moving job to defragment", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
-			"to", strings.Join(where, "; "), "cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
+			"to", where, "cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
 		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
-		moved = append(moved, fmt.Sprintf("%s to %s", hd.JobID, strings.Join(where, "; ")))
+		moved = append(moved, hd.JobID+" to "+where)
 	}
 	exp.Status = StatusPreempting
 	if c.explain {
@@ -260,15 +258,21 @@ func (c *cycle) explainMoves(q *queued, exp *Explanation) {
 			moved = append(moved, id+" (restarted)")
 			continue
 		}
-		where := make([]string, 0, len(mb.gpus))
-		for _, ap := range mb.gpus {
-			where = append(where, fmt.Sprintf("%s (%s)", ap.NodeID, strings.Join(ap.GPUs, ", ")))
-		}
-		moved = append(moved, fmt.Sprintf("%s to %s", id, strings.Join(where, "; ")))
+		moved = append(moved, id+" to "+placesText(mb.gpus))
 	}
 	exp.Reason = fmt.Sprintf("defragmenting: waiting for the %d small job(s) moved out of its way to stop; they restart at once elsewhere: %s",
 		len(moved), strings.Join(moved, ", "))
 	exp.Rejected = nil
+}
+
+// placesText names where a moved job restarts: "node (gpu, gpu); node
+// (gpu)", as its preemption's reason and the mover's explanation say it.
+func placesText(to []AllocPlacement) string {
+	where := make([]string, 0, len(to))
+	for _, ap := range to {
+		where = append(where, fmt.Sprintf("%s (%s)", ap.NodeID, strings.Join(ap.GPUs, ", ")))
+	}
+	return strings.Join(where, "; ")
 }
 
 // movesUnderWay: some job moved out of q's way by an earlier cycle is
