@@ -139,19 +139,13 @@ func TestDefragmentMovesSmallJobOutOfTheWay(t *testing.T) {
 // GPUs bound to it, ahead of a heavier job that would have taken them.
 func TestDefragmentFollowThrough(t *testing.T) {
 	store := cluster.NewStore()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(store.UpsertNode(mkNode("n1", 8, 2)))
-	must(store.UpsertNode(mkNode("n2", 8, 2)))
-	must(store.UpsertJob(mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))))
-	must(store.UpsertJob(mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))))
-	must(store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
-	must(store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
-	must(store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
+	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+	mustDo(t, store.UpsertJob(mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))))
+	mustDo(t, store.UpsertJob(mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))))
+	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
+	mustDo(t, store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
+	mustDo(t, store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
 
 	pol := mustPolicy(t, defragOn)
 	e := mustEngine(t, pol)
@@ -172,7 +166,7 @@ func TestDefragmentFollowThrough(t *testing.T) {
 
 	// v is still stopping; a heavier 4-GPU job arrives: n2's four free
 	// GPUs would fit it, but one of them is v's and n1's are big's.
-	must(store.UpsertJob(mkJob("rival", group("main", 1, 4), meta("impact_tier", "high"))))
+	mustDo(t, store.UpsertJob(mkJob("rival", group("main", 1, 4), meta("impact_tier", "high"))))
 	p2 := decide(t0.Add(30 * time.Second))
 	if len(p2.Admissions) != 0 || len(p2.Preemptions) != 0 {
 		t.Fatalf("while v stops: admitted %v preempted %v, want nothing", admittedIDs(p2), preemptedIDs(p2))
@@ -180,7 +174,7 @@ func TestDefragmentFollowThrough(t *testing.T) {
 
 	// v stopped and is queued again.
 	store.DeleteAlloc("va")
-	must(store.UpsertJob(mkJob("v", meta("impact_tier", "normal", "impact_grace", "1m"))))
+	mustDo(t, store.UpsertJob(mkJob("v", meta("impact_tier", "normal", "impact_grace", "1m"))))
 	p3 := decide(t0.Add(2 * time.Minute))
 	a := admission(p3, "big")
 	if a == nil || join(nodesOf(a)) != "n1" {
@@ -201,23 +195,17 @@ func TestDefragmentFollowThrough(t *testing.T) {
 // clear a node for it).
 func TestDefragmentMoverWaitsForItsVictim(t *testing.T) {
 	store := cluster.NewStore()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, n := range []string{"n1", "n2", "n3"} {
-		must(store.UpsertNode(mkNode(n, 8, 2)))
+		mustDo(t, store.UpsertNode(mkNode(n, 8, 2)))
 	}
 	for _, id := range []string{"v1", "v3"} {
-		must(store.UpsertJob(mkJob(id, running(), meta("impact_tier", "scavenger", "impact_grace", "1m"))))
+		mustDo(t, store.UpsertJob(mkJob(id, running(), meta("impact_tier", "scavenger", "impact_grace", "1m"))))
 	}
-	must(store.UpsertJob(mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))))
-	must(store.UpsertAlloc(withCheckpoint(alloc("v1a", "v1", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
-	must(store.UpsertAlloc(withCheckpoint(alloc("v3a", "v3", "n3", t0.Add(-2*time.Hour), 7), t0.Add(-2*time.Minute))))
-	must(store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
-	must(store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "scavenger"))))
+	mustDo(t, store.UpsertJob(mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))))
+	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("v1a", "v1", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
+	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("v3a", "v3", "n3", t0.Add(-2*time.Hour), 7), t0.Add(-2*time.Minute))))
+	mustDo(t, store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
+	mustDo(t, store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "scavenger"))))
 
 	pol := mustPolicy(t, defragOn)
 	e := mustEngine(t, pol)
@@ -229,7 +217,7 @@ func TestDefragmentMoverWaitsForItsVictim(t *testing.T) {
 	a, _ := store.Snapshot().Alloc("v1a")
 	cp := *a
 	cp.Stopping = true
-	must(store.UpsertAlloc(&cp))
+	mustDo(t, store.UpsertAlloc(&cp))
 	snap := store.Snapshot()
 	p2 := e.Decide(snap, t0.Add(30*time.Second))
 	if err := ValidatePlan(pol, snap, p2); err != nil {

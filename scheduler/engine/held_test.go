@@ -105,13 +105,6 @@ func TestAdmissionHeldWhileAnEarlierRunStops(t *testing.T) {
 	}
 }
 
-func mustDo(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // gpuIndexes maps mkNode's GPU IDs ("<node>-g<i>") back to indexes.
 func gpuIndexes(t *testing.T, ap AllocPlacement) []int {
 	t.Helper()

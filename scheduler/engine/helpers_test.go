@@ -120,6 +120,14 @@ type tb interface {
 	Fatalf(format string, args ...any)
 }
 
+// mustDo fails the test on a store error (setting up a world).
+func mustDo(t tb, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
 func mustSnap(t tb, nodes []*cluster.Node, jobs []*cluster.Job, allocs []*cluster.Alloc) *cluster.Snapshot {
 	t.Helper()
 	s, err := cluster.Build(nodes, jobs, allocs)

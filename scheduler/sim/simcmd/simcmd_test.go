@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,23 @@ func writeTrace(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// runReport runs the command with args plus --out out, fails the test on
+// a non-zero exit, and decodes out/report.json into rep.
+func runReport(t *testing.T, out string, args []string, rep any) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := Main(append(slices.Clip(args), "--out", out), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, rep); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestSimAllPolicies(t *testing.T) {
@@ -190,18 +208,8 @@ func TestSimDeterministic(t *testing.T) {
 	dir := t.TempDir()
 	tr := writeTrace(t, dir)
 	read := func(out string) map[string]any {
-		var stdout, stderr bytes.Buffer
-		if code := Main([]string{"--trace", tr, "--format", "generic", "--nodes", "3", "--seed", "5", "--no-plots", "--quiet", "--out", out}, &stdout, &stderr); code != 0 {
-			t.Fatalf("exit %d: %s", code, stderr.String())
-		}
-		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		var rep map[string]any
-		if err := json.Unmarshal(raw, &rep); err != nil {
-			t.Fatal(err)
-		}
+		runReport(t, out, []string{"--trace", tr, "--format", "generic", "--nodes", "3", "--seed", "5", "--no-plots", "--quiet"}, &rep)
 		delete(rep, "wall_s")
 		delete(rep["scenario"].(map[string]any), "command")
 		for _, p := range rep["policies"].([]any) {
@@ -227,23 +235,13 @@ func TestSimRecheckReachesBaselines(t *testing.T) {
 	tr := writeTrace(t, dir)
 	calls := func(recheck string) float64 {
 		out := filepath.Join(dir, "r"+recheck)
-		var stdout, stderr bytes.Buffer
-		if code := Main([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "fifo-gang", "--recheck", recheck, "--no-plots", "--quiet", "--out", out}, &stdout, &stderr); code != 0 {
-			t.Fatalf("exit %d: %s", code, stderr.String())
-		}
-		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		var rep struct {
 			Policies []struct {
 				Cycles        float64 `json:"cycles"`
 				CyclesSkipped float64 `json:"cycles_skipped"`
 			} `json:"policies"`
 		}
-		if err := json.Unmarshal(raw, &rep); err != nil {
-			t.Fatal(err)
-		}
+		runReport(t, out, []string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "fifo-gang", "--recheck", recheck, "--no-plots", "--quiet"}, &rep)
 		return rep.Policies[0].Cycles + rep.Policies[0].CyclesSkipped
 	}
 	if fast, slow := calls("10s"), calls("1h"); fast <= slow {
@@ -263,24 +261,13 @@ func TestSimCadenceFromAgentConfig(t *testing.T) {
 	}
 	cadences := func(extra ...string) map[string]string {
 		out := filepath.Join(dir, "c")
-		var stdout, stderr bytes.Buffer
-		args := append([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "nomad-native,impact", "--no-plots", "--quiet", "--out", out}, extra...)
-		if code := Main(args, &stdout, &stderr); code != 0 {
-			t.Fatalf("exit %d: %s", code, stderr.String())
-		}
-		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		var rep struct {
 			Policies []struct {
 				Policy  string `json:"policy"`
 				Cadence string `json:"cadence"`
 			} `json:"policies"`
 		}
-		if err := json.Unmarshal(raw, &rep); err != nil {
-			t.Fatal(err)
-		}
+		runReport(t, out, append([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "nomad-native,impact", "--no-plots", "--quiet"}, extra...), &rep)
 		got := map[string]string{}
 		for _, p := range rep.Policies {
 			got[p.Policy] = p.Cadence
@@ -341,15 +328,6 @@ func TestSimModelStatesSkips(t *testing.T) {
 		{[]string{"--recheck", "2m"}, "re-reading aging and fair share at least every 2m0s"},
 	} {
 		out := filepath.Join(dir, "m")
-		var stdout, stderr bytes.Buffer
-		args := append([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "impact", "--no-plots", "--quiet", "--out", out}, c.args...)
-		if code := Main(args, &stdout, &stderr); code != 0 {
-			t.Fatalf("exit %d: %s", code, stderr.String())
-		}
-		raw, err := os.ReadFile(filepath.Join(out, "report.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		var rep struct {
 			Scenario struct {
 				Model struct {
@@ -357,9 +335,7 @@ func TestSimModelStatesSkips(t *testing.T) {
 				} `json:"model"`
 			} `json:"scenario"`
 		}
-		if err := json.Unmarshal(raw, &rep); err != nil {
-			t.Fatal(err)
-		}
+		runReport(t, out, append([]string{"--trace", tr, "--format", "generic", "--nodes", "2", "--policies", "impact", "--no-plots", "--quiet"}, c.args...), &rep)
 		d := rep.Scenario.Model.Description
 		if !strings.Contains(d, "skips the ticks on which nothing the engine reads changed") || !strings.Contains(d, c.want) ||
 			!strings.Contains(d, "the decisions while no waiting job fits") {
