@@ -117,6 +117,7 @@ func (s *Store) UpsertAlloc(a *Alloc) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.shareNodeStrings(a)
 	if old, ok := s.allocs.get(a.ID); ok && old.JobID != a.JobID {
 		s.unindex(old)
 	}
@@ -136,6 +137,28 @@ func (s *Store) UpsertAlloc(a *Alloc) error {
 	}
 	s.version++
 	return nil
+}
+
+// shareNodeStrings points an allocation's node ID and GPU instance IDs
+// at its node's own copies of the same strings (when the node is known
+// and lists them). The values do not change; what changes is that every
+// cycle, which looks each allocation's node and GPUs up by these strings,
+// compares them by pointer and hashes bytes already in cache instead of
+// reading one copy per allocation.
+func (s *Store) shareNodeStrings(a *Alloc) {
+	n, ok := s.nodes.get(a.NodeID)
+	if !ok {
+		return
+	}
+	a.NodeID = n.ID
+	for i, id := range a.GPUs {
+		for k := range n.GPUs {
+			if n.GPUs[k].ID == id {
+				a.GPUs[i] = n.GPUs[k].ID
+				break
+			}
+		}
+	}
 }
 
 // DeleteAlloc removes an allocation (it stopped); it reports whether the

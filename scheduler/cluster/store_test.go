@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -359,5 +361,26 @@ func TestShardKeys(t *testing.T) {
 	}
 	if a.NodesKey().Equal(s.Snapshot().NodesKey()) {
 		t.Fatal("a node write left the node table's key unchanged")
+	}
+}
+
+// An allocation upserted after its node shares the node's copies of its
+// node ID and GPU IDs (what placement compares by address); its values
+// are unchanged, and an ID the node does not list is kept as given.
+func TestUpsertAllocSharesNodeStrings(t *testing.T) {
+	s := NewStore()
+	n := &Node{ID: "node-1", GPUs: []GPU{{ID: "gpu-a"}, {ID: "gpu-b"}}}
+	if err := s.UpsertNode(n); err != nil {
+		t.Fatal(err)
+	}
+	a := &Alloc{ID: "a1", JobID: "j", NodeID: strings.Clone("node-1"), GPUs: []string{strings.Clone("gpu-b"), "gpu-z"}}
+	if err := s.UpsertAlloc(a); err != nil {
+		t.Fatal(err)
+	}
+	if a.NodeID != "node-1" || a.GPUs[0] != "gpu-b" || a.GPUs[1] != "gpu-z" {
+		t.Fatalf("values changed: %q %q", a.NodeID, a.GPUs)
+	}
+	if unsafe.StringData(a.NodeID) != unsafe.StringData(n.ID) || unsafe.StringData(a.GPUs[0]) != unsafe.StringData(n.GPUs[1].ID) {
+		t.Fatal("the allocation does not share its node's strings")
 	}
 }

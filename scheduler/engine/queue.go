@@ -88,22 +88,22 @@ type specKey struct {
 
 const maxSpecFacts = 4096
 
-func (c *cycle) specFacts(s policy.Spec) *specFacts {
+func (c *cycle) specFacts(s *policy.Spec) *specFacts {
 	qc := &c.e.queue
 	k := specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
 	if f, ok := qc.facts[k]; ok {
 		return f
 	}
-	f := &specFacts{project: c.pol.ProjectName(s)}
+	f := &specFacts{project: c.pol.ProjectName(*s)}
 	f.proj = qc.project(f.project)
-	if err := c.pol.CheckSpec(s); err != nil {
+	if err := c.pol.CheckSpec(*s); err != nil {
 		f.bad = "bad impact metadata: " + err.Error()
 	} else {
-		f.tier = c.pol.TierOf(s).Name
-		f.impact = c.pol.Impact(s)
-		f.preemptible = c.pol.IsPreemptible(s)
-		f.quota = c.pol.ProjectOf(s).GPUQuota
-		f.idle = c.pol.IdleFor(s)
+		f.tier = c.pol.TierOf(*s).Name
+		f.impact = c.pol.Impact(*s)
+		f.preemptible = c.pol.IsPreemptible(*s)
+		f.quota = c.pol.ProjectOf(*s).GPUQuota
+		f.idle = c.pol.IdleFor(*s)
 	}
 	if qc.facts == nil || len(qc.facts) >= maxSpecFacts {
 		qc.facts = map[specKey]*specFacts{} // bounded: tiers and projects are few, typos are not
@@ -134,7 +134,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 		}
 		var f *specFacts
 		if j.SpecErr == nil {
-			f = c.specFacts(j.Spec)
+			f = c.specFacts(&j.Spec)
 			if !slices.Contains(projs, f.proj) {
 				projs = append(projs, f.proj)
 			}

@@ -125,7 +125,7 @@ func (c *cycle) managedFacts() []*specFacts {
 		c.holderByJob[j] = int32(h)
 		f := c.e.queue.runFacts[j]
 		if f == nil {
-			f = c.specFacts(j.Spec) // a job object the job table no longer holds
+			f = c.specFacts(&j.Spec) // a job object the job table no longer holds
 		}
 		if f.bad == "" {
 			facts[h] = f

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unique"
 )
 
 // Meta keys of the jobspec contract (see DESIGN.md, "Impact metadata").
@@ -246,14 +247,14 @@ var metaParsers = map[string]metaParser{
 		if !validName(v) {
 			return "must be a tier name (letters, digits, '-', '_')"
 		}
-		s.Tier = v
+		s.Tier = intern(v)
 		return ""
 	},
 	MetaProject: func(s *Spec, v string) string {
 		if !validName(v) {
 			return "must be a project name (letters, digits, '-', '_', '.')"
 		}
-		s.Project = v
+		s.Project = intern(v)
 		return ""
 	},
 	MetaDeadline: func(s *Spec, v string) string {
@@ -345,10 +346,16 @@ var metaParsers = map[string]metaParser{
 		if !validName(v) {
 			return "must be a node pool name"
 		}
-		s.Pool = v
+		s.Pool = intern(v)
 		return ""
 	},
 }
+
+// intern returns the canonical copy of a tier, project or pool name.
+// Thousands of jobs name the same few: one copy of each keeps the bytes
+// the scheduler hashes and compares every cycle in a few cache lines, not
+// one per job (the engine's cold cycle reads them for every job).
+func intern(s string) string { return unique.Make(s).Value() }
 
 // parseInto parses every impact key of meta into s, returning one
 // *MetaError per bad key in key order.
