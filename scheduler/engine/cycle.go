@@ -355,16 +355,21 @@ func (c *cycle) explanation(q *queued, pos int) *Explanation {
 		c.scratch = Explanation{}
 		return &c.scratch
 	}
-	// c.exps is fresh (zero): only the non-zero fields are written.
-	exp := &c.exps[pos-1]
-	exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, pos, q.score, q.tier, q.project, q.gpus
-	return exp
+	// indexExplanations writes what the queue alone says, on the
+	// other goroutine: decide writes only the other fields.
+	return &c.exps[pos-1]
 }
 
-// indexExplanations fills the plan's Queue and Explanations (pointers
-// into c.exps, which decide fills) in queue order. It reads only the
-// queue's IDs, so it runs while the jobs are decided.
+// indexExplanations writes into c.exps what the queue says of each job
+// (ID, position, score, tier, project, GPUs) and fills the plan's Queue
+// and Explanations (pointers into c.exps) in queue order. It reads only
+// the queue and writes only fields decide never reads nor writes, so it
+// runs while the jobs are decided, off the decisions' path.
 func (c *cycle) indexExplanations(queue []*queued) {
+	for i, q := range queue {
+		exp := &c.exps[i]
+		exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, i+1, q.score, q.tier, q.project, q.gpus
+	}
 	c.plan.Queue = make([]string, len(queue))
 	c.plan.Explanations = make(map[string]*Explanation, len(queue))
 	for i, q := range queue {

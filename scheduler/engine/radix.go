@@ -3,14 +3,15 @@ package engine
 import (
 	"math"
 	"slices"
+
+	"github.com/impact-sched/nomad-impact/scheduler/internal/radix"
 )
 
 // sortQueue sorts queue keys as cmpQkey orders them, by an LSD radix sort
 // on (total, tie) and a final insertion sort of each run of equal
 // (total, tie) by cmpQueued: for ten thousand jobs a handful of linear
 // passes instead of a comparison sort's ~140,000 calls through a function
-// value (the queue was the cycle's largest sort). Byte positions where
-// every key agrees are skipped.
+// value (the queue was the cycle's largest sort; see package radix).
 // buf holds the sort's scratch arrays, kept for the next cycle.
 func sortQueue(keys []qkey, buf *radixBuf) {
 	if len(keys) < 64 {
@@ -21,47 +22,19 @@ func sortQueue(keys []qkey, buf *radixBuf) {
 		return
 	}
 	if cap(buf.a) < len(keys) {
-		buf.a, buf.b = make([]rk, len(keys)), make([]rk, len(keys))
+		buf.a = make([]radix.Key, len(keys))
 	}
-	a, b := buf.a[:len(keys)], buf.b[:len(keys)]
+	a := buf.a[:len(keys)]
 	for i, k := range keys {
-		a[i] = rk{hi: ^orderedBits(k.total), lo: k.tie, i: int32(i)}
+		a[i] = radix.Key{Hi: ^orderedBits(k.total), Lo: k.tie, I: int32(i)}
 	}
-	var count [256]int
-	for pass := 0; pass < 16; pass++ {
-		shift := uint(pass%8) * 8
-		digit := func(r *rk) uint8 {
-			if pass < 8 {
-				return uint8(r.lo >> shift)
-			}
-			return uint8(r.hi >> shift)
-		}
-		clear(count[:])
-		for i := range a {
-			count[digit(&a[i])]++
-		}
-		if count[digit(&a[0])] == len(a) {
-			continue // every key has this byte
-		}
-		sum := 0
-		for d := range count {
-			c := count[d]
-			count[d] = sum
-			sum += c
-		}
-		for i := range a {
-			d := digit(&a[i])
-			b[count[d]] = a[i]
-			count[d]++
-		}
-		a, b = b, a
-	}
+	a = radix.Sort(a, &buf.b)
 	if cap(buf.keys) < len(keys) {
 		buf.keys = make([]qkey, len(keys))
 	}
 	sorted := buf.keys[:len(keys)]
 	for i := range a {
-		sorted[i] = keys[a[i].i]
+		sorted[i] = keys[a[i].I]
 	}
 	copy(keys, sorted)
 	clear(sorted) // keep no job alive
@@ -78,17 +51,11 @@ func sortQueue(keys []qkey, buf *radixBuf) {
 	}
 }
 
-// rk is a queue key's radix key: hi the total (descending), lo the tie
-// (ascending), i the key's index. No pointers: moving them costs no
-// write barriers.
-type rk struct {
-	hi, lo uint64
-	i      int32
-}
-
 // radixBuf is sortQueue's scratch space.
 type radixBuf struct {
-	a, b []rk
+	// a: the keys' radix keys, hi the total (descending), lo the tie
+	// (ascending); b: the radix sort's scratch.
+	a, b []radix.Key
 	keys []qkey
 	out  []qkey // mendOrder's keys out of order
 }

@@ -6,11 +6,13 @@ package placement
 // in gang order.
 
 import (
+	"encoding/binary"
 	"slices"
-	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/radix"
 )
 
 // Cache memoizes what placement derives from the model's immutable
@@ -36,6 +38,8 @@ type Cache struct {
 	refs      []ref
 	refKeys   []cluster.ShardKey
 	refsValid bool
+	// sortKeys: sortRefs' key arrays, kept for the next sort.
+	sortKeys [2][]radix.Key
 	// allocs: the allocation table refs were built from (equal: refs are
 	// current without a look at any shard); jobs: the job table of the
 	// last State, whose entries' jobs are then current too.
@@ -101,6 +105,16 @@ func (b *gpuBits) bit(id string) uint64 {
 	if b.m != nil {
 		return b.m[id]
 	}
+	// The store points an allocation's GPU IDs at its node's copies
+	// (cluster.Store.UpsertAlloc): found by address, without reading the
+	// bytes of the node's other IDs. An ID not shared so is compared by
+	// value.
+	p := unsafe.StringData(id)
+	for i := range b.gpus {
+		if unsafe.StringData(b.gpus[i].ID) == p && len(b.gpus[i].ID) == len(id) {
+			return 1 << i
+		}
+	}
 	for i := range b.gpus {
 		if b.gpus[i].ID == id {
 			return 1 << i
@@ -118,34 +132,71 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 	if ns, ok := c.nodes[n]; ok {
 		return ns
 	}
+	ns := newNodeStatic(n)
+	c.nodes[n] = ns
+	return ns
+}
+
+// newNodeStatic derives a node's masks: healthy GPUs, one per NVLink
+// island (by island number) and one per device group (by name), and
+// whether a group spans islands. Islands and groups are collected in
+// arrays on the stack, kept sorted by insertion (a node has a few), and
+// copied out in one allocation each.
+func newNodeStatic(n *cluster.Node) *nodeStatic {
 	ns := &nodeStatic{ids: gpuBits{gpus: n.GPUs[:min(len(n.GPUs), cluster.MaxGPUsPerNode)]}}
 	if len(ns.ids.gpus) > 16 {
 		ns.ids.m = make(map[string]uint64, len(ns.ids.gpus))
 	}
-	var islandIDs []int
+	var (
+		islandIDs, islands [cluster.MaxGPUsPerNode]uint64
+		groupNames         [cluster.MaxGPUsPerNode]string
+		groups             [cluster.MaxGPUsPerNode]uint64
+		nIsl, nGrp         int
+	)
 	for gi, g := range n.GPUs {
 		if gi >= cluster.MaxGPUsPerNode {
 			ns.ignored++
 			continue
 		}
+		bit := uint64(1) << gi
 		if ns.ids.m != nil {
-			ns.ids.m[g.ID] = 1 << gi
+			ns.ids.m[g.ID] = bit
 		}
 		if g.Healthy {
-			ns.healthy |= 1 << gi
+			ns.healthy |= bit
 		}
-		k := sort.SearchInts(islandIDs, g.Island)
-		if k == len(islandIDs) || islandIDs[k] != g.Island {
-			islandIDs = slices.Insert(islandIDs, k, g.Island)
-			ns.islands = slices.Insert(ns.islands, k, 0)
+		// Island numbers are ordered as ints: shifted by 1<<63 so that
+		// negative ones sort first as unsigned words.
+		id := uint64(g.Island) ^ (1 << 63)
+		k := 0
+		for k < nIsl && islandIDs[k] < id {
+			k++
 		}
-		ns.islands[k] |= 1 << gi
-		k = sort.SearchStrings(ns.groupNames, g.Group)
-		if k == len(ns.groupNames) || ns.groupNames[k] != g.Group {
-			ns.groupNames = slices.Insert(ns.groupNames, k, g.Group)
-			ns.groups = slices.Insert(ns.groups, k, 0)
+		if k == nIsl || islandIDs[k] != id {
+			copy(islandIDs[k+1:nIsl+1], islandIDs[k:nIsl])
+			copy(islands[k+1:nIsl+1], islands[k:nIsl])
+			islandIDs[k], islands[k] = id, 0
+			nIsl++
 		}
-		ns.groups[k] |= 1 << gi
+		islands[k] |= bit
+		k = 0
+		for k < nGrp && groupNames[k] < g.Group {
+			k++
+		}
+		if k == nGrp || groupNames[k] != g.Group {
+			copy(groupNames[k+1:nGrp+1], groupNames[k:nGrp])
+			copy(groups[k+1:nGrp+1], groups[k:nGrp])
+			groupNames[k], groups[k] = g.Group, 0
+			nGrp++
+		}
+		groups[k] |= bit
+	}
+	if nIsl > 0 {
+		ns.islands = append(make([]uint64, 0, nIsl), islands[:nIsl]...)
+	}
+	if nGrp > 0 {
+		ns.groups = append(make([]uint64, 0, nGrp), groups[:nGrp]...)
+		ns.groupNames = append(make([]string, 0, nGrp), groupNames[:nGrp]...)
 	}
 	for gi, gm := range ns.groups {
 		if ns.groupNames[gi] == "" {
@@ -159,7 +210,6 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 		}
 		ns.spanning = ns.spanning || spans > 1
 	}
-	c.nodes[n] = ns
 	return ns
 }
 
@@ -240,6 +290,65 @@ func cmpRef(x, y ref) int {
 	return strings.Compare(x.id, y.id)
 }
 
+// sortRefs sorts refs in ref order. Job IDs mostly share a beginning
+// (every key starts with its namespace, "default/"), so the keys sorted
+// are the 16 bytes after the beginning all share, radix-sorted; refs
+// equal in them (allocations of one job, IDs equal that far) are then
+// ordered by cmpRef. Most of the work is a few linear passes over small
+// keys, not comparisons of strings scattered in memory.
+func sortRefs(refs []ref, scratch *[2][]radix.Key) {
+	if len(refs) < 2 {
+		return
+	}
+	common := len(refs[0].job)
+	for i := 1; i < len(refs) && common > 0; i++ {
+		common = commonPrefix(refs[0].job[:common], refs[i].job)
+	}
+	keys := scratch[0][:0]
+	for i := range refs {
+		hi, lo := prefix16(refs[i].job[common:])
+		keys = append(keys, radix.Key{Hi: hi, Lo: lo, I: int32(i)})
+	}
+	scratch[0] = keys
+	sortedKeys := radix.Sort(keys, &scratch[1])
+	sorted := make([]ref, len(refs))
+	for k, key := range sortedKeys {
+		sorted[k] = refs[key.I]
+	}
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && sortedKeys[j].Hi == sortedKeys[i].Hi && sortedKeys[j].Lo == sortedKeys[i].Lo {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(sorted[i:j], cmpRef)
+		}
+		i = j
+	}
+	copy(refs, sorted)
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// prefix16 packs the first 16 bytes of s big-endian into two words, zero
+// past its end: prefixes order as the strings do, except that strings
+// equal in their first 16 bytes (or one a prefix of the other, when
+// shorter) tie.
+func prefix16(s string) (hi, lo uint64) {
+	var b [16]byte
+	copy(b[:], s)
+	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+}
+
 // sortedRefs returns the snapshot's allocation entries in ref order. The
 // order is kept across cycles: the entries of unchanged shards stay in
 // place, those of changed shards are dropped, and the changed shards'
@@ -276,7 +385,7 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 		}
 		c.refKeys[si] = c.shardKeys[si]
 	}
-	slices.SortFunc(fresh, cmpRef)
+	sortRefs(fresh, &c.sortKeys)
 	out := make([]ref, 0, snap.NumAllocs())
 	i := 0
 	for _, r := range c.refs {

@@ -3,11 +3,13 @@ package placement
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/radix"
 )
 
 // holderView is what a State says about its gangs, comparable across
@@ -99,6 +101,102 @@ func TestCacheReuseMatchesFresh(t *testing.T) {
 					t.Fatalf("step %d: pool %q free %d with a reused cache, %d fresh", step, pool, got.FreeGPUs(pool), want.FreeGPUs(pool))
 				}
 			}
+		}
+	})
+}
+
+// sortRefs orders refs exactly as comparing (job ID, allocation ID) as
+// strings does, whatever the IDs: sharing a beginning or not, shorter or
+// longer than the 16 bytes after it that it sorts by first, equal in
+// them, a prefix of one another, with zero bytes (which the keys pad
+// with) or bytes above 0x7f.
+func TestSortRefsOrdersAsStrings(t *testing.T) {
+	alphabet := []byte{0, 1, 'a', 'b', 0x7f, 0x80, 0xff}
+	stems := rapid.SampledFrom([]string{"", "default/train-", "default/train-resnet-"})
+	rapid.Check(t, func(t *rapid.T) {
+		// Stems make 16-byte prefixes tie often; one stem for all makes
+		// the beginning every ID shares long.
+		shared := rapid.Bool().Draw(t, "one stem")
+		stem := stems.Draw(t, "stem")
+		id := rapid.Custom(func(t *rapid.T) string {
+			if !shared {
+				stem = stems.Draw(t, "stem")
+			}
+			tail := rapid.SliceOfN(rapid.SampledFrom(alphabet), 0, 20).Draw(t, "tail")
+			return stem + string(tail)
+		})
+		n := rapid.IntRange(0, 40).Draw(t, "refs")
+		refs := make([]ref, n)
+		for i := range refs {
+			refs[i] = ref{job: id.Draw(t, "job"), id: id.Draw(t, "alloc"), shard: i}
+		}
+		want := slices.Clone(refs)
+		slices.SortStableFunc(want, cmpRef)
+		got := slices.Clone(refs)
+		var scratch [2][]radix.Key
+		sortRefs(got, &scratch)
+		for i := range want {
+			if cmpRef(got[i], want[i]) != 0 {
+				t.Fatalf("position %d: %q/%q, want %q/%q", i, got[i].job, got[i].id, want[i].job, want[i].id)
+			}
+		}
+	})
+}
+
+// A node's statics hold one mask per NVLink island in island-number
+// order (negative numbers first) and one per device group in name order,
+// the healthy mask, and whether a named group spans islands, for any
+// order the GPUs come in.
+func TestNodeStaticMasks(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := &cluster.Node{ID: "n"}
+		count := rapid.IntRange(0, cluster.MaxGPUsPerNode).Draw(t, "gpus")
+		for i := range count {
+			n.GPUs = append(n.GPUs, cluster.GPU{
+				ID:      fmt.Sprintf("g%d", i),
+				Island:  rapid.IntRange(-3, 3).Draw(t, "island"),
+				Group:   rapid.SampledFrom([]string{"", "a", "b", "c"}).Draw(t, "group"),
+				Healthy: rapid.Bool().Draw(t, "healthy"),
+			})
+		}
+		ns := newNodeStatic(n)
+		var islandIDs []int
+		var groupNames []string
+		var healthy uint64
+		for i, g := range n.GPUs {
+			if !slices.Contains(islandIDs, g.Island) {
+				islandIDs = append(islandIDs, g.Island)
+			}
+			if !slices.Contains(groupNames, g.Group) {
+				groupNames = append(groupNames, g.Group)
+			}
+			if g.Healthy {
+				healthy |= 1 << i
+			}
+		}
+		slices.Sort(islandIDs)
+		slices.Sort(groupNames)
+		wantIsl := make([]uint64, len(islandIDs))
+		wantGrp := make([]uint64, len(groupNames))
+		for i, g := range n.GPUs {
+			wantIsl[slices.Index(islandIDs, g.Island)] |= 1 << i
+			wantGrp[slices.Index(groupNames, g.Group)] |= 1 << i
+		}
+		spanning := false
+		for k, gm := range wantGrp {
+			spans := 0
+			for _, im := range wantIsl {
+				if gm&im != 0 {
+					spans++
+				}
+			}
+			spanning = spanning || (groupNames[k] != "" && spans > 1)
+		}
+		if !slices.Equal(ns.islands, wantIsl) || !slices.Equal(ns.groups, wantGrp) || !slices.Equal(ns.groupNames, groupNames) {
+			t.Fatalf("islands %b groups %b %q, want %b %b %q", ns.islands, ns.groups, ns.groupNames, wantIsl, wantGrp, groupNames)
+		}
+		if ns.healthy != healthy || ns.spanning != spanning {
+			t.Fatalf("healthy %b spanning %v, want %b %v", ns.healthy, ns.spanning, healthy, spanning)
 		}
 	})
 }
