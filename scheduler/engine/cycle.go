@@ -82,12 +82,9 @@ type cycle struct {
 	// waiting jobs mostly share it).
 	lastReasonKey reasonKey
 	lastReason    string
-	// cats memoizes cat; lastCat is its last answer (a, b, a+b) and
-	// catSlots its recent ones by length (checked before the map, whose
-	// keys are long strings to hash).
-	cats     map[[2]string]string
-	lastCat  [3]string
-	catSlots [32][3]string
+	// cats memoizes cat; catSlots are its recent answers.
+	cats     map[catKey]string
+	catSlots [16]catSlot
 	// reasonSlots: reason's recent answers by GPU count (before its map).
 	reasonSlots [16]reasonSlot
 	// resNotes: the reservation note after each reservation of the cycle

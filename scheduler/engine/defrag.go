@@ -52,7 +52,7 @@ func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 	if cl.gpus == 0 {
 		return false
 	}
-	gain := c.pol.Impact(q.job.Spec) * float64(q.gpus) * c.pol.DefragmentGainHorizon().Hours()
+	gain := q.impact * float64(q.gpus) * c.pol.DefragmentGainHorizon().Hours()
 	if gain <= cl.minPerGPU { // even the cheapest GPU to move costs more
 		if c.explain {
 			exp.Reason += fmt.Sprintf("; moving small jobs out of its way would cost at least %.1f, more than its gain %.1f", cl.minPerGPU, gain)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"time"
+	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 )
@@ -102,31 +103,48 @@ func (c *cycle) reason(k reasonKey) string {
 
 // cat returns a+b. Waiting jobs' reasons are a few shared sentences with
 // a few shared notes appended, so each distinct pair is concatenated once
-// per cycle rather than once per job.
+// per cycle rather than once per job. The sentences are themselves
+// memoized (reason, youngNote, earlier cats), so a pair recurs as the same
+// two strings in memory: the memo is keyed by where they are (catKey),
+// which costs a few words to hash where the sentences' bytes cost
+// hundreds. Two equal strings elsewhere in memory only miss the memo.
 func (c *cycle) cat(a, b string) string {
 	if b == "" {
 		return a
 	}
-	if a == c.lastCat[0] && b == c.lastCat[1] && c.lastCat[2] != "" {
-		return c.lastCat[2] // consecutive jobs mostly share both
+	k := catKey{unsafe.StringData(a), len(a), unsafe.StringData(b), len(b)}
+	// A few pairs recur all cycle long: a slot per pair, by address,
+	// before the map.
+	slot := &c.catSlots[(uintptr(unsafe.Pointer(k.a))>>4^uintptr(unsafe.Pointer(k.b))>>3)%uintptr(len(c.catSlots))]
+	if slot.k == k && slot.r != "" {
+		return slot.r
 	}
-	slot := &c.catSlots[(len(a)+7*len(b))%len(c.catSlots)]
-	if slot[2] != "" && slot[0] == a && slot[1] == b {
-		c.lastCat = *slot
-		return slot[2]
-	}
-	k := [2]string{a, b}
 	r, ok := c.cats[k]
 	if !ok {
 		if c.cats == nil {
-			c.cats = map[[2]string]string{}
+			c.cats = map[catKey]string{}
 		}
 		r = a + b
 		c.cats[k] = r
 	}
-	c.lastCat = [3]string{a, b, r}
-	*slot = c.lastCat
+	slot.k, slot.r = k, r
 	return r
+}
+
+// catSlot is one of cat's recent answers.
+type catSlot struct {
+	k catKey
+	r string
+}
+
+// catKey identifies two strings by their bytes' addresses and lengths.
+// Its pointers keep both alive while the memo holds it, so no other
+// string can come to live at the same address.
+type catKey struct {
+	a  *byte
+	na int
+	b  *byte
+	nb int
 }
 
 // noteFor returns the index of the reservation note a waiting job's reason

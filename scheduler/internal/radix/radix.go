@@ -16,8 +16,9 @@ type Key struct {
 // Sort sorts keys by (Hi, Lo) ascending, equal keys in their input order
 // (it is stable), and returns the sorted keys: keys itself or *scratch,
 // which Sort grows as needed and the caller may keep for the next call.
-// Byte positions where every key agrees are skipped, so keys that differ
-// in a few bytes sort in a few passes.
+// One pass counts the bytes of every position; byte positions where every
+// key agrees are then skipped, so keys that differ in a few bytes sort in
+// a few passes.
 func Sort(keys []Key, scratch *[]Key) []Key {
 	if len(keys) < 2 {
 		return keys
@@ -25,31 +26,38 @@ func Sort(keys []Key, scratch *[]Key) []Key {
 	if cap(*scratch) < len(keys) {
 		*scratch = make([]Key, len(keys))
 	}
+	// counts[p][d]: keys whose byte p (0-7 of Lo, 8-15 of Hi, least
+	// significant first) is d.
+	var counts [16][256]int32
+	for i := range keys {
+		lo, hi := keys[i].Lo, keys[i].Hi
+		for p := range 8 {
+			counts[p][uint8(lo>>(8*p))]++
+			counts[8+p][uint8(hi>>(8*p))]++
+		}
+	}
 	a, b := keys, (*scratch)[:len(keys)]
-	var count [256]int
-	for pass := range 16 {
-		shift := uint(pass%8) * 8
-		digit := func(k *Key) uint8 {
-			if pass < 8 {
-				return uint8(k.Lo >> shift)
+	n := int32(len(keys))
+	for p := range 16 {
+		count := &counts[p]
+		shift := uint(p%8) * 8
+		word := func(k *Key) uint64 {
+			if p < 8 {
+				return k.Lo
 			}
-			return uint8(k.Hi >> shift)
+			return k.Hi
 		}
-		clear(count[:])
-		for i := range a {
-			count[digit(&a[i])]++
-		}
-		if count[digit(&a[0])] == len(a) {
+		if count[uint8(word(&a[0])>>shift)] == n {
 			continue // every key has this byte
 		}
-		sum := 0
+		var sum int32
 		for d := range count {
 			c := count[d]
 			count[d] = sum
 			sum += c
 		}
 		for i := range a {
-			d := digit(&a[i])
+			d := uint8(word(&a[i]) >> shift)
 			b[count[d]] = a[i]
 			count[d]++
 		}
