@@ -10,38 +10,44 @@ import (
 )
 
 type queued struct {
-	job     *cluster.Job
-	tier    string
-	project string
-	score   policy.Score
-	gpus    int
-	parked  string
-	pool    string
-	// impact is the policy's Impact of the job's spec, quota its
-	// project's GPU quota (0: none), proj its project's index in the
-	// engine's queueCache: fixed for a job object, kept across cycles.
-	impact float64
-	quota  int
-	proj   int32
-	// preemptible is the policy's IsPreemptible of the job's spec.
-	preemptible bool
+	// The fields decide reads of every waiting job come first, in the
+	// struct's first two cache lines (a long queue is decided in an order
+	// unrelated to where its entries lie, so each line read is a miss).
+	job    *cluster.Job
+	parked string
+	id     string
+	gpus   int
+	// quota is its project's GPU quota (0: none), proj its project's
+	// index in the engine's queueCache: fixed for a job object, kept
+	// across cycles; rank is the job's position in the previous cycle's
+	// order (-1: new).
+	quota int
+	proj  int32
+	rank  int32
+	pool  string
+	tier  string
 	// maxAlloc and maxNVLink are the most GPUs one allocation of the job
 	// asks, of any group and of groups asking NVLink topology, and
 	// maxBlock the most one device block asks (tooBig).
 	maxAlloc, maxNVLink, maxBlock int
-	// rank is the job's position in the previous cycle's order (-1: new).
-	rank int32
+	walltime                      time.Duration
+	// impact is the policy's Impact of the job's spec, preemptible its
+	// IsPreemptible.
+	impact      float64
+	preemptible bool
 	// tie is the job's priority and submit second packed (tieOf; tieOK:
 	// they fit).
-	tie   uint64
 	tieOK bool
-	// The job's ID, priority, submit time, deadline and walltime, copied
-	// so that scoring, sorting and most decisions read the queue's
-	// slices, not the jobs.
-	id               string
-	prio             int
+	// The job's priority (Nomad's are at most 32,766), submit time and
+	// deadline (its ID and walltime above), copied so that scoring,
+	// sorting and most decisions read the queue's slices, not the jobs.
+	// The struct is 256 bytes: each entry of a shard's slice starts a
+	// cache line.
+	prio             int32
+	tie              uint64
+	project          string
+	score            policy.Score
 	submit, deadline time.Time
-	walltime         time.Duration
 }
 
 type cycle struct {

@@ -151,7 +151,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 		q = append(q, queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1})
 		e := &q[len(q)-1]
 		e.tie, e.tieOK = tieOf(j)
-		e.id, e.prio, e.submit, e.deadline, e.walltime = j.ID, j.Priority, j.Submit, j.Spec.Deadline, j.Spec.Walltime
+		e.id, e.prio, e.submit, e.deadline, e.walltime = j.ID, int32(j.Priority), j.Submit, j.Spec.Deadline, j.Spec.Walltime
 		switch {
 		case j.SpecErr != nil:
 			e.parked = "bad impact metadata: " + j.SpecErr.Error()
@@ -240,7 +240,7 @@ func cmpQkey(x, y qkey) int {
 // then ID.
 func cmpQueued(x, y *queued) int {
 	if x.prio != y.prio {
-		return y.prio - x.prio
+		return int(y.prio) - int(x.prio)
 	}
 	if c := x.submit.Compare(y.submit); c != 0 {
 		return c
