@@ -290,15 +290,16 @@ func cmpRef(x, y ref) int {
 	return strings.Compare(x.id, y.id)
 }
 
-// sortRefs sorts refs in ref order. Job IDs mostly share a beginning
+// sortRefs returns refs sorted in ref order (a new slice; refs keeps its
+// order). Job IDs mostly share a beginning
 // (every key starts with its namespace, "default/"), so the keys sorted
 // are the 16 bytes after the beginning all share, radix-sorted; refs
 // equal in them (allocations of one job, IDs equal that far) are then
 // ordered by cmpRef. Most of the work is a few linear passes over small
 // keys, not comparisons of strings scattered in memory.
-func sortRefs(refs []ref, scratch *[2][]radix.Key) {
+func sortRefs(refs []ref, scratch *[2][]radix.Key) []ref {
 	if len(refs) < 2 {
-		return
+		return refs
 	}
 	common := len(refs[0].job)
 	for i := 1; i < len(refs) && common > 0; i++ {
@@ -325,7 +326,7 @@ func sortRefs(refs []ref, scratch *[2][]radix.Key) {
 		}
 		i = j
 	}
-	copy(refs, sorted)
+	return sorted
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.
@@ -375,7 +376,11 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 		return c.refs
 	}
 	isChanged := make([]bool, n)
-	var fresh []ref
+	nFresh := 0
+	for _, si := range changed {
+		nFresh += len(c.shards[si])
+	}
+	fresh := make([]ref, 0, nFresh)
 	for _, si := range changed {
 		isChanged[si] = true
 		ents := c.shards[si]
@@ -385,7 +390,13 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 		}
 		c.refKeys[si] = c.shardKeys[si]
 	}
-	sortRefs(fresh, &c.sortKeys)
+	fresh = sortRefs(fresh, &c.sortKeys)
+	if len(c.refs) == 0 {
+		// Nothing kept to merge with (the first State, or every
+		// allocation changed).
+		c.refs, c.refsValid = fresh, true
+		return fresh
+	}
 	out := make([]ref, 0, snap.NumAllocs())
 	i := 0
 	for _, r := range c.refs {

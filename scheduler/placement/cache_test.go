@@ -132,9 +132,8 @@ func TestSortRefsOrdersAsStrings(t *testing.T) {
 		}
 		want := slices.Clone(refs)
 		slices.SortStableFunc(want, cmpRef)
-		got := slices.Clone(refs)
 		var scratch [2][]radix.Key
-		sortRefs(got, &scratch)
+		got := sortRefs(slices.Clone(refs), &scratch)
 		for i := range want {
 			if cmpRef(got[i], want[i]) != 0 {
 				t.Fatalf("position %d: %q/%q, want %q/%q", i, got[i].job, got[i].id, want[i].job, want[i].id)
