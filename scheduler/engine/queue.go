@@ -324,7 +324,7 @@ func (c *cycle) buildQueue() []*queued {
 		}
 	}
 	// IDs are unique, so this is a total order: no stable sort needed.
-	sortQueue(keys, &qc.sortBuf)
+	sortQueue(keys, &qc.sortBuf, prev > 0)
 	// Parked jobs (bad metadata) come last, score zero.
 	slices.SortFunc(parked, cmpQueued)
 	qc.prevLen = len(keys)

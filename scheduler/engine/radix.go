@@ -12,13 +12,16 @@ import (
 // (total, tie) by cmpQueued: for ten thousand jobs a handful of linear
 // passes instead of a comparison sort's ~140,000 calls through a function
 // value (the queue was the cycle's largest sort; see package radix).
-// buf holds the sort's scratch arrays, kept for the next cycle.
-func sortQueue(keys []qkey, buf *radixBuf) {
+// buf holds the sort's scratch arrays, kept for the next cycle. laidOut
+// says the keys are laid out in the last cycle's order (mostly sorted,
+// worth mending: mendOrder); without one (a new engine) the radix sort
+// runs at once.
+func sortQueue(keys []qkey, buf *radixBuf, laidOut bool) {
 	if len(keys) < 64 {
 		insertionSortQkeys(keys)
 		return
 	}
-	if mendOrder(keys, buf) {
+	if laidOut && mendOrder(keys, buf) {
 		return
 	}
 	if cap(buf.a) < len(keys) {

@@ -37,11 +37,13 @@ func TestSortQueueMatchesComparisonSort(t *testing.T) {
 			}
 			want := slices.Clone(keys)
 			slices.SortFunc(want, cmpQkey)
-			got := slices.Clone(keys)
-			sortQueue(got, &radixBuf{})
-			for i := range want {
-				if got[i].q != want[i].q {
-					t.Fatalf("n=%d seed=%d: position %d holds %s (total %v), want %s (total %v)", n, seed, i, got[i].q.job.ID, got[i].total, want[i].q.job.ID, want[i].total)
+			for _, laidOut := range []bool{false, true} {
+				got := slices.Clone(keys)
+				sortQueue(got, &radixBuf{}, laidOut)
+				for i := range want {
+					if got[i].q != want[i].q {
+						t.Fatalf("n=%d seed=%d laidOut=%v: position %d holds %s (total %v), want %s (total %v)", n, seed, laidOut, i, got[i].q.job.ID, got[i].total, want[i].q.job.ID, want[i].total)
+					}
 				}
 			}
 		}
@@ -82,7 +84,7 @@ func TestSortQueueMendsNearlySortedQueues(t *testing.T) {
 				t.Fatalf("n=%d moved=%d: mendOrder declined but changed the keys", n, moved)
 			}
 			got = slices.Clone(keys)
-			sortQueue(got, &radixBuf{})
+			sortQueue(got, &radixBuf{}, true)
 			for i := range want {
 				if got[i].q != want[i].q {
 					t.Fatalf("n=%d moved=%d: position %d holds %s (total %v), want %s (total %v)", n, moved, i, got[i].q.id, got[i].total, want[i].q.id, want[i].total)

@@ -22,11 +22,11 @@ func (c *cycle) mayBackfill(q *queued) bool {
 		return false
 	}
 	wall := q.walltime
-	pre := q.preemptible
 	for _, r := range c.reservations {
-		endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until)
-		preemptibleByIt := pre && c.mayPreempt(r.tier, q.tier)
-		if !endsBefore && !preemptibleByIt {
+		if endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until); endsBefore {
+			continue
+		}
+		if preemptibleByIt := q.preemptible && c.mayPreempt(r.tier, q.tier); !preemptibleByIt {
 			return false
 		}
 	}
