@@ -114,8 +114,10 @@
 // redone only for shards that changed, and the policy's answers per
 // distinct tier/project are worked out once; scores are recomputed each
 // cycle (they depend on now and usage), laid out in the last cycle's
-// order and mended (radix-sorted when much moved); waiting reasons are
-// formatted once per distinct sentence. Without explanations, a job that
+// order and mended (radix-sorted when much moved, or at once by a new
+// engine: scheduler/internal/radix); waiting reasons are formatted once
+// per distinct sentence, and a reason with a note appended is memoized by
+// where the two strings lie (cat). Without explanations, a job that
 // could only wait is settled by its size (onlyWaits) unless deciding it
 // would touch the placement state: placements break ties by the order of
 // the free-capacity index, which every take and give-back changes, so a
@@ -124,8 +126,17 @@
 // shards. Work that reads the same state and writes disjoint parts of the
 // cycle runs on two goroutines: the queue cache is refreshed while the
 // placement state is built; the running gangs are judged while the queue
-// is ordered; the plan's queue index is filled while the jobs are
-// decided. Decisions stay sequential, in queue order. TestGoldenPlans
+// is ordered; the plan's queue index, and the fields of each explanation
+// the queue alone gives (ID, position, score, tier, project, GPUs), are
+// filled while the jobs are decided. Decisions stay sequential, in queue
+// order.
+//
+// A cold cycle (a new engine: a new leader, BenchmarkDecide) reads every
+// job, allocation and node of the snapshot once, mostly as cache misses:
+// the fields it reads come first in cluster.Job and in a queued entry
+// (256 bytes, whole cache lines), tier, project and pool names are
+// interned when metadata is parsed, and an allocation's node and GPU IDs
+// are its node's own strings (cluster.Store.UpsertAlloc). TestGoldenPlans
 // pins the decisions (testdata/plans.golden), so that a change made for
 // speed cannot change a plan, and checks that engines with and without
 // explanations decide the same.
