@@ -301,6 +301,13 @@ func sortRefs(refs []ref, scratch *[2][]radix.Key) []ref {
 	if len(refs) < 2 {
 		return refs
 	}
+	if len(refs) < 64 {
+		// A few changed allocations (a warm cycle's usual case): a
+		// comparison sort costs less than the radix sort's counting.
+		sorted := slices.Clone(refs)
+		slices.SortFunc(sorted, cmpRef)
+		return sorted
+	}
 	common := len(refs[0].job)
 	for i := 1; i < len(refs) && common > 0; i++ {
 		common = commonPrefix(refs[0].job[:common], refs[i].job)

@@ -125,7 +125,8 @@ func TestSortRefsOrdersAsStrings(t *testing.T) {
 			tail := rapid.SliceOfN(rapid.SampledFrom(alphabet), 0, 20).Draw(t, "tail")
 			return stem + string(tail)
 		})
-		n := rapid.IntRange(0, 40).Draw(t, "refs")
+		// Below 64 refs a comparison sort runs, from 64 the radix sort.
+		n := rapid.IntRange(0, 200).Draw(t, "refs")
 		refs := make([]ref, n)
 		for i := range refs {
 			refs[i] = ref{job: id.Draw(t, "job"), id: id.Draw(t, "alloc"), shard: i}
