@@ -27,9 +27,10 @@ type queueCache struct {
 	queued [][]queued
 	// running: the JobRunning jobs of each shard (for watchGangs).
 	running [][]*cluster.Job
-	// runFacts: the spec facts of every running job with valid metadata
-	// in running (managedFacts reads them by job, not by spec key).
-	runFacts map[*cluster.Job]*specFacts
+	// runFacts: per shard, the spec facts of each job in running (nil:
+	// invalid metadata); managedFacts finds a job's by its shard and
+	// place there (runningFacts), not by spec key.
+	runFacts [][]*specFacts
 	// projs: the distinct projects (indexes) of each shard's jobs with
 	// valid metadata, running or queued.
 	projs [][]int32
@@ -48,6 +49,22 @@ type queueCache struct {
 	// prevLen is the number of valid queued jobs ordered last cycle (their
 	// rank fields index that order).
 	prevLen int
+}
+
+// runningFacts returns the spec facts refreshShard kept for a running
+// job of the job table, and false for a job object the table does not
+// hold (or holds as not running).
+func (qc *queueCache) runningFacts(snap *cluster.Snapshot, j *cluster.Job) (*specFacts, bool) {
+	si := snap.ShardOf(j.ID)
+	if si >= len(qc.running) {
+		return nil, false
+	}
+	for k, rj := range qc.running[si] {
+		if rj == j {
+			return qc.runFacts[si][k], true
+		}
+	}
+	return nil, false
 }
 
 func (qc *queueCache) project(name string) int32 {
@@ -116,34 +133,33 @@ func (c *cycle) specFacts(s *policy.Spec) *specFacts {
 func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	qc := &c.e.queue
 	qc.keys[i] = key
-	n := 0
+	n, r := 0, 0
 	for _, j := range jobs {
-		if j.State == cluster.JobQueued {
+		switch j.State {
+		case cluster.JobQueued:
 			n++
+		case cluster.JobRunning:
+			r++
 		}
 	}
 	q := make([]queued, 0, n)
 	var projs []int32
 	var run []*cluster.Job
-	for _, j := range qc.running[i] {
-		delete(qc.runFacts, j)
+	var runFacts []*specFacts
+	if r > 0 {
+		run, runFacts = make([]*cluster.Job, 0, r), make([]*specFacts, 0, r)
 	}
 	for _, j := range jobs {
-		if j.State == cluster.JobRunning {
-			run = append(run, j)
-		}
 		var f *specFacts
 		if j.SpecErr == nil {
 			f = c.specFacts(&j.Spec)
 			if !slices.Contains(projs, f.proj) {
 				projs = append(projs, f.proj)
 			}
-			if j.State == cluster.JobRunning {
-				if qc.runFacts == nil {
-					qc.runFacts = map[*cluster.Job]*specFacts{}
-				}
-				qc.runFacts[j] = f
-			}
+		}
+		if j.State == cluster.JobRunning {
+			run = append(run, j)
+			runFacts = append(runFacts, f)
 		}
 		if j.State != cluster.JobQueued {
 			continue
@@ -193,6 +209,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	qc.queued[i] = q
 	qc.projs[i] = projs
 	qc.running[i] = run
+	qc.runFacts[i] = runFacts
 }
 
 // qkey is a queued job's sort key, kept in a flat slice of small values
@@ -265,6 +282,7 @@ func (c *cycle) refreshQueue() {
 		qc.queued = make([][]queued, n)
 		qc.projs = make([][]int32, n)
 		qc.running = make([][]*cluster.Job, n)
+		qc.runFacts = make([][]*specFacts, n)
 	}
 	for i := 0; i < n; i++ {
 		if c.snap.JobShardKey(i) != qc.keys[i] {

@@ -123,8 +123,8 @@ func (c *cycle) managedFacts() []*specFacts {
 			continue
 		}
 		c.holderByJob[j] = int32(h)
-		f := c.e.queue.runFacts[j]
-		if f == nil {
+		f, ok := c.e.queue.runningFacts(c.snap, j)
+		if !ok {
 			f = c.specFacts(&j.Spec) // a job object the job table no longer holds
 		}
 		if f.bad == "" {
