@@ -25,7 +25,8 @@ type queueCache struct {
 	keys  []cluster.ShardKey
 	// queued: the JobQueued jobs of each shard (score not filled).
 	queued [][]queued
-	// running: the JobRunning jobs of each shard (for watchGangs).
+	// running: the JobRunning jobs of each shard (for watchGangs and
+	// runningFacts).
 	running [][]*cluster.Job
 	// runFacts: per shard, the spec facts of each job in running (nil:
 	// invalid metadata); managedFacts finds a job's by its shard and
