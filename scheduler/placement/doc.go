@@ -45,9 +45,10 @@
 // shard is unchanged (cluster.ShardKey), so building a State after a few
 // updates redoes only what they touched. Gangs are built from the
 // allocations in (job ID, allocation ID) order; that order is kept
-// across cycles too, and a changed shard's allocations are sorted by a
-// radix sort of the 16 bytes of the job ID after the beginning all IDs
-// share (scheduler/internal/radix) and merged in. A cold cycle (a new
+// across cycles too, and the changed shards' allocations are sorted (by
+// a radix sort of the 16 bytes of the job ID after the beginning all IDs
+// share, scheduler/internal/radix; by comparison when they are few) and
+// merged in. A cold cycle (a new
 // leader's) derives all of it from scratch; the store shares each
 // allocation's node and GPU ID strings with its node, so the GPU masks
 // are found by address.
