@@ -8,8 +8,8 @@ import (
 )
 
 // sortQueue sorts queue keys as cmpQkey orders them, by an LSD radix sort
-// on (total, tie) and a final insertion sort of each run of equal
-// (total, tie) by cmpQueued: for ten thousand jobs a handful of linear
+// on (total, tie) and a final sort of each run of equal (total, tie) by
+// cmpQkey (radix.SortFunc): for ten thousand jobs a handful of linear
 // passes instead of a comparison sort's ~140,000 calls through a function
 // value (the queue was the cycle's largest sort; see package radix).
 // buf holds the sort's scratch arrays, kept for the next cycle. laidOut
@@ -31,27 +31,14 @@ func sortQueue(keys []qkey, buf *radixBuf, laidOut bool) {
 	for i, k := range keys {
 		a[i] = radix.Key{Hi: ^orderedBits(k.total), Lo: k.tie, I: int32(i)}
 	}
-	a = radix.Sort(a, &buf.b)
 	if cap(buf.keys) < len(keys) {
 		buf.keys = make([]qkey, len(keys))
 	}
 	sorted := buf.keys[:len(keys)]
-	for i := range a {
-		sorted[i] = keys[a[i].I]
-	}
+	// Runs of equal (total, tie) are ordered by the jobs themselves.
+	radix.SortFunc(keys, a, &buf.b, sorted, cmpQkey)
 	copy(keys, sorted)
 	clear(sorted) // keep no job alive
-	// Runs of equal (total, tie): ordered by the jobs themselves.
-	for i := 0; i < len(keys); {
-		j := i + 1
-		for j < len(keys) && keys[j].total == keys[i].total && keys[j].tie == keys[i].tie {
-			j++
-		}
-		if j-i > 1 {
-			insertionSortQkeys(keys[i:j])
-		}
-		i = j
-	}
 }
 
 // radixBuf is sortQueue's scratch space.

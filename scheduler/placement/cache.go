@@ -318,21 +318,8 @@ func sortRefs(refs []ref, scratch *[2][]radix.Key) []ref {
 		keys = append(keys, radix.Key{Hi: hi, Lo: lo, I: int32(i)})
 	}
 	scratch[0] = keys
-	sortedKeys := radix.Sort(keys, &scratch[1])
 	sorted := make([]ref, len(refs))
-	for k, key := range sortedKeys {
-		sorted[k] = refs[key.I]
-	}
-	for i := 0; i < len(sorted); {
-		j := i + 1
-		for j < len(sorted) && sortedKeys[j].Hi == sortedKeys[i].Hi && sortedKeys[j].Lo == sortedKeys[i].Lo {
-			j++
-		}
-		if j-i > 1 {
-			slices.SortFunc(sorted[i:j], cmpRef)
-		}
-		i = j
-	}
+	radix.SortFunc(refs, keys, &scratch[1], sorted, cmpRef)
 	return sorted
 }
 

@@ -6,6 +6,8 @@
 // what it sorts to keys and resolves equal keys itself.
 package radix
 
+import "slices"
+
 // Key is a sort key, Hi then Lo, and the index of what it stands for. It
 // holds no pointer: moving keys costs no write barriers.
 type Key struct {
@@ -64,4 +66,28 @@ func Sort(keys []Key, scratch *[]Key) []Key {
 		a, b = b, a
 	}
 	return a
+}
+
+// SortFunc writes items into out in key order: keys[i] is the key of
+// items[i] (its I field i), out is as long as items. Items with equal
+// keys are then ordered by cmp among themselves, so the result is cmp's
+// order wherever the keys order items as cmp does and tie where cmp
+// needs more than the key (the engine's queue: score and tie, then the
+// jobs; placement's gangs: a job-ID prefix, then the IDs). keys and
+// *scratch are the radix sort's (see Sort).
+func SortFunc[T any](items []T, keys []Key, scratch *[]Key, out []T, cmp func(a, b T) int) {
+	sorted := Sort(keys, scratch)
+	for k, key := range sorted {
+		out[k] = items[key.I]
+	}
+	for i := 0; i < len(out); {
+		j := i + 1
+		for j < len(out) && sorted[j].Hi == sorted[i].Hi && sorted[j].Lo == sorted[i].Lo {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(out[i:j], cmp)
+		}
+		i = j
+	}
 }

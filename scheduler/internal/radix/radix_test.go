@@ -44,3 +44,24 @@ func TestSortMatchesStableComparisonSort(t *testing.T) {
 		}
 	})
 }
+
+// SortFunc gives cmp's order when the keys agree with cmp but tie items
+// cmp tells apart: here the key is an item's high byte, cmp the whole
+// item.
+func TestSortFuncResolvesEqualKeysByCmp(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		items := rapid.SliceOfN(rapid.Uint16Range(0, 0x3ff), 0, 300).Draw(t, "items")
+		keys := make([]Key, len(items))
+		for i, it := range items {
+			keys[i] = Key{Lo: uint64(it >> 8), I: int32(i)}
+		}
+		want := slices.Clone(items)
+		slices.Sort(want)
+		got := make([]uint16, len(items))
+		var scratch []Key
+		SortFunc(items, keys, &scratch, got, cmp.Compare[uint16])
+		if !slices.Equal(got, want) {
+			t.Fatalf("SortFunc = %v, want %v", got, want)
+		}
+	})
+}
