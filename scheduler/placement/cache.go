@@ -40,10 +40,19 @@ type Cache struct {
 	refsValid bool
 	// sortKeys: sortRefs' key arrays, kept for the next sort.
 	sortKeys [2][]radix.Key
+	// Buffers sortedRefs reuses: the changed shards' entries (fresh),
+	// their sorted order (sorted), the merge's output (spare: the
+	// buffer of the refs before last), which shards changed.
+	fresh, sorted, spare []ref
+	isChanged            []bool
 	// allocs: the allocation table refs were built from (equal: refs are
-	// current without a look at any shard); jobs: the job table of the
-	// last State, whose entries' jobs are then current too.
-	allocs, jobs cluster.TableKey
+	// current without a look at any shard).
+	allocs cluster.TableKey
+
+	// last is the State New built last, whose memory the next reuses;
+	// gangs is the memory its holders are laid out in.
+	last  *State
+	gangs *gangMem
 }
 
 // nodeTable is what New derives from a node table; shared read-only by
@@ -60,26 +69,31 @@ type allocEnt struct {
 	a    *cluster.Alloc
 	ord  int
 	mask uint64
-	// job is the allocation's job as of job shard jobShard with key
-	// jobKey: reused while that shard is unchanged.
+	// job is the allocation's job as of job table jobsAt, whose shard
+	// jobShard had key jobKey: reused while that table, or that shard of
+	// it, is unchanged.
 	jobShard int
 	jobKey   cluster.ShardKey
+	jobsAt   cluster.TableKey
 	job      *cluster.Job
 	jobKnown bool
 }
 
-// lookupJob returns the allocation's job, from the entry while the job
-// table's shard holding it is unchanged (all of them: jobsSame).
-func (e *allocEnt) lookupJob(snap *cluster.Snapshot, jobsSame bool) *cluster.Job {
-	if e.jobKnown && jobsSame {
+// lookupJob returns the allocation's job (in the snapshot whose job table
+// is jobs), from the entry while the job table it was looked up in is
+// unchanged, or at least the table's shard holding the job. The table is
+// the entry's own, not the last State's: buildGangs looks up only the
+// first allocation of each gang, so an entry may be several tables old.
+func (e *allocEnt) lookupJob(snap *cluster.Snapshot, jobs cluster.TableKey) *cluster.Job {
+	if e.jobKnown && e.jobsAt == jobs {
 		return e.job
 	}
 	key := snap.JobShardKey(e.jobShard)
-	if e.jobKnown && key == e.jobKey {
-		return e.job
+	if !e.jobKnown || key != e.jobKey {
+		e.job, _ = snap.Job(e.a.JobID)
+		e.jobKey, e.jobKnown = key, true
 	}
-	e.job, _ = snap.Job(e.a.JobID)
-	e.jobKey, e.jobKnown = key, true
+	e.jobsAt = jobs
 	return e.job
 }
 
@@ -125,7 +139,7 @@ func (b *gpuBits) bit(id string) uint64 {
 
 // NewCache returns an empty cache.
 func NewCache() *Cache {
-	return &Cache{nodes: map[*cluster.Node]*nodeStatic{}}
+	return &Cache{nodes: map[*cluster.Node]*nodeStatic{}, gangs: &gangMem{}}
 }
 
 func (c *Cache) node(n *cluster.Node) *nodeStatic {
@@ -290,23 +304,20 @@ func cmpRef(x, y ref) int {
 	return strings.Compare(x.id, y.id)
 }
 
-// sortRefs returns refs sorted in ref order (a new slice; refs keeps its
-// order). Job IDs mostly share a beginning
+// sortRefs returns refs sorted in ref order: fewer than 64 sorted in
+// place by comparison (inPlace), more into *out (grown as needed; refs
+// keeps its order). Job IDs mostly share a beginning
 // (every key starts with its namespace, "default/"), so the keys sorted
 // are the 16 bytes after the beginning all share, radix-sorted; refs
 // equal in them (allocations of one job, IDs equal that far) are then
 // ordered by cmpRef. Most of the work is a few linear passes over small
 // keys, not comparisons of strings scattered in memory.
-func sortRefs(refs []ref, scratch *[2][]radix.Key) []ref {
-	if len(refs) < 2 {
-		return refs
-	}
+func sortRefs(refs []ref, scratch *[2][]radix.Key, out *[]ref) (sorted []ref, inPlace bool) {
 	if len(refs) < 64 {
 		// A few changed allocations (a warm cycle's usual case): a
 		// comparison sort costs less than the radix sort's counting.
-		sorted := slices.Clone(refs)
-		slices.SortFunc(sorted, cmpRef)
-		return sorted
+		slices.SortFunc(refs, cmpRef)
+		return refs, true
 	}
 	common := len(refs[0].job)
 	for i := 1; i < len(refs) && common > 0; i++ {
@@ -318,9 +329,9 @@ func sortRefs(refs []ref, scratch *[2][]radix.Key) []ref {
 		keys = append(keys, radix.Key{Hi: hi, Lo: lo, I: int32(i)})
 	}
 	scratch[0] = keys
-	sorted := make([]ref, len(refs))
-	radix.SortFunc(refs, keys, &scratch[1], sorted, cmpRef)
-	return sorted
+	*out = resized(*out, len(refs))
+	radix.SortFunc(refs, keys, &scratch[1], *out, cmpRef)
+	return *out, false
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.
@@ -369,14 +380,17 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 	if len(changed) == 0 {
 		return c.refs
 	}
-	isChanged := make([]bool, n)
+	c.isChanged = resized(c.isChanged, n)
 	nFresh := 0
 	for _, si := range changed {
 		nFresh += len(c.shards[si])
 	}
-	fresh := make([]ref, 0, nFresh)
+	fresh := c.fresh[:0]
+	if cap(fresh) < nFresh {
+		fresh = make([]ref, 0, nFresh)
+	}
 	for _, si := range changed {
-		isChanged[si] = true
+		c.isChanged[si] = true
 		ents := c.shards[si]
 		for k := range ents {
 			e := &ents[k]
@@ -384,26 +398,37 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 		}
 		c.refKeys[si] = c.shardKeys[si]
 	}
-	fresh = sortRefs(fresh, &c.sortKeys)
+	c.fresh = fresh
+	sorted, inPlace := sortRefs(fresh, &c.sortKeys, &c.sorted)
 	if len(c.refs) == 0 {
 		// Nothing kept to merge with (the first State, or every
-		// allocation changed).
-		c.refs, c.refsValid = fresh, true
-		return fresh
+		// allocation changed): the sorted buffer becomes refs, and the
+		// old refs' buffer takes its place.
+		if inPlace {
+			c.fresh = c.refs[:0]
+		} else {
+			c.sorted = c.refs[:0]
+		}
+		c.refs, c.refsValid = sorted, true
+		return sorted
 	}
-	out := make([]ref, 0, snap.NumAllocs())
+	out := c.spare[:0]
+	if cap(out) < snap.NumAllocs() {
+		out = make([]ref, 0, snap.NumAllocs())
+	}
 	i := 0
 	for _, r := range c.refs {
-		if isChanged[r.shard] {
+		if c.isChanged[r.shard] {
 			continue
 		}
-		for i < len(fresh) && cmpRef(fresh[i], r) < 0 {
-			out = append(out, fresh[i])
+		for i < len(sorted) && cmpRef(sorted[i], r) < 0 {
+			out = append(out, sorted[i])
 			i++
 		}
 		out = append(out, r)
 	}
-	out = append(out, fresh[i:]...)
+	out = append(out, sorted[i:]...)
+	c.spare = c.refs[:0]
 	c.refs, c.refsValid = out, true
 	return out
 }

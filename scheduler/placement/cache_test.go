@@ -97,10 +97,35 @@ func TestCacheReuseMatchesFresh(t *testing.T) {
 				t.Fatalf("step %d: gangs with a reused cache %+v, fresh %+v", step, holdersOf(got), holdersOf(want))
 			}
 			for _, pool := range []string{"", "a", "b"} {
-				if got.FreeGPUs(pool) != want.FreeGPUs(pool) {
-					t.Fatalf("step %d: pool %q free %d with a reused cache, %d fresh", step, pool, got.FreeGPUs(pool), want.FreeGPUs(pool))
+				if got.FreeGPUs(pool) != want.FreeGPUs(pool) || got.ReservedFreeGPUs(pool) != want.ReservedFreeGPUs(pool) {
+					t.Fatalf("step %d: pool %q free %d (reserved %d) with a reused cache, %d (%d) fresh", step, pool,
+						got.FreeGPUs(pool), got.ReservedFreeGPUs(pool), want.FreeGPUs(pool), want.ReservedFreeGPUs(pool))
 				}
 			}
+			// The cycle then works in the State (takes, reservations,
+			// releases, some rolled back, some kept): the next State the
+			// cache builds in the same memory must not inherit any of it.
+			for range rapid.IntRange(0, 6).Draw(t, "ops") {
+				if got.NumNodes() == 0 {
+					break
+				}
+				sl := Slot{Node: rapid.IntRange(0, got.NumNodes()-1).Draw(t, "op node"), Mask: uint64(rapid.IntRange(1, 15).Draw(t, "op mask"))}
+				cp := got.Checkpoint()
+				switch rapid.IntRange(0, 2).Draw(t, "op") {
+				case 0:
+					got.Take(sl)
+				case 1:
+					got.Reserve(sl)
+				case 2:
+					if len(got.Holders()) > 0 {
+						got.ReleaseHolder(rapid.IntRange(0, len(got.Holders())-1).Draw(t, "op holder"))
+					}
+				}
+				if rapid.Bool().Draw(t, "rollback") {
+					got.Rollback(cp)
+				}
+			}
+			got.Commit()
 		}
 	})
 }
@@ -134,7 +159,8 @@ func TestSortRefsOrdersAsStrings(t *testing.T) {
 		want := slices.Clone(refs)
 		slices.SortStableFunc(want, cmpRef)
 		var scratch [2][]radix.Key
-		got := sortRefs(slices.Clone(refs), &scratch)
+		var out []ref
+		got, _ := sortRefs(slices.Clone(refs), &scratch, &out)
 		for i := range want {
 			if cmpRef(got[i], want[i]) != 0 {
 				t.Fatalf("position %d: %q/%q, want %q/%q", i, got[i].job, got[i].id, want[i].job, want[i].id)

@@ -68,10 +68,19 @@ type index struct {
 }
 
 func newIndex(n int) *index {
-	ix := &index{pos: make([]int32, n), count: make([]int8, n)}
+	return (&index{}).reset(n)
+}
+
+// reset empties the index for n nodes, in its own memory where it fits.
+func (ix *index) reset(n int) *index {
+	for i := range ix.buckets {
+		ix.buckets[i] = ix.buckets[i][:0]
+	}
+	ix.pos, ix.count = resized(ix.pos, n), resized(ix.count, n)
 	for i := range ix.pos {
 		ix.pos[i] = -1
 	}
+	ix.free, ix.nodes, ix.total = 0, 0, 0
 	return ix
 }
 
@@ -129,18 +138,19 @@ type State struct {
 // New builds the state of a snapshot: nodes sorted by ID, running
 // allocations grouped into gangs. stopping reports allocations to treat as
 // being stopped (besides those marked Stopping in the snapshot); it may be
-// nil. cache may be nil (nothing is memoized).
+// nil. cache may be nil (nothing is memoized). A State built with a cache
+// reuses the memory of the one the cache built before, so it is valid only
+// until the next New with that cache: an engine builds one per cycle and
+// keeps nothing of it past the cycle.
 func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cache) *State {
 	if cache == nil {
 		cache = NewCache()
 	}
 	t := cache.nodeTable(snap)
-	s := newState(t)
+	s := newState(t, cache.last)
+	cache.last = s
 	refs := cache.sortedRefs(snap, t)
-	jobs := snap.JobsKey()
-	jobsSame := jobs == cache.jobs
-	cache.jobs = jobs
-	s.buildGangs(snap, refs, jobsSame)
+	s.buildGangs(snap, refs, cache.gangs)
 	s.claimGangs(stopping)
 	for i := range s.nodes {
 		ns := &s.nodes[i]
@@ -157,16 +167,27 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 	return s
 }
 
-// newState is a state of the node table with nothing used yet.
-func newState(t *nodeTable) *State {
+// newState is a state of the node table with nothing used yet, in the
+// memory of old (nil: fresh memory), which must no longer be in use.
+func newState(t *nodeTable, old *State) *State {
 	nodes := t.nodes
 	s := &State{
-		nodes:         make([]nodeState, len(nodes)),
-		byID:          t.byID,
-		all:           newIndex(len(nodes)),
-		pools:         map[string]*index{},
-		isReservedSet: make([]bool, len(nodes)),
-		ignoredGPUs:   t.ignored,
+		byID:        t.byID,
+		pools:       map[string]*index{},
+		ignoredGPUs: t.ignored,
+	}
+	var oldPools map[string]*index
+	if old != nil {
+		s.nodes = resized(old.nodes, len(nodes))
+		s.isReservedSet = resized(old.isReservedSet, len(nodes))
+		s.all = old.all.reset(len(nodes))
+		s.journal, s.reservedNodes = old.journal[:0], old.reservedNodes[:0]
+		s.holders = old.holders[:0]
+		oldPools = old.pools
+	} else {
+		s.nodes = make([]nodeState, len(nodes))
+		s.isReservedSet = make([]bool, len(nodes))
+		s.all = newIndex(len(nodes))
 	}
 	for i, n := range nodes {
 		ns := &s.nodes[i]
@@ -178,13 +199,27 @@ func newState(t *nodeTable) *State {
 		ns.groups, ns.groupNames, ns.spanning, ns.ids = st.groups, st.groupNames, st.spanning, &st.ids
 		pix := s.pools[n.Pool]
 		if pix == nil {
-			pix = newIndex(len(nodes))
+			if pix = oldPools[n.Pool]; pix != nil {
+				pix.reset(len(nodes))
+			} else {
+				pix = newIndex(len(nodes))
+			}
 			s.pools[n.Pool] = pix
 		}
 		pix.total++
 		s.all.total++
 	}
 	return s
+}
+
+// resized is buf with n zero values, reallocated only when too small.
+func resized[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	buf = buf[:n]
+	clear(buf)
+	return buf
 }
 
 // buildGangs makes the holders: every allocation sorted by job ID then
@@ -194,32 +229,47 @@ func newState(t *nodeTable) *State {
 // per gang). Each node's holder list gets a window of one more array, as
 // long as the node's allocations (at most one holder each), so that
 // claimGangs never allocates.
-func (s *State) buildGangs(snap *cluster.Snapshot, refs []ref, jobsSame bool) {
-	allocs := make([]*cluster.Alloc, len(refs))
-	slots := make([]Slot, len(refs))
-	perNode := make([]int32, len(s.nodes))
+func (s *State) buildGangs(snap *cluster.Snapshot, refs []ref, m *gangMem) {
+	jobs := snap.JobsKey()
+	m.allocs = resized(m.allocs, len(refs))
+	m.slots = resized(m.slots, len(refs))
+	m.perNode = resized(m.perNode, len(s.nodes))
+	allocs, slots, perNode := m.allocs, m.slots, m.perNode
 	for i := range refs {
 		// The allocation's whole mask for now; claimGangs reduces it to
 		// the GPUs no earlier gang claimed.
 		allocs[i], slots[i] = refs[i].e.a, Slot{Node: refs[i].e.ord, Mask: refs[i].e.mask}
 		perNode[refs[i].e.ord]++
 	}
-	onNodes := make([]int, len(refs))
+	m.onNodes = resized(m.onNodes, len(refs))
+	onNodes := m.onNodes
 	off := 0
 	for i := range s.nodes {
 		n := int(perNode[i])
 		s.nodes[i].holders = onNodes[off : off : off+n]
 		off += n
 	}
-	s.holders = make([]Holder, 0, len(refs))
+	if cap(s.holders) < len(refs) {
+		s.holders = make([]Holder, 0, len(refs))
+	}
 	for i := 0; i < len(refs); {
 		j := i + 1
 		for j < len(refs) && refs[j].job == refs[i].job {
 			j++
 		}
-		s.holders = append(s.holders, Holder{JobID: refs[i].job, Job: refs[i].e.lookupJob(snap, jobsSame), Allocs: allocs[i:j:j], Slots: slots[i:j:j]})
+		s.holders = append(s.holders, Holder{JobID: refs[i].job, Job: refs[i].e.lookupJob(snap, jobs), Allocs: allocs[i:j:j], Slots: slots[i:j:j]})
 		i = j
 	}
+	clear(s.holders[len(s.holders):cap(s.holders)]) // drop the last State's references for the GC
+}
+
+// gangMem is the memory buildGangs lays the holders out in, kept by the
+// Cache for the next State.
+type gangMem struct {
+	allocs  []*cluster.Alloc
+	slots   []Slot
+	perNode []int32
+	onNodes []int
 }
 
 // claimGangs marks the holders' GPUs used, in holder order: a GPU claimed
