@@ -413,7 +413,7 @@ func (s *Snapshot) AllocShard(i int) (ShardKey, []*Alloc) {
 }
 
 // JobShardKey is JobShard's key alone, read without touching the shard
-// (one array read): what a consumer compares before it needs the jobs.
+// (two array reads): what a consumer compares before it needs the jobs.
 func (s *Snapshot) JobShardKey(i int) ShardKey { return ShardKey{jobs: s.jobs.at(i)} }
 
 // AllocShardKey is AllocShard's key alone (see JobShardKey).
@@ -421,13 +421,13 @@ func (s *Snapshot) AllocShardKey(i int) ShardKey { return ShardKey{allocs: s.all
 
 // TableKey identifies a whole table of a snapshot (JobsKey, AllocsKey):
 // equal keys, every shard equal. The store hands a new snapshot the last
-// one's shard array when nothing changed since, so a consumer that kept
+// one's shard table when nothing changed since, so a consumer that kept
 // what it derived from a table skips the table without comparing its
 // 1,024 shard keys. Unequal keys say nothing: compare the shards then.
 // The zero TableKey equals no snapshot's with a table.
 type TableKey struct {
-	jobs   *[shardCount]*shard[*Job]
-	allocs *[shardCount]*shard[*Alloc]
+	jobs   *table[*Job]
+	allocs *table[*Alloc]
 }
 
 // JobsKey is the job table's key (see TableKey).
@@ -447,7 +447,7 @@ func (s *Snapshot) NodesKey() NodesKey {
 
 // NodesKey is the identity of a node table (see Snapshot.NodesKey).
 type NodesKey struct {
-	p *[shardCount]*shard[*Node]
+	p *table[*Node]
 }
 
 // Equal reports whether two node tables hold the same nodes.

@@ -153,7 +153,13 @@ func TestStoreMatchesModel(t *testing.T) {
 			state map[string]*Alloc
 		}
 		var snaps []taken
-		ids := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"})
+		// Enough IDs that some share a shard group (32 shards each) and
+		// some a shard, few enough that deletes mostly hit.
+		var names []string
+		for i := range 60 {
+			names = append(names, fmt.Sprintf("a%d", i))
+		}
+		ids := rapid.SampledFrom(names)
 		jobs := rapid.SampledFrom([]string{"j1", "j2", "j3"})
 		for i := range rapid.IntRange(1, 200).Draw(t, "ops") {
 			switch rapid.IntRange(0, 2).Draw(t, fmt.Sprint("op", i)) {
