@@ -7,8 +7,8 @@
 // event stream or from the simulator) and hands out immutable Snapshots.
 // Snapshots are what the engine decides on: a cycle never sees a half-applied
 // update, and deciding never blocks updates. Tables are copy-on-write and
-// sharded, so a snapshot costs O(1) and an update after it copies one small
-// shard, not the table. A shard's key (JobShard, AllocShard, NodesKey)
+// sharded (1,024 shards in 32 groups), so a snapshot costs O(1) and an
+// update after it copies one small shard and its group, not the table. A shard's key (JobShard, AllocShard, NodesKey)
 // changes exactly when the shard does, so consumers can keep what they
 // derive per shard from one cycle to the next and redo only changed shards;
 // a table's key (JobsKey, AllocsKey) is unchanged while no shard of it
