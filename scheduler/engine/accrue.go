@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
@@ -35,7 +36,7 @@ func (c *cycle) accrue(holders []placement.Holder, facts []*specFacts) {
 	// summed per project index (whole[p]); the others (started within
 	// it, finished) are listed as they come, and both are merged in one
 	// sorted list of intervals.
-	whole := reuse(&e.scratch.whole, len(qc.projNames))
+	whole := buffer.Zeroed(&e.scratch.whole, len(qc.projNames))
 	var parts []charge
 	add := func(proj int32, gpus int, start, end time.Time) {
 		from := last

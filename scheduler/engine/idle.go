@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
@@ -351,7 +352,7 @@ func (c *cycle) mayPreempt(by, victim string) bool {
 // action's reclaims, and returns the states by holder for assessHolders.
 func (c *cycle) judgeRunning(facts []*specFacts) []idleState {
 	holders := c.st.Holders()
-	states := reuse(&c.e.scratch.states, len(holders))
+	states := buffer.Zeroed(&c.e.scratch.states, len(holders))
 	if c.explain && len(holders) > 0 {
 		c.plan.Running = make([]RunningJob, 0, len(holders))
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -316,7 +317,7 @@ func (c *cycle) buildQueue() []*queued {
 	// insertion sort then mostly confirms runs already in order (a long
 	// queue's radix sort costs the same either way; see sortQueue).
 	prev := qc.prevLen
-	keys := reuse(&c.e.scratch.keys, total+prev)[:prev]
+	keys := buffer.Zeroed(&c.e.scratch.keys, total+prev)[:prev]
 	var parked []*queued
 	packed := true
 	for i := range qc.queued {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 )
 
@@ -161,7 +162,7 @@ type endOrder struct {
 
 func (c *cycle) holdersByEnd() *endOrder {
 	holders := c.st.Holders()
-	o := &endOrder{holders: holders, heap: reuse(&c.e.scratch.ends, len(holders))}
+	o := &endOrder{holders: holders, heap: buffer.Zeroed(&c.e.scratch.ends, len(holders))}
 	for i := range holders {
 		end := c.expectedEnd(&holders[i])
 		o.heap[i] = endKey{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}

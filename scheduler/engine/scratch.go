@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/impact-sched/nomad-impact/scheduler/cluster"
+import (
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
+)
 
 // scratch is memory a cycle fills and drops: the per-holder tables and
 // the queue's sort keys. It is kept on the engine so that each cycle
@@ -21,24 +24,13 @@ type scratch struct {
 	holderProj []int32
 }
 
-// reuse returns buf resized to n zero values, reallocated only when it
-// is too small.
-func reuse[T any](buf *[]T, n int) []T {
-	if cap(*buf) < n {
-		*buf = make([]T, n)
-	}
-	s := (*buf)[:n]
-	clear(s)
-	return s
-}
-
 // addProjectGPUs charges gpus to project index p (for quotas).
 func (c *cycle) addProjectGPUs(p int32, gpus int) {
 	if p < 0 {
 		return
 	}
 	if c.projectGPUs == nil {
-		c.projectGPUs = reuse(&c.e.scratch.projGPUs, len(c.e.queue.projNames))
+		c.projectGPUs = buffer.Zeroed(&c.e.scratch.projGPUs, len(c.e.queue.projNames))
 	}
 	c.projectGPUs = growTo(&c.e.scratch.projGPUs, c.projectGPUs, int(p)+1)
 	c.projectGPUs[p] += gpus

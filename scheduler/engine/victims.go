@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
@@ -46,7 +47,7 @@ type youngHolder struct {
 // works out, once per cycle, which may be victims and at what cost.
 func (c *cycle) assessHolders(facts []*specFacts) {
 	holders := c.st.Holders()
-	c.victims = reuse(&c.e.scratch.victims, len(holders))
+	c.victims = buffer.Zeroed(&c.e.scratch.victims, len(holders))
 	idle := c.judgeRunning(facts)
 	for h := range holders {
 		hd := &holders[h]
@@ -105,13 +106,13 @@ func (c *cycle) assessHolders(facts []*specFacts) {
 // per cycle for the steps that judge running gangs.
 func (c *cycle) managedFacts() []*specFacts {
 	holders := c.st.Holders()
-	facts := reuse(&c.e.scratch.facts, len(holders))
+	facts := buffer.Zeroed(&c.e.scratch.facts, len(holders))
 	if c.e.scratch.holderByJob == nil {
 		c.e.scratch.holderByJob = make(map[*cluster.Job]int32, len(holders))
 	}
 	clear(c.e.scratch.holderByJob)
 	c.holderByJob = c.e.scratch.holderByJob
-	c.holderProj = reuse(&c.e.scratch.holderProj, len(holders))
+	c.holderProj = buffer.Zeroed(&c.e.scratch.holderProj, len(holders))
 	for h := range holders {
 		j := holders[h].Job
 		c.holderProj[h] = -1

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/radix"
 )
 
@@ -49,10 +50,8 @@ type Cache struct {
 	// current without a look at any shard).
 	allocs cluster.TableKey
 
-	// last is the State New built last, whose memory the next reuses;
-	// gangs is the memory its holders are laid out in.
-	last  *State
-	gangs *gangMem
+	// last is the State New built last, whose memory the next reuses.
+	last *State
 }
 
 // nodeTable is what New derives from a node table; shared read-only by
@@ -139,7 +138,7 @@ func (b *gpuBits) bit(id string) uint64 {
 
 // NewCache returns an empty cache.
 func NewCache() *Cache {
-	return &Cache{nodes: map[*cluster.Node]*nodeStatic{}, gangs: &gangMem{}}
+	return &Cache{nodes: map[*cluster.Node]*nodeStatic{}}
 }
 
 func (c *Cache) node(n *cluster.Node) *nodeStatic {
@@ -329,9 +328,9 @@ func sortRefs(refs []ref, scratch *[2][]radix.Key, out *[]ref) (sorted []ref, in
 		keys = append(keys, radix.Key{Hi: hi, Lo: lo, I: int32(i)})
 	}
 	scratch[0] = keys
-	*out = resized(*out, len(refs))
-	radix.SortFunc(refs, keys, &scratch[1], *out, cmpRef)
-	return *out, false
+	sorted = buffer.Zeroed(out, len(refs))
+	radix.SortFunc(refs, keys, &scratch[1], sorted, cmpRef)
+	return sorted, false
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.
@@ -380,7 +379,7 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 	if len(changed) == 0 {
 		return c.refs
 	}
-	c.isChanged = resized(c.isChanged, n)
+	isChanged := buffer.Zeroed(&c.isChanged, n)
 	nFresh := 0
 	for _, si := range changed {
 		nFresh += len(c.shards[si])
@@ -390,7 +389,7 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 		fresh = make([]ref, 0, nFresh)
 	}
 	for _, si := range changed {
-		c.isChanged[si] = true
+		isChanged[si] = true
 		ents := c.shards[si]
 		for k := range ents {
 			e := &ents[k]
@@ -418,7 +417,7 @@ func (c *Cache) sortedRefs(snap *cluster.Snapshot, t *nodeTable) []ref {
 	}
 	i := 0
 	for _, r := range c.refs {
-		if c.isChanged[r.shard] {
+		if isChanged[r.shard] {
 			continue
 		}
 		for i < len(sorted) && cmpRef(sorted[i], r) < 0 {

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 )
 
 // Slot is one allocation's GPUs on one node: the node's ordinal in the
@@ -76,7 +77,7 @@ func (ix *index) reset(n int) *index {
 	for i := range ix.buckets {
 		ix.buckets[i] = ix.buckets[i][:0]
 	}
-	ix.pos, ix.count = resized(ix.pos, n), resized(ix.count, n)
+	ix.pos, ix.count = buffer.Zeroed(&ix.pos, n), buffer.Zeroed(&ix.count, n)
 	for i := range ix.pos {
 		ix.pos[i] = -1
 	}
@@ -133,6 +134,8 @@ type State struct {
 	// only writer of reserved GPUs): a long queue asks it once per job.
 	reservedFree int
 	ignoredGPUs  int
+	// gangs is the memory of holders' windows (buildGangs).
+	gangs gangMem
 }
 
 // New builds the state of a snapshot: nodes sorted by ID, running
@@ -150,7 +153,7 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 	s := newState(t, cache.last)
 	cache.last = s
 	refs := cache.sortedRefs(snap, t)
-	s.buildGangs(snap, refs, cache.gangs)
+	s.buildGangs(snap, refs)
 	s.claimGangs(stopping)
 	for i := range s.nodes {
 		ns := &s.nodes[i]
@@ -178,11 +181,11 @@ func newState(t *nodeTable, old *State) *State {
 	}
 	var oldPools map[string]*index
 	if old != nil {
-		s.nodes = resized(old.nodes, len(nodes))
-		s.isReservedSet = resized(old.isReservedSet, len(nodes))
+		s.nodes = buffer.Zeroed(&old.nodes, len(nodes))
+		s.isReservedSet = buffer.Zeroed(&old.isReservedSet, len(nodes))
 		s.all = old.all.reset(len(nodes))
 		s.journal, s.reservedNodes = old.journal[:0], old.reservedNodes[:0]
-		s.holders = old.holders[:0]
+		s.holders, s.gangs = old.holders[:0], old.gangs
 		oldPools = old.pools
 	} else {
 		s.nodes = make([]nodeState, len(nodes))
@@ -212,16 +215,6 @@ func newState(t *nodeTable, old *State) *State {
 	return s
 }
 
-// resized is buf with n zero values, reallocated only when too small.
-func resized[T any](buf []T, n int) []T {
-	if cap(buf) < n {
-		return make([]T, n)
-	}
-	buf = buf[:n]
-	clear(buf)
-	return buf
-}
-
 // buildGangs makes the holders: every allocation sorted by job ID then
 // allocation ID (refs, so that the result does not depend on the
 // snapshot's iteration order), each job's run of them one holder, its
@@ -229,20 +222,19 @@ func resized[T any](buf []T, n int) []T {
 // per gang). Each node's holder list gets a window of one more array, as
 // long as the node's allocations (at most one holder each), so that
 // claimGangs never allocates.
-func (s *State) buildGangs(snap *cluster.Snapshot, refs []ref, m *gangMem) {
+func (s *State) buildGangs(snap *cluster.Snapshot, refs []ref) {
 	jobs := snap.JobsKey()
-	m.allocs = resized(m.allocs, len(refs))
-	m.slots = resized(m.slots, len(refs))
-	m.perNode = resized(m.perNode, len(s.nodes))
-	allocs, slots, perNode := m.allocs, m.slots, m.perNode
+	m := &s.gangs
+	allocs := buffer.Zeroed(&m.allocs, len(refs))
+	slots := buffer.Zeroed(&m.slots, len(refs))
+	perNode := buffer.Zeroed(&m.perNode, len(s.nodes))
 	for i := range refs {
 		// The allocation's whole mask for now; claimGangs reduces it to
 		// the GPUs no earlier gang claimed.
 		allocs[i], slots[i] = refs[i].e.a, Slot{Node: refs[i].e.ord, Mask: refs[i].e.mask}
 		perNode[refs[i].e.ord]++
 	}
-	m.onNodes = resized(m.onNodes, len(refs))
-	onNodes := m.onNodes
+	onNodes := buffer.Zeroed(&m.onNodes, len(refs))
 	off := 0
 	for i := range s.nodes {
 		n := int(perNode[i])
@@ -263,8 +255,9 @@ func (s *State) buildGangs(snap *cluster.Snapshot, refs []ref, m *gangMem) {
 	clear(s.holders[len(s.holders):cap(s.holders)]) // drop the last State's references for the GC
 }
 
-// gangMem is the memory buildGangs lays the holders out in, kept by the
-// Cache for the next State.
+// gangMem is the memory buildGangs lays the holders out in: their Allocs
+// and Slots are windows of allocs and slots, each node's holder list one
+// of onNodes.
 type gangMem struct {
 	allocs  []*cluster.Alloc
 	slots   []Slot
