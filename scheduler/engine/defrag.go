@@ -52,6 +52,7 @@ func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 	if cl.gpus == 0 {
 		return false
 	}
+	c.plan.CostsWeighed = true // from here on the victims' costs decide
 	gain := q.impact * float64(q.gpus) * c.pol.DefragmentGainHorizon().Hours()
 	if gain <= cl.minPerGPU { // even the cheapest GPU to move costs more
 		if c.explain {

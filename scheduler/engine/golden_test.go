@@ -402,6 +402,9 @@ func runGoldenCase(t *testing.T, gc goldenCase, out *bytes.Buffer) {
 		if a, b := renderDecisions(p), renderDecisions(q); a != b {
 			t.Fatalf("%s cycle %d: decisions differ without explanations:\n%s", gc.name, cycle, firstDiff(a, b))
 		}
+		if p.CostsWeighed != q.CostsWeighed {
+			t.Fatalf("%s cycle %d: costs weighed %v with explanations, %v without", gc.name, cycle, p.CostsWeighed, q.CostsWeighed)
+		}
 		fmt.Fprintf(out, "=== %s seed %d cycle %d at %s: %d nodes, %d jobs, %d allocations\n",
 			gc.name, gc.seed, cycle, now.Format(time.RFC3339), snap.NumNodes(), snap.NumJobs(), snap.NumAllocs())
 		out.WriteString(renderDecisions(p))

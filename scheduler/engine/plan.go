@@ -37,6 +37,15 @@ type Plan struct {
 	// Running is the utilisation view of every running managed job, by
 	// job ID (filled only with explanations on).
 	Running []RunningJob `json:"running,omitempty"`
+	// CostsWeighed: some job's preemption or move got as far as weighing
+	// what stopping its victims costs (the cheapest candidate per GPU
+	// against its gain, then the victims found and the lost-work budget).
+	// Only then can a victim's cost matter to the plan: with it false,
+	// a running gang's new checkpoint (which lowers that cost) or a
+	// preemption leaving the budget's hour would leave the next plan as
+	// this one, all else equal. The simulator skips such cycles. Not sent
+	// on the wire: it says how the plan was reached, not what it is.
+	CostsWeighed bool `json:"-"`
 }
 
 // Admission starts one job: every group with GPUs is fully placed.

@@ -216,6 +216,7 @@ func (c *cycle) preemptable(q *queued, exp *Explanation) (*candList, float64, bo
 	if c.st.FreeGPUs(q.pool)+cl.gpus < q.gpus {
 		return nil, 0, false
 	}
+	c.plan.CostsWeighed = true // from here on the victims' costs decide
 	gain := q.impact * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
 	if short := q.gpus - c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
 		if c.explain {

@@ -61,7 +61,7 @@ type Scheduler struct {
 	// ckpts holds the next checkpoint of every running preemptible job,
 	// earliest first, so a cycle visits only the jobs that checkpointed
 	// since the last one instead of every running job.
-	ckpts ckptHeap
+	ckpts runHeap
 
 	// Quiet ticks (see quiet): the time of the last look (a decision or
 	// an idle check; -1: none), whether the model changed since, and the
@@ -71,10 +71,14 @@ type Scheduler struct {
 	changed  bool
 	wakeAt   int64
 	preempts []int64 // times of this run's preemption orders, oldest first
+	// weighed: the last look's plan weighed its victims' costs
+	// (engine.Plan.CostsWeighed; false after an idle check, which proves
+	// no waiting job may preempt or move anyone).
+	weighed bool
 	// youngUntil: when the runs started so far pass their minimum
 	// runtime (preemptible ones, with preemption on), earliest first. A
-	// run that ended before is left in: it only costs one decision.
-	youngUntil int64Heap
+	// run that ended before is left in: wakeMatters skips it.
+	youngUntil runHeap
 	// Refresh bounds how long ticks with nothing changed are skipped
 	// (seconds; 0: never skipped), see quiet.
 	Refresh int64
@@ -99,38 +103,26 @@ func (s *Scheduler) nextCkpt(ri *runInfo) int64 {
 	return ri.job.ExpectedEnd(s.model) - (ri.job.Duration - ri.job.Saved) + s.model.CheckpointInterval
 }
 
-type ckptEntry struct {
+type runAt struct {
 	t  int64
 	ri *runInfo
 }
 
-// ckptHeap is a min-heap by time, then job index (deterministic order).
-type ckptHeap []ckptEntry
+// runHeap holds runs by a time of theirs (the next checkpoint, the end
+// of the minimum runtime): a min-heap by time, then job index
+// (deterministic order).
+type runHeap []runAt
 
-func (h ckptHeap) Len() int { return len(h) }
-func (h ckptHeap) Less(a, b int) bool {
+func (h runHeap) Len() int { return len(h) }
+func (h runHeap) Less(a, b int) bool {
 	if h[a].t != h[b].t {
 		return h[a].t < h[b].t
 	}
 	return h[a].ri.job.Index < h[b].ri.job.Index
 }
-func (h ckptHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *ckptHeap) Push(x any)   { *h = append(*h, x.(ckptEntry)) }
-func (h *ckptHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
-// int64Heap is a min-heap of times.
-type int64Heap []int64
-
-func (h int64Heap) Len() int           { return len(h) }
-func (h int64Heap) Less(a, b int) bool { return h[a] < h[b] }
-func (h int64Heap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
-func (h *int64Heap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *int64Heap) Pop() any {
+func (h runHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *runHeap) Push(x any)   { *h = append(*h, x.(runAt)) }
+func (h *runHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]
 	*h = old[:len(old)-1]
@@ -141,7 +133,7 @@ func (h *int64Heap) Pop() any {
 // Only those: the engine reads a checkpoint only to price a job as a victim.
 func (s *Scheduler) watchCkpt(ri *runInfo) {
 	if s.model.CheckpointInterval > 0 && ri.job.IsPreemptible {
-		heap.Push(&s.ckpts, ckptEntry{t: s.nextCkpt(ri), ri: ri})
+		heap.Push(&s.ckpts, runAt{t: s.nextCkpt(ri), ri: ri})
 	}
 }
 
@@ -353,7 +345,7 @@ func (s *Scheduler) started(c sim.Change) error {
 	if j.State == sim.Running {
 		s.watchCkpt(ri)
 		if s.pol.Preemption.Enabled && j.IsPreemptible {
-			heap.Push(&s.youngUntil, c.At+int64(s.pol.MinRuntime(s.spec(j))/time.Second))
+			heap.Push(&s.youngUntil, runAt{t: c.At + int64(s.pol.MinRuntime(s.spec(j))/time.Second), ri: ri})
 		}
 	}
 	return s.upsertAllocs(ri.allocs)
@@ -366,15 +358,15 @@ func (s *Scheduler) started(c sim.Change) error {
 func (s *Scheduler) applyCheckpoints(st *sim.State, now int64) error {
 	var v victimTiers
 	for len(s.ckpts) > 0 && s.ckpts[0].t <= now {
-		ri := heap.Pop(&s.ckpts).(ckptEntry).ri
+		ri := heap.Pop(&s.ckpts).(runAt).ri
 		j := ri.job
 		if s.running[j.Index] != ri || j.State != sim.Running {
 			continue
 		}
 		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {
-			// A victim's cost fell: that can change the plan only if some
-			// waiting job may preempt it.
-			s.changed = s.changed || v.mayPreempt(s, st, j)
+			// A victim's cost fell: that can change the plan only if the
+			// last one weighed costs and some waiting job may preempt it.
+			s.changed = s.changed || s.weighed && v.mayPreempt(s, st, j)
 			ri.ckpt = ck
 			ri.allocs = restamp(ri.allocs, ck, false)
 			if err := s.upsertAllocs(ri.allocs); err != nil {
@@ -383,7 +375,7 @@ func (s *Scheduler) applyCheckpoints(st *sim.State, now int64) error {
 		}
 		// Always later than now, so this loop ends even if the model and
 		// nextCkpt ever disagreed.
-		heap.Push(&s.ckpts, ckptEntry{t: max(s.nextCkpt(ri), now+1), ri: ri})
+		heap.Push(&s.ckpts, runAt{t: max(s.nextCkpt(ri), now+1), ri: ri})
 	}
 	return nil
 }
@@ -502,49 +494,92 @@ func (s *Scheduler) idle(st *sim.State) bool {
 // quiet reports a timer tick whose decision would repeat the last look's
 // (a decision, or an idle check that proved the plan empty): nothing the
 // engine reads changed since (no submit, start, stop or finish, and no
-// checkpoint of a job some waiting job may preempt or move: see
-// victimTiers) and
-// no time-dependent threshold passed: a running gang's impact_min_runtime
-// ending (it becomes a victim), a preemption leaving the lost-work
-// budget's hour. While a run hangs (the idleness model) no tick is quiet:
-// the engine reads a new utilisation sample of it at every one, and
-// skipping them was measured to change the run (week 1 with 5% of jobs
-// hanging: normal p99 7.0h skipping against 10.9h at every tick). The inputs
-// that move continuously, aging and fair-share decay, move slowly (points
-// per hour), so they are re-read at least every Refresh seconds rather
-// than at every tick. The live agent decides at every tick; this lets the
+// checkpoint of a job some waiting job may preempt or move, see
+// victimTiers, while the last plan weighed victims' costs at all:
+// engine.Plan.CostsWeighed) and no time-dependent threshold that matters
+// passed (wakeMatters): a running gang's impact_min_runtime ending (it
+// becomes a victim) when some waiting job may preempt or move it, a
+// preemption leaving the lost-work budget's hour when the last plan
+// weighed costs (the budget is consulted only then). While a run hangs
+// (the idleness model) no tick is quiet: the engine reads a new
+// utilisation sample of it at every one, and skipping them was measured
+// to change the run (week 1 with 5% of jobs hanging: normal p99 7.0h
+// skipping against 10.9h at every tick). The inputs that move
+// continuously, aging and fair-share decay, move slowly (points per
+// hour), so they are re-read at least every Refresh seconds rather than
+// at every tick. The live agent decides at every tick; this lets the
 // simulator take its timer at face value (every 10s) at the cost of the
 // ticks that would plan the same as the last one.
-func (s *Scheduler) quiet(now int64) bool {
-	return len(s.hung) == 0 && s.Refresh > 0 && s.lastLook >= 0 && !s.changed && now < s.wakeAt && now < s.lastLook+s.Refresh
+func (s *Scheduler) quiet(st *sim.State, now int64) bool {
+	if len(s.hung) > 0 || s.Refresh <= 0 || s.lastLook < 0 || s.changed || now >= s.lastLook+s.Refresh {
+		return false
+	}
+	if now >= s.wakeAt {
+		if s.wakeMatters(st, now) {
+			return false
+		}
+		s.wakeAt = s.nextWake(now)
+	}
+	return true
+}
+
+// budgetWindow: the lost-work budget counts the last hour.
+const budgetWindow = 3600
+
+// wakeMatters reports whether a threshold that passed by now (see quiet)
+// can change the plan: a run passing its minimum runtime that some
+// waiting job may preempt or move (victimTiers), or a preemption leaving
+// the budget's hour when the last plan weighed costs. The runs passed
+// are dropped from youngUntil either way: the next decision reads them
+// as they are.
+func (s *Scheduler) wakeMatters(st *sim.State, now int64) bool {
+	if s.idleDue() <= now || s.weighed && len(s.preempts) > 0 && s.preempts[0]+budgetWindow <= now {
+		return true
+	}
+	var v victimTiers
+	matters := false
+	for len(s.youngUntil) > 0 && s.youngUntil[0].t <= now {
+		ri := heap.Pop(&s.youngUntil).(runAt).ri
+		j := ri.job
+		matters = matters || s.running[j.Index] == ri && j.State == sim.Running && v.mayPreempt(s, st, j)
+	}
+	return matters
+}
+
+// nextWake is the first time after now at which a threshold quiet
+// watches passes: a run in youngUntil passing its minimum runtime, a
+// preemption leaving the budget's hour (only when the last plan weighed
+// costs), a hung run's idle duration.
+func (s *Scheduler) nextWake(now int64) int64 {
+	k := 0
+	for k < len(s.preempts) && s.preempts[k]+budgetWindow <= now {
+		k++
+	}
+	s.preempts = s.preempts[k:]
+	wake := s.idleDue()
+	if s.weighed && len(s.preempts) > 0 {
+		wake = min(wake, s.preempts[0]+budgetWindow)
+	}
+	for len(s.youngUntil) > 0 && s.youngUntil[0].t <= now {
+		heap.Pop(&s.youngUntil)
+	}
+	if len(s.youngUntil) > 0 {
+		wake = min(wake, s.youngUntil[0].t)
+	}
+	return wake
 }
 
 // looked records a look at now (a decision with plan, or an idle check:
 // plan nil) and computes the next threshold.
 func (s *Scheduler) looked(now int64, plan *engine.Plan) {
 	s.lastLook, s.changed = now, false
+	s.weighed = plan != nil && plan.CostsWeighed
 	if plan != nil {
 		for range plan.Preemptions {
 			s.preempts = append(s.preempts, now)
 		}
 	}
-	const budgetWindow = 3600 // the lost-work budget counts the last hour
-	k := 0
-	for k < len(s.preempts) && s.preempts[k]+budgetWindow <= now {
-		k++
-	}
-	s.preempts = s.preempts[k:]
-	wake := int64(1<<62 - 1)
-	if len(s.preempts) > 0 {
-		wake = s.preempts[0] + budgetWindow
-	}
-	for len(s.youngUntil) > 0 && s.youngUntil[0] <= now {
-		heap.Pop(&s.youngUntil)
-	}
-	if len(s.youngUntil) > 0 {
-		wake = min(wake, s.youngUntil[0])
-	}
-	s.wakeAt = min(wake, s.idleDue())
+	s.wakeAt = s.nextWake(now)
 }
 
 // Schedule implements sim.Scheduler: update the model, run one engine
@@ -559,7 +594,7 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 		return sim.Actions{}, fmt.Errorf("update model: %w", err)
 	}
 	s.feedIdle(now)
-	if s.quiet(now) {
+	if s.quiet(st, now) {
 		return sim.Actions{Skipped: true}, nil
 	}
 	if s.idle(st) && now < s.idleDue() {

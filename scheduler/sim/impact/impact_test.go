@@ -422,3 +422,62 @@ func TestDefragmentStartsWholeNodeJob(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointWakesOnlyWhenCostsWeighed: a checkpoint lowers a victim's
+// cost, which matters only to a plan that weighed costs. Scavenger A and
+// non-preemptible normal B fill two nodes; normal gang N (2x8) waits from
+// 100. Normal may preempt scavenger, but A's 8 GPUs can never make room
+// for 16, so no decision weighs A's cost (engine.Plan.CostsWeighed) and
+// A's checkpoints every 2500s wake no decision: the run makes as many as
+// one without checkpoints. N starts when A and B end.
+func TestCheckpointWakesOnlyWhenCostsWeighed(t *testing.T) {
+	run := func(ckpt int64) *sim.Result {
+		o := opts(t, 2)
+		o.Model.CheckpointInterval = ckpt
+		jobs := []trace.Job{
+			tj("A", 0, 20000, 8, "scavenger", true),
+			tj("B", 0, 20000, 8, "normal", false),
+			tj("N", 100, 600, 16, "normal", true),
+		}
+		res, err := sim.Run(jobs, newSchedNoHeadroom(t), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	with, without := run(2500), run(0)
+	if with.Cycles != without.Cycles || with.Cycles == 0 {
+		t.Errorf("decisions with A's checkpoints %d, without %d: a checkpoint no plan weighs woke the engine", with.Cycles, without.Cycles)
+	}
+	for _, j := range with.Jobs {
+		if j.ID == "N" && j.FirstStart < 20000 {
+			t.Errorf("N started at %d, before A and B end (20000)", j.FirstStart)
+		}
+	}
+}
+
+// TestYoungWakeOnlyForAVictim: a preemptible run passing its minimum
+// runtime becomes a victim, which matters only if some waiting job may
+// preempt or move it. Normal A (8 GPUs) runs from 0 and normal W waits
+// from 100: normal may not preempt normal and A is too big to move, so
+// A's minimum runtime ending wakes no decision: with the refresh of
+// quiet ticks off, the run makes as many decisions whether A is
+// preemptible or not.
+func TestYoungWakeOnlyForAVictim(t *testing.T) {
+	run := func(preemptible bool) *sim.Result {
+		o := opts(t, 1)
+		o.Model.CheckpointInterval = 0
+		jobs := []trace.Job{tj("A", 0, 20000, 8, "normal", preemptible), tj("W", 100, 600, 8, "normal", true)}
+		s := newSchedNoHeadroom(t)
+		s.Refresh = 1 << 40 // decide on changes and wakes only
+		res, err := sim.Run(jobs, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	pre, non := run(true), run(false)
+	if pre.Cycles != non.Cycles || pre.Cycles == 0 {
+		t.Errorf("decisions with A preemptible %d, not preemptible %d: a minimum runtime no waiting job can use woke the engine", pre.Cycles, non.Cycles)
+	}
+}
