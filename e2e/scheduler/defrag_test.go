@@ -239,11 +239,22 @@ func TestDefragmentFailover(t *testing.T) {
 	// they still stop.
 	w := setupDefrag(t, 0, "60s")
 	w.run("whole", "normal", 8, "")
+	// Where the first agent moved each small job (its preemption reason):
+	// the second must restart it there, having learnt it from the intent.
+	dest := map[string][]string{}
 	for _, name := range []string{"small-a", "small-b"} {
 		ckpt := filepath.Join(w.envDir, name+"-"+w.small[name].ID+".ckpt")
 		eventually(t, 60*time.Second, name+" signalled", func() (bool, string) {
 			b, err := os.ReadFile(ckpt)
 			return err == nil && strings.Contains(string(b), "checkpoint"), fmt.Sprintf("%q %v; explain %s", b, err, w.explain(name))
+		})
+		eventually(t, 30*time.Second, name+"'s destination explained", func() (bool, string) {
+			ex := w.explain(name)
+			if m := movedToRE.FindStringSubmatch(ex); m != nil {
+				dest[name] = append([]string{m[1]}, sorted(strings.Split(m[2], ", "))...)
+				return true, ""
+			}
+			return false, ex
 		})
 	}
 	t.Logf("killing the impact agent during the moved jobs' grace; whole: %s", w.explain("whole"))
@@ -270,7 +281,11 @@ func TestDefragmentFailover(t *testing.T) {
 			return len(now) == 1 && now[0].ID != old.ID, fmt.Sprintf("%+v; explain %s", w.allocsOf(name), w.explain(name))
 		})
 		if p := exactGPUs(t, w.c.Agent, w.apiURL, w.envDir, name, 1); len(p) == 1 {
-			t.Logf("%s restarted on %s", name, p[0].node)
+			got := append([]string{p[0].node}, sorted(p[0].allocated)...)
+			t.Logf("%s restarted on %v (moved to %v)", name, got, dest[name])
+			if !slices.Equal(got, dest[name]) {
+				t.Errorf("%s restarted on %v after the failover; the first agent moved it to %v", name, got, dest[name])
+			}
 		}
 	}
 	w.checkNothingLost(t)

@@ -97,7 +97,7 @@ func (d *durable) recover(ctx context.Context, eng *engine.Engine) error {
 	if ur, ok := d.exec.(UnderwayReporter); ok {
 		now := d.clk()
 		for _, p := range ur.PreemptionsUnderway() {
-			eng.Preempting(p.JobID, p.Allocs, now, p.Grace)
+			eng.Preempting(p, now)
 		}
 	}
 	d.log.Info("recovered the previous leader's intents")

@@ -221,7 +221,7 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 		where := placesText(to)
 		c.setBinding(hd.JobID, binding{gpus: to, expires: c.now.Add(v.grace + c.e.opts.admissionTTL), moved: true})
 		p := victimStop(q, hd, v)
-		p.MovedTo = to
+		p.MovedTo, p.PreemptorGPUs = to, b.gpus
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.tier, q.score.Total, where, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		for _, a := range hd.Allocs {

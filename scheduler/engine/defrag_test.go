@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 const defragOn = `defragment { enabled = true }`
@@ -138,6 +139,30 @@ func TestDefragmentMovesSmallJobOutOfTheWay(t *testing.T) {
 // mover starts on the node it cleared and the moved job restarts on the
 // GPUs bound to it, ahead of a heavier job that would have taken them.
 func TestDefragmentFollowThrough(t *testing.T) {
+	for _, newLeader := range []bool{false, true} {
+		t.Run(map[bool]string{false: "same engine", true: "new leader"}[newLeader], func(t *testing.T) {
+			defragmentFollowThrough(t, newLeader)
+		})
+	}
+}
+
+// handOver is a new leader's engine after the first plan: it knows only
+// what the executor's intents say of the preemptions under way
+// (Engine.Preempting), nothing of the old engine's memory.
+func handOver(t *testing.T, pol *policy.Policy, p *Plan, at time.Time) *Engine {
+	t.Helper()
+	e := mustEngine(t, pol)
+	for _, pr := range p.Preemptions {
+		e.Preempting(pr, at)
+	}
+	return e
+}
+
+// defragmentFollowThrough: big moves v off n1; while v stops a heavier
+// rival gets neither big's nor v's GPUs; once v is queued again it
+// restarts on the GPUs it was moved to and big starts on n1. With
+// newLeader the cycles after the first are a new leader's.
+func defragmentFollowThrough(t *testing.T, newLeader bool) {
 	store := cluster.NewStore()
 	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
@@ -163,6 +188,9 @@ func TestDefragmentFollowThrough(t *testing.T) {
 		t.Fatalf("first cycle preempted %q, want v", got)
 	}
 	to := p1.Preemptions[0].MovedTo[0]
+	if newLeader {
+		e = handOver(t, pol, p1, t0.Add(10*time.Second))
+	}
 
 	// v is still stopping; a heavier 4-GPU job arrives: n2's four free
 	// GPUs would fit it, but one of them is v's and n1's are big's.
@@ -194,6 +222,16 @@ func TestDefragmentFollowThrough(t *testing.T) {
 // does not move a second job for it (here v3, off n3, which would also
 // clear a node for it).
 func TestDefragmentMoverWaitsForItsVictim(t *testing.T) {
+	for _, newLeader := range []bool{false, true} {
+		t.Run(map[bool]string{false: "same engine", true: "new leader"}[newLeader], func(t *testing.T) {
+			defragmentMoverWaits(t, newLeader)
+		})
+	}
+}
+
+// defragmentMoverWaits is TestDefragmentMoverWaitsForItsVictim, the
+// cycles after the first a new leader's with newLeader.
+func defragmentMoverWaits(t *testing.T, newLeader bool) {
 	store := cluster.NewStore()
 	for _, n := range []string{"n1", "n2", "n3"} {
 		mustDo(t, store.UpsertNode(mkNode(n, 8, 2)))
@@ -212,6 +250,9 @@ func TestDefragmentMoverWaitsForItsVictim(t *testing.T) {
 	p1 := e.Decide(store.Snapshot(), t0)
 	if got := join(preemptedIDs(p1)); got != "v1" {
 		t.Fatalf("first cycle moved %q, want v1 (the cheaper)", got)
+	}
+	if newLeader {
+		e = handOver(t, pol, p1, t0.Add(10*time.Second))
 	}
 	// v1 is stopping (the adapter marked its allocation).
 	a, _ := store.Snapshot().Alloc("v1a")

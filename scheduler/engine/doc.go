@@ -41,7 +41,10 @@
 //     and cost test and budget as a preemption; the mover is bound to
 //     what its victims free, and each victim to the GPUs it moves to
 //     (Preemption.MovedTo; the binding is kept while it stops and until
-//     it is admitted again); while they stop, the mover moves no more.
+//     it is admitted again); while they stop, the mover moves no more. A
+//     new leader told of a move (Engine.Preempting: MovedTo and
+//     PreemptorGPUs come from the executor's intent) restores both
+//     bindings.
 //     Otherwise the first blocked jobs (Backfill.Reservations of them) get a
 //     reservation on the GPUs they will get when running work ends; later
 //     jobs may use reserved GPUs only if they end (by walltime) before the

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -179,15 +180,38 @@ type pendingAdmission struct {
 
 // Preempting tells the engine of a preemption under way that it did not
 // order itself (a new leader learns them from the previous leader's
-// intents): until the allocations are gone (or the inflight TTL after
-// grace passes), they count as stopping, so the preemptor waits for them
-// and is given their GPUs instead of preempting again, and the gang is not
-// chosen as a victim twice.
-func (e *Engine) Preempting(jobID string, allocs []string, decided time.Time, grace time.Duration) {
-	for _, id := range allocs {
+// intents; p.JobID, Allocs and Grace are read, and for a move MovedTo,
+// Preemptor and PreemptorGPUs): until the allocations are gone (or the
+// inflight TTL after grace passes), they count as stopping, so the
+// preemptor waits for them and is given their GPUs instead of preempting
+// again, and the gang is not chosen as a victim twice. For a
+// defragmenting preemption the bindings are restored as the engine that
+// ordered it kept them: the moved job to the GPUs it moves to (it
+// restarts there, nobody else takes them), the job it was moved for to
+// PreemptorGPUs, naming the moved job (it moves no more while that
+// stops).
+func (e *Engine) Preempting(p Preemption, decided time.Time) {
+	for _, id := range p.Allocs {
 		if _, ok := e.inflight[id]; !ok {
-			e.inflight[id] = inflightStop{job: jobID, decided: decided, expires: decided.Add(grace)}
+			e.inflight[id] = inflightStop{job: p.JobID, decided: decided, expires: decided.Add(p.Grace)}
 		}
+	}
+	if len(p.MovedTo) == 0 {
+		return
+	}
+	expires := decided.Add(p.Grace + e.opts.admissionTTL)
+	if _, ok := e.bindings[p.JobID]; !ok {
+		e.bindings[p.JobID] = binding{gpus: slices.Clone(p.MovedTo), expires: expires, moved: true}
+	}
+	if p.Preemptor != "" {
+		b, ok := e.bindings[p.Preemptor]
+		if !ok {
+			b.expires, b.gpus = expires, slices.Clone(p.PreemptorGPUs)
+		}
+		if !slices.Contains(b.movedOut, p.JobID) {
+			b.movedOut = append(slices.Clone(b.movedOut), p.JobID)
+		}
+		e.bindings[p.Preemptor] = b
 	}
 }
 

@@ -160,6 +160,11 @@ type Preemption struct {
 	// admission TTL). The adapter stops it as any victim; the engine
 	// admits it there once it is queued again.
 	MovedTo []AllocPlacement `json:"moved_to,omitempty"`
+	// PreemptorGPUs, for a defragmenting preemption, is what is bound to
+	// the job it makes room for (the GPUs its victims free and the free
+	// ones beside; every victim of the move names the same), so that a
+	// new leader keeps them for it (Engine.Preempting).
+	PreemptorGPUs []AllocPlacement `json:"preemptor_gpus,omitempty"`
 }
 
 // Status of a queued job after a cycle.

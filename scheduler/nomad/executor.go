@@ -140,7 +140,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 		x.startStop(ctx, &Intent{
 			Kind: IntentPreempt, JobID: p.JobID, Phase: PhaseDecided, Allocs: p.Allocs,
 			Signal: p.CheckpointSignal, Grace: p.Grace, Preemptor: p.Preemptor, Reason: p.Reason,
-			GPUs: p.GPUs, LostGPUH: p.LostGPUHours, RequeueExitCode: p.RequeueExitCode, Created: x.cfg.Clock(),
+			GPUs: p.GPUs, LostGPUH: p.LostGPUHours, RequeueExitCode: p.RequeueExitCode, MovedTo: p.MovedTo, PreemptorGPUs: p.PreemptorGPUs, Created: x.cfg.Clock(),
 		}, "preemption", &res, &res.Preempted)
 	}
 	for _, r := range plan.Requeues {

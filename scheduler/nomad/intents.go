@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 // IntentKind says what an intent is about to do.
@@ -59,6 +61,13 @@ type Intent struct {
 	// RequeueExitCode is the victim's "checkpointed, requeue me" exit
 	// code (0: policy.DefaultRequeueExitCode).
 	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+	// MovedTo: for a defragmenting preemption, the GPUs the victim
+	// restarts on (engine.Preemption.MovedTo), so that a new leader binds
+	// them to it again (engine.Engine.Preempting).
+	MovedTo []engine.AllocPlacement `json:"moved_to,omitempty"`
+	// PreemptorGPUs: for a move, what is bound to the job it makes room
+	// for (engine.Preemption.PreemptorGPUs).
+	PreemptorGPUs []engine.AllocPlacement `json:"preemptor_gpus,omitempty"`
 	// Idle marks a reclaim of the tier's requeue idle action instead of a
 	// preemption: IdleRequeue (stopped and queued again, as a preemption
 	// is) or IdleStop (stopped for good: the job is deregistered, not

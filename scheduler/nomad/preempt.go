@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -30,15 +31,16 @@ func (x *Executor) runPreemption(ctx context.Context, in *Intent, what string) {
 }
 
 // PreemptionsUnderway lists the preemptions being carried out, by victim:
-// its allocations, grace and preemptor (a new leader's engine is told of
-// them after Recover).
+// its allocations, grace, preemptor and, for a move, where it restarts (a
+// new leader's engine is told of them after Recover).
 func (x *Executor) PreemptionsUnderway() []engine.Preemption {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := make([]engine.Preemption, 0, len(x.underway))
 	for _, in := range x.underway {
 		out = append(out, engine.Preemption{JobID: in.JobID, Allocs: append([]string(nil), in.Allocs...), GPUs: in.GPUs,
-			Grace: in.Grace, CheckpointSignal: in.Signal, Preemptor: in.Preemptor, Reason: in.Reason, RequeueExitCode: in.RequeueExitCode})
+			Grace: in.Grace, CheckpointSignal: in.Signal, Preemptor: in.Preemptor, Reason: in.Reason, RequeueExitCode: in.RequeueExitCode,
+			MovedTo: slices.Clone(in.MovedTo), PreemptorGPUs: slices.Clone(in.PreemptorGPUs)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })
 	return out

@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -88,6 +89,31 @@ func TestCrashBetweenDecidingAndActing(t *testing.T) {
 		}
 		if len(e.fake.Allocations("b")) != 2 {
 			t.Errorf("allocs = %d, want the whole gang", len(e.fake.Allocations("b")))
+		}
+	})
+	t.Run("a move in its grace: the new leader knows where it restarts", func(t *testing.T) {
+		e := newEnv(t, 2)
+		e.register(gpuJob("v", nil, [2]int{2, 4}))
+		e.startWatcher(WatcherConfig{})
+		x := e.executor(nil)
+		admitAndRun(t, e, x, "v")
+		ctx, die := context.WithCancel(context.Background())
+		e.fake.AfterNext("PUT", intentsPath, "signalled_at", die)
+		p := preemption(e, "v", time.Hour)
+		p.MovedTo = []engine.AllocPlacement{{NodeID: "node-1", GPUs: []string{"GPU-1-3"}}}
+		p.PreemptorGPUs = []engine.AllocPlacement{{NodeID: "node-0", GPUs: []string{"GPU-0-0", "GPU-0-1"}}}
+		x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{p}})
+		x.Wait()
+		y := e.executor(nil)
+		yctx, stop := context.WithCancel(context.Background())
+		defer func() { stop(); y.Wait() }()
+		if err := y.Recover(yctx); err != nil {
+			t.Fatal(err)
+		}
+		got := y.PreemptionsUnderway()
+		if len(got) != 1 || got[0].JobID != p.JobID || got[0].Preemptor != p.Preemptor ||
+			!reflect.DeepEqual(got[0].MovedTo, p.MovedTo) || !reflect.DeepEqual(got[0].PreemptorGPUs, p.PreemptorGPUs) {
+			t.Fatalf("underway after recovery = %+v, want %+v", got, p)
 		}
 	})
 	t.Run("preemption signalled, never parked", func(t *testing.T) {
