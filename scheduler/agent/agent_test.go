@@ -710,3 +710,68 @@ func TestRolledBackAdmissionBacksOff(t *testing.T) {
 	clk.Advance(30 * time.Second)
 	waitFor(t, "third attempt after 1m", func() bool { return ex.count() == 3 })
 }
+
+// underwayExec recovers at once and reports the preemptions a previous
+// leader left under way.
+type underwayExec struct {
+	*fakeExec
+	underway []engine.Preemption
+}
+
+func (u *underwayExec) Recover(context.Context) error { return nil }
+
+func (u *underwayExec) PreemptionsUnderway() []engine.Preemption { return u.underway }
+
+// TestFirstPlanOfATermKnowsPreemptionsUnderway: a previous leader
+// preempted victim for incident (its grace runs for an hour); the new
+// leader's first plan must already know (recovery comes before the
+// decision), so incident waits for victim instead of preempting other
+// too, and victim is not preempted a second time.
+func TestFirstPlanOfATermKnowsPreemptionsUnderway(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 1, "gpu")
+	n.addNode("node-2", 8, 1, "gpu")
+	scav := map[string]string{"impact_tier": "scavenger", "impact_grace": "1h"}
+	n.submit("victim", scav, gpuGroup("w", 1, 8))
+	n.submit("other", scav, gpuGroup("w", 1, 8))
+	n.mu.Lock()
+	for i, id := range []string{"default/victim", "default/other"} {
+		j, _ := n.store.Snapshot().Job(id)
+		c := *j
+		c.State = cluster.JobRunning
+		if err := n.store.UpsertJob(&c); err != nil {
+			t.Fatal(err)
+		}
+		node := fmt.Sprintf("node-%d", i+1)
+		var gpus []string
+		for g := range 8 {
+			gpus = append(gpus, fmt.Sprintf("%s-gpu%d", node, g))
+		}
+		if err := n.store.UpsertAlloc(&cluster.Alloc{ID: "a-" + id, JobID: id, Group: "w", NodeID: node, GPUs: gpus, Start: clk.Now().Add(-2 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.changed()
+	n.mu.Unlock()
+	n.submit("incident", tier("critical"), gpuGroup("w", 1, 8))
+	ex := &underwayExec{fakeExec: &fakeExec{n: n, agent: "a1"}, underway: []engine.Preemption{
+		{JobID: "default/victim", Allocs: []string{"a-default/victim"}, GPUs: 8, Grace: time.Hour, Preemptor: "default/incident"}}}
+	opts := fakeOptions(t, n, ex.fakeExec, clk.Now)
+	opts.Executor = ex
+	a := runTestAgent(t, opts)
+	waitCycles(t, 3, a)
+	ex.fakeExec.mu.Lock()
+	defer ex.fakeExec.mu.Unlock()
+	if len(ex.fakeExec.plans) == 0 {
+		t.Fatal("no plan applied")
+	}
+	for i, p := range ex.fakeExec.plans {
+		if len(p.Preemptions) != 0 {
+			t.Errorf("applied plan %d preempts %+v: the preemption under way was not known when it was decided", i, p.Preemptions)
+		}
+	}
+	if n.stops["default/other"] != 0 || n.stops["default/victim"] != 0 {
+		t.Errorf("stops %v, want none: incident waits for victim", n.stops)
+	}
+}

@@ -112,12 +112,10 @@ func (c *cycler) run(ctx context.Context) {
 	if !c.synced(res.At) {
 		return
 	}
-	snap := c.o.Model.Snapshot()
-	c.util.feed(c.engine)
-	t0 := time.Now()
-	res.Plan = c.engine.Decide(snap, res.At)
-	res.Decide = time.Since(t0)
-
+	// A new term recovers the last leader's intents before it decides:
+	// the engine must know the preemptions under way (and where moved
+	// jobs restart) before its first plan, which would otherwise choose
+	// victims again or admit jobs onto GPUs freed for others.
 	lctx := c.lead.context()
 	res.Leader = lctx != nil
 	if lctx == nil {
@@ -126,6 +124,11 @@ func (c *cycler) run(ctx context.Context) {
 		// Decide, show, but do not act.
 		res.Err, lctx = err, nil
 	}
+	snap := c.o.Model.Snapshot()
+	c.util.feed(c.engine)
+	t0 := time.Now()
+	res.Plan = c.engine.Decide(snap, res.At)
+	res.Decide = time.Since(t0)
 	c.act(lctx, snap, &res)
 	v := buildView(snap, res.Plan, c.history, res.At, res.Leader, c.o.Policy)
 	c.addHistory(v, res.At)

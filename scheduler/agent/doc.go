@@ -12,8 +12,10 @@
 // and writes the explanation Variables. A new leader first loads the durable
 // state (fair-share usage, preemption records, idle requeue counts) and has
 // the executor settle the previous leader's admission and preemption
-// intents, so it resumes where the old one stopped and never admits a job
-// twice.
+// intents, before its first decision, so it resumes where the old one
+// stopped: it never admits a job twice, never preempts a gang already
+// stopping, and restarts a moved job where it was moved to
+// (engine.Engine.Preempting).
 //
 // # Layout
 //
@@ -24,7 +26,8 @@
 //	leadership    leader.go       the election: campaigns for the lock, holds the term's
 //	                              context, asks at a bounded rate who leads (standbys),
 //	                              keeps Consul's leader tag
-//	cycler        cycle.go        one cycle: snapshot, engine.Decide, Apply while leading
+//	cycler        cycle.go        one cycle: recovery (a term's first), snapshot,
+//	                              engine.Decide, Apply while leading
 //	              record.go       what the executor did: history, back-offs, what the
 //	                              engine must forget
 //	              view.go         the view /v1/queue, /v1/explain and the pages serve
