@@ -54,8 +54,9 @@ type dfJob struct {
 	count, gpus int
 	node        string
 	stopSeconds int
-	// grace is its impact_grace ("" is 5s).
-	grace string
+	// grace is its impact_grace ("" is 5s); deadline its impact_deadline
+	// ("" none).
+	grace, deadline string
 }
 
 func (j dfJob) hcl(envDir string) string {
@@ -63,6 +64,9 @@ func (j dfJob) hcl(envDir string) string {
 	script := fmt.Sprintf(`echo "$CUDA_VISIBLE_DEVICES" > %[1]s; trap 'echo checkpoint >> %[1]s.ckpt' USR1; end=0; trap 'end=$(( $(date +%%s) + %[2]d ))' TERM; while [ $end -eq 0 ] || [ $(date +%%s) -lt $end ]; do sleep 1 & wait $!; done`,
 		out, j.stopSeconds)
 	meta := map[string]string{"impact_tier": j.tier, "impact_checkpoint_signal": "SIGUSR1", "impact_grace": cmpOr(j.grace, "5s")}
+	if j.deadline != "" {
+		meta["impact_deadline"] = j.deadline
+	}
 	return parkedJob{name: j.name, meta: meta, count: max(1, j.count), gpus: j.gpus, script: script, node: j.node,
 		killSignal: "SIGTERM", killTimeout: time.Duration(j.stopSeconds+10) * time.Second}.hcl()
 }
@@ -259,7 +263,12 @@ func TestDefragmentFailover(t *testing.T) {
 	}
 	t.Logf("killing the impact agent during the moved jobs' grace; whole: %s", w.explain("whole"))
 	w.impactProc.Kill()
-	w.run("filler", "scavenger", 3, "")
+	// filler fits the 3 GPUs the small jobs move to and, with a deadline
+	// at hand, scores above them (normal tier, it may preempt only
+	// scavenger work): only the moved jobs' bindings, which the second
+	// agent must learn from the intents, keep it off those GPUs.
+	runHCL(t, w.c.Agent, w.dir, "filler", dfJob{name: "filler", tier: "normal", gpus: 3,
+		deadline: time.Now().Add(2 * time.Minute).UTC().Format(time.RFC3339)}.hcl(w.envDir))
 	w.apiURL = fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])
 	killed := time.Now()
 	w.impactProc = w.launchImpact(t, "e2e-b", w.apiURL)

@@ -118,6 +118,10 @@ type cycle struct {
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle
 	// withheld from everyone else (holdBindings); released for it alone.
 	bound map[string][]placement.Slot
+	// boundAll: every GPU bound to a job (Engine.bindings), free or not,
+	// with the job it is bound to (holdBindings): a gang stopping on GPUs
+	// bound to one job stops for that job (boundToOther).
+	boundAll []boundSlot
 	// claimedFor: the victims of the preemptor being decided (for bind).
 	claimedFor []int
 	// pendingByJob indexes pending admissions by job (pendingJob).
@@ -135,6 +139,12 @@ type cycle struct {
 	// defrags and defragAttempts count this cycle's defragmenting
 	// preemptions and their searches (defrag.go).
 	defrags, defragAttempts int
+}
+
+// boundSlot is GPUs of one node bound to job owner.
+type boundSlot struct {
+	owner string
+	sl    placement.Slot
 }
 
 type tierSlot struct {

@@ -67,6 +67,7 @@ func (c *cycle) holdBindings() {
 			if !ok {
 				continue
 			}
+			c.boundAll = append(c.boundAll, boundSlot{owner: id, sl: sl})
 			sl.Mask &= c.st.Free(sl.Node)
 			if sl.Mask == 0 {
 				continue

@@ -299,3 +299,52 @@ func TestMemoryRoundTrip(t *testing.T) {
 		t.Fatalf("lost GPU-hours after restore %v, want %v", got, want)
 	}
 }
+
+// A gang stopping for one preemptor is that preemptor's: a job scoring
+// higher that arrives during the victim's grace does not claim it (its
+// GPUs are bound to the first preemptor), it preempts a victim of its
+// own. Claiming it would leave the first preemptor to preempt again, and
+// a defragmenting move without the room it was made for.
+func TestStoppingGangStaysWithItsPreemptor(t *testing.T) {
+	store := cluster.NewStore()
+	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+	scav := meta("impact_tier", "scavenger", "impact_grace", "5m")
+	mustDo(t, store.UpsertJob(mkJob("v", running(), group("main", 1, 8), scav)))
+	mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), scav)))
+	// v checkpointed lately: the cheaper victim.
+	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7), t0.Add(-time.Minute))))
+	mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
+	mustDo(t, store.UpsertJob(mkJob("p", group("main", 1, 8), meta("impact_tier", "high"))))
+	for _, explain := range []bool{true, false} {
+		var opts []Option
+		if !explain {
+			opts = append(opts, WithoutExplanations())
+		}
+		e := mustEngine(t, nil, opts...)
+		p1 := e.Decide(store.Snapshot(), t0)
+		if got := join(preemptedIDs(p1)); got != "v" {
+			t.Fatalf("first cycle preempted %q, want v", got)
+		}
+		st := cluster.NewStore()
+		for _, n := range store.Snapshot().Nodes() {
+			mustDo(t, st.UpsertNode(n))
+		}
+		for _, j := range store.Snapshot().Jobs() {
+			mustDo(t, st.UpsertJob(j))
+		}
+		for _, a := range store.Snapshot().Allocs() {
+			mustDo(t, st.UpsertAlloc(a))
+		}
+		mustDo(t, st.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "critical"))))
+		p2 := e.Decide(st.Snapshot(), t0.Add(time.Minute))
+		if len(p2.Preemptions) != 1 || p2.Preemptions[0].JobID != "w" || p2.Preemptions[0].Preemptor != "q" {
+			t.Fatalf("explain %v: second cycle preempts %+v, want w for q (v stops for p)", explain, p2.Preemptions)
+		}
+		if explain {
+			if exp := p2.Explanations["p"]; exp.Status != StatusPreempting || join(exp.Victims) != "v" {
+				t.Errorf("p: %+v, want still waiting for v", exp)
+			}
+		}
+	}
+}

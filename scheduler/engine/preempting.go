@@ -132,7 +132,10 @@ func (c *cycle) victimsCost(victims []int) (cost, lost float64) {
 // for them, claims those it needs and binds their GPUs, rather than
 // preempting more. Not those on a node a headroom keeps whole and keeps
 // the job out of (headroomShields): claiming them would put the job there
-// once they stop.
+// once they stop. Not those stopping on GPUs bound to another job
+// (boundToOther): they stop for that job, and a job scoring higher
+// claiming them would leave it to preempt again (or a move without its
+// room), so the work they lose would be lost for nothing.
 func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() placement.Request) bool {
 	holders := c.st.Holders()
 	// Releasing the stopping gangs frees at most their GPUs: when that
@@ -143,10 +146,13 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	cp := c.st.Checkpoint()
 	var stopping []int
 	for _, h := range c.stopping {
-		if !c.claimed[h] && !c.headroomShields(q, h) {
+		if !c.claimed[h] && !c.headroomShields(q, h) && !c.boundToOther(q, h) {
 			stopping = append(stopping, h)
 			c.st.ReleaseHolder(h)
 		}
+	}
+	if len(stopping) == 0 {
+		return false
 	}
 	res, ok := c.st.Place(request(), nil)
 	c.st.Rollback(cp)
@@ -171,6 +177,22 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 		c.explainMoves(q, exp)
 	}
 	return true
+}
+
+// boundToOther: some GPUs of holder h are bound to a job other than q
+// (the preemption or move stopping it is for that job: holdBindings).
+func (c *cycle) boundToOther(q *queued, h int) bool {
+	if len(c.boundAll) == 0 {
+		return false
+	}
+	for _, sl := range c.st.Holders()[h].Slots {
+		for _, b := range c.boundAll {
+			if b.owner != q.id && b.sl.Node == sl.Node && b.sl.Mask&sl.Mask != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unclaimedStoppingGPUs is what the gangs already stopping and not yet
