@@ -118,9 +118,10 @@ type cycle struct {
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle
 	// withheld from everyone else (holdBindings); released for it alone.
 	bound map[string][]placement.Slot
-	// boundAll: every GPU bound to a job (Engine.bindings), free or not,
-	// with the job it is bound to (holdBindings): a gang stopping on GPUs
-	// bound to one job stops for that job (boundToOther).
+	// boundAll: the GPUs bound to a job that moved others out of its way
+	// (a defragmenting preemption's room, Engine.bindings), free or not,
+	// with that job (holdBindings): a gang stopping there is moved for
+	// it (boundToOther).
 	boundAll []boundSlot
 	// claimedFor: the victims of the preemptor being decided (for bind).
 	claimedFor []int

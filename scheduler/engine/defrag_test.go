@@ -274,3 +274,38 @@ func defragmentMoverWaits(t *testing.T, newLeader bool) {
 		t.Fatalf("big: %+v, want preempting, %q, victims [v1]", exp, want)
 	}
 }
+
+// A defragmenting move's room is its mover's: big moves v off n1 (to the
+// one free GPU of n2); rival, a high-tier job of one GPU arriving while v
+// stops, would fit on v's GPU once v is gone, but v is moved for big, so
+// rival neither claims it nor keeps big from starting on n1 whole.
+func TestDefragmentRoomNotClaimed(t *testing.T) {
+	store := cluster.NewStore()
+	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+	mustDo(t, store.UpsertJob(mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))))
+	mustDo(t, store.UpsertJob(mkJob("h", running(), group("main", 1, 7), meta("impact_tier", "high"))))
+	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
+	mustDo(t, store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6)))
+	mustDo(t, store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
+	pol := mustPolicy(t, defragOn)
+	e := mustEngine(t, pol)
+	p1 := e.Decide(store.Snapshot(), t0)
+	if got := join(preemptedIDs(p1)); got != "v" || p1.Preemptions[0].MovedTo[0].NodeID != "n2" {
+		t.Fatalf("first cycle: %+v, want v moved to n2", p1.Preemptions)
+	}
+	mustDo(t, store.UpsertJob(mkJob("rival", group("main", 1, 1), meta("impact_tier", "high"))))
+	p2 := e.Decide(store.Snapshot(), t0.Add(30*time.Second))
+	if exp := p2.Explanations["rival"]; exp.Status == StatusPreempting || slices.Contains(exp.Victims, "v") {
+		t.Fatalf("rival claims the move's room: %+v", exp)
+	}
+	store.DeleteAlloc("va")
+	mustDo(t, store.UpsertJob(mkJob("v", meta("impact_tier", "normal", "impact_grace", "1m"))))
+	p3 := e.Decide(store.Snapshot(), t0.Add(2*time.Minute))
+	if a := admission(p3, "big"); a == nil || join(nodesOf(a)) != "n1" {
+		t.Fatalf("big not admitted on n1: %+v; %+v", a, p3.Explanations["big"])
+	}
+	if admission(p3, "rival") != nil {
+		t.Errorf("rival admitted: %+v", p3.Admissions)
+	}
+}

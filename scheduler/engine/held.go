@@ -67,7 +67,9 @@ func (c *cycle) holdBindings() {
 			if !ok {
 				continue
 			}
-			c.boundAll = append(c.boundAll, boundSlot{owner: id, sl: sl})
+			if len(b.movedOut) > 0 {
+				c.boundAll = append(c.boundAll, boundSlot{owner: id, sl: sl}) // a move's room
+			}
 			sl.Mask &= c.st.Free(sl.Node)
 			if sl.Mask == 0 {
 				continue

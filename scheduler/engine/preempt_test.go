@@ -300,12 +300,12 @@ func TestMemoryRoundTrip(t *testing.T) {
 	}
 }
 
-// A gang stopping for one preemptor is that preemptor's: a job scoring
-// higher that arrives during the victim's grace does not claim it (its
-// GPUs are bound to the first preemptor), it preempts a victim of its
-// own. Claiming it would leave the first preemptor to preempt again, and
-// a defragmenting move without the room it was made for.
-func TestStoppingGangStaysWithItsPreemptor(t *testing.T) {
+// A gang preempted for one job may be claimed by a job scoring higher
+// that arrives during its grace (as a higher-priority pod may take a
+// nominated node's room): q (critical) takes v, stopping for p (high),
+// and p preempts w. A defragmenting move's room is not claimed so
+// (TestDefragmentRoomNotClaimed).
+func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 	store := cluster.NewStore()
 	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
@@ -326,24 +326,15 @@ func TestStoppingGangStaysWithItsPreemptor(t *testing.T) {
 		if got := join(preemptedIDs(p1)); got != "v" {
 			t.Fatalf("first cycle preempted %q, want v", got)
 		}
-		st := cluster.NewStore()
-		for _, n := range store.Snapshot().Nodes() {
-			mustDo(t, st.UpsertNode(n))
-		}
-		for _, j := range store.Snapshot().Jobs() {
-			mustDo(t, st.UpsertJob(j))
-		}
-		for _, a := range store.Snapshot().Allocs() {
-			mustDo(t, st.UpsertAlloc(a))
-		}
-		mustDo(t, st.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "critical"))))
-		p2 := e.Decide(st.Snapshot(), t0.Add(time.Minute))
-		if len(p2.Preemptions) != 1 || p2.Preemptions[0].JobID != "w" || p2.Preemptions[0].Preemptor != "q" {
-			t.Fatalf("explain %v: second cycle preempts %+v, want w for q (v stops for p)", explain, p2.Preemptions)
+		mustDo(t, store.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "critical"))))
+		p2 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+		store.DeleteJob("q")
+		if len(p2.Preemptions) != 1 || p2.Preemptions[0].JobID != "w" || p2.Preemptions[0].Preemptor != "p" {
+			t.Fatalf("explain %v: second cycle preempts %+v, want w for p (q claims v)", explain, p2.Preemptions)
 		}
 		if explain {
-			if exp := p2.Explanations["p"]; exp.Status != StatusPreempting || join(exp.Victims) != "v" {
-				t.Errorf("p: %+v, want still waiting for v", exp)
+			if exp := p2.Explanations["q"]; exp.Status != StatusPreempting || join(exp.Victims) != "v" {
+				t.Errorf("q: %+v, want waiting for v", exp)
 			}
 		}
 	}
