@@ -163,14 +163,7 @@ func handOver(t *testing.T, pol *policy.Policy, p *Plan, at time.Time) *Engine {
 // restarts on the GPUs it was moved to and big starts on n1. With
 // newLeader the cycles after the first are a new leader's.
 func defragmentFollowThrough(t *testing.T, newLeader bool) {
-	store := cluster.NewStore()
-	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
-	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
-	mustDo(t, store.UpsertJob(mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))))
-	mustDo(t, store.UpsertJob(mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))))
-	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
-	mustDo(t, store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3)))
-	mustDo(t, store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
+	store := moveWorld(t, 4)
 
 	pol := mustPolicy(t, defragOn)
 	e := mustEngine(t, pol)
@@ -280,14 +273,7 @@ func defragmentMoverWaits(t *testing.T, newLeader bool) {
 // stops, would fit on v's GPU once v is gone, but v is moved for big, so
 // rival neither claims it nor keeps big from starting on n1 whole.
 func TestDefragmentRoomNotClaimed(t *testing.T) {
-	store := cluster.NewStore()
-	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
-	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
-	mustDo(t, store.UpsertJob(mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))))
-	mustDo(t, store.UpsertJob(mkJob("h", running(), group("main", 1, 7), meta("impact_tier", "high"))))
-	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
-	mustDo(t, store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6)))
-	mustDo(t, store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
+	store := moveWorld(t, 7)
 	pol := mustPolicy(t, defragOn)
 	e := mustEngine(t, pol)
 	p1 := e.Decide(store.Snapshot(), t0)
@@ -308,4 +294,25 @@ func TestDefragmentRoomNotClaimed(t *testing.T) {
 	if admission(p3, "rival") != nil {
 		t.Errorf("rival admitted: %+v", p3.Admissions)
 	}
+}
+
+// moveWorld: on n1 a normal 1-GPU job v (GPU 7, checkpointed a minute
+// ago) beside 7 free GPUs, on n2 a high job h on its first hGPUs GPUs,
+// and big, a normal 8-GPU job, waiting: it fits no node and may not
+// preempt v, so a defragment block moves v to n2.
+func moveWorld(t *testing.T, hGPUs int) *cluster.Store {
+	t.Helper()
+	store := cluster.NewStore()
+	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+	mustDo(t, store.UpsertJob(mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))))
+	mustDo(t, store.UpsertJob(mkJob("h", running(), group("main", 1, hGPUs), meta("impact_tier", "high"))))
+	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 7), t0.Add(-time.Minute))))
+	idx := make([]int, hGPUs)
+	for i := range idx {
+		idx[i] = i
+	}
+	mustDo(t, store.UpsertAlloc(alloc("ha", "h", "n2", t0.Add(-2*time.Hour), idx...)))
+	mustDo(t, store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
+	return store
 }

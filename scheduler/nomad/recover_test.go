@@ -92,18 +92,13 @@ func TestCrashBetweenDecidingAndActing(t *testing.T) {
 		}
 	})
 	t.Run("a move in its grace: the new leader knows where it restarts", func(t *testing.T) {
-		e := newEnv(t, 2)
-		e.register(gpuJob("v", nil, [2]int{2, 4}))
-		e.startWatcher(WatcherConfig{})
-		x := e.executor(nil)
-		admitAndRun(t, e, x, "v")
-		ctx, die := context.WithCancel(context.Background())
-		e.fake.AfterNext("PUT", intentsPath, "signalled_at", die)
-		p := preemption(e, "v", time.Hour)
-		p.MovedTo = []engine.AllocPlacement{{NodeID: "node-1", GPUs: []string{"GPU-1-3"}}}
-		p.PreemptorGPUs = []engine.AllocPlacement{{NodeID: "node-0", GPUs: []string{"GPU-0-0", "GPU-0-1"}}}
-		x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{p}})
-		x.Wait()
+		var p engine.Preemption
+		e, _ := crashAfterSignal(t, func(e *env) engine.Preemption {
+			p = preemption(e, "v", time.Hour)
+			p.MovedTo = []engine.AllocPlacement{{NodeID: "node-1", GPUs: []string{"GPU-1-3"}}}
+			p.PreemptorGPUs = []engine.AllocPlacement{{NodeID: "node-0", GPUs: []string{"GPU-0-0", "GPU-0-1"}}}
+			return p
+		})
 		y := e.executor(nil)
 		yctx, stop := context.WithCancel(context.Background())
 		defer func() { stop(); y.Wait() }()
@@ -117,15 +112,7 @@ func TestCrashBetweenDecidingAndActing(t *testing.T) {
 		}
 	})
 	t.Run("preemption signalled, never parked", func(t *testing.T) {
-		e := newEnv(t, 2)
-		e.register(gpuJob("v", nil, [2]int{2, 4}))
-		e.startWatcher(WatcherConfig{})
-		x := e.executor(nil)
-		admitAndRun(t, e, x, "v")
-		ctx, die := context.WithCancel(context.Background())
-		e.fake.AfterNext("PUT", intentsPath, "signalled_at", die) // the signalled phase written
-		x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "v", 10*time.Millisecond)}})
-		x.Wait()
+		e, x := crashAfterSignal(t, func(e *env) engine.Preemption { return preemption(e, "v", 10*time.Millisecond) })
 		if j := e.fake.Job("v"); *j.NodePool == parking {
 			t.Fatal("crash point not reached")
 		}
@@ -153,4 +140,21 @@ func TestCrashBetweenDecidingAndActing(t *testing.T) {
 			t.Errorf("intent left: %+v", in)
 		}
 	})
+}
+
+// crashAfterSignal runs job v, then a leader that dies right after the
+// signalled phase of v's preemption (made by p) reached Nomad; it returns
+// the environment and that leader's executor, stopped.
+func crashAfterSignal(t *testing.T, p func(*env) engine.Preemption) (*env, *Executor) {
+	t.Helper()
+	e := newEnv(t, 2)
+	e.register(gpuJob("v", nil, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	x := e.executor(nil)
+	admitAndRun(t, e, x, "v")
+	ctx, die := context.WithCancel(context.Background())
+	e.fake.AfterNext("PUT", intentsPath, "signalled_at", die) // the signalled phase written
+	x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{p(e)}})
+	x.Wait()
+	return e, x
 }
