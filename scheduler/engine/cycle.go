@@ -118,11 +118,11 @@ type cycle struct {
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle
 	// withheld from everyone else (holdBindings); released for it alone.
 	bound map[string][]placement.Slot
-	// boundAll: the GPUs bound to a job that moved others out of its way
-	// (a defragmenting preemption's room, Engine.bindings), free or not,
-	// with that job (holdBindings): a gang stopping there is moved for
-	// it (boundToOther).
-	boundAll []boundSlot
+	// moveRooms: the GPUs bound to a job that moved others out of its
+	// way (a defragmenting preemption's room, Engine.bindings), free or
+	// not, with that job (holdBindings): a gang stopping there is moved
+	// for it (boundToOther).
+	moveRooms []boundSlot
 	// claimedFor: the victims of the preemptor being decided (for bind).
 	claimedFor []int
 	// pendingByJob indexes pending admissions by job (pendingJob).

@@ -68,7 +68,7 @@ func (c *cycle) holdBindings() {
 				continue
 			}
 			if len(b.movedOut) > 0 {
-				c.boundAll = append(c.boundAll, boundSlot{owner: id, sl: sl}) // a move's room
+				c.moveRooms = append(c.moveRooms, boundSlot{owner: id, sl: sl}) // a move's room
 			}
 			sl.Mask &= c.st.Free(sl.Node)
 			if sl.Mask == 0 {

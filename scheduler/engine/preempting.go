@@ -138,8 +138,8 @@ func (c *cycle) victimsCost(victims []int) (cost, lost float64) {
 // moved jobs' lost work wasted. A gang preempted for another job may be
 // claimed by a job scoring higher (as a higher-priority pod may take a
 // nominated node's room in Kubernetes): the first preemptor then
-// preempts again or waits. Measured against keeping those too for their
-// preemptor, that orders fewer preemptions (the standard scenario:
+// preempts again or waits. Measured at 6491fe7 against keeping those too
+// for their preemptor, that orders fewer preemptions (the standard scenario:
 // 11,703 against 12,522; the whole trace 26,866 against 31,713) for a
 // similar or better tier-weighted JCT (12,431s against 12,231s; 26,763s
 // against 28,877s), at a longer critical p99 (90s against 62s; 101s
@@ -190,11 +190,11 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 // boundToOther: some GPUs of holder h are a move's room bound to a job
 // other than q (holdBindings): h is being moved out of that job's way.
 func (c *cycle) boundToOther(q *queued, h int) bool {
-	if len(c.boundAll) == 0 {
+	if len(c.moveRooms) == 0 {
 		return false
 	}
 	for _, sl := range c.st.Holders()[h].Slots {
-		for _, b := range c.boundAll {
+		for _, b := range c.moveRooms {
 			if b.owner != q.id && b.sl.Node == sl.Node && b.sl.Mask&sl.Mask != 0 {
 				return true
 			}

@@ -167,7 +167,7 @@ const budgetWindow = 3600
 // are dropped from youngUntil either way: the next decision reads them
 // as they are.
 func (s *Scheduler) wakeMatters(st *sim.State, now int64) bool {
-	if s.idleDue() <= now || s.weighed && len(s.preempts) > 0 && s.preempts[0]+budgetWindow <= now {
+	if s.weighed && len(s.preempts) > 0 && s.preempts[0]+budgetWindow <= now {
 		return true
 	}
 	var v victimTiers
@@ -183,14 +183,14 @@ func (s *Scheduler) wakeMatters(st *sim.State, now int64) bool {
 // nextWake is the first time after now at which a threshold quiet
 // watches passes: a run in youngUntil passing its minimum runtime, a
 // preemption leaving the budget's hour (only when the last plan weighed
-// costs), a hung run's idle duration.
+// costs). Hung runs need no wake: while one hangs no tick is quiet.
 func (s *Scheduler) nextWake(now int64) int64 {
 	k := 0
 	for k < len(s.preempts) && s.preempts[k]+budgetWindow <= now {
 		k++
 	}
 	s.preempts = s.preempts[k:]
-	wake := s.idleDue()
+	wake := int64(1<<62 - 1)
 	if s.weighed && len(s.preempts) > 0 {
 		wake = min(wake, s.preempts[0]+budgetWindow)
 	}
