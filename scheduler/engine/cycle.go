@@ -5,14 +5,16 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 type queued struct {
 	// The fields decide reads of every waiting job come first, in the
-	// struct's first two cache lines (a long queue is decided in an order
-	// unrelated to where its entries lie, so each line read is a miss).
+	// struct's first two cache lines. The queue cache keeps entries by
+	// shard; the cycle decides copies of them laid out in queue order
+	// (buildQueue), read one after the other.
 	job    *cluster.Job
 	parked string
 	id     string
@@ -41,8 +43,7 @@ type queued struct {
 	// The job's priority (Nomad's are at most 32,766), submit time and
 	// deadline (its ID and walltime above), copied so that scoring,
 	// sorting and most decisions read the queue's slices, not the jobs.
-	// The struct is 256 bytes: each entry of a shard's slice starts a
-	// cache line.
+	// The struct is 256 bytes: each entry of a slice starts a cache line.
 	prio             int32
 	tie              uint64
 	project          string
@@ -68,7 +69,7 @@ type cycle struct {
 	reservations []reservation
 	// claimed: holders already chosen as victims (or stopping ones counted
 	// for a preemptor) in this cycle.
-	claimed         map[int]bool
+	claimed         []bool
 	victims         []victimInfo
 	preemptors      int
 	preemptAttempts int
@@ -168,7 +169,6 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 			Explanations:    map[string]*Explanation{},
 		},
 		explain: !e.opts.noExplain,
-		claimed: map[int]bool{},
 		poolMax: map[string][3]int{},
 	}
 }
@@ -195,11 +195,12 @@ func (c *cycle) run() {
 	// the cycle. The spec facts both need are worked out before
 	// (managedFacts; the queue's came with refreshQueue), so neither fills
 	// a shared cache.
+	c.claimed = buffer.Zeroed(&c.e.scratch.claimed, len(c.st.Holders()))
 	facts := c.managedFacts()
 	c.accrue(c.st.Holders(), facts)
 	c.holdPending()
 	c.holdBindings()
-	var queue []*queued
+	var queue []queued
 	order := func() {
 		queue = c.buildQueue()
 		c.headroomBegin(queue, facts)
@@ -215,7 +216,8 @@ func (c *cycle) run() {
 		c.sideBySide(judge, order)
 	}
 	decideAll := func() {
-		for i, q := range queue {
+		for i := range queue {
+			q := &queue[i]
 			if !c.explain && c.onlyWaits(q) {
 				continue
 			}
@@ -396,16 +398,17 @@ func (c *cycle) explanation(q *queued, pos int) *Explanation {
 // and Explanations (pointers into c.exps) in queue order. It reads only
 // the queue and writes only fields decide never reads nor writes, so it
 // runs while the jobs are decided, off the decisions' path.
-func (c *cycle) indexExplanations(queue []*queued) {
-	for i, q := range queue {
-		exp := &c.exps[i]
+func (c *cycle) indexExplanations(queue []queued) {
+	for i := range queue {
+		q, exp := &queue[i], &c.exps[i]
 		exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, i+1, q.score, q.tier, q.project, q.gpus
 	}
 	c.plan.Queue = make([]string, len(queue))
 	c.plan.Explanations = make(map[string]*Explanation, len(queue))
-	for i, q := range queue {
-		c.plan.Queue[i] = q.id
-		c.plan.Explanations[q.id] = &c.exps[i]
+	for i := range queue {
+		id := queue[i].id
+		c.plan.Queue[i] = id
+		c.plan.Explanations[id] = &c.exps[i]
 	}
 }
 

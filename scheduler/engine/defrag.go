@@ -96,7 +96,7 @@ func (c *cycle) defragCandidates(q *queued) *candList {
 	}
 	holders := c.st.Holders()
 	maxGPUs := c.pol.Defragment.MaxVictimGPUs
-	cl := &candList{member: map[int]bool{}}
+	cl := &candList{member: make([]bool, len(holders))}
 	for h := range c.victims {
 		v := &c.victims[h]
 		hd := &holders[h]

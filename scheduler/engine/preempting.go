@@ -470,7 +470,7 @@ func (c *cycle) candidates(q *queued) *candList {
 	}
 	// minPerGPU stays a valid lower bound as victims are claimed (the
 	// minimum over fewer candidates can only be higher).
-	cl := &candList{cands: cands, gpus: gpus, minPerGPU: minPer, member: map[int]bool{}}
+	cl := &candList{cands: cands, gpus: gpus, minPerGPU: minPer, member: make([]bool, len(holders))}
 	for _, cd := range cands {
 		cl.member[cd.Holder] = true
 	}
@@ -490,7 +490,7 @@ func (c *cycle) claim(h int) {
 	c.lastYoungOK = false
 	for _, cl := range c.candCache {
 		if cl.member[h] {
-			delete(cl.member, h)
+			cl.member[h] = false
 			cl.gpus -= c.st.Holders()[h].GPUs
 			if cl.index != nil {
 				cl.index.Exclude(h)
@@ -500,8 +500,9 @@ func (c *cycle) claim(h int) {
 }
 
 type candList struct {
-	cands  []preempt.Candidate
-	member map[int]bool
+	cands []preempt.Candidate
+	// member[h]: holder h is still a candidate (not claimed since).
+	member []bool
 	gpus   int
 	// minPerGPU is the lowest cost per GPU among the candidates: a lower
 	// bound on what freeing n GPUs costs.

@@ -17,11 +17,16 @@ type scratch struct {
 	facts       []*specFacts
 	holderByJob map[*cluster.Job]int32
 	keys        []qkey
-	ends        []endKey
+	// ordered: the cycle's queue, entries copied in order (buildQueue);
+	// the copies point to the job objects the queue cache holds.
+	ordered []queued
+	ends    []endKey
 	// whole: accrue's GPUs per project index.
 	whole      []int
 	projGPUs   []int
 	holderProj []int32
+	// claimed: the cycle's claimed holders (cycle.claimed).
+	claimed []bool
 }
 
 // addProjectGPUs charges gpus to project index p (for quotas).

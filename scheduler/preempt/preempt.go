@@ -93,6 +93,11 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 	holders := st.Holders()
 	ix := &Index{cost: make([]float64, len(holders)), excluded: make([]bool, len(holders)), byNode: make([][]onNode, st.NumNodes())}
 	isCand := make([]bool, len(holders))
+	inPool := func(ord int) bool { return st.Schedulable(ord) && (pool == "" || st.PoolOf(ord) == pool) }
+	// The lists of all nodes share one array: the slots per node are
+	// counted first (an upper bound: a gang's slots on one node merge).
+	count := make([]int32, len(ix.byNode))
+	total := 0
 	for _, c := range cands {
 		if isCand[c.Holder] {
 			continue
@@ -100,13 +105,32 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 		isCand[c.Holder] = true
 		ix.cost[c.Holder] = c.Cost
 		for _, sl := range holders[c.Holder].Slots {
-			if !st.Schedulable(sl.Node) || (pool != "" && st.PoolOf(sl.Node) != pool) {
+			if inPool(sl.Node) {
+				count[sl.Node]++
+				total++
+			}
+		}
+	}
+	flat := make([]onNode, total)
+	off := 0
+	for ord, n := range count {
+		if n > 0 {
+			ix.byNode[ord] = flat[off : off : off+int(n)]
+			ix.nodes = append(ix.nodes, ord) // ascending
+			off += int(n)
+		}
+	}
+	clear(isCand)
+	for _, c := range cands {
+		if isCand[c.Holder] {
+			continue
+		}
+		isCand[c.Holder] = true
+		for _, sl := range holders[c.Holder].Slots {
+			if !inPool(sl.Node) {
 				continue
 			}
 			list := ix.byNode[sl.Node]
-			if len(list) == 0 {
-				ix.nodes = append(ix.nodes, sl.Node)
-			}
 			if len(list) > 0 && list[len(list)-1].h == c.Holder {
 				list[len(list)-1].mask |= sl.Mask
 				continue
@@ -114,7 +138,6 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 			ix.byNode[sl.Node] = append(list, onNode{h: c.Holder, mask: sl.Mask})
 		}
 	}
-	slices.Sort(ix.nodes)
 	ix.minCost = make([]float64, len(ix.byNode))
 	ix.union = make([]uint64, len(ix.byNode))
 	for _, ord := range ix.nodes {
@@ -125,8 +148,14 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 			ix.union[ord] |= c.mask
 		}
 	}
+	// By bound, then ordinal: a total order, so no stable sort is needed.
 	ix.byCost = slices.Clone(ix.nodes)
-	slices.SortStableFunc(ix.byCost, func(a, b int) int { return cmp.Compare(ix.minCost[a], ix.minCost[b]) })
+	slices.SortFunc(ix.byCost, func(a, b int) int {
+		if c := cmp.Compare(ix.minCost[a], ix.minCost[b]); c != 0 {
+			return c
+		}
+		return a - b
+	})
 	return ix
 }
 
