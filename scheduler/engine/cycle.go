@@ -14,7 +14,7 @@ type queued struct {
 	// The fields decide reads of every waiting job come first, in the
 	// struct's first two cache lines. The queue cache keeps entries by
 	// shard; the cycle decides copies of them laid out in queue order
-	// (buildQueue), read one after the other.
+	// (queueLayout), read one after the other.
 	job    *cluster.Job
 	parked string
 	id     string
@@ -200,10 +200,11 @@ func (c *cycle) run() {
 	c.accrue(c.st.Holders(), facts)
 	c.holdPending()
 	c.holdBindings()
-	var queue []queued
+	var lay *queueLayout
 	order := func() {
-		queue = c.buildQueue()
+		queue := c.buildQueue()
 		c.headroomBegin(queue, facts)
+		lay = c.layOut(queue)
 	}
 	judge := func() {
 		c.assessHolders(facts)
@@ -216,26 +217,36 @@ func (c *cycle) run() {
 		c.sideBySide(judge, order)
 	}
 	decideAll := func() {
-		for i := range queue {
-			q := &queue[i]
+		for i := range lay.q {
+			q := lay.at(i)
 			if !c.explain && c.onlyWaits(q) {
 				continue
 			}
 			c.decide(q, i+1)
 		}
 	}
+	// The plan's queue and its index of explanations depend only on the
+	// order, not on the decisions: they are written beside them, once the
+	// rest of the queue is laid out.
+	beside := func() {
+		lay.fillRest()
+		if c.explain {
+			c.indexExplanations(lay.q)
+		}
+	}
 	if c.explain {
-		// The plan's queue and its index of explanations depend only on
-		// the order, not on the decisions.
-		c.exps = make([]Explanation, len(queue))
-		c.sideBySide(decideAll, func() { c.indexExplanations(queue) })
+		c.exps = make([]Explanation, len(lay.q))
+	}
+	if c.twoCores() {
+		c.sideBySide(decideAll, beside)
 	} else {
+		beside()
 		decideAll()
 	}
 	c.st.Commit()
 	c.plan.Headroom = c.headroomStatus()
 	if c.e.logger.IsDebug() {
-		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", len(queue),
+		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", len(lay.q),
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
 			"reservations", len(c.reservations), "free_gpus", c.st.FreeGPUs(""))
 	}
@@ -246,6 +257,10 @@ func (c *cycle) run() {
 // more than the work it shares.
 const sideBySideFrom = 2048
 
+// twoCores: the snapshot is large enough for sideBySide to use a second
+// goroutine.
+func (c *cycle) twoCores() bool { return c.snap.NumJobs()+c.snap.NumAllocs() >= sideBySideFrom }
+
 // sideBySide runs a and b, which must touch disjoint state, and returns
 // when both are done: b on a goroutine of its own when the snapshot is
 // large enough for two cores to gain. a runs on the calling goroutine:
@@ -254,7 +269,7 @@ const sideBySideFrom = 2048
 // measured on the 2-core VM), and only behind the longer task is that
 // hidden.
 func (c *cycle) sideBySide(a, b func()) {
-	if c.snap.NumJobs()+c.snap.NumAllocs() < sideBySideFrom {
+	if !c.twoCores() {
 		a()
 		b()
 		return

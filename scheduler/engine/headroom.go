@@ -96,7 +96,7 @@ type hrCycle struct {
 // headroomBegin learns from the queue's jobs of headroom tiers, sizes
 // every pool's headroom and counts what holds each pool (before this
 // cycle's decisions). facts are the running holders' (managedFacts).
-func (c *cycle) headroomBegin(queue []queued, facts []*specFacts) {
+func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 	if len(c.pol.Headrooms) == 0 {
 		return
 	}
@@ -112,8 +112,8 @@ func (c *cycle) headroomBegin(queue []queued, facts []*specFacts) {
 	}
 	sort.Strings(hc.names)
 	c.hr = hc
-	for i := range queue {
-		c.headroomObserve(&queue[i])
+	for _, q := range queue {
+		c.headroomObserve(q)
 	}
 	hc.nodePool = make([]*hrPool, c.st.NumNodes())
 	for ord := 0; ord < c.st.NumNodes(); ord++ {

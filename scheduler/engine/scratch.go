@@ -17,8 +17,7 @@ type scratch struct {
 	facts       []*specFacts
 	holderByJob map[*cluster.Job]int32
 	keys        []qkey
-	// ordered: the cycle's queue, entries copied in order (buildQueue);
-	// the copies point to the job objects the queue cache holds.
+	// ordered: the cycle's queue, entries copied in order (queueLayout).
 	ordered []queued
 	ends    []endKey
 	// whole: accrue's GPUs per project index.

@@ -1,0 +1,58 @@
+package engine
+
+// queueLayout is the cycle's queue laid out in order: copies of the queue
+// cache's entries, which lie by shard. Deciding then reads them one after
+// the other (the processor fetches ahead) instead of waiting on a memory
+// miss for each job, and the copy's loop, which does nothing else, has
+// the reads of many entries in flight at once. Measured on
+// BenchmarkDecideSteadyLongQueue: 16% less time per cycle.
+//
+// The copy costs about half of what deciding the same entries does, so
+// it is split to stay off the cycle's longest path: the goroutine that
+// orders the queue copies the first part (layOut), while the gangs are
+// still being judged on the other; the rest is copied beside the
+// decisions (fillRest), which wait for it only if they get there first
+// (at).
+type queueLayout struct {
+	from  []*queued
+	q     []queued
+	split int
+	// rest is closed once entries split and after are copied; restSeen:
+	// at has waited for it.
+	rest     chan struct{}
+	restSeen bool
+}
+
+// layOut starts laying queue out in the engine's scratch memory (valid
+// until the next cycle overwrites it; the job objects its entries point
+// to are the queue cache's too), copying the first part of it.
+func (c *cycle) layOut(queue []*queued) *queueLayout {
+	buf := &c.e.scratch.ordered
+	if cap(*buf) < len(queue) {
+		*buf = make([]queued, len(queue))
+	}
+	l := &queueLayout{from: queue, q: (*buf)[:len(queue)], split: len(queue) / 2, rest: make(chan struct{})}
+	l.copy(0, l.split)
+	return l
+}
+
+func (l *queueLayout) copy(from, to int) {
+	for i := from; i < to; i++ {
+		l.q[i] = *l.from[i]
+	}
+}
+
+// fillRest copies the rest of the queue.
+func (l *queueLayout) fillRest() {
+	l.copy(l.split, len(l.q))
+	close(l.rest)
+}
+
+// at is entry i, once it is laid out.
+func (l *queueLayout) at(i int) *queued {
+	if i >= l.split && !l.restSeen {
+		<-l.rest
+		l.restSeen = true
+	}
+	return &l.q[i]
+}
