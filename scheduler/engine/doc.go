@@ -98,6 +98,7 @@
 //
 // Files follow the cycle's responsibilities: cycle.go (the cycle's state
 // and the per-job decision), queue.go and radix.go (ordering),
+// layout.go (the ordered queue laid out for deciding),
 // accrue.go (charging usage, expiring stops), held.go (GPUs held for
 // earlier admissions and for preemptors' bindings), gangwatch.go,
 // idle.go, victims.go (who may be preempted, at what cost),

@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The layout holds every entry of the queue, in order, whether the rest
+// is copied before the decisions (one core) or while they read it (under
+// -race, the hand-over of the second half is checked too), and a later,
+// shorter queue laid out in the same memory holds only its own entries.
+func TestQueueLayoutCopiesTheQueueInOrder(t *testing.T) {
+	c := &cycle{e: &Engine{}}
+	for _, n := range []int{0, 1, 2, 7, 1000, 10} { // 10 after 1000: memory reused
+		for _, beside := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d-beside=%t", n, beside), func(t *testing.T) {
+				entries := make([]queued, n)
+				queue := make([]*queued, n)
+				for i := range entries {
+					entries[i] = queued{id: fmt.Sprintf("job-%d", n-i), gpus: i}
+					queue[i] = &entries[i]
+				}
+				l := c.layOut(queue)
+				done := make(chan struct{})
+				if beside {
+					go func() { defer close(done); l.fillRest() }()
+				} else {
+					l.fillRest()
+					close(done)
+				}
+				if len(l.q) != n {
+					t.Fatalf("laid out %d entries, want %d", len(l.q), n)
+				}
+				for i := range n {
+					if q := l.at(i); q.id != queue[i].id || q.gpus != i {
+						t.Fatalf("entry %d is %s (gpus %d), want %s (gpus %d)", i, q.id, q.gpus, queue[i].id, i)
+					}
+				}
+				<-done
+			})
+		}
+	}
+}
