@@ -48,8 +48,6 @@ type queueCache struct {
 	sortBuf radixBuf
 	// facts memoizes the policy's answers per spec key (specFacts).
 	facts map[specKey]*specFacts
-	// pre is refreshShard's scratch: what its first pass read of each job.
-	pre []jobPre
 	// prevLen is the number of valid queued jobs ordered last cycle (their
 	// rank fields index that order).
 	prevLen int
@@ -100,11 +98,6 @@ type specFacts struct {
 	idle policy.Idle
 }
 
-type jobPre struct {
-	key  specKey
-	gpus int
-}
-
 // specKey is every field of a spec that TierOf, ProjectName, ProjectOf,
 // CheckSpec, Impact and IsPreemptible read.
 type specKey struct {
@@ -115,15 +108,11 @@ type specKey struct {
 const maxSpecFacts = 4096
 
 func (c *cycle) specFacts(s *policy.Spec) *specFacts {
-	return c.factsOf(specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible})
-}
-
-func (c *cycle) factsOf(k specKey) *specFacts {
 	qc := &c.e.queue
+	k := specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
 	if f, ok := qc.facts[k]; ok {
 		return f
 	}
-	s := &policy.Spec{Tier: k.tier, Project: k.project, PreemptibleSet: k.preemptibleSet, Preemptible: k.pre}
 	f := &specFacts{project: c.pol.ProjectName(*s)}
 	f.proj = qc.project(f.project)
 	if err := c.pol.CheckSpec(*s); err != nil {
@@ -146,23 +135,14 @@ func (c *cycle) factsOf(k specKey) *specFacts {
 func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	qc := &c.e.queue
 	qc.keys[i] = key
-	// First a short pass reads what the second needs from each job's
-	// spec and groups: the jobs' memory is scattered and mostly not in
-	// any cache, and in a loop this short the processor has the reads of
-	// many jobs in flight at once, where the long second loop would wait
-	// for each in turn.
-	pre := buffer.Zeroed(&qc.pre, len(jobs))
 	n, r := 0, 0
-	for k, j := range jobs {
+	for _, j := range jobs {
 		switch j.State {
 		case cluster.JobQueued:
 			n++
-			pre[k].gpus = j.GPUs()
 		case cluster.JobRunning:
 			r++
 		}
-		s := &j.Spec
-		pre[k].key = specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
 	}
 	q := make([]queued, 0, n)
 	var projs []int32
@@ -171,10 +151,10 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	if r > 0 {
 		run, runFacts = make([]*cluster.Job, 0, r), make([]*specFacts, 0, r)
 	}
-	for k, j := range jobs {
+	for _, j := range jobs {
 		var f *specFacts
 		if j.SpecErr == nil {
-			f = c.factsOf(pre[k].key)
+			f = c.specFacts(&j.Spec)
 			if !slices.Contains(projs, f.proj) {
 				projs = append(projs, f.proj)
 			}
@@ -186,7 +166,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 		if j.State != cluster.JobQueued {
 			continue
 		}
-		q = append(q, queued{job: j, gpus: pre[k].gpus, proj: -1, rank: -1})
+		q = append(q, queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1})
 		e := &q[len(q)-1]
 		e.tie, e.tieOK = tieOf(j)
 		e.id, e.prio, e.submit, e.deadline, e.walltime = j.ID, int32(j.Priority), j.Submit, j.Spec.Deadline, j.Spec.Walltime
