@@ -93,11 +93,6 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 	holders := st.Holders()
 	ix := &Index{cost: make([]float64, len(holders)), excluded: make([]bool, len(holders)), byNode: make([][]onNode, st.NumNodes())}
 	isCand := make([]bool, len(holders))
-	inPool := func(ord int) bool { return st.Schedulable(ord) && (pool == "" || st.PoolOf(ord) == pool) }
-	// The lists of all nodes share one array: the slots per node are
-	// counted first (an upper bound: a gang's slots on one node merge).
-	count := make([]int32, len(ix.byNode))
-	total := 0
 	for _, c := range cands {
 		if isCand[c.Holder] {
 			continue
@@ -105,32 +100,13 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 		isCand[c.Holder] = true
 		ix.cost[c.Holder] = c.Cost
 		for _, sl := range holders[c.Holder].Slots {
-			if inPool(sl.Node) {
-				count[sl.Node]++
-				total++
-			}
-		}
-	}
-	flat := make([]onNode, total)
-	off := 0
-	for ord, n := range count {
-		if n > 0 {
-			ix.byNode[ord] = flat[off : off : off+int(n)]
-			ix.nodes = append(ix.nodes, ord) // ascending
-			off += int(n)
-		}
-	}
-	clear(isCand)
-	for _, c := range cands {
-		if isCand[c.Holder] {
-			continue
-		}
-		isCand[c.Holder] = true
-		for _, sl := range holders[c.Holder].Slots {
-			if !inPool(sl.Node) {
+			if !st.Schedulable(sl.Node) || (pool != "" && st.PoolOf(sl.Node) != pool) {
 				continue
 			}
 			list := ix.byNode[sl.Node]
+			if len(list) == 0 {
+				ix.nodes = append(ix.nodes, sl.Node)
+			}
 			if len(list) > 0 && list[len(list)-1].h == c.Holder {
 				list[len(list)-1].mask |= sl.Mask
 				continue
@@ -138,6 +114,7 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 			ix.byNode[sl.Node] = append(list, onNode{h: c.Holder, mask: sl.Mask})
 		}
 	}
+	slices.Sort(ix.nodes)
 	ix.minCost = make([]float64, len(ix.byNode))
 	ix.union = make([]uint64, len(ix.byNode))
 	for _, ord := range ix.nodes {
