@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"syscall"
 	"testing"
@@ -96,9 +97,11 @@ func BenchmarkDecide(b *testing.B) {
 	snap.Nodes()
 	snap.Jobs()
 	snap.Allocs()
+	b.ReportAllocs()
 	b.ResetTimer()
 	var durs []time.Duration
 	var cpu time.Duration
+	gcs := numGC()
 	for i := 0; i < b.N; i++ {
 		e := mustEngine(b, nil)
 		start, cpu0 := time.Now(), processCPU(b)
@@ -113,6 +116,17 @@ func BenchmarkDecide(b *testing.B) {
 	sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
 	b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "median-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(numGC()-gcs)/float64(b.N), "gc/op")
+}
+
+// numGC is the number of garbage collections the process has completed.
+// A new engine's cycle allocates megabytes, so a collection runs during
+// most cycles; its mark worker then competes with the cycle's two
+// goroutines for the two cores. gc/op shows that cost next to the times.
+func numGC() uint32 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.NumGC
 }
 
 // processCPU is the CPU time the process has used (every thread: the
@@ -141,6 +155,7 @@ func BenchmarkDecideFreshSnapshot(b *testing.B) {
 	for _, a := range snap.Allocs() {
 		_ = store.UpsertAlloc(a)
 	}
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		_ = store.UpsertJob(snap.Jobs()[i%len(snap.Jobs())])
@@ -185,6 +200,7 @@ func BenchmarkDecideSteadyLongQueue(b *testing.B) {
 	}
 	e := mustEngine(b, nil)
 	e.Decide(store.Snapshot(), t0)
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for k := range 8 {
