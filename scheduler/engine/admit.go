@@ -21,7 +21,7 @@ func (c *cycle) tooBig(q *queued) string {
 		c.poolMax[q.pool] = mx
 	}
 	c.lastPool, c.lastPoolMax, c.lastPoolMaxOK = q.pool, mx, true
-	if q.maxAlloc <= mx[0] && q.maxNVLink <= mx[1] && q.maxBlock <= mx[2] {
+	if int(q.maxAlloc) <= mx[0] && int(q.maxNVLink) <= mx[1] && int(q.maxBlock) <= mx[2] {
 		return "" // the common case, without reading the job's groups
 	}
 	for gi := range q.job.Groups {
@@ -54,7 +54,7 @@ func (c *cycle) tooBig(q *queued) string {
 
 func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfilled bool) {
 	j := q.job
-	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: q.score, Backfilled: backfilled}
+	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: c.scoreOf(q), Backfilled: backfilled}
 	pools := map[string]bool{}
 	req := c.request(q, false)
 	for gi, g := range j.Groups {
@@ -107,7 +107,7 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	}
 	c.addPending(j.ID, pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings, earlier: earlier})
 	c.dropBinding(j.ID)
-	c.addProjectGPUs(q.proj, q.gpus)
+	c.addProjectGPUs(q.f.proj, q.gpus)
 	c.headroomAdmit(q, res)
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
 	exp.Placement, exp.Warnings = adm.Groups, adm.Warnings

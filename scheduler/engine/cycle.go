@@ -11,45 +11,55 @@ import (
 )
 
 type queued struct {
-	// The fields decide reads of every waiting job come first, in the
-	// struct's first two cache lines. The queue cache keeps entries by
-	// shard; the cycle decides copies of them laid out in queue order
-	// (queueLayout), read one after the other.
-	job    *cluster.Job
-	parked string
-	id     string
-	gpus   int
-	// quota is its project's GPU quota (0: none), proj its project's
-	// index in the engine's queueCache: fixed for a job object, kept
-	// across cycles; rank is the job's position in the previous cycle's
-	// order (-1: new).
-	quota int
-	proj  int32
-	rank  int32
-	pool  string
-	tier  string
+	// The fields decide reads of every waiting job come first. The queue
+	// cache keeps entries by shard; the cycle decides copies of them laid
+	// out in queue order (queueLayout), read one after the other. The
+	// struct is 120 bytes (TestQueuedEntrySize): a new engine allocates
+	// and copies one per waiting job, so every field is here because a
+	// cycle reads it of most jobs; what is the same for every job of a
+	// tier and project is behind f, shared.
+	job *cluster.Job
+	// f is what the policy says of the job's tier and project (for a
+	// parked job: the engine's blank facts, or its bad spec's).
+	f    *specFacts
+	id   string
+	gpus int
+	pool string
+	// total is the job's score this cycle (scoreOf gives its terms).
+	total float64
 	// maxAlloc and maxNVLink are the most GPUs one allocation of the job
 	// asks, of any group and of groups asking NVLink topology, and
-	// maxBlock the most one device block asks (tooBig).
-	maxAlloc, maxNVLink, maxBlock int
-	walltime                      time.Duration
-	// impact is the policy's Impact of the job's spec, preemptible its
-	// IsPreemptible.
-	impact      float64
-	preemptible bool
+	// maxBlock the most one device block asks (tooBig); clamped to int32.
+	maxAlloc, maxNVLink, maxBlock int32
+	// rank is the job's position in the previous cycle's order (-1: new).
+	rank     int32
+	walltime time.Duration
 	// tie is the job's priority and submit second packed (tieOf; tieOK:
 	// they fit).
-	tieOK bool
-	// The job's priority (Nomad's are at most 32,766), submit time and
-	// deadline (its ID and walltime above), copied so that scoring,
-	// sorting and most decisions read the queue's slices, not the jobs.
-	// The struct is 256 bytes: each entry of a slice starts a cache line.
-	prio             int32
-	tie              uint64
-	project          string
-	score            policy.Score
-	submit, deadline time.Time
+	tie uint64
+	// The job's submit time and deadline in Unix nanoseconds (see
+	// submitTime and deadlineTime: times says which of them are so, the
+	// job's own being read where they would not say exactly what it
+	// does). Priority (Nomad's are at most 32,766) is copied too, so
+	// that scoring and sorting read the queue's slices, not the jobs.
+	submitNs, deadlineNs int64
+	prio                 int32
+	// parked: bad metadata (parkedReason says what).
+	parked, tieOK bool
+	times         timeFlags
 }
+
+// timeFlags say how a queue entry keeps its job's times (setTimes).
+type timeFlags uint8
+
+const (
+	// submitOK: submitNs is the submit time.
+	submitOK timeFlags = 1 << iota
+	// deadlineOK: deadlineNs is the deadline.
+	deadlineOK
+	// noDeadline: the job has none.
+	noDeadline
+)
 
 type cycle struct {
 	e *Engine
@@ -61,6 +71,10 @@ type cycle struct {
 	st   *placement.State
 	plan *Plan
 
+	// scorer scores the queue at now, with each project's fair-share
+	// deficit by project index (buildQueue).
+	scorer   *policy.Scorer
+	deficits []float64
 	// projectGPUs: GPUs held per project index (queueCache.project), for
 	// quotas (addProjectGPUs).
 	projectGPUs []int
@@ -419,7 +433,10 @@ func (c *cycle) explanation(q *queued, pos int) *Explanation {
 func (c *cycle) indexExplanations(queue []queued) {
 	for i := range queue {
 		q, exp := &queue[i], &c.exps[i]
-		exp.JobID, exp.Position, exp.Score, exp.Tier, exp.Project, exp.GPUs = q.id, i+1, q.score, q.tier, q.project, q.gpus
+		exp.JobID, exp.Position, exp.GPUs = q.id, i+1, q.gpus
+		if !q.parked {
+			exp.Score, exp.Tier, exp.Project = c.scoreOf(q), q.f.tier, q.f.project
+		}
 	}
 	c.plan.Queue = make([]string, len(queue))
 	c.plan.Explanations = make(map[string]*Explanation, len(queue))
@@ -435,8 +452,8 @@ func (c *cycle) indexExplanations(queue []queued) {
 // node set of its pool, over its project's quota, or kept out by a
 // headroom.
 func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
-	if q.parked != "" {
-		exp.Status, exp.Reason = StatusParked, q.parked
+	if q.parked {
+		exp.Status, exp.Reason = StatusParked, q.parkedReason()
 		return true
 	}
 	if p, ok := c.pendingJob(q.job); ok {
@@ -458,10 +475,10 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 		exp.Status, exp.Reason = StatusParked, why
 		return true
 	}
-	if held := c.projectGPUsOf(q.proj); q.quota > 0 && held+q.gpus > q.quota {
+	if held := c.projectGPUsOf(q.f.proj); q.f.quota > 0 && held+q.gpus > q.f.quota {
 		exp.Status = StatusWaiting
 		if c.explain {
-			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.project, held, q.quota, q.gpus)
+			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.f.project, held, q.f.quota, q.gpus)
 		}
 		return true
 	}

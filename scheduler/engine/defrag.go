@@ -53,7 +53,7 @@ func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 		return false
 	}
 	c.plan.CostsWeighed = true // from here on the victims' costs decide
-	gain := q.impact * float64(q.gpus) * c.pol.DefragmentGainHorizon().Hours()
+	gain := q.f.impact * float64(q.gpus) * c.pol.DefragmentGainHorizon().Hours()
 	if gain <= cl.minPerGPU { // even the cheapest GPU to move costs more
 		if c.explain {
 			exp.Reason += fmt.Sprintf("; moving small jobs out of its way would cost at least %.1f, more than its gain %.1f", cl.minPerGPU, gain)
@@ -223,7 +223,7 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 		p := victimStop(q, hd, v)
 		p.MovedTo, p.PreemptorGPUs = to, b.gpus
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-			q.job.ID, q.tier, q.score.Total, where, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+			q.job.ID, q.f.tier, q.total, where, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
 			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)})

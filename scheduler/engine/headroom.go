@@ -282,12 +282,12 @@ func (c *cycle) hrMemoryToChange(pool string) *hrMemory {
 // headroomObserve records a queued job of a tier that may use a learned
 // headroom (once per job).
 func (c *cycle) headroomObserve(q *queued) {
-	if !c.hr.isUrgent(q.tier) || q.parked != "" {
+	if !c.hr.isUrgent(q.f.tier) || q.parked {
 		return
 	}
 	for _, name := range c.hr.names {
 		h := c.hr.pools[name].h
-		if !h.Learn || !h.UsesHeadroom(q.tier) || (q.pool != "" && q.pool != name) {
+		if !h.Learn || !h.UsesHeadroom(q.f.tier) || (q.pool != "" && q.pool != name) {
 			continue
 		}
 		if m := c.hrMemory(name); (m != nil && m.seen[q.job.ID]) || c.now.Sub(q.job.Submit) > h.Window {
@@ -317,7 +317,7 @@ func (c *cycle) headroomObserve(q *queued) {
 // against every headroom pool together. Such a job neither preempts nor
 // reserves: it waits for non-preemptible work to end.
 func (c *cycle) headroomBlocks(q *queued) string {
-	if c.hr == nil || q.preemptible {
+	if c.hr == nil || q.f.preemptible {
 		return ""
 	}
 	var other, capacity, size int
@@ -327,7 +327,7 @@ func (c *cycle) headroomBlocks(q *queued) string {
 			continue
 		}
 		p := c.hr.pools[name]
-		if p.h.UsesHeadroom(q.tier) {
+		if p.h.UsesHeadroom(q.f.tier) {
 			if q.pool != "" {
 				return ""
 			}
@@ -352,7 +352,7 @@ func (c *cycle) headroomBlocks(q *queued) string {
 			blocking[0], size, p.describe(), p.h.Tiers, other, capacity, q.gpus)
 	}
 	return fmt.Sprintf("headroom: pools %v keep %d GPUs free of non-preemptible work of tier %q; such work holds %d of their %d GPUs, this job needs %d",
-		blocking, size, q.tier, other, capacity, q.gpus)
+		blocking, size, q.f.tier, other, capacity, q.gpus)
 }
 
 // headroomAdmit counts an admitted job's GPUs into its pools.
@@ -368,7 +368,7 @@ func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 		for _, sl := range g {
 			if p := c.hr.nodePool[sl.Node]; p != nil {
 				n := bits.OnesCount64(sl.Mask)
-				if p.add(tier, q.preemptible, n) {
+				if p.add(tier, q.f.preemptible, n) {
 					c.hr.nodeOther[sl.Node] += n
 				}
 			}
@@ -393,7 +393,7 @@ func (c *cycle) headroomProtect(q *queued) func() {
 		p := c.hr.nodePool[ord]
 		// A job too wide for the rest of the pool is not kept off: it
 		// would never start.
-		return c.hr.protected[ord] && (q.pool == "" || c.st.PoolOf(ord) == q.pool) && !p.h.UsesHeadroom(q.tier) && q.gpus <= p.capacity-p.protect*p.nodeGPUs
+		return c.hr.protected[ord] && (q.pool == "" || c.st.PoolOf(ord) == q.pool) && !p.h.UsesHeadroom(q.f.tier) && q.gpus <= p.capacity-p.protect*p.nodeGPUs
 	})
 }
 
@@ -434,11 +434,11 @@ func (c *cycle) withhold(keep func(ord int) bool) func() {
 // headroomKeepsOut reports whether q is work some headroom keeps out:
 // non-preemptible, of a tier that may not use it.
 func (c *cycle) headroomKeepsOut(q *queued) bool {
-	if c.hr == nil || q.preemptible {
+	if c.hr == nil || q.f.preemptible {
 		return false
 	}
 	for _, name := range c.hr.names {
-		if (q.pool == "" || q.pool == name) && !c.hr.pools[name].h.UsesHeadroom(q.tier) {
+		if (q.pool == "" || q.pool == name) && !c.hr.pools[name].h.UsesHeadroom(q.f.tier) {
 			return true
 		}
 	}
@@ -453,7 +453,7 @@ func (c *cycle) headroomShields(q *queued, h int) bool {
 		return false
 	}
 	for _, sl := range c.st.Holders()[h].Slots {
-		if c.hr.protected[sl.Node] && !c.hr.nodePool[sl.Node].h.UsesHeadroom(q.tier) {
+		if c.hr.protected[sl.Node] && !c.hr.nodePool[sl.Node].h.UsesHeadroom(q.f.tier) {
 			return true
 		}
 	}
@@ -495,5 +495,5 @@ func (c *cycle) headroomWaives(q *queued, h int) bool {
 		return false
 	}
 	p := c.hr.nodePool[hd.Slots[0].Node]
-	return p != nil && p.h.UsesHeadroom(q.tier)
+	return p != nil && p.h.UsesHeadroom(q.f.tier)
 }

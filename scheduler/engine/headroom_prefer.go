@@ -14,7 +14,7 @@ import (
 // is placed) when the job is not such work or does not fit there; the
 // caller then places it as usual.
 func (c *cycle) headroomPrefer(q *queued, req placement.Request) (placement.Result, bool) {
-	if c.hr == nil || !q.preemptible || c.hr.isUrgent(q.tier) {
+	if c.hr == nil || !q.f.preemptible || c.hr.isUrgent(q.f.tier) {
 		return placement.Result{}, false
 	}
 	room := 0

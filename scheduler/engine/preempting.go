@@ -78,7 +78,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 // is an idle victim (a tier of at least its weight may take it, see
 // mayPreemptVictim); else tryPreempt has nothing to try.
 func (c *cycle) mayTryPreempting(q *queued) bool {
-	tier := c.tier(q.tier)
+	tier := c.tier(q.f.tier)
 	return tier != nil && (len(tier.MayPreempt) > 0 || c.idleVictims)
 }
 
@@ -86,7 +86,7 @@ func (c *cycle) mayTryPreempting(q *queued) bool {
 // budget the job's preemptions draw on, and returns that budget's key
 // (see Engine.budgetOf); when they do not, the job's reason says so.
 func (c *cycle) budgetAllows(q *queued, exp *Explanation, lost float64) (string, bool) {
-	budget, mx := c.e.budgetOf(q.tier)
+	budget, mx := c.e.budgetOf(q.f.tier)
 	if mx > 0 { // the hour's losses are summed only for a capped budget
 		if already := c.lostFrom(budget); already+lost > mx {
 			if c.explain {
@@ -247,7 +247,7 @@ func (c *cycle) preemptable(q *queued, exp *Explanation) (*candList, float64, bo
 		return nil, 0, false
 	}
 	c.plan.CostsWeighed = true // from here on the victims' costs decide
-	gain := q.impact * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
+	gain := q.f.impact * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
 	if short := q.gpus - c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
 		if c.explain {
 			exp.Reason += fmt.Sprintf("; preemption would cost at least %.1f, more than its gain %.1f", cl.minPerGPU*float64(short), gain)
@@ -297,7 +297,7 @@ func (c *cycle) orderPreemptions(q *queued, exp *Explanation, victims []int, res
 		v := c.victims[h]
 		p := victimStop(q, hd, v)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-			q.job.ID, q.tier, q.score.Total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+			q.job.ID, q.f.tier, q.total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		if v.idle {
 			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.idleGPUh, v.reclaimed
 			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.idleNote)
@@ -437,7 +437,7 @@ func resultNodes(res placement.Result) int {
 // removes a victim from all of them.
 func (c *cycle) candidates(q *queued) *candList {
 	keptOut := c.headroomKeepsOut(q)
-	key := tierPool{q.tier, q.pool}
+	key := tierPool{q.f.tier, q.pool}
 	if keptOut {
 		// Headroom nodes shield their holders from this job: its own list.
 		key.pool += "\x00kept-out"
@@ -450,7 +450,7 @@ func (c *cycle) candidates(q *queued) *candList {
 	gpus := 0
 	minPer := 0.0
 	for h, v := range c.victims {
-		if !(v.ok || v.young && c.headroomWaives(q, h)) || c.claimed[h] || !c.mayPreemptVictim(q.tier, &c.victims[h]) {
+		if !(v.ok || v.young && c.headroomWaives(q, h)) || c.claimed[h] || !c.mayPreemptVictim(q.f.tier, &c.victims[h]) {
 			continue
 		}
 		if q.pool != "" && !c.holderInPool(h, q.pool) {

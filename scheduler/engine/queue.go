@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"cmp"
+	"math"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
@@ -51,6 +54,9 @@ type queueCache struct {
 	// prevLen is the number of valid queued jobs ordered last cycle (their
 	// rank fields index that order).
 	prevLen int
+	// blank is the facts of a job whose metadata does not parse (no tier,
+	// no project).
+	blank specFacts
 }
 
 // runningFacts returns the spec facts refreshShard kept for a running
@@ -166,33 +172,32 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 		if j.State != cluster.JobQueued {
 			continue
 		}
-		q = append(q, queued{job: j, gpus: j.GPUs(), proj: -1, rank: -1})
+		q = append(q, queued{job: j, f: f, gpus: j.GPUs(), rank: -1})
 		e := &q[len(q)-1]
 		e.tie, e.tieOK = tieOf(j)
-		e.id, e.prio, e.submit, e.deadline, e.walltime = j.ID, int32(j.Priority), j.Submit, j.Spec.Deadline, j.Spec.Walltime
+		e.id, e.prio, e.walltime = j.ID, int32(j.Priority), j.Spec.Walltime
+		e.setTimes(j)
 		switch {
 		case j.SpecErr != nil:
-			e.parked = "bad impact metadata: " + j.SpecErr.Error()
+			e.parked, e.f = true, &qc.blank
 		case f.bad != "":
-			e.parked = f.bad
+			e.parked = true
 		default:
-			e.tier, e.project, e.proj = f.tier, f.project, f.proj
-			e.impact, e.preemptible, e.quota = f.impact, f.preemptible, f.quota
 			for gi := range j.Groups {
 				g := &j.Groups[gi]
 				if g.GPUs == 0 || g.Count == 0 {
 					continue
 				}
-				e.maxAlloc = max(e.maxAlloc, g.GPUs)
+				e.maxAlloc = max(e.maxAlloc, clamp32(g.GPUs))
 				for _, d := range g.Devices {
-					e.maxBlock = max(e.maxBlock, d.Count)
+					e.maxBlock = max(e.maxBlock, clamp32(d.Count))
 				}
 				topo := g.Spec.Topology
 				if topo == policy.TopologyUnset {
 					topo = j.Spec.Topology
 				}
 				if topo == policy.TopologyNVLink {
-					e.maxNVLink = max(e.maxNVLink, g.GPUs)
+					e.maxNVLink = max(e.maxNVLink, clamp32(g.GPUs))
 				}
 			}
 			e.pool = j.Spec.Pool
@@ -261,7 +266,11 @@ func cmpQueued(x, y *queued) int {
 	if x.prio != y.prio {
 		return int(y.prio) - int(x.prio)
 	}
-	if c := x.submit.Compare(y.submit); c != 0 {
+	if x.times&y.times&submitOK != 0 {
+		if x.submitNs != y.submitNs {
+			return cmp.Compare(x.submitNs, y.submitNs)
+		}
+	} else if c := x.submitTime().Compare(y.submitTime()); c != 0 {
 		return c
 	}
 	return strings.Compare(x.id, y.id)
@@ -281,6 +290,7 @@ func (c *cycle) refreshQueue() {
 	n := c.snap.NumShards()
 	if len(qc.keys) != n {
 		qc.keys = make([]cluster.ShardKey, n)
+		qc.blank.proj = -1
 		qc.queued = make([][]queued, n)
 		qc.projs = make([][]int32, n)
 		qc.running = make([][]*cluster.Job, n)
@@ -308,10 +318,10 @@ func (c *cycle) buildQueue() []*queued {
 		}
 	}
 	sort.Strings(names)
-	scorer := c.pol.NewScorer(c.usage(), c.now, names)
-	deficits := make([]float64, len(qc.projNames))
+	c.scorer = c.pol.NewScorer(c.usage(), c.now, names)
+	c.deficits = make([]float64, len(qc.projNames))
 	for _, name := range names {
-		deficits[qc.projIdx[name]] = scorer.Deficit(name)
+		c.deficits[qc.projIdx[name]] = c.scorer.Deficit(name)
 	}
 	// Scores move little between cycles, so the jobs are laid out in the
 	// previous cycle's order (new ones last) before sorting: a short queue's
@@ -325,16 +335,16 @@ func (c *cycle) buildQueue() []*queued {
 		sh := qc.queued[i]
 		for k := range sh {
 			q := &sh[k]
-			if q.parked != "" {
+			if q.parked {
 				parked = append(parked, q)
 				continue
 			}
 			packed = packed && q.tieOK
-			q.score = scorer.ScoreAt(q.deadline, q.submit, q.impact, deficits[q.proj])
+			q.total = c.scoreOf(q).Total
 			if q.rank >= 0 && q.rank < int32(prev) && keys[q.rank].q == nil {
-				keys[q.rank] = qkey{total: q.score.Total, tie: q.tie, q: q}
+				keys[q.rank] = qkey{total: q.total, tie: q.tie, q: q}
 			} else {
-				keys = append(keys, qkey{total: q.score.Total, tie: q.tie, q: q})
+				keys = append(keys, qkey{total: q.total, tie: q.tie, q: q})
 			}
 		}
 	}
@@ -356,3 +366,65 @@ func (c *cycle) buildQueue() []*queued {
 	}
 	return append(out, parked...)
 }
+
+// scoreOf is a valid queued job's score at the cycle's instant, every
+// term of it: the queue keeps only the total (the terms are worked out
+// again, exactly so, for the few readers of them: the explanations and
+// admissions).
+func (c *cycle) scoreOf(q *queued) policy.Score {
+	return c.scorer.ScoreAt(q.deadlineTime(), q.submitTime(), q.f.impact, c.deficits[q.f.proj])
+}
+
+// nanosOf is t in Unix nanoseconds, and whether they say exactly what t
+// does to Sub and Compare: not for the zero time or one out of their
+// range, nor for one with a monotonic clock reading (Sub between two
+// such reads the clock).
+func nanosOf(t time.Time) (int64, bool) {
+	ns := t.UnixNano()
+	return ns, !t.IsZero() && time.Unix(0, ns).Equal(t) && t == t.Round(0)
+}
+
+// setTimes copies j's submit time and deadline.
+func (q *queued) setTimes(j *cluster.Job) {
+	q.times = 0
+	var ok bool
+	if q.submitNs, ok = nanosOf(j.Submit); ok {
+		q.times |= submitOK
+	}
+	if j.Spec.Deadline.IsZero() {
+		q.times |= noDeadline
+	} else if q.deadlineNs, ok = nanosOf(j.Spec.Deadline); ok {
+		q.times |= deadlineOK
+	}
+}
+
+// submitTime is the job's submit time.
+func (q *queued) submitTime() time.Time {
+	if q.times&submitOK == 0 {
+		return q.job.Submit
+	}
+	return time.Unix(0, q.submitNs)
+}
+
+// deadlineTime is the job's deadline (zero: none).
+func (q *queued) deadlineTime() time.Time {
+	switch {
+	case q.times&noDeadline != 0:
+		return time.Time{}
+	case q.times&deadlineOK == 0:
+		return q.job.Spec.Deadline
+	}
+	return time.Unix(0, q.deadlineNs)
+}
+
+// parkedReason says why a parked job's metadata is bad.
+func (q *queued) parkedReason() string {
+	if q.job.SpecErr != nil {
+		return "bad impact metadata: " + q.job.SpecErr.Error()
+	}
+	return q.f.bad
+}
+
+// clamp32 is n within int32: a size beyond it is too big for any node
+// either way.
+func clamp32(n int) int32 { return int32(min(max(n, math.MinInt32), math.MaxInt32)) }

@@ -24,7 +24,8 @@ func TestSortQueueMatchesComparisonSort(t *testing.T) {
 			for i := range keys {
 				j := &cluster.Job{ID: fmt.Sprintf("j%05d-%d", rng.IntN(n*2+1), i), Priority: 40 + 10*rng.IntN(2),
 					Submit: t0.Add(time.Duration(rng.IntN(3)) * time.Second).Add(time.Duration(rng.IntN(2)) * time.Nanosecond)}
-				q := &queued{job: j, id: j.ID, prio: int32(j.Priority), submit: j.Submit}
+				q := &queued{job: j, id: j.ID, prio: int32(j.Priority)}
+				q.setTimes(j)
 				q.tie, q.tieOK = tieOf(j)
 				total := totals[rng.IntN(len(totals))]
 				if rng.IntN(3) == 0 {
@@ -61,7 +62,8 @@ func TestSortQueueMendsNearlySortedQueues(t *testing.T) {
 			keys := make([]qkey, n)
 			for i := range keys {
 				j := &cluster.Job{ID: fmt.Sprintf("j%05d", i), Priority: 50, Submit: t0.Add(time.Duration(rng.IntN(5)) * time.Second)}
-				q := &queued{job: j, id: j.ID, prio: int32(j.Priority), submit: j.Submit}
+				q := &queued{job: j, id: j.ID, prio: int32(j.Priority)}
+				q.setTimes(j)
 				q.tie, q.tieOK = tieOf(j)
 				keys[i] = qkey{total: float64(rng.IntN(n / 4)), tie: q.tie, q: q}
 			}

@@ -20,7 +20,7 @@ const explainRejectionsUpTo = 32
 // and cannot tell why. It names the earliest such gang of a tier the job
 // may preempt, in its pool; "" when there is none. Explanations only.
 func (c *cycle) youngNote(q *queued) string {
-	key := tierPool{q.tier, q.pool}
+	key := tierPool{q.f.tier, q.pool}
 	if c.lastYoungOK && key == c.lastYoung {
 		return c.lastYoungNote
 	}
@@ -33,7 +33,7 @@ func (c *cycle) youngNote(q *queued) string {
 	}
 	note := ""
 	for _, y := range c.young {
-		if c.claimed[y.h] || !c.mayPreempt(q.tier, y.tier) {
+		if c.claimed[y.h] || !c.mayPreempt(q.f.tier, y.tier) {
 			continue
 		}
 		if q.pool != "" && !c.holderInPool(y.h, q.pool) {

@@ -27,7 +27,7 @@ func (c *cycle) mayBackfill(q *queued) bool {
 		if endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until); endsBefore {
 			continue
 		}
-		if preemptibleByIt := q.preemptible && c.mayPreempt(r.tier, q.tier); !preemptibleByIt {
+		if preemptibleByIt := q.f.preemptible && c.mayPreempt(r.tier, q.f.tier); !preemptibleByIt {
 			return false
 		}
 	}
@@ -91,7 +91,7 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 		return
 	}
 	c.reserveSlots(found)
-	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.tier, until: until})
+	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until})
 	if c.explain {
 		c.resNotes = append(c.resNotes, c.reservationNote())
 	}
