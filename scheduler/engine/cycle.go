@@ -218,7 +218,7 @@ func (c *cycle) run() {
 	order := func() {
 		queue := c.buildQueue()
 		c.headroomBegin(queue, facts)
-		lay = c.layOut(queue)
+		lay = c.layOut(queue, c.e.queue.oneArray)
 	}
 	judge := func() {
 		c.assessHolders(facts)
@@ -231,7 +231,7 @@ func (c *cycle) run() {
 		c.sideBySide(judge, order)
 	}
 	decideAll := func() {
-		for i := range lay.q {
+		for i := range lay.len() {
 			q := lay.at(i)
 			if !c.explain && c.onlyWaits(q) {
 				continue
@@ -245,11 +245,11 @@ func (c *cycle) run() {
 	beside := func() {
 		lay.fillRest()
 		if c.explain {
-			c.indexExplanations(lay.q)
+			c.indexExplanations(lay)
 		}
 	}
 	if c.explain {
-		c.exps = make([]Explanation, len(lay.q))
+		c.exps = make([]Explanation, lay.len())
 	}
 	if c.twoCores() {
 		c.sideBySide(decideAll, beside)
@@ -260,7 +260,7 @@ func (c *cycle) run() {
 	c.st.Commit()
 	c.plan.Headroom = c.headroomStatus()
 	if c.e.logger.IsDebug() {
-		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", len(lay.q),
+		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", lay.len(),
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
 			"reservations", len(c.reservations), "free_gpus", c.st.FreeGPUs(""))
 	}
@@ -430,18 +430,19 @@ func (c *cycle) explanation(q *queued, pos int) *Explanation {
 // and Explanations (pointers into c.exps) in queue order. It reads only
 // the queue and writes only fields decide never reads nor writes, so it
 // runs while the jobs are decided, off the decisions' path.
-func (c *cycle) indexExplanations(queue []queued) {
-	for i := range queue {
-		q, exp := &queue[i], &c.exps[i]
+func (c *cycle) indexExplanations(lay *queueLayout) {
+	n := lay.len()
+	for i := range n {
+		q, exp := lay.filled(i), &c.exps[i]
 		exp.JobID, exp.Position, exp.GPUs = q.id, i+1, q.gpus
 		if !q.parked {
 			exp.Score, exp.Tier, exp.Project = c.scoreOf(q), q.f.tier, q.f.project
 		}
 	}
-	c.plan.Queue = make([]string, len(queue))
-	c.plan.Explanations = make(map[string]*Explanation, len(queue))
-	for i := range queue {
-		id := queue[i].id
+	c.plan.Queue = make([]string, n)
+	c.plan.Explanations = make(map[string]*Explanation, n)
+	for i := range n {
+		id := c.exps[i].JobID
 		c.plan.Queue[i] = id
 		c.plan.Explanations[id] = &c.exps[i]
 	}

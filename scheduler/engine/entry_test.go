@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // A queue entry stays small: a new engine allocates and copies one per
@@ -60,6 +63,40 @@ func TestQueuedTimesSayWhatTheJobsDo(t *testing.T) {
 				if c := cmpQueued(q, o); c != want {
 					t.Errorf("submit %v against %v: cmpQueued %d, want %d", sub, dl, c, want)
 				}
+			}
+		}
+	}
+}
+
+// specFacts answers every spec with its own key's facts, whether its
+// names are the interned ones or copies (found in the map, not by where
+// they lie), among more keys than it keeps recent answers for (slots
+// shared by several keys).
+func TestSpecFactsByKey(t *testing.T) {
+	e := mustEngine(t, nil)
+	c := &cycle{e: e, pol: e.pol}
+	const n = 4 * factSlots
+	specs := make([]policy.Spec, 0, 2*n)
+	for i := range n {
+		p := fmt.Sprintf("proj-%d", i)
+		specs = append(specs, policy.Spec{Tier: "normal", Project: p, PreemptibleSet: i%3 == 0, Preemptible: i%2 == 0})
+		specs = append(specs, policy.Spec{Tier: strings.Clone("normal"), Project: strings.Clone(p), PreemptibleSet: i%3 == 0, Preemptible: i%2 == 0})
+	}
+	first := map[specKey]*specFacts{}
+	for round := range 3 {
+		for i := range specs {
+			s := &specs[(i*7+round)%len(specs)]
+			f := c.specFacts(s)
+			if f.project != s.Project {
+				t.Fatalf("spec %+v: facts of project %q", *s, f.project)
+			}
+			k := specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
+			if want, ok := first[k]; ok && want != f {
+				t.Fatalf("spec %+v: facts %p, earlier %p", *s, f, want)
+			}
+			first[k] = f
+			if s.PreemptibleSet && f.preemptible != s.Preemptible {
+				t.Fatalf("spec %+v: preemptible %t", *s, f.preemptible)
 			}
 		}
 	}

@@ -14,11 +14,16 @@ package engine
 // orders the queue copies the first part (layOut), while the gangs are
 // still being judged on the other; the rest is copied beside the
 // decisions (fillRest), which wait for it only if they get there first
-// (at).
+// (at). A queue cache whose entries all lie in one array (a new
+// engine's, see refreshQueue) is read in place instead: its 120-byte
+// entries are close together already, and the copy would be another
+// megabyte for the collector on BenchmarkDecide's queue.
 type queueLayout struct {
-	from  []*queued
-	q     []queued
-	split int
+	from []*queued
+	// q: the copies (nil in place).
+	q       []queued
+	inPlace bool
+	split   int
 	// rest is closed once entries split and after are copied; restSeen:
 	// at has waited for it.
 	rest     chan struct{}
@@ -27,8 +32,14 @@ type queueLayout struct {
 
 // layOut starts laying queue out in the engine's scratch memory (valid
 // until the next cycle overwrites it; the job objects its entries point
-// to are the queue cache's too), copying the first part of it.
-func (c *cycle) layOut(queue []*queued) *queueLayout {
+// to are the queue cache's too), copying the first part of it. In
+// place, nothing is copied: the entries are read where they lie, which
+// a queue cache laid out in one array (a new engine's: refreshQueue)
+// allows at about the copy's cost, without its megabyte of memory.
+func (c *cycle) layOut(queue []*queued, inPlace bool) *queueLayout {
+	if inPlace {
+		return &queueLayout{from: queue, inPlace: true, split: len(queue)}
+	}
 	buf := &c.e.scratch.ordered
 	if cap(*buf) < len(queue) {
 		*buf = make([]queued, len(queue))
@@ -46,15 +57,33 @@ func (l *queueLayout) copy(from, to int) {
 
 // fillRest copies the rest of the queue.
 func (l *queueLayout) fillRest() {
+	if l.inPlace {
+		return
+	}
 	l.copy(l.split, len(l.q))
 	close(l.rest)
 }
 
+// len is the number of entries.
+func (l *queueLayout) len() int { return len(l.from) }
+
 // at is entry i, once it is laid out.
 func (l *queueLayout) at(i int) *queued {
+	if l.inPlace {
+		return l.from[i]
+	}
 	if i >= l.split && !l.restSeen {
 		<-l.rest
 		l.restSeen = true
+	}
+	return &l.q[i]
+}
+
+// filled is entry i, for the goroutine that laid out the rest
+// (fillRest): it has nothing to wait for.
+func (l *queueLayout) filled(i int) *queued {
+	if l.inPlace {
+		return l.from[i]
 	}
 	return &l.q[i]
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
@@ -49,11 +50,17 @@ type queueCache struct {
 	queuedLen int
 	// sortBuf is the queue sort's scratch space, kept across cycles.
 	sortBuf radixBuf
-	// facts memoizes the policy's answers per spec key (specFacts).
-	facts map[specKey]*specFacts
+	// facts memoizes the policy's answers per spec key (specFacts);
+	// factSlots are its recent answers by where the names lie.
+	facts     map[specKey]*specFacts
+	factSlots [factSlots]factSlot
 	// prevLen is the number of valid queued jobs ordered last cycle (their
 	// rank fields index that order).
 	prevLen int
+	// oneArray: every queued entry is in one array (refreshQueue redid
+	// every shard that has any, in shared arrays), so the cycle reads
+	// them in place (layOut).
+	oneArray bool
 	// blank is the facts of a job whose metadata does not parse (no tier,
 	// no project).
 	blank specFacts
@@ -113,10 +120,51 @@ type specKey struct {
 
 const maxSpecFacts = 4096
 
+// factSlots is the number of recent answers specFacts keeps by where
+// a spec's tier and project names lie (factSlot).
+const factSlots = 256
+
+// factSlot is one of specFacts' recent answers: the spec's key and its
+// facts.
+type factSlot struct {
+	k specKey
+	f *specFacts
+}
+
+// slotOf is the slot of a key among factSlots: a hash of where its
+// names lie in memory, not of their bytes. Tier and project names are
+// interned when metadata is parsed, so every job of a tier and project
+// shares them: a cold cycle's 15,000 jobs find their facts without
+// hashing a name (the map's look-up was a third of refreshing the
+// queue).
+func slotOf(k *specKey) int {
+	h := uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.tier))))*0x9e3779b97f4a7c15 ^
+		uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.project))))*0xc2b2ae3d27d4eb4f
+	if k.preemptibleSet {
+		h ^= 1 << 62
+		if k.pre {
+			h ^= 1 << 61
+		}
+	}
+	return int(h >> 56)
+}
+
+// sameNames: a and b are one key whose names lie at the same place.
+func sameNames(a, b *specKey) bool {
+	return unsafe.StringData(a.tier) == unsafe.StringData(b.tier) && len(a.tier) == len(b.tier) &&
+		unsafe.StringData(a.project) == unsafe.StringData(b.project) && len(a.project) == len(b.project) &&
+		a.preemptibleSet == b.preemptibleSet && a.pre == b.pre
+}
+
 func (c *cycle) specFacts(s *policy.Spec) *specFacts {
 	qc := &c.e.queue
 	k := specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
+	slot := &qc.factSlots[slotOf(&k)]
+	if slot.f != nil && sameNames(&slot.k, &k) {
+		return slot.f
+	}
 	if f, ok := qc.facts[k]; ok {
+		*slot = factSlot{k, f}
 		return f
 	}
 	f := &specFacts{project: c.pol.ProjectName(*s)}
@@ -133,12 +181,14 @@ func (c *cycle) specFacts(s *policy.Spec) *specFacts {
 	if qc.facts == nil || len(qc.facts) >= maxSpecFacts {
 		qc.facts = map[specKey]*specFacts{} // bounded: tiers and projects are few, typos are not
 	}
+	*slot = factSlot{k, f}
 	qc.facts[k] = f
 	return f
 }
 
-// refresh rebuilds the cache of one shard from its jobs.
-func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
+// refresh rebuilds the cache of one shard from its jobs, in memory
+// taken from sl.
+func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, sl *shardSlab) {
 	qc := &c.e.queue
 	qc.keys[i] = key
 	n, r := 0, 0
@@ -150,12 +200,12 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 			r++
 		}
 	}
-	q := make([]queued, 0, n)
-	var projs []int32
+	q := take(&sl.queued, n)
+	projs := sl.projBuf[:0]
 	var run []*cluster.Job
 	var runFacts []*specFacts
 	if r > 0 {
-		run, runFacts = make([]*cluster.Job, 0, r), make([]*specFacts, 0, r)
+		run, runFacts = take(&sl.running, r), take(&sl.runFacts, r)
 	}
 	for _, j := range jobs {
 		var f *specFacts
@@ -212,6 +262,8 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job) {
 	for _, p := range projs {
 		qc.projShards[p]++
 	}
+	sl.projBuf = projs
+	projs = append(take(&sl.projs, len(projs)), projs...)
 	qc.queuedLen += len(q) - len(qc.queued[i])
 	qc.queued[i] = q
 	qc.projs[i] = projs
@@ -296,12 +348,75 @@ func (c *cycle) refreshQueue() {
 		qc.running = make([][]*cluster.Job, n)
 		qc.runFacts = make([][]*specFacts, n)
 	}
+	changed, kept := 0, 0
+	for i := 0; i < n; i++ {
+		if c.snap.JobShardKey(i) != qc.keys[i] {
+			changed++
+		} else if len(qc.queued[i]) > 0 {
+			kept++
+		}
+	}
+	var sl shardSlab
+	qc.oneArray = changed >= slabFromShards && kept == 0
+	if changed >= slabFromShards {
+		// Many shards to redo (a new engine: all of them): their entries
+		// are windows of one array each, sized by a first pass over the
+		// jobs' states (which also brings the jobs into the processor's
+		// cache for the second).
+		nq, nr := 0, 0
+		for i := 0; i < n; i++ {
+			if c.snap.JobShardKey(i) == qc.keys[i] {
+				continue
+			}
+			_, jobs := c.snap.JobShard(i)
+			for _, j := range jobs {
+				switch j.State {
+				case cluster.JobQueued:
+					nq++
+				case cluster.JobRunning:
+					nr++
+				}
+			}
+		}
+		sl = shardSlab{queued: make([]queued, nq), running: make([]*cluster.Job, nr), runFacts: make([]*specFacts, nr),
+			projs: make([]int32, changed*4)}
+	}
 	for i := 0; i < n; i++ {
 		if c.snap.JobShardKey(i) != qc.keys[i] {
 			key, jobs := c.snap.JobShard(i)
-			c.refreshShard(i, key, jobs)
+			c.refreshShard(i, key, jobs, &sl)
 		}
 	}
+}
+
+// slabFromShards is the number of changed shards from which refreshQueue
+// lays their entries out in shared arrays: a new engine refreshes every
+// shard, over a thousand small allocations each of entries, running jobs
+// and their facts, and projects; a warm cycle a few, each in its own
+// (an array lives while any window of it does, so a few changed shards
+// must not hold a whole slab alive).
+const slabFromShards = 64
+
+// shardSlab is the memory refreshShard takes its slices from: windows
+// of shared arrays (empty ones: slices of their own).
+type shardSlab struct {
+	queued   []queued
+	running  []*cluster.Job
+	runFacts []*specFacts
+	projs    []int32
+	// projBuf collects a shard's projects before they are copied out.
+	projBuf []int32
+}
+
+// take returns an empty slice of capacity n, a window of *from when it
+// has room (and *from what is left), else of its own.
+func take[T any](from *[]T, n int) []T {
+	if len(*from) < n {
+		return make([]T, 0, n)
+	}
+	w := (*from)[:0:n]
+	*from = (*from)[n:]
+	return w
 }
 
 // buildQueue scores the queued jobs and sorts them: score, then Nomad

@@ -25,6 +25,7 @@ import (
 // belongs to one engine; it is not safe for concurrent use.
 type Cache struct {
 	nodes map[*cluster.Node]*nodeStatic
+	slab  staticSlab
 
 	// The node table of the last snapshot.
 	nodesKey cluster.NodesKey
@@ -145,18 +146,66 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 	if ns, ok := c.nodes[n]; ok {
 		return ns
 	}
-	ns := newNodeStatic(n)
+	ns := c.slab.newNodeStatic(n)
 	c.nodes[n] = ns
 	return ns
+}
+
+// staticSlab hands out the memory of new node statics from a few large
+// arrays: a new cache derives every node's at once (BenchmarkDecide:
+// 2,000 nodes, four allocations each), and the collector's cost grows
+// with the count of objects as well as their bytes. Each piece is a
+// window with its capacity cut at its length, so no append reaches a
+// neighbour's. An array lives as long as any static in it: the cache
+// drops statics of nodes gone only when they are many (nodeTable), so
+// little is held for them.
+type staticSlab struct {
+	statics []nodeStatic
+	words   []uint64
+	names   []string
+}
+
+// slabLen is how many statics, and slabWords how many words or names,
+// one array of a slab holds.
+const slabLen, slabWords = 256, 2048
+
+func (sl *staticSlab) static() *nodeStatic {
+	if len(sl.statics) == 0 {
+		sl.statics = make([]nodeStatic, slabLen)
+	}
+	ns := &sl.statics[0]
+	sl.statics = sl.statics[1:]
+	return ns
+}
+
+func (sl *staticSlab) copyWords(src []uint64) []uint64 {
+	if len(sl.words) < len(src) {
+		sl.words = make([]uint64, max(slabWords, len(src)))
+	}
+	out := sl.words[:len(src):len(src)]
+	copy(out, src)
+	sl.words = sl.words[len(src):]
+	return out
+}
+
+func (sl *staticSlab) copyNames(src []string) []string {
+	if len(sl.names) < len(src) {
+		sl.names = make([]string, max(slabWords, len(src)))
+	}
+	out := sl.names[:len(src):len(src)]
+	copy(out, src)
+	sl.names = sl.names[len(src):]
+	return out
 }
 
 // newNodeStatic derives a node's masks: healthy GPUs, one per NVLink
 // island (by island number) and one per device group (by name), and
 // whether a group spans islands. Islands and groups are collected in
 // arrays on the stack, kept sorted by insertion (a node has a few), and
-// copied out in one allocation each.
-func newNodeStatic(n *cluster.Node) *nodeStatic {
-	ns := &nodeStatic{ids: gpuBits{gpus: n.GPUs[:min(len(n.GPUs), cluster.MaxGPUsPerNode)]}}
+// copied out into the slab.
+func (sl *staticSlab) newNodeStatic(n *cluster.Node) *nodeStatic {
+	ns := sl.static()
+	ns.ids = gpuBits{gpus: n.GPUs[:min(len(n.GPUs), cluster.MaxGPUsPerNode)]}
 	if len(ns.ids.gpus) > 16 {
 		ns.ids.m = make(map[string]uint64, len(ns.ids.gpus))
 	}
@@ -205,11 +254,11 @@ func newNodeStatic(n *cluster.Node) *nodeStatic {
 		groups[k] |= bit
 	}
 	if nIsl > 0 {
-		ns.islands = append(make([]uint64, 0, nIsl), islands[:nIsl]...)
+		ns.islands = sl.copyWords(islands[:nIsl])
 	}
 	if nGrp > 0 {
-		ns.groups = append(make([]uint64, 0, nGrp), groups[:nGrp]...)
-		ns.groupNames = append(make([]string, 0, nGrp), groupNames[:nGrp]...)
+		ns.groups = sl.copyWords(groups[:nGrp])
+		ns.groupNames = sl.copyNames(groupNames[:nGrp])
 	}
 	for gi, gm := range ns.groups {
 		if ns.groupNames[gi] == "" {
@@ -234,7 +283,9 @@ func (c *Cache) nodeTable(snap *cluster.Snapshot) *nodeTable {
 	if c.table != nil && key.Equal(c.nodesKey) {
 		return c.table
 	}
-	if len(c.nodes) > 2*snap.NumNodes()+64 {
+	if len(c.nodes) == 0 {
+		c.nodes = make(map[*cluster.Node]*nodeStatic, snap.NumNodes()) // grown once
+	} else if len(c.nodes) > 2*snap.NumNodes()+64 {
 		live := make(map[*cluster.Node]*nodeStatic, snap.NumNodes())
 		for _, n := range snap.Nodes() {
 			if ns, ok := c.nodes[n]; ok {

@@ -185,7 +185,7 @@ func TestNodeStaticMasks(t *testing.T) {
 				Healthy: rapid.Bool().Draw(t, "healthy"),
 			})
 		}
-		ns := newNodeStatic(n)
+		ns := new(staticSlab).newNodeStatic(n)
 		var islandIDs []int
 		var groupNames []string
 		var healthy uint64
@@ -225,4 +225,31 @@ func TestNodeStaticMasks(t *testing.T) {
 			t.Fatalf("healthy %b spanning %v, want %b %v", ns.healthy, ns.spanning, healthy, spanning)
 		}
 	})
+}
+
+// Statics made one after another from one slab, across its arrays, are
+// each as if made alone: no static's windows reach another's.
+func TestStaticSlabKeepsStaticsApart(t *testing.T) {
+	var slab staticSlab
+	var nodes []*cluster.Node
+	var made []*nodeStatic
+	for k := range 3 * slabLen {
+		n := &cluster.Node{ID: fmt.Sprintf("n%d", k)}
+		for i := range k % (cluster.MaxGPUsPerNode + 1) {
+			n.GPUs = append(n.GPUs, cluster.GPU{ID: fmt.Sprintf("g%d", i), Island: (i * k) % 5, Group: fmt.Sprintf("grp%d", (i+k)%3), Healthy: (i+k)%4 != 0})
+		}
+		nodes = append(nodes, n)
+		made = append(made, slab.newNodeStatic(n))
+	}
+	for k, n := range nodes {
+		want := new(staticSlab).newNodeStatic(n)
+		got := made[k]
+		if got.healthy != want.healthy || !slices.Equal(got.islands, want.islands) || !slices.Equal(got.groups, want.groups) ||
+			!slices.Equal(got.groupNames, want.groupNames) || got.spanning != want.spanning {
+			t.Fatalf("node %d: static %+v, alone %+v", k, *got, *want)
+		}
+		if cap(got.islands) != len(got.islands) || cap(got.groups) != len(got.groups) || cap(got.groupNames) != len(got.groupNames) {
+			t.Fatalf("node %d: windows with room past their length", k)
+		}
+	}
 }
