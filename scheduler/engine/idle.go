@@ -236,7 +236,9 @@ type Reclaim struct {
 
 // idleState is a running gang's utilisation as judged this cycle.
 type idleState struct {
-	cfg      policy.Idle
+	// cfg is the tier's idle policy (the spec facts'; nil for a gang
+	// not judged).
+	cfg      *policy.Idle
 	util     float64
 	since    time.Time // job run below threshold (zero: none)
 	idleFor  time.Duration
@@ -250,7 +252,7 @@ type idleState struct {
 // judgeIdle works out the utilisation state of a managed running gang.
 func (c *cycle) judgeIdle(hd *placement.Holder, f *specFacts) idleState {
 	// f.idle is the policy's IdleFor, ignored its IdleIgnored.
-	st := idleState{cfg: f.idle, util: -1, ignored: hd.Job.Spec.IdleIgnore && f.idle.AllowOptOut}
+	st := idleState{cfg: &f.idle, util: -1, ignored: hd.Job.Spec.IdleIgnore && f.idle.AllowOptOut}
 	jt := c.e.jobUtil[hd.JobID]
 	if jt == nil || jt.lastAt.IsZero() {
 		return st
@@ -294,19 +296,19 @@ func (c *cycle) idleVictim(hd *placement.Holder, st idleState) victimInfo {
 	restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 	idleGPUh, reclaimed := c.idleHours(hd, st)
 	return victimInfo{
-		idleGPUh:  idleGPUh,
-		reclaimed: reclaimed,
-		ok:        true,
-		idle:      true,
-		idleSince: st.since,
-		idleNote:  fmt.Sprintf("idle since %s (%.1f%% < %g%% for %s)", st.since.UTC().Format(time.RFC3339), st.util, st.cfg.Threshold, st.idleFor.Round(time.Second)),
-		tier:      c.pol.TierOf(j.Spec).Name,
-		weight:    c.pol.TierOf(j.Spec).Weight,
-		cost:      c.pol.Impact(j.Spec) * (lost + restart),
-		lost:      lost,
-		grace:     j.Spec.Grace,
-		signal:    j.Spec.CheckpointSignal,
-		requeue:   j.Spec.RequeueCode(),
+		ok:     true,
+		idle:   true,
+		tier:   c.pol.TierOf(j.Spec).Name,
+		weight: c.pol.TierOf(j.Spec).Weight,
+		cost:   c.pol.Impact(j.Spec) * (lost + restart),
+		lost:   lost,
+		grace:  j.Spec.Grace,
+		idleVictim: &idleVictim{
+			idleGPUh:  idleGPUh,
+			reclaimed: reclaimed,
+			idleSince: st.since,
+			idleNote:  fmt.Sprintf("idle since %s (%.1f%% < %g%% for %s)", st.since.UTC().Format(time.RFC3339), st.util, st.cfg.Threshold, st.idleFor.Round(time.Second)),
+		},
 	}
 }
 

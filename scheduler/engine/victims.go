@@ -11,25 +11,32 @@ import (
 )
 
 // victimInfo is what the cycle knows about a running gang as a possible
-// victim.
+// victim: one per running gang, so only what the search for victims
+// reads of most of them (a stop's signal and exit code are read from the
+// job's spec when one is ordered, victimStop; an idle victim's numbers
+// are behind idleVictim).
 type victimInfo struct {
 	ok bool // preemptible at all (policy, min runtime, not stopping)
 	// young: preemptible but within its minimum runtime, a victim only
 	// for the tiers of its pool's headroom (headroomWaives).
-	young  bool
-	tier   string
-	cost   float64
-	lost   float64
-	grace  time.Duration
-	signal string
-	// requeue is the victim's requeue exit code.
-	requeue int
+	young bool
 	// idle: a victim on its tier's preemptible idle action (see
-	// idleVictim); weight is its tier's weight.
-	idle      bool
+	// cycle.idleVictim).
+	idle bool
+	tier string
+	cost float64
+	lost float64
+	// grace is the job's impact_grace (zero for a gang no victim).
+	grace time.Duration
+	// weight is its tier's weight (idle victims).
+	weight float64
+	*idleVictim
+}
+
+// idleVictim is what an idle victim's stop says of its idleness.
+type idleVictim struct {
 	idleSince time.Time
 	idleNote  string
-	weight    float64
 	idleGPUh  float64
 	reclaimed float64
 }
@@ -82,14 +89,12 @@ func (c *cycle) assessHolders(facts []*specFacts) {
 		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
 		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 		c.victims[h] = victimInfo{
-			ok:      !young,
-			young:   young,
-			tier:    f.tier,
-			cost:    f.impact * (lost + restart),
-			lost:    lost,
-			grace:   j.Spec.Grace,
-			signal:  j.Spec.CheckpointSignal,
-			requeue: j.Spec.RequeueCode(),
+			ok:    !young,
+			young: young,
+			tier:  f.tier,
+			cost:  f.impact * (lost + restart),
+			lost:  lost,
+			grace: j.Spec.Grace,
 		}
 	}
 	sort.SliceStable(c.young, func(a, b int) bool {
