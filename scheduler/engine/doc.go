@@ -139,10 +139,15 @@
 // job, allocation and node of the snapshot once, mostly as cache misses:
 // the fields it reads come first in cluster.Job and in a queued entry
 // (120 bytes: what every job of a tier and project shares is behind one
-// pointer, and a new engine allocates and copies one entry per waiting
-// job, the cache's and the layout's), tier, project and pool names are
-// interned when metadata is parsed, and an allocation's node and GPU IDs
-// are its node's own strings (cluster.Store.UpsertAlloc). TestGoldenPlans
+// pointer), tier, project and pool names are interned when metadata is
+// parsed (so a job's spec facts are found by where its names lie), and
+// an allocation's node and GPU IDs are its node's own strings
+// (cluster.Store.UpsertAlloc). It allocates as little as it can, because
+// the collector's work grows with the bytes and objects a cycle makes:
+// the queue cache's shards and placement's node statics are windows of a
+// few shared arrays, the queue is decided where it lies in the cache
+// (one array, no layout copy), and a running gang's victim and idle
+// records keep only what most gangs need. TestGoldenPlans
 // pins the decisions (testdata/plans.golden), so that a change made for
 // speed cannot change a plan, and checks that engines with and without
 // explanations decide the same.
