@@ -198,12 +198,10 @@ func (c *cycle) run() {
 	// snapshot by disjoint code (the queue cache and the placement cache
 	// are separate, the snapshot is immutable).
 	newState := func() { c.st = placement.New(c.snap, stopping, c.e.cache) }
-	if c.e.queue.table == (cluster.TableKey{}) {
-		// A new engine reads every job: the queue cache is the longer.
-		c.sideBySide(c.refreshQueue, newState)
-	} else {
-		c.sideBySide(newState, c.refreshQueue)
-	}
+	// The placement state is the longer of the two on a new engine too
+	// (BenchmarkDecide: 3.8 against 3.1 ms at the median) since the queue
+	// cache's entries are laid out in shared arrays.
+	c.sideBySide(newState, c.refreshQueue)
 	// Judging the running gangs (victims, idle, the gang watch) and
 	// ordering the queue read the same state and write disjoint parts of
 	// the cycle. The spec facts both need are worked out before
