@@ -178,23 +178,15 @@ func (sl *staticSlab) static() *nodeStatic {
 	return ns
 }
 
-func (sl *staticSlab) copyWords(src []uint64) []uint64 {
-	if len(sl.words) < len(src) {
-		sl.words = make([]uint64, max(slabWords, len(src)))
+// carve copies src into a window of *slab, taken from its front (a new
+// array of slabWords, or more for a longer src, when it has no room).
+func carve[T any](slab *[]T, src []T) []T {
+	if len(*slab) < len(src) {
+		*slab = make([]T, max(slabWords, len(src)))
 	}
-	out := sl.words[:len(src):len(src)]
+	out := (*slab)[:len(src):len(src)]
 	copy(out, src)
-	sl.words = sl.words[len(src):]
-	return out
-}
-
-func (sl *staticSlab) copyNames(src []string) []string {
-	if len(sl.names) < len(src) {
-		sl.names = make([]string, max(slabWords, len(src)))
-	}
-	out := sl.names[:len(src):len(src)]
-	copy(out, src)
-	sl.names = sl.names[len(src):]
+	*slab = (*slab)[len(src):]
 	return out
 }
 
@@ -254,11 +246,11 @@ func (sl *staticSlab) newNodeStatic(n *cluster.Node) *nodeStatic {
 		groups[k] |= bit
 	}
 	if nIsl > 0 {
-		ns.islands = sl.copyWords(islands[:nIsl])
+		ns.islands = carve(&sl.words, islands[:nIsl])
 	}
 	if nGrp > 0 {
-		ns.groups = sl.copyWords(groups[:nGrp])
-		ns.groupNames = sl.copyNames(groupNames[:nGrp])
+		ns.groups = carve(&sl.words, groups[:nGrp])
+		ns.groupNames = carve(&sl.names, groupNames[:nGrp])
 	}
 	for gi, gm := range ns.groups {
 		if ns.groupNames[gi] == "" {
