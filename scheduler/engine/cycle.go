@@ -10,57 +10,6 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
-type queued struct {
-	// The fields decide reads of every waiting job come first. The queue
-	// cache keeps entries by shard; the cycle decides copies of them laid
-	// out in queue order (queueLayout), read one after the other. The
-	// struct is 120 bytes (TestQueuedEntrySize): a new engine allocates
-	// and copies one per waiting job, so every field is here because a
-	// cycle reads it of most jobs; what is the same for every job of a
-	// tier and project is behind f, shared.
-	job *cluster.Job
-	// f is what the policy says of the job's tier and project (for a
-	// parked job: the engine's blank facts, or its bad spec's).
-	f    *specFacts
-	id   string
-	gpus int
-	pool string
-	// total is the job's score this cycle (scoreOf gives its terms).
-	total float64
-	// maxAlloc and maxNVLink are the most GPUs one allocation of the job
-	// asks, of any group and of groups asking NVLink topology, and
-	// maxBlock the most one device block asks (tooBig); clamped to int32.
-	maxAlloc, maxNVLink, maxBlock int32
-	// rank is the job's position in the previous cycle's order (-1: new).
-	rank     int32
-	walltime time.Duration
-	// tie is the job's priority and submit second packed (tieOf; tieOK:
-	// they fit).
-	tie uint64
-	// The job's submit time and deadline in Unix nanoseconds (see
-	// submitTime and deadlineTime: times says which of them are so, the
-	// job's own being read where they would not say exactly what it
-	// does). Priority (Nomad's are at most 32,766) is copied too, so
-	// that scoring and sorting read the queue's slices, not the jobs.
-	submitNs, deadlineNs int64
-	prio                 int32
-	// parked: bad metadata (parkedReason says what).
-	parked, tieOK bool
-	times         timeFlags
-}
-
-// timeFlags say how a queue entry keeps its job's times (setTimes).
-type timeFlags uint8
-
-const (
-	// submitOK: submitNs is the submit time.
-	submitOK timeFlags = 1 << iota
-	// deadlineOK: deadlineNs is the deadline.
-	deadlineOK
-	// noDeadline: the job has none.
-	noDeadline
-)
-
 type cycle struct {
 	e *Engine
 	// ch: what the cycle changes in the engine's memory (changes.go).

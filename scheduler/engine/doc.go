@@ -97,7 +97,9 @@
 // the steps cannot read each other's half-made state.
 //
 // Files follow the cycle's responsibilities: cycle.go (the cycle's state
-// and the per-job decision), queue.go and radix.go (ordering),
+// and the per-job decision), entry.go (what the queue keeps of a
+// waiting job), facts.go (the policy's answers per tier and project),
+// queue.go and radix.go (ordering),
 // layout.go (the ordered queue laid out for deciding),
 // accrue.go (charging usage, expiring stops), held.go (GPUs held for
 // earlier admissions and for preemptors' bindings), gangwatch.go,

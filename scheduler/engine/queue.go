@@ -2,12 +2,9 @@ package engine
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"sort"
 	"strings"
-	"time"
-	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
@@ -94,96 +91,6 @@ func (qc *queueCache) project(name string) int32 {
 	qc.projNames = append(qc.projNames, name)
 	qc.projShards = append(qc.projShards, 0)
 	return i
-}
-
-// specFacts is what the policy derives from the fields of a spec it
-// resolves tier and project from (specKey); the same for every job with
-// those fields, so worked out once per engine, not once per job.
-type specFacts struct {
-	bad         string // CheckSpec's error, "" when valid
-	tier        string
-	project     string
-	proj        int32
-	impact      float64
-	quota       int
-	preemptible bool
-	// idle is the tier's idle policy.
-	idle policy.Idle
-}
-
-// specKey is every field of a spec that TierOf, ProjectName, ProjectOf,
-// CheckSpec, Impact and IsPreemptible read.
-type specKey struct {
-	tier, project       string
-	preemptibleSet, pre bool
-}
-
-const maxSpecFacts = 4096
-
-// factSlots is the number of recent answers specFacts keeps by where
-// a spec's tier and project names lie (factSlot).
-const factSlots = 256
-
-// factSlot is one of specFacts' recent answers: the spec's key and its
-// facts.
-type factSlot struct {
-	k specKey
-	f *specFacts
-}
-
-// slotOf is the slot of a key among factSlots: a hash of where its
-// names lie in memory, not of their bytes. Tier and project names are
-// interned when metadata is parsed, so every job of a tier and project
-// shares them: a cold cycle's 15,000 jobs find their facts without
-// hashing a name (the map's look-up was a third of refreshing the
-// queue).
-func slotOf(k *specKey) int {
-	h := uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.tier))))*0x9e3779b97f4a7c15 ^
-		uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.project))))*0xc2b2ae3d27d4eb4f
-	if k.preemptibleSet {
-		h ^= 1 << 62
-		if k.pre {
-			h ^= 1 << 61
-		}
-	}
-	return int(h >> 56)
-}
-
-// sameNames: a and b are one key whose names lie at the same place.
-func sameNames(a, b *specKey) bool {
-	return unsafe.StringData(a.tier) == unsafe.StringData(b.tier) && len(a.tier) == len(b.tier) &&
-		unsafe.StringData(a.project) == unsafe.StringData(b.project) && len(a.project) == len(b.project) &&
-		a.preemptibleSet == b.preemptibleSet && a.pre == b.pre
-}
-
-func (c *cycle) specFacts(s *policy.Spec) *specFacts {
-	qc := &c.e.queue
-	k := specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
-	slot := &qc.factSlots[slotOf(&k)]
-	if slot.f != nil && sameNames(&slot.k, &k) {
-		return slot.f
-	}
-	if f, ok := qc.facts[k]; ok {
-		*slot = factSlot{k, f}
-		return f
-	}
-	f := &specFacts{project: c.pol.ProjectName(*s)}
-	f.proj = qc.project(f.project)
-	if err := c.pol.CheckSpec(*s); err != nil {
-		f.bad = "bad impact metadata: " + err.Error()
-	} else {
-		f.tier = c.pol.TierOf(*s).Name
-		f.impact = c.pol.Impact(*s)
-		f.preemptible = c.pol.IsPreemptible(*s)
-		f.quota = c.pol.ProjectOf(*s).GPUQuota
-		f.idle = c.pol.IdleFor(*s)
-	}
-	if qc.facts == nil || len(qc.facts) >= maxSpecFacts {
-		qc.facts = map[specKey]*specFacts{} // bounded: tiers and projects are few, typos are not
-	}
-	*slot = factSlot{k, f}
-	qc.facts[k] = f
-	return f
 }
 
 // refresh rebuilds the cache of one shard from its jobs, in memory
@@ -489,57 +396,3 @@ func (c *cycle) buildQueue() []*queued {
 func (c *cycle) scoreOf(q *queued) policy.Score {
 	return c.scorer.ScoreAt(q.deadlineTime(), q.submitTime(), q.f.impact, c.deficits[q.f.proj])
 }
-
-// nanosOf is t in Unix nanoseconds, and whether they say exactly what t
-// does to Sub and Compare: not for the zero time or one out of their
-// range, nor for one with a monotonic clock reading (Sub between two
-// such reads the clock).
-func nanosOf(t time.Time) (int64, bool) {
-	ns := t.UnixNano()
-	return ns, !t.IsZero() && time.Unix(0, ns).Equal(t) && t == t.Round(0)
-}
-
-// setTimes copies j's submit time and deadline.
-func (q *queued) setTimes(j *cluster.Job) {
-	q.times = 0
-	var ok bool
-	if q.submitNs, ok = nanosOf(j.Submit); ok {
-		q.times |= submitOK
-	}
-	if j.Spec.Deadline.IsZero() {
-		q.times |= noDeadline
-	} else if q.deadlineNs, ok = nanosOf(j.Spec.Deadline); ok {
-		q.times |= deadlineOK
-	}
-}
-
-// submitTime is the job's submit time.
-func (q *queued) submitTime() time.Time {
-	if q.times&submitOK == 0 {
-		return q.job.Submit
-	}
-	return time.Unix(0, q.submitNs)
-}
-
-// deadlineTime is the job's deadline (zero: none).
-func (q *queued) deadlineTime() time.Time {
-	switch {
-	case q.times&noDeadline != 0:
-		return time.Time{}
-	case q.times&deadlineOK == 0:
-		return q.job.Spec.Deadline
-	}
-	return time.Unix(0, q.deadlineNs)
-}
-
-// parkedReason says why a parked job's metadata is bad.
-func (q *queued) parkedReason() string {
-	if q.job.SpecErr != nil {
-		return "bad impact metadata: " + q.job.SpecErr.Error()
-	}
-	return q.f.bad
-}
-
-// clamp32 is n within int32: a size beyond it is too big for any node
-// either way.
-func clamp32(n int) int32 { return int32(min(max(n, math.MinInt32), math.MaxInt32)) }
