@@ -299,9 +299,10 @@ func (c *cycle) refreshQueue() {
 // slabFromShards is the number of changed shards from which refreshQueue
 // lays their entries out in shared arrays: a new engine refreshes every
 // shard, over a thousand small allocations each of entries, running jobs
-// and their facts, and projects; a warm cycle a few, each in its own
-// (an array lives while any window of it does, so a few changed shards
-// must not hold a whole slab alive).
+// and their facts, and projects; a warm cycle a few, each in slices of
+// its own. An array lives while any window of it does: a new engine's
+// stays until every shard it holds has been redone, so the queue cache
+// holds at most one such array beside its current entries.
 const slabFromShards = 64
 
 // shardSlab is the memory refreshShard takes its slices from: windows
