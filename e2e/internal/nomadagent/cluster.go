@@ -223,8 +223,13 @@ func (a *Agent) WaitNodes(d time.Duration, n int, what string, ok func([]Node) (
 
 // KillUnder sends SIGKILL to every live process (zombies are skipped: they
 // are dead, waiting for their parent) whose executable or working directory
-// lies under dir, and returns how many it signalled. It is the safety net
-// that keeps a task of a killed client from outliving a test.
+// lies under dir, or whose command line names a path under it, and returns
+// how many it signalled. It is the safety net that keeps a task of a
+// killed client from outliving a test. The command line matters for
+// Nomad's own task executor (`nomad executor {"LogFile":".../alloc/..."}`):
+// its executable is the nomad binary and its working directory the test's,
+// so neither places it under the client; seen outliving the lifecycle
+// suite's killed client.
 func KillUnder(dir string) int {
 	dir = filepath.Clean(dir) + string(filepath.Separator)
 	entries, err := os.ReadDir("/proc")
@@ -240,7 +245,12 @@ func KillUnder(dir string) int {
 		}
 		exe, _ := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
 		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if (strings.HasPrefix(exe, dir) || strings.HasPrefix(cwd, dir)) && !zombie(pid) {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		under := strings.HasPrefix(exe, dir) || strings.HasPrefix(cwd, dir)
+		if under || strings.Contains(string(cmdline), dir) {
+			under = !zombie(pid)
+		}
+		if under {
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
 				n++
 			}

@@ -1,0 +1,48 @@
+package nomadagent
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// KillUnder finds a process by a path under the directory on its command
+// line alone (as Nomad's task executor names its log file), and leaves
+// one naming a sibling directory whose name only begins the same.
+func TestKillUnderFindsProcessesByCommandLine(t *testing.T) {
+	base := t.TempDir()
+	dir, sibling := filepath.Join(base, "client-1"), filepath.Join(base, "client-10")
+	for _, d := range []string{dir, sibling} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func(logFile string) *exec.Cmd {
+		// sh's own exe and working directory lie elsewhere: only its
+		// arguments name the client's directory.
+		cmd := exec.Command("sh", "-c", "sleep 60; : \"$0\"", logFile)
+		cmd.Dir = os.TempDir()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+		return cmd
+	}
+	inside := start(filepath.Join(dir, "alloc", "executor.out"))
+	outside := start(filepath.Join(sibling, "alloc", "executor.out"))
+
+	if n := KillUnder(dir); n != 1 {
+		t.Fatalf("KillUnder signalled %d processes, want 1", n)
+	}
+	st, err := inside.Process.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Exited() || st.Sys() == nil {
+		t.Fatalf("the process naming %s ended on its own (%v), not killed", dir, st)
+	}
+	if zombie(outside.Process.Pid) {
+		t.Fatalf("the process naming %s was killed", sibling)
+	}
+}
