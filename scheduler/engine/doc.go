@@ -142,7 +142,7 @@
 // the fields it reads come first in cluster.Job and in a queued entry
 // (120 bytes: what every job of a tier and project shares is behind one
 // pointer), tier, project and pool names are interned when metadata is
-// parsed (so a job's spec facts are found by where its names lie), and
+// parsed, and
 // an allocation's node and GPU IDs are its node's own strings
 // (cluster.Store.UpsertAlloc). It allocates as little as it can, because
 // the collector's work grows with the bytes and objects a cycle makes:

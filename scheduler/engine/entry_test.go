@@ -68,14 +68,12 @@ func TestQueuedTimesSayWhatTheJobsDo(t *testing.T) {
 	}
 }
 
-// specFacts answers every spec with its own key's facts, whether its
-// names are the interned ones or copies (found in the map, not by where
-// they lie), among more keys than it keeps recent answers for (slots
-// shared by several keys).
+// specFacts answers every spec with its own key's facts, the same object
+// whether its names are the interned ones or copies, among many keys.
 func TestSpecFactsByKey(t *testing.T) {
 	e := mustEngine(t, nil)
 	c := &cycle{e: e, pol: e.pol}
-	const n = 4 * factSlots
+	const n = 1024
 	specs := make([]policy.Spec, 0, 2*n)
 	for i := range n {
 		p := fmt.Sprintf("proj-%d", i)

@@ -47,10 +47,8 @@ type queueCache struct {
 	queuedLen int
 	// sortBuf is the queue sort's scratch space, kept across cycles.
 	sortBuf radixBuf
-	// facts memoizes the policy's answers per spec key (specFacts);
-	// factSlots are its recent answers by where the names lie.
-	facts     map[specKey]*specFacts
-	factSlots [factSlots]factSlot
+	// facts memoizes the policy's answers per spec key (specFacts).
+	facts map[specKey]*specFacts
 	// prevLen is the number of valid queued jobs ordered last cycle (their
 	// rank fields index that order).
 	prevLen int
@@ -285,6 +283,8 @@ func (c *cycle) refreshQueue() {
 				}
 			}
 		}
+		// Projects: a few per shard; take gives a shard with more a
+		// slice of its own.
 		sl = shardSlab{queued: make([]queued, nq), running: make([]*cluster.Job, nr), runFacts: make([]*specFacts, nr),
 			projs: make([]int32, changed*4)}
 	}

@@ -26,7 +26,8 @@ type victimInfo struct {
 	tier string
 	cost float64
 	lost float64
-	// grace is the job's impact_grace (zero for a gang no victim).
+	// grace is the job's impact_grace (zero for a gang that is no candidate:
+	// bindings count only candidates' grace).
 	grace time.Duration
 	// weight is its tier's weight (idle victims).
 	weight float64
