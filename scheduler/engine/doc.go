@@ -142,9 +142,8 @@
 // the fields it reads come first in cluster.Job and in a queued entry
 // (120 bytes: what every job of a tier and project shares is behind one
 // pointer), tier, project and pool names are interned when metadata is
-// parsed, and
-// an allocation's node and GPU IDs are its node's own strings
-// (cluster.Store.UpsertAlloc). It allocates as little as it can, because
+// parsed, and an allocation's node and GPU IDs are its node's own
+// strings (cluster.Store.UpsertAlloc). It allocates as little as it can, because
 // the collector's work grows with the bytes and objects a cycle makes:
 // the queue cache's shards and placement's node statics are windows of a
 // few shared arrays, the queue is decided where it lies in the cache

@@ -105,12 +105,12 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, s
 			r++
 		}
 	}
-	q := take(&sl.queued, n)
+	q := buffer.Window(&sl.queued, n, 0)
 	projs := sl.projBuf[:0]
 	var run []*cluster.Job
 	var runFacts []*specFacts
 	if r > 0 {
-		run, runFacts = take(&sl.running, r), take(&sl.runFacts, r)
+		run, runFacts = buffer.Window(&sl.running, r, 0), buffer.Window(&sl.runFacts, r, 0)
 	}
 	for _, j := range jobs {
 		var f *specFacts
@@ -168,7 +168,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, s
 		qc.projShards[p]++
 	}
 	sl.projBuf = projs
-	projs = append(take(&sl.projs, len(projs)), projs...)
+	projs = append(buffer.Window(&sl.projs, len(projs), 0), projs...)
 	qc.queuedLen += len(q) - len(qc.queued[i])
 	qc.queued[i] = q
 	qc.projs[i] = projs
@@ -283,8 +283,8 @@ func (c *cycle) refreshQueue() {
 				}
 			}
 		}
-		// Projects: a few per shard; take gives a shard with more a
-		// slice of its own.
+		// Projects: a few per shard; a shard with more gets a slice of
+		// its own (buffer.Window).
 		sl = shardSlab{queued: make([]queued, nq), running: make([]*cluster.Job, nr), runFacts: make([]*specFacts, nr),
 			projs: make([]int32, changed*4)}
 	}
@@ -314,17 +314,6 @@ type shardSlab struct {
 	projs    []int32
 	// projBuf collects a shard's projects before they are copied out.
 	projBuf []int32
-}
-
-// take returns an empty slice of capacity n, a window of *from when it
-// has room (and *from what is left), else of its own.
-func take[T any](from *[]T, n int) []T {
-	if len(*from) < n {
-		return make([]T, 0, n)
-	}
-	w := (*from)[:0:n]
-	*from = (*from)[n:]
-	return w
 }
 
 // buildQueue scores the queued jobs and sorts them: score, then Nomad

@@ -155,8 +155,7 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 // arrays: a new cache derives every node's at once (BenchmarkDecide:
 // 2,000 nodes, four allocations each), and the collector's cost grows
 // with the count of objects as well as their bytes. Each piece is a
-// window with its capacity cut at its length, so no append reaches a
-// neighbour's. An array lives as long as any static in it: the cache
+// buffer.Window, so no append reaches a neighbour's. An array lives as long as any static in it: the cache
 // drops statics of nodes gone only when they are many (nodeTable), so
 // little is held for them.
 type staticSlab struct {
@@ -170,24 +169,12 @@ type staticSlab struct {
 const slabLen, slabWords = 256, 2048
 
 func (sl *staticSlab) static() *nodeStatic {
-	if len(sl.statics) == 0 {
-		sl.statics = make([]nodeStatic, slabLen)
-	}
-	ns := &sl.statics[0]
-	sl.statics = sl.statics[1:]
-	return ns
+	return &buffer.Window(&sl.statics, 1, slabLen)[:1][0]
 }
 
-// carve copies src into a window of *slab, taken from its front (a new
-// array of slabWords, or more for a longer src, when it has no room).
+// carve copies src into a window of *slab.
 func carve[T any](slab *[]T, src []T) []T {
-	if len(*slab) < len(src) {
-		*slab = make([]T, max(slabWords, len(src)))
-	}
-	out := (*slab)[:len(src):len(src)]
-	copy(out, src)
-	*slab = (*slab)[len(src):]
-	return out
+	return append(buffer.Window(slab, len(src), slabWords), src...)
 }
 
 // newNodeStatic derives a node's masks: healthy GPUs, one per NVLink
