@@ -151,6 +151,15 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	if stopping := c.unclaimedStoppingGPUs(); stopping == 0 || c.st.FreeGPUs(q.pool)+stopping < q.gpus {
 		return false
 	}
+	// Nor when what releasing them would free in the job's pool cannot:
+	// GPUs in another pool, or reserved (a reservation covers them once
+	// freed, and the job may not take reserved GPUs here), are not free
+	// to it. Placing would fail on the free count at once; this learns
+	// it without releasing and rolling back, which a long queue behind a
+	// reservation otherwise does once per waiting job.
+	if c.st.FreeGPUs(q.pool)+c.freedByStopping(q.pool) < q.gpus {
+		return false
+	}
 	cp := c.st.Checkpoint()
 	var stopping []int
 	for _, h := range c.stopping {
@@ -226,6 +235,19 @@ func (c *cycle) unclaimedStoppingGPUs() int {
 		}
 	}
 	return c.stoppingGPUs
+}
+
+// freedByStopping is how many free GPUs pool would gain if every
+// unclaimed stopping gang were released (placement.State.FreedBy): at
+// least what releasing the ones a preemptor may wait for frees.
+func (c *cycle) freedByStopping(pool string) int {
+	n := 0
+	for _, h := range c.stopping {
+		if !c.claimed[h] {
+			n += c.st.FreedBy(h, pool)
+		}
+	}
+	return n
 }
 
 // preemptable checks, before any search, that preempting for the job may

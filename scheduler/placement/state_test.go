@@ -183,3 +183,36 @@ func TestReservedFreeGPUsFollowsEveryChange(t *testing.T) {
 		}
 	})
 }
+
+// FreedBy says, without releasing anything, exactly what releasing a
+// holder adds to a pool's free GPUs, whatever else is taken or reserved
+// (reserved GPUs under a holder stay unavailable once it is released, an
+// unhealthy or unschedulable node's do not count), and it changes nothing.
+func TestFreedByIsWhatReleasingFrees(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := New(genSnapshot(t), nil, NewCache())
+		for range rapid.IntRange(0, 8).Draw(t, "changes") {
+			sl := Slot{Node: rapid.IntRange(0, s.NumNodes()-1).Draw(t, "node"), Mask: rapid.Uint64Range(0, 255).Draw(t, "mask")}
+			if rapid.Bool().Draw(t, "reserve") {
+				s.Reserve(sl)
+			} else {
+				s.Take(sl)
+			}
+		}
+		for h := range s.Holders() {
+			for _, pool := range []string{"", "gpu", "other"} {
+				before, state := s.FreeGPUs(pool), capture(s)
+				got := s.FreedBy(h, pool)
+				if fmt.Sprint(capture(s)) != fmt.Sprint(state) {
+					t.Fatalf("FreedBy(%d, %q) changed the state", h, pool)
+				}
+				cp := s.Checkpoint()
+				s.ReleaseHolder(h)
+				if want := s.FreeGPUs(pool) - before; got != want {
+					t.Fatalf("FreedBy(%d, %q) = %d, releasing it freed %d", h, pool, got, want)
+				}
+				s.Rollback(cp)
+			}
+		}
+	})
+}
