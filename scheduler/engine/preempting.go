@@ -151,13 +151,18 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	if stopping := c.unclaimedStoppingGPUs(); stopping == 0 || c.st.FreeGPUs(q.pool)+stopping < q.gpus {
 		return false
 	}
-	// Nor when what releasing them would free in the job's pool cannot:
-	// GPUs in another pool, or reserved (a reservation covers them once
-	// freed, and the job may not take reserved GPUs here), are not free
-	// to it. Placing would fail on the free count at once; this learns
-	// it without releasing and rolling back, which a long queue behind a
-	// reservation otherwise does once per waiting job.
-	if c.st.FreeGPUs(q.pool)+c.freedByStopping(q.pool) < q.gpus {
+	// Nor when releasing them would free no GPU at all (theirs are
+	// reserved: a reservation covers them once freed, and the job may not
+	// take reserved GPUs here) and the job does not fit what is free:
+	// placing would fail on the free count at once. This learns it
+	// without releasing and rolling back, which a long queue behind a
+	// reservation otherwise does once per waiting job. Only then: a
+	// release that frees GPUs moves nodes between placement's buckets by
+	// free count, and the rollback puts them back at the end of their
+	// bucket, an order later placements break ties by, so skipping that
+	// release (stopping gangs in another pool, say) would change later
+	// decisions.
+	if c.st.FreeGPUs(q.pool) < q.gpus && c.freedByStopping() == 0 {
 		return false
 	}
 	cp := c.st.Checkpoint()
@@ -237,14 +242,14 @@ func (c *cycle) unclaimedStoppingGPUs() int {
 	return c.stoppingGPUs
 }
 
-// freedByStopping is how many free GPUs pool would gain if every
+// freedByStopping is how many free GPUs the cluster would gain if every
 // unclaimed stopping gang were released (placement.State.FreedBy): at
 // least what releasing the ones a preemptor may wait for frees.
-func (c *cycle) freedByStopping(pool string) int {
+func (c *cycle) freedByStopping() int {
 	n := 0
 	for _, h := range c.stopping {
 		if !c.claimed[h] {
-			n += c.st.FreedBy(h, pool)
+			n += c.st.FreedBy(h)
 		}
 	}
 	return n

@@ -445,16 +445,16 @@ func (s *State) ReleaseHolder(h int) {
 	}
 }
 
-// FreedBy is how many free GPUs pool ("" = all pools) would gain if
-// holder h were released (ReleaseHolder): those of its GPUs on the pool's
-// schedulable nodes that are healthy and not reserved. It changes nothing:
-// a preemptor learns from it, without releasing anything, that waiting
-// for stopping gangs cannot make room.
-func (s *State) FreedBy(h int, pool string) int {
+// FreedBy is how many free GPUs the cluster (every pool) would gain if
+// holder h were released (ReleaseHolder): those of its GPUs on schedulable
+// nodes that are healthy and not reserved. It changes nothing: a
+// preemptor learns from it, without releasing anything, that waiting for
+// stopping gangs frees nothing.
+func (s *State) FreedBy(h int) int {
 	n := 0
 	for _, sl := range s.holders[h].Slots {
 		ns := &s.nodes[sl.Node]
-		if !ns.sched || (pool != "" && ns.node.Pool != pool) {
+		if !ns.sched {
 			continue
 		}
 		n += bits.OnesCount64(sl.Mask & ns.used & ns.healthy &^ ns.reserved)

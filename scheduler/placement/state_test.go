@@ -185,9 +185,10 @@ func TestReservedFreeGPUsFollowsEveryChange(t *testing.T) {
 }
 
 // FreedBy says, without releasing anything, exactly what releasing a
-// holder adds to a pool's free GPUs, whatever else is taken or reserved
-// (reserved GPUs under a holder stay unavailable once it is released, an
-// unhealthy or unschedulable node's do not count), and it changes nothing.
+// holder adds to the cluster's free GPUs, whatever else is taken or
+// reserved (reserved GPUs under a holder stay unavailable once it is
+// released, an unhealthy or unschedulable node's do not count), and it
+// changes nothing.
 func TestFreedByIsWhatReleasingFrees(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := New(genSnapshot(t), nil, NewCache())
@@ -200,19 +201,17 @@ func TestFreedByIsWhatReleasingFrees(t *testing.T) {
 			}
 		}
 		for h := range s.Holders() {
-			for _, pool := range []string{"", "gpu", "other"} {
-				before, state := s.FreeGPUs(pool), capture(s)
-				got := s.FreedBy(h, pool)
-				if fmt.Sprint(capture(s)) != fmt.Sprint(state) {
-					t.Fatalf("FreedBy(%d, %q) changed the state", h, pool)
-				}
-				cp := s.Checkpoint()
-				s.ReleaseHolder(h)
-				if want := s.FreeGPUs(pool) - before; got != want {
-					t.Fatalf("FreedBy(%d, %q) = %d, releasing it freed %d", h, pool, got, want)
-				}
-				s.Rollback(cp)
+			before, state := s.FreeGPUs(""), capture(s)
+			got := s.FreedBy(h)
+			if fmt.Sprint(capture(s)) != fmt.Sprint(state) {
+				t.Fatalf("FreedBy(%d) changed the state", h)
 			}
+			cp := s.Checkpoint()
+			s.ReleaseHolder(h)
+			if want := s.FreeGPUs("") - before; got != want {
+				t.Fatalf("FreedBy(%d) = %d, releasing it freed %d", h, got, want)
+			}
+			s.Rollback(cp)
 		}
 	})
 }
