@@ -88,33 +88,67 @@ func (ix *Index) Exclude(h int) {
 }
 
 // NewIndex indexes candidates by the schedulable nodes of pool ("" = any)
-// where they hold GPUs.
+// where they hold GPUs. The per-node lists are windows of one array: a
+// first pass counts each node's entries, a second fills them, so an
+// index costs a few allocations, not one per node.
 func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 	holders := st.Holders()
 	ix := &Index{cost: make([]float64, len(holders)), excluded: make([]bool, len(holders)), byNode: make([][]onNode, st.NumNodes())}
 	isCand := make([]bool, len(holders))
-	for _, c := range cands {
-		if isCand[c.Holder] {
-			continue
+	// Each pass visits the candidates' GPUs node by node; a holder's
+	// slots on one node make one entry (last[ord] is the holder of the
+	// node's latest entry).
+	last := make([]int32, st.NumNodes())
+	visit := func(add func(ord, h int, mask uint64, merge bool)) {
+		clear(isCand)
+		for i := range last {
+			last[i] = -1
 		}
-		isCand[c.Holder] = true
-		ix.cost[c.Holder] = c.Cost
-		for _, sl := range holders[c.Holder].Slots {
-			if !st.Schedulable(sl.Node) || (pool != "" && st.PoolOf(sl.Node) != pool) {
+		for _, c := range cands {
+			if isCand[c.Holder] {
 				continue
 			}
-			list := ix.byNode[sl.Node]
-			if len(list) == 0 {
-				ix.nodes = append(ix.nodes, sl.Node)
+			isCand[c.Holder] = true
+			for _, sl := range holders[c.Holder].Slots {
+				if !st.Schedulable(sl.Node) || (pool != "" && st.PoolOf(sl.Node) != pool) {
+					continue
+				}
+				add(sl.Node, c.Holder, sl.Mask, last[sl.Node] == int32(c.Holder))
+				last[sl.Node] = int32(c.Holder)
 			}
-			if len(list) > 0 && list[len(list)-1].h == c.Holder {
-				list[len(list)-1].mask |= sl.Mask
-				continue
-			}
-			ix.byNode[sl.Node] = append(list, onNode{h: c.Holder, mask: sl.Mask})
 		}
 	}
-	slices.Sort(ix.nodes)
+	count := make([]int32, st.NumNodes())
+	n, nodes := 0, 0
+	visit(func(ord, _ int, _ uint64, merge bool) {
+		if !merge {
+			if count[ord] == 0 {
+				nodes++
+			}
+			count[ord]++
+			n++
+		}
+	})
+	all := make([]onNode, 0, n)
+	ix.nodes = make([]int, 0, nodes) // in ordinal order
+	for ord, k := range count {
+		if k > 0 {
+			ix.byNode[ord] = all[len(all) : len(all) : len(all)+int(k)]
+			all = all[:len(all)+int(k)]
+			ix.nodes = append(ix.nodes, ord)
+		}
+	}
+	visit(func(ord, h int, mask uint64, merge bool) {
+		list := ix.byNode[ord]
+		if merge {
+			list[len(list)-1].mask |= mask
+			return
+		}
+		ix.byNode[ord] = append(list, onNode{h: h, mask: mask})
+	})
+	for i := len(cands) - 1; i >= 0; i-- { // the first of a holder's duplicates counts
+		ix.cost[cands[i].Holder] = cands[i].Cost
+	}
 	ix.minCost = make([]float64, len(ix.byNode))
 	ix.union = make([]uint64, len(ix.byNode))
 	for _, ord := range ix.nodes {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -106,4 +108,106 @@ func TestSelect(t *testing.T) {
 	if st.FreeGPUs("") != before || st.Used(0) != 0xf {
 		t.Fatal("failed Select changed the state")
 	}
+}
+
+// NewIndex lists, node by node, each candidate's GPUs there (one entry a
+// holder, its allocations on the node merged), with the first cost given
+// for a holder named twice, only on schedulable nodes of the pool; the
+// bounds and the visiting order follow. The model is the obvious build,
+// a list grown per node.
+func TestNewIndexListsCandidatesByNode(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		store := cluster.NewStore()
+		nodes := rapid.IntRange(1, 6).Draw(t, "nodes")
+		for i := range nodes {
+			n := &cluster.Node{ID: fmt.Sprintf("n%d", i), Pool: rapid.SampledFrom([]string{"a", "b"}).Draw(t, "pool"),
+				Eligible: rapid.IntRange(0, 5).Draw(t, "eligible") > 0, Ready: true}
+			for k := range 8 {
+				n.GPUs = append(n.GPUs, cluster.GPU{ID: fmt.Sprintf("n%d-%d", i, k), Healthy: true})
+			}
+			_ = store.UpsertNode(n)
+		}
+		next := make([]int, nodes) // next free GPU per node
+		for j := range rapid.IntRange(1, 8).Draw(t, "jobs") {
+			for a := range rapid.IntRange(1, 3).Draw(t, "allocs") {
+				node := rapid.IntRange(0, nodes-1).Draw(t, "node")
+				g := rapid.IntRange(1, 3).Draw(t, "gpus")
+				if next[node]+g > 8 {
+					continue
+				}
+				al := &cluster.Alloc{ID: fmt.Sprintf("j%d-%d", j, a), JobID: fmt.Sprintf("j%d", j), NodeID: fmt.Sprintf("n%d", node)}
+				for range g {
+					al.GPUs = append(al.GPUs, fmt.Sprintf("n%d-%d", node, next[node]))
+					next[node]++
+				}
+				_ = store.UpsertAlloc(al)
+			}
+		}
+		st := placement.New(store.Snapshot(), nil, nil)
+		if len(st.Holders()) == 0 {
+			return
+		}
+		var cands []Candidate
+		for range rapid.IntRange(0, 10).Draw(t, "cands") {
+			cands = append(cands, Candidate{Holder: rapid.IntRange(0, len(st.Holders())-1).Draw(t, "holder"),
+				Cost: float64(rapid.IntRange(1, 5).Draw(t, "cost"))})
+		}
+		pool := rapid.SampledFrom([]string{"", "a", "b"}).Draw(t, "in pool")
+		got := NewIndex(st, pool, cands)
+
+		// The model.
+		holders := st.Holders()
+		cost := make([]float64, len(holders))
+		byNode := make([][]onNode, st.NumNodes())
+		seen := map[int]bool{}
+		for _, c := range cands {
+			if seen[c.Holder] {
+				continue
+			}
+			seen[c.Holder] = true
+			cost[c.Holder] = c.Cost
+			for _, sl := range holders[c.Holder].Slots {
+				if !st.Schedulable(sl.Node) || (pool != "" && st.PoolOf(sl.Node) != pool) {
+					continue
+				}
+				l := byNode[sl.Node]
+				if len(l) > 0 && l[len(l)-1].h == c.Holder {
+					l[len(l)-1].mask |= sl.Mask
+					continue
+				}
+				byNode[sl.Node] = append(l, onNode{h: c.Holder, mask: sl.Mask})
+			}
+		}
+		if fmt.Sprint(got.cost) != fmt.Sprint(cost) {
+			t.Fatalf("costs %v, want %v", got.cost, cost)
+		}
+		var want []int
+		for ord := range byNode {
+			if fmt.Sprint(got.byNode[ord]) != fmt.Sprint(byNode[ord]) {
+				t.Fatalf("node %d: %v, want %v", ord, got.byNode[ord], byNode[ord])
+			}
+			if len(byNode[ord]) > 0 {
+				want = append(want, ord)
+				minCost, union := cost[byNode[ord][0].h], uint64(0)
+				for _, c := range byNode[ord] {
+					minCost, union = math.Min(minCost, cost[c.h]), union|c.mask
+				}
+				if got.minCost[ord] != minCost || got.union[ord] != union {
+					t.Fatalf("node %d: bounds %v %b, want %v %b", ord, got.minCost[ord], got.union[ord], minCost, union)
+				}
+			}
+		}
+		if fmt.Sprint(got.nodes) != fmt.Sprint(want) {
+			t.Fatalf("nodes %v, want %v", got.nodes, want)
+		}
+		for i := 1; i < len(got.byCost); i++ {
+			a, b := got.byCost[i-1], got.byCost[i]
+			if got.minCost[a] > got.minCost[b] || (got.minCost[a] == got.minCost[b] && a > b) {
+				t.Fatalf("byCost %v out of order", got.byCost)
+			}
+		}
+		if len(got.byCost) != len(want) {
+			t.Fatalf("byCost %v, nodes %v", got.byCost, want)
+		}
+	})
 }
