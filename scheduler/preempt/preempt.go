@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 )
 
@@ -129,12 +130,11 @@ func NewIndex(st *placement.State, pool string, cands []Candidate) *Index {
 			n++
 		}
 	})
-	all := make([]onNode, 0, n)
+	all := make([]onNode, n)
 	ix.nodes = make([]int, 0, nodes) // in ordinal order
 	for ord, k := range count {
 		if k > 0 {
-			ix.byNode[ord] = all[len(all) : len(all) : len(all)+int(k)]
-			all = all[:len(all)+int(k)]
+			ix.byNode[ord] = buffer.Window(&all, int(k), 0)
 			ix.nodes = append(ix.nodes, ord)
 		}
 	}

@@ -5,8 +5,8 @@
 // the garbage collector to find them again, so the next cycle refills
 // the same arrays instead. Window hands out many small slices as windows
 // of a few shared arrays (a new engine's queue cache, placement's node
-// statics): the collector's cost grows with the count of objects as well
-// as their bytes.
+// statics, preempt's per-node candidate lists): the collector's cost
+// grows with the count of objects as well as their bytes.
 package buffer
 
 // Zeroed returns *buf resized to n zero values, reallocating (and storing
