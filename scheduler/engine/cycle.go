@@ -59,9 +59,8 @@ type cycle struct {
 	reasonSlots [16]reasonSlot
 	// resNotes: the reservation note after each reservation of the cycle
 	// (see reservationNote); the last one is current.
-	resNotes     []string
-	claimVersion int
-	poolMax      map[string][3]int
+	resNotes []string
+	poolMax  map[string][3]int
 	// lastPool...: poolMax's last answer (most jobs share a pool).
 	lastPool      string
 	lastPoolMax   [3]int

@@ -104,7 +104,8 @@
 // accrue.go (charging usage, expiring stops), held.go (GPUs held for
 // earlier admissions and for preemptors' bindings), gangwatch.go,
 // idle.go, victims.go (who may be preempted, at what cost),
-// preempting.go (the victim search), defrag.go (defragmenting
+// preempting.go (whether and for whom to preempt, the stops ordered),
+// victimsearch.go (the victim search), defrag.go (defragmenting
 // preemptions), reserve.go (reservations and
 // backfill), headroom.go and headroom_prefer.go, admit.go (an admission's placement and
 // warnings), reasons.go (waiting jobs' sentences), changes.go (the
