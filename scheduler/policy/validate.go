@@ -85,14 +85,18 @@ func (p *Policy) posOf(field string) Pos {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
+// nonNegative: a weight or budget a file may set, a number from 0 up (NaN
+// and infinities are not).
+func nonNegative(v float64) bool { return finite(v) && v >= 0 }
+
 func (p *Policy) validateTiers(bad func(field, format string, args ...any)) {
 	for _, name := range sortedKeys(p.Tiers) {
 		t := p.Tiers[name]
 		prefix := fmt.Sprintf("tier %q ", name)
-		if !finite(t.Weight) || t.Weight < 0 {
+		if !nonNegative(t.Weight) {
 			bad(prefix+"weight", "must be a number >= 0, got %v", t.Weight)
 		}
-		if !finite(t.MaxGPUHoursLostPerHour) || t.MaxGPUHoursLostPerHour < 0 {
+		if !nonNegative(t.MaxGPUHoursLostPerHour) {
 			bad(prefix+"max_gpu_hours_lost_per_hour", "must be a number >= 0 (0 = the shared preemption budget), got %v", t.MaxGPUHoursLostPerHour)
 		}
 		for _, v := range t.MayPreempt {
@@ -123,19 +127,19 @@ func (p *Policy) validateProjects(bad func(field, format string, args ...any)) {
 
 // validateScoring checks the aging, fair-share and deadline terms.
 func (p *Policy) validateScoring(bad func(field, format string, args ...any)) {
-	if !finite(p.Aging.WeightPerHour) || p.Aging.WeightPerHour < 0 {
+	if !nonNegative(p.Aging.WeightPerHour) {
 		bad("aging weight_per_hour", "must be >= 0, got %v", p.Aging.WeightPerHour)
 	}
-	if !finite(p.Aging.Max) || p.Aging.Max < 0 {
+	if !nonNegative(p.Aging.Max) {
 		bad("aging max", "must be >= 0, got %v", p.Aging.Max)
 	}
 	if p.FairShare.HalfLife <= 0 {
 		bad("fair_share half_life", "must be > 0, got %s", p.FairShare.HalfLife)
 	}
-	if !finite(p.FairShare.Weight) || p.FairShare.Weight < 0 {
+	if !nonNegative(p.FairShare.Weight) {
 		bad("fair_share weight", "must be >= 0, got %v", p.FairShare.Weight)
 	}
-	if !finite(p.Deadline.Weight) || p.Deadline.Weight < 0 {
+	if !nonNegative(p.Deadline.Weight) {
 		bad("deadline weight", "must be >= 0, got %v", p.Deadline.Weight)
 	}
 	if p.Deadline.Horizon <= 0 {
@@ -144,7 +148,7 @@ func (p *Policy) validateScoring(bad func(field, format string, args ...any)) {
 }
 
 func (p *Policy) validatePreemption(bad func(field, format string, args ...any)) {
-	if !finite(p.Preemption.MaxGPUHoursLostPerHour) || p.Preemption.MaxGPUHoursLostPerHour < 0 {
+	if !nonNegative(p.Preemption.MaxGPUHoursLostPerHour) {
 		bad("preemption max_gpu_hours_lost_per_hour", "must be >= 0 (0 = no cap), got %v", p.Preemption.MaxGPUHoursLostPerHour)
 	}
 	if p.Preemption.MinRuntime < 0 {
