@@ -155,9 +155,9 @@ func (c *Cache) node(n *cluster.Node) *nodeStatic {
 // arrays: a new cache derives every node's at once (BenchmarkDecide:
 // 2,000 nodes, four allocations each), and the collector's cost grows
 // with the count of objects as well as their bytes. Each piece is a
-// buffer.Window, so no append reaches a neighbour's. An array lives as long as any static in it: the cache
-// drops statics of nodes gone only when they are many (nodeTable), so
-// little is held for them.
+// buffer.Window, so no append reaches a neighbour's. An array lives as
+// long as any static in it: the cache drops statics of nodes gone only
+// when they are many (nodeTable), so little is held for them.
 type staticSlab struct {
 	statics []nodeStatic
 	words   []uint64

@@ -245,12 +245,12 @@ func KillUnder(dir string) int {
 		}
 		exe, _ := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
 		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		under := strings.HasPrefix(exe, dir) || strings.HasPrefix(cwd, dir)
-		if under || strings.Contains(string(cmdline), dir) {
-			under = !zombie(pid)
+		if !under {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			under = strings.Contains(string(cmdline), dir)
 		}
-		if under {
+		if under && !zombie(pid) {
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
 				n++
 			}
