@@ -7,30 +7,37 @@
 # by 2x within the hour, and only ratios taken in the same round mean
 # anything.
 #
-# Usage: scripts/bench-ab.sh [-r ROUNDS] [-t BENCHTIME] [-b BENCH] REV [REV...]
+# Usage: scripts/bench-ab.sh [-r ROUNDS] [-t BENCHTIME] [-b BENCH] [-w] REV [REV...]
 #   -r  rounds (default 8)
 #   -t  -test.benchtime of each run (default 20x)
 #   -b  benchmark name, anchored (default BenchmarkDecide)
+#   -w  build every revision with the work tree's
+#       scheduler/engine/bench_test.go, so that all run the same benchmark
+#       code and report the same metrics (an older revision's benchmarks
+#       may report ns/op only, a mean, where the work tree's report the
+#       median too); the revision must still build with it
 #   REV any git revision; "." is the work tree as it is (uncommitted
 #       changes included)
 #
 # Prints, per round, each revision's figure (median-ms where the benchmark
 # reports it, else ms/op; and cpu-ms/op where reported), then the median
 # over rounds and the median of the per-round ratios first-revision/REV.
+# Ratios between a median and a mean mean little: use -w then.
 set -euo pipefail
 
-rounds=8 benchtime=20x bench=BenchmarkDecide
-while getopts "r:t:b:" o; do
+rounds=8 benchtime=20x bench=BenchmarkDecide overlay=
+while getopts "r:t:b:w" o; do
 	case $o in
 	r) rounds=$OPTARG ;;
 	t) benchtime=$OPTARG ;;
 	b) bench=$OPTARG ;;
-	*) sed -n '2,20p' "$0" >&2; exit 2 ;;
+	w) overlay=scheduler/engine/bench_test.go ;;
+	*) sed -n '2,25p' "$0" >&2; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
 if [ $# -lt 1 ]; then
-	sed -n '2,20p' "$0" >&2
+	sed -n '2,25p' "$0" >&2
 	exit 2
 fi
 
@@ -51,6 +58,7 @@ for rev in "$@"; do
 		src=$tmp/src-$name
 		mkdir -p "$src"
 		git -C "$root" archive "$rev" | tar -x -C "$src"
+		[ -z "$overlay" ] || cp "$root/$overlay" "$src/$overlay"
 	fi
 	echo "building $rev ..." >&2
 	(cd "$src" && go test -c -o "$tmp/$name.test" ./scheduler/engine) ||
