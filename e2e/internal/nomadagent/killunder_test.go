@@ -20,13 +20,21 @@ func TestKillUnderFindsProcessesByCommandLine(t *testing.T) {
 	}
 	start := func(logFile string) *exec.Cmd {
 		// sh's own exe and working directory lie elsewhere: only its
-		// arguments name the client's directory.
-		cmd := exec.Command("sh", "-c", "sleep 60; : \"$0\"", logFile)
-		cmd.Dir = os.TempDir()
+		// arguments name the client's directory. It blocks in read, a
+		// builtin, on a pipe kept open until cleanup: a command it forked
+		// (sleep) would be, until its exec, a second process with sh's
+		// command line, and KillUnder would rightly signal it too.
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-c", "read -r line", logFile)
+		cmd.Dir, cmd.Stdin = os.TempDir(), r
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+		_ = r.Close() // the child holds its own copy
+		t.Cleanup(func() { _ = w.Close(); _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 		return cmd
 	}
 	inside := start(filepath.Join(dir, "alloc", "executor.out"))
