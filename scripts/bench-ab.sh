@@ -58,11 +58,15 @@ for rev in "$@"; do
 		src=$tmp/src-$name
 		mkdir -p "$src"
 		git -C "$root" archive "$rev" | tar -x -C "$src"
-		[ -z "$overlay" ] || cp "$root/$overlay" "$src/$overlay"
+		if [ -n "$overlay" ]; then
+			[ -d "$src/$(dirname "$overlay")" ] ||
+				{ echo "bench-ab: -w: $rev has no $(dirname "$overlay")" >&2; exit 2; }
+			cp "$root/$overlay" "$src/$overlay"
+		fi
 	fi
 	echo "building $rev ..." >&2
 	(cd "$src" && go test -c -o "$tmp/$name.test" ./scheduler/engine) ||
-		{ echo "bench-ab: $rev does not build" >&2; exit 1; }
+		{ echo "bench-ab: $rev does not build${overlay:+ with -w (the work tree copy of $overlay)}" >&2; exit 1; }
 done
 
 declare -A fig
