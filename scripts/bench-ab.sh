@@ -40,6 +40,10 @@ if [ $# -lt 1 ]; then
 	sed -n '2,25p' "$0" >&2
 	exit 2
 fi
+if ! [[ $bench =~ ^Benchmark[A-Za-z0-9_]*$ ]]; then
+	echo "bench-ab: -b takes one benchmark's name, anchored already (e.g. BenchmarkDecide), not a pattern: $bench" >&2
+	exit 2
+fi
 
 root=$(git rev-parse --show-toplevel)
 tmp=$(mktemp -d)
@@ -77,7 +81,7 @@ for r in $(seq "$rounds"); do
 	printf '%-6s' "$r"
 	for n in "${names[@]}"; do
 		out=$("$tmp/$n.test" -test.run '^$' -test.bench "^${bench}\$" -test.benchtime "$benchtime" 2>&1 | grep -E "^${bench}(-[0-9]+)?[[:space:]]" || true)
-		[ -n "$out" ] || { echo; echo "bench-ab: $n printed no $bench line" >&2; exit 1; }
+		[ -n "$out" ] || { echo; echo "bench-ab: $n printed no $bench line (no such benchmark in scheduler/engine, or it failed)" >&2; exit 1; }
 		m=$(echo "$out" | grep -oE '[0-9.]+ median-ms' | cut -d' ' -f1 || true)
 		[ -n "$m" ] || m=$(echo "$out" | awk '{printf "%.2f", $3/1e6}')
 		c=$(echo "$out" | grep -oE '[0-9.]+ cpu-ms/op' | cut -d' ' -f1 || true)
