@@ -284,6 +284,16 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 func (c *cycle) decide(q *queued, pos int) {
 	exp := c.explanation(q, pos)
 	if c.heldBack(q, exp) {
+		if exp.Status == StatusParked && c.bindingSpent(q, exp) {
+			// It cannot be placed as things are (its pool lost the
+			// nodes it preempted for, say): what is bound to it is free
+			// for the others now.
+			for _, sl := range c.bound[q.id] {
+				c.st.Release(sl)
+			}
+			delete(c.bound, q.id)
+			c.dropBinding(q.id)
+		}
 		return
 	}
 	if give := c.headroomProtect(q); give != nil {
@@ -295,7 +305,15 @@ func (c *cycle) decide(q *queued, pos int) {
 			c.st.Release(sl)
 		}
 		defer func() {
-			if exp.Status != StatusAdmitted {
+			switch {
+			case exp.Status == StatusAdmitted:
+			case c.bindingSpent(q, exp):
+				// Nothing it waits for is stopping, and it still does
+				// not place on what its victims freed (a node went down,
+				// say): the GPUs are free for every job from now on,
+				// not held for it until the binding expires.
+				c.dropBinding(q.id)
+			default:
 				for _, sl := range slots {
 					if sl.Mask&c.st.Free(sl.Node) == sl.Mask {
 						c.st.Take(sl)

@@ -25,12 +25,19 @@
 //     allocation at a time, cheapest first, so afterwards each victim,
 //     costliest first, is spared if the whole job still places without it
 //     (a 2x8 preemptor takes a 3x8 gang alone, not the 3x8 and a 2x4);
-//     a gang is then placed whole on what its victims free. The GPUs
+//     a gang is then placed whole on what its victims free, and the
+//     preemption stands only if the admission's own placement takes the
+//     job on what its victims free (the search places one allocation at
+//     a time and cannot see the rules that bind a group's allocations
+//     together); a preemption that stops no gang is never ordered. The GPUs
 //     chosen for the preemptor are bound to it: until it is admitted,
 //     leaves the queue or the binding expires (the victims' longest grace
 //     plus the admission TTL), no other job, its victims included, is
 //     admitted onto them, even as backfill. It is admitted by a later
-//     cycle, once they are free. A new leader learns preemptions under
+//     cycle, once they are free; if it then waits for no stop and still
+//     does not place (a node it preempted on went down), or it is parked,
+//     the binding is dropped at once: no GPU is held for a preemptor that
+//     cannot use it. A new leader learns preemptions under
 //     way from the adapter (Engine.Preempting).
 //     Otherwise, with the policy's defragment block on (defrag.go), a job
 //     for which its pool has free GPUs enough but not where it could use
@@ -46,7 +53,9 @@
 //     PreemptorGPUs come from the executor's intent) restores both
 //     bindings.
 //     Otherwise the first blocked jobs (Backfill.Reservations of them) get a
-//     reservation on the GPUs they will get when running work ends; later
+//     reservation on the GPUs they will get when running work ends; a job
+//     that does not place on its pool even empty (placement.State.Empty)
+//     is parked with each node's reason instead, and holds nothing; later
 //     jobs may use reserved GPUs only if they end (by walltime) before the
 //     reservation is needed, or are preemptible by the reserving job.
 //     With a policy headroom block for the job's pool (headroom.go), a

@@ -84,6 +84,19 @@ func (c *cycle) holdBindings() {
 	c.st.Commit()
 }
 
+// bindingSpent: the job's binding has done what it was for and can only
+// hold GPUs idle from now on. Its preemption's stops are over (the job
+// waits for none: it is not preempting this cycle, and no move of its is
+// under way), yet it was not admitted on what they freed. A job moved out
+// of another's way keeps its binding: it restarts on those GPUs.
+func (c *cycle) bindingSpent(q *queued, exp *Explanation) bool {
+	if exp.Status == StatusPreempting {
+		return false
+	}
+	b, ok := c.bindingOf(q.id)
+	return ok && !b.moved && !c.movesUnderWay(q)
+}
+
 // slotOf maps a placement by node and GPU IDs to the state's slot.
 func (c *cycle) slotOf(ap AllocPlacement) (placement.Slot, bool) {
 	ord, ok := c.st.Ordinal(ap.NodeID)

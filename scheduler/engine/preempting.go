@@ -179,9 +179,15 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	if !ok {
 		return false
 	}
+	used := c.slotsUse(res, stopping)
+	if len(used) == 0 {
+		// It places without any stopping gang's GPUs: waiting for them
+		// would hold GPUs for a stop that frees nothing it needs.
+		return false
+	}
 	c.reserveSlots(res)
 	c.claimedFor = c.claimedFor[:0]
-	for _, h := range c.slotsUse(res, stopping) {
+	for _, h := range used {
 		c.claim(h)
 		c.claimedFor = append(c.claimedFor, h)
 		exp.Victims = append(exp.Victims, holders[h].JobID)

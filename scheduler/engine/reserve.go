@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,16 +82,24 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 		// shadow schedule costs a few placements, not one per gang.
 		next = free + max(1, q.gpus/4)
 	}
-	c.st.Rollback(cp)
 	if !ok {
-		// Every holder was released and it still does not fit: the job's
-		// own constraints or size rule the pool's nodes out, or earlier
-		// reservations this cycle hold what would fit.
+		// Every holder not claimed by a preemptor was released and it
+		// still does not fit. Either earlier reservations and preemptors'
+		// bindings hold what would fit, or the job cannot be placed on its
+		// pool even empty: then it is parked with why, and holds nothing.
+		rej := c.emptyPoolRejections(req)
+		c.st.Rollback(cp)
+		if rej != nil {
+			exp.Status = StatusParked
+			exp.Reason = neverFitsReason(q.pool, rej)
+			return
+		}
 		if c.explain {
-			exp.Reason += "; no reservation possible: it does not fit even once all running work has ended (its constraints or size rule out the pool's nodes, or earlier reservations hold them)"
+			exp.Reason += "; no reservation possible: it fits its pool, but even once running work has ended GPUs it needs stay held (by earlier reservations, preemptors' bindings or admissions under way)"
 		}
 		return
 	}
+	c.st.Rollback(cp)
 	c.reserveSlots(found)
 	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until})
 	if c.explain {
@@ -105,6 +115,40 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 	} else {
 		exp.Reason += fmt.Sprintf("; GPUs reserved, expected free by %s", until.UTC().Format(time.RFC3339))
 	}
+}
+
+// emptyPoolRejections places the request on its pool as if the pool were
+// empty (nothing running, managed or not, nothing held or reserved) and
+// returns nil when it fits there, else why each node refused it. It runs
+// inside reserve's scratch transaction, which rolls its changes back.
+func (c *cycle) emptyPoolRejections(req placement.Request) placement.Rejections {
+	c.st.Empty(req.Pool)
+	rej := placement.Rejections{}
+	if _, ok := c.st.Place(req, rej); ok {
+		return nil
+	}
+	return rej
+}
+
+// neverFitsReason says why a job cannot be placed on its pool even empty,
+// naming each node-refusal reason with its count (largest first).
+func neverFitsReason(pool string, rej placement.Rejections) string {
+	reasons := make([]string, 0, len(rej))
+	for r := range rej {
+		reasons = append(reasons, r)
+	}
+	slices.SortFunc(reasons, func(a, b string) int { return cmp.Or(cmp.Compare(rej[b], rej[a]), strings.Compare(a, b)) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "cannot be placed%s even with no other work running", poolSuffix(pool))
+	for i, r := range reasons {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s (%d node(s))", r, rej[r])
+	}
+	return b.String()
 }
 
 // reservationNote tells jobs that may not backfill why reserved GPUs are

@@ -34,7 +34,30 @@ func (c *cycle) searchVictims(cl *candList, req placement.Request) ([]int, place
 	if isGang(req) {
 		victims, res = c.replaceGang(req, victims, res)
 	}
+	if len(victims) == 0 || !c.placesOnReleased(req, victims) {
+		// The search places one allocation at a time, so it cannot see
+		// the rules that bind a group's allocations together (several
+		// NVLink allocations sharing a node whose device group spans
+		// islands must share one island). The admission's own placement,
+		// on what the victims free, is the judge: a preemption it would
+		// not admit, or one that stops nothing, is no preemption at all.
+		// Ordering it would bind the pool's GPUs to a job that can never
+		// start on them.
+		return nil, placement.Result{}, false
+	}
 	return victims, res, true
+}
+
+// placesOnReleased: does the whole request place, as an admission would
+// place it, once the victims are released?
+func (c *cycle) placesOnReleased(req placement.Request, victims []int) bool {
+	cp := c.st.Checkpoint()
+	defer c.st.Rollback(cp)
+	for _, h := range victims {
+		c.st.ReleaseHolder(h)
+	}
+	_, ok := c.st.Place(req, nil)
+	return ok
 }
 
 // minimalVictims drops the victims that later choices of the search made

@@ -20,7 +20,10 @@
 // node; unschedulable nodes, unhealthy GPUs and other pools are never used;
 // neither are nodes failing a group's own constraints (node class, meta,
 // attributes), and a distinct_hosts group (or job) takes at most one node
-// per allocation.
+// per allocation. A job's groups are placed largest first; when that
+// fails, the other orders are tried (every order for up to three GPU
+// groups), since one group's best fit can take the node another group,
+// spread over several nodes, needed.
 //
 // Device groups: Nomad gives all GPUs of one device block from ONE device
 // group (cluster.DeviceGroupRule), and the admission pins each block to

@@ -103,6 +103,96 @@ func (s *State) Place(req Request, rej Rejections) (Result, bool) {
 		}
 		return ga.Count*ga.GPUs > gb.Count*gb.GPUs
 	})
+	res, failed, ok := s.placeGroups(ix, req, order)
+	for _, other := range otherOrders(req, order, ok) {
+		// Each group is placed best fit, so one group may take the
+		// tightest node that another, spread over several nodes, needed
+		// (a 1 x 4 group filling the 4-GPU node that a 2 x 1
+		// distinct-hosts group had to use beside an 8-GPU one): the
+		// other orders are tried before the job is refused.
+		s.Rollback(cp)
+		if req.AllowReserved {
+			s.unreserveAll(req.Pool)
+		}
+		if res, _, ok = s.placeGroups(ix, req, other); ok {
+			break
+		}
+	}
+	if !ok {
+		s.rejectGroup(failed, ix, req.Pool, rej)
+		s.Rollback(cp)
+		return Result{}, false
+	}
+	if req.AllowReserved {
+		// Give back to the reservation what this job did not take.
+		for _, sl := range restore {
+			if m := sl.Mask &^ s.nodes[sl.Node].used; m != 0 {
+				s.Reserve(Slot{Node: sl.Node, Mask: m})
+			}
+		}
+	}
+	return res, true
+}
+
+// otherOrders lists the group orders to try after order failed (none when
+// it placed, or with one group): every other permutation for up to
+// maxPermutedGroups groups with GPUs, else the groups of most allocations
+// first, then the distinct-hosts groups first.
+func otherOrders(req Request, order []int, placed bool) [][]int {
+	var gpuGroups []int
+	for _, gi := range order {
+		if g := req.Groups[gi]; g.Count > 0 && g.GPUs > 0 {
+			gpuGroups = append(gpuGroups, gi)
+		}
+	}
+	if placed || len(gpuGroups) < 2 {
+		return nil
+	}
+	var out [][]int
+	add := func(o []int) {
+		for _, seen := range append(out, gpuGroups) {
+			if slices.Equal(seen, o) {
+				return
+			}
+		}
+		out = append(out, o)
+	}
+	if len(gpuGroups) <= maxPermutedGroups {
+		permute(slices.Clone(gpuGroups), 0, func(o []int) { add(slices.Clone(o)) })
+		return out
+	}
+	spread := slices.Clone(gpuGroups)
+	sort.SliceStable(spread, func(a, b int) bool { return req.Groups[spread[a]].Count > req.Groups[spread[b]].Count })
+	add(spread)
+	distinct := slices.Clone(gpuGroups)
+	sort.SliceStable(distinct, func(a, b int) bool {
+		return req.Groups[distinct[a]].DistinctHosts && !req.Groups[distinct[b]].DistinctHosts
+	})
+	add(distinct)
+	return out
+}
+
+// maxPermutedGroups: up to this many GPU groups, a job that does not place
+// in the usual order is tried in every order (6 at most).
+const maxPermutedGroups = 3
+
+// permute calls fn with every ordering of o[k:] after o[:k].
+func permute(o []int, k int, fn func([]int)) {
+	if k == len(o) {
+		fn(o)
+		return
+	}
+	for i := k; i < len(o); i++ {
+		o[k], o[i] = o[i], o[k]
+		permute(o, k+1, fn)
+		o[k], o[i] = o[i], o[k]
+	}
+}
+
+// placeGroups places the request's groups in the given order, taking
+// their GPUs; on failure it returns the group that did not place, and the
+// caller rolls back what the others took.
+func (s *State) placeGroups(ix *index, req Request, order []int) (Result, Group, bool) {
 	res := Result{Groups: make([][]Slot, len(req.Groups))}
 	var taken []int // nodes used so far, for a job-level distinct_hosts
 	for _, gi := range order {
@@ -116,9 +206,7 @@ func (s *State) Place(req Request, rej Rejections) (Result, bool) {
 		}
 		slots, ok := s.placeGroup(ix, g, req.LocalityLabels)
 		if !ok {
-			s.rejectGroup(g, ix, req.Pool, rej)
-			s.Rollback(cp)
-			return Result{}, false
+			return Result{}, g, false
 		}
 		res.Groups[gi] = slots
 		if req.DistinctHosts {
@@ -127,15 +215,7 @@ func (s *State) Place(req Request, rej Rejections) (Result, bool) {
 			}
 		}
 	}
-	if req.AllowReserved {
-		// Give back to the reservation what this job did not take.
-		for _, sl := range restore {
-			if m := sl.Mask &^ s.nodes[sl.Node].used; m != 0 {
-				s.Reserve(Slot{Node: sl.Node, Mask: m})
-			}
-		}
-	}
-	return res, true
+	return res, Group{}, true
 }
 
 func (s *State) unreserveAll(pool string) []Slot {
@@ -523,6 +603,24 @@ func (s *State) rejectNodes(g Group, ix *index, rej Rejections) {
 		}
 		rej.add(fmt.Sprintf("no %d free GPUs in one NVLink island", g.GPUs), noIsland)
 		big -= noIsland
+		if g.Count > 1 && !g.DistinctHosts {
+			// The union rule (scopeFor): where the node's device group spans
+			// islands, the group's allocations there must share one island.
+			shared := 0
+			for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
+				for _, o := range ix.buckets[k] {
+					ns := &s.nodes[o]
+					if !ns.unionScoped(&g) {
+						continue
+					}
+					if _, c := s.scopeFor(int(o), &g); c < g.Count && s.capacityIn(int(o), ns.free(), &g) > c {
+						shared++
+					}
+				}
+			}
+			rej.add("its NVLink allocations may share this node only inside one island, since the node's device group spans islands (impact-gpu's group_by) and Nomad splits a group's pinned GPUs among its allocations as it likes; one allocation per node (distinct_hosts), impact_topology = \"node\" or group_by = \"island\" lift this", shared)
+			big -= shared
+		}
 	}
 	if g.Count > 1 {
 		rej.add(fmt.Sprintf("gang of %d x %d GPUs does not fit on the nodes with room", g.Count, g.GPUs), big)

@@ -438,6 +438,17 @@ func (s *State) Hold(nodeID string, gpuIDs []string) {
 	s.Take(Slot{Node: ord, Mask: m})
 }
 
+// Empty frees every GPU of the pool's schedulable nodes ("" = every pool)
+// and lifts their reservations, as if nothing ran there: whether a job
+// fits its pool at all is asked inside a transaction that rolls this back.
+func (s *State) Empty(pool string) {
+	for ord := range s.nodes {
+		if ns := &s.nodes[ord]; ns.sched && (pool == "" || ns.node.Pool == pool) {
+			s.set(ord, 0, 0)
+		}
+	}
+}
+
 // ReleaseHolder frees every GPU of a gang.
 func (s *State) ReleaseHolder(h int) {
 	for _, sl := range s.holders[h].Slots {
