@@ -31,6 +31,8 @@ func summarizeInvalid(e agentapi.Explanation) string {
 		return "Cannot be scheduled as written: fix its impact_* meta and submit it again."
 	case strings.HasPrefix(e.Reason, "group "):
 		return "Cannot be scheduled as written: it asks more GPUs per allocation than any node can give."
+	case strings.HasPrefix(e.Reason, "cannot be placed"):
+		return "Cannot be scheduled as written: it does not fit its pool even with nothing else running; the reason says which rule each node breaks."
 	}
 	return "Cannot be scheduled as written: change the job and submit it again."
 }

@@ -22,6 +22,8 @@ func TestSummarize(t *testing.T) {
 	invalid.State, invalid.Errors = agentapi.StateInvalid, []string{`impact_grace: "soon" is not a duration`}
 	tooBig := agentapi.Explanation{}
 	tooBig.State, tooBig.Reason = agentapi.StateInvalid, `group "w" asks 16 GPUs per allocation; the largest schedulable node has 8`
+	neverFits := agentapi.Explanation{}
+	neverFits.State, neverFits.Reason = agentapi.StateInvalid, `cannot be placed in pool "gpu" even with no other work running: its NVLink allocations may share this node only inside one island (1 node(s))`
 	running := agentapi.Explanation{Decision: DecisionAdmit}
 	running.State, running.Allocations = agentapi.StateRunning, 2
 	victim := agentapi.Explanation{Decision: DecisionPreempted, PreemptedBy: "default/urgent"}
@@ -60,6 +62,7 @@ func TestSummarize(t *testing.T) {
 		{"unknown reason", unknown, "Waiting for its turn (4th in line)."},
 		{"bad meta", invalid, "Cannot be scheduled as written: fix its impact_* meta and submit it again."},
 		{"too big", tooBig, "Cannot be scheduled as written: it asks more GPUs per allocation than any node can give."},
+		{"never fits its pool", neverFits, "Cannot be scheduled as written: it does not fit its pool even with nothing else running; the reason says which rule each node breaks."},
 		{"running", running, "Running: all 2 allocation(s) admitted and started."},
 		{"being preempted", victim, "Being preempted for default/urgent; it goes back to the queue."},
 		{"admitting", admitting, "Admitted: waiting for Nomad to start its 2 allocation(s)."},
