@@ -17,9 +17,17 @@
 # min_runtime is DEV_MIN_RUNTIME (default 1m, instead of 10m), so that a
 # preemption can be watched without a long wait.
 #
-# Environment: NOMAD_PORT (default 4646; RPC and Serf use the next two),
-# IMPACT_LISTEN (default 127.0.0.1:4680), DEV_DATA_DIR (default a fresh
-# temporary directory), DEV_MIN_RUNTIME.
+# DEV_CLIENTS (default 2) is the number of GPU nodes: the dev agent is the
+# first; each further one is a client process of its own (its own name,
+# data and alloc dirs, ports, cgroup parent, and a copy of the topology
+# whose GPU UUIDs are its own), joined to the dev agent's server. Two
+# nodes let example/jobs/distributed-training.nomad.hcl (one member per
+# node) run as written; DEV_CLIENTS=1 is a single node.
+#
+# Environment: NOMAD_PORT (default 4646; RPC and Serf use the next two,
+# client i of DEV_CLIENTS the three from NOMAD_PORT+3i), IMPACT_LISTEN
+# (default 127.0.0.1:4680), DEV_DATA_DIR (default a fresh temporary
+# directory), DEV_MIN_RUNTIME, DEV_CLIENTS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,9 +42,14 @@ done
 [ -f example/policy.hcl ] || die "example/policy.hcl (the scheduling policy) is missing"
 
 port=${NOMAD_PORT:-4646}
+clients=${DEV_CLIENTS:-2}
+[[ "$clients" =~ ^[1-9][0-9]*$ ]] || die "DEV_CLIENTS=$clients: must be a whole number from 1"
+
 listen=${IMPACT_LISTEN:-127.0.0.1:4680}
 data=${DEV_DATA_DIR:-$(mktemp -d -t impact-dev.XXXXXX)}
 mkdir -p "$data"
+data=$(cd "$data" && pwd) # absolute: the cleanup finds this run's tasks by it
+[ "$data" != / ] || die "DEV_DATA_DIR must not be /"
 export NOMAD_ADDR="http://127.0.0.1:$port"
 export IMPACT_ADDR="http://$listen"
 
@@ -48,6 +61,16 @@ cleanup() {
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
 		kill -INT "${pids[$i]}" 2>/dev/null || true
 		wait "${pids[$i]}" 2>/dev/null || true
+	done
+	# A Nomad client leaves its tasks running when it stops (they are
+	# re-attached on restart): end the task executors and the tasks of
+	# this run, found by their command line or working directory under
+	# the data dir, so that Ctrl-C leaves nothing behind.
+	local p
+	for p in /proc/[0-9]*; do
+		case "$(readlink "$p/cwd" 2>/dev/null)/ $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" in
+		"$data"/*|*" $data"/*|*"\"$data"/*) kill -TERM "${p#/proc/}" 2>/dev/null || true ;;
+		esac
 	done
 }
 interrupted=
@@ -104,26 +127,90 @@ nomad agent -dev -bind 127.0.0.1 -network-interface lo \
 	>"$data/nomad.log" 2>&1 &
 pids+=($!)
 
-echo -n "==> Waiting for Nomad"
+# Further GPU nodes: client processes joined to the dev agent's server.
+for ((i = 1; i < clients; i++)); do
+	dir="$data/client-$i"
+	mkdir -p "$dir"
+	# The same topology with GPU UUIDs of its own (the last two hex digits
+	# of each replaced by the client's number): Nomad and the scheduler
+	# tell GPUs apart by UUID across nodes.
+	sed -E "s/^([[:space:]]*uuid[[:space:]]*=[[:space:]]*\"GPU-[0-9a-fA-F-]*)[0-9a-fA-F]{2}\"/\1$(printf '%02x' "$i")\"/" \
+		"$topology" >"$dir/topology.hcl"
+	cp=$((port + 3 * i))
+	cat >"$dir/client.hcl" <<HCL
+# Written by scripts/dev.sh; merged over example/agent.hcl.
+name       = "dev-client-$i"
+data_dir   = "$dir/nomad"
+plugin_dir = "$root/bin/plugins"
+bind_addr  = "127.0.0.1"
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+ports {
+  http = $cp
+  rpc  = $((cp + 1))
+  serf = $((cp + 2))
+}
+server {
+  enabled = false
+}
+client {
+  enabled           = true
+  servers           = ["127.0.0.1:$((port + 1))"]
+  node_pool         = "gpu"
+  alloc_dir         = "$dir/alloc"
+  cgroup_parent     = "impact-dev-client-$i"
+  network_interface = "lo"
+}
+plugin "impact-gpu" {
+  config {
+    backend            = "$backend"
+    fake_topology      = "$dir/topology.hcl"
+    group_by           = "model"
+    fingerprint_period = "10s"
+  }
+}
+plugin "impact-exec" {
+  config {
+    rendezvous_addr = "$IMPACT_ADDR"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+HCL
+	echo "==> Starting Nomad client dev-client-$i on 127.0.0.1:$cp (log: $dir/nomad.log)"
+	nomad agent -config "$root/example/agent.hcl" -config "$dir/client.hcl" >"$dir/nomad.log" 2>&1 &
+	pids+=($!)
+done
+
+echo -n "==> Waiting for $clients ready Nomad node(s)"
+ready=0
 for _ in $(seq 1 120); do
-	if nomad node status -self >/dev/null 2>&1 || nomad node status 2>/dev/null | grep -q ready; then
-		break
-	fi
-	kill -0 "${pids[0]}" 2>/dev/null || { echo; tail -30 "$data/nomad.log"; die "nomad exited"; }
+	ready=$(nomad node status 2>/dev/null | grep -c ' ready' || true)
+	[ "$ready" -ge "$clients" ] && break
+	for pid in "${pids[@]}"; do
+		kill -0 "$pid" 2>/dev/null || { echo; tail -30 "$data/nomad.log"; die "a nomad process exited (logs in $data)"; }
+	done
 	echo -n .
 	sleep 1
 done
 echo
-nomad node status 2>/dev/null | grep -q ready || { tail -30 "$data/nomad.log"; die "no ready Nomad client after 120s"; }
+[ "$ready" -ge "$clients" ] || { tail -30 "$data/nomad.log"; die "$ready of $clients Nomad nodes ready after 120s"; }
 
 echo "==> Starting impact agent on $IMPACT_ADDR (log: $data/impact.log; policy $data/policy.hcl, min_runtime $min_runtime)"
 bin/impact agent -config example/impact.hcl -policy "$data/policy.hcl" -http-listen "$listen" -nomad-address "$NOMAD_ADDR" -default-pool gpu \
 	>"$data/impact.log" 2>&1 &
 pids+=($!)
+impact_pid=$!
 
 for _ in $(seq 1 30); do
 	bin/impact queue >/dev/null 2>&1 && break
-	kill -0 "${pids[1]}" 2>/dev/null || { tail -30 "$data/impact.log"; die "impact agent exited"; }
+	kill -0 "$impact_pid" 2>/dev/null || { tail -30 "$data/impact.log"; die "impact agent exited"; }
 	sleep 1
 done
 bin/impact queue >/dev/null 2>&1 || { tail -30 "$data/impact.log"; die "impact agent not answering on $IMPACT_ADDR after 30s"; }
