@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -198,7 +197,8 @@ func jobExplanation(j *cluster.Job, pol *policy.Policy, now time.Time, leader bo
 		e.Allocations += g.Count
 	}
 	if j.SpecErr != nil {
-		e.Errors = metaErrors(j.SpecErr)
+		// Every problem at once, an unknown tier among them.
+		e.Errors = metaErrors(pol.SpecError(j.Spec, j.SpecErr))
 		return e
 	}
 	if t := pol.TierOf(j.Spec); t != nil {
@@ -340,13 +340,13 @@ func tierKey(t string) string {
 	return t
 }
 
-// metaErrors lists every error of a (possibly joined) meta error.
+// metaErrors lists every error of a (possibly joined, possibly nested)
+// meta error, one line each.
 func metaErrors(err error) []string {
-	var multi interface{ Unwrap() []error }
-	if errors.As(err, &multi) {
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []string
 		for _, e := range multi.Unwrap() {
-			out = append(out, e.Error())
+			out = append(out, metaErrors(e)...)
 		}
 		return out
 	}

@@ -400,7 +400,7 @@ func (c *cycle) indexExplanations(lay *queueLayout) {
 // headroom.
 func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 	if q.parked {
-		exp.Status, exp.Reason = StatusParked, q.parkedReason()
+		exp.Status, exp.Reason = StatusParked, q.parkedReason(c.pol)
 		return true
 	}
 	if p, ok := c.pendingJob(q.job); ok {

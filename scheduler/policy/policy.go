@@ -267,6 +267,21 @@ func (p *Policy) CheckSpec(s Spec) error {
 	return nil
 }
 
+// SpecError is every problem of a job's impact meta under this policy:
+// parseErr, what ParseMeta (and ParseGroupMeta) found, together with an
+// unknown tier, which only the policy can tell. s is the Spec the parse
+// returned (on a parse error, zero but for its tier). nil when there is
+// none.
+func (p *Policy) SpecError(s Spec, parseErr error) error {
+	if parseErr == nil {
+		return p.CheckSpec(s)
+	}
+	if s.Tier == "" {
+		return parseErr
+	}
+	return JoinMetaErrors(parseErr, p.CheckSpec(s))
+}
+
 // IsPreemptible resolves a spec's preemptibility: the job's own answer, else
 // its tier's default.
 func (p *Policy) IsPreemptible(s Spec) bool {
