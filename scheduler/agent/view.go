@@ -60,6 +60,7 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 		v.countWaiting(e.Entry)
 	}
 	sortWaiting(waiting)
+	v.placeWaiting(waiting)
 	v.queue.Jobs = append(waiting, others...)
 	if v.queue.Jobs == nil {
 		v.queue.Jobs = []agentapi.Entry{}
@@ -129,6 +130,33 @@ func (v *view) countWaiting(e agentapi.Entry) {
 	v.stats.Tiers[tierKey(e.Tier)] = ts
 	v.queue.Cluster.WaitingJobs++
 	v.queue.Cluster.WaitingGPUs += e.GPUs
+}
+
+// placeWaiting numbers the waiting jobs (sorted by sortWaiting) 1, 2, ...
+// in the engine's order, so that a job's place counts only the jobs that
+// wait with it ("2nd of 3 waiting"): the engine's position also counts the
+// jobs it admitted that Nomad does not run yet, and the invalid ones it
+// parks at the end. An invalid job, or one no cycle has considered, has no
+// place. Each job's explanation (place and summary) follows.
+func (v *view) placeWaiting(waiting []agentapi.Entry) {
+	n := 0
+	for i := range waiting {
+		w := &waiting[i]
+		pos := 0
+		if w.State == agentapi.StateWaiting && w.Position > 0 {
+			n++
+			pos = n
+		}
+		if pos == w.Position {
+			continue
+		}
+		id := cluster.JobKey(w.Namespace, w.Job)
+		e := v.explain[id]
+		e.Position = pos
+		e.Summary = summarize(e)
+		v.explain[id] = e
+		*w = e.Entry
+	}
 }
 
 // sortWaiting orders waiting jobs by decision order, jobs without a

@@ -325,6 +325,16 @@ func (p *Policy) MinRuntime(s Spec) time.Duration {
 	return max(p.Preemption.MinRuntime, s.MinRuntime)
 }
 
+// MinRuntimeSource says, for explanations, where MinRuntime(s) comes from:
+// "impact_min_runtime 30m0s" when the job's own value decides, else "the
+// policy's preemption min_runtime 10m0s".
+func (p *Policy) MinRuntimeSource(s Spec) string {
+	if s.MinRuntime > 0 && s.MinRuntime >= p.Preemption.MinRuntime {
+		return fmt.Sprintf("%s %s", MetaMinRuntime, s.MinRuntime)
+	}
+	return fmt.Sprintf("the policy's preemption min_runtime %s", p.Preemption.MinRuntime)
+}
+
 // TierNames returns the tier names ordered by weight, heaviest first.
 func (p *Policy) TierNames() []string {
 	names := sortedKeys(p.Tiers)
