@@ -119,6 +119,12 @@ func runAgent(ctx context.Context, args []string, getenv func(string) string, st
 		return 1
 	}
 	cfg, err := config.Load(files, getenv, flags)
+	if cfg != nil && cfg.PolicyFile != "" {
+		// The policy file's problems with the config's, at once.
+		if _, perr := cfg.LoadPolicy(); perr != nil {
+			err = config.JoinErrors(err, perr)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "impact agent: invalid configuration:\n%s\n", indent(err.Error()))
 		return 1
