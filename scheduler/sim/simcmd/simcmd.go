@@ -288,6 +288,21 @@ func simCluster(f simFlags) (sim.ClusterSpec, string, error) {
 		cl, err := sim.ParseClusterHCL(src, f.clusterFile)
 		return cl, f.clusterFile, err
 	}
+	// The flags are checked here, so that an error names the flag to fix,
+	// not the first node built from it ("node-000").
+	var bad []error
+	if f.nodes < 1 {
+		bad = append(bad, fmt.Errorf("--nodes must be at least 1, got %d", f.nodes))
+	}
+	switch {
+	case f.gpn < 1:
+		bad = append(bad, fmt.Errorf("--gpus-per-node must be at least 1, got %d", f.gpn))
+	case f.islands < 1 || f.gpn%f.islands != 0:
+		bad = append(bad, fmt.Errorf("--islands-per-node must divide --gpus-per-node (%d) evenly, got %d", f.gpn, f.islands))
+	}
+	if len(bad) > 0 {
+		return sim.ClusterSpec{}, "", errors.Join(bad...)
+	}
 	cl, err := sim.UniformCluster(f.nodes, f.gpn, f.islands, f.rack)
 	if err != nil {
 		return cl, "", fmt.Errorf("cluster: %w", err)
