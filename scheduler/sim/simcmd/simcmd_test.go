@@ -203,10 +203,15 @@ func TestSimHelp(t *testing.T) {
 	if code := Main([]string{"-h"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"nomad-native", "fifo-gang", "backfill", "impact", "id,submit_s,duration_s,gpus", "-islands-per-node", "-cluster", "-skip-bad"} {
-		if !strings.Contains(stderr.String(), want) {
+	for _, want := range []string{"nomad-native", "fifo-gang", "backfill", "impact", "id,submit_s,duration_s,gpus", "  --islands-per-node=<int>", "  --cluster=<file>", "  --skip-bad"} {
+		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
+	}
+	// Issue 36: --cycle-debounce's sentinel default is not shown beside
+	// the real one ("(default: the agent's, 500ms) (default -1ns)").
+	if h := stdout.String(); !strings.Contains(h, "(default: the agent's,") || strings.Contains(h, "-1ns") {
+		t.Errorf("help shows a sentinel default:\n%s", h)
 	}
 }
 
