@@ -33,7 +33,7 @@ const (
 	taskHandleVersion = 1
 	fingerprintPeriod = 30 * time.Second
 	eventPollPeriod   = 200 * time.Millisecond
-	defaultKillSignal = "SIGINT" // Nomad's executor default (ref 10.1/20)
+	defaultKillSignal = "SIGINT" // Nomad's default kill_signal (the task block's documentation)
 )
 
 // Driver implements the Nomad Driver service.

@@ -10,7 +10,8 @@ import (
 	"unique"
 )
 
-// Meta keys of the jobspec contract (see DESIGN.md, "Impact metadata").
+// Meta keys of the jobspec contract (README.md, "The jobspec contract";
+// example/README.md, "How a job opts in").
 const (
 	MetaTier             = "impact_tier"
 	MetaProject          = "impact_project"
