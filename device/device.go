@@ -15,6 +15,7 @@ import (
 	"github.com/impact-sched/nomad-impact/device/gpu"
 	"github.com/impact-sched/nomad-impact/device/gpu/fake"
 	"github.com/impact-sched/nomad-impact/device/gpu/nvml"
+	"github.com/impact-sched/nomad-impact/internal/version"
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/proto/devicepb"
 	"github.com/impact-sched/nomad-impact/plugin/proto/hclspecpb"
@@ -23,8 +24,9 @@ import (
 // PluginName is the name Nomad knows the plugin by (PluginInfo.name).
 const PluginName = "impact-gpu"
 
-// Version is the plugin's version.
-const Version = "0.1.0"
+// Version is the plugin's version: the one of all three binaries
+// (internal/version).
+const Version = version.Version
 
 // errNotEnabled is what every RPC answers when enabled = false; Nomad then
 // stops the plugin.

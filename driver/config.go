@@ -174,7 +174,8 @@ func defaultGangConfig() *GangConfig {
 // identity block sets env = true (Nomad names it NOMAD_TOKEN_<name>).
 const identityEnv = "NOMAD_TOKEN_" + gang.IdentityName
 
-// Job meta keys (DESIGN.md's jobspec contract) read from the task env.
+// Job meta keys of the jobspec contract (scheduler/policy/spec.go; the
+// table in README.md) read from the task env.
 const (
 	envCheckpointSignal = "NOMAD_META_impact_checkpoint_signal"
 	envGrace            = "NOMAD_META_impact_grace"

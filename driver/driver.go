@@ -18,6 +18,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/gang"
+	"github.com/impact-sched/nomad-impact/internal/version"
 	"github.com/impact-sched/nomad-impact/plugin"
 	"github.com/impact-sched/nomad-impact/plugin/config"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
@@ -27,12 +28,12 @@ import (
 
 const (
 	pluginName    = "impact-exec"
-	pluginVersion = "0.1.0"
+	pluginVersion = version.Version // the one of all three binaries
 	// taskHandleVersion is the version of driverState in task handles.
 	taskHandleVersion = 1
 	fingerprintPeriod = 30 * time.Second
 	eventPollPeriod   = 200 * time.Millisecond
-	defaultKillSignal = "SIGINT" // Nomad's executor default (ref 10.1/20)
+	defaultKillSignal = "SIGINT" // Nomad's default kill_signal (the task block's documentation)
 )
 
 // Driver implements the Nomad Driver service.

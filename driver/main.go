@@ -16,6 +16,7 @@ import (
 	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/gang"
+	"github.com/impact-sched/nomad-impact/internal/version"
 	"github.com/impact-sched/nomad-impact/plugin"
 )
 
@@ -69,7 +70,7 @@ Subcommands:
 // (go-plugin would only print a generic refusal). It returns the process
 // exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	banner := fmt.Sprintf("%s %s: Nomad task driver with gang barrier, rendezvous env and checkpoint-aware stop\n", pluginName, pluginVersion)
+	banner := fmt.Sprintf("%s %s: Nomad task driver with gang barrier, rendezvous env and checkpoint-aware stop\n", pluginName, version.String())
 	if len(args) > 0 {
 		switch args[0] {
 		case "supervise":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Enforces the layering of DESIGN.md with `go list`:
+# Enforces the layering README.md describes ("Architecture") with `go list`:
 #   - the pure scheduling core never imports the Nomad adapter, net/http or nomad/api;
 #   - only scheduler/nomad (and its fake) imports github.com/hashicorp/nomad/api;
 #   - only device/gpu/nvml imports github.com/NVIDIA/go-nvml;

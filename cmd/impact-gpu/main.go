@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/device"
+	"github.com/impact-sched/nomad-impact/internal/version"
 	"github.com/impact-sched/nomad-impact/plugin"
 )
 
@@ -35,7 +36,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	banner := fmt.Sprintf("%s %s: Nomad device plugin for NVIDIA GPUs (topology, health, stats)\n", device.PluginName, device.Version)
+	banner := fmt.Sprintf("%s %s: Nomad device plugin for NVIDIA GPUs (topology, health, stats)\n", device.PluginName, version.String())
 	if len(args) == 1 {
 		switch args[0] {
 		case "-version", "--version", "version":

@@ -111,7 +111,9 @@ const redactedValue = "(redacted)"
 func (s *supervisor) run() int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
-	// A broken stderr must not kill the supervisor (see protocol ref 10.1/15).
+	// A broken stderr must not kill the supervisor: without a Notify for
+	// SIGPIPE, a write to a broken pipe on fd 1 or 2 kills a Go program
+	// (os/signal, "SIGPIPE").
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	barrierCtx, cancelBarrier := context.WithCancel(context.Background())

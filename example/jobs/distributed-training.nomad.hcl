@@ -1,6 +1,6 @@
 # Distributed training on impact-scheduled GPUs: 2 nodes x 4 NVLink-connected GPUs.
 #
-# How the pieces fit (see DESIGN.md):
+# How the pieces fit (see example/README.md, "How a job opts in"):
 #   - node_pool = "impact-queue": the job is parked on submission; the impact
 #     scheduler admits it (moves it to meta impact_pool, pins its nodes) when
 #     its turn comes and the whole gang fits.
@@ -10,7 +10,8 @@
 #   - ui: Nomad's UI shows a parked batch job as "Failed" (none of its
 #     allocations is placed yet); the description says what that means and
 #     the link opens the impact agent's page of the job (place in the queue,
-#     why it waits, score terms). Point the URL at your agent (http.ui_url).
+#     why it waits, score terms). Point the URL at your agent (http.ui_url;
+#     127.0.0.1:4680 is make dev's, IMPACT_LISTEN's default).
 #   - driver "impact-exec": holds each member at the gang barrier until both
 #     allocations are placed, then starts the command with WORLD_SIZE, RANK,
 #     NODE_RANK, NNODES, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,9 @@ type cycler struct {
 	rollbacks, requeues map[string]int
 	// pendingSince is the first model update not yet consumed by a cycle.
 	pendingSince time.Time
+	// warned is, per invalid job, the version (JobModifyIndex) whose
+	// problems were logged (see warnInvalid).
+	warned map[string]uint64
 }
 
 // jobHistory is the agent's memory of its last action on a job, so that a
@@ -72,7 +76,7 @@ type CycleResult struct {
 
 func newCycler(o Options, log hclog.Logger) (*cycler, error) {
 	c := &cycler{o: o, log: log, history: map[string]jobHistory{}, timeline: map[string][]agentapi.Event{},
-		rollbacks: map[string]int{}, requeues: map[string]int{}}
+		rollbacks: map[string]int{}, requeues: map[string]int{}, warned: map[string]uint64{}}
 	if err := c.restore(nil); err != nil {
 		return nil, err
 	}
@@ -132,6 +136,7 @@ func (c *cycler) run(ctx context.Context) {
 	c.act(lctx, snap, &res)
 	v := buildView(snap, res.Plan, c.history, res.At, res.Leader, c.o.Policy)
 	c.addHistory(v, res.At)
+	c.warnInvalid(snap, v)
 	// Metrics first: whoever reads the new view finds them as new.
 	c.o.Metrics.RecordCluster(v.stats)
 	c.o.Metrics.RecordIdle(res.Plan.Running, res.Leader)
@@ -145,6 +150,39 @@ func (c *cycler) run(ctx context.Context) {
 		c.state.save(lctx, res.At, acted, c.engine)
 	}
 	c.finish(res, wallStart)
+}
+
+// warnInvalid logs one warning per version of a job that cannot be
+// scheduled as written (bad impact_* meta, an unknown tier, a group no
+// node can hold), naming every problem: Nomad accepted the job
+// ("Job registration successful"), so the log and explain are where an
+// operator learns of it. A job is logged again when a new version of it
+// (a new JobModifyIndex) is still invalid, not every cycle.
+func (c *cycler) warnInvalid(snap *cluster.Snapshot, v *view) {
+	for id, e := range v.explain {
+		if e.State != agentapi.StateInvalid {
+			continue
+		}
+		j, ok := snap.Job(id)
+		if !ok {
+			continue
+		}
+		if idx, seen := c.warned[id]; seen && idx == j.ModifyIndex {
+			continue
+		}
+		c.warned[id] = j.ModifyIndex
+		problems := e.Errors
+		if len(problems) == 0 {
+			problems = []string{e.Reason}
+		}
+		c.log.Warn("job cannot be scheduled as written; it stays queued until it is fixed and submitted again",
+			"job", id, "job_modify_index", j.ModifyIndex, "problems", strings.Join(problems, "; "))
+	}
+	for id := range c.warned {
+		if e, ok := v.explain[id]; !ok || e.State != agentapi.StateInvalid {
+			delete(c.warned, id)
+		}
+	}
 }
 
 // synced records the event lag and says whether the model is synced:

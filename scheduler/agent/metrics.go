@@ -17,7 +17,8 @@ import (
 )
 
 // Metric names (without the "impact_" service prefix the sink adds). They
-// follow the pyramid of DESIGN.md bottom-up: availability (healthy GPUs),
+// follow the four layers of README.md ("What it optimises") bottom-up:
+// availability (healthy GPUs),
 // occupancy (allocated GPUs), impact (waiting jobs and time per tier,
 // preemptions, lost work), utilisation (GPU use from device stats), plus the
 // scheduler's own health (decision latency, event lag, leadership).

@@ -184,7 +184,9 @@ func checkField(key string, e agentapi.Explanation, items map[string]string) str
 		}
 		return ""
 	case "engine.position":
-		if e.State == agentapi.StateWaiting && x.Position != e.Position {
+		// The queue position counts only the waiting jobs: at most the
+		// engine's, which also counts admitted jobs not yet running.
+		if e.State == agentapi.StateWaiting && (e.Position < 1 || e.Position > x.Position) {
 			return fmt.Sprintf("engine position %d, queue position %d", x.Position, e.Position)
 		}
 		return "" // an admitted job's place in the decision order is not its queue position

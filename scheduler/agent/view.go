@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -61,6 +60,7 @@ func buildView(snap *cluster.Snapshot, plan *engine.Plan, hist map[string]jobHis
 		v.countWaiting(e.Entry)
 	}
 	sortWaiting(waiting)
+	v.placeWaiting(waiting)
 	v.queue.Jobs = append(waiting, others...)
 	if v.queue.Jobs == nil {
 		v.queue.Jobs = []agentapi.Entry{}
@@ -132,6 +132,33 @@ func (v *view) countWaiting(e agentapi.Entry) {
 	v.queue.Cluster.WaitingGPUs += e.GPUs
 }
 
+// placeWaiting numbers the waiting jobs (sorted by sortWaiting) 1, 2, ...
+// in the engine's order, so that a job's place counts only the jobs that
+// wait with it ("2nd of 3 waiting"): the engine's position also counts the
+// jobs it admitted that Nomad does not run yet, and the invalid ones it
+// parks at the end. An invalid job, or one no cycle has considered, has no
+// place. Each job's explanation (place and summary) follows.
+func (v *view) placeWaiting(waiting []agentapi.Entry) {
+	n := 0
+	for i := range waiting {
+		w := &waiting[i]
+		pos := 0
+		if w.State == agentapi.StateWaiting && w.Position > 0 {
+			n++
+			pos = n
+		}
+		if pos == w.Position {
+			continue
+		}
+		id := cluster.JobKey(w.Namespace, w.Job)
+		e := v.explain[id]
+		e.Position = pos
+		e.Summary = summarize(e)
+		v.explain[id] = e
+		*w = e.Entry
+	}
+}
+
 // sortWaiting orders waiting jobs by decision order, jobs without a
 // position (invalid) after them, ties by ID.
 func sortWaiting(waiting []agentapi.Entry) {
@@ -198,7 +225,8 @@ func jobExplanation(j *cluster.Job, pol *policy.Policy, now time.Time, leader bo
 		e.Allocations += g.Count
 	}
 	if j.SpecErr != nil {
-		e.Errors = metaErrors(j.SpecErr)
+		// Every problem at once, an unknown tier among them.
+		e.Errors = metaErrors(pol.SpecError(j.Spec, j.SpecErr))
 		return e
 	}
 	if t := pol.TierOf(j.Spec); t != nil {
@@ -340,13 +368,13 @@ func tierKey(t string) string {
 	return t
 }
 
-// metaErrors lists every error of a (possibly joined) meta error.
+// metaErrors lists every error of a (possibly joined, possibly nested)
+// meta error, one line each.
 func metaErrors(err error) []string {
-	var multi interface{ Unwrap() []error }
-	if errors.As(err, &multi) {
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []string
 		for _, e := range multi.Unwrap() {
-			out = append(out, e.Error())
+			out = append(out, metaErrors(e)...)
 		}
 		return out
 	}

@@ -66,6 +66,67 @@ func TestInvalidJobsAreNotWaitingDemand(t *testing.T) {
 	if x := v.explain["default/bad1"]; x.State != "invalid" || VariableItems(x, "")["state"] != "invalid" {
 		t.Errorf("bad1: explain state %q, Variable state %q; want invalid in both", x.State, VariableItems(x, "")["state"])
 	}
+	// Issue 36: an invalid job has no place in the queue (it said "3rd of
+	// 1 waiting" on its page); the valid one is first of 1.
+	for _, q := range v.queue.Jobs {
+		x := v.explain[cluster.JobKey(q.Namespace, q.Job)]
+		want := 0
+		if q.Job == "ok" {
+			want = 1
+		}
+		if q.Position != want || x.Position != want {
+			t.Errorf("%s: queue position %d, explanation's %d, want %d", q.Job, q.Position, x.Position, want)
+		}
+		if _, ok := VariableItems(x, "")["position"]; ok != (want > 0) {
+			t.Errorf("%s: Variable has a position item: %v, want %v", q.Job, ok, want > 0)
+		}
+	}
+}
+
+// The queue positions count only the jobs that wait: 1, 2, ... in the
+// engine's order, skipping the jobs it admitted that Nomad does not run
+// yet (which the engine's positions count) and giving invalid jobs and
+// jobs no cycle has considered no place; the summary says the same place.
+func TestPlaceWaitingCountsOnlyWaitingJobs(t *testing.T) {
+	cases := []struct {
+		name string
+		in   []agentapi.Entry // engine positions, in sortWaiting's order
+		want []int
+	}{
+		{"invalid parked at the end",
+			[]agentapi.Entry{{Job: "a", State: agentapi.StateWaiting, Position: 1}, {Job: "b", State: agentapi.StateWaiting, Position: 2},
+				{Job: "c", State: agentapi.StateWaiting, Position: 3}, {Job: "bad", State: agentapi.StateInvalid, Position: 4}},
+			[]int{1, 2, 3, 0}},
+		{"admitted jobs ahead",
+			[]agentapi.Entry{{Job: "a", State: agentapi.StateWaiting, Position: 2}, {Job: "b", State: agentapi.StateWaiting, Position: 5}},
+			[]int{1, 2}},
+		{"not yet considered",
+			[]agentapi.Entry{{Job: "a", State: agentapi.StateWaiting, Position: 1}, {Job: "new", State: agentapi.StateWaiting}},
+			[]int{1, 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &view{explain: map[string]agentapi.Explanation{}}
+			for i := range tc.in {
+				tc.in[i].Namespace = "default"
+				tc.in[i].Reason = "needs 8 GPUs, 0 free"
+				x := agentapi.Explanation{Entry: tc.in[i]}
+				x.Summary = summarize(x)
+				tc.in[i].Summary = x.Summary
+				v.explain[cluster.JobKey("default", tc.in[i].Job)] = x
+			}
+			v.placeWaiting(tc.in)
+			for i, w := range tc.want {
+				x := v.explain[cluster.JobKey("default", tc.in[i].Job)]
+				if tc.in[i].Position != w || x.Position != w {
+					t.Errorf("%s: position %d (explanation %d), want %d", tc.in[i].Job, tc.in[i].Position, x.Position, w)
+				}
+				if x.Summary != tc.in[i].Summary || x.Summary != summarize(x) {
+					t.Errorf("%s: summary %q (entry %q) does not follow the place", tc.in[i].Job, x.Summary, tc.in[i].Summary)
+				}
+			}
+		})
+	}
 }
 
 // Each case of a job's explanation: the engine's decision, where the
@@ -98,7 +159,7 @@ func TestExplainCases(t *testing.T) {
 	}{
 		{name: "waiting", job: job("w", cluster.JobQueued), leader: true,
 			ex:    &engine.Explanation{Position: 3, Status: engine.StatusWaiting, Reason: "needs 2 GPUs, 0 free"},
-			state: agentapi.StateWaiting, decision: DecisionWait, reason: "needs 2 GPUs", position: 3},
+			state: agentapi.StateWaiting, decision: DecisionWait, reason: "needs 2 GPUs", position: 1}, // the only job waiting
 		{name: "preempting", job: job("p", cluster.JobQueued), leader: true,
 			ex:    &engine.Explanation{Position: 1, Status: engine.StatusPreempting, Reason: "preempting 1 gang(s)"},
 			state: agentapi.StateWaiting, decision: DecisionPreempt, reason: "preempting", position: 1},
@@ -129,7 +190,7 @@ func TestExplainCases(t *testing.T) {
 		{name: "waiting after a preemption", job: job("q", cluster.JobQueued), leader: true,
 			ex:    &engine.Explanation{Position: 2, Status: engine.StatusWaiting},
 			hist:  jobHistory{Decision: DecisionPreempted, PreemptedBy: "default/urgent", Reason: "room for urgent"},
-			state: agentapi.StateWaiting, decision: DecisionWait, reason: "room for urgent", position: 2},
+			state: agentapi.StateWaiting, decision: DecisionWait, reason: "room for urgent", position: 1},
 		{name: "bad meta", job: &cluster.Job{ID: "default/b", Namespace: "default", Name: "b", SpecErr: bad,
 			Groups: []cluster.TaskGroup{{Name: "g", Count: 1, GPUs: 1}}},
 			state: agentapi.StateInvalid, decision: DecisionNone, reason: "impact_* meta is invalid"},

@@ -17,7 +17,6 @@ import (
 	"github.com/impact-sched/nomad-impact/gang"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/config"
 	"github.com/impact-sched/nomad-impact/scheduler/nomad"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // This file builds a Service from a config: the agent, its ports wired to
@@ -40,9 +39,9 @@ type Service struct {
 
 // NewService builds everything from cfg; nothing connects until Run.
 func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Service, error) {
-	pol, err := policy.Load(cfg.PolicyFile)
+	pol, err := cfg.LoadPolicy()
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
 	name := agentName(cfg)
 	metrics, err := NewMetrics()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/internal/version"
 	"github.com/impact-sched/nomad-impact/scheduler/agent"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/config"
 )
@@ -119,6 +120,12 @@ func runAgent(ctx context.Context, args []string, getenv func(string) string, st
 		return 1
 	}
 	cfg, err := config.Load(files, getenv, flags)
+	if cfg != nil && cfg.PolicyFile != "" {
+		// The policy file's problems with the config's, at once.
+		if _, perr := cfg.LoadPolicy(); perr != nil {
+			err = config.JoinErrors(err, perr)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "impact agent: invalid configuration:\n%s\n", indent(err.Error()))
 		return 1
@@ -129,7 +136,7 @@ func runAgent(ctx context.Context, args []string, getenv func(string) string, st
 		JSONFormat: cfg.JSONLogs(),
 		Output:     stderr,
 	})
-	svc, err := agent.NewService(cfg, Version, logger)
+	svc, err := agent.NewService(cfg, version.String(), logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "impact agent: %v\n", err)
 		return 1
@@ -138,7 +145,7 @@ func runAgent(ctx context.Context, args []string, getenv func(string) string, st
 		printConfig(stdout, cfg)
 		return 0
 	}
-	logger.Info("starting", "version", Version, "nomad", cfg.Nomad.Address, "parking_pool", cfg.ParkingPool,
+	logger.Info("starting", "version", version.String(), "nomad", cfg.Nomad.Address, "parking_pool", cfg.ParkingPool,
 		"policy", cfg.PolicyFile, "listen", cfg.HTTP.Listen)
 	if err := svc.Run(ctx); err != nil {
 		logger.Error("agent stopped", "error", err)

@@ -71,6 +71,17 @@ func TestAgentConfigErrors(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "policy") {
 		t.Errorf("missing policy: exit %d, %q", code, errs)
 	}
+	// Issue 36: a config naming a missing policy file is told with the
+	// config's other problems, and names the config file and line.
+	two := filepath.Join(dir, "two.hcl")
+	if err := os.WriteFile(two, []byte("policy = \"missing-policy.hcl\"\nlog_level = \"loud\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runAgentCmd(t, nil, "-config", two, "-check")
+	if code != 1 || !strings.Contains(errs, two+":2: log_level:") ||
+		!strings.Contains(errs, two+":1: policy: read policy file: open "+filepath.Join(dir, "missing-policy.hcl")+": no such file or directory") {
+		t.Errorf("missing policy and a bad setting: exit %d, %q", code, errs)
+	}
 	code, out, _ := runAgentCmd(t, nil, "-h")
 	if code != 0 || !strings.Contains(out, "Usage: impact agent") || !strings.Contains(out, "NOMAD_ADDR") {
 		t.Errorf("-h: exit %d, %q", code, out)

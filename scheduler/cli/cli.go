@@ -42,6 +42,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "-version" || args[0] == "--version" {
+		args[0] = "version"
+	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "impact: unknown command %q\n\n", args[0])

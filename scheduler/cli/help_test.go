@@ -55,3 +55,34 @@ func TestHelpDocumentsRealFlags(t *testing.T) {
 		}
 	}
 }
+
+// Issue 36: impact sim and impact robustness document their options as
+// their usage lines use them ("--name=<value>"), every flag once, not in
+// Go's default "-name type" form, on stdout with exit 0.
+func TestSimHelpDocumentsFlagsAsUsed(t *testing.T) {
+	want := map[string]string{
+		"sim": "--agent-config --checkpoint-interval --cluster --cpuprofile --cycle-debounce --cycle-interval --format --from " +
+			"--gpus-per-node --grace --hang-share --impact-policy --islands-per-node --no-plots --nodes --out --parallel " +
+			"--policies --quiet --rack-size --recheck --restart-cost --seed --skip-bad --to --trace",
+		"robustness": "--impact-policy --only --out --parallel --scale --seed --strict --trace",
+	}
+	goDefault := regexp.MustCompile(`(?m)^  -[a-z-]+( (string|int|int64|float|duration|value))?$`)
+	documented := regexp.MustCompile(`(?m)^  (--[a-z][a-z-]*)(=<[a-z]+>)?( |$)`)
+	for name, cmd := range map[string]Command{"sim": simCommand(), "robustness": robustnessCommand()} {
+		var out, errb bytes.Buffer
+		if code := cmd.Run([]string{"-h"}, &out, &errb); code != 0 || errb.Len() != 0 || !strings.HasPrefix(out.String(), "Usage: impact "+name) {
+			t.Errorf("%s -h: exit %d, stderr %q", name, code, errb.String())
+			continue
+		}
+		if m := goDefault.FindString(out.String()); m != "" {
+			t.Errorf("%s -h has a Go default flag line %q", name, m)
+		}
+		var got []string
+		for _, m := range documented.FindAllStringSubmatch(out.String(), -1) {
+			got = append(got, m[1])
+		}
+		if strings.Join(got, " ") != want[name] {
+			t.Errorf("%s -h documents\n%v\nwant\n%v", name, got, want[name])
+		}
+	}
+}

@@ -3,16 +3,18 @@ package cli
 import (
 	"fmt"
 	"io"
+
+	"github.com/impact-sched/nomad-impact/internal/version"
 )
 
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "0.1.0-dev"
-
+// versionCommand is `impact version` (also `impact -version` and
+// `impact --version`, as the plugins answer): the one version of impact,
+// impact-gpu and impact-exec (internal/version).
 func versionCommand() Command {
 	return Command{
-		Synopsis: "Print the version",
+		Synopsis: "Print the version (also -version, --version)",
 		Run: func(_ []string, stdout, _ io.Writer) int {
-			fmt.Fprintf(stdout, "impact %s\n", Version)
+			fmt.Fprintf(stdout, "impact %s\n", version.String())
 			return 0
 		},
 	}

@@ -18,6 +18,7 @@ func TestBadMetadataParks(t *testing.T) {
 		mkJob("bad-group", group("w", 1, 1, "impact_tier", "critical"), meta("impact_tier", "normal")),
 		mkJob("too-big", group("w", 1, 16)),
 		mkJob("many-bad", meta("impact_grace", "-5m", "impact_walltime", "0s", "impact_teir", "high")),
+		mkJob("grace-and-tier", meta("impact_grace", "soon", "impact_tier", "urgnet")),
 		mkJob("good", meta("impact_tier", "scavenger")),
 	}
 	want := map[string]string{
@@ -27,6 +28,8 @@ func TestBadMetadataParks(t *testing.T) {
 		"bad-group": "impact_tier",
 		"too-big":   "largest schedulable node",
 		"many-bad":  "impact_grace",
+		// Issue 36: the unknown tier with the malformed grace, at once.
+		"grace-and-tier": `impact_grace = "soon"`,
 	}
 	snap := mustSnap(t, []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, jobs, nil)
 	plan := mustEngine(t, nil).Decide(snap, t0)
@@ -51,12 +54,16 @@ func TestBadMetadataParks(t *testing.T) {
 	if g < 0 || te <= g || w <= te {
 		t.Fatalf("many-bad: reason %q should name impact_grace, impact_teir, impact_walltime in order", r)
 	}
+	if r := plan.Explanations["grace-and-tier"].Reason; !strings.Contains(r, `impact_tier = "urgnet": unknown tier`) ||
+		strings.Index(r, "impact_tier") < strings.Index(r, "impact_grace") {
+		t.Fatalf("grace-and-tier: reason %q should name the bad grace, then the unknown tier", r)
+	}
 	// Jobs with bad metadata sort after every job that could run.
 	pos := map[string]int{}
 	for i, id := range plan.Queue {
 		pos[id] = i
 	}
-	for _, id := range []string{"bad-grace", "bad-tier", "typo", "bad-group", "many-bad"} {
+	for _, id := range []string{"bad-grace", "bad-tier", "typo", "bad-group", "many-bad", "grace-and-tier"} {
 		if pos[id] < pos["good"] {
 			t.Fatalf("queue %v: %s ahead of the good job", plan.Queue, id)
 		}

@@ -65,8 +65,8 @@ type cycle struct {
 	lastPool      string
 	lastPoolMax   [3]int
 	lastPoolMaxOK bool
-	// young: preemptible running gangs still within their
-	// impact_min_runtime, earliest preemptible first (built only with
+	// young: preemptible running gangs still within their min runtime
+	// (the policy's or their impact_min_runtime), earliest preemptible first (built only with
 	// explanations on, for youngNote).
 	young []youngHolder
 	// youngNotes caches youngNote by tier and pool (thousands of waiting
@@ -418,7 +418,7 @@ func (c *cycle) indexExplanations(lay *queueLayout) {
 // headroom.
 func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 	if q.parked {
-		exp.Status, exp.Reason = StatusParked, q.parkedReason()
+		exp.Status, exp.Reason = StatusParked, q.parkedReason(c.pol)
 		return true
 	}
 	if p, ok := c.pendingJob(q.job); ok {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // queued is a waiting job as the queue cache keeps it.
@@ -105,10 +106,11 @@ func (q *queued) deadlineTime() time.Time {
 	return time.Unix(0, q.deadlineNs)
 }
 
-// parkedReason says why a parked job's metadata is bad.
-func (q *queued) parkedReason() string {
+// parkedReason says why a parked job's metadata is bad: every problem at
+// once, an unknown tier among them (pol.SpecError).
+func (q *queued) parkedReason(pol *policy.Policy) string {
 	if q.job.SpecErr != nil {
-		return "bad impact metadata: " + q.job.SpecErr.Error()
+		return "bad impact metadata: " + pol.SpecError(q.job.Spec, q.job.SpecErr).Error()
 	}
 	return q.f.bad
 }

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // explainRejectionsUpTo: jobs this far down the queue get a per-node
@@ -15,7 +16,9 @@ import (
 const explainRejectionsUpTo = 32
 
 // youngNote says, for a job that is not preempting, which gang it could
-// preempt once that gang's impact_min_runtime has passed, and from when:
+// preempt once that gang's min runtime has passed, and from when, naming
+// where the min runtime comes from (its impact_min_runtime or the policy's
+// min_runtime):
 // otherwise an operator sees a critical job wait beside preemptible work
 // and cannot tell why. It names the earliest such gang of a tier the job
 // may preempt, in its pool; "" when there is none. Explanations only.
@@ -39,8 +42,8 @@ func (c *cycle) youngNote(q *queued) string {
 		if q.pool != "" && !c.holderInPool(y.h, q.pool) {
 			continue
 		}
-		note = fmt.Sprintf("; could preempt %s from %s (impact_min_runtime %s)",
-			c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), y.minRuntime)
+		note = fmt.Sprintf("; could preempt %s from %s (%s)",
+			c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), c.pol.MinRuntimeSource(policy.Spec{MinRuntime: y.own}))
 		break
 	}
 	c.youngNotes[key] = note

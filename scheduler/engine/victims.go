@@ -43,12 +43,14 @@ type idleVictim struct {
 }
 
 // youngHolder is a gang that would be a preemption candidate but for its
-// impact_min_runtime.
+// min runtime (the policy's, or its impact_min_runtime when larger).
 type youngHolder struct {
-	h          int
-	tier       string
-	from       time.Time
-	minRuntime time.Duration
+	h    int
+	tier string
+	from time.Time
+	// own is the gang's impact_min_runtime (0: none), from which
+	// youngNote says whose min runtime protects it.
+	own time.Duration
 }
 
 // assessHolders charges running gangs to their projects (for quotas) and
@@ -80,7 +82,7 @@ func (c *cycle) assessHolders(facts []*specFacts) {
 		young := false
 		if minRT := c.pol.MinRuntime(j.Spec); c.now.Sub(start) < minRT {
 			if c.explain {
-				c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: start.Add(minRT), minRuntime: minRT})
+				c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: start.Add(minRT), own: j.Spec.MinRuntime})
 			}
 			if len(c.pol.Headrooms) == 0 {
 				continue

@@ -52,6 +52,25 @@ func TestExplainWaitingForMinRuntime(t *testing.T) {
 		t.Fatalf("at the named time preempted %q, want s1; %+v", got, later.Explanations["c"])
 	}
 
+	// Issue 36: a gang protected by the policy's min_runtime (its own
+	// impact_min_runtime is smaller, or not given) is not said to be held
+	// by an impact_min_runtime it does not set: the note names the
+	// policy's (10m by default).
+	for _, own := range []string{"", "5m"} {
+		m := []string{"impact_tier", "scavenger"}
+		if own != "" {
+			m = append(m, "impact_min_runtime", own)
+		}
+		policyOnly := []*cluster.Job{mkJob("s1", running(), meta(m...)),
+			mkJob("c", group("main", 1, 8), meta("impact_tier", "critical"))}
+		young := []*cluster.Alloc{alloc("a1", "s1", "n1", t0.Add(-4*time.Minute), 0, 1, 2, 3, 4, 5, 6, 7)}
+		plan = mustEngine(t, pol).Decide(mustSnap(t, nodes, policyOnly, young), t0)
+		want := "; could preempt s1 from " + t0.Add(6*time.Minute).UTC().Format(time.RFC3339) + " (the policy's preemption min_runtime 10m0s)"
+		if r := plan.Explanations["c"].Reason; !strings.Contains(r, want) {
+			t.Fatalf("impact_min_runtime %q: reason %q should contain %q", own, r, want)
+		}
+	}
+
 	// A normal job may not preempt normal work: no note.
 	normal := []*cluster.Job{
 		mkJob("s1", running(), meta("impact_tier", "normal", "impact_min_runtime", "1h")),

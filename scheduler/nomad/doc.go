@@ -5,8 +5,9 @@
 // its nodes, preempt by checkpoint signal, grace, re-park and stop), keeps
 // explanations in the jobs' Nomad Variables, elects a leader through a
 // Variables lock and keeps durable state (fair-share usage, intents,
-// preemption records) in Variables. See DESIGN.md, "How the scheduler acts
-// on Nomad".
+// preemption records) in Variables. How it acts on Nomad is told below
+// ("Consistency", "Preemption outcome contract", "What operators see in
+// Nomad").
 //
 // # Layout
 //

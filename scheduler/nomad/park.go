@@ -60,8 +60,8 @@ func (x *Executor) liveAllocs(ctx context.Context, jobID string) ([]*api.Allocat
 	return out, nil
 }
 
-// stopAll stops the job's live allocations (re-registering does not stop
-// running batch allocations; see DESIGN.md).
+// stopAll stops the job's live allocations (re-registering a batch job
+// does not stop its running allocations).
 func (x *Executor) stopAll(ctx context.Context, jobID string) error {
 	ns, _ := splitJobKey(jobID)
 	live, err := x.liveAllocs(ctx, jobID)

@@ -81,7 +81,7 @@ func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster
 
 // translateGroup turns one task group into the model's: its constraints
 // (the job's, the group's and its tasks'), its GPU device blocks, and its
-// policy spec (a bad one is the job's SpecErr, cj's first).
+// policy spec (a bad one adds its problems to the job's SpecErr).
 func translateGroup(j *wireJob, g wireGroup, jobCons []cluster.Constraint, cj *cluster.Job) cluster.TaskGroup {
 	tg := cluster.TaskGroup{Name: g.Name, Count: g.Count}
 	var groupCons []cluster.Constraint
@@ -106,15 +106,16 @@ func translateGroup(j *wireJob, g wireGroup, jobCons []cluster.Constraint, cj *c
 				IDs: userDeviceIDs(d.Constraints), Driver: t.Driver})
 		}
 	}
-	if cj.SpecErr == nil {
-		spec, err := policy.ParseGroupMeta(j.Meta, g.Meta, g.Name)
-		if err != nil {
-			cj.SpecErr = err
-		}
-		tg.Spec = spec
+	// Every group is parsed, also after a bad job meta or group, so that
+	// the job's error lists all its problems at once (the job's own are
+	// listed once, not once per group).
+	spec, err := policy.ParseGroupMeta(j.Meta, g.Meta, g.Name)
+	if err != nil {
+		cj.SpecErr = policy.JoinMetaErrors(cj.SpecErr, err)
 	}
-	if g.Count < 0 && cj.SpecErr == nil {
-		cj.SpecErr = fmt.Errorf("group %q: negative count %d", g.Name, g.Count)
+	tg.Spec = spec
+	if g.Count < 0 {
+		cj.SpecErr = policy.JoinMetaErrors(cj.SpecErr, fmt.Errorf("group %q: negative count %d", g.Name, g.Count))
 		tg.Count = 0
 	}
 	return tg

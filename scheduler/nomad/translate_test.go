@@ -296,3 +296,29 @@ func TestTranslateDeviceBlocks(t *testing.T) {
 		t.Fatalf("disjoint lists give %#v, want an empty (not nil) list", got)
 	}
 }
+
+// Issue 36: a job's meta problems are all in its SpecErr, the job's and
+// every group's, each once (groups are parsed after a bad job meta too),
+// and its Spec keeps the tier so that the policy can add an unknown one.
+func TestTranslateJobReportsEveryMetaProblem(t *testing.T) {
+	wj := wireJob{ID: "bad", Namespace: "default", NodePool: "impact-queue", Status: "pending",
+		Meta: map[string]string{"impact_grace": "soon", "impact_tier": "urgnet"},
+		TaskGroups: []wireGroup{
+			{Name: "a", Count: 1, Meta: map[string]string{"impact_topology": "rack"}},
+			{Name: "b", Count: -1, Meta: map[string]string{"impact_checkpoint_signal": "USR1"}},
+		}}
+	cj := translateJob(&wj, "default/bad", 0, translateConfig{parkingPool: "impact-queue"})
+	if cj.SpecErr == nil {
+		t.Fatal("want a SpecErr")
+	}
+	msg := cj.SpecErr.Error()
+	for _, want := range []string{`job meta impact_grace = "soon"`, `group "a" meta impact_topology = "rack"`,
+		`group "b" meta impact_checkpoint_signal = "USR1"`, `group "b": negative count -1`} {
+		if strings.Count(msg, want) != 1 {
+			t.Errorf("SpecErr %q should name %q once", msg, want)
+		}
+	}
+	if cj.Spec.Tier != "urgnet" {
+		t.Errorf("Spec.Tier = %q, want the tier as written, for the policy's check", cj.Spec.Tier)
+	}
+}

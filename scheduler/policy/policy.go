@@ -267,6 +267,21 @@ func (p *Policy) CheckSpec(s Spec) error {
 	return nil
 }
 
+// SpecError is every problem of a job's impact meta under this policy:
+// parseErr, what ParseMeta (and ParseGroupMeta) found, together with an
+// unknown tier, which only the policy can tell. s is the Spec the parse
+// returned (on a parse error, zero but for its tier). nil when there is
+// none.
+func (p *Policy) SpecError(s Spec, parseErr error) error {
+	if parseErr == nil {
+		return p.CheckSpec(s)
+	}
+	if s.Tier == "" {
+		return parseErr
+	}
+	return JoinMetaErrors(parseErr, p.CheckSpec(s))
+}
+
 // IsPreemptible resolves a spec's preemptibility: the job's own answer, else
 // its tier's default.
 func (p *Policy) IsPreemptible(s Spec) bool {
@@ -308,6 +323,16 @@ func (p *Policy) Impact(s Spec) float64 {
 // starts: the larger of the policy's and the job's.
 func (p *Policy) MinRuntime(s Spec) time.Duration {
 	return max(p.Preemption.MinRuntime, s.MinRuntime)
+}
+
+// MinRuntimeSource says, for explanations, where MinRuntime(s) comes from:
+// "impact_min_runtime 30m0s" when the job's own value decides, else "the
+// policy's preemption min_runtime 10m0s".
+func (p *Policy) MinRuntimeSource(s Spec) string {
+	if s.MinRuntime > 0 && s.MinRuntime >= p.Preemption.MinRuntime {
+		return fmt.Sprintf("%s %s", MetaMinRuntime, s.MinRuntime)
+	}
+	return fmt.Sprintf("the policy's preemption min_runtime %s", p.Preemption.MinRuntime)
 }
 
 // TierNames returns the tier names ordered by weight, heaviest first.

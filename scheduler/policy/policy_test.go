@@ -136,3 +136,22 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Fatalf("want not-exist error, got %v", err)
 	}
 }
+
+// MinRuntimeSource names where a job's min runtime comes from: its own
+// impact_min_runtime when that decides, else the policy's min_runtime.
+func TestMinRuntimeSource(t *testing.T) {
+	p := Default() // preemption min_runtime 10m
+	for _, tc := range []struct {
+		own  time.Duration
+		want string
+	}{
+		{0, "the policy's preemption min_runtime 10m0s"},
+		{5 * time.Minute, "the policy's preemption min_runtime 10m0s"},
+		{10 * time.Minute, "impact_min_runtime 10m0s"},
+		{30 * time.Minute, "impact_min_runtime 30m0s"},
+	} {
+		if got := p.MinRuntimeSource(Spec{MinRuntime: tc.own}); got != tc.want {
+			t.Errorf("own %s: %q, want %q", tc.own, got, tc.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -9,7 +10,8 @@ import (
 	"unique"
 )
 
-// Meta keys of the jobspec contract (see DESIGN.md, "Impact metadata").
+// Meta keys of the jobspec contract (README.md, "The jobspec contract";
+// example/README.md, "How a job opts in").
 const (
 	MetaTier             = "impact_tier"
 	MetaProject          = "impact_project"
@@ -192,8 +194,11 @@ func metaErr(errs []*MetaError) error {
 // impact_topology, impact_grace and impact_checkpoint_signal; other impact
 // keys in group meta must repeat the job's value. Every problem is reported,
 // one per key, job keys first and each part in key order: a single one as a
-// *MetaError, several as MetaErrors (the Spec is then meaningless and
-// returned zero).
+// *MetaError, several as MetaErrors. The Spec is then not to be scheduled:
+// it is zero but for its Tier, when that parsed, so that Policy.SpecError
+// can report an unknown tier together with the rest (a tier is only known
+// to be unknown against the policy; without this a user fixing "soon"
+// would meet "urgnet" only on the next submission).
 // ParseGroupMeta does the same and names the group in errors.
 func ParseMeta(jobMeta, groupMeta map[string]string) (Spec, error) {
 	var s Spec
@@ -216,7 +221,7 @@ func ParseMeta(jobMeta, groupMeta map[string]string) (Spec, error) {
 		}
 	}
 	if err := metaErr(errs); err != nil {
-		return Spec{}, err
+		return Spec{Tier: s.Tier}, err
 	}
 	return s, nil
 }
@@ -237,6 +242,55 @@ func ParseGroupMeta(jobMeta, groupMeta map[string]string, group string) (Spec, e
 		}
 	}
 	return s, err
+}
+
+// JoinMetaErrors merges the errors of one job's parses (ParseMeta for the
+// job, ParseGroupMeta for each group, Policy.CheckSpec) into one error that
+// lists each problem once: the job's keys first, in key order, then the
+// groups', in the order given. Each ParseGroupMeta repeats the job's own
+// problems; they are listed once. Errors that are not meta errors (any
+// other error of the job) follow them, joined with errors.Join. nil when
+// every argument is nil; one *MetaError stays a *MetaError.
+func JoinMetaErrors(errs ...error) error {
+	var metas []*MetaError
+	var others []error
+	seen := map[MetaError]bool{}
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *MetaError:
+			if !seen[*e] {
+				seen[*e] = true
+				metas = append(metas, e)
+			}
+		case MetaErrors:
+			for _, me := range e {
+				walk(me)
+			}
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		default:
+			others = append(others, err)
+		}
+	}
+	for _, err := range errs {
+		walk(err)
+	}
+	sort.SliceStable(metas, func(i, j int) bool {
+		a, b := metas[i], metas[j]
+		if a.InGroup != b.InGroup {
+			return !a.InGroup
+		}
+		return !a.InGroup && a.Key < b.Key
+	})
+	err := metaErr(metas)
+	if len(others) == 0 {
+		return err
+	}
+	return errors.Join(append([]error{err}, others...)...)
 }
 
 type metaParser func(s *Spec, v string) string

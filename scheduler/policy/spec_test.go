@@ -146,8 +146,8 @@ func TestParseMetaReportsEveryBadKey(t *testing.T) {
 			} else {
 				spec, err = ParseGroupMeta(tc.job, tc.grp, "workers")
 			}
-			if spec != (Spec{}) {
-				t.Fatalf("spec must be zero on error, got %+v", spec)
+			if spec != (Spec{Tier: spec.Tier}) {
+				t.Fatalf("spec must be zero but for its tier on error, got %+v", spec)
 			}
 			var multi MetaErrors
 			if !errors.As(err, &multi) {
@@ -200,5 +200,104 @@ func TestParseMetaOneBadKeyIsMetaError(t *testing.T) {
 	_, err := ParseMeta(map[string]string{"impact_grace": "soon", "impact_tier": "normal"}, nil)
 	if _, ok := err.(*MetaError); !ok {
 		t.Fatalf("want *MetaError, got %T %v", err, err)
+	}
+}
+
+// Issue 36: a job's meta problems are told at once, an unknown tier (which
+// only the policy can tell) among them: "urgnet" must not wait until
+// "soon" is fixed. Policy.SpecError joins the parse's errors with the
+// tier's, each once, job keys in key order, then the groups'.
+func TestSpecErrorReportsEveryProblemAtOnce(t *testing.T) {
+	p := Default()
+	cases := []struct {
+		name     string
+		job, grp map[string]string // grp nil: ParseMeta of the job alone
+		want     []string          // each problem's key and value, in order; nil: no error
+	}{
+		{"bad grace and unknown tier",
+			map[string]string{"impact_grace": "soon", "impact_tier": "urgnet"}, nil,
+			[]string{`impact_grace = "soon"`, `impact_tier = "urgnet"`}},
+		{"unknown tier sorts among the job's keys",
+			map[string]string{"impact_walltime": "long", "impact_tier": "urgnet", "impact_deadline": "friday"}, nil,
+			[]string{`impact_deadline = "friday"`, `impact_tier = "urgnet"`, `impact_walltime = "long"`}},
+		{"unknown tier alone",
+			map[string]string{"impact_tier": "urgnet"}, nil,
+			[]string{`impact_tier = "urgnet"`}},
+		{"known tier, bad grace",
+			map[string]string{"impact_tier": "high", "impact_grace": "soon"}, nil,
+			[]string{`impact_grace = "soon"`}},
+		{"job, tier and group problems",
+			map[string]string{"impact_grace": "soon", "impact_tier": "urgnet"},
+			map[string]string{"impact_topology": "rack"},
+			[]string{`impact_grace = "soon"`, `impact_tier = "urgnet"`, `group "workers" meta impact_topology = "rack"`}},
+		{"valid", map[string]string{"impact_tier": "high"}, nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := ParseMeta(tc.job, nil)
+			if tc.grp != nil {
+				var gerr error
+				_, gerr = ParseGroupMeta(tc.job, tc.grp, "workers")
+				err = JoinMetaErrors(err, gerr)
+			}
+			got := p.SpecError(spec, err)
+			if tc.want == nil {
+				if got != nil {
+					t.Fatalf("want no error, got %v", got)
+				}
+				return
+			}
+			if got == nil {
+				t.Fatalf("want %v, got no error", tc.want)
+			}
+			msg := got.Error()
+			last := -1
+			for _, w := range tc.want {
+				at := strings.Index(msg, w)
+				if at <= last {
+					t.Fatalf("error %q should name %q once, after the previous ones", msg, w)
+				}
+				if strings.Count(msg, w) != 1 {
+					t.Fatalf("error %q names %q more than once", msg, w)
+				}
+				last = at
+			}
+			if len(tc.want) > 1 && !strings.HasPrefix(msg, strconv.Itoa(len(tc.want))+" impact meta errors: ") {
+				t.Fatalf("error %q should count %d errors", msg, len(tc.want))
+			}
+		})
+	}
+}
+
+// JoinMetaErrors lists a problem once however many parses repeat it, keeps
+// the job's keys sorted before the groups', and passes other errors on.
+func TestJoinMetaErrors(t *testing.T) {
+	job := map[string]string{"impact_grace": "soon", "impact_pool": "a b"}
+	_, jerr := ParseMeta(job, nil)
+	_, g1 := ParseGroupMeta(job, map[string]string{"impact_topology": "rack"}, "a")
+	_, g2 := ParseGroupMeta(job, map[string]string{"impact_checkpoint_signal": "USR1"}, "b")
+	other := errors.New(`group "c": negative count -1`)
+	err := JoinMetaErrors(jerr, g1, nil, g2, other)
+	var multi MetaErrors
+	if !errors.As(err, &multi) {
+		t.Fatalf("want MetaErrors inside, got %T %v", err, err)
+	}
+	var got []string
+	for _, me := range multi {
+		got = append(got, me.Group+"/"+me.Key)
+	}
+	want := "/impact_grace,/impact_pool,a/impact_topology,b/impact_checkpoint_signal"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("errors %v, want %s", got, want)
+	}
+	if !errors.Is(err, other) {
+		t.Fatalf("the other error is lost: %v", err)
+	}
+	if JoinMetaErrors(nil, nil) != nil {
+		t.Fatal("no errors must join to nil")
+	}
+	_, one := ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
+	if _, ok := JoinMetaErrors(one, one).(*MetaError); !ok {
+		t.Fatal("one problem must stay a *MetaError")
 	}
 }

@@ -1,6 +1,7 @@
 // Package sim is the discrete-event simulator behind `impact sim`: it replays
 // a job trace on a simulated GPU cluster under a scheduling policy and
-// measures the pyramid of DESIGN.md (occupancy, impact, lost work) so that
+// measures the layers of README.md's "What it optimises" (occupancy,
+// impact, lost work, utilisation) so that
 // policies can be compared on the same input.
 //
 // The engine is a heap of events (submit, finish, end of a preemption's

@@ -12,7 +12,8 @@
 // for everything multi-node (gangs over nodes, a node that dies).
 //
 // A test is skipped when no `nomad` binary is on PATH (run the suites with
-// PATH=/opt/nomad-e2e:$PATH).
+// PATH=/opt/nomad-e2e:$PATH); each suite's TestMain (Main) then says so
+// once, and `make test` lists those lines after the tests.
 package nomadagent
 
 import (
@@ -36,6 +37,49 @@ import (
 // Denylist keeps the client from probing cloud metadata endpoints, which
 // stalls fingerprinting for a long time off-cloud.
 const Denylist = "env_aws,env_gce,env_azure,env_digitalocean"
+
+// SkipLogEnv names the file to which Main appends why a suite's tests
+// were skipped; `make test` sets it and prints the file after the tests,
+// since go test shows a passing package's output only with -v.
+const SkipLogEnv = "IMPACT_E2E_SKIPPED"
+
+// SkipReason is why the tests that need Nomad skip on this machine: "" when
+// a nomad binary is on PATH.
+func SkipReason() string {
+	if _, err := exec.LookPath("nomad"); err != nil {
+		return "no nomad binary on PATH (run them with make e2e, a nomad on PATH)"
+	}
+	return ""
+}
+
+// Main runs an end-to-end package's tests; call it from the package's
+// TestMain with the package's path (e.g. "e2e/scheduler"). When its tests
+// that need Nomad will skip (SkipReason), it says so once for the
+// package, not once per test: on stdout (go test -v shows it) and, when
+// SkipLogEnv names a file, as a line appended to it, for make test.
+func Main(m *testing.M, pkg string) {
+	if line := noteSkip(pkg); line != "" {
+		fmt.Println(line)
+	}
+	os.Exit(m.Run())
+}
+
+// noteSkip returns the package's skip line ("" when nothing skips for
+// want of Nomad), appended to the SkipLogEnv file when one is named.
+func noteSkip(pkg string) string {
+	why := SkipReason()
+	if why == "" {
+		return ""
+	}
+	line := pkg + ": skipped its tests that need Nomad: " + why
+	if path := os.Getenv(SkipLogEnv); path != "" {
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+			fmt.Fprintln(f, line)
+			f.Close()
+		}
+	}
+	return line
+}
 
 // Binary returns the path of the nomad binary on PATH, or skips the test.
 func Binary(t testing.TB) string {

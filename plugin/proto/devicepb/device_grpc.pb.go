@@ -1,7 +1,7 @@
 // The device plugin service: fingerprinting device groups, reserving devices
 // for tasks and streaming their statistics.
 //
-// Written for nomad-impact from the protocol reference. Note that this package
+// Written for nomad-impact to match Nomad's plugin protocol. Note that this package
 // has no ".proto" suffix, unlike base and drivers; it is part of every method
 // path.
 

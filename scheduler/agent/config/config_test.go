@@ -377,3 +377,74 @@ func TestUIBase(t *testing.T) {
 		}
 	}
 }
+
+// Issue 36: an unknown setting or block gets a "did you mean", as the
+// policy file's do (HCL's threshold): the closest name of its block, else
+// the same name in another block.
+func TestUnknownSettingSuggests(t *testing.T) {
+	cases := []struct {
+		name, src, want string
+	}{
+		{"top-level typo", "polcy = \"p\"\n", `bad.hcl:1: polcy: unknown setting; did you mean "policy"?`},
+		{"typo in a block", "cycle {\n  intervall = \"5s\"\n}\n", `bad.hcl:2: cycle.intervall: unknown setting; did you mean "interval"?`},
+		{"setting of a block at the top", "listen = \"127.0.0.1:1\"\n", `bad.hcl:1: listen: unknown setting; did you mean http.listen?`},
+		{"block typo", "nomda {}\n", `bad.hcl:1: nomda: unknown block; expected one of auth, consul, cycle, device_stats, ha, http, nomad; did you mean "nomad"?`},
+		{"nothing close", "frobnicate = 1\n", "bad.hcl:1: frobnicate: unknown setting"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.src), "bad.hcl")
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("error %q, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Issue 36: every problem of the sources is reported at once, in each
+// file's line order: the environment's, every file's, the validation's of
+// values that were set, and (LoadPolicy) a missing policy file named with
+// the config line that names it. A setting missing only because its file
+// did not parse is not also reported missing.
+func TestLoadReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.hcl")
+	b := filepath.Join(dir, "b.hcl")
+	if err := os.WriteFile(a, []byte("policy = \"missing-policy.hcl\"\nlog_level = \"loud\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, []byte("cycle {\n  intervall = \"5s\"\n}\npolcy = \"x\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load([]string{a, b}, env(map[string]string{"NOMAD_SKIP_VERIFY": "maybe"}), nil)
+	if err == nil || c == nil {
+		t.Fatalf("want the merged config and an error, got %v, %v", c, err)
+	}
+	_, perr := c.LoadPolicy()
+	msg := strings.ReplaceAll(JoinErrors(err, perr).Error(), dir+"/", "")
+	want := []string{
+		"env NOMAD_SKIP_VERIFY: nomad.tls_skip_verify: not a boolean",
+		`b.hcl:2: cycle.intervall: unknown setting; did you mean "interval"?`,
+		`b.hcl:4: polcy: unknown setting; did you mean "policy"?`,
+		`a.hcl:2: log_level: "loud": must be one of`,
+		"a.hcl:1: policy: read policy file: open missing-policy.hcl: no such file or directory",
+	}
+	lines := strings.Split(msg, "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%s", len(lines), len(want), msg)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("problem %d: %q, want %q...", i+1, lines[i], w)
+		}
+	}
+	var fe *FieldError
+	if !errors.As(perr, &fe) || fe.Origin != a+":1" || fe.Field != "policy" {
+		t.Errorf("policy error %#v should name %s:1 and the policy setting", perr, a)
+	}
+	// A file that does not parse does not make its settings "missing".
+	_, err = Load([]string{b}, env(nil), nil)
+	if err == nil || strings.Contains(err.Error(), "must name the policy file") {
+		t.Errorf("unparsed file: %v", err)
+	}
+}

@@ -2,6 +2,8 @@ package config
 
 import (
 	"strconv"
+
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // envVars maps the environment variables the nomad and consul CLIs read to
@@ -49,26 +51,75 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 
 // Load is the usual sequence: defaults, then the environment, then each
 // file in order, then flags (a partial Config the CLI built), validated.
+// Every problem is reported at once: the environment's, every file's, and
+// the validation's. While a source has errors, validation reports only
+// values some source set (a setting missing because its file did not
+// parse is not also reported missing). On error the merged Config is
+// returned too: not valid, but it says which policy file the sources name
+// and where (for LoadPolicy's check).
 func Load(files []string, getenv func(string) string, flags *Config) (*Config, error) {
 	c := Default()
+	var errs []error
 	env, err := FromEnv(getenv)
 	if err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
 	c = c.Merge(env)
 	for _, f := range files {
 		fc, err := ParseFile(f)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
-		c = c.Merge(fc)
+		if fc != nil {
+			c = c.Merge(fc)
+		}
 	}
 	c = c.Merge(flags)
-	if err := c.Validate(); err != nil {
-		return nil, err
+	parsed := len(errs) == 0
+	reported := map[string]bool{}
+	for _, e := range flatten(errs) {
+		if fe, ok := e.(*FieldError); ok {
+			reported[fe.Field] = true
+		}
 	}
-	return c, nil
+	for _, e := range flatten([]error{c.Validate()}) {
+		fe, ok := e.(*FieldError)
+		if parsed || ok && !reported[fe.Field] && fe.Origin != "" && fe.Origin != "default" {
+			errs = append(errs, e)
+		}
+	}
+	return c, joinErrs(flatten(errs))
 }
+
+// flatten lists the errors of errs, each multiError's one by one.
+func flatten(errs []error) []error {
+	var out []error
+	for _, err := range errs {
+		switch e := err.(type) {
+		case nil:
+		case multiError:
+			out = append(out, flatten(e)...)
+		default:
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// LoadPolicy loads the policy file the config names. An error says where
+// the config named it (file and line, flag or environment), so that a
+// missing or broken policy file is traced back to the setting to fix.
+func (c *Config) LoadPolicy() (*policy.Policy, error) {
+	pol, err := policy.Load(c.PolicyFile)
+	if err != nil {
+		return nil, &FieldError{Origin: c.Origin("policy"), Field: "policy", Msg: err.Error()}
+	}
+	return pol, nil
+}
+
+// JoinErrors joins configuration errors one per line, as Load reports
+// them (nil when there is none).
+func JoinErrors(errs ...error) error { return joinErrs(flatten(errs)) }
 
 // SetFlag records a command-line flag's value on a partial Config, with the
 // flag's name as its origin.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
@@ -28,7 +29,9 @@ func ParseFile(path string) (*Config, error) {
 }
 
 // Parse parses config source; filename is used in error messages and to
-// resolve a relative policy path.
+// resolve a relative policy path. Every problem is reported, in line
+// order; the settings that did parse are returned with them (so that Load
+// can still check the rest), nil only when the file is not HCL.
 func Parse(src []byte, filename string) (*Config, error) {
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
@@ -43,7 +46,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 	p.body(body, "")
 	for _, blk := range body.Blocks {
 		if !sections[blk.Type] {
-			p.errorf(blk.TypeRange, blk.Type, "unknown block; expected one of %s", keys(sections))
+			p.errorf(blk.TypeRange, blk.Type, "unknown block; expected one of %s%s", keys(sections), didYouMean(blk.Type, sortedSections()))
 			continue
 		}
 		if len(blk.Labels) > 0 {
@@ -66,20 +69,28 @@ func Parse(src []byte, filename string) (*Config, error) {
 			c.setOrigin("consul.enabled", position(filename, blk.TypeRange))
 		}
 	}
-	if len(p.errs) > 0 {
-		return nil, joinErrs(p.errs)
-	}
 	if c.PolicyFile != "" && !filepath.IsAbs(c.PolicyFile) {
 		c.PolicyFile = filepath.Join(filepath.Dir(filename), c.PolicyFile)
 	}
-	return c, nil
+	order := make([]int, len(p.errs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return p.lines[order[i]] < p.lines[order[j]] })
+	errs := make([]error, len(order))
+	for i, k := range order {
+		errs[i] = p.errs[k]
+	}
+	return c, joinErrs(errs)
 }
 
 type parser struct {
 	c    *Config
 	file string
 	errs []error
-	seen map[string]hcl.Range
+	// lines[i] is the line of errs[i], to report them in file order.
+	lines []int
+	seen  map[string]hcl.Range
 }
 
 func (p *parser) mark(name string, r hcl.Range) {
@@ -91,6 +102,7 @@ func (p *parser) mark(name string, r hcl.Range) {
 
 func (p *parser) errorf(r hcl.Range, field, format string, args ...any) {
 	p.errs = append(p.errs, &FieldError{Origin: position(p.file, r), Field: field, Msg: fmt.Sprintf(format, args...)})
+	p.lines = append(p.lines, r.Start.Line)
 }
 
 func (p *parser) body(b *hclsyntax.Body, section string) {
@@ -107,7 +119,7 @@ func (p *parser) body(b *hclsyntax.Body, section string) {
 		}
 		f, ok := p.c.field(path)
 		if !ok || (section == "" && strings.Contains(path, ".")) {
-			p.errorf(attr.NameRange, path, "unknown setting")
+			p.errorf(attr.NameRange, path, "unknown setting%s", p.c.suggestSetting(section, name))
 			continue
 		}
 		val, diags := attr.Expr.Value(nil)
@@ -121,6 +133,58 @@ func (p *parser) body(b *hclsyntax.Body, section string) {
 		}
 		p.c.setOrigin(path, position(p.file, attr.NameRange))
 	}
+}
+
+// suggestSetting is the "did you mean" of an unknown setting name in a
+// section ("" for the top level), as the policy file's errors (HCL's) give
+// one: the closest setting of that section, else the same name in another
+// section or at the top level ("; did you mean http.listen?"), else "".
+// Blocks count as top-level names.
+func (c *Config) suggestSetting(section, name string) string {
+	var here []string
+	var elsewhere []string
+	for _, f := range c.fields() {
+		sec, n, nested := strings.Cut(f.path, ".")
+		if !nested {
+			sec, n = "", f.path
+		}
+		if sec == section {
+			here = append(here, n)
+		} else if n == name {
+			elsewhere = append(elsewhere, f.path)
+		}
+	}
+	if section == "" {
+		here = append(here, sortedSections()...)
+	}
+	if s := didYouMean(name, here); s != "" {
+		return s
+	}
+	if len(elsewhere) > 0 {
+		return fmt.Sprintf("; did you mean %s?", strings.Join(elsewhere, " or "))
+	}
+	return ""
+}
+
+// didYouMean suggests the first of names within an edit distance of 3 of
+// given, the threshold HCL's own suggestions use (so the config file and
+// the policy file suggest alike): `; did you mean "name"?`, or "".
+func didYouMean(given string, names []string) string {
+	for _, n := range names {
+		if levenshtein.Distance(given, n, nil) < 3 {
+			return fmt.Sprintf("; did you mean %q?", n)
+		}
+	}
+	return ""
+}
+
+func sortedSections() []string {
+	out := make([]string, 0, len(sections))
+	for k := range sections {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func assign(f field, v cty.Value) error {

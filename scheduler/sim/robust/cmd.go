@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/internal/flaghelp"
 	agentconfig "github.com/impact-sched/nomad-impact/scheduler/agent/config"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
@@ -41,30 +42,31 @@ Prints one table (ratios are baseline / impact: above 1 is better for
 impact; occupancy in points, impact minus baseline) and every failed
 check; writes DIR/robustness.json.
 
-Options:
+Options (one dash or two, --name=value or --name value):
+
 `
 
 // Main runs `impact robustness` with args and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("impact robustness", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, help)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard)
 	var f flags
-	fs.StringVar(&f.tracePath, "trace", "example/traces/philly.csv.gz", "the Philly trace")
+	fs.StringVar(&f.tracePath, "trace", "example/traces/philly.csv.gz", "the Philly trace `file`")
 	fs.Int64Var(&f.seed, "seed", 1, "seed of the synthetic workloads and of the labels synthesized for Philly")
 	fs.Float64Var(&f.scale, "scale", 1, "length of the synthetic workloads (1: the suite's; smaller is quicker)")
-	fs.StringVar(&f.only, "only", "", "comma-separated scenario names to run (default: all)")
-	fs.StringVar(&f.out, "out", "out/robustness", "output directory for robustness.json")
-	fs.StringVar(&f.policyFile, "impact-policy", "", "policy HCL file for impact (default: the built-in simulation policy)")
+	fs.StringVar(&f.only, "only", "", "the `scenarios` to run, comma-separated (default: all)")
+	fs.StringVar(&f.out, "out", "out/robustness", "the output `directory` for robustness.json")
+	fs.StringVar(&f.policyFile, "impact-policy", "", "a policy HCL `file` for impact (default: the built-in simulation policy)")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.BoolVar(&f.strict, "strict", false, "exit 1 when a never-worse check fails")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, help)
+			flaghelp.Print(stdout, fs)
 			return 0
 		}
+		fmt.Fprintf(stderr, "impact robustness: %v\n\n%s", err, help)
+		flaghelp.Print(stderr, fs)
 		return 2
 	}
 	code, err := run(f, stdout, stderr)

@@ -154,14 +154,16 @@ func TestSynthDeterministic(t *testing.T) {
 	}
 }
 
-// TestMainHelp: -h prints the suite's description and exits 0; a bad flag
-// exits 2.
+// TestMainHelp: -h prints the suite's description and its options on
+// stdout and exits 0; a bad flag says so on stderr and exits 2.
 func TestMainHelp(t *testing.T) {
 	var out, errb strings.Builder
-	if code := Main([]string{"-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "is never worse than nomad-native") {
-		t.Fatalf("-h: exit %d, %q", code, errb.String())
+	if code := Main([]string{"-h"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "is never worse than nomad-native") ||
+		!strings.Contains(out.String(), "  --only=<scenarios>") || errb.Len() != 0 {
+		t.Fatalf("-h: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
-	if code := Main([]string{"--bogus"}, &out, &errb); code != 2 {
-		t.Fatalf("--bogus: exit %d", code)
+	out.Reset()
+	if code := Main([]string{"--bogus"}, &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "impact robustness: flag provided but not defined: -bogus") {
+		t.Fatalf("--bogus: exit %d, %q", code, errb.String())
 	}
 }

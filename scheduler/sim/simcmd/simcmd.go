@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/internal/flaghelp"
 	agentconfig "github.com/impact-sched/nomad-impact/scheduler/agent/config"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
@@ -70,7 +71,8 @@ Example (the standard scenario, what 'make demo' runs):
     --islands-per-node 2 --policies nomad-native,fifo-gang,backfill,impact \
     --seed 1 --hang-share 0.05 --out out
 
-Options:
+Options (one dash or two, --name=value or --name value):
+
 `
 
 // simPolicies are the policy names impact sim knows, in report order.
@@ -99,16 +101,16 @@ const Synopsis = "Replay a GPU job trace under impact and baseline policies and 
 func Main(args []string, stdout, stderr io.Writer) int {
 	var f simFlags
 	fs := flag.NewFlagSet("impact sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, simHelp)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard)
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, simHelp)
+			flaghelp.Print(stdout, fs)
 			return 0
 		}
+		fmt.Fprintf(stderr, "impact sim: %v\n\n%s", err, simHelp)
+		flaghelp.Print(stderr, fs)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -132,30 +134,30 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // register defines the flags of impact sim on fs, into f.
 func (f *simFlags) register(fs *flag.FlagSet) {
 	m := sim.DefaultModel()
-	fs.StringVar(&f.tracePath, "trace", "", "trace file (required)")
-	fs.StringVar(&f.format, "format", "philly", "trace format: philly or generic")
-	fs.StringVar(&f.from, "from", "", "first submit time to include (philly: date or RFC 3339; generic: seconds)")
-	fs.StringVar(&f.to, "to", "", "last submit time to include (a philly date includes that whole day)")
+	fs.StringVar(&f.tracePath, "trace", "", "the trace `file` (required)")
+	fs.StringVar(&f.format, "format", "philly", "the trace `format`: philly or generic")
+	fs.StringVar(&f.from, "from", "", "the first submit `time` to include (philly: a date or an RFC 3339 time; generic: seconds)")
+	fs.StringVar(&f.to, "to", "", "the last submit `time` to include (a philly date includes that whole day)")
 	fs.IntVar(&f.nodes, "nodes", 64, "number of nodes (ignored with --cluster)")
 	fs.IntVar(&f.gpn, "gpus-per-node", 8, "GPUs per node (ignored with --cluster)")
 	fs.IntVar(&f.islands, "islands-per-node", 2, "NVLink islands per node (ignored with --cluster)")
 	fs.IntVar(&f.rack, "rack-size", 8, "nodes per rack (ignored with --cluster)")
-	fs.StringVar(&f.clusterFile, "cluster", "", "cluster HCL file with node_group blocks (see example/sim/cluster.hcl)")
-	fs.StringVar(&f.policies, "policies", strings.Join(simPolicies, ","), "comma-separated policies to compare")
-	fs.StringVar(&f.policyFile, "impact-policy", "", "policy HCL file for the impact scheduler (default: the built-in simulation policy)")
+	fs.StringVar(&f.clusterFile, "cluster", "", "a cluster HCL `file` with node_group blocks (see example/sim/cluster.hcl)")
+	fs.StringVar(&f.policies, "policies", strings.Join(simPolicies, ","), "the `policies` to compare, comma-separated")
+	fs.StringVar(&f.policyFile, "impact-policy", "", "a policy HCL `file` for the impact scheduler (default: the built-in simulation policy)")
 	fs.Int64Var(&f.seed, "seed", 1, "seed for synthesized labels (tier, preemptibility, walltime)")
-	fs.StringVar(&f.out, "out", "out", "output directory for report.json and plots")
+	fs.StringVar(&f.out, "out", "out", "the output `directory` for report.json and plots")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "skip (and count) bad trace rows instead of failing on the first")
 	fs.BoolVar(&f.noPlots, "no-plots", false, "do not draw plots")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
 	fs.DurationVar(&f.checkpoint, "checkpoint-interval", time.Duration(m.CheckpointInterval)*time.Second, "progress between two checkpoints of a job (0: never checkpoints)")
 	fs.DurationVar(&f.restart, "restart-cost", time.Duration(m.RestartCost)*time.Second, "time a restarted job spends before progress resumes")
 	fs.DurationVar(&f.grace, "grace", time.Duration(m.Grace)*time.Second, "time between the checkpoint signal and the stop of a preempted job")
-	fs.StringVar(&f.agentConfig, "agent-config", "", "impact agent config file whose cycle block (interval, debounce) sets the impact scheduler's cadence")
+	fs.StringVar(&f.agentConfig, "agent-config", "", "an impact agent config `file` whose cycle block (interval, debounce) sets the impact scheduler's cadence")
 	fs.DurationVar(&f.interval, "cycle-interval", 0, fmt.Sprintf("the impact scheduler's timer, as the agent's cycle.interval (default: the agent's, %s)", agentconfig.DefaultCycleInterval))
 	fs.DurationVar(&f.debounce, "cycle-debounce", -1, fmt.Sprintf("the impact scheduler's delay from an event to its decision, as the agent's cycle.debounce, rounded up to a second (default: the agent's, %s)", agentconfig.DefaultCycleDebounce))
 	fs.DurationVar(&f.recheck, "recheck", time.Duration(m.Interval)*time.Second, "the baselines' timer (they decide after every event and this often while jobs wait); the impact scheduler re-reads aging and fair share at least this often on ticks where nothing else changed")
-	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this `file` (go tool pprof)")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once")
 	fs.Float64Var(&f.hangShare, "hang-share", 0, "idleness model: the share of jobs (0..1) that hang once at a random point of their first run, holding their GPUs at 0% until their walltime estimate ends unless the policy reclaims them (seeded by --seed; 0: off)")
 }
@@ -287,6 +289,21 @@ func simCluster(f simFlags) (sim.ClusterSpec, string, error) {
 		}
 		cl, err := sim.ParseClusterHCL(src, f.clusterFile)
 		return cl, f.clusterFile, err
+	}
+	// The flags are checked here, so that an error names the flag to fix,
+	// not the first node built from it ("node-000").
+	var bad []error
+	if f.nodes < 1 {
+		bad = append(bad, fmt.Errorf("--nodes must be at least 1, got %d", f.nodes))
+	}
+	switch {
+	case f.gpn < 1:
+		bad = append(bad, fmt.Errorf("--gpus-per-node must be at least 1, got %d", f.gpn))
+	case f.islands < 1 || f.gpn%f.islands != 0:
+		bad = append(bad, fmt.Errorf("--islands-per-node must divide --gpus-per-node (%d) evenly, got %d", f.gpn, f.islands))
+	}
+	if len(bad) > 0 {
+		return sim.ClusterSpec{}, "", errors.Join(bad...)
 	}
 	cl, err := sim.UniformCluster(f.nodes, f.gpn, f.islands, f.rack)
 	if err != nil {

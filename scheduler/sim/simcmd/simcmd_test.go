@@ -139,6 +139,10 @@ func TestSimErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,,,\nb,1,ten,1,,,,\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badTier := filepath.Join(dir, "tier.csv")
+	if err := os.WriteFile(badTier, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,high,,\nb,1,10,1,,urgnet,,\nc,2,ten,1,,,,\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		code int
@@ -148,7 +152,13 @@ func TestSimErrors(t *testing.T) {
 		{[]string{"--trace", tr, "--format", "csv"}, 1, `unknown trace format "csv"`},
 		{[]string{"--trace", tr, "--format", "generic", "--policies", "impact,slurm"}, 1, `unknown policy "slurm"`},
 		{[]string{"--trace", bad, "--format", "generic"}, 1, "bad.csv:3:5: column duration_s"},
-		{[]string{"--trace", tr, "--format", "generic", "--nodes", "0"}, 1, "nodes must be at least 1"},
+		{[]string{"--trace", tr, "--format", "generic", "--nodes", "0"}, 1, "--nodes must be at least 1, got 0"},
+		// Issue 36: the flag at fault is named, not `node "node-000"`.
+		{[]string{"--trace", tr, "--format", "generic", "--gpus-per-node", "0"}, 1, "impact sim: --gpus-per-node must be at least 1, got 0\n"},
+		{[]string{"--trace", tr, "--format", "generic", "--islands-per-node", "3"}, 1, "--islands-per-node must divide --gpus-per-node (8) evenly, got 3"},
+		{[]string{"--trace", tr, "--format", "generic", "--islands-per-node", "0"}, 1, "--islands-per-node must divide --gpus-per-node (8) evenly, got 0"},
+		// An unknown tier is reported at its row, before later bad rows.
+		{[]string{"--trace", badTier, "--format", "generic"}, 1, "impact sim: " + badTier + ":3:11: column tier: unknown tier \"urgnet\""},
 		{[]string{"--trace", tr, "--format", "generic", "--from", "100", "--to", "50"}, 1, "must be after"},
 		{[]string{"--trace", tr, "--format", "philly", "--from", "yesterday"}, 1, "--from"},
 		{[]string{"--trace", tr, "--format", "generic", "--cluster", filepath.Join(dir, "none.hcl")}, 1, "read cluster file"},
@@ -174,6 +184,18 @@ func TestSimSkipBad(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr.String(), "skipped 1 bad rows (first: "+bad+":3:5: column duration_s") {
 		t.Fatalf("exit %d stderr %q", code, stderr.String())
 	}
+	// Issue 36: a row with an unknown tier is a bad row that --skip-bad
+	// skips, as its help says, counted with the others in row order.
+	tier := filepath.Join(dir, "tier.csv")
+	if err := os.WriteFile(tier, []byte("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,10,1,,high,,\nb,1,10,1,,urgnet,,\nc,2,ten,1,,,,\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code = Main([]string{"--trace", tier, "--format", "generic", "--nodes", "1", "--policies", "fifo-gang", "--skip-bad", "--no-plots", "--out", filepath.Join(dir, "o2")}, &stdout, &stderr)
+	if code != 0 || !strings.Contains(stderr.String(), "skipped 2 bad rows (first: "+tier+":3:11: column tier: unknown tier \"urgnet\"") {
+		t.Fatalf("unknown tier with --skip-bad: exit %d stderr %q", code, stderr.String())
+	}
 }
 
 func TestSimHelp(t *testing.T) {
@@ -181,10 +203,15 @@ func TestSimHelp(t *testing.T) {
 	if code := Main([]string{"-h"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"nomad-native", "fifo-gang", "backfill", "impact", "id,submit_s,duration_s,gpus", "-islands-per-node", "-cluster", "-skip-bad"} {
-		if !strings.Contains(stderr.String(), want) {
+	for _, want := range []string{"nomad-native", "fifo-gang", "backfill", "impact", "id,submit_s,duration_s,gpus", "  --islands-per-node=<int>", "  --cluster=<file>", "  --skip-bad"} {
+		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
+	}
+	// Issue 36: --cycle-debounce's sentinel default is not shown beside
+	// the real one ("(default: the agent's, 500ms) (default -1ns)").
+	if h := stdout.String(); !strings.Contains(h, "(default: the agent's,") || strings.Contains(h, "-1ns") {
+		t.Errorf("help shows a sentinel default:\n%s", h)
 	}
 }
 

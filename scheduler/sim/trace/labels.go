@@ -61,7 +61,9 @@ func LabelRule(seed int64) string {
 }
 
 // Synthesize fills every missing label of jobs in place and checks the
-// labels the trace gave: an unknown tier is an error naming the line.
+// labels the trace gave: an unknown tier is an error naming the line (Read
+// already refuses, or skips, a generic row with one; this catches jobs
+// built otherwise).
 func Synthesize(jobs []Job, source string, seed int64) error {
 	for i := range jobs {
 		j := &jobs[i]
@@ -69,7 +71,7 @@ func Synthesize(jobs []Job, source string, seed int64) error {
 			j.Tier = pickTier(unit(seed, j.ID, "tier"))
 		} else if tierIndex(j.Tier) < 0 {
 			return &RowError{File: source, Line: j.Line, Col: j.tierCol, Column: "tier",
-				Err: fmt.Errorf("unknown tier %q (want one of %s)", j.Tier, strings.Join(Tiers, ", "))}
+				Err: unknownTier(j.Tier)}
 		}
 		if j.Preemptible == nil {
 			p := TierPreemptible[tierIndex(j.Tier)]
@@ -85,6 +87,10 @@ func Synthesize(jobs []Job, source string, seed int64) error {
 		}
 	}
 	return nil
+}
+
+func unknownTier(t string) error {
+	return fmt.Errorf("unknown tier %q (want one of %s)", t, strings.Join(Tiers, ", "))
 }
 
 func tierIndex(t string) int {

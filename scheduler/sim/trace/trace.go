@@ -375,6 +375,11 @@ func (genericParser) row(rec []string, line int) (Job, error) {
 	}
 	j.Project = strings.TrimSpace(rec[4])
 	j.Tier = strings.TrimSpace(rec[5])
+	if j.Tier != "" && tierIndex(j.Tier) < 0 {
+		// Told here, with the row, not after the whole file is read: in
+		// row order among the other bad rows, and skipped by SkipBad.
+		return Job{}, &RowError{Column: "tier", Err: unknownTier(j.Tier)}
+	}
 	if s := strings.TrimSpace(rec[6]); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {

@@ -220,16 +220,9 @@ func TestSynthesizeKeepsGivenLabelsAndRejectsUnknownTier(t *testing.T) {
 	if js[0].Tier != "scavenger" || *js[0].Preemptible || js[0].Walltime != 11 || js[0].Project != "x" {
 		t.Fatalf("given labels changed: %+v", js[0])
 	}
-	// Read from a file, the error points at the field.
-	tr, err := Read(strings.NewReader("id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\na,0,1,1,p,urgent,,\n"), "g.csv", FormatGeneric, ReadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Synthesize(tr.Jobs, tr.Source, 1); err == nil || !strings.HasPrefix(err.Error(), "g.csv:2:11: column tier: unknown tier \"urgent\"") {
-		t.Fatalf("error = %v", err)
-	}
+	// Jobs not read from a file: the error names the line.
 	bad := []Job{{ID: "b", Duration: 10, GPUs: 1, Tier: "urgent", Line: 9}}
-	err = Synthesize(bad, "g.csv", 1)
+	err := Synthesize(bad, "g.csv", 1)
 	if err == nil || !strings.Contains(err.Error(), "g.csv:9: column tier: unknown tier \"urgent\"") {
 		t.Fatalf("error = %v", err)
 	}
@@ -254,5 +247,51 @@ func TestTruncatedGzipFails(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "t.csv.gz: read after line ") || !strings.Contains(err.Error(), "unexpected EOF") {
 			t.Fatalf("skip-bad %v: error = %v", skip, err)
 		}
+	}
+}
+
+// Issue 36: an unknown tier in a generic trace is a bad row like any other:
+// reported by Read at its row (file:line:column), before the bad rows
+// after it, and skipped (and counted) under SkipBad.
+func TestReadUnknownTierIsABadRow(t *testing.T) {
+	const head = "id,submit_s,duration_s,gpus,project,tier,preemptible,walltime_s\n"
+	cases := []struct {
+		name    string
+		rows    string
+		skip    bool
+		wantErr string   // prefix; "" for none
+		skipped []string // SkipErrors prefixes, in order
+		jobs    int
+	}{
+		{"alone", "a,0,1,1,p,urgent,,\n", false, `g.csv:2:11: column tier: unknown tier "urgent"`, nil, 0},
+		{"before a later bad row", "a,0,1,1,p,high,,\nb,1,1,1,p,urgnet,,\nc,2,x,1,p,,,\n", false,
+			`g.csv:3:11: column tier: unknown tier "urgnet"`, nil, 0},
+		{"skipped", "a,0,1,1,p,high,,\nb,1,1,1,p,urgnet,,\nc,2,x,1,p,,,\nd,3,1,1,p,,,\n", true, "",
+			[]string{`g.csv:3:11: column tier: unknown tier "urgnet"`, "g.csv:4:5: column duration_s:"}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := Read(strings.NewReader(head+tc.rows), "g.csv", FormatGeneric, ReadOptions{SkipBad: tc.skip})
+			if tc.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tr.Jobs) != tc.jobs || tr.Skipped != len(tc.skipped) {
+				t.Fatalf("%d jobs, %d skipped (%v); want %d, %d", len(tr.Jobs), tr.Skipped, tr.SkipErrors, tc.jobs, len(tc.skipped))
+			}
+			for i, w := range tc.skipped {
+				if !strings.HasPrefix(tr.SkipErrors[i], w) {
+					t.Errorf("skipped row %d: %q, want %q", i, tr.SkipErrors[i], w)
+				}
+			}
+			if err := Synthesize(tr.Jobs, tr.Source, 1); err != nil {
+				t.Fatalf("the rows kept must synthesize: %v", err)
+			}
+		})
 	}
 }
