@@ -58,7 +58,7 @@ func (c *cycle) holdBindings() {
 		j, ok := c.snap.Job(id)
 		_, pending := c.pendingOf(id)
 		waiting := j != nil && (j.State == cluster.JobQueued || b.moved && j.State == cluster.JobRunning)
-		if !ok || !waiting || pending || c.now.After(b.expires) {
+		if !ok || !waiting || pending || c.now.After(b.expires) || c.boundOffNode(b) {
 			c.dropBinding(id)
 			continue
 		}
@@ -82,6 +82,20 @@ func (c *cycle) holdBindings() {
 		}
 	}
 	c.st.Commit()
+}
+
+// boundOffNode: some GPUs of the binding are on a node that is gone or
+// takes no new work (down, draining, ineligible): the placement they were
+// bound for can no longer happen, so none of them is held for it, not
+// even for the rest of this cycle.
+func (c *cycle) boundOffNode(b binding) bool {
+	for _, ap := range b.gpus {
+		ord, ok := c.st.Ordinal(ap.NodeID)
+		if !ok || !c.st.Schedulable(ord) {
+			return true
+		}
+	}
+	return false
 }
 
 // bindingSpent: the job's binding has done what it was for and can only
