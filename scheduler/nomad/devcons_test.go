@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -203,7 +204,10 @@ var deviceConstraintCases = [][3]string{
 // group_by "model" and "island": for each constraint, Nomad's plan of a
 // one-GPU block places exactly when the model's verdict on the node's
 // device groups (read by the watcher from the agent) says some group
-// meets it. Skipped without a nomad binary on PATH.
+// meets it. Then the example's block (4 GPUs, island_size >= 4), parked
+// and read back through the event stream: parked by the engine under
+// "model", admitted under "island" and placed by Nomad on exactly the
+// pinned GPUs. Skipped without a nomad binary on PATH.
 func TestRealNomadDeviceConstraints(t *testing.T) {
 	for _, groupBy := range []string{"model", "island"} {
 		t.Run(groupBy, func(t *testing.T) {
@@ -268,6 +272,77 @@ func TestRealNomadDeviceConstraints(t *testing.T) {
 			t.Logf("group_by %s: %d constraints judged as Nomad does (Nomad placed %d of %d)", groupBy, checked, placedN, len(deviceConstraintCases))
 			if placedN == 0 || placedN == len(deviceConstraintCases) {
 				t.Fatal("Nomad placed all or none: the cases tell nothing")
+			}
+
+			// The example's block (4 GPUs, island_size >= 4), parked and
+			// read back through the event stream: the engine parks it
+			// under group_by "model", admits it under "island".
+			if err := c.EnsureNodePool(ctx, parking, "parking"); err != nil {
+				t.Fatal(err)
+			}
+			four := uint64(4)
+			j := gpuJob("example", nil, [2]int{1, 4})
+			cpu, mem := 50, 32
+			j.TaskGroups[0].Tasks[0].Config = map[string]any{"command": "/bin/sh", "args": []string{"-c", "sleep 300"}}
+			j.TaskGroups[0].Tasks[0].Resources.CPU, j.TaskGroups[0].Tasks[0].Resources.MemoryMB = &cpu, &mem
+			j.TaskGroups[0].Tasks[0].Resources.Devices = []*api.RequestedDevice{{Name: "nvidia/gpu", Count: &four,
+				Constraints: []*api.Constraint{{LTarget: "${device.attr.island_size}", Operand: ">=", RTarget: "4"}}}}
+			if _, _, err := c.api.Jobs().Register(j, nil); err != nil {
+				t.Fatal(err)
+			}
+			key := cluster.JobKey("default", "example")
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if cj, ok := w.Snapshot().Job(key); ok && cj.State == cluster.JobQueued {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("job not queued in the model")
+				}
+			}
+			eng, err := engine.New(policy.Default(), engine.WithDefaultPool(node.Pool))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := eng.Decide(w.Snapshot(), time.Now())
+			ex := plan.Explanations[key]
+			admitted := len(plan.Admissions) == 1
+			if groupBy == "model" && (admitted || ex.Status != engine.StatusParked || !strings.Contains(ex.Reason, "constraint ${device.attr.island_size} >= 4 matches no device group")) {
+				t.Fatalf("group_by model: admitted %v, %s %q; want parked naming the constraint", admitted, ex.Status, ex.Reason)
+			}
+			if groupBy == "island" && !admitted {
+				t.Fatalf("group_by island: %s %q; want admitted", ex.Status, ex.Reason)
+			}
+			t.Logf("the example's block under group_by %s: %s %q", groupBy, ex.Status, ex.Reason)
+			if !admitted {
+				return
+			}
+			// Nomad places the admission: the pins and the block's own
+			// constraint agree.
+			x := NewExecutor(c, NewStateStore(c, StateConfig{}, nil), ExecutorConfig{ParkingPool: parking, Snapshot: w.Snapshot}, testLogger(t))
+			if res := x.Apply(ctx, plan); len(res.Admitted) != 1 {
+				t.Fatalf("apply: %+v", res)
+			}
+			want := slices.Sorted(slices.Values(plan.Admissions[0].Groups[0].Allocs[0].GPUs))
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				var got []string
+				as, _, _ := c.api.Jobs().Allocations("example", true, nil)
+				for _, a := range as {
+					full, _, err := c.api.Allocations().Info(a.ID, nil)
+					if err == nil && full.AllocatedResources != nil && a.DesiredStatus == "run" {
+						for _, d := range full.AllocatedResources.Tasks["trainer"].Devices {
+							got = append(got, d.DeviceIDs...)
+						}
+					}
+				}
+				if len(got) > 0 {
+					if slices.Sort(got); !slices.Equal(got, want) {
+						t.Fatalf("Nomad allocated %v, the admission pinned %v", got, want)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("Nomad placed no allocation of the admitted job")
+				}
 			}
 		})
 	}
