@@ -17,8 +17,10 @@
 // Jobs carry the node constraints of their own that the scheduler checks
 // (distinct_hosts, node class/datacenter/meta/attribute tests), and their
 // GPU device blocks (TaskGroup.Devices: count, name, driver, the block's
-// own ${device.ids} list); GPUs carry their Nomad device group and nodes
-// their impact-gpu group_by. Nomad gives one block's GPUs from one device
+// own ${device.ids} list and its constraints on the device group's
+// attributes, DeviceConstraint, judged as Nomad judges them); GPUs carry
+// their Nomad device group, and nodes their impact-gpu group_by and their
+// device groups' attributes (Node.DeviceGroups). Nomad gives one block's GPUs from one device
 // group (DeviceGroupRule), so with those facts the scheduler never admits
 // what Nomad would then refuse to place for node or device reasons.
 //

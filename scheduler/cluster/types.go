@@ -68,6 +68,11 @@ type Node struct {
 	// plugin groups by model) or the model does not know. For
 	// explanations: it decides the device groups (GPU.Group).
 	GroupBy string
+	// DeviceGroups are the node's GPU device groups with their attributes
+	// (what device blocks' constraints test), one per GPU.Group name;
+	// empty when the model has no such facts (a simulated node): its
+	// groups may then match any constraint.
+	DeviceGroups []DeviceGroup
 }
 
 // DeviceAsk is one GPU device block of a task (resources { device
@@ -84,6 +89,11 @@ type DeviceAsk struct {
 	// IDs, when not nil, are the only instances the block may get: the
 	// block's own ${device.ids} set_contains_any constraint.
 	IDs []string
+	// Constraints are the block's own constraints on the device group
+	// (${device.attr.<name>}, ${device.model}, ${device.vendor},
+	// ${device.type}): it may take GPUs only of a group meeting them all.
+	// Constraints on ${device.ids} are not among them (IDs above).
+	Constraints DeviceConstraints
 	// Driver of the task: impact-exec gives a task the GPUs of all its
 	// blocks; other drivers see only the last block's in the visibility
 	// variables (Nomad merges the blocks' env last-wins).

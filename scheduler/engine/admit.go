@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
@@ -21,7 +22,7 @@ func (c *cycle) tooBig(q *queued) string {
 		c.poolMax[q.pool] = mx
 	}
 	c.lastPool, c.lastPoolMax, c.lastPoolMaxOK = q.pool, mx, true
-	if int(q.maxAlloc) <= mx[0] && int(q.maxNVLink) <= mx[1] && int(q.maxBlock) <= mx[2] {
+	if int(q.maxAlloc) <= mx[0] && int(q.maxNVLink) <= mx[1] && int(q.maxBlock) <= mx[2] && !q.devCons {
 		return "" // the common case, without reading the job's groups
 	}
 	for gi := range q.job.Groups {
@@ -40,16 +41,43 @@ func (c *cycle) tooBig(q *queued) string {
 			return fmt.Sprintf("group %q asks %d NVLink-connected GPUs; the largest NVLink island%s has %d", g.Name, g.GPUs, poolSuffix(q.pool), mx[1])
 		}
 		for _, d := range g.Devices {
-			if d.Count <= mx[2] {
+			if d.Count <= mx[2] && len(d.Constraints) == 0 {
 				continue
 			}
-			if most, by := c.st.MaxBlockGPUs(q.pool, placement.BlockOf(d)); d.Count > most {
+			b := placement.BlockOf(d)
+			if most, by := c.st.MaxBlockGPUs(q.pool, b); d.Count > most {
+				if miss, ok := c.st.DeviceConstraintMiss(q.pool, b); ok {
+					return deviceConstraintReason(g.Name, d, q.pool, miss)
+				}
 				return fmt.Sprintf("group %q task %q asks %d GPUs in one device block (%q), and no schedulable node%s has a device group of more than %d that it matches (%s%s)",
 					g.Name, d.Task, d.Count, d.Name, poolSuffix(q.pool), most, cluster.DeviceGroupRule, placement.GroupByHint(by))
 			}
 		}
 	}
 	return ""
+}
+
+// deviceConstraintReason says which of a device block's own constraints
+// no device group of the pool meets.
+func deviceConstraintReason(group string, d cluster.DeviceAsk, pool string, miss placement.ConstraintMiss) string {
+	where := "any pool"
+	if pool != "" {
+		where = fmt.Sprintf("pool %q", pool)
+	}
+	var why string
+	if miss.Constraint != nil {
+		why = fmt.Sprintf("group %q task %q device %q: constraint %s matches no device group of %s", group, d.Task, d.Name, miss.Constraint, where)
+	} else {
+		parts := make([]string, len(d.Constraints))
+		for i, c := range d.Constraints {
+			parts[i] = c.String()
+		}
+		why = fmt.Sprintf("group %q task %q device %q: constraints %s, each met by some device group of %s, together match none", group, d.Task, d.Name, strings.Join(parts, ", "), where)
+	}
+	if miss.Hint != "" {
+		why += " (" + miss.Hint + ")"
+	}
+	return why
 }
 
 func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfilled bool) {

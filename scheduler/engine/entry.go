@@ -32,7 +32,8 @@ type queued struct {
 	total float64
 	// maxAlloc and maxNVLink are the most GPUs one allocation of the job
 	// asks, of any group and of groups asking NVLink topology, and
-	// maxBlock the most one device block asks (tooBig); clamped to int32.
+	// maxBlock the most one device block asks (tooBig; see also
+	// devCons); clamped to int32.
 	maxAlloc, maxNVLink, maxBlock int32
 	// rank is the job's position in the previous cycle's order (-1: new).
 	rank     int32
@@ -47,9 +48,11 @@ type queued struct {
 	// that scoring and sorting read the queue's slices, not the jobs.
 	submitNs, deadlineNs int64
 	prio                 int32
-	// parked: bad metadata (parkedReason says what).
-	parked, tieOK bool
-	times         timeFlags
+	// parked: bad metadata (parkedReason says what). devCons: a device
+	// block of the job has constraints of its own on the device group
+	// (tooBig then reads its groups).
+	parked, tieOK, devCons bool
+	times                  timeFlags
 }
 
 // timeFlags say how a queue entry keeps its job's times (setTimes).

@@ -146,6 +146,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, s
 				e.maxAlloc = max(e.maxAlloc, clamp32(g.GPUs))
 				for _, d := range g.Devices {
 					e.maxBlock = max(e.maxBlock, clamp32(d.Count))
+					e.devCons = e.devCons || len(d.Constraints) > 0
 				}
 				topo := g.Spec.Topology
 				if topo == policy.TopologyUnset {

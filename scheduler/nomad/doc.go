@@ -119,11 +119,23 @@
 //     MIG <profile>"); a block gets whole GPUs or instances of one
 //     profile, never a mix, and is pinned by MIG UUID like any instance.
 //   - A job's own device constraints and affinities stay. Its
-//     ${device.ids} set_contains_any lists are honoured by the model;
-//     other device constraints (attributes, model) are not read: a plan
-//     breaking one fails in Nomad and is rolled back with Nomad's reason,
-//     as for node constraints the model does not read. Affinities only
-//     score among what the pins allow.
+//     ${device.ids} set_contains_any lists are honoured by the model (the
+//     block's instances). Its constraints on the device group
+//     (${device.attr.<name>}, ${device.model}, ${device.vendor},
+//     ${device.type}) are read too and judged as Nomad judges them
+//     against each device group of a node (cluster.DeviceConstraint:
+//     typed values, units, =, !=, orderings, is_set, is_not_set, regexp,
+//     set_contains*, plain numeric version/semver), from the groups'
+//     attributes the node reports (cluster.Node.DeviceGroups): a block
+//     takes GPUs only of a group meeting them, and a job whose block no
+//     device group of its pool meets is parked saying which constraint
+//     and attribute (e.g. island_size under group_by "model"). What the
+//     model cannot judge (a pre-release version, an unknown operator, a
+//     node without group facts) counts as a match; other constraints on
+//     ${device.ids} are not read. A plan breaking what the model does not
+//     read fails in Nomad and is rolled back with Nomad's reason, as for
+//     node constraints the model does not read. Affinities only score
+//     among what the pins allow.
 //
 // Once an admission's allocations all run (or completed), the executor
 // reads back the GPUs Nomad allocated to exactly those allocations (each

@@ -29,6 +29,13 @@ import (
 // nomad binary on PATH.
 func startGPUAgent(t *testing.T) *devAgent {
 	t.Helper()
+	return startGPUAgentWith(t, "")
+}
+
+// startGPUAgentWith is startGPUAgent with more impact-gpu settings
+// (pluginConfig, inside its config block: `group_by = "island"`).
+func startGPUAgentWith(t *testing.T, pluginConfig string) *devAgent {
+	t.Helper()
 	bin, err := exec.LookPath("nomad")
 	if err != nil {
 		t.Skip("no nomad binary on PATH")
@@ -70,9 +77,10 @@ plugin "impact-gpu" {
   config {
     backend       = "fake"
     fake_topology = %q
+    %s
   }
 }
-`, plugins, topoPath))
+`, plugins, topoPath, pluginConfig))
 	return agent
 }
 

@@ -103,7 +103,7 @@ func translateGroup(j *wireJob, g wireGroup, jobCons []cluster.Constraint, cj *c
 			}
 			tg.GPUs += n
 			tg.Devices = append(tg.Devices, cluster.DeviceAsk{Task: t.Name, Index: bi, Name: d.Name, Count: n,
-				IDs: userDeviceIDs(d.Constraints), Driver: t.Driver})
+				IDs: userDeviceIDs(d.Constraints), Constraints: deviceConstraints(d.Constraints), Driver: t.Driver})
 		}
 	}
 	// Every group is parsed, also after a bad job meta or group, so that
@@ -157,6 +157,24 @@ func userDeviceIDs(cs []wireConstraint) []string {
 	}
 	if found && out == nil {
 		out = []string{} // nothing allowed: the block fits nowhere
+	}
+	return out
+}
+
+// deviceConstraints returns a device block's own constraints on the
+// device group's facts (attributes, model, vendor, type), which the model
+// judges as Nomad does (cluster.DeviceConstraint); nil when it has none.
+// Those naming ${device.ids} are left out: the user's set_contains_any
+// lists are the block's IDs (userDeviceIDs), the admission's own pin is
+// not the user's, and Nomad applies the others per instance, which the
+// model does not follow (an admission breaking one is rolled back).
+func deviceConstraints(cs []wireConstraint) cluster.DeviceConstraints {
+	var out cluster.DeviceConstraints
+	for _, c := range cs {
+		if c.LTarget == DeviceIDsTarget || c.RTarget == DeviceIDsTarget {
+			continue
+		}
+		out = append(out, cluster.NewDeviceConstraint(c.LTarget, c.Operand, c.RTarget))
 	}
 	return out
 }
@@ -261,9 +279,13 @@ func translateNode(n *wireNode) (*cluster.Node, error) {
 	}
 	groups, groupIndex := deviceGroups(n)
 	for _, g := range groups {
-		if a, ok := g.Attributes[topology.AttrGroupBy]; ok && a.String != nil && g.Vendor == "nvidia" && g.Type == "gpu" {
+		if g.Vendor != "nvidia" || g.Type != "gpu" {
+			continue
+		}
+		if a, ok := g.Attributes[topology.AttrGroupBy]; ok && a.String != nil {
 			cn.GroupBy = *a.String
 		}
+		cn.DeviceGroups = append(cn.DeviceGroups, modelGroup(g))
 	}
 	tn, err := topology.FromAttributes(groups)
 	if err != nil {
@@ -287,6 +309,30 @@ func translateNode(n *wireNode) (*cluster.Node, error) {
 	}
 	sort.SliceStable(cn.GPUs, func(i, j int) bool { return cn.GPUs[i].Index < cn.GPUs[j].Index })
 	return cn, nil
+}
+
+// modelGroup is a device group as the model keeps it for device
+// constraints: vendor, type, name and typed attributes.
+func modelGroup(g topology.DeviceGroup) cluster.DeviceGroup {
+	dg := cluster.DeviceGroup{Vendor: g.Vendor, Type: g.Type, Name: g.Name,
+		Attributes: make(map[string]cluster.Attribute, len(g.Attributes))}
+	for k, a := range g.Attributes {
+		ca := cluster.Attribute{Unit: a.Unit}
+		switch {
+		case a.Int != nil:
+			ca.Kind, ca.Int = cluster.AttrInt, *a.Int
+		case a.Float != nil:
+			ca.Kind, ca.Float = cluster.AttrFloat, *a.Float
+		case a.String != nil:
+			ca.Kind, ca.Str = cluster.AttrString, *a.String
+		case a.Bool != nil:
+			ca.Kind, ca.Bool = cluster.AttrBool, *a.Bool
+		default:
+			continue
+		}
+		dg.Attributes[k] = ca
+	}
+	return dg
 }
 
 // deviceGroups turns a node's device groups into topology's, with each

@@ -23,11 +23,15 @@ type Block struct {
 	// IDs, when not nil, are the only instances the block may get (its
 	// own ${device.ids} set_contains_any constraint).
 	IDs []string
+	// Cons are the block's own constraints on the device group: it may
+	// use only groups they do not fail (cluster.DeviceConstraints.Eval;
+	// a group the model cannot judge may be used).
+	Cons cluster.DeviceConstraints
 }
 
 // BlockOf is the placement view of a task's device block.
 func BlockOf(d cluster.DeviceAsk) Block {
-	b := Block{Count: d.Count, IDs: d.IDs, None: !d.MatchesGroup("")}
+	b := Block{Count: d.Count, IDs: d.IDs, Cons: d.Constraints, None: !d.MatchesGroup("")}
 	if parts := strings.SplitN(d.Name, "/", 3); len(parts) == 3 {
 		b.Group = parts[2]
 	}
@@ -57,7 +61,15 @@ func (ns *nodeState) trivial(g *Group) bool {
 		return false
 	}
 	b := g.Blocks[0]
-	return !b.None && b.IDs == nil && (b.Group == "" || len(ns.groupNames) == 0 || ns.groupNames[0] == "" || ns.groupNames[0] == b.Group)
+	return !b.None && b.IDs == nil && (b.Group == "" || len(ns.groupNames) == 0 || ns.groupNames[0] == "" || ns.groupNames[0] == b.Group) &&
+		(len(b.Cons) == 0 || len(ns.groupNames) == 0 || ns.groupMeets(0, b))
+}
+
+// groupMeets reports whether the node's device group i may serve the
+// block as far as its constraints go: they do not fail on the group's
+// attributes (a group the model has no facts of may).
+func (ns *nodeState) groupMeets(i int, b Block) bool {
+	return len(b.Cons) == 0 || b.Cons.Eval(ns.node.DeviceGroup(ns.groupNames[i])) != cluster.Fails
 }
 
 // allowed returns the masks of the node's device groups a block may draw
@@ -75,6 +87,9 @@ func (ns *nodeState) allowed(b Block) []uint64 {
 	out := make([]uint64, 0, len(ns.groups))
 	for i, m := range ns.groups {
 		if b.Group != "" && ns.groupNames[i] != "" && ns.groupNames[i] != b.Group {
+			continue
+		}
+		if len(b.Cons) > 0 && !ns.groupMeets(i, b) {
 			continue
 		}
 		if b.IDs != nil {
@@ -390,6 +405,98 @@ func (s *State) MaxDeviceGroup(pool string) int {
 		}
 	}
 	return best
+}
+
+// ConstraintMiss says why a device block's constraints rule out every
+// device group of a pool (DeviceConstraintMiss).
+type ConstraintMiss struct {
+	// Constraint is the first of the block's constraints that no group
+	// meets; nil when each is met by some group but no group meets all.
+	Constraint *cluster.DeviceConstraint
+	// Hint is what the groups hold of the attribute it tests, for people
+	// ("" when nothing useful): the values seen, and where the attribute
+	// is one of impact-gpu's topology facts, when it is set.
+	Hint string
+}
+
+// DeviceConstraintMiss reports whether the block's own constraints fail
+// on every device group, of the name it asks, on the schedulable nodes of
+// the pool ("" = all) that hold any: then it can never be placed there
+// (Nomad would refuse it too). ok is false when some group may serve it,
+// or when there is no such group at all (not the constraints' doing).
+func (s *State) DeviceConstraintMiss(pool string, b Block) (ConstraintMiss, bool) {
+	if len(b.Cons) == 0 || b.None {
+		return ConstraintMiss{}, false
+	}
+	var cands []*cluster.DeviceGroup
+	for i := range s.nodes {
+		ns := &s.nodes[i]
+		if !ns.sched || (pool != "" && ns.node.Pool != pool) {
+			continue
+		}
+		for _, name := range ns.groupNames {
+			if b.Group != "" && name != "" && name != b.Group {
+				continue
+			}
+			dg := ns.node.DeviceGroup(name)
+			if b.Cons.Eval(dg) != cluster.Fails {
+				return ConstraintMiss{}, false
+			}
+			cands = append(cands, dg)
+		}
+	}
+	if len(cands) == 0 {
+		return ConstraintMiss{}, false
+	}
+	var miss ConstraintMiss
+	for ci := range b.Cons {
+		c := &b.Cons[ci]
+		met := false
+		for _, dg := range cands {
+			if c.Eval(dg) != cluster.Fails {
+				met = true
+				break
+			}
+		}
+		if !met {
+			miss.Constraint = c
+			miss.Hint = attrHint(c.Attribute(), cands)
+			break
+		}
+	}
+	return miss, true
+}
+
+// attrHint says what device groups hold of an attribute: its values, and,
+// for impact-gpu's topology facts that are absent where a group spans
+// islands or NUMA nodes, when they are set.
+func attrHint(attr string, groups []*cluster.DeviceGroup) string {
+	if attr == "" {
+		return ""
+	}
+	var parts []string
+	if v := cluster.ExplainValues(attr, groups); v != "" {
+		parts = append(parts, "its device groups have "+v)
+	}
+	missing := false
+	for _, g := range groups {
+		if _, ok := g.Attributes[attr]; !ok {
+			missing = true
+		}
+	}
+	if missing {
+		switch attr {
+		case "island", "island_size":
+			parts = append(parts, attr+` is set only where a group lies in one island: impact-gpu group_by = "island"`)
+		case "numa":
+			parts = append(parts, attr+` is set only where a group's GPUs share one known NUMA node: impact-gpu group_by = "numa" or "island"`)
+		default:
+			if len(parts) == 0 {
+				parts = append(parts, fmt.Sprintf("no device group has %s", attr))
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // GroupByHint is the sentence explanations add when a node's device

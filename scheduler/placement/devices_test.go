@@ -262,3 +262,142 @@ func TestPropertyBlocksGetOnlyTheirDeviceGroups(t *testing.T) {
 		}
 	})
 }
+
+// withGroupFacts gives a twoIslandNode the device group attributes
+// impact-gpu reports: island and island_size only on a group in one
+// island (group_by "island").
+func withGroupFacts(n *cluster.Node) *cluster.Node {
+	seen := map[string]bool{}
+	for _, g := range n.GPUs {
+		if seen[g.Group] {
+			continue
+		}
+		seen[g.Group] = true
+		dg := cluster.DeviceGroup{Vendor: "nvidia", Type: "gpu", Name: g.Group, Attributes: map[string]cluster.Attribute{
+			"group_by": {Kind: cluster.AttrString, Str: n.GroupBy},
+		}}
+		if n.GroupBy == "island" {
+			dg.Attributes["island"] = cluster.Attribute{Kind: cluster.AttrInt, Int: int64(g.Island)}
+			dg.Attributes["island_size"] = cluster.Attribute{Kind: cluster.AttrInt, Int: 4}
+		}
+		n.DeviceGroups = append(n.DeviceGroups, dg)
+	}
+	return n
+}
+
+var islandSize4 = cluster.DeviceConstraints{cluster.NewDeviceConstraint("${device.attr.island_size}", ">=", "4")}
+
+// A block with a constraint of its own on the device group takes GPUs
+// only from groups meeting it: with ${device.attr.island_size} >= 4 never
+// from a group_by "model" node (the attribute is absent there), however
+// empty, and from a group_by "island" node one island at a time; the
+// rejection names the constraint.
+func TestDeviceConstraintsChooseGroups(t *testing.T) {
+	s := stateOf(t, withGroupFacts(twoIslandNode("m", "model")), withGroupFacts(twoIslandNode("i", "island")))
+	g := Group{Name: "g", Count: 1, GPUs: 4, Topology: policy.TopologyNVLink, Blocks: []Block{{Count: 4, Cons: islandSize4}}}
+	for k := range 2 {
+		res, ok := s.Place(Request{Pool: "gpu", Groups: []Group{g}}, nil)
+		if !ok {
+			t.Fatalf("placement %d failed", k)
+		}
+		sl := res.Groups[0][0]
+		if n := s.Node(sl.Node); n.ID != "i" {
+			t.Fatalf("placement %d on node %s, whose device group has no island_size", k, n.ID)
+		}
+	}
+	rej := Rejections{}
+	if _, ok := s.Place(Request{Pool: "gpu", Groups: []Group{g}}, rej); ok {
+		t.Fatal("a third block placed: only node m is left, whose group fails the constraint")
+	}
+	found := false
+	for r, n := range rej {
+		if strings.Contains(r, "no device group of the node meets its constraints (${device.attr.island_size} >= 4)") && n == 1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("rejections %v do not name the constraint", rej)
+	}
+	// Without the constraint the model node takes it.
+	g.Blocks[0].Cons = nil
+	if res, ok := s.Place(Request{Pool: "gpu", Groups: []Group{g}}, nil); !ok || s.Node(res.Groups[0][0].Node).ID != "m" {
+		t.Fatalf("unconstrained block: placed %v", ok)
+	}
+}
+
+// A pool whose every device group fails a block's constraint can never
+// hold it (DeviceConstraintMiss names the constraint and why), one with a
+// group meeting it can; a node the model has no group facts of (a
+// simulated one) may meet any constraint.
+func TestDeviceConstraintMiss(t *testing.T) {
+	b := Block{Count: 4, Cons: islandSize4}
+	s := stateOf(t, withGroupFacts(twoIslandNode("m", "model")))
+	miss, ok := s.DeviceConstraintMiss("gpu", b)
+	if !ok || miss.Constraint == nil || miss.Constraint.String() != "${device.attr.island_size} >= 4" {
+		t.Fatalf("miss %+v, %v", miss, ok)
+	}
+	if want := `island_size is set only where a group lies in one island: impact-gpu group_by = "island"`; miss.Hint != want {
+		t.Fatalf("hint %q, want %q", miss.Hint, want)
+	}
+	if n, _ := s.MaxBlockGPUs("gpu", b); n != 0 {
+		t.Fatalf("MaxBlockGPUs %d, want 0", n)
+	}
+	if _, ok := s.DeviceConstraintMiss("other", b); ok {
+		t.Fatal("a pool without device groups: not the constraint's doing")
+	}
+	big := Block{Count: 4, Cons: cluster.DeviceConstraints{cluster.NewDeviceConstraint("${device.attr.island_size}", ">", "4")}}
+	s = stateOf(t, withGroupFacts(twoIslandNode("m", "model")), withGroupFacts(twoIslandNode("i", "island")))
+	if _, ok := s.DeviceConstraintMiss("gpu", b); ok {
+		t.Fatal("node i's groups meet the constraint")
+	}
+	if miss, ok := s.DeviceConstraintMiss("gpu", big); !ok || !strings.HasPrefix(miss.Hint, "its device groups have island_size 4; island_size is set only") {
+		t.Fatalf("miss %+v, %v", miss, ok)
+	}
+	// Each met somewhere, never together.
+	both := Block{Count: 4, Cons: cluster.DeviceConstraints{
+		cluster.NewDeviceConstraint("${device.attr.group_by}", "=", "model"), islandSize4[0]}}
+	if miss, ok := s.DeviceConstraintMiss("gpu", both); !ok || miss.Constraint != nil {
+		t.Fatalf("miss %+v, %v", miss, ok)
+	}
+	// No facts: may match.
+	s = stateOf(t, twoIslandNode("m", "model"))
+	if _, ok := s.DeviceConstraintMiss("gpu", b); ok {
+		t.Fatal("a node without group facts refused")
+	}
+	if _, ok := s.Place(Request{Groups: []Group{{Name: "g", Count: 1, GPUs: 4, Blocks: []Block{b}}}}, nil); !ok {
+		t.Fatal("a node without group facts refused")
+	}
+}
+
+// On a node with device groups of two models, a block constrained to one
+// model (by ${device.model}) gets GPUs of that group only; a block of the
+// same model by name and a failing attribute gets none.
+func TestDeviceConstraintsPickModel(t *testing.T) {
+	n := &cluster.Node{ID: "n", Pool: "gpu", Eligible: true, Ready: true}
+	for k := range 4 {
+		grp := "NVIDIA A100"
+		if k >= 2 {
+			grp = "NVIDIA H100"
+		}
+		n.GPUs = append(n.GPUs, cluster.GPU{ID: fmt.Sprintf("g%d", k), Index: k, Island: k, Healthy: true, Group: grp})
+	}
+	for _, name := range []string{"NVIDIA A100", "NVIDIA H100"} {
+		n.DeviceGroups = append(n.DeviceGroups, cluster.DeviceGroup{Vendor: "nvidia", Type: "gpu", Name: name,
+			Attributes: map[string]cluster.Attribute{"memory": {Kind: cluster.AttrInt, Int: 80, Unit: "GiB"}}})
+	}
+	s := stateOf(t, n)
+	h100 := Block{Count: 1, Cons: cluster.DeviceConstraints{cluster.NewDeviceConstraint("${device.model}", "regexp", "H100$")}}
+	for k := range 2 {
+		res, ok := s.Place(Request{Groups: []Group{{Name: "g", Count: 1, GPUs: 1, Blocks: []Block{h100}}}}, nil)
+		if !ok || res.Groups[0][0].Mask&0b0011 != 0 {
+			t.Fatalf("placement %d: %v, mask %b", k, ok, res.Groups[0][0].Mask)
+		}
+	}
+	if _, ok := s.Place(Request{Groups: []Group{{Name: "g", Count: 1, GPUs: 1, Blocks: []Block{h100}}}}, nil); ok {
+		t.Fatal("a third H100 block placed on the A100s")
+	}
+	small := Block{Count: 1, Cons: cluster.DeviceConstraints{cluster.NewDeviceConstraint("${device.attr.memory}", ">", "80 GiB")}}
+	if _, ok := s.Place(Request{Groups: []Group{{Name: "g", Count: 1, GPUs: 1, Blocks: []Block{small}}}}, nil); ok {
+		t.Fatal("a block asking more memory than any group has placed")
+	}
+}

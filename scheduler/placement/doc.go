@@ -29,7 +29,8 @@
 // group (cluster.DeviceGroupRule), and the admission pins each block to
 // the GPUs placed for it. So a group's Blocks each take their GPUs from one
 // device group of the node that the block matches (and within the block's
-// own ${device.ids}, when it has any); Slot.Blocks / SplitBlocks say which
+// own ${device.ids}, when it has any, and of a group its constraints on
+// the device group's attributes do not fail: Block.Cons); Slot.Blocks / SplitBlocks say which
 // GPUs are whose. A node of one device group and a one-block group take
 // the fast path (the whole mask). Because a device pin applies to every
 // allocation of a task group alike, where several allocations of a group

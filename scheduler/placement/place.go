@@ -637,6 +637,18 @@ func (s *State) Pick(ord int, free uint64, n int, topo policy.Topology) (uint64,
 // PoolOf returns a node's pool.
 func (s *State) PoolOf(ord int) string { return s.nodes[ord].node.Pool }
 
+// consString writes a block's constraints for explanations.
+func consString(cs cluster.DeviceConstraints) string {
+	out := ""
+	for i, c := range cs {
+		if i > 0 {
+			out += ", "
+		}
+		out += c.String()
+	}
+	return out
+}
+
 // rejectDeviceGroups counts the nodes with enough free GPUs where a device
 // block of the group finds no device group with enough of them free
 // (cluster.DeviceGroupRule), naming the nodes' group_by.
@@ -649,6 +661,15 @@ func (s *State) rejectDeviceGroups(g Group, ix *index, rej Rejections) int {
 				continue
 			}
 			for _, b := range g.blocks() {
+				if len(b.Cons) > 0 && len(ns.allowed(b)) == 0 {
+					unc := b
+					unc.Cons = nil
+					if len(ns.allowed(unc)) > 0 {
+						rej.add(fmt.Sprintf("device block of %d GPUs: no device group of the node meets its constraints (%s)", b.Count, consString(b.Cons)), 1)
+						bad++
+						break
+					}
+				}
 				most := 0
 				for _, m := range ns.allowed(b) {
 					most = max(most, bits.OnesCount64(m&ns.free()))
