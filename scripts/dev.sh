@@ -66,12 +66,20 @@ cleanup() {
 	# re-attached on restart): end the task executors and the tasks of
 	# this run, found by their command line or working directory under
 	# the data dir, so that Ctrl-C leaves nothing behind.
-	local p
+	local p left=()
 	for p in /proc/[0-9]*; do
-		case "$(readlink "$p/cwd" 2>/dev/null)/ $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" in
-		"$data"/*|*" $data"/*|*"\"$data"/*) kill -TERM "${p#/proc/}" 2>/dev/null || true ;;
+		case "$(readlink "$p/cwd" 2>/dev/null)/ $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" in
+		"$data"/*|*" $data"/*|*"\"$data"/*) kill -TERM "${p#/proc/}" 2>/dev/null && left+=("${p#/proc/}") ;;
 		esac
 	done
+	for _ in $(seq 1 50); do # up to 5s for them to exit
+		for p in "${!left[@]}"; do
+			kill -0 "${left[$p]}" 2>/dev/null || unset "left[$p]"
+		done
+		[ ${#left[@]} -eq 0 ] && break
+		sleep 0.1
+	done
+	[ ${#left[@]} -eq 0 ] || kill -KILL "${left[@]}" 2>/dev/null || true
 }
 interrupted=
 trap cleanup EXIT
@@ -82,6 +90,21 @@ topology=${DEV_TOPOLOGY:-$root/example/topologies/two-islands-8x-a100.hcl}
 [ -f "$topology" ] || die "topology $topology not found"
 # A copy, so the fake backend's control file lands in the data dir.
 cp "$topology" "$data/topology.hcl"
+# What every dev node declares, as a GPU node of a training cluster
+# would: the capacity the example jobs ask for (the fake GPUs come with no
+# CPU or memory; nothing here enforces these sizes), and the host volume
+# "checkpoints" the distributed-training example saves to, one directory
+# of the data dir that every node mounts (shared storage on one machine).
+mkdir -p "$data/checkpoints"
+client_common=$(cat <<HCL
+  cpu_total_compute = 64000
+  memory_total_mb   = 262144
+  host_volume "checkpoints" {
+    path      = "$data/checkpoints"
+    read_only = false
+  }
+HCL
+)
 cat >"$data/dev-overlay.hcl" <<HCL
 # Written by scripts/dev.sh; merged over example/agent.hcl.
 data_dir   = "$data/nomad"
@@ -94,6 +117,7 @@ ports {
 }
 client {
   node_pool = "gpu"
+$client_common
 }
 plugin "impact-gpu" {
   config {
@@ -163,6 +187,7 @@ client {
   alloc_dir         = "$dir/alloc"
   cgroup_parent     = "impact-dev-client-$i"
   network_interface = "lo"
+$client_common
 }
 plugin "impact-gpu" {
   config {

@@ -52,7 +52,10 @@ func startDev(t *testing.T, clients int, minRuntime string) *devRun {
 		}
 		if t.Failed() {
 			for _, log := range []string{"impact.log", "nomad.log"} {
-				b, _ := os.ReadFile(filepath.Join(d.data, log))
+				b, err := os.ReadFile(filepath.Join(d.data, log))
+				if err != nil {
+					t.Logf("%s: %v", log, err)
+				}
 				t.Logf("%s (tail):\n%s", log, tail(string(b), 6000))
 			}
 		}
@@ -114,14 +117,16 @@ func (d *devRun) run(name string, args ...string) (string, error) {
 // submit runs `nomad job run -detach` on a job file as written.
 func (d *devRun) submit(file string) {
 	d.t.Helper()
-	if out, err := d.run("nomad", "job", "run", "-detach", file); err != nil {
+	out, err := d.run("nomad", "job", "run", "-detach", file)
+	if err != nil {
 		d.t.Fatalf("nomad job run %s: %v\n%s", file, err, out)
 	}
+	d.t.Logf("nomad job run -detach %s:\n%s", filepath.Base(file), out)
 }
 
 func (d *devRun) explain(job string) (agentapi.Explanation, error) {
 	var e agentapi.Explanation
-	err := getAPI(d.impactAddr, "/v1/explain/default/"+job, &e)
+	err := getAPI(d.impactAddr, "/v1/explain/"+job, &e)
 	return e, err
 }
 
