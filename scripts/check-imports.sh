@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Enforces the layering README.md describes ("Architecture") with `go list`:
 #   - the pure scheduling core never imports the Nomad adapter, net/http or nomad/api;
+#   - the simulator (scheduler/sim/...) links neither the adapter nor nomad/api;
 #   - only scheduler/nomad (and its fake) imports github.com/hashicorp/nomad/api;
 #   - only device/gpu/nvml imports github.com/NVIDIA/go-nvml;
 #   - the gang protocol (gang/, shared by impact and impact-exec) depends on
@@ -22,6 +23,16 @@ for p in "${pure[@]}"; do
 			echo "import rule: $p must not depend on $bad"; fail=1
 		fi
 	done
+done
+
+# The simulator runs the core on traces: it links neither the Nomad
+# adapter nor Nomad's API (the agent config it reads the cycle block of
+# does not import the adapter either).
+deps=$(go list -deps ./scheduler/sim/... 2>/dev/null)
+for bad in github.com/hashicorp/nomad/api "$mod/scheduler/nomad"; do
+	if grep -qx "$bad" <<<"$deps"; then
+		echo "import rule: scheduler/sim must not depend on $bad"; fail=1
+	fi
 done
 
 # The shared gang protocol belongs to neither binary.

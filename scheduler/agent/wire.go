@@ -103,7 +103,7 @@ type adapters struct {
 }
 
 func newAdapters(cfg *config.Config, name string, metrics *Metrics, logger hclog.Logger) (*adapters, error) {
-	client, err := nomad.NewClient(cfg.NomadClient(), logger)
+	client, err := nomad.NewClient(nomadClientConfig(cfg), logger)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
@@ -251,4 +251,13 @@ func newAuth(cfg *config.Config, logger hclog.Logger) (APIAuth, gang.Authorizer,
 		return nil, nil, err
 	}
 	return apiAuth, &gang.NomadAuth{Identities: ids, ACL: acl}, nil
+}
+
+// nomadClientConfig is the adapter's connection config from the agent's
+// nomad settings.
+func nomadClientConfig(cfg *config.Config) nomad.Config {
+	n := cfg.Nomad
+	return nomad.Config{Address: n.Address, Token: n.Token, Region: n.Region, Namespace: n.Namespace,
+		CACert: n.CACert, ClientCert: n.ClientCert, ClientKey: n.ClientKey, TLSServerName: n.TLSServerName,
+		Insecure: cfg.SkipVerify()}
 }

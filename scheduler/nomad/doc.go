@@ -17,7 +17,7 @@
 // does not say which device block gets which GPUs, rather than choosing
 // itself.
 //
-//	client.go       Config (the agent's nomad block embeds it), Client, node pool creation
+//	client.go       Config (built by the agent from its nomad block), Client, node pool creation
 //	watcher.go      Watcher: config, stats, Run (connect, resync when needed, consume, back off)
 //	stream.go       the event stream: open, watchdog, de-duplicating batches, applying events
 //	resync.go       full resync (list nodes, jobs, allocations; drop what vanished), reset probe

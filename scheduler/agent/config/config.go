@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 )
 
 // Defaults that operators see documented in example/impact.hcl.
@@ -83,14 +82,27 @@ type Config struct {
 	origins map[string]string
 }
 
-// Nomad is how the agent reaches Nomad's HTTP API: the adapter's own
-// connection config (address, token, region, namespace, TLS files), as the
-// file, the environment and flags set it, plus TLSSkipVerify, which is read
-// instead of nomad.Config.Insecure because "not set" must differ from false
-// when the sources are merged. Config.NomadClient gives the config to
-// connect with.
+// Nomad is how the agent reaches Nomad's HTTP API (address, token,
+// region, namespace, TLS files), as the file, the environment and flags
+// set it. The agent turns it into the adapter's connection config; this
+// package does not import the adapter, so that the simulator, which reads
+// an agent config's cycle block, links none of it. TLSSkipVerify is a
+// pointer because "not set" must differ from false when the sources are
+// merged.
 type Nomad struct {
-	nomad.Config
+	// Address of a Nomad agent's HTTP API, e.g. https://nomad.service:4646.
+	Address string
+	// Token is the ACL token (secret ID).
+	Token string
+	// Region and Namespace the scheduler works in.
+	Region    string
+	Namespace string
+	// TLS: CA certificate file, client certificate and key files (mTLS),
+	// and the server name to verify.
+	CACert        string
+	ClientCert    string
+	ClientKey     string
+	TLSServerName string
 	TLSSkipVerify *bool
 }
 
@@ -181,7 +193,7 @@ type DeviceStats struct {
 func Default() *Config {
 	enabled := true
 	c := &Config{
-		Nomad: Nomad{Config: nomad.Config{Address: DefaultNomadAddress, Namespace: "default"}},
+		Nomad: Nomad{Address: DefaultNomadAddress, Namespace: "default"},
 		Consul: Consul{
 			ServiceName:   DefaultConsulService,
 			Address:       DefaultConsulAddress,
@@ -285,14 +297,6 @@ func (c *Config) JSONLogs() bool { return c.LogJSON != nil && *c.LogJSON }
 // SkipVerify reports whether TLS verification of Nomad is disabled.
 func (c *Config) SkipVerify() bool {
 	return c.Nomad.TLSSkipVerify != nil && *c.Nomad.TLSSkipVerify
-}
-
-// NomadClient is the connection config for nomad.NewClient, with Insecure
-// set from TLSSkipVerify.
-func (c *Config) NomadClient() nomad.Config {
-	n := c.Nomad.Config
-	n.Insecure = c.SkipVerify()
-	return n
 }
 
 // UIBase is the URL the agent's pages are linked at (no trailing slash):
