@@ -15,9 +15,9 @@ import (
 )
 
 // Config names the Nomad cluster and how to reach it. Empty fields mean
-// "not set" (NewClient applies Nomad's defaults). It is the one connection
-// config: the agent builds it from its file config's nomad block (scheduler/agent/config.Nomad)
-// and reads it from the file, NOMAD_* and flags there.
+// "not set" (NewClient applies Nomad's defaults). The agent builds it from
+// its config's nomad block (scheduler/agent/config.Nomad: the file,
+// NOMAD_* and flags merged).
 type Config struct {
 	// Address of a Nomad agent's HTTP API, e.g. https://nomad.service:4646.
 	Address string

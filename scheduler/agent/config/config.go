@@ -21,7 +21,6 @@ import (
 	"net"
 	"strings"
 	"time"
-
 )
 
 // Defaults that operators see documented in example/impact.hcl.
