@@ -74,11 +74,6 @@ func Block(name string, nested *Spec) *Spec {
 	return &Spec{Block: &hclspecpb.Spec_BlockValue{BlockValue: &hclspecpb.Block{Name: name, Nested: nested}}}
 }
 
-// RequiredBlock reads exactly one nested block.
-func RequiredBlock(name string, nested *Spec) *Spec {
-	return &Spec{Block: &hclspecpb.Spec_BlockValue{BlockValue: &hclspecpb.Block{Name: name, Nested: nested, Required: true}}}
-}
-
 // BlockAttrs reads a block whose attributes all have type elemType into a
 // map.
 func BlockAttrs(name, elemType string, required bool) *Spec {

@@ -322,9 +322,6 @@ func (s *Snapshot) Allocs() []*Alloc {
 // Jobs when the caller sorts by its own key anyway.
 func (s *Snapshot) EachJob(fn func(*Job)) { s.jobs.each(func(_ string, j *Job) { fn(j) }) }
 
-// EachAlloc calls fn for every allocation, in no particular order.
-func (s *Snapshot) EachAlloc(fn func(*Alloc)) { s.allocs.each(func(_ string, a *Alloc) { fn(a) }) }
-
 // FinishedSince returns the records of allocations finished (FinishAlloc)
 // with sequence number seq or later, oldest first, and the sequence number
 // to ask for next time. Records trimmed from the store's bounded log are

@@ -16,7 +16,7 @@ import (
 // ones that finished meanwhile (the store's finished log) up to their end,
 // so that an allocation that started and ended between two cycles is
 // charged too. The first cycle charges nothing: usage before it is what
-// WithUsage or WithMemory restored. The charges go to a copy of the usage
+// WithMemory restored. The charges go to a copy of the usage
 // (changes.accrued), which the cycle scores with. facts are the holders'
 // (managedFacts): their project index saves a lookup per allocation.
 func (c *cycle) accrue(holders []placement.Holder, facts []*specFacts) {

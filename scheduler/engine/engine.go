@@ -93,7 +93,7 @@ type loss struct {
 type inflightStop struct {
 	job string
 	// decided is the cycle that ordered it; expires is decided + the
-	// victim's grace, from which WithInflightTTL counts.
+	// victim's grace, from which the in-flight TTL (15 minutes) counts.
 	decided, expires time.Time
 	// requeue: a Reclaim that counted a requeue (Forget gives it back).
 	requeue bool
@@ -103,7 +103,6 @@ type options struct {
 	logger         hclog.Logger
 	defaultPool    string
 	localityLabels []string
-	usage          *policy.Usage
 	memory         *Memory
 	inflightTTL    time.Duration
 	admissionTTL   time.Duration
@@ -134,15 +133,6 @@ func WithLocalityLabels(labels ...string) Option {
 // thousands of waiting jobs a cycle); the live service keeps them for
 // explain.
 func WithoutExplanations() Option { return func(o *options) { o.noExplain = true } }
-
-// WithUsage starts the engine from saved fair-share usage (after a restart
-// or a leader change). The engine takes ownership.
-func WithUsage(u *policy.Usage) Option { return func(o *options) { o.usage = u } }
-
-// WithInflightTTL sets how long a preemption the engine ordered is assumed
-// to be under way without the snapshot showing it (default 15 minutes plus
-// the victim's grace). After that the engine trusts the snapshot again.
-func WithInflightTTL(d time.Duration) Option { return func(o *options) { o.inflightTTL = d } }
 
 // WithAdmissionTTL sets how long an admission the engine planned keeps its
 // GPUs held (and the job out of the queue) while its allocations have not
@@ -287,10 +277,7 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	u := o.usage
-	if u == nil {
-		u = policy.NewUsage(pol.FairShare.HalfLife)
-	}
+	u := policy.NewUsage(pol.FairShare.HalfLife) // WithMemory restores saved usage
 	e := &Engine{
 		pol:      pol,
 		opts:     o,

@@ -61,7 +61,6 @@ type nodeTable struct {
 	nodes   []*cluster.Node
 	byID    map[string]int
 	statics []*nodeStatic
-	ignored int
 }
 
 // allocEnt is an allocation on a known node with its GPU mask.
@@ -103,7 +102,6 @@ type nodeStatic struct {
 	groups     []uint64
 	groupNames []string
 	spanning   bool
-	ignored    int
 	ids        gpuBits
 }
 
@@ -196,8 +194,7 @@ func (sl *staticSlab) newNodeStatic(n *cluster.Node) *nodeStatic {
 	)
 	for gi, g := range n.GPUs {
 		if gi >= cluster.MaxGPUsPerNode {
-			ns.ignored++
-			continue
+			continue // beyond what a mask holds: never placed
 		}
 		bit := uint64(1) << gi
 		if ns.ids.m != nil {
@@ -282,7 +279,6 @@ func (c *Cache) nodeTable(snap *cluster.Snapshot) *nodeTable {
 	for i, n := range nodes {
 		t.byID[n.ID] = i
 		t.statics[i] = c.node(n)
-		t.ignored += t.statics[i].ignored
 	}
 	c.nodesKey, c.table = key, t
 	c.shardKeys, c.shards = nil, nil

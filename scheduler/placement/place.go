@@ -627,13 +627,6 @@ func (s *State) rejectNodes(g Group, ix *index, rej Rejections) {
 	}
 }
 
-// Pick chooses n GPUs among free on a node honouring topology (see Place);
-// preemption uses it to test a node with a victim's GPUs added.
-func (s *State) Pick(ord int, free uint64, n int, topo policy.Topology) (uint64, bool) {
-	m, _, ok := s.pick(ord, free, n, topo)
-	return m, ok
-}
-
 // PoolOf returns a node's pool.
 func (s *State) PoolOf(ord int) string { return s.nodes[ord].node.Pool }
 

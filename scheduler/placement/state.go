@@ -133,7 +133,6 @@ type State struct {
 	// reservedFree is ReservedFreeGPUs("") kept up to date by apply (the
 	// only writer of reserved GPUs): a long queue asks it once per job.
 	reservedFree int
-	ignoredGPUs  int
 	// gangs is the memory of holders' windows (buildGangs).
 	gangs gangMem
 }
@@ -175,9 +174,8 @@ func New(snap *cluster.Snapshot, stopping func(*cluster.Alloc) bool, cache *Cach
 func newState(t *nodeTable, old *State) *State {
 	nodes := t.nodes
 	s := &State{
-		byID:        t.byID,
-		pools:       map[string]*index{},
-		ignoredGPUs: t.ignored,
+		byID:  t.byID,
+		pools: map[string]*index{},
 	}
 	var oldPools map[string]*index
 	if old != nil {
@@ -301,9 +299,6 @@ func (s *State) Ordinal(nodeID string) (int, bool) { o, ok := s.byID[nodeID]; re
 // Holders returns the running gangs. Do not modify.
 func (s *State) Holders() []Holder { return s.holders }
 
-// NodeHolders returns the gangs holding GPUs on a node.
-func (s *State) NodeHolders(ord int) []int { return s.nodes[ord].holders }
-
 // Free returns the free (unused, unreserved, healthy) GPU mask of a node.
 func (s *State) Free(ord int) uint64 { return s.nodes[ord].free() }
 
@@ -315,9 +310,6 @@ func (s *State) Used(ord int) uint64 { return s.nodes[ord].used }
 
 // Schedulable reports whether new work may go to a node.
 func (s *State) Schedulable(ord int) bool { return s.nodes[ord].sched }
-
-// IgnoredGPUs counts GPUs beyond MaxGPUsPerNode that placement ignores.
-func (s *State) IgnoredGPUs() int { return s.ignoredGPUs }
 
 // FreeGPUs is the number of free GPUs in a pool ("" = all pools).
 func (s *State) FreeGPUs(pool string) int {

@@ -206,9 +206,6 @@ func (s *State) Active() []*Job {
 	return out
 }
 
-// ActiveCount is the number of running and stopping jobs.
-func (s *State) ActiveCount() int { return len(s.running) }
-
 func (s *State) enqueue(j *Job) {
 	// Keep submit order: a requeued job goes back to its original place.
 	q := s.Queue()
