@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/gang"
 	"github.com/impact-sched/nomad-impact/internal/testwait"
 )
 
@@ -67,15 +68,16 @@ if rf:
 sys.exit(75)
 `
 
-// launcherSpec is a one-member gang whose command is the fake launcher,
-// installed in the task dir as "torchrun".
-func launcherSpec(t *testing.T, ckptSignal, to string) (Spec, string) {
+// launcherSpec is member 0 of a gang of size (on its own rendezvous
+// server, returned) whose command is the fake launcher, installed in the
+// task dir as "torchrun".
+func launcherSpec(t *testing.T, ckptSignal, to string, size int) (Spec, string, *gang.Server) {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not found: the launcher tests run real Python processes")
 	}
 	srv := startGangServer(t)
-	spec, state := gangSpec(t, srv.URL, 0, 1, "")
+	spec, state := gangSpec(t, srv.URL, 0, size, "")
 	spec.Command, spec.Args = "torchrun", nil
 	spec.Gang.CheckpointSignal, spec.Gang.CheckpointTo, spec.Gang.Grace = ckptSignal, to, 20*time.Second
 	spec.RequeueFile, spec.RequeueExitCode = filepath.Join(spec.Dir, ".impact-requeue"), 75
@@ -84,7 +86,7 @@ func launcherSpec(t *testing.T, ckptSignal, to string) (Spec, string) {
 			t.Fatal(err)
 		}
 	}
-	return spec, state
+	return spec, state, srv
 }
 
 func waitWorkers(t *testing.T, spec Spec) {
@@ -105,7 +107,7 @@ func signalsOf(spec Spec, i string) []string {
 // the task ends with it; a start event warns about exactly this.
 func TestCheckpointToGroupKillsALauncher(t *testing.T) {
 	t.Parallel()
-	spec, state := launcherSpec(t, "SIGUSR1", "")
+	spec, state, _ := launcherSpec(t, "SIGUSR1", "", 1)
 	p := launch(t, spec, state)
 	waitWorkers(t, spec)
 	if err := p.Signal(syscall.SIGUSR1); err != nil {
@@ -127,7 +129,7 @@ func TestCheckpointToGroupKillsALauncher(t *testing.T) {
 // and its exit 1 is reported as the requeue code the workers asked for.
 func TestCheckpointToChildren(t *testing.T) {
 	t.Parallel()
-	spec, state := launcherSpec(t, "SIGUSR1", CheckpointToChildren)
+	spec, state, _ := launcherSpec(t, "SIGUSR1", CheckpointToChildren, 1)
 	p := launch(t, spec, state)
 	waitWorkers(t, spec)
 	start := time.Now()
@@ -174,7 +176,7 @@ func TestCheckpointToChildren(t *testing.T) {
 // whole group signalled, they would get it directly as well).
 func TestCheckpointToMain(t *testing.T) {
 	t.Parallel()
-	spec, state := launcherSpec(t, "SIGTERM", CheckpointToMain)
+	spec, state, _ := launcherSpec(t, "SIGTERM", CheckpointToMain, 1)
 	p := launch(t, spec, state)
 	waitWorkers(t, spec)
 	if err := p.Signal(syscall.SIGTERM); err != nil {
@@ -225,5 +227,32 @@ func TestRequeueFile(t *testing.T) {
 				t.Fatalf("exit %+v, want code %d requeued %t", ex, tc.want, tc.requeued)
 			}
 		})
+	}
+}
+
+// A peer's failure: the supervisor's own checkpoint signal goes where
+// checkpoint_signal_to says too, and the launcher then gets its kill signal.
+func TestCheckpointToChildrenOnGangFailure(t *testing.T) {
+	t.Parallel()
+	spec, state, srv := launcherSpec(t, "SIGUSR1", CheckpointToChildren, 2)
+	peerSpec, peerState := gangSpec(t, srv.URL, 1, 2, `while [ ! -f ../go ]; do sleep 0.05; done; exit 7`)
+	p := launch(t, spec, state)
+	peer := launch(t, peerSpec, peerState)
+	waitWorkers(t, spec)
+	os.WriteFile(filepath.Join(filepath.Dir(peerSpec.Dir), "go"), []byte("1"), 0o644)
+	if ex := wait(t, peer, 10*time.Second); ex.ExitCode != 7 {
+		t.Fatalf("failing member: %+v", ex)
+	}
+	ex := wait(t, p, 20*time.Second)
+	if ex.ExitCode != 75 || !ex.Requeued || ex.MainExitCode != 1 || !ex.Stopped {
+		t.Fatalf("exit %+v: want a stop reported as 75 for the launcher's 1", ex)
+	}
+	for _, i := range []string{"0", "1"} {
+		if got := signalsOf(spec, i); len(got) != 1 || got[0] != "SIGUSR1:direct" {
+			t.Errorf("worker %s got %v, want SIGUSR1 once, directly", i, got)
+		}
+	}
+	if !fileExists(filepath.Join(spec.Dir, "launcher-got-SIGTERM")) {
+		t.Errorf("the launcher was not sent its kill signal after its workers exited")
 	}
 }
