@@ -145,7 +145,10 @@
 // when a peer of its gang fails or stops, and from Nomad (`nomad alloc
 // signal`, which the impact agent uses to preempt). Both go where
 // checkpoint_signal_to says; any other signal, and every stop, still goes
-// to the whole process group.
+// to the whole process group. When a peer fails less than the grace after
+// the checkpoint signal was delivered (a preemption stops every member),
+// the supervisor does not send it again: a second SIGTERM would interrupt
+// torchrun's wait for its workers, and it would end before they saved.
 //
 //   - "group" (the default): every process in the task's process group.
 //     Right for one training process per allocation (`python train.py`),

@@ -39,6 +39,9 @@ func (s *supervisor) checkpointTo() string {
 // checkpoint_signal_to names; main is the task's main process (and its
 // process group's id).
 func (s *supervisor) sendCheckpoint(main int, sig syscall.Signal) {
+	s.mu.Lock()
+	s.checkpointAt = s.now()
+	s.mu.Unlock()
 	switch s.checkpointTo() {
 	case CheckpointToMain:
 		if err := syscall.Kill(main, sig); err != nil {
@@ -72,6 +75,12 @@ func (s *supervisor) sendCheckpoint(main int, sig syscall.Signal) {
 			s.logger.Warn("sending the checkpoint signal", "signal", sig, "pgid", main, "error", err)
 		}
 	}
+}
+
+func (s *supervisor) lastCheckpointAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.checkpointAt
 }
 
 // endLauncher waits until every signalled child has exited, then gives the

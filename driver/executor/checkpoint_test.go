@@ -23,7 +23,7 @@ const fakeLauncher = `#!/usr/bin/env python3
 import os, signal, subprocess, sys, time
 workers = [subprocess.Popen([sys.executable, "worker.py", str(i)]) for i in range(2)]
 def forward(sig, frame):
-    open("launcher-got-" + signal.Signals(sig).name, "w").write("x")
+    open("launcher-got-" + signal.Signals(sig).name, "a").write("x\n")
     for w in workers:
         if w.poll() is None:
             w.send_signal(sig)
@@ -43,8 +43,8 @@ while True:
 
 // fakeWorker records every checkpoint signal it gets (one line each,
 // "forwarded" if the launcher had got it first, else "direct"),
-// finishes its "step" (200ms, during which a second delivery would be
-// recorded too), saves, writes the requeue file and exits 75.
+// finishes its "step" ($STEP seconds, default 0.2, during which a second
+// delivery would be recorded too), saves, writes the requeue file and exits 75.
 const fakeWorker = `import os, signal, sys, time
 i = sys.argv[1]
 got = []
@@ -60,7 +60,7 @@ for s in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
 open("worker-%s-ready" % i, "w").write(str(os.getpid()))
 while not got:
     time.sleep(0.01)
-time.sleep(0.2)
+time.sleep(float(os.environ.get("STEP", "0.2")))
 open("worker-%s-ckpt" % i, "w").write("saved")
 rf = os.environ.get("IMPACT_REQUEUE_FILE")
 if rf:
@@ -254,5 +254,36 @@ func TestCheckpointToChildrenOnGangFailure(t *testing.T) {
 	}
 	if !fileExists(filepath.Join(spec.Dir, "launcher-got-SIGTERM")) {
 		t.Errorf("the launcher was not sent its kill signal after its workers exited")
+	}
+}
+
+// A checkpoint signal Nomad delivered (a preemption) is not sent again by
+// the supervisor when the gang fails within the grace: a second SIGTERM
+// would cut torchrun's wait for its workers short.
+func TestCheckpointNotResentWithinGrace(t *testing.T) {
+	t.Parallel()
+	spec, state, srv := launcherSpec(t, "SIGTERM", CheckpointToMain, 2)
+	spec.Env["STEP"] = "2"
+	peerSpec, peerState := gangSpec(t, srv.URL, 1, 2, `while [ ! -f ../go ]; do sleep 0.05; done; exit 75`)
+	p := launch(t, spec, state)
+	peer := launch(t, peerSpec, peerState)
+	waitWorkers(t, spec)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testwait.File(t, filepath.Join(spec.Dir, "launcher-got-SIGTERM"), 10*time.Second)
+	os.WriteFile(filepath.Join(filepath.Dir(peerSpec.Dir), "go"), []byte("1"), 0o644)
+	if ex := wait(t, peer, 10*time.Second); ex.ExitCode != 75 {
+		t.Fatalf("peer: %+v", ex)
+	}
+	ex := wait(t, p, 20*time.Second)
+	if ex.ExitCode != 75 || !ex.Requeued {
+		t.Fatalf("exit %+v", ex)
+	}
+	if got, _ := os.ReadFile(filepath.Join(spec.Dir, "launcher-got-SIGTERM")); strings.Count(string(got), "x") != 1 {
+		t.Errorf("the launcher got SIGTERM %d times, want once", strings.Count(string(got), "x"))
+	}
+	if ev := events(t, p); !strings.Contains(ev, "checkpoint signal SIGTERM already sent") {
+		t.Errorf("events lack the gang failure's \"already sent\":\n%s", ev)
 	}
 }

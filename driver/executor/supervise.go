@@ -59,6 +59,8 @@ type supervisor struct {
 	// watchingKids: an endLauncher is waiting on the children that got
 	// the checkpoint signal.
 	watchingKids bool
+	// checkpointAt: when the checkpoint signal was last delivered.
+	checkpointAt time.Time
 	childDone    chan struct{}
 }
 
@@ -501,13 +503,28 @@ func (s *supervisor) propagateStop(st gang.Status) {
 	pgid := s.pgid
 	s.mu.Unlock()
 	msg := fmt.Sprintf("Gang %s is %s (%s): stopping this member", g.ID, st.State, st.Reason)
-	if g.CheckpointSignal != "" {
+	// A checkpoint signal delivered less than the grace ago (the impact
+	// agent's preemption, through Nomad) is not sent again: the task is in
+	// its grace already, and a second one can cut a launcher's shutdown
+	// short (torchrun stops waiting for its workers when a second SIGTERM
+	// interrupts that wait).
+	resend := true
+	if at := s.lastCheckpointAt(); !at.IsZero() && s.now().Sub(at) < g.Grace {
+		resend = false
+	}
+	switch {
+	case g.CheckpointSignal != "" && resend:
 		msg = fmt.Sprintf("Gang %s is %s (%s): sending checkpoint signal %s, stopping in %s", g.ID, st.State, st.Reason, g.CheckpointSignal, g.Grace)
+	case g.CheckpointSignal != "":
+		msg = fmt.Sprintf("Gang %s is %s (%s): checkpoint signal %s already sent %s ago, stopping in %s", g.ID, st.State, st.Reason,
+			g.CheckpointSignal, s.now().Sub(s.lastCheckpointAt()).Round(time.Millisecond), g.Grace)
 	}
 	s.event(msg, map[string]string{"gang_state": string(st.State)})
 	if g.CheckpointSignal != "" {
 		if sig, err := ParseSignal(g.CheckpointSignal); err == nil {
-			s.sendCheckpoint(pgid, sig)
+			if resend {
+				s.sendCheckpoint(pgid, sig)
+			}
 			if s.waitChild(g.Grace) {
 				return
 			}

@@ -28,6 +28,9 @@
 //	   checkpoint_signal_to = "children", preempted like b: no step redone
 //	   beyond the one in flight, and the task's exit reported as 75 (the
 //	   requeue file) although torchrun itself exits 1.
+//	e. the same with impact_checkpoint_signal = "SIGTERM" and
+//	   checkpoint_signal_to = "main": torchrun forwards SIGTERM to its
+//	   workers, with the same outcome.
 //
 // Each case logs the steps redone and the times: checkpoint signal (Nomad's
 // Signaling task event) to the trainer's last member's exit (Terminated),
@@ -234,6 +237,11 @@ func (w *world) explain(job string) string {
 // with file() as in the example, checkpoints in the host volume.
 // torchrun > 0 runs one torchrun per allocation with that many workers.
 func (w *world) trainerJob(name string, torchrun int, checkpointTo string) string {
+	return w.trainerJobSignal(name, torchrun, checkpointTo, "SIGUSR1")
+}
+
+// trainerJobSignal is trainerJob with another impact_checkpoint_signal.
+func (w *world) trainerJobSignal(name string, torchrun int, checkpointTo, signal string) string {
 	trainArgs := fmt.Sprintf(`local/train.py --checkpoint-dir %s --steps %d --checkpoint-every %d --step-time %s`,
 		filepath.Join(w.ckpt, name), steps, every, stepTime)
 	cmd := fmt.Sprintf(`exec %s %s`, w.python, trainArgs)
@@ -253,7 +261,7 @@ func (w *world) trainerJob(name string, torchrun int, checkpointTo string) strin
     impact_tier                = "high"
     impact_project             = "olmo"
     impact_preemptible         = "true"
-    impact_checkpoint_signal   = "SIGUSR1"
+    impact_checkpoint_signal   = %q
     impact_grace               = "30s"
     impact_requeue_exit_code   = "75"
     impact_min_runtime         = "1s"
@@ -322,7 +330,7 @@ func (w *world) trainerJob(name string, torchrun int, checkpointTo string) strin
     }
   }
 }
-`, name, trainTask, cmd, to, w.train)
+`, name, signal, trainTask, cmd, to, w.train)
 }
 
 // criticalJob takes both nodes whole (2 x 8 GPUs) until stopped.
@@ -634,9 +642,6 @@ func TestPyTorch(t *testing.T) {
 		results = append(results, result{name: "a reference", note: fmt.Sprintf("%d steps in %s, sha256 %s", steps, time.Since(start).Round(time.Second), sha[:16])})
 		w.purge("ref")
 	})
-	if reference == "" {
-		t.Fatal("no reference run")
-	}
 
 	// preempt runs job until past step 100, then a critical job that needs
 	// both nodes whole; it returns the timings once the critical job runs
@@ -706,6 +711,9 @@ func TestPyTorch(t *testing.T) {
 
 	t.Run("b_preempted", func(t *testing.T) {
 		w.t = t
+		if reference == "" {
+			t.Fatal("no reference weights: case a did not run or failed")
+		}
 		w.run("pre", w.trainerJob("pre", 0, ""))
 		r := preempt(t, "pre", "urgent-b")
 		sha, _ := w.waitDone("pre", 5*time.Minute, "after its preemption")
@@ -729,6 +737,9 @@ func TestPyTorch(t *testing.T) {
 
 	t.Run("c_member_killed", func(t *testing.T) {
 		w.t = t
+		if reference == "" {
+			t.Fatal("no reference weights: case a did not run or failed")
+		}
 		w.run("kill", w.trainerJob("kill", 0, ""))
 		w.waitStep("kill", 120, 3*time.Minute)
 		var victim trainEvent
@@ -763,16 +774,38 @@ func TestPyTorch(t *testing.T) {
 		w.purge("kill")
 	})
 
-	t.Run("d_torchrun_preempted", func(t *testing.T) {
-		w.t = t
-		w.run("trun", w.trainerJob("trun", 2, "children"))
-		r := preempt(t, "trun", "urgent-d")
-		_, done := w.waitDone("trun", 5*time.Minute, "after its preemption")
-		evs := w.events("trun")
+	// torchrun with 2 workers per allocation (world 4), preempted: the
+	// launcher survives the checkpoint signal (its main process's end is an
+	// exit code, reported as the requeue code through the requeue file).
+	torchrunCase := func(t *testing.T, job, critical, label, signal, hcl string) {
+		w.run(job, hcl)
+		r := preempt(t, job, critical)
+		// How the first run's members ended, as their task events tell.
+		var mapped int
+		for _, a := range w.allocs(job) {
+			var lines []string
+			for _, e := range a.TaskStates[trainTask].Events {
+				lines = append(lines, fmt.Sprintf("%s %s: %s", time.Unix(0, e.Time).Format("15:04:05.000"), e.Type, e.DisplayMessage))
+				if strings.Contains(e.DisplayMessage, "after writing its requeue file") {
+					mapped++
+				}
+				if strings.Contains(e.DisplayMessage, "Task ended with signal "+signal) {
+					t.Errorf("%s: the launcher died of the checkpoint signal %s: %s", job, signal, e.DisplayMessage)
+				}
+			}
+			if len(lines) > 0 {
+				t.Logf("%s alloc %s task events:\n  %s", job, a.ID[:8], strings.Join(lines, "\n  "))
+			}
+		}
+		if mapped != 2 {
+			t.Errorf("%s: %d members' ends reported as the requeue code through the requeue file, want 2: %s", job, mapped, w.allocSummary(job))
+		}
+		_, done := w.waitDone(job, 5*time.Minute, "after its preemption")
+		evs := w.events(job)
 		n, _ := redone(evs)
 		at, step, ok := resumedAt(evs)
 		if !ok {
-			t.Fatalf("trun never resumed from a checkpoint")
+			t.Fatalf("%s never resumed from a checkpoint", job)
 		}
 		worlds := map[int]bool{}
 		for _, e := range evs {
@@ -780,7 +813,7 @@ func TestPyTorch(t *testing.T) {
 				worlds[e.Rank] = true
 			}
 		}
-		r.name, r.redone, r.resume, r.roomToResume = "d torchrun 2/node", n, at.Sub(r.parked), at.Sub(r.roomBack)
+		r.name, r.redone, r.resume, r.roomToResume = label, n, at.Sub(r.parked), at.Sub(r.roomBack)
 		r.note = fmt.Sprintf("resumed at step %d, %d ranks, done at step %d; %s", step, len(worlds), done.Step, r.note)
 		results = append(results, r)
 		if len(worlds) != 4 {
@@ -789,6 +822,16 @@ func TestPyTorch(t *testing.T) {
 		if n != 0 {
 			t.Errorf("%d steps redone after the preemption, want 0", n)
 		}
-		w.purge("trun", "urgent-d")
+		w.purge(job, critical)
+	}
+	t.Run("d_torchrun_preempted", func(t *testing.T) {
+		w.t = t
+		torchrunCase(t, "trun", "urgent-d", "d torchrun children", "SIGUSR1", w.trainerJob("trun", 2, "children"))
+	})
+	// The alternative the docs give: SIGTERM, which torchrun forwards to
+	// its workers, to the main process only.
+	t.Run("e_torchrun_sigterm_main", func(t *testing.T) {
+		w.t = t
+		torchrunCase(t, "trterm", "urgent-e", "e torchrun main/TERM", "SIGTERM", w.trainerJobSignal("trterm", 2, "main", "SIGTERM"))
 	})
 }
