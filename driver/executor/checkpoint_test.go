@@ -263,7 +263,7 @@ func TestCheckpointToChildrenOnGangFailure(t *testing.T) {
 func TestCheckpointNotResentWithinGrace(t *testing.T) {
 	t.Parallel()
 	spec, state, srv := launcherSpec(t, "SIGTERM", CheckpointToMain, 2)
-	spec.Env["STEP"] = "2"
+	spec.Env["STEP"] = "3"
 	peerSpec, peerState := gangSpec(t, srv.URL, 1, 2, `while [ ! -f ../go ]; do sleep 0.05; done; exit 75`)
 	p := launch(t, spec, state)
 	peer := launch(t, peerSpec, peerState)
