@@ -126,6 +126,11 @@ var taskConfigSpec = hclspec.Object(hclspec.Attrs{
 		// impact_checkpoint_signal / impact_grace meta.
 		"checkpoint_signal": hclspec.AttrDefault("checkpoint_signal", "string", hclspec.Quote("")),
 		"grace":             hclspec.AttrDefault("grace", "string", hclspec.Quote("")),
+		// checkpoint_signal_to: whom the checkpoint signal reaches,
+		// "group" (the task's process group), "main" (its main process)
+		// or "children" (the main process's children: a launcher's
+		// workers). See the package documentation.
+		"checkpoint_signal_to": hclspec.AttrDefault("checkpoint_signal_to", "string", hclspec.Quote("group")),
 		// propagate_failure: stop this member when a peer fails or stops.
 		"propagate_failure": hclspec.AttrDefault("propagate_failure", "bool", "true"),
 		// kill_signal/kill_timeout: how this member is stopped on a peer's
@@ -157,6 +162,7 @@ type GangConfig struct {
 	MasterPort       int    `cty:"master_port"`
 	CheckpointSignal string `cty:"checkpoint_signal"`
 	Grace            string `cty:"grace"`
+	CheckpointTo     string `cty:"checkpoint_signal_to"`
 	PropagateFailure bool   `cty:"propagate_failure"`
 	KillSignal       string `cty:"kill_signal"`
 	KillTimeout      string `cty:"kill_timeout"`
@@ -167,7 +173,7 @@ type GangConfig struct {
 
 func defaultGangConfig() *GangConfig {
 	return &GangConfig{Enabled: true, MasterPort: 29500, PropagateFailure: true, KillSignal: "SIGINT",
-		KillTimeout: "30s", Discovery: "impact"}
+		KillTimeout: "30s", Discovery: "impact", CheckpointTo: executor.CheckpointToGroup}
 }
 
 // identityEnv holds the task's "impact" workload identity when its
@@ -179,8 +185,26 @@ const identityEnv = "NOMAD_TOKEN_" + gang.IdentityName
 const (
 	envCheckpointSignal = "NOMAD_META_impact_checkpoint_signal"
 	envGrace            = "NOMAD_META_impact_grace"
+	envRequeueExitCode  = "NOMAD_META_impact_requeue_exit_code"
 	defaultGrace        = 30 * time.Second
+	// requeueFileName is the task's requeue file (IMPACT_REQUEUE_FILE),
+	// in its local/ dir.
+	requeueFileName = ".impact-requeue"
 )
+
+// requeueExitCode is the job's impact_requeue_exit_code (default 75);
+// errors name the meta key.
+func requeueExitCode(env map[string]string) (int, error) {
+	v := strings.TrimSpace(env[envRequeueExitCode])
+	if v == "" {
+		return executor.DefaultRequeueExitCode, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > 255 {
+		return 0, fmt.Errorf("meta impact_requeue_exit_code %q: want an exit code in 1..255", v)
+	}
+	return n, nil
+}
 
 // gangSpec turns the task's gang settings into the supervisor's GangSpec;
 // nil when the task runs without a barrier. Errors name the field.
@@ -237,6 +261,10 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 		if _, err := executor.ParseSignal(ckpt); err != nil {
 			return nil, "", 0, fmt.Errorf("gang.checkpoint_signal (or meta impact_checkpoint_signal): %w", err)
 		}
+	}
+	if !executor.ValidCheckpointTo(g.CheckpointTo) {
+		return nil, "", 0, fmt.Errorf("gang.checkpoint_signal_to %q: want %q, %q or %q", g.CheckpointTo,
+			executor.CheckpointToGroup, executor.CheckpointToMain, executor.CheckpointToChildren)
 	}
 	grace := defaultGrace
 	graceSrc, graceField := g.Grace, "gang.grace"
@@ -311,7 +339,7 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 		URL: addr, ID: id, Member: t.allocID + "." + t.name,
 		Join:    gangJoin(g.Size, ns, job, t, allocIndex, nodeID, host, port, 3*hb),
 		Timeout: timeout, Heartbeat: hb, Propagate: g.PropagateFailure,
-		CheckpointSignal: ckpt, Grace: grace,
+		CheckpointSignal: ckpt, Grace: grace, CheckpointTo: g.CheckpointTo,
 		Discovery: g.Discovery, Service: g.Service, NomadAddr: nomadAddr, NomadToken: t.env["NOMAD_TOKEN"],
 		ConsulAddr: cfg.ConsulAddr, ConsulService: cfg.ConsulService, ConsulTag: cfg.ConsulTag,
 		IdentityToken: t.env[identityEnv], CACert: cfg.CACert, ClientCert: cfg.ClientCert, ClientKey: cfg.ClientKey,

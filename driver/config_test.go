@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/plugin/config"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func decodeTask(t *testing.T, hcl string) TaskConfig {
@@ -59,6 +61,7 @@ func TestGangSpec(t *testing.T) {
 		{name: "gang without any address", cfg: base, hcl: "command = \"x\"\ngang {\n size = 2\n}", wantErr: "no rendezvous address"},
 		{name: "bad timeout", cfg: withAddr, hcl: "command = \"x\"\ngang {\n timeout = \"soon\"\n}", wantErr: "gang.timeout"},
 		{name: "bad checkpoint signal", cfg: withAddr, hcl: "command = \"x\"\ngang {\n checkpoint_signal = \"SIGNOPE\"\n}", wantErr: "gang.checkpoint_signal"},
+		{name: "bad checkpoint_signal_to", cfg: withAddr, hcl: "command = \"x\"\ngang {\n checkpoint_signal_to = \"workers\"\n}", wantErr: `gang.checkpoint_signal_to "workers": want "group", "main" or "children"`},
 		{name: "missing port label", cfg: withAddr, hcl: "command = \"x\"\ngang {\n port_label = \"nope\"\n}", wantErr: "gang.port_label \"nope\""},
 		{name: "negative size", cfg: withAddr, hcl: "command = \"x\"\ngang {\n size = -1\n}", wantErr: "gang.size"},
 		{name: "bad kill timeout", cfg: withAddr, hcl: "command = \"x\"\ngang {\n kill_timeout = \"0s\"\n}", wantErr: "gang.kill_timeout"},
@@ -96,6 +99,19 @@ func TestGangSpec(t *testing.T) {
 			tc.check(t, "", gs.ID, gs.Join.Size, gs.Join.Port, gs.Join.Addr, gs.CheckpointSignal, gs.Grace)
 		})
 	}
+	// checkpoint_signal_to defaults to the process group and is passed on.
+	for hcl, want := range map[string]string{
+		`command = "x"`:                         "group",
+		"command = \"x\"\ngang {\n size = 2\n}": "group",
+		"command = \"x\"\ngang {\n checkpoint_signal_to = \"children\"\n}": "children",
+		"command = \"x\"\ngang {\n checkpoint_signal_to = \"main\"\n}":     "main",
+	} {
+		gs, _, _, err := gangSpec(withAddr, decodeTask(t, hcl), info)
+		if err != nil || gs.CheckpointTo != want {
+			t.Errorf("%q: checkpoint_to %q (%v), want %q", hcl, gs.CheckpointTo, err, want)
+		}
+	}
+
 	// Without rendezvous_addr, consul_service makes the whole job a gang
 	// found through Consul.
 	viaConsul := base
@@ -130,6 +146,23 @@ func TestConfigValidate(t *testing.T) {
 		err := tc.cfg.validate()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%+v: err %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestRequeueExitCode(t *testing.T) {
+	t.Parallel()
+	if executor.DefaultRequeueExitCode != policy.DefaultRequeueExitCode {
+		t.Fatalf("the driver's default requeue exit code %d is not the scheduler's %d", executor.DefaultRequeueExitCode, policy.DefaultRequeueExitCode)
+	}
+	for v, want := range map[string]int{"": 75, "75": 75, " 99 ": 99} {
+		if got, err := requeueExitCode(map[string]string{envRequeueExitCode: v}); err != nil || got != want {
+			t.Errorf("meta %q: %d %v, want %d", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"0", "-1", "256", "seventy-five"} {
+		if _, err := requeueExitCode(map[string]string{envRequeueExitCode: v}); err == nil || !strings.Contains(err.Error(), "impact_requeue_exit_code") {
+			t.Errorf("meta %q: err %v, want one naming impact_requeue_exit_code", v, err)
 		}
 	}
 }

@@ -77,6 +77,12 @@
 //	                                    impact_checkpoint_signal)
 //	  grace             string  ""      checkpoint -> kill delay (default: meta
 //	                                    impact_grace, else 30s)
+//	  checkpoint_signal_to
+//	                    string  group   whom the checkpoint signal reaches: "group"
+//	                                    (the task's process group), "main" (its
+//	                                    main process) or "children" (the main
+//	                                    process's children); see "The checkpoint
+//	                                    signal" below
 //	  propagate_failure bool    true    stop this member when a peer fails or stops
 //	  kill_signal       string  SIGINT  how this member is stopped after the grace
 //	  kill_timeout      string  "30s"   then SIGKILL
@@ -132,6 +138,56 @@
 // holding a GPU) would hold resources the scheduler already counts as
 // free, and on a restart would run beside the task's next attempt.
 //
+// # The checkpoint signal
+//
+// The checkpoint signal (gang.checkpoint_signal, else the job's
+// impact_checkpoint_signal) reaches a task two ways: from the supervisor
+// when a peer of its gang fails or stops, and from Nomad (`nomad alloc
+// signal`, which the impact agent uses to preempt). Both go where
+// checkpoint_signal_to says; any other signal, and every stop, still goes
+// to the whole process group. When a peer fails less than the grace after
+// the checkpoint signal was delivered (a preemption stops every member),
+// the supervisor does not send it again: a second SIGTERM would interrupt
+// torchrun's wait for its workers, and it would end before they saved.
+//
+//   - "group" (the default): every process in the task's process group.
+//     Right for one training process per allocation (`python train.py`),
+//     whose fork-started helpers (DataLoader workers) inherit its handler,
+//     and for launchers that survive the signal (mpirun forwards SIGUSR1
+//     and SIGUSR2 to its ranks; torchrun and accelerate handle SIGTERM and
+//     SIGINT and pass them on, so with those the workers get it twice).
+//   - "main": the main process only, as `nomad alloc signal` does for
+//     Nomad's exec and raw_exec. For a launcher that forwards the signal
+//     and a trainer that must not see it twice: torchrun or `accelerate
+//     launch` with impact_checkpoint_signal = "SIGTERM" (on SIGTERM
+//     torchrun sends SIGTERM to each worker, waits up to 30s for them and
+//     exits 1), mpirun with SIGUSR1.
+//   - "children": the main process's direct children, not the main process
+//     nor their own children (a worker's DataLoader processes). For a
+//     launcher that dies of the signal or does not forward it: torchrun or
+//     accelerate with SIGUSR1 (no handler: the launcher dies at once, and
+//     since the end of a task's main process kills what is left of it, its
+//     workers were killed before they had saved anything), a shell script
+//     that runs the trainer without exec. Once every signalled child has
+//     exited, the main process is given LauncherExitWait (1s) to end on
+//     its own, then gets the task's kill signal: torchrun notices a
+//     worker's end only at its next --monitor_interval poll (5s by default)
+//     and would add that to every preemption.
+//
+// The default stays "group" because it is what a single-process trainer
+// needs and what this driver has always done; a task whose command names a
+// known launcher (torchrun, torch.distributed.run, accelerate, deepspeed)
+// with "group" and a checkpoint signal other than SIGTERM or SIGINT gets a
+// task event at start saying so. DeepSpeed's launcher (`deepspeed`) handles
+// only SIGINT and SIGTERM, and by killing its workers: run DeepSpeed
+// without it (one process per allocation, deepspeed.init_distributed reads
+// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT) or under torchrun.
+//
+// With torchrun the least work is lost with checkpoint_signal_to =
+// "children" and SIGUSR1, or "main" and SIGTERM: the workers finish the
+// step in flight, save, and exit with the requeue code. torchrun turns
+// that into exit 1; see the requeue file below.
+//
 // # Exit codes (the preemption outcome contract)
 //
 // The impact scheduler decides what a preempted or requeued job's end
@@ -144,6 +200,17 @@
 // requeued. A trainer that checkpoints on the signal and wants to resume
 // must exit with the requeue code, not 0. See scheduler/nomad's package
 // documentation.
+//
+// The requeue file: a launcher may not pass its workers' exit code on
+// (torchrun exits 1 whatever its workers' codes). Every task gets
+// IMPACT_REQUEUE_FILE, a path in its local/ dir (removed before the command
+// starts, so a restart in place does not inherit it). A process that has
+// saved its checkpoint and exits with the requeue code should first write
+// that file (any content). When the task's main process then ends with
+// anything but 0 (an exit code or a signal), the driver reports the
+// job's impact_requeue_exit_code (default 75) instead, with a task event
+// naming the main process's own end. An exit 0 is always reported as 0, and
+// without the file the exit code is the main process's own.
 //
 // # Cgroups
 //

@@ -245,6 +245,10 @@ func (d *Driver) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		Dir: taskDir, Env: withAllGPUs(tc.GetEnv()), User: tc.GetUser(),
 		StdoutPath: tc.GetStdoutPath(), StderrPath: tc.GetStderrPath(),
 		KillSignal: killSig, KillTimeout: killTimeout, Gang: gs,
+		RequeueFile: filepath.Join(taskDir, "local", requeueFileName),
+	}
+	if spec.RequeueExitCode, err = requeueExitCode(tc.GetEnv()); err != nil {
+		return nil, fatal(codes.InvalidArgument, "task %s: %v", tc.GetName(), err)
 	}
 	// The task always runs in the cgroups Nomad made for it (its cpuset
 	// holds its reserved cores); limits are written only when enforcing.

@@ -449,9 +449,9 @@ func waitGone(pid int, start uint64, d time.Duration) {
 }
 
 type procInfo struct {
-	ppid, pgrp int
-	state      byte
-	start      uint64
+	pid, ppid, pgrp int
+	state           byte
+	start           uint64
 }
 
 // procStat reads /proc/PID/stat.
@@ -473,7 +473,7 @@ func procStat(pid int) (procInfo, error) {
 	ppid, _ := strconv.Atoi(f[1])
 	pgrp, _ := strconv.Atoi(f[2])
 	start, _ := strconv.ParseUint(f[19], 10, 64)
-	return procInfo{ppid: ppid, pgrp: pgrp, state: f[0][0], start: start}, nil
+	return procInfo{pid: pid, ppid: ppid, pgrp: pgrp, state: f[0][0], start: start}, nil
 }
 
 // alive: the supervisor process exists, is not a zombie and is the same

@@ -62,6 +62,39 @@ type Spec struct {
 	KillTimeout time.Duration `json:"kill_timeout"`
 	Resources   Resources     `json:"resources"`
 	Gang        *GangSpec     `json:"gang,omitempty"`
+	// RequeueFile is the path the task finds in IMPACT_REQUEUE_FILE ("" =
+	// none): a process of the task that has saved its checkpoint and
+	// wants the job requeued writes it. The supervisor removes it before
+	// the command starts; when the command ends with a non-zero status and
+	// the file exists, the exit reports RequeueExitCode instead (a
+	// launcher such as torchrun turns its workers' requeue code into 1).
+	RequeueFile     string `json:"requeue_file,omitempty"`
+	RequeueExitCode int    `json:"requeue_exit_code,omitempty"`
+}
+
+// RequeueFileEnv is the task env variable naming Spec.RequeueFile.
+const RequeueFileEnv = "IMPACT_REQUEUE_FILE"
+
+// Where the checkpoint signal goes (GangSpec.CheckpointTo).
+const (
+	// CheckpointToGroup: every process of the task's process group.
+	CheckpointToGroup = "group"
+	// CheckpointToMain: the task's main process only.
+	CheckpointToMain = "main"
+	// CheckpointToChildren: the main process's direct children, not the
+	// main process; once they have exited, the main process gets the kill
+	// signal if it has not ended on its own within LauncherExitWait.
+	CheckpointToChildren = "children"
+)
+
+// ValidCheckpointTo reports whether v names a checkpoint target ("" is
+// the default, CheckpointToGroup).
+func ValidCheckpointTo(v string) bool {
+	switch v {
+	case "", CheckpointToGroup, CheckpointToMain, CheckpointToChildren:
+		return true
+	}
+	return false
 }
 
 // GangSpec configures the barrier and failure propagation of one member.
@@ -101,6 +134,11 @@ type GangSpec struct {
 	// the task gets Grace before its kill signal.
 	CheckpointSignal string        `json:"checkpoint_signal,omitempty"`
 	Grace            time.Duration `json:"grace"`
+	// CheckpointTo is whom the checkpoint signal reaches: one of the
+	// CheckpointTo* constants ("" = CheckpointToGroup). It applies both to
+	// the signal the supervisor sends when a peer fails and to the same
+	// signal arriving from Nomad (the impact agent's preemption).
+	CheckpointTo string `json:"checkpoint_to,omitempty"`
 }
 
 // Validate names the first missing field.
@@ -123,6 +161,8 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("gang: id and member are required")
 		case g.Timeout <= 0:
 			return fmt.Errorf("gang: timeout must be positive")
+		case !ValidCheckpointTo(g.CheckpointTo):
+			return fmt.Errorf("gang: checkpoint_to %q: want %q, %q or %q", g.CheckpointTo, CheckpointToGroup, CheckpointToMain, CheckpointToChildren)
 		}
 	}
 	return nil
@@ -172,6 +212,11 @@ type Exit struct {
 	Err       string    `json:"err,omitempty"`
 	Stopped   bool      `json:"stopped"`
 	ExitedAt  time.Time `json:"exited_at"`
+	// Requeued: the task's requeue file was written and its command ended
+	// non-zero, so ExitCode is the requeue exit code; MainExitCode is how
+	// the command itself ended (128+signal for a signal).
+	Requeued     bool `json:"requeued,omitempty"`
+	MainExitCode int  `json:"main_exit_code,omitempty"`
 }
 
 // Event is one line of the events file.

@@ -56,7 +56,12 @@ type supervisor struct {
 	pgid        int // 0 until the child runs
 	stopSig     os.Signal
 	gangStopped bool
-	childDone   chan struct{}
+	// watchingKids: an endLauncher is waiting on the children that got
+	// the checkpoint signal.
+	watchingKids bool
+	// checkpointAt: when the checkpoint signal was last delivered.
+	checkpointAt time.Time
+	childDone    chan struct{}
 }
 
 // Supervise is the body of `impact-exec supervise DIR`: it runs the task
@@ -182,6 +187,15 @@ func (s *supervisor) run() int {
 			map[string]string{"rank": strconv.Itoa(a.Rank), "world_size": strconv.Itoa(a.WorldSize)})
 	}
 
+	if f := s.spec.RequeueFile; f != "" {
+		// A requeue file left by an earlier run of this task (a restart
+		// in place keeps the task dir) says nothing about this one.
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.logger.Warn("removing a stale requeue file", "file", f, "error", err)
+		}
+		env[RequeueFileEnv] = f
+	}
+	s.warnLauncher()
 	cmd, err := s.command(env)
 	if err != nil {
 		s.reportGangExit(client, gang.ExitRequest{ExitCode: 1, Reason: err.Error()})
@@ -259,6 +273,7 @@ func (s *supervisor) run() int {
 	if ex.OOMKilled {
 		s.event("OOM killed: the task exceeded its memory limit", map[string]string{"oom_killed": "true"})
 	}
+	s.applyRequeueFile(&ex)
 	s.mu.Lock()
 	ex.Stopped = s.gangStopped || fileExists(filepath.Join(s.dir, StopFile))
 	gangStopped := s.gangStopped
@@ -324,6 +339,10 @@ func (s *supervisor) relaySignals(sigs <-chan os.Signal, cancelBarrier context.C
 				s.logger.Info("stop requested before the task started", "signal", sig)
 				cancelBarrier()
 			}
+			continue
+		}
+		if s.isCheckpoint(sig) && !stopping {
+			s.sendCheckpoint(pgid, sig.(syscall.Signal))
 			continue
 		}
 		if err := syscall.Kill(-pgid, sig.(syscall.Signal)); err != nil {
@@ -486,13 +505,28 @@ func (s *supervisor) propagateStop(st gang.Status) {
 	pgid := s.pgid
 	s.mu.Unlock()
 	msg := fmt.Sprintf("Gang %s is %s (%s): stopping this member", g.ID, st.State, st.Reason)
-	if g.CheckpointSignal != "" {
+	// A checkpoint signal delivered less than the grace ago (the impact
+	// agent's preemption, through Nomad) is not sent again: the task is in
+	// its grace already, and a second one can cut a launcher's shutdown
+	// short (torchrun stops waiting for its workers when a second SIGTERM
+	// interrupts that wait).
+	resend := true
+	if at := s.lastCheckpointAt(); !at.IsZero() && s.now().Sub(at) < g.Grace {
+		resend = false
+	}
+	switch {
+	case g.CheckpointSignal != "" && resend:
 		msg = fmt.Sprintf("Gang %s is %s (%s): sending checkpoint signal %s, stopping in %s", g.ID, st.State, st.Reason, g.CheckpointSignal, g.Grace)
+	case g.CheckpointSignal != "":
+		msg = fmt.Sprintf("Gang %s is %s (%s): checkpoint signal %s already sent %s ago, stopping in %s", g.ID, st.State, st.Reason,
+			g.CheckpointSignal, s.now().Sub(s.lastCheckpointAt()).Round(time.Millisecond), g.Grace)
 	}
 	s.event(msg, map[string]string{"gang_state": string(st.State)})
 	if g.CheckpointSignal != "" {
 		if sig, err := ParseSignal(g.CheckpointSignal); err == nil {
-			_ = syscall.Kill(-pgid, sig)
+			if resend {
+				s.sendCheckpoint(pgid, sig)
+			}
 			if s.waitChild(g.Grace) {
 				return
 			}

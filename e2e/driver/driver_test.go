@@ -198,7 +198,14 @@ func TestGangStartsOnlyWhenAllPlaced(t *testing.T) {
 }
 `), 0o644)
 	a.nomad(t, "node", "pool", "apply", poolFile)
-	a.nomad(t, "job", "validate", filepath.Join("..", "..", "example", "jobs", "distributed-training.nomad.hcl"))
+	// From the repository root, as example/README.md runs it: the job's
+	// file("example/jobs/train.py") is read relative to the CLI's directory.
+	validate := exec.Command(nomadagent.Binary(t), "job", "validate", filepath.Join("example", "jobs", "distributed-training.nomad.hcl"))
+	validate.Dir = nomadagent.RepoRoot()
+	validate.Env = append(os.Environ(), "NOMAD_ADDR="+a.Addr)
+	if out, err := validate.CombinedOutput(); err != nil {
+		t.Fatalf("nomad job validate example/jobs/distributed-training.nomad.hcl: %v\n%s", err, out)
+	}
 
 	jobFile := filepath.Join(t.TempDir(), "gang.nomad.hcl")
 	os.WriteFile(jobFile, []byte(jobHCL), 0o644)

@@ -20,11 +20,20 @@
 #     preempted, the others get impact_checkpoint_signal, then
 #     impact_grace later their kill signal, so the gang is requeued whole.
 #   - exit codes (the preemption outcome contract): on impact_checkpoint_signal
-#     train.py (yours) should save a checkpoint and exit 75 (impact_requeue_exit_code):
-#     the job goes back to the queue and resumes (--resume) when admitted
-#     again. Exit 0 means the work is done: the job completes, never re-run.
+#     train.py (beside this file) finishes the step in flight, saves a
+#     checkpoint and exits 75 (impact_requeue_exit_code): the job goes back to
+#     the queue and resumes from that checkpoint when admitted again. Exit 0
+#     means the work is done: the job completes, never re-run. torchrun turns
+#     its workers' 75 into 1; train.py writes IMPACT_REQUEUE_FILE first, so
+#     impact-exec reports 75 all the same (driver/doc.go, "Exit codes").
+#   - checkpoints: on storage every client mounts at the same path
+#     (/mnt/checkpoints here: NFS, Lustre, a parallel file system), never
+#     under NOMAD_ALLOC_DIR: a requeued job runs in new allocations, with new
+#     alloc dirs. See example/README.md, "PyTorch on impact".
 #
-# Run:  nomad job run example/jobs/distributed-training.nomad.hcl
+# Run (from the repository root: file("example/jobs/train.py") below is read
+# relative to the directory the CLI runs in):
+#       nomad job run example/jobs/distributed-training.nomad.hcl
 #       impact explain llm-pretrain
 job "llm-pretrain" {
   type      = "batch"
@@ -64,6 +73,19 @@ job "llm-pretrain" {
       port "rdzv" {}
     }
 
+    # The checkpoint directory is a Nomad host volume that every GPU client
+    # declares on the same shared storage:
+    #   client { host_volume "checkpoints" { path = "/mnt/checkpoints" } }
+    # impact-exec runs tasks without filesystem isolation (like raw_exec),
+    # so it mounts nothing: the task uses the path itself (below), and this
+    # block only keeps the job off clients that lack the storage. CSI
+    # volumes need a driver that mounts them; they do not work here.
+    volume "checkpoints" {
+      type      = "host"
+      source    = "checkpoints"
+      read_only = false
+    }
+
     # A failed member is not restarted alone: the gang stops together and
     # the impact scheduler requeues it whole.
     restart {
@@ -85,11 +107,30 @@ job "llm-pretrain" {
         command = "/bin/sh"
         # $VAR (no braces) is expanded by the shell at start, after the
         # barrier; ${...} would be interpolated by Nomad before it.
+        #
+        # One torchrun per allocation, 4 workers each. impact-exec's RANK
+        # and WORLD_SIZE count allocations, so they are torchrun's
+        # --node_rank and --nnodes (NODE_RANK/NNODES count hosts: two
+        # allocations on one host would share a node rank); torchrun then
+        # sets every worker's RANK (node_rank x 4 + local rank), WORLD_SIZE
+        # (8) and LOCAL_RANK itself.
+        # --max_restarts=0: a worker that exits (75 after a checkpoint) ends
+        #   the member, never restarted in place by torchrun.
+        # --monitor_interval=1: how often torchrun looks at its workers.
+        # --redirects=1 --tee=1: Debian's torchrun 1.13.1 on Python 3.11
+        #   crashes at start without them (its Std.from_str("0") is None).
+        # "exec": the shell becomes torchrun, the main process that
+        #   checkpoint_signal_to = "children" spares.
+        # torchrun, python3: found in the PATH the task inherits from the
+        # Nomad client; give absolute paths (a venv's bin/) otherwise.
         args = ["-c", <<-EOT
           exec torchrun \
-            --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node=4 \
+            --nnodes="$WORLD_SIZE" --node_rank="$RANK" --nproc_per_node=4 \
             --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \
-            local/train.py --checkpoint-dir "$NOMAD_ALLOC_DIR/data/ckpt" --resume
+            --max_restarts=0 --monitor_interval=1 \
+            --redirects=1 --tee=1 --log_dir="$NOMAD_TASK_DIR/torchrun" \
+            local/train.py --checkpoint-dir "/mnt/checkpoints/$NOMAD_NAMESPACE/$NOMAD_JOB_ID" \
+            --steps 100000 --checkpoint-every 500
         EOT
         ]
 
@@ -100,6 +141,13 @@ job "llm-pretrain" {
           timeout    = "15m"
           port_label = "rdzv"
           # checkpoint_signal / grace default to the impact_* meta above.
+          # torchrun has no SIGUSR1 handler: signalled itself it would die
+          # at once and take its workers with it before they saved. So the
+          # signal goes to its workers only; once they have exited,
+          # torchrun gets the kill signal (driver/doc.go, "The checkpoint
+          # signal"). The alternative: impact_checkpoint_signal = "SIGTERM"
+          # with checkpoint_signal_to = "main" (torchrun forwards SIGTERM).
+          checkpoint_signal_to = "children"
         }
       }
 
@@ -114,9 +162,26 @@ job "llm-pretrain" {
         ttl  = "1h"
       }
 
-      artifact {
-        source      = "https://example.org/olmo/train.py"
-        destination = "local/"
+      # gloo and NCCL open connections of their own between the nodes, on
+      # ports they pick, over the interface they pick: set it when the
+      # default route's interface is not the one the nodes reach each other
+      # on (MASTER_ADDR must be routable from every node, see
+      # advertise_addr / port_label in driver/doc.go).
+      # env {
+      #   GLOO_SOCKET_IFNAME = "eth0"
+      #   NCCL_SOCKET_IFNAME = "eth0"
+      # }
+
+      # The trainer ships with the job: file() reads it when the job is
+      # submitted, relative to the directory `nomad job run` runs in (so run
+      # it from the repository root). Delimiters no Python code uses, so the
+      # template copies it verbatim.
+      template {
+        data            = file("example/jobs/train.py")
+        destination     = "local/train.py"
+        left_delimiter  = "[[impact-template:"
+        right_delimiter = ":impact-template]]"
+        change_mode     = "noop"
       }
 
       resources {
