@@ -5,8 +5,14 @@
 #     scheduler admits it (moves it to meta impact_pool, pins its nodes) when
 #     its turn comes and the whole gang fits.
 #   - device "nvidia/gpu": GPUs from the impact-gpu device plugin; one device
-#     block per task, so CUDA_VISIBLE_DEVICES holds exactly the 4 given GPUs
-#     (Nomad takes them from one device group = one NVLink island).
+#     block per task, so CUDA_VISIBLE_DEVICES holds exactly the 4 given GPUs.
+#     impact_topology = "nvlink" keeps each member's 4 GPUs in one NVLink
+#     island: the scheduler picks them from the per-GPU topology and pins
+#     exactly those. No device constraint is needed for that, and
+#     ${device.attr.island_size} would be wrong with impact-gpu's default
+#     group_by = "model": the attribute is set only on a device group that
+#     lies in one island (group_by = "island"), so such a constraint matches
+#     no GPU and the scheduler parks the job saying so.
 #   - ui: Nomad's UI shows a parked batch job as "Failed" (none of its
 #     allocations is placed yet); the description says what that means and
 #     the link opens the impact agent's page of the job (place in the queue,
@@ -188,15 +194,9 @@ job "llm-pretrain" {
         cpu    = 16000
         memory = 65536
 
+        # One island per member comes from impact_topology = "nvlink".
         device "nvidia/gpu" {
           count = 4
-
-          # Keep all four GPUs of a member on one NVLink island.
-          constraint {
-            attribute = "${device.attr.island_size}"
-            operator  = ">="
-            value     = "4"
-          }
         }
       }
     }
