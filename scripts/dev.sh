@@ -64,12 +64,13 @@ cleanup() {
 	done
 	# A Nomad client leaves its tasks running when it stops (they are
 	# re-attached on restart): end the task executors and the tasks of
-	# this run, found by their command line or working directory under
-	# the data dir, so that Ctrl-C leaves nothing behind.
+	# this run, found by a working directory under the data dir or a
+	# command line naming the nodes' data or alloc dirs (not the logs, so
+	# a tail -f of them survives), so that Ctrl-C leaves nothing behind.
 	local p left=()
 	for p in /proc/[0-9]*; do
 		case "$(readlink "$p/cwd" 2>/dev/null)/ $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" in
-		"$data"/*|*" $data"/*|*"\"$data"/*) kill -TERM "${p#/proc/}" 2>/dev/null && left+=("${p#/proc/}") ;;
+		"$data"/* | *"$data/nomad/"* | *"$data"/client-*/alloc/* | *"$data"/client-*/nomad/*) kill -TERM "${p#/proc/}" 2>/dev/null && left+=("${p#/proc/}") ;;
 		esac
 	done
 	for _ in $(seq 1 50); do # up to 5s for them to exit
