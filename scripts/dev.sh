@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make dev`: a local impact-scheduled Nomad on 127.0.0.1. Starts a Nomad dev
-# agent with the plugins from ./bin/plugins (impact-gpu on a fake GPU
-# topology, impact-exec) configured by example/agent.hcl, waits for it, then
-# runs `impact agent -config example/impact.hcl` beside it. Builds nothing
-# itself (make dev builds first). Ctrl-C stops both.
+# agent and DEV_CLIENTS-1 further clients with the plugins from
+# ./bin/plugins (impact-gpu on a fake GPU topology, impact-exec) configured
+# by example/agent.hcl, waits for every node, then runs `impact agent
+# -config example/impact.hcl` beside them. Builds nothing itself (make dev
+# builds first). Ctrl-C stops them all, and their tasks.
 #
 # example/agent.hcl is a production client config (NVML backend, /opt
 # paths); dev.sh adds an overlay config that keeps Nomad's state in the dev
@@ -27,7 +28,7 @@
 # Environment: NOMAD_PORT (default 4646; RPC and Serf use the next two,
 # client i of DEV_CLIENTS the three from NOMAD_PORT+3i), IMPACT_LISTEN
 # (default 127.0.0.1:4680), DEV_DATA_DIR (default a fresh temporary
-# directory), DEV_MIN_RUNTIME, DEV_CLIENTS.
+# directory), DEV_MIN_RUNTIME, DEV_CLIENTS, DEV_CHECKPOINTS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -94,14 +95,17 @@ cp "$topology" "$data/topology.hcl"
 # What every dev node declares, as a GPU node of a training cluster
 # would: the capacity the example jobs ask for (the fake GPUs come with no
 # CPU or memory; nothing here enforces these sizes), and the host volume
-# "checkpoints" the distributed-training example saves to, one directory
-# of the data dir that every node mounts (shared storage on one machine).
-mkdir -p "$data/checkpoints"
+# "checkpoints" the distributed-training example saves to: the same
+# directory on every node (shared storage, on one machine), at the path
+# the example's tasks write to (DEV_CHECKPOINTS, default /mnt/checkpoints;
+# it outlives the run, so a job submitted again resumes from it).
+checkpoints=${DEV_CHECKPOINTS:-/mnt/checkpoints}
+mkdir -p "$checkpoints" || die "cannot create the checkpoints directory $checkpoints (DEV_CHECKPOINTS)"
 client_common=$(cat <<HCL
   cpu_total_compute = 64000
   memory_total_mb   = 262144
   host_volume "checkpoints" {
-    path      = "$data/checkpoints"
+    path      = "$checkpoints"
     read_only = false
   }
 HCL
@@ -263,11 +267,11 @@ cat <<MSG
     nomad job run example/jobs/distributed-training.nomad.hcl
     bin/impact queue
     bin/impact explain llm-pretrain
-    nomad var get nomad/jobs/llm-pretrain/impact
-    nomad job run example/jobs/sweep.nomad.hcl    # scavenger, fills the node
+    nomad job run example/jobs/sweep.nomad.hcl    # scavenger, fills the GPUs left
+    # once the sweep runs (example/README.md):
     nomad job run example/jobs/urgent.nomad.hcl   # critical: preempts the sweep after $min_runtime
 
-  Logs: $data/nomad.log, $data/impact.log. Ctrl-C stops both.
+  Logs: $data/nomad.log, $data/impact.log (clients: $data/client-*/nomad.log). Ctrl-C stops them all.
 
 MSG
 wait -n "${pids[@]}" || true

@@ -27,24 +27,32 @@ func walkthrough(t *testing.T) string {
 // prints for those queues, every column included (issue 36: they lacked
 // UTIL and IDLE).
 func TestWalkthroughQueueSamples(t *testing.T) {
-	at := time.Date(2026, 11, 30, 9, 0, 7, 0, time.UTC)
+	at := time.Date(2026, 12, 4, 16, 16, 15, 0, time.UTC)
 	zero := 0.0
+	running := "Running: all 2 allocation(s) admitted and started."
+	llm := agentapi.Entry{Namespace: "default", Job: "llm-pretrain", State: agentapi.StateRunning, Tier: "high", Project: "olmo",
+		GPUs: 8, Allocations: 2, Score: 1583.89, Summary: running}
+	llmIdle := func(idle float64) agentapi.Entry { e := llm; e.Utilization, e.IdleSeconds = &zero, idle; return e }
+	sweep := agentapi.Entry{Namespace: "default", Job: "sweep", State: agentapi.StateRunning, Tier: "scavenger", Project: "default",
+		GPUs: 8, Allocations: 2, Score: 22.5, Summary: running}
 	samples := []agentapi.Queue{
 		{GeneratedAt: at, Leader: true,
-			Cluster: agentapi.ClusterSummary{HealthyGPUs: 8, WaitingJobs: 1, WaitingGPUs: 8},
-			Jobs: []agentapi.Entry{{Namespace: "default", Job: "llm-pretrain", Position: 1, State: agentapi.StateWaiting,
-				Tier: "high", Project: "olmo", GPUs: 8, Allocations: 2, Score: 1550,
-				Summary: "Waiting for room for the whole gang of 8 GPUs together (first in line)."}}},
-		{GeneratedAt: at.Add(97 * time.Second), Leader: true,
-			Cluster: agentapi.ClusterSummary{HealthyGPUs: 8, AllocatedGPUs: 8, WaitingJobs: 2, WaitingGPUs: 12},
+			Cluster: agentapi.ClusterSummary{HealthyGPUs: 16, AllocatedGPUs: 8},
+			Jobs:    []agentapi.Entry{llm}},
+		{GeneratedAt: at.Add(25 * time.Second), Leader: true,
+			Cluster: agentapi.ClusterSummary{HealthyGPUs: 16, AllocatedGPUs: 16, WaitingJobs: 1, WaitingGPUs: 4},
 			Jobs: []agentapi.Entry{
 				{Namespace: "default", Job: "urgent", Position: 1, State: agentapi.StateWaiting, Tier: "critical", Project: "default",
-					GPUs: 4, Allocations: 1, Score: 9962.5, WaitSeconds: 1, Summary: "Waiting for 4 free GPUs (first in line)."},
-				{Namespace: "default", Job: "llm-pretrain", Position: 2, State: agentapi.StateWaiting, Tier: "high", Project: "olmo",
-					GPUs: 8, Allocations: 2, Score: 1537.5, WaitSeconds: 97, Summary: "Waiting for 8 free GPUs (2nd in line)."},
-				{Namespace: "default", Job: "sweep", State: agentapi.StateRunning, Tier: "scavenger", Project: "default",
-					GPUs: 8, Allocations: 2, Score: 22.5, Utilization: &zero, IdleSeconds: 15,
-					Summary: "Running: all 2 allocation(s) admitted and started."}}},
+					GPUs: 4, Allocations: 1, Score: 10009.23, Summary: "Waiting for 4 free GPUs (first in line)."},
+				llmIdle(15), sweep}},
+		{GeneratedAt: at.Add(104 * time.Second), Leader: true,
+			Cluster: agentapi.ClusterSummary{HealthyGPUs: 16, AllocatedGPUs: 12, WaitingJobs: 1, WaitingGPUs: 8},
+			Jobs: []agentapi.Entry{
+				{Namespace: "default", Job: "sweep", Position: 1, State: agentapi.StateWaiting, Tier: "scavenger", Project: "default",
+					GPUs: 8, Allocations: 2, Score: 1.45, WaitSeconds: 2, Summary: "Waiting for 8 free GPUs (first in line)."},
+				llmIdle(90),
+				{Namespace: "default", Job: "urgent", State: agentapi.StateRunning, Tier: "critical", Project: "default",
+					GPUs: 4, Allocations: 1, Score: 9991.41, Summary: "Running: all 1 allocation(s) admitted and started."}}},
 	}
 	doc := walkthrough(t)
 	for i, q := range samples {
