@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -127,36 +128,49 @@ headroom "gpu" {
 	}
 }
 
-// The headroom is kept as whole nodes: non-preemptible work kept out of it
-// does not land on the first node free of such work, even where it would
-// fit best, so an 8-GPU urgent job finds a node to preempt on.
+// A headroom of a node's GPUs is kept as a whole node: non-preemptible
+// work kept out of it does not land on the first node free of such work,
+// even where it would fit best, so an 8-GPU urgent job finds a node to
+// preempt on. A headroom smaller than a node keeps only its size there:
+// on a 4-GPU headroom the node's other 4 GPUs take the high-tier work
+// (the lowest ones), the kept ones (the highest) the scavenger job.
 func TestHeadroomKeepsWholeNodes(t *testing.T) {
-	pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
-	store := cluster.NewStore()
-	_ = store.UpsertNode(mkNode("n1", 8, 2))
-	_ = store.UpsertNode(mkNode("n2", 8, 2))
-	// n2 is half full of high-tier work: best fit would put h there...
-	_ = store.UpsertJob(mkJob("old", group("main", 1, 6), meta("impact_tier", "high"), running()))
-	_ = store.UpsertAlloc(alloc("old-a", "old", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
-	_ = store.UpsertJob(mkJob("h", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0)))
-	_ = store.UpsertJob(mkJob("h2", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(time.Second))))
-	_ = store.UpsertJob(mkJob("s", group("main", 1, 4), meta("impact_tier", "scavenger"), submitted(t0.Add(2*time.Second))))
-	e := mustEngine(t, pol)
-	p := e.Decide(store.Snapshot(), t0.Add(time.Minute))
-	if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
-		t.Fatal(err)
-	}
-	// ...and it goes there; h2 would need n1, which the headroom keeps
-	// whole (n1 is the first node free of high-tier work), so it waits;
-	// the scavenger job may use n1.
-	if a := admission(p, "h"); a == nil || join(nodesOf(a)) != "n2" {
-		t.Fatalf("h: %+v, want n2", a)
-	}
-	if admission(p, "h2") != nil {
-		t.Fatalf("h2 admitted onto the headroom's node: %+v", p.Explanations["h2"])
-	}
-	if a := admission(p, "s"); a == nil || join(nodesOf(a)) != "n1" {
-		t.Fatalf("s: %+v, want n1", a)
+	for _, tc := range []struct {
+		gpus  int
+		h2On  string // "" waits
+		sGPUs string
+	}{{8, "", "n1-g0,n1-g1,n1-g2,n1-g3"}, {4, "n1", "n1-g4,n1-g5,n1-g6,n1-g7"}} {
+		pol := mustPolicy(t, fmt.Sprintf("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = %d\n}\n", tc.gpus))
+		store := cluster.NewStore()
+		_ = store.UpsertNode(mkNode("n1", 8, 2))
+		_ = store.UpsertNode(mkNode("n2", 8, 2))
+		// n2 is half full of high-tier work: best fit would put h there...
+		_ = store.UpsertJob(mkJob("old", group("main", 1, 6), meta("impact_tier", "high"), running()))
+		_ = store.UpsertAlloc(alloc("old-a", "old", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
+		_ = store.UpsertJob(mkJob("h", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0)))
+		_ = store.UpsertJob(mkJob("h2", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(time.Second))))
+		_ = store.UpsertJob(mkJob("s", group("main", 1, 4), meta("impact_tier", "scavenger"), submitted(t0.Add(2*time.Second))))
+		e := mustEngine(t, pol)
+		p := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+		if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+			t.Fatal(err)
+		}
+		// ...and it goes there; h2 would need n1, which an 8-GPU headroom
+		// keeps whole (n1 is the first node free of high-tier work), so it
+		// waits; the scavenger job may use n1.
+		if a := admission(p, "h"); a == nil || join(nodesOf(a)) != "n2" {
+			t.Fatalf("%d GPUs: h: %+v, want n2", tc.gpus, a)
+		}
+		if a := admission(p, "h2"); (a == nil) != (tc.h2On == "") || (a != nil && join(nodesOf(a)) != tc.h2On) {
+			t.Fatalf("%d GPUs: h2 %+v, want on %q: %+v", tc.gpus, a, tc.h2On, p.Explanations["h2"])
+		}
+		a := admission(p, "s")
+		if a == nil || join(a.Groups[0].Allocs[0].GPUs) != tc.sGPUs {
+			t.Fatalf("%d GPUs: s: %+v, want %s", tc.gpus, a, tc.sGPUs)
+		}
+		if h := p.Headroom[0]; h.Nodes != 1 || h.KeptOnLastNode != tc.gpus {
+			t.Fatalf("%d GPUs: headroom %+v, want kept on 1 node, %d GPUs of it", tc.gpus, h, tc.gpus)
+		}
 	}
 }
 
@@ -249,10 +263,10 @@ func TestHeadroomNodeNotClaimedFromStoppingWork(t *testing.T) {
 		{"critical", true},
 	} {
 		t.Run(tc.tier, func(t *testing.T) {
-			// 4 GPUs of headroom kept as the whole node n1 (the first
+			// 8 GPUs of headroom kept as the whole node n1 (the first
 			// free of non-preemptible work); n2 is full of high-tier
 			// work, n1 of a scavenger job being preempted.
-			pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+			pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n}\n")
 			store := cluster.NewStore()
 			_ = store.UpsertNode(mkNode("n1", 8, 2))
 			_ = store.UpsertNode(mkNode("n2", 8, 2))
