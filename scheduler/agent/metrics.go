@@ -53,6 +53,7 @@ var (
 	mPinMismatches   = []string{"gpu", "pin_mismatch_total"}
 	mHeadroom        = []string{"headroom", "gpus"}
 	mHeadroomHeld    = []string{"headroom", "held_gpus"}
+	mHeadroomIdle    = []string{"headroom", "idle_kept_gpus"}
 	mIdleReclaimed   = []string{"idle", "reclaimed_gpu_hours_total"}
 )
 
@@ -148,6 +149,7 @@ func gaugeDefinitions() []metricsprom.GaugeDefinition {
 		gaugeDef(mReconnects, "Event stream reconnects since start."),
 		gaugeDef(mApplyLatency, "Time applying the last event batch took, milliseconds."),
 		gaugeDef(mHeadroom, "GPUs a pool's policy headroom keeps free of non-preemptible work of tiers that may not use it (learned or fixed), after the last cycle."),
+		gaugeDef(mHeadroomIdle, "The headroom's occupancy cost after the last cycle: GPUs it keeps that are idle while work it keeps out waits (and would fit the pool's free GPUs counting them). Integrated over time: GPU-hours urgency costs the pool."),
 		gaugeDef(mHeadroomHeld, "GPUs of a pool with a headroom by what holds them after the last cycle: free, preemptible (work an urgent job may preempt), urgent (non-preemptible work of the headroom's tiers), other (non-preemptible work of the other tiers, at most the pool minus the headroom)."),
 	}
 }
@@ -237,6 +239,7 @@ func (m *Metrics) RecordHeadroom(hs []engine.HeadroomStatus) {
 	for _, h := range hs {
 		pool := metrics.Label{Name: "pool", Value: h.Pool}
 		m.m.SetGaugeWithLabels(mHeadroom, float32(h.GPUs), []metrics.Label{pool})
+		m.m.SetGaugeWithLabels(mHeadroomIdle, float32(h.IdleKeptGPUs), []metrics.Label{pool})
 		for _, k := range []struct {
 			holder string
 			gpus   int
