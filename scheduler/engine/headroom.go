@@ -448,12 +448,13 @@ func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 }
 
 // headroomProtect withholds from q, non-preemptible work of a tier kept
-// out of a headroom, the free GPUs of the nodes the headroom keeps whole
-// (the first ceil(size / node size) nodes of the pool free of that kind
-// of work). A headroom counted in GPUs alone could be scattered over
-// every node, a GPU here and there, and then no urgent job wider than a
-// GPU finds room; kept as whole nodes, an urgent job up to a node's size
-// starts on one by preempting what runs there. It returns the function
+// out of a headroom, the free GPUs the headroom keeps (on the first
+// ceil(size / node size) nodes of the pool free of that kind of work:
+// whole nodes, the last one only in part, see hrNodes). A headroom
+// counted in GPUs alone could be scattered over every node, a GPU here and
+// there, and then no urgent job wider than a GPU finds room; kept
+// together, an urgent job up to the headroom's size starts in one place
+// by preempting what runs there. It returns the function
 // that gives the GPUs back (call it once q is decided), nil when it
 // withheld nothing.
 func (c *cycle) headroomProtect(q *queued) func() {
