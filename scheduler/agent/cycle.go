@@ -38,10 +38,15 @@ type cycler struct {
 	// timeline is each job's history of state changes (see addHistory).
 	timeline map[string][]agentapi.Event
 	// rollbacks counts a job's admissions rolled back in a row, for the
-	// back-off before the next (see deferRolledBack); requeues its
-	// incomplete-gang requeues in a row (deferRequeued). Both are kept
-	// while the job is in the model.
-	rollbacks, requeues map[string]int
+	// back-off before the next (see deferRolledBack), kept while the job
+	// is in the model. A gang's runs in a row that lost a member are in
+	// the durable state (state.gangs, gangs.go).
+	rollbacks map[string]int
+	// ending: gangs whose requeue this cycle ends them failed (their
+	// explanation is kept once the view is built); ended: what `impact
+	// explain` says of gangs ended failed (gangs.go).
+	ending map[string]engine.Preemption
+	ended  map[string]endedJob
 	// pendingSince is the first model update not yet consumed by a cycle.
 	pendingSince time.Time
 }
@@ -72,7 +77,7 @@ type CycleResult struct {
 
 func newCycler(o Options, log hclog.Logger) (*cycler, error) {
 	c := &cycler{o: o, log: log, history: map[string]jobHistory{}, timeline: map[string][]agentapi.Event{},
-		rollbacks: map[string]int{}, requeues: map[string]int{}}
+		rollbacks: map[string]int{}, ending: map[string]engine.Preemption{}, ended: map[string]endedJob{}}
 	if err := c.restore(nil); err != nil {
 		return nil, err
 	}
@@ -131,6 +136,7 @@ func (c *cycler) run(ctx context.Context) {
 	res.Decide = time.Since(t0)
 	c.act(lctx, snap, &res)
 	v := buildView(snap, res.Plan, c.history, res.At, res.Leader, c.o.Policy)
+	c.showEnded(v, snap, res.At)
 	c.addHistory(v, res.At)
 	// Metrics first: whoever reads the new view finds them as new.
 	c.o.Metrics.RecordCluster(v.stats)
@@ -171,6 +177,8 @@ func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *CycleRes
 		c.forgetUnapplied(res.Plan, nil)
 		return
 	}
+	c.resetGangRecords(snap, res.At)
+	c.limitFailures(res.Plan, snap)
 	rep, err := c.o.Executor.Apply(lctx, res.Plan, snap)
 	res.Report = rep
 	if err != nil {
@@ -179,7 +187,7 @@ func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *CycleRes
 	c.record(res.Plan, snap, rep, res.At)
 	c.forgetUnapplied(res.Plan, &rep)
 	c.deferRolledBack(snap, rep.RolledBack, res.At)
-	c.deferRequeued(snap, res.Plan, rep.Requeued, res.At)
+	c.recordGangRequeues(res.Plan, setOf(rep.Requeued), res.At)
 }
 
 // finish reports a cycle: health, metrics, the log, OnCycle.

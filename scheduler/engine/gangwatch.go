@@ -78,7 +78,7 @@ func (c *cycle) watchGangs() {
 			if m.why == "" {
 				continue
 			}
-			if j.Dead != "" {
+			if j.Dead {
 				if idx, ok := c.e.requeuedDead[j.ID]; ok && idx == j.ModifyIndex {
 					c.keepRequeuedDead(j) // requeued; the adapter is parking it
 					continue
@@ -122,7 +122,7 @@ func (c *cycle) watchGangs() {
 				}
 				c.claim(h)
 			}
-			if j.Dead != "" {
+			if j.Dead {
 				c.keepRequeuedDead(j)
 			}
 			c.plan.Requeues = append(c.plan.Requeues, r)
@@ -197,8 +197,8 @@ func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placeme
 	var present []count
 	var why []string
 	var g gap
-	if j.Dead != "" {
-		why = append(why, "Nomad ended its run (its restart and reschedule blocks allow no more): "+j.Dead)
+	if j.Dead {
+		why = append(why, "Nomad ended its run (its restart and reschedule blocks allow no more): "+j.Ended)
 		g.atOnce = true
 	}
 	for i, a := range allocs {
@@ -242,7 +242,11 @@ func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placeme
 			}
 		}
 		if short := tg.Count - have - j.Completed[tg.Name]; short > 0 && len(why) == 0 {
-			why = append(why, fmt.Sprintf("group %s has %d of %d members (the others lost, failed or stopped)", tg.Name, tg.Count-short, tg.Count))
+			how := "the others lost, failed or stopped"
+			if j.Ended != "" {
+				how = j.Ended
+			}
+			why = append(why, fmt.Sprintf("group %s has %d of %d members (%s)", tg.Name, tg.Count-short, tg.Count, how))
 		}
 	}
 	g.why = strings.Join(why, "; ")

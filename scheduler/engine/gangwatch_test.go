@@ -44,7 +44,7 @@ func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
 		{name: "dead: Nomad ended the run", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)},
 			job: func() *cluster.Job {
 				j := gang()
-				j.Dead = "allocation a2 of group main failed: task t exited 137"
+				j.Dead, j.Ended = true, "allocation a2 of group main failed: task t exited 137"
 				return j
 			}(),
 			why: "Nomad ended its run (its restart and reschedule blocks allow no more): allocation a2 of group main failed", atOnce: true},
@@ -210,7 +210,7 @@ func TestGangWatchDeadGangRequeuedOnceOrEndedFailed(t *testing.T) {
 		if fail {
 			j = mkJob("g", running(), meta("impact_on_failure", "fail"), group("main", 2, 4))
 		}
-		j.Dead, j.ModifyIndex = "allocation a1 of group main failed: task t exited 1", 7
+		j.Dead, j.Ended, j.ModifyIndex = true, "allocation a1 of group main failed: task t exited 1", 7
 		pol := policy.Default()
 		e := mustEngine(t, pol)
 		snap := mustSnap(t, []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, []*cluster.Job{j}, nil)

@@ -9,11 +9,11 @@ import (
 // What the model says of a gang's members beyond their own allocation:
 // how a member that ended without completing ended (endedWhy), which live
 // allocation replaces a member (replacesByName), and whether an admitted
-// job's run is over with its work not done (deadReason). The gang watch
+// job's run is over with its work not done (endedReason, deadRun). The gang watch
 // (engine/gangwatch.go) acts on them: a gang is whole or requeued, never
 // mixed, and its life never ends silently.
 
-// maxDeadReasons bounds the members a dead job's reason names.
+// maxDeadReasons bounds the members an ended reason names.
 const maxDeadReasons = 3
 
 // endedWhy says how an allocation that did not complete on its own ended,
@@ -107,16 +107,10 @@ func (m *mirror) replacesByName(key string, j *wireJob, a *wireAlloc, live []*wi
 	return false
 }
 
-// deadReason says how an admitted job's run ended when Nomad marked it
-// dead with nothing live (its restart and reschedule blocks allow no
-// more): the members of its current registration that ended without
-// completing, "" when every one completed (the work is done), when the
-// job was not admitted (not pinned: nothing to requeue), or when Nomad
-// has garbage-collected its allocations (nothing is known: leave it).
-func (m *mirror) deadReason(key string, j *wireJob, live int) string {
-	if j == nil || j.Status != "dead" || live != 0 || !pinned(j) {
-		return ""
-	}
+// endedReason says how the members of job j's current registration that
+// ended without completing ended (failed, lost, stopped), "" when none
+// did (or Nomad has garbage-collected them: nothing is known).
+func (m *mirror) endedReason(key string, j *wireJob) string {
 	var why []string
 	for _, e := range m.ended[key] {
 		if !e.completed && e.why != "" && e.current(j, 0, false) {
@@ -131,4 +125,14 @@ func (m *mirror) deadReason(key string, j *wireJob, live int) string {
 		why = append(why[:maxDeadReasons], fmt.Sprintf("and %d more", n-maxDeadReasons))
 	}
 	return strings.Join(why, "; ")
+}
+
+// deadRun reports whether an admitted job's run is over with its work not
+// done: Nomad marked it dead with nothing live (its restart and reschedule
+// blocks allow no more) and members of its current registration ended
+// without completing (ended, endedReason). A dead job whose members all
+// completed is done; one never admitted (not pinned) has nothing to
+// requeue.
+func deadRun(j *wireJob, live int, ended string) bool {
+	return j != nil && j.Status == "dead" && live == 0 && pinned(j) && ended != ""
 }

@@ -54,16 +54,16 @@ func TestModelKeepsADeadGangUntilDecided(t *testing.T) {
 			if !ok {
 				t.Fatal("dead gang left the model: nothing would requeue it")
 			}
-			if j.State != cluster.JobRunning || !strings.Contains(j.Dead, tc.dead) || !strings.Contains(j.Dead, "failed") {
-				t.Fatalf("model job state %v dead %q, want running, dead saying %q", j.State, j.Dead, tc.dead)
+			if j.State != cluster.JobRunning || !j.Dead || !strings.Contains(j.Ended, tc.dead) || !strings.Contains(j.Ended, "failed") {
+				t.Fatalf("model job state %v dead %v ended %q, want running, dead, ended saying %q", j.State, j.Dead, j.Ended, tc.dead)
 			}
 			// A fresh watcher (a resync, or a new leader) sees the same.
 			e.cancel()
 			<-e.done
 			e.startWatcher(WatcherConfig{})
 			j, ok = e.w.Snapshot().Job(key)
-			if !ok || !strings.Contains(j.Dead, tc.dead) {
-				t.Fatalf("after a resync: in model %v, dead %q", ok, j.Dead)
+			if !ok || !j.Dead || !strings.Contains(j.Ended, tc.dead) {
+				t.Fatalf("after a resync: in model %v, dead %v, ended %q", ok, j.Dead, j.Ended)
 			}
 		})
 	}

@@ -239,7 +239,11 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 	}
 	var cj *cluster.Job
 	if managed {
-		cj = translateJob(j, key, len(live), m.deadReason(key, j, len(live)), tc)
+		ended := m.endedReason(key, j)
+		cj = translateJob(j, key, len(live), deadRun(j, len(live), ended), tc)
+		if cj != nil {
+			cj.Ended = ended
+		}
 	}
 	if cj == nil {
 		store.DeleteJob(key)

@@ -53,12 +53,12 @@ func isGPURequest(name string) bool {
 }
 
 // translateJob turns a managed job into the model's. A dead job without
-// live allocations leaves the model (nil), unless dead says how an
-// admitted job's run ended without its work done (mirror.deadReason): it
-// stays, running with no allocations, until the scheduler has requeued it
-// or ended it (cluster.Job.Dead).
-func translateJob(j *wireJob, key string, live int, dead string, tc translateConfig) *cluster.Job {
-	if j.Status == "dead" && live == 0 && dead == "" {
+// live allocations leaves the model (nil), unless dead (mirror.deadReason)
+// says an admitted job's run ended with its work not done: it stays,
+// running with no allocations, until the scheduler has requeued it or
+// ended it (cluster.Job.Dead).
+func translateJob(j *wireJob, key string, live int, dead bool, tc translateConfig) *cluster.Job {
+	if j.Status == "dead" && live == 0 && !dead {
 		return nil
 	}
 	cj := &cluster.Job{

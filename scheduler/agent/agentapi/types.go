@@ -60,6 +60,10 @@ const (
 	StateAdmitting = "admitting" // admitted, its allocations not all running yet
 	StateRunning   = "running"   // admitted and running
 	StateInvalid   = "invalid"   // parked because its impact_* meta is bad
+	// StateFailed: a gang that lost a member, stopped whole and ended
+	// failed (impact_on_failure = "fail", or impact_max_failures reached);
+	// shown by explain only, for a day, not listed in the queue.
+	StateFailed = "failed"
 )
 
 // Queue is GET /v1/queue: every job the scheduler manages, waiting ones
