@@ -159,7 +159,7 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mCycleErrors, "Cycles that failed before acting."),
 		counterDef(mActionErrors, "Admissions, preemptions or explanations that failed."),
 		counterDef(mRollbacks, "Admissions rolled back because the gang did not fully start in time."),
-		counterDef(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
+		counterDef(mLostGPUHours, "GPU-hours of work lost to preemption as estimated when deciding: since the victims' last expected checkpoint (impact_checkpoint_interval), else since their start, an upper bound (a victim that checkpoints on its signal loses only the work since)."),
 		counterDef(mOutcomes, "Finished preemptions by how the victim ended: completed (every task exited 0: done, not requeued), requeued (exited with its requeue code), stopped (still running at the end of its grace)."),
 		counterDef(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace, at once when Nomad replaced it or ended the job's run."),
 		counterDef(mGangsFailed, "Running gangs that lost a member and were stopped whole and ended failed instead of requeued (impact_on_failure = \"fail\", or impact_max_failures runs in a row lost a member)."),

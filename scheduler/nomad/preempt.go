@@ -196,6 +196,11 @@ func (x *Executor) finishPreemption(ctx context.Context, in *Intent) error {
 	switch in.outcome {
 	case OutcomeRequeued:
 		how = fmt.Sprintf("exited with its requeue code %d and was requeued", requeueCode(in))
+		if in.Preemptor != "" && in.Signal != "" {
+			// The estimate in the reason was made before the signal;
+			// the job says it saved its work on it.
+			how += " (it saved a checkpoint on the signal: the work lost is what ran since then, not the estimate below)"
+		}
 	case "":
 		// Resumed after the park: how the tasks ended is not known.
 		how = "requeued"
