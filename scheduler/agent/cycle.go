@@ -35,8 +35,10 @@ type cycler struct {
 	view   atomic.Pointer[view]
 	// history is the agent's memory of its last action on each job.
 	history map[string]jobHistory
-	// timeline is each job's history of state changes (see addHistory).
-	timeline map[string][]agentapi.Event
+	// timeline is each job's history of state changes (see addHistory);
+	// submitted the earliest submit time seen of each job in the model.
+	timeline  map[string][]agentapi.Event
+	submitted map[string]time.Time
 	// rollbacks counts a job's admissions rolled back in a row, for the
 	// back-off before the next (see deferRolledBack), kept while the job
 	// is in the model. A gang's runs in a row that lost a member are in
@@ -76,7 +78,7 @@ type CycleResult struct {
 }
 
 func newCycler(o Options, log hclog.Logger) (*cycler, error) {
-	c := &cycler{o: o, log: log, history: map[string]jobHistory{}, timeline: map[string][]agentapi.Event{},
+	c := &cycler{o: o, log: log, history: map[string]jobHistory{}, timeline: map[string][]agentapi.Event{}, submitted: map[string]time.Time{},
 		rollbacks: map[string]int{}, ending: map[string]engine.Preemption{}, ended: map[string]endedJob{}}
 	if err := c.restore(nil); err != nil {
 		return nil, err
@@ -137,6 +139,7 @@ func (c *cycler) run(ctx context.Context) {
 	c.act(lctx, snap, &res)
 	v := buildView(snap, res.Plan, c.history, res.At, res.Leader, c.o.Policy)
 	c.showEnded(v, snap, res.At)
+	c.addSubmitted(v, snap)
 	c.addHistory(v, res.At)
 	// Metrics first: whoever reads the new view finds them as new.
 	c.o.Metrics.RecordCluster(v.stats)
@@ -208,6 +211,27 @@ func (c *cycler) finish(res CycleResult, wallStart time.Time) {
 	}
 	if c.o.OnCycle != nil {
 		c.o.OnCycle(res)
+	}
+}
+
+// addSubmitted gives each explanation the earliest submit time seen of
+// its job while it stayed in the model: a requeue or preemption parks the
+// job again (a new Nomad submit time) without leaving the model, so this
+// is the user's submission. A job that left forgets it.
+func (c *cycler) addSubmitted(v *view, snap *cluster.Snapshot) {
+	for id := range c.submitted {
+		if _, ok := snap.Job(id); !ok {
+			delete(c.submitted, id)
+		}
+	}
+	for _, j := range snap.Jobs() {
+		if t, ok := c.submitted[j.ID]; !ok || j.Submit.Before(t) {
+			c.submitted[j.ID] = j.Submit
+		}
+		if e, ok := v.explain[j.ID]; ok {
+			e.Submitted = c.submitted[j.ID]
+			v.explain[j.ID] = e
+		}
 	}
 }
 

@@ -273,8 +273,10 @@ func TestFakeNomadPreemptedHistorySurvivesRequeue(t *testing.T) {
 		for _, h := range ex.History {
 			ran = ran || (h.State == agentapi.StateRunning && h.At.Before(exited))
 		}
-		return err == nil && ex.State == agentapi.StateWaiting && ex.PreemptedBy == "default/incident" && ran,
-			fmt.Sprintf("%s preempted by %q, history %+v (%v)", ex.State, ex.PreemptedBy, ex.History, err)
+		// The first submit time too: parking set a new one (Since).
+		first := !ex.Submitted.IsZero() && ex.Submitted.Before(exited) && ex.Since.After(ex.Submitted)
+		return err == nil && ex.State == agentapi.StateWaiting && ex.PreemptedBy == "default/incident" && ran && first,
+			fmt.Sprintf("%s preempted by %q, submitted %v since %v, history %+v (%v)", ex.State, ex.PreemptedBy, ex.Submitted, ex.Since, ex.History, err)
 	})
 	var body string
 	eventuallyT(t, 10*time.Second, "preemption outcome counted as requeued", func() (bool, string) {

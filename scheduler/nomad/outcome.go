@@ -90,8 +90,15 @@ func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, erro
 		o.done = false
 		// The exit code first: with `restart { attempts = 0 }` a task
 		// that exits with the requeue code fails its allocation, which is
-		// then terminal, and is still a requeue, not a stop.
-		if exitedWith(a, code, since) {
+		// then terminal, and is still a requeue, not a stop. A terminal
+		// allocation's tasks ended for good, so when does not matter (a
+		// gang requeued because Nomad ended its run ended before the
+		// requeue was decided); a live one's earlier exits were restarts.
+		from := since
+		if terminalStatus(a.ClientStatus) {
+			from = 0
+		}
+		if exitedWith(a, code, from) {
 			o.requeued = true
 			continue
 		}
