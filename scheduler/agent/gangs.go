@@ -93,6 +93,22 @@ func (c *cycler) recordGangRequeues(plan *engine.Plan, requeued map[string]bool,
 	}
 }
 
+// holdBackGangs re-applies, at the start of a term, the back-off of the
+// gangs whose durable record says they were requeued twice or more in a
+// row and whose wait is not over: the engine's deferrals are its own
+// memory, which a new leader's engine does not have, and without this a
+// failover would re-admit a crashing gang at once.
+func (c *cycler) holdBackGangs(now time.Time) {
+	for id, g := range c.state.gangs {
+		if g.Runs < 2 {
+			continue
+		}
+		if until := g.Last.Add(backoffFor(g.Runs - 1)); until.After(now) {
+			c.engine.Defer(id, until, fmt.Sprintf("its gang was requeued %d times in a row (a member lost, failed or stopped); retrying with back-off", g.Runs))
+		}
+	}
+}
+
 // resetGangRecords forgets the record of a job that left the model, and of
 // one that has run whole for wholeRunResets since its last requeue: that
 // run was a success, and the back-off and the retry limit start afresh.

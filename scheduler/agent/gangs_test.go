@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,44 @@ func TestGangRetryLimitEndsFailed(t *testing.T) {
 		if ex := v.explain["default/g"]; ex.State != "failed" || !strings.Contains(ex.Reason, "a member failed") || !strings.HasPrefix(ex.Summary, "Ended failed") {
 			t.Errorf("after it left the model: explain %+v", ex)
 		}
+	}
+}
+
+// A gang's record survives a leader change: saved with the durable
+// state, loaded by the next leader, whose engine then holds the gang back
+// for what is left of its back-off (deferrals are engine memory, which a
+// new leader does not have).
+func TestGangRecordSurvivesFailover(t *testing.T) {
+	clk := newTestClock()
+	now := clk.Now()
+	store := &memStore{}
+	old := testCycler(t, clk.Now)
+	old.state = testDurable(t, store, &fakeExec{}, clk.Now)
+	plan := &engine.Plan{Requeues: []engine.Preemption{{JobID: "default/g", Reason: "gang incomplete"}}}
+	for range 3 {
+		old.recordGangRequeues(plan, setOf([]string{"default/g"}), now)
+	}
+	old.state.save(context.Background(), now, true, old.engine)
+
+	next := testCycler(t, clk.Now)
+	next.state = testDurable(t, store, &fakeExec{}, clk.Now)
+	if _, ok := next.state.load(context.Background()); !ok {
+		t.Fatal("nothing loaded")
+	}
+	if g := next.state.gangs["default/g"]; g.Runs != 3 || !g.Last.Equal(now) {
+		t.Fatalf("loaded record %+v, want 3 runs at %v", g, now)
+	}
+	next.holdBackGangs(now.Add(time.Second))
+	snap := runningGang(t, now.Add(-time.Hour), nil, false)
+	// Queued again: the deferral shows in the engine's explanation.
+	j, _ := snap.Job("default/g")
+	j.State = cluster.JobQueued
+	qs, err := cluster.Build(nil, []*cluster.Job{j}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := next.engine.Decide(qs, now.Add(2*time.Second))
+	if x := p.Explanations["default/g"]; x == nil || !strings.Contains(x.Reason, "requeued 3 times in a row") {
+		t.Fatalf("new leader's engine does not hold the gang back: %+v", x)
 	}
 }
