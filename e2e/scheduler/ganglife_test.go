@@ -240,6 +240,7 @@ server {
 	t.Run("a member killed: requeued whole and running again", func(t *testing.T) {
 		e.t = t
 		runHCL(t, e.a, e.dir, "life-a", lifeJob("life-a", marks))
+		t.Cleanup(func() { _, _ = e.nomad("job", "stop", "-purge", "-detach", "life-a") })
 		first := e.waitRunningN("life-a", 2, 120*time.Second)
 		before := e.requeues()
 		pid := memberPID(t, marks, first[0].ID)
@@ -251,9 +252,17 @@ server {
 		if err := os.WriteFile(filepath.Join(marks, "abort-"+first[1].ID), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "job dead in Nomad", func() (bool, string) {
-			j := e.job("life-a")
-			return j.Status == "dead" || j.NodePool == "impact-queue", fmt.Sprintf("%+v", j)
+		// Both allocations fail (restart attempts 0), nothing replaces
+		// them: Nomad marks the job dead (the agent may have requeued and
+		// admitted it again by the time this looks).
+		eventually(t, 30*time.Second, "both members of the first run failed", func() (bool, string) {
+			failed := 0
+			for _, a := range e.allocsOf("life-a") {
+				if (a.ID == first[0].ID || a.ID == first[1].ID) && a.ClientStatus == "failed" {
+					failed++
+				}
+			}
+			return failed == 2, fmt.Sprintf("%+v", e.allocsOf("life-a"))
 		})
 		requeued, again, now := e.lifeTimes("life-a", first, killed, 120*time.Second)
 		t.Logf("member killed: requeued (parked) %v after the kill, running whole again %v after it, on %v",
@@ -276,6 +285,7 @@ server {
 	t.Run("a client back inside the grace: no member runs twice", func(t *testing.T) {
 		e.t = t
 		runHCL(t, e.a, e.dir, "life-b", lifeJob("life-b", marks))
+		t.Cleanup(func() { _, _ = e.nomad("job", "stop", "-purge", "-detach", "life-b") })
 		first := e.waitRunningN("life-b", 2, 120*time.Second)
 		before := e.requeues()
 		victim := e.clientOf(first[0].NodeID)
@@ -321,6 +331,7 @@ server {
 	t.Run("a client kept down: requeued whole once the grace has passed", func(t *testing.T) {
 		e.t = t
 		runHCL(t, e.a, e.dir, "life-c", lifeJob("life-c", marks))
+		t.Cleanup(func() { _, _ = e.nomad("job", "stop", "-purge", "-detach", "life-c") })
 		first := e.waitRunningN("life-c", 2, 120*time.Second)
 		before := e.requeues()
 		victim := e.clientOf(first[0].NodeID)
