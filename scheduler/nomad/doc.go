@@ -35,6 +35,7 @@
 //	outcome.go      how a victim's tasks ended (the outcome contract) and its counters
 //	reclaim.go      reclaims of hung jobs (the preemption path, no preemptor)
 //	park.go         parking a job again and stopping its allocations
+//	describe.go     the status the executor writes in a job's ui.description when it re-registers it
 //	recover.go      a new leader finishing or dropping the last leader's intents
 //	state.go        durable state in Variables: the store, usage, requeues (idle, and gangs' runs
 //	                that lost a member), preemption records
@@ -296,10 +297,23 @@
 //     without) and puts a button on the job's page in Nomad's UI that opens
 //     the agent's page of the job (/ui/job/<namespace>/<job>: place in the
 //     queue, state, the reason in one sentence and in full, score terms,
-//     placement, history). Added by the agent to a parked job it costs a
-//     job version and an evaluation per job, moves JobModifyIndex (a user's
+//     placement, history). Added by the agent to a job it would not
+//     otherwise re-register (a first park, an invalid job) it costs a job
+//     version and an evaluation per job, moves JobModifyIndex (a user's
 //     `nomad job run -check-index` then fails), and the user's next
-//     resubmission drops it again; not taken.
+//     resubmission drops it again; not taken for those.
+//   - The executor does re-register a job at every admission and every
+//     park after a preemption, a requeue or a rolled-back admission. Each
+//     of those registrations also writes the description (describe.go):
+//     "**impact scheduler:** admitted: started whole on N node(s) ...",
+//     or "back in the queue (not complete): preempted for <job> with its
+//     checkpoint signal" (requeued whole: <why>; its admission did not
+//     start whole: <why>), when, and a link to the agent's page, in front
+//     of the user's own description, which stays below a rule. It costs
+//     nothing extra: the same registration. Nomad's UI can draw a
+//     preempted batch job as a green "Complete" (it fills the job's slots
+//     with the complete allocations of any version); the description
+//     above the badge says it is queued.
 //
 // So the scheduler keeps the parking pool: Nomad's UI still says "Failed"
 // for a queued batch job, its description and link (documented for

@@ -39,6 +39,9 @@ type ExecutorConfig struct {
 	PlacementWait time.Duration
 	// Clock (default time.Now).
 	Clock func() time.Time
+	// PageURL, when set, gives the agent's page of a job (by its key), for
+	// the link in the job's description (describe.go).
+	PageURL func(jobKey string) string
 	// OnPreemptionOutcome, when set, is called once per finished
 	// preemption with its outcome (OutcomeCompleted, OutcomeRequeued,
 	// OutcomeStopped), for metrics. It must not block.

@@ -149,7 +149,7 @@ func (x *Executor) settle(ctx context.Context, in *Intent) (done bool, err error
 	if in.Idle == IdleStop || in.EndFailed {
 		err = x.stopForGood(ctx, in)
 	} else {
-		err = x.park(ctx, in.JobID)
+		err = x.park(ctx, in.JobID, parkReason(in))
 	}
 	if err != nil {
 		return false, err
