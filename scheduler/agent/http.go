@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -34,6 +35,9 @@ type HandlerOptions struct {
 	// NomadAddress is Nomad's HTTP address; when it is http(s), the job
 	// pages link the job in Nomad's UI.
 	NomadAddress string
+	// ParkingPool is the node pool queued jobs wait in: the pages link
+	// Nomad's jobs list filtered on it (default "impact-queue").
+	ParkingPool string
 	// Auth guards /v1/queue, /v1/explain, the pages (/ui/) and /metrics;
 	// nil is OpenAuth.
 	// /v1/health is always open (load balancers and Consul checks).
@@ -50,7 +54,7 @@ func NewHandler(src ViewSource, opts HandlerOptions, log hclog.Logger) http.Hand
 	mux.HandleFunc("/v1/health", h.health)
 	mux.HandleFunc("/v1/queue", h.queue)
 	mux.HandleFunc("/v1/explain/", h.explain)
-	ui := &uiHandler{src: src, log: log, auth: opts.Auth}
+	ui := &uiHandler{src: src, log: log, auth: opts.Auth, parking: cmp.Or(opts.ParkingPool, "impact-queue")}
 	if strings.HasPrefix(opts.NomadAddress, "http://") || strings.HasPrefix(opts.NomadAddress, "https://") {
 		ui.nomad = strings.TrimRight(opts.NomadAddress, "/")
 	}

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 // The agent's pages for people (/ui/): the queue, and one page per job
@@ -101,7 +103,10 @@ var termMeaning = map[string]string{
 type uiHandler struct {
 	src   ViewSource
 	nomad string // Nomad's HTTP address, for links to its UI; "" for none
-	log   hclog.Logger
+	// parking is the parking pool, for the link to Nomad's jobs list of
+	// the queued jobs.
+	parking string
+	log     hclog.Logger
 	// auth decides what the pages show, as for /v1/queue and /v1/explain;
 	// a browser's token comes from the cookie /ui/login sets.
 	auth APIAuth
@@ -174,6 +179,9 @@ type queuePage struct {
 	Q       agentapi.Queue
 	Health  agentapi.Health
 	Refresh int
+	// NomadQueue is Nomad's jobs list filtered on the parking pool ("" when
+	// Nomad's UI is not linked).
+	NomadQueue string
 }
 
 type jobPage struct {
@@ -184,6 +192,10 @@ type jobPage struct {
 	Meaning map[string]string
 	JSON    string
 	Waiting int // jobs waiting in all
+	// Planned says when the job is expected to start, or why that is not
+	// known (plannedStart); NomadQueue as for the queue page.
+	Planned    string
+	NomadQueue string
 }
 
 func (u *uiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -213,7 +225,8 @@ func (u *uiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		q.Jobs = jobs
-		u.render(w, http.StatusOK, "queue.html", queuePage{Q: q, Health: u.src.Health(), Refresh: uiRefreshSeconds})
+		u.render(w, http.StatusOK, "queue.html", queuePage{Q: q, Health: u.src.Health(), Refresh: uiRefreshSeconds,
+			NomadQueue: nomadQueueURL(u.nomad, u.parking)})
 	case strings.HasPrefix(p, "/ui/job/"):
 		ns, job, ok := splitJobPath(strings.TrimPrefix(p, "/ui/job/"))
 		if !ok {
@@ -230,6 +243,7 @@ func (u *uiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		u.render(w, http.StatusOK, "job.html", jobPage{E: e, Health: u.src.Health(), Nomad: u.nomad,
 			Refresh: uiRefreshSeconds, Meaning: termMeaning, Waiting: u.src.Queue().Cluster.WaitingJobs,
+			Planned: plannedStart(e), NomadQueue: nomadQueueURL(u.nomad, u.parking),
 			JSON: "/v1/explain/" + url.PathEscape(job) + "?namespace=" + url.QueryEscape(ns)})
 	default:
 		u.notFound(w, "No such page: "+p+". The pages are /ui/ (the queue) and /ui/job/<namespace>/<job>.")
@@ -264,4 +278,46 @@ func (u *uiHandler) render(w http.ResponseWriter, code int, name string, data an
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// nomadQueueURL is Nomad's jobs list filtered on the parking pool: the
+// queued jobs as Nomad shows them ("" without Nomad's address).
+func nomadQueueURL(base, pool string) string {
+	if base == "" {
+		return ""
+	}
+	return base + "/ui/jobs?filter=" + url.QueryEscape(fmt.Sprintf("NodePool == %q", pool))
+}
+
+// couldPreemptFrom finds the engine's "could preempt <job> from <time>".
+var couldPreemptFrom = regexp.MustCompile(`could preempt (\S+) from (\S+?Z)`)
+
+// plannedStart says, for the job page's headline, when a job is expected
+// to start, or why that is not known.
+func plannedStart(e agentapi.Explanation) string {
+	switch e.State {
+	case agentapi.StateInvalid:
+		return "Never, as written: see why below, fix the job and submit it again."
+	case agentapi.StateRunning, agentapi.StateAdmitting:
+		return ""
+	}
+	if ex := e.Engine; ex != nil {
+		switch ex.Status {
+		case engine.StatusAdmitted:
+			return "Now: admitted, waiting for Nomad to start it."
+		case engine.StatusPreempting:
+			return "As soon as the gangs stopping for it have stopped (their checkpoint grace)."
+		}
+		if !ex.ReservedUntil.IsZero() {
+			return fmt.Sprintf("By %s: GPUs are reserved for it, and the running jobs holding them end by then (their impact_walltime).",
+				ex.ReservedUntil.UTC().Format(time.RFC3339))
+		}
+		if ex.Status == engine.StatusReserved {
+			return "Unknown: GPUs are reserved for it, but the running jobs holding them give no impact_walltime."
+		}
+	}
+	if m := couldPreemptFrom.FindStringSubmatch(e.Reason); m != nil {
+		return fmt.Sprintf("From %s, when it may preempt %s (its minimum runtime).", m[2], m[1])
+	}
+	return "Unknown: it waits for its turn or for GPUs to free, and running work gives no end time (see why below)."
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 func fetch(t *testing.T, method, url string) (int, http.Header, string) {
@@ -85,6 +86,9 @@ func TestUIPages(t *testing.T) {
 		`data-test="victims">default/sweep<`,
 		`href="/v1/explain/train-a?namespace=default"`,
 		`href="http://127.0.0.1:4646/ui/jobs/train-a@default"`,
+		`data-test="planned">Planned start: By 2026-11-30T09:00:00Z: GPUs are reserved for it`,
+		`data-test="nomad-queue"`,
+		`href="http://127.0.0.1:4646/ui/jobs?filter=NodePool&#43;%3D%3D&#43;%22impact-queue%22"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("job page lacks %q", want)
@@ -100,6 +104,16 @@ func TestUIPages(t *testing.T) {
 	code, _, body = fetch(t, "GET", srv.URL+JobPagePath("ml team", x.Job))
 	if code != 200 || !strings.Contains(body, `data-test="errors"`) || strings.Contains(body, "<script>") {
 		t.Errorf("invalid job page: HTTP %d, escaped %v", code, !strings.Contains(body, "<script>"))
+	}
+	// Issue 41: an invalid job has no place in the queue and no score
+	// table, just what is wrong, and the headline says it never starts.
+	for _, unwanted := range []string{`data-test="position"`, `data-test="score"`, "Impact score"} {
+		if strings.Contains(body, unwanted) {
+			t.Errorf("invalid job page shows %q", unwanted)
+		}
+	}
+	if !strings.Contains(body, `data-test="planned">Planned start: Never, as written`) {
+		t.Errorf("invalid job page does not say it never starts as written")
 	}
 
 	for _, tc := range []struct {
@@ -130,5 +144,38 @@ func TestReasonDetails(t *testing.T) {
 	}
 	if got := reasonDetails(""); len(got) != 0 {
 		t.Errorf("reasonDetails of nothing = %q", got)
+	}
+}
+
+// The job page's headline says when the job is expected to start, or why
+// that is not known (issue 41).
+func TestPlannedStart(t *testing.T) {
+	at := time.Date(2026, 12, 4, 18, 0, 0, 0, time.UTC)
+	w := func(status engine.Status, reason string, until time.Time) agentapi.Explanation {
+		e := agentapi.Explanation{Engine: &engine.Explanation{Status: status, ReservedUntil: until}}
+		e.State, e.Reason = agentapi.StateWaiting, reason
+		return e
+	}
+	invalid := agentapi.Explanation{}
+	invalid.State = agentapi.StateInvalid
+	running := agentapi.Explanation{}
+	running.State = agentapi.StateRunning
+	for _, tc := range []struct {
+		name string
+		e    agentapi.Explanation
+		want string
+	}{
+		{"reserved with a time", w(engine.StatusReserved, "needs 8 GPUs, 0 free", at), "By 2026-12-04T18:00:00Z"},
+		{"reserved without", w(engine.StatusReserved, "needs 8 GPUs, 0 free", time.Time{}), "Unknown: GPUs are reserved for it, but the running jobs holding them give no impact_walltime."},
+		{"preempting", w(engine.StatusPreempting, "preempting 1 gang(s): default/sweep", time.Time{}), "As soon as the gangs stopping for it have stopped"},
+		{"may preempt later", w(engine.StatusWaiting, `needs 4 GPUs, 0 free in pool "gpu"; could preempt default/sweep from 2026-12-04T16:17:38Z (the policy's preemption min_runtime 1m0s)`, time.Time{}),
+			"From 2026-12-04T16:17:38Z, when it may preempt default/sweep"},
+		{"waiting", w(engine.StatusWaiting, "needs 8 GPUs, 0 free", time.Time{}), "Unknown: it waits for its turn"},
+		{"invalid", invalid, "Never, as written"},
+		{"running", running, ""},
+	} {
+		if got := plannedStart(tc.e); !strings.HasPrefix(got, tc.want) || (tc.want == "" && got != "") {
+			t.Errorf("%s: %q, want it to start %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -162,6 +162,7 @@ func newHTTPServer(cfg *config.Config, a *Agent, metrics *Metrics, nomadAddress 
 		Gang:         gang.NewHandlerWith(registry, gangAuth, logger),
 		Auth:         apiAuth,
 		NomadAddress: nomadAddress,
+		ParkingPool:  cfg.ParkingPool,
 	}, logger.Named("http"))
 	return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}, nil
 }
