@@ -98,11 +98,12 @@ func New(opts Options) (*Agent, error) {
 	log := opts.Logger
 	a := &Agent{
 		opts: opts, log: log, statsLog: log.Named("devicestats"),
-		lead:   newLeadership(opts, log.Named("leader")),
-		state:  newDurable(opts, log.Named("state")),
-		health: &health{name: opts.Name, version: opts.Version, noLeaderGrace: opts.NoLeaderGrace},
-		util:   &utilQueue{},
-		wake:   make(chan struct{}, 1),
+		lead:  newLeadership(opts, log.Named("leader")),
+		state: newDurable(opts, log.Named("state")),
+		health: &health{name: opts.Name, version: opts.Version, noLeaderGrace: opts.NoLeaderGrace,
+			consul: opts.Registrar},
+		util: &utilQueue{},
+		wake: make(chan struct{}, 1),
 	}
 	if a.cycle, err = newCycler(opts, log.Named("cycle")); err != nil {
 		return nil, err
@@ -190,10 +191,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	if r := a.opts.Registrar; r != nil {
-		// Deferred before wg.Wait below, so the retry has stopped when it
-		// deregisters.
+		// Deferred before wg.Wait below, so the reconciler has stopped
+		// when it deregisters.
 		defer a.deregister(r)
-		a.register(ctx, r, &wg)
+		r.SetHealthSource(a.healthyApartFromConsul)
+		goWG(&wg, func() { a.reconcileConsul(ctx, r) })
 	}
 	watchErr := make(chan error, 1)
 	goWG(&wg, func() {
@@ -316,7 +318,14 @@ func (a *Agent) stepDown() {
 
 // Health implements ViewSource.
 func (a *Agent) Health() agentapi.Health {
-	return a.health.report(a.opts.Model.Status(), a.lead.status(), time.Now())
+	return a.health.report(a.opts.Model.Status(), a.lead.status(), time.Now(), true)
+}
+
+// healthyApartFromConsul says whether health would be ok if Consul held
+// the wanted registration: the check's status when the registrar
+// registers again.
+func (a *Agent) healthyApartFromConsul() bool {
+	return a.health.report(a.opts.Model.Status(), a.lead.status(), time.Now(), false).Status == agentapi.StatusOK
 }
 
 // Queue implements ViewSource.

@@ -177,7 +177,8 @@ func (l *leadership) announce(leader bool) {
 	l.metrics.RecordLeader(leader)
 	if l.registrar != nil {
 		if err := l.registrar.SetLeader(leader); err != nil {
-			l.log.Warn("updating consul tag", "error", err)
+			l.metrics.RecordConsulInSync(false)
+			l.log.Warn("updating consul tag failed; the registration reconciler retries", "error", err)
 		}
 	}
 }
