@@ -98,7 +98,9 @@ func (c *cycle) watchGangs() {
 				c.claim(h)
 			}
 			c.plan.Requeues = append(c.plan.Requeues, r)
-			c.e.logger.Warn("requeuing incomplete gang whole", "job", j.ID, "why", why, "missing_for", c.now.Sub(since))
+			// Only planned: a standby decides too. The agent logs the requeue
+			// (at Warn) once the leader carries it out.
+			c.e.logger.Debug("planning to requeue an incomplete gang whole", "job", j.ID, "why", why, "missing_for", c.now.Sub(since))
 		}
 	}
 }
