@@ -144,6 +144,9 @@ func (e *electorAdapter) Campaign(ctx context.Context) (<-chan struct{}, error) 
 // Holder names the agent holding the lock ("" when none).
 func (e *electorAdapter) Holder(ctx context.Context) (string, error) { return e.el.Holder(ctx) }
 
+// LeaseStatus says whether the leader renews its lease.
+func (e *electorAdapter) LeaseStatus() nomad.LeaseStatus { return e.el.LeaseStatus() }
+
 // Resign stops the elector, which releases the lock if held.
 func (e *electorAdapter) Resign(ctx context.Context) error {
 	if e.cancel == nil {

@@ -71,6 +71,17 @@ func (h *health) report(st ModelStatus, lead leaderStatus, now time.Time, withCo
 	out.LeaderName = lead.holder
 	if lead.leader {
 		out.LeaderName = h.name
+	} else if ls := lead.lease; ls != nil && ls.Holder != "" && ls.Holder != h.name {
+		// A standby says whether the leader renews its lease, and names
+		// it from the lease (fresher than the rate-limited holder check).
+		out.LeaderName = ls.Holder
+		alive := !ls.Stale
+		out.LeaderAlive = &alive
+		if ls.Stale {
+			out.Problems = append(out.Problems, fmt.Sprintf(
+				"leader %s has not renewed its lease for %s (presumed dead; a standby takes over at %s)",
+				ls.Holder, ls.Unchanged.Round(time.Second), ls.TakeoverAfter))
+		}
 	}
 	if h.lastErr != nil && lead.leader {
 		out.Problems = append(out.Problems, "last cycle failed: "+h.lastErr.Error())

@@ -111,6 +111,12 @@ type HolderReporter interface {
 	Holder(ctx context.Context) (string, error)
 }
 
+// LeaseReporter is an Elector that can say whether the leader is alive
+// (renews its lease), so a standby's health says so.
+type LeaseReporter interface {
+	LeaseStatus() nomad.LeaseStatus
+}
+
 // StateStore is durable scheduler state in Nomad Variables, so that a new
 // leader resumes where the last one stopped.
 type StateStore interface {

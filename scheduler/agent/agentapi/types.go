@@ -36,8 +36,11 @@ type Health struct {
 	Version string `json:"version"`
 	Leader  bool   `json:"leader"`
 	// LeaderName is the agent holding the leader lock, when known.
-	LeaderName string   `json:"leader_name,omitempty"`
-	Problems   []string `json:"problems,omitempty"`
+	LeaderName string `json:"leader_name,omitempty"`
+	// LeaderAlive (standbys) says whether the leader renews its lease;
+	// absent on the leader and when no lease is known.
+	LeaderAlive *bool    `json:"leader_alive,omitempty"`
+	Problems    []string `json:"problems,omitempty"`
 	// LastCycle is when the last scheduling cycle finished, if any.
 	LastCycle *time.Time `json:"last_cycle,omitempty"`
 	// LastCycleError is the error of the last cycle, empty when it worked.
