@@ -188,6 +188,8 @@ type stateAdapter struct {
 	st *nomad.StateStore
 	// savedRequeues is what SaveRequeues last stored (nil: nothing yet).
 	savedRequeues map[string]int
+	// savedTimeline is what SaveTimeline last stored (nil: nothing yet).
+	savedTimeline map[string]string
 }
 
 func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error) {
@@ -203,17 +205,25 @@ func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error
 	if err != nil {
 		return DurableState{}, false, err
 	}
-	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}, Requeues: requeues}
+	tl, err := s.st.LoadTimeline(ctx)
+	if err != nil {
+		return DurableState{}, false, err
+	}
+	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}, Requeues: requeues,
+		Timeline: decodeTimeline(tl)}
 	for _, r := range recs {
 		ds.Preemptions[r.JobID] = r
 	}
-	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0, nil
+	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0 || len(tl) > 0, nil
 }
 
-// SaveState writes the usage, and the idle requeue counts when they
-// changed since the last save (they change rarely; usage every save).
+// SaveState writes the usage, and the timeline and the idle requeue
+// counts when they changed since the last save (usage every save).
 func (s *stateAdapter) SaveState(ctx context.Context, d DurableState) error {
 	if err := s.st.SaveUsage(ctx, d.Usage, d.UsageAt); err != nil {
+		return err
+	}
+	if err := s.saveTimeline(ctx, d.Timeline); err != nil {
 		return err
 	}
 	if s.savedRequeues != nil && maps.Equal(s.savedRequeues, d.Requeues) {

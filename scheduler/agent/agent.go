@@ -110,6 +110,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.explain = newExplainWriter(opts.Explainer, a.cycle.view.Load, opts.Metrics, log.Named("explain"))
 	a.cycle.lead, a.cycle.state, a.cycle.explain, a.cycle.health, a.cycle.util = a.lead, a.state, a.explain, a.health, a.util
+	a.state.timeline = func() map[string][]agentapi.Event { return a.cycle.timeline }
 	return a, nil
 }
 
@@ -301,6 +302,7 @@ func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 		if err := a.cycle.restore(&m); err != nil {
 			a.state.log.Error("restoring engine", "error", err)
 		}
+		a.cycle.mergeTimeline(a.state.takeTimeline())
 	}
 	a.explain.newTerm()
 	a.lead.won(lctx, cancel)

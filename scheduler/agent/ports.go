@@ -138,6 +138,9 @@ type DurableState struct {
 	// Requeues counts, per job, the requeues of its tier's idle action,
 	// so a new leader requeues a hung job at most max_requeues times in all.
 	Requeues map[string]int `json:"requeues,omitempty"`
+	// Timeline is each job's decision history (bounded, the jobs with the
+	// newest events first), so it survives a restart and a failover.
+	Timeline map[string][]agentapi.Event `json:"timeline,omitempty"`
 	// Leader names the agent that saved it.
 	Leader string `json:"leader"`
 }

@@ -156,9 +156,11 @@ type Explanation struct {
 	Nodes map[string][]string `json:"nodes,omitempty"`
 	// PreemptedBy names the job whose admission preempted this one.
 	PreemptedBy string `json:"preempted_by,omitempty"`
-	// History lists the job's state changes this agent saw, oldest first
-	// (the most recent MaxHistory of them); it starts empty when an agent
-	// starts.
+	// History lists the job's state changes, oldest first (the most
+	// recent MaxHistory of them). The leader saves it with the durable
+	// state (bounded to about 48 KiB, the jobs with the newest events
+	// first), so a new leader, after a restart or a failover, starts from
+	// it; a standby shows what it saw since it started.
 	History []Event `json:"history,omitempty"`
 	// Engine is the engine's explanation of the job, unchanged: its
 	// status, score and terms, reason, the nodes that could not take it
