@@ -75,3 +75,39 @@ func TestFailoverAfterSIGKILLMedian(t *testing.T) {
 		t.Errorf("median failover %s, want 15s or less", median)
 	}
 }
+
+// TestLeaderAfterNomadRestart: the Nomad server restarts under two impact
+// agents. Someone leads again no later than the restart plus one lock
+// period (ha.lock_ttl, 10s here) after Nomad answers again (issue 39: 76s
+// without a leader, 50s after the server was back).
+func TestLeaderAfterNomadRestart(t *testing.T) {
+	e := setup(t, false)
+	ports := nomadagent.FreePorts(t, 2)
+	urls := []string{fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	e.launchImpact(t, "nr-a", urls[0])
+	e.launchImpact(t, "nr-b", urls[1])
+	leads := func() bool {
+		for _, u := range urls {
+			var h health
+			if getAPI(u, "/v1/health", &h) == nil && h.Leader {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 60*time.Second, "a leader", func() (bool, string) { return leads(), "" })
+	stopped := time.Now()
+	e.a.Restart()
+	eventually(t, 60*time.Second, "nomad answers again", func() (bool, string) {
+		var leader string
+		err := e.a.Get("/v1/status/leader", &leader)
+		return err == nil && leader != "", fmt.Sprintf("%q %v", leader, err)
+	})
+	back := time.Now()
+	eventually(t, 60*time.Second, "a leader again", func() (bool, string) { return leads(), "" })
+	t.Logf("nomad down %s; a leader %s after it answered again (%s after the restart began)",
+		back.Sub(stopped).Round(100*time.Millisecond), time.Since(back).Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+	if d := time.Since(back); d > 10*time.Second {
+		t.Errorf("no leader for %s after Nomad answered again, want within one lock period (10s)", d)
+	}
+}
