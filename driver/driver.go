@@ -148,9 +148,15 @@ func (d *Driver) fingerprint(cfg Config) *driverpb.FingerprintResponse {
 		"driver." + pluginName + ".version": {Value: &structspb.Attribute_StringVal{StringVal: pluginVersion}},
 	}
 	desc := "healthy; gang barrier needs a rendezvous_addr in each task's gang block"
-	if cfg.RendezvousAddr != "" {
+	switch {
+	case cfg.RendezvousAddr != "":
 		attrs["driver."+pluginName+".rendezvous"] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: cfg.RendezvousAddr}}
 		desc = "healthy; rendezvous at " + cfg.RendezvousAddr
+	case cfg.ConsulService != "":
+		desc = "healthy; rendezvous found in consul: a passing instance of service " + cfg.ConsulService
+		if cfg.ConsulTag != "" {
+			desc += " with tag " + cfg.ConsulTag
+		}
 	}
 	if _, err := os.Stat(d.exe); err != nil {
 		return &driverpb.FingerprintResponse{Attributes: attrs, Health: driverpb.FingerprintResponse_UNHEALTHY,

@@ -144,6 +144,9 @@ func (e *electorAdapter) Campaign(ctx context.Context) (<-chan struct{}, error) 
 // Holder names the agent holding the lock ("" when none).
 func (e *electorAdapter) Holder(ctx context.Context) (string, error) { return e.el.Holder(ctx) }
 
+// LeaseStatus says whether the leader renews its lease.
+func (e *electorAdapter) LeaseStatus() nomad.LeaseStatus { return e.el.LeaseStatus() }
+
 // Resign stops the elector, which releases the lock if held.
 func (e *electorAdapter) Resign(ctx context.Context) error {
 	if e.cancel == nil {
@@ -187,6 +190,8 @@ type stateAdapter struct {
 	// savedGangs what SaveGangRequeues last stored.
 	savedRequeues map[string]int
 	savedGangs    map[string]nomad.GangRequeue
+	// savedTimeline is what SaveTimeline last stored (nil: nothing yet).
+	savedTimeline map[string]string
 }
 
 func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error) {
@@ -206,17 +211,25 @@ func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error
 	if err != nil {
 		return DurableState{}, false, err
 	}
-	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}, Requeues: requeues, GangRequeues: gangs}
+	tl, err := s.st.LoadTimeline(ctx)
+	if err != nil {
+		return DurableState{}, false, err
+	}
+	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}, Requeues: requeues,
+		GangRequeues: gangs, Timeline: decodeTimeline(tl)}
 	for _, r := range recs {
 		ds.Preemptions[r.JobID] = r
 	}
-	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0 || len(gangs) > 0, nil
+	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0 || len(gangs) > 0 || len(tl) > 0, nil
 }
 
-// SaveState writes the usage, and the idle and gang requeue counts when
-// they changed since the last save (they change rarely; usage every save).
+// SaveState writes the usage, and the timeline and the idle and gang
+// requeue counts when they changed since the last save (usage every save).
 func (s *stateAdapter) SaveState(ctx context.Context, d DurableState) error {
 	if err := s.st.SaveUsage(ctx, d.Usage, d.UsageAt); err != nil {
+		return err
+	}
+	if err := s.saveTimeline(ctx, d.Timeline); err != nil {
 		return err
 	}
 	if s.savedRequeues == nil || !maps.Equal(s.savedRequeues, d.Requeues) {

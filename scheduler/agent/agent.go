@@ -98,17 +98,19 @@ func New(opts Options) (*Agent, error) {
 	log := opts.Logger
 	a := &Agent{
 		opts: opts, log: log, statsLog: log.Named("devicestats"),
-		lead:   newLeadership(opts, log.Named("leader")),
-		state:  newDurable(opts, log.Named("state")),
-		health: &health{name: opts.Name, version: opts.Version, noLeaderGrace: opts.NoLeaderGrace},
-		util:   &utilQueue{},
-		wake:   make(chan struct{}, 1),
+		lead:  newLeadership(opts, log.Named("leader")),
+		state: newDurable(opts, log.Named("state")),
+		health: &health{name: opts.Name, version: opts.Version, noLeaderGrace: opts.NoLeaderGrace,
+			consul: opts.Registrar},
+		util: &utilQueue{},
+		wake: make(chan struct{}, 1),
 	}
 	if a.cycle, err = newCycler(opts, log.Named("cycle")); err != nil {
 		return nil, err
 	}
 	a.explain = newExplainWriter(opts.Explainer, a.cycle.view.Load, opts.Metrics, log.Named("explain"))
 	a.cycle.lead, a.cycle.state, a.cycle.explain, a.cycle.health, a.cycle.util = a.lead, a.state, a.explain, a.health, a.util
+	a.state.timeline = func() map[string][]agentapi.Event { return a.cycle.timeline }
 	return a, nil
 }
 
@@ -190,10 +192,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	if r := a.opts.Registrar; r != nil {
-		// Deferred before wg.Wait below, so the retry has stopped when it
-		// deregisters.
+		// Deferred before wg.Wait below, so the reconciler has stopped
+		// when it deregisters.
 		defer a.deregister(r)
-		a.register(ctx, r, &wg)
+		r.SetHealthSource(a.healthyApartFromConsul)
+		goWG(&wg, func() { a.reconcileConsul(ctx, r) })
 	}
 	watchErr := make(chan error, 1)
 	goWG(&wg, func() {
@@ -299,6 +302,7 @@ func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 		if err := a.cycle.restore(&m); err != nil {
 			a.state.log.Error("restoring engine", "error", err)
 		}
+		a.cycle.mergeTimeline(a.state.takeTimeline())
 	}
 	a.cycle.holdBackGangs(a.opts.Clock())
 	a.explain.newTerm()
@@ -317,7 +321,14 @@ func (a *Agent) stepDown() {
 
 // Health implements ViewSource.
 func (a *Agent) Health() agentapi.Health {
-	return a.health.report(a.opts.Model.Status(), a.lead.status(), time.Now())
+	return a.health.report(a.opts.Model.Status(), a.lead.status(), time.Now(), true)
+}
+
+// healthyApartFromConsul says whether health would be ok if Consul held
+// the wanted registration: the check's status when the registrar
+// registers again.
+func (a *Agent) healthyApartFromConsul() bool {
+	return a.health.report(a.opts.Model.Status(), a.lead.status(), time.Now(), false).Status == agentapi.StatusOK
 }
 
 // Queue implements ViewSource.

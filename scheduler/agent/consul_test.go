@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,14 +15,55 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// fakeConsul records the agent endpoints the registrar uses.
+// fakeConsul is a Consul agent's HTTP API as far as the registrar uses
+// it: it records the calls, keeps the registered services with their
+// checks' status, and can be down or restarted empty.
 type fakeConsul struct {
 	mu       sync.Mutex
 	services map[string]map[string]any
-	tokens   []string
-	calls    []string
+	// status is each service's check status; a registration without a
+	// Status starts critical, as in Consul.
+	status map[string]string
+	tokens []string
+	calls  []string
 	// failRegisters answers that many registrations with a 500 first.
 	failRegisters int
+	// down answers every request with a 500, as an agent that lost its
+	// servers does (or a connection refused, to the client).
+	down bool
+}
+
+func newFakeConsul() *fakeConsul {
+	return &fakeConsul{services: map[string]map[string]any{}, status: map[string]string{}}
+}
+
+func (f *fakeConsul) setDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+}
+
+// restartEmpty forgets every service, as a dev agent restarted does.
+func (f *fakeConsul) restartEmpty() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.services = map[string]map[string]any{}
+	f.status = map[string]string{}
+}
+
+// tags returns a service's tags (nil when not registered).
+func (f *fakeConsul) tags(id string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	svc := f.services[id]
+	if svc == nil {
+		return nil
+	}
+	var out []string
+	for _, t := range svc["Tags"].([]any) {
+		out = append(out, t.(string))
+	}
+	return out
 }
 
 func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -29,7 +71,13 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path)
 	f.tokens = append(f.tokens, r.Header.Get("X-Consul-Token"))
+	writeJSON := func(v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
 	switch {
+	case f.down:
+		http.Error(w, "rpc error making call: No cluster leader", 500)
 	case r.URL.Path == "/v1/agent/service/register" && f.failRegisters > 0:
 		f.failRegisters--
 		http.Error(w, "No cluster leader", 500)
@@ -40,7 +88,15 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), 400)
 			return
 		}
-		f.services[body["ID"].(string)] = body
+		id := body["ID"].(string)
+		f.services[id] = body
+		st := "critical"
+		if c, _ := body["Check"].(map[string]any); c != nil && c["Status"] != nil && c["Status"] != "" {
+			st = c["Status"].(string)
+		}
+		if _, ok := f.status[id]; !ok || st != "critical" {
+			f.status[id] = st
+		}
 	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/"):
 		id := strings.TrimPrefix(r.URL.Path, "/v1/agent/service/deregister/")
 		if _, ok := f.services[id]; !ok {
@@ -48,13 +104,50 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		delete(f.services, id)
+		delete(f.status, id)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/agent/service/"):
+		svc := f.services[strings.TrimPrefix(r.URL.Path, "/v1/agent/service/")]
+		if svc == nil {
+			http.Error(w, "unknown service ID", 404)
+			return
+		}
+		writeJSON(map[string]any{"ID": svc["ID"], "Service": svc["Name"], "Tags": svc["Tags"],
+			"Address": svc["Address"], "Port": svc["Port"]})
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/agent/checks":
+		out := map[string]any{}
+		for id, svc := range f.services {
+			c, _ := svc["Check"].(map[string]any)
+			if c == nil {
+				continue
+			}
+			out[c["CheckID"].(string)] = map[string]any{"CheckID": c["CheckID"], "ServiceID": id,
+				"Status": f.status[id], "Definition": map[string]any{"HTTP": c["HTTP"]}}
+		}
+		writeJSON(out)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/agent/self":
+		writeJSON(map[string]any{"Config": map[string]any{"NodeName": "node1"}})
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/health/service/"):
+		name := strings.TrimPrefix(r.URL.Path, "/v1/health/service/")
+		tag := r.URL.Query().Get("tag")
+		out := []any{}
+		for id, svc := range f.services {
+			if svc["Name"] != name || (tag != "" && !slices.Contains(svc["Tags"].([]any), any(tag))) {
+				continue
+			}
+			out = append(out, map[string]any{
+				"Node":    map[string]any{"Node": "node1"},
+				"Service": map[string]any{"ID": id, "Service": name, "Tags": svc["Tags"]},
+				"Checks":  []any{map[string]any{"CheckID": id + "-health", "ServiceID": id, "Status": f.status[id]}},
+			})
+		}
+		writeJSON(out)
 	default:
 		http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, 405)
 	}
 }
 
 func TestConsulRegisterLifecycle(t *testing.T) {
-	fc := &fakeConsul{services: map[string]map[string]any{}}
+	fc := newFakeConsul()
 	srv := httptest.NewServer(fc)
 	defer srv.Close()
 	r, err := NewRegistrar(ConsulConfig{
@@ -124,7 +217,8 @@ func TestConsulRegisterErrorIsReported(t *testing.T) {
 // it is not registered, and registration is retried until it succeeds;
 // shutdown deregisters.
 func TestConsulRegistrationRetried(t *testing.T) {
-	fc := &fakeConsul{services: map[string]map[string]any{}, failRegisters: 1}
+	fc := newFakeConsul()
+	fc.failRegisters = 1
 	srv := httptest.NewServer(fc)
 	defer srv.Close()
 	r, err := NewRegistrar(ConsulConfig{Address: strings.TrimPrefix(srv.URL, "http://"), ServiceName: "impact-scheduler",
@@ -133,7 +227,11 @@ func TestConsulRegistrationRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := newFakeNomad(time.Now)
-	opts := fakeOptions(t, n, &fakeExec{n: n, agent: "a1"}, time.Now)
+	ex := &fakeExec{n: n, agent: "a1"}
+	opts := fakeOptions(t, n, ex, time.Now)
+	// A standby: a leadership change would register at once, before the
+	// retry this test is about.
+	opts.Elector = neverElected{ex}
 	opts.Registrar = r
 	a, err := New(opts)
 	if err != nil {

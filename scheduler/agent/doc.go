@@ -42,7 +42,9 @@
 //	health        health.go       what /v1/health reports
 //	utilQueue     utilization.go  the device stats poll, and its samples queued for the
 //	              idle.go         engine
-//	(Agent)       startup.go      the parking pool and the Consul registration
+//	(Agent)       startup.go      the parking pool, the Consul deregistration
+//	              consul_reconcile.go the Consul registration, compared with Consul's copy
+//	                              and repaired at every check interval
 //
 // Service (wire.go) builds an Agent from a config, with its ports wired to
 // scheduler/nomad (adapters.go), the Consul registrar and the HTTP API

@@ -22,10 +22,13 @@ type health struct {
 
 	cycles atomic.Uint64
 
+	// consul is the registration (nil without Consul); health reports it
+	// while Consul does not hold what the agent wants.
+	consul *Registrar
+
 	mu        sync.Mutex
 	lastCycle time.Time
 	lastErr   error
-	consulErr error // nil once registered
 }
 
 // cycleDone records the end of a cycle that ran at at.
@@ -36,16 +39,10 @@ func (h *health) cycleDone(at time.Time, err error) {
 	h.mu.Unlock()
 }
 
-// setConsulErr records the last Consul registration's outcome.
-func (h *health) setConsulErr(err error) {
-	h.mu.Lock()
-	h.consulErr = err
-	h.mu.Unlock()
-}
-
 // report is the health answer, degraded with every problem found. now is
-// the wall clock (the no-leader grace is measured in it).
-func (h *health) report(st ModelStatus, lead leaderStatus, now time.Time) agentapi.Health {
+// the wall clock (the no-leader grace is measured in it); withConsul
+// includes the Consul registration's problem.
+func (h *health) report(st ModelStatus, lead leaderStatus, now time.Time, withConsul bool) agentapi.Health {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := agentapi.Health{
@@ -63,8 +60,10 @@ func (h *health) report(st ModelStatus, lead leaderStatus, now time.Time) agenta
 	if lead.electionErr != nil {
 		out.Problems = append(out.Problems, "leader election: "+lead.electionErr.Error())
 	}
-	if h.consulErr != nil {
-		out.Problems = append(out.Problems, "consul registration (retrying): "+h.consulErr.Error())
+	if withConsul && h.consul != nil {
+		if p := h.consul.problem(); p != "" {
+			out.Problems = append(out.Problems, p)
+		}
 	}
 	if msg := h.noLeader(lead, now); msg != "" {
 		out.Problems = append(out.Problems, msg)
@@ -72,6 +71,17 @@ func (h *health) report(st ModelStatus, lead leaderStatus, now time.Time) agenta
 	out.LeaderName = lead.holder
 	if lead.leader {
 		out.LeaderName = h.name
+	} else if ls := lead.lease; ls != nil && ls.Holder != "" && ls.Holder != h.name {
+		// A standby says whether the leader renews its lease, and names
+		// it from the lease (fresher than the rate-limited holder check).
+		out.LeaderName = ls.Holder
+		alive := !ls.Stale
+		out.LeaderAlive = &alive
+		if ls.Stale {
+			out.Problems = append(out.Problems, fmt.Sprintf(
+				"leader %s has not renewed its lease for %s (presumed dead; a standby takes over at %s)",
+				ls.Holder, ls.Unchanged.Round(time.Second), ls.TakeoverAfter))
+		}
 	}
 	if h.lastErr != nil && lead.leader {
 		out.Problems = append(out.Problems, "last cycle failed: "+h.lastErr.Error())

@@ -41,9 +41,13 @@ func TestHealthReport(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &health{name: "a1", version: "v", noLeaderGrace: time.Minute}
+			if tc.consulErr != nil {
+				h.consul = &Registrar{}
+				h.consul.active.Store(true)
+				h.consul.record(tc.consulErr, "")
+			}
 			h.cycleDone(now.Add(-time.Second), tc.lastErr)
-			h.setConsulErr(tc.consulErr)
-			got := h.report(tc.st, tc.lead, now)
+			got := h.report(tc.st, tc.lead, now, true)
 			if len(got.Problems) != len(tc.want) {
 				t.Fatalf("problems %q, want %d like %q", got.Problems, len(tc.want), tc.want)
 			}

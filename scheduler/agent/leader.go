@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 )
 
 // leadership is this agent's part in the election: it campaigns for the
@@ -54,6 +56,9 @@ type leaderStatus struct {
 	holderErr     error
 	electionErr   error
 	noLeaderSince time.Time
+	// lease is the leader's lease as this agent sees it (nil when the
+	// elector does not report one).
+	lease *nomad.LeaseStatus
 }
 
 func newLeadership(o Options, log hclog.Logger) *leadership {
@@ -177,7 +182,8 @@ func (l *leadership) announce(leader bool) {
 	l.metrics.RecordLeader(leader)
 	if l.registrar != nil {
 		if err := l.registrar.SetLeader(leader); err != nil {
-			l.log.Warn("updating consul tag", "error", err)
+			l.metrics.RecordConsulInSync(false)
+			l.log.Warn("updating consul tag failed; the registration reconciler retries", "error", err)
 		}
 	}
 }
@@ -249,8 +255,13 @@ func (l *leadership) resign() {
 }
 
 func (l *leadership) status() leaderStatus {
+	var lease *nomad.LeaseStatus
+	if lr, ok := l.elector.(LeaseReporter); ok {
+		st := lr.LeaseStatus()
+		lease = &st
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return leaderStatus{leader: l.leader.Load(), holder: l.holder, holderErr: l.holderErr,
-		electionErr: l.electionErr, noLeaderSince: l.noLeaderSince}
+		electionErr: l.electionErr, noLeaderSince: l.noLeaderSince, lease: lease}
 }

@@ -56,6 +56,8 @@ var (
 	mHeadroomHeld    = []string{"headroom", "held_gpus"}
 	mHeadroomIdle    = []string{"headroom", "idle_kept_gpus"}
 	mIdleReclaimed   = []string{"idle", "reclaimed_gpu_hours_total"}
+	mConsulInSync    = []string{"consul", "registration_in_sync"}
+	mConsulRepairs   = []string{"consul", "registration_repairs_total"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -145,6 +147,7 @@ func gaugeDefinitions() []metricsprom.GaugeDefinition {
 		gaugeDef(mEventLag, "Seconds from the oldest unapplied Nomad event's arrival to the cycle that used it."),
 		gaugeDef(mEventIndex, "Nomad index the agent's model is current to."),
 		gaugeDef(mLeader, "1 when this agent is the leader."),
+		gaugeDef(mConsulInSync, "Whether Consul holds the registration the agent wants (service, leader/standby tag, check): 1 yes, 0 while it is being repaired; absent without Consul."),
 		gaugeDef(mEventsApplied, "Nomad events applied to the model since start."),
 		gaugeDef(mResyncs, "Full resyncs with Nomad since start (start-up, outages, index resets)."),
 		gaugeDef(mReconnects, "Event stream reconnects since start."),
@@ -167,6 +170,7 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace, at once when Nomad replaced it or ended the job's run."),
 		counterDef(mGangsFailed, "Running gangs that lost a member and were stopped whole and ended failed instead of requeued (impact_on_failure = \"fail\", or impact_max_failures runs in a row lost a member)."),
 		counterDef(mIdleReclaimed, "GPU-hours freed from idle or hung jobs by their tier's idle action (reclaims and idle preemptions carried out): their GPUs x the rest of their impact_walltime (0 for jobs without one)."),
+		counterDef(mConsulRepairs, "Consul registrations repaired, by what differed: missing (Consul lost the service, e.g. restarted empty), tag (leader/standby tag out of date), service (name or address), check."),
 		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
 	}
@@ -334,6 +338,21 @@ func (m *Metrics) RecordLeader(leader bool) {
 		v = 1
 	}
 	m.m.SetGauge(mLeader, v)
+}
+
+// RecordConsulInSync publishes whether Consul holds the wanted
+// registration.
+func (m *Metrics) RecordConsulInSync(ok bool) {
+	v := float32(0)
+	if ok {
+		v = 1
+	}
+	m.m.SetGauge(mConsulInSync, v)
+}
+
+// RecordConsulRepair counts a registration repaired, by reason.
+func (m *Metrics) RecordConsulRepair(reason string) {
+	m.m.IncrCounterWithLabels(mConsulRepairs, 1, []metrics.Label{{Name: "reason", Value: reason}})
 }
 
 func tierLabel(t string) string {

@@ -111,6 +111,12 @@ type HolderReporter interface {
 	Holder(ctx context.Context) (string, error)
 }
 
+// LeaseReporter is an Elector that can say whether the leader is alive
+// (renews its lease), so a standby's health says so.
+type LeaseReporter interface {
+	LeaseStatus() nomad.LeaseStatus
+}
+
 // StateStore is durable scheduler state in Nomad Variables, so that a new
 // leader resumes where the last one stopped.
 type StateStore interface {
@@ -135,6 +141,9 @@ type DurableState struct {
 	// GangRequeues are, per job, its runs in a row that lost a member
 	// (requeued whole), for the back-off and impact_max_failures.
 	GangRequeues map[string]nomad.GangRequeue `json:"gang_requeues,omitempty"`
+	// Timeline is each job's decision history (bounded, the jobs with the
+	// newest events first), so it survives a restart and a failover.
+	Timeline map[string][]agentapi.Event `json:"timeline,omitempty"`
 	// Leader names the agent that saved it.
 	Leader string `json:"leader"`
 }

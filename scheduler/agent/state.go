@@ -3,11 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/nomad"
 )
@@ -36,11 +38,22 @@ type durable struct {
 	gangs     map[string]nomad.GangRequeue
 	lastSave  time.Time
 	recovered bool // this term's Recover succeeded
+	// timeline gives the cycler's timeline to save; loadedTimeline is the
+	// one the last load read, for the term to start from.
+	timeline       func() map[string][]agentapi.Event
+	loadedTimeline map[string][]agentapi.Event
 }
 
 func newDurable(o Options, log hclog.Logger) *durable {
 	return &durable{name: o.Name, store: o.State, exec: o.Executor, saveEvery: o.SaveEvery, clk: o.Clock,
 		log: log, metrics: o.Metrics, preemptions: map[string]nomad.PreemptionRecord{}, gangs: map[string]nomad.GangRequeue{}}
+}
+
+// takeTimeline returns the timeline the last load read, once.
+func (d *durable) takeTimeline() map[string][]agentapi.Event {
+	tl := d.loadedTimeline
+	d.loadedTimeline = nil
+	return tl
 }
 
 // load starts a term: it reads the durable state and returns the engine
@@ -68,6 +81,7 @@ func (d *durable) load(ctx context.Context) (m engine.Memory, ok bool) {
 		// none of its own.
 		d.gangs = copyMap(st.GangRequeues)
 	}
+	d.loadedTimeline = st.Timeline
 	d.log.Info("resumed from durable state", "saved_by", st.Leader, "projects", len(st.Usage),
 		"preemptions", len(st.Preemptions), "gang_requeues", len(st.GangRequeues))
 	return memoryFrom(st, d.clk()), true
@@ -140,6 +154,13 @@ func (d *durable) save(ctx context.Context, now time.Time, force bool, eng *engi
 		Requeues:     eng.Memory(now).Requeues,
 		GangRequeues: copyMap(d.gangs),
 		Leader:       d.name,
+	}
+	if d.timeline != nil {
+		// A copy: the store may keep it (the cycler goes on appending).
+		st.Timeline = make(map[string][]agentapi.Event, len(d.timeline()))
+		for id, evs := range d.timeline() {
+			st.Timeline[id] = slices.Clone(evs)
+		}
 	}
 	if err := d.store.SaveState(ctx, st); err != nil {
 		if ctx.Err() == nil {

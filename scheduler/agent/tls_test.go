@@ -45,7 +45,7 @@ func TestServiceOverTLSWithTokenAndConsul(t *testing.T) {
 	if err := os.WriteFile(caPath, ca, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fc := &fakeConsul{services: map[string]map[string]any{}}
+	fc := newFakeConsul()
 	consulSrv := httptest.NewServer(fc)
 	defer consulSrv.Close()
 

@@ -126,7 +126,9 @@ func (c *cycle) watchGangs() {
 				c.keepRequeuedDead(j)
 			}
 			c.plan.Requeues = append(c.plan.Requeues, r)
-			c.e.logger.Warn("requeuing incomplete gang whole", "job", j.ID, "why", m.why, "missing_for", c.now.Sub(since), "end_failed", r.EndFailed)
+			// Only planned: a standby decides too. The agent logs the requeue
+			// (at Warn) once the leader carries it out.
+			c.e.logger.Debug("planning to requeue an incomplete gang whole", "job", j.ID, "why", m.why, "missing_for", c.now.Sub(since), "end_failed", r.EndFailed)
 		}
 	}
 }

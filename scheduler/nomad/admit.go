@@ -60,10 +60,14 @@ func (x *Executor) admitIntent(a engine.Admission) *Intent {
 }
 
 // parkedJob reads the job to admit and checks it is still the parked job
-// the plan was decided on (ErrConflict if not).
+// the plan was decided on (ErrConflict if not; ErrGone when it was
+// purged).
 func (x *Executor) parkedJob(ctx context.Context, a engine.Admission) (*api.Job, error) {
 	ns, id := splitJobKey(a.JobID)
 	job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
+	if isNotFound(err) {
+		return nil, fmt.Errorf("admit %s: %w", a.JobID, ErrGone)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("admit %s: read job: %w", a.JobID, err)
 	}

@@ -42,6 +42,10 @@
 //	intents.go      intents: what the executor is about to do, written before it acts
 //	explain.go      the explanation Variable (nomad/jobs/<job>/impact)
 //	elector.go      leader election through a Variables lock
+//	lease.go        the leader's lease beside the lock: a standby takes a crashed leader's lock over
+//	                after 10s (Nomad alone frees it 2 x TTL + lock delay after the last renewal)
+//	history.go      the decision history (job timelines) saved with the durable state
+//	gone.go         ErrGone/SkipGone: a job purged between the decision and the action
 //	devicestats.go  GPU utilisation from the clients' device stats
 //	bounded.go      a size-bounded map (outcome notes)
 //

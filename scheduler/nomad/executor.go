@@ -196,6 +196,8 @@ func (x *Executor) applyAdmissions(ctx context.Context, admissions []engine.Admi
 		case errors.Is(err, ErrConflict):
 			res.Skipped[a.JobID] = SkipConflict
 			x.setOutcome(a.JobID, err.Error())
+		case errors.Is(err, ErrGone):
+			res.Skipped[a.JobID] = SkipGone
 		default:
 			res.Failed[a.JobID] = err
 		}

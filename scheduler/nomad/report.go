@@ -20,8 +20,8 @@ type ApplyReport struct {
 	// RolledBack lists admissions parked again because the gang did not
 	// fully start by its deadline.
 	RolledBack []string
-	// Skipped maps job IDs to why an action was not taken: SkipConflict or
-	// SkipUnderway.
+	// Skipped maps job IDs to why an action was not taken: SkipConflict,
+	// SkipUnderway or SkipGone.
 	Skipped map[string]string
 	// Failed maps job IDs to errors.
 	Failed map[string]error

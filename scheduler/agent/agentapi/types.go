@@ -36,8 +36,11 @@ type Health struct {
 	Version string `json:"version"`
 	Leader  bool   `json:"leader"`
 	// LeaderName is the agent holding the leader lock, when known.
-	LeaderName string   `json:"leader_name,omitempty"`
-	Problems   []string `json:"problems,omitempty"`
+	LeaderName string `json:"leader_name,omitempty"`
+	// LeaderAlive (standbys) says whether the leader renews its lease;
+	// absent on the leader and when no lease is known.
+	LeaderAlive *bool    `json:"leader_alive,omitempty"`
+	Problems    []string `json:"problems,omitempty"`
 	// LastCycle is when the last scheduling cycle finished, if any.
 	LastCycle *time.Time `json:"last_cycle,omitempty"`
 	// LastCycleError is the error of the last cycle, empty when it worked.
@@ -162,9 +165,11 @@ type Explanation struct {
 	// job (a new submit time, Since) but keeps this one. Not kept across a
 	// leader change.
 	Submitted time.Time `json:"submitted,omitzero"`
-	// History lists the job's state changes this agent saw, oldest first
-	// (the most recent MaxHistory of them); it starts empty when an agent
-	// starts.
+	// History lists the job's state changes, oldest first (the most
+	// recent MaxHistory of them). The leader saves it with the durable
+	// state (bounded to about 48 KiB, the jobs with the newest events
+	// first), so a new leader, after a restart or a failover, starts from
+	// it; a standby shows what it saw since it started.
 	History []Event `json:"history,omitempty"`
 	// Engine is the engine's explanation of the job, unchanged: its
 	// status, score and terms, reason, the nodes that could not take it

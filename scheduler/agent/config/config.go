@@ -168,8 +168,10 @@ type Cycle struct {
 
 // HA is leader election and durable state.
 type HA struct {
-	// LockTTL is the TTL of the Nomad Variables lock; a dead leader is
-	// replaced after at most about this long.
+	// LockTTL is the TTL of the Nomad Variables lock. A dead leader is
+	// replaced after its lease goes unrenewed for 10s
+	// (nomad.DefaultTakeoverAfter), or, without a lease, when Nomad frees
+	// the lock: 2 x LockTTL plus the lock delay after its last renewal.
 	LockTTL time.Duration
 	// StatePrefix is the Nomad Variables path prefix for the leader lock
 	// and durable state.
