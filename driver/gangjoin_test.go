@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -300,5 +301,29 @@ func TestGangJoinBinary(t *testing.T) {
 	}
 	if out, err := exec.Command(binary, "gang-join", "-h").CombinedOutput(); err != nil || !strings.Contains(string(out), "usage: impact-exec gang-join") {
 		t.Errorf("gang-join -h: %v\n%s", err, out)
+	}
+}
+
+// example/jobs/docker-gang.nomad.hcl runs gang-join as a prestart task with
+// the "impact" identity, and its main task's template reads the file
+// gang-join writes.
+func TestGangJoinDockerExample(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "example", "jobs", "docker-gang.nomad.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`hook\s*=\s*"prestart"`,
+		`args\s*=\s*\["gang-join"`,
+		`name\s*=\s*"` + gang.IdentityName + `"`,
+		`file\s*=\s*true`,
+		`source\s*=\s*"\.\./alloc/` + regexp.QuoteMeta(GangEnvFile) + `"`,
+		`env\s*=\s*true`,
+		`driver\s*=\s*"docker"`,
+	} {
+		if !regexp.MustCompile(re).Match(b) {
+			t.Errorf("docker-gang.nomad.hcl has no %s", re)
+		}
 	}
 }

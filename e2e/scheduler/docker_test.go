@@ -293,9 +293,15 @@ func gangLog(c *nomadagent.Cluster, alloc string) string {
 }
 
 func TestDockerGang(t *testing.T) {
-	nomadagent.Binary(t)
-	d := startDocker(t)
 	root := nomadagent.RepoRoot()
+	// The example a Docker user starts from is a valid job (file() reads
+	// train.py relative to the CLI's directory).
+	validate := exec.Command(nomadagent.Binary(t), "job", "validate", filepath.Join("example", "jobs", "docker-gang.nomad.hcl"))
+	validate.Dir = root
+	if out, err := validate.CombinedOutput(); err != nil {
+		t.Fatalf("nomad job validate example/jobs/docker-gang.nomad.hcl: %v\n%s", err, out)
+	}
+	d := startDocker(t)
 	bins := t.TempDir()
 	gpu := nomadagent.ImpactBinary(t, bins, "plugins/impact-gpu", "github.com/impact-sched/nomad-impact/cmd/impact-gpu")
 	impactExec := nomadagent.ImpactBinary(t, bins, "plugins/impact-exec", "github.com/impact-sched/nomad-impact/cmd/impact-exec")
