@@ -20,7 +20,9 @@ package scheduler
 //     ends it runs again whole as a new generation (epoch 2);
 //   - a member killed: `docker kill` of one member's container: the other
 //     gets its checkpoint signal, the gang is requeued whole and runs again
-//     (epoch 3).
+//     (epoch 3);
+//   - any driver: the same prestart task and template give a raw_exec
+//     main task the same rendezvous.
 //
 // Skipped without nomad on PATH, without dockerd and docker on PATH, or
 // when dockerd cannot be started (not root, no overlay/cgroups): the skip
@@ -132,12 +134,29 @@ func startDocker(t *testing.T) *dockerEngine {
 // dir/env-<alloc> and CUDA_VISIBLE_DEVICES to dir/<job>-<alloc> (for
 // exactGPUs), and on SIGUSR1 writes dir/ckpt-<alloc> and exits 75.
 func dockerGangJob(name, impactExec, agentURL, dir, hold string) string {
+	return gangJoinJob(name, impactExec, agentURL, dir, hold, "docker")
+}
+
+// gangJoinJob is dockerGangJob with a main task of driver docker or
+// raw_exec (the same prestart task and template).
+func gangJoinJob(name, impactExec, agentURL, dir, hold, driver string) string {
 	join := fmt.Sprintf(`if [ "$NOMAD_ALLOC_INDEX" = 1 ]; then until [ -e %s ]; do sleep 0.2; done; fi; `+
 		`exec %s gang-join -addr %s -port-label rdzv -node-id "$IMPACT_NODE_ID" -timeout 5m`, hold, impactExec, agentURL)
 	script := fmt.Sprintf(`D=%s; A=$NOMAD_ALLOC_ID; echo "$CUDA_VISIBLE_DEVICES" > "$D/$NOMAD_JOB_ID-$A"; `+
 		`trap 'echo ckpt > "$D/ckpt-$A"; exit 75' USR1; trap 'exit 143' TERM; `+
 		`env > "$D/env-$A.tmp" && mv "$D/env-$A.tmp" "$D/env-$A"; `+
 		`while true; do sleep 1 & wait $!; done`, dir)
+	mainConfig := fmt.Sprintf(`
+        command = "/bin/sh"
+        args    = ["-c", %q]`, script)
+	if driver == "docker" {
+		mainConfig = fmt.Sprintf(`
+        image        = %q
+        network_mode = "host"
+        command      = "/bin/sh"
+        args         = ["-c", %q]
+        volumes      = [%q]`, dockerImage, script, dir+":"+dir)
+	}
 	return fmt.Sprintf(`job %q {
   type      = "batch"
   node_pool = "impact-queue"
@@ -187,14 +206,9 @@ func dockerGangJob(name, impactExec, agentURL, dir, hold string) string {
       }
     }
     task "t" {
-      driver       = "docker"
+      driver       = %q
       kill_timeout = "5s"
-      config {
-        image        = %q
-        network_mode = "host"
-        command      = "/bin/sh"
-        args         = ["-c", %q]
-        volumes      = [%q]
+      config {%s
       }
       template {
         source      = "../alloc/impact/gang.env"
@@ -211,7 +225,7 @@ func dockerGangJob(name, impactExec, agentURL, dir, hold string) string {
     }
   }
 }
-`, name, join, dockerImage, script, dir+":"+dir)
+`, name, join, driver, mainConfig)
 }
 
 // containerEnv is what a member's container wrote of its env.
@@ -413,6 +427,12 @@ plugin "impact-gpu" {
 		j := e.job(name)
 		return j.NodePool == "impact-queue" && len(e.running(name)) == 0, fmt.Sprintf("%+v; explain %s", j, e.explain(name))
 	})
+	// The agent saw the containers' exit 75 after the signal: requeued,
+	// not merely stopped at the end of the grace.
+	eventually(t, 30*time.Second, "preemption outcome requeued", func() (bool, string) {
+		v := e.metric(`impact_preemption_outcomes_total{outcome="requeued"}`)
+		return v != "" && v != "0", "impact_preemption_outcomes_total{outcome=\"requeued\"} = " + v
+	})
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -450,4 +470,10 @@ plugin "impact-gpu" {
 	checkRendezvous(t, shared, third, 3)
 	noRollbacks(t, e.apiURL)
 	e.purgeAll(name, "dcrit")
+
+	// 4. The same prestart task and template give a raw_exec task the
+	// same rendezvous: the mechanism does not depend on the driver.
+	runHCL(t, c.Agent, c.Dir, "rgang", gangJoinJob("rgang", impactExec, e.apiURL, shared, hold, "raw_exec"))
+	checkRendezvous(t, shared, e.waitRunningN("rgang", 2, 120*time.Second), 1)
+	e.purgeAll("rgang")
 }
