@@ -178,8 +178,10 @@ idle {
 # preemptible work, which a job of `tiers` preempts at once (its minimum
 # runtime does not protect it from them), so urgent work starts within a
 # cycle even when long non-preemptible jobs fill the cluster. The headroom
-# is kept as whole nodes (ceil(size / node GPUs) of them), so a job up to a
-# node's size finds one; preemptible work of the other tiers goes there
+# is kept on ceil(size / node GPUs) nodes: whole nodes, and on the last of
+# them only what is left of the size (a headroom smaller than a node keeps
+# just its GPUs, the node's others take any work), so an urgent job up to
+# the headroom's size finds room in one place; preemptible work of the other tiers goes there
 # first when it fits, leaving the rest of the pool to what the headroom
 # keeps out. Size: `gpus = N`, `share = 0.1` of the pool, or
 # `learn = true`: the mean GPUs the tiers' jobs of the last `window` held

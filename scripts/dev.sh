@@ -110,24 +110,14 @@ client_common=$(cat <<HCL
   }
 HCL
 )
-cat >"$data/dev-overlay.hcl" <<HCL
-# Written by scripts/dev.sh; merged over example/agent.hcl.
-data_dir   = "$data/nomad"
-plugin_dir = "$root/bin/plugins"
-bind_addr  = "127.0.0.1"
-ports {
-  http = $port
-  rpc  = $((port + 1))
-  serf = $((port + 2))
-}
-client {
-  node_pool = "gpu"
-$client_common
-}
+# plugins_hcl TOPOLOGY: the plugin blocks of a dev node whose fake GPUs
+# are TOPOLOGY's.
+plugins_hcl() {
+	cat <<HCL
 plugin "impact-gpu" {
   config {
     backend            = "$backend"
-    fake_topology      = "$data/topology.hcl"
+    fake_topology      = "$1"
     group_by           = "model"
     fingerprint_period = "10s"
   }
@@ -142,6 +132,23 @@ plugin "raw_exec" {
     enabled = true
   }
 }
+HCL
+}
+cat >"$data/dev-overlay.hcl" <<HCL
+# Written by scripts/dev.sh; merged over example/agent.hcl.
+data_dir   = "$data/nomad"
+plugin_dir = "$root/bin/plugins"
+bind_addr  = "127.0.0.1"
+ports {
+  http = $port
+  rpc  = $((port + 1))
+  serf = $((port + 2))
+}
+client {
+  node_pool = "gpu"
+$client_common
+}
+$(plugins_hcl "$data/topology.hcl")
 HCL
 
 min_runtime=${DEV_MIN_RUNTIME:-1m}
@@ -194,24 +201,7 @@ client {
   network_interface = "lo"
 $client_common
 }
-plugin "impact-gpu" {
-  config {
-    backend            = "$backend"
-    fake_topology      = "$dir/topology.hcl"
-    group_by           = "model"
-    fingerprint_period = "10s"
-  }
-}
-plugin "impact-exec" {
-  config {
-    rendezvous_addr = "$IMPACT_ADDR"
-  }
-}
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
+$(plugins_hcl "$dir/topology.hcl")
 HCL
 	echo "==> Starting Nomad client dev-client-$i on 127.0.0.1:$cp (log: $dir/nomad.log)"
 	nomad agent -config "$root/example/agent.hcl" -config "$dir/client.hcl" >"$dir/nomad.log" 2>&1 &

@@ -226,6 +226,17 @@ func TestExamplesAsWritten(t *testing.T) {
 	if err != nil || !strings.Contains(out, "impact-queue") {
 		t.Errorf("nomad job status sweep: want it back in node pool impact-queue: %v\n%s", err, out)
 	}
+	// What the operator reads on the job's page in Nomad (issue 41): back in
+	// the queue, not complete, and for whom; the urgent job's: admitted.
+	for job, want := range map[string]string{
+		"sweep":  "**impact scheduler:** back in the queue (not complete): preempted for default/urgent",
+		"urgent": "**impact scheduler:** admitted: started whole on 1 node(s) with 4 GPU(s)",
+	} {
+		var spec struct{ UI *struct{ Description string } }
+		if err := getAPI(d.nomadAddr, "/v1/job/"+job, &spec); err != nil || spec.UI == nil || !strings.HasPrefix(spec.UI.Description, want) {
+			t.Errorf("%s's ui.description in Nomad: %v %+v, want it to start %q", job, err, spec.UI, want)
+		}
+	}
 }
 
 // runningAllocIDs lists a job's running allocations.

@@ -114,6 +114,7 @@ func newAdapters(cfg *config.Config, name string, metrics *Metrics, logger hclog
 		AdmitDeadline:       cfg.Cycle.AdmissionDeadline,
 		Snapshot:            watcher.Snapshot,
 		OnPreemptionOutcome: metrics.RecordPreemptionOutcome,
+		PageURL:             jobPageURL(cfg.UIBase()),
 	}, logger)
 	elector := nomad.NewElector(client, nomad.ElectorConfig{
 		Path: cfg.HA.StatePrefix + "/leader", HolderID: name, TTL: cfg.HA.LockTTL,
@@ -260,4 +261,19 @@ func nomadClientConfig(cfg *config.Config) nomad.Config {
 	return nomad.Config{Address: n.Address, Token: n.Token, Region: n.Region, Namespace: n.Namespace,
 		CACert: n.CACert, ClientCert: n.ClientCert, ClientKey: n.ClientKey, TLSServerName: n.TLSServerName,
 		Insecure: cfg.SkipVerify()}
+}
+
+// jobPageURL gives the agent's page of a job by its key, for the link the
+// executor writes in the job's description; nil without a page base.
+func jobPageURL(base string) func(string) string {
+	if base == "" {
+		return nil
+	}
+	return func(key string) string {
+		ns, id, ok := strings.Cut(key, "/")
+		if !ok {
+			ns, id = "default", key
+		}
+		return base + JobPagePath(ns, id)
+	}
 }

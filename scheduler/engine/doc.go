@@ -61,9 +61,10 @@
 //     With a policy headroom block for the job's pool (headroom.go), a
 //     non-preemptible job of a tier that may not use the headroom waits
 //     (neither preempting nor reserving) when it would leave fewer than
-//     the headroom's GPUs free of such work, and never takes the GPUs of
-//     the headroom's whole nodes (the first ceil(size / node GPUs) nodes
-//     free of such work), not even those of a gang stopping there; jobs of the headroom's tiers may preempt
+//     the headroom's GPUs free of such work, and never takes the GPUs the
+//     headroom keeps (on the first ceil(size / node GPUs) nodes free of
+//     such work: whole nodes, and on the last only what is left of the
+//     size), not even those of a gang stopping there; jobs of the headroom's tiers may preempt
 //     preemptible work of the pool before its minimum runtime; preemptible
 //     work of the other tiers goes to the headroom's nodes first when it
 //     fits there (headroom_prefer.go), leaving the rest of the pool to the

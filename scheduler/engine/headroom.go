@@ -37,6 +37,17 @@ type HeadroomStatus struct {
 	UrgentGPUs      int `json:"urgent_gpus"`
 	// Arrivals counts the jobs of Tiers a learned headroom was sized from.
 	Arrivals int `json:"arrivals,omitempty"`
+	// Nodes are the nodes the headroom is kept on: all of each but the
+	// last, KeptOnLastNode GPUs of the last (a headroom smaller than a
+	// node keeps only that many; the node's other GPUs take any work).
+	Nodes          int `json:"nodes"`
+	KeptOnLastNode int `json:"kept_on_last_node_gpus"`
+	// IdleKeptGPUs is the headroom's occupancy cost after the cycle: GPUs
+	// of the kept part that are free (neither held nor reserved) while
+	// work it keeps out waits that would fit the pool's free GPUs counting
+	// them. Preemptible work fills the kept part first; what it leaves
+	// idle while the kept-out work waits is what urgency costs the pool.
+	IdleKeptGPUs int `json:"idle_kept_gpus"`
 }
 
 // hrArrival is a job of a headroom's tiers seen by the engine.
@@ -70,10 +81,14 @@ type hrPool struct {
 	arrivals int
 	// GPUs held, by kind (see HeadroomStatus).
 	other, preemptible, urgent int
-	// protect: whole nodes of the pool kept free of other tiers'
-	// non-preemptible work (ceil(size / largest node)).
-	protect  int
-	nodeGPUs int
+	// protect: nodes of the pool kept free of other tiers'
+	// non-preemptible work (ceil(size / largest node)), all of each but
+	// the last, lastKeep GPUs of the last (size's remainder, or a node).
+	protect, lastKeep int
+	nodeGPUs          int
+	// waiting: some work the headroom keeps out waits this cycle though
+	// the pool's free GPUs, the kept ones counted, would fit it.
+	waiting bool
 }
 
 // hrCycle is the headroom state of one cycle; nil without headroom blocks.
@@ -88,9 +103,16 @@ type hrCycle struct {
 	// nodeOther: node ordinal -> GPUs held by non-preemptible work of
 	// tiers that may not use its pool's headroom.
 	nodeOther []int
-	// protected: node ordinal -> kept whole for the headroom this cycle
-	// (see headroomProtect).
+	// protected: node ordinal -> kept (wholly or in part) for the
+	// headroom this cycle (see headroomProtect); keep: how many of its
+	// GPUs, healthy: its healthy GPUs.
 	protected []bool
+	keep      []int
+	healthy   []int
+	// keptOut: jobs the headroom kept out this cycle (held back or
+	// withheld from its GPUs) and not admitted since -> their pool ("" for
+	// every headroom pool).
+	keptOut map[string]string
 }
 
 // headroomBegin learns from the queue's jobs of headroom tiers, sizes
@@ -116,6 +138,7 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 		c.headroomObserve(q)
 	}
 	hc.nodePool = make([]*hrPool, c.st.NumNodes())
+	hc.healthy = make([]int, c.st.NumNodes())
 	for ord := 0; ord < c.st.NumNodes(); ord++ {
 		n := c.st.Node(ord)
 		p := hc.pools[n.Pool]
@@ -131,6 +154,7 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 		}
 		p.capacity += healthy
 		p.nodeGPUs = max(p.nodeGPUs, healthy)
+		hc.healthy[ord] = healthy
 	}
 	for h, hd := range c.st.Holders() {
 		if hd.Job == nil {
@@ -163,25 +187,57 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 			p.size, p.arrivals = c.learnedHeadroom(name, p.h, p.capacity)
 			p.learned = true
 		}
-		if p.nodeGPUs > 0 {
-			p.protect = (p.size + p.nodeGPUs - 1) / p.nodeGPUs
-		}
+		p.protect, p.lastKeep = hrNodes(p.size, p.nodeGPUs)
 	}
-	// The nodes kept whole: in each pool the first protect nodes (by
-	// ordinal, so the set is stable from cycle to cycle and admissions
-	// never wander onto it) free of other tiers' non-preemptible work.
+	// The nodes kept: in each pool the first protect-1 nodes (by ordinal,
+	// so the set is stable from cycle to cycle and admissions never wander
+	// onto it) free of other tiers' non-preemptible work, kept whole, then
+	// the first other node where lastKeep GPUs are free of it, lastKeep of
+	// its GPUs kept.
 	hc.protected = make([]bool, c.st.NumNodes())
-	left := map[string]int{}
+	hc.keep = make([]int, c.st.NumNodes())
+	whole := map[string]int{}
 	for _, name := range hc.names {
-		left[name] = hc.pools[name].protect
+		if p := hc.pools[name]; p.protect > 0 {
+			whole[name] = p.protect - 1
+		}
 	}
 	for ord := 0; ord < c.st.NumNodes(); ord++ {
 		pool := c.st.PoolOf(ord)
-		if left[pool] > 0 && hc.nodeOther[ord] == 0 && c.st.Schedulable(ord) {
-			hc.protected[ord] = true
-			left[pool]--
+		if whole[pool] > 0 && hc.nodeOther[ord] == 0 && c.st.Schedulable(ord) {
+			hc.protected[ord], hc.keep[ord] = true, hc.healthy[ord]
+			whole[pool]--
 		}
 	}
+	for _, name := range hc.names {
+		p := hc.pools[name]
+		if p.protect == 0 {
+			continue
+		}
+		for ord := 0; ord < c.st.NumNodes(); ord++ {
+			if hc.protected[ord] || c.st.PoolOf(ord) != name || !c.st.Schedulable(ord) {
+				continue
+			}
+			if k := min(p.lastKeep, hc.healthy[ord]); k > 0 && hc.nodeOther[ord] <= hc.healthy[ord]-k {
+				hc.protected[ord], hc.keep[ord] = true, k
+				break
+			}
+		}
+	}
+}
+
+// hrNodes is how a headroom of size GPUs is kept on nodes of nodeGPUs:
+// on protect nodes, all of each but the last, last GPUs of the last. A
+// headroom smaller than a node keeps only its size on one node, not the
+// whole node: on a small pool a node is a large share of it, and urgent
+// work that needs fewer GPUs does not need the rest kept.
+func hrNodes(size, nodeGPUs int) (protect, last int) {
+	if size <= 0 || nodeGPUs <= 0 {
+		return 0, 0
+	}
+	protect = (size + nodeGPUs - 1) / nodeGPUs
+	last = size - (protect-1)*nodeGPUs
+	return protect, last
 }
 
 // isUrgent reports whether tier may use some pool's headroom.
@@ -343,6 +399,7 @@ func (c *cycle) headroomBlocks(q *queued) string {
 	if len(blocking) == 0 || size == 0 || other == 0 || other+q.gpus <= capacity-size {
 		return ""
 	}
+	c.headroomKeptOut(q)
 	if !c.explain {
 		return "headroom"
 	}
@@ -355,11 +412,25 @@ func (c *cycle) headroomBlocks(q *queued) string {
 		blocking, size, q.f.tier, other, capacity, q.gpus)
 }
 
+// headroomKeptOut notes that the headroom kept q out this cycle, for its
+// occupancy cost (HeadroomStatus.IdleKeptGPUs): only when the free GPUs
+// of its pools, counting the kept ones, would fit it.
+func (c *cycle) headroomKeptOut(q *queued) {
+	if q.gpus > c.st.FreeGPUs(q.pool) {
+		return
+	}
+	if c.hr.keptOut == nil {
+		c.hr.keptOut = map[string]string{}
+	}
+	c.hr.keptOut[q.id] = q.pool
+}
+
 // headroomAdmit counts an admitted job's GPUs into its pools.
 func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 	if c.hr == nil {
 		return
 	}
+	delete(c.hr.keptOut, q.id)
 	tier := ""
 	if t := c.pol.TierOf(q.job.Spec); t != nil {
 		tier = t.Name
@@ -377,40 +448,73 @@ func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 }
 
 // headroomProtect withholds from q, non-preemptible work of a tier kept
-// out of a headroom, the free GPUs of the nodes the headroom keeps whole
-// (the first ceil(size / node size) nodes of the pool free of that kind
-// of work). A headroom counted in GPUs alone could be scattered over
-// every node, a GPU here and there, and then no urgent job wider than a
-// GPU finds room; kept as whole nodes, an urgent job up to a node's size
-// starts on one by preempting what runs there. It returns the function
+// out of a headroom, the free GPUs the headroom keeps (on the first
+// ceil(size / node size) nodes of the pool free of that kind of work:
+// whole nodes, the last one only in part, see hrNodes). A headroom
+// counted in GPUs alone could be scattered over every node, a GPU here and
+// there, and then no urgent job wider than a GPU finds room; kept
+// together, an urgent job up to the headroom's size starts in one place
+// by preempting what runs there. It returns the function
 // that gives the GPUs back (call it once q is decided), nil when it
 // withheld nothing.
 func (c *cycle) headroomProtect(q *queued) func() {
 	if c.hr == nil || !c.headroomKeepsOut(q) {
 		return nil
 	}
-	return c.withhold(func(ord int) bool {
+	c.headroomKeptOut(q)
+	return c.withholdMask(func(ord int, avail uint64) uint64 {
 		p := c.hr.nodePool[ord]
 		// A job too wide for the rest of the pool is not kept off: it
 		// would never start.
-		return c.hr.protected[ord] && (q.pool == "" || c.st.PoolOf(ord) == q.pool) && !p.h.UsesHeadroom(q.f.tier) && q.gpus <= p.capacity-p.protect*p.nodeGPUs
+		if !c.hr.protected[ord] || (q.pool != "" && c.st.PoolOf(ord) != q.pool) || p.h.UsesHeadroom(q.f.tier) || q.gpus > p.capacity-p.size {
+			return 0
+		}
+		// The node's GPUs beyond the kept ones may take the job, as far
+		// as work like it does not hold them already; the kept ones are
+		// the highest free ones, so that they stay together.
+		allowed := max(0, c.hr.healthy[ord]-c.hr.keep[ord]-c.hr.nodeOther[ord])
+		return highBits(avail, bits.OnesCount64(avail)-allowed)
 	})
+}
+
+// highBits is the n highest set bits of m (none when n <= 0).
+func highBits(m uint64, n int) uint64 {
+	var out uint64
+	for ; n > 0 && m != 0; n-- {
+		b := uint64(1) << (63 - bits.LeadingZeros64(m))
+		out |= b
+		m &^= b
+	}
+	return out
 }
 
 // withhold takes every free or reserved-but-unused GPU of the nodes keep
 // selects, so that the next placement cannot use them, and returns what
 // gives them back as they were; nil when it took nothing.
 func (c *cycle) withhold(keep func(ord int) bool) func() {
+	return c.withholdMask(func(ord int, avail uint64) uint64 {
+		if keep(ord) {
+			return avail
+		}
+		return 0
+	})
+}
+
+// withholdMask is withhold of the GPUs pick selects among a node's free
+// and reserved-but-unused ones (avail).
+func (c *cycle) withholdMask(pick func(ord int, avail uint64) uint64) func() {
 	var taken, reserved []placement.Slot
 	for ord := range c.st.NumNodes() {
-		if !keep(ord) {
+		res := c.st.Reserved(ord) &^ c.st.Used(ord)
+		avail := c.st.Free(ord) | res
+		if avail == 0 {
 			continue
 		}
-		res := c.st.Reserved(ord) &^ c.st.Used(ord)
-		mask := c.st.Free(ord) | res
+		mask := pick(ord, avail) & avail
 		if mask == 0 {
 			continue
 		}
+		res &= mask
 		sl := placement.Slot{Node: ord, Mask: mask}
 		c.st.Take(sl)
 		taken = append(taken, sl)
@@ -467,10 +571,24 @@ func (c *cycle) headroomStatus() []HeadroomStatus {
 	if c.hr == nil {
 		return nil
 	}
+	for _, pool := range c.hr.keptOut {
+		for _, name := range c.hr.names {
+			if pool == "" || pool == name {
+				c.hr.pools[name].waiting = true
+			}
+		}
+	}
+	idle := map[string]int{}
+	for ord, k := range c.hr.keep {
+		if p := c.hr.nodePool[ord]; k > 0 && p.waiting {
+			idle[c.st.PoolOf(ord)] += min(k, bits.OnesCount64(c.st.Free(ord)))
+		}
+	}
 	out := make([]HeadroomStatus, 0, len(c.hr.names))
 	for _, name := range c.hr.names {
 		p := c.hr.pools[name]
 		out = append(out, HeadroomStatus{
+			Nodes: p.protect, KeptOnLastNode: p.lastKeep, IdleKeptGPUs: idle[name],
 			Pool: name, GPUs: p.size, Tiers: append([]string(nil), p.h.Tiers...), Capacity: p.capacity,
 			OtherNonPreemptibleGPUs: p.other, PreemptibleGPUs: p.preemptible, UrgentGPUs: p.urgent,
 			FreeGPUs: max(0, p.capacity-p.other-p.preemptible-p.urgent), Arrivals: p.arrivals,

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -127,36 +128,49 @@ headroom "gpu" {
 	}
 }
 
-// The headroom is kept as whole nodes: non-preemptible work kept out of it
-// does not land on the first node free of such work, even where it would
-// fit best, so an 8-GPU urgent job finds a node to preempt on.
+// A headroom of a node's GPUs is kept as a whole node: non-preemptible
+// work kept out of it does not land on the first node free of such work,
+// even where it would fit best, so an 8-GPU urgent job finds a node to
+// preempt on. A headroom smaller than a node keeps only its size there:
+// on a 4-GPU headroom the node's other 4 GPUs take the high-tier work
+// (the lowest ones), the kept ones (the highest) the scavenger job.
 func TestHeadroomKeepsWholeNodes(t *testing.T) {
-	pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
-	store := cluster.NewStore()
-	_ = store.UpsertNode(mkNode("n1", 8, 2))
-	_ = store.UpsertNode(mkNode("n2", 8, 2))
-	// n2 is half full of high-tier work: best fit would put h there...
-	_ = store.UpsertJob(mkJob("old", group("main", 1, 6), meta("impact_tier", "high"), running()))
-	_ = store.UpsertAlloc(alloc("old-a", "old", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
-	_ = store.UpsertJob(mkJob("h", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0)))
-	_ = store.UpsertJob(mkJob("h2", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(time.Second))))
-	_ = store.UpsertJob(mkJob("s", group("main", 1, 4), meta("impact_tier", "scavenger"), submitted(t0.Add(2*time.Second))))
-	e := mustEngine(t, pol)
-	p := e.Decide(store.Snapshot(), t0.Add(time.Minute))
-	if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
-		t.Fatal(err)
-	}
-	// ...and it goes there; h2 would need n1, which the headroom keeps
-	// whole (n1 is the first node free of high-tier work), so it waits;
-	// the scavenger job may use n1.
-	if a := admission(p, "h"); a == nil || join(nodesOf(a)) != "n2" {
-		t.Fatalf("h: %+v, want n2", a)
-	}
-	if admission(p, "h2") != nil {
-		t.Fatalf("h2 admitted onto the headroom's node: %+v", p.Explanations["h2"])
-	}
-	if a := admission(p, "s"); a == nil || join(nodesOf(a)) != "n1" {
-		t.Fatalf("s: %+v, want n1", a)
+	for _, tc := range []struct {
+		gpus  int
+		h2On  string // "" waits
+		sGPUs string
+	}{{8, "", "n1-g0,n1-g1,n1-g2,n1-g3"}, {4, "n1", "n1-g4,n1-g5,n1-g6,n1-g7"}} {
+		pol := mustPolicy(t, fmt.Sprintf("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = %d\n}\n", tc.gpus))
+		store := cluster.NewStore()
+		_ = store.UpsertNode(mkNode("n1", 8, 2))
+		_ = store.UpsertNode(mkNode("n2", 8, 2))
+		// n2 is half full of high-tier work: best fit would put h there...
+		_ = store.UpsertJob(mkJob("old", group("main", 1, 6), meta("impact_tier", "high"), running()))
+		_ = store.UpsertAlloc(alloc("old-a", "old", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
+		_ = store.UpsertJob(mkJob("h", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0)))
+		_ = store.UpsertJob(mkJob("h2", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(time.Second))))
+		_ = store.UpsertJob(mkJob("s", group("main", 1, 4), meta("impact_tier", "scavenger"), submitted(t0.Add(2*time.Second))))
+		e := mustEngine(t, pol)
+		p := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+		if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+			t.Fatal(err)
+		}
+		// ...and it goes there; h2 would need n1, which an 8-GPU headroom
+		// keeps whole (n1 is the first node free of high-tier work), so it
+		// waits; the scavenger job may use n1.
+		if a := admission(p, "h"); a == nil || join(nodesOf(a)) != "n2" {
+			t.Fatalf("%d GPUs: h: %+v, want n2", tc.gpus, a)
+		}
+		if a := admission(p, "h2"); (a == nil) != (tc.h2On == "") || (a != nil && join(nodesOf(a)) != tc.h2On) {
+			t.Fatalf("%d GPUs: h2 %+v, want on %q: %+v", tc.gpus, a, tc.h2On, p.Explanations["h2"])
+		}
+		a := admission(p, "s")
+		if a == nil || join(a.Groups[0].Allocs[0].GPUs) != tc.sGPUs {
+			t.Fatalf("%d GPUs: s: %+v, want %s", tc.gpus, a, tc.sGPUs)
+		}
+		if h := p.Headroom[0]; h.Nodes != 1 || h.KeptOnLastNode != tc.gpus {
+			t.Fatalf("%d GPUs: headroom %+v, want kept on 1 node, %d GPUs of it", tc.gpus, h, tc.gpus)
+		}
 	}
 }
 
@@ -249,10 +263,10 @@ func TestHeadroomNodeNotClaimedFromStoppingWork(t *testing.T) {
 		{"critical", true},
 	} {
 		t.Run(tc.tier, func(t *testing.T) {
-			// 4 GPUs of headroom kept as the whole node n1 (the first
+			// 8 GPUs of headroom kept as the whole node n1 (the first
 			// free of non-preemptible work); n2 is full of high-tier
 			// work, n1 of a scavenger job being preempted.
-			pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+			pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n}\n")
 			store := cluster.NewStore()
 			_ = store.UpsertNode(mkNode("n1", 8, 2))
 			_ = store.UpsertNode(mkNode("n2", 8, 2))
@@ -289,5 +303,104 @@ func TestHeadroomNodeNotClaimedFromStoppingWork(t *testing.T) {
 				t.Fatalf("j admitted onto %v with n2 full", nodesOf(a))
 			}
 		})
+	}
+}
+
+// A headroom is kept on ceil(size / node GPUs) nodes, all of each but the
+// last and the remainder of the last; highBits picks the GPUs kept on a
+// node shared with other work (the highest free ones).
+func TestHeadroomNodesAndKeptGPUs(t *testing.T) {
+	for _, tc := range []struct{ size, node, protect, last int }{
+		{0, 8, 0, 0}, {1, 8, 1, 1}, {3, 8, 1, 3}, {8, 8, 1, 8}, {9, 8, 2, 1}, {150, 8, 19, 6}, {4, 0, 0, 0},
+	} {
+		if p, l := hrNodes(tc.size, tc.node); p != tc.protect || l != tc.last {
+			t.Errorf("hrNodes(%d, %d) = %d, %d; want %d, %d", tc.size, tc.node, p, l, tc.protect, tc.last)
+		}
+	}
+	for _, tc := range []struct {
+		m    uint64
+		n    int
+		want uint64
+	}{{0b1011_0110, 2, 0b1010_0000}, {0b1011_0110, 0, 0}, {0b1011_0110, -1, 0}, {0b11, 5, 0b11}} {
+		if got := highBits(tc.m, tc.n); got != tc.want {
+			t.Errorf("highBits(%b, %d) = %b, want %b", tc.m, tc.n, got, tc.want)
+		}
+	}
+}
+
+// On a small pool the learned headroom's cap wins over min_gpus, and a
+// headroom smaller than a node keeps only its size on one node: two nodes
+// of 8 GPUs, max_share 0.1, min_gpus 8: 2 GPUs, not a node (half the
+// pool).
+func TestHeadroomCapWinsOnSmallPools(t *testing.T) {
+	pol := mustPolicy(t, `
+headroom "gpu" {
+  tiers     = ["critical"]
+  learn     = true
+  min_gpus  = 8
+  max_share = 0.1
+}
+`)
+	store := cluster.NewStore()
+	_ = store.UpsertNode(mkNode("n1", 8, 2))
+	_ = store.UpsertNode(mkNode("n2", 8, 2))
+	// 14 GPUs of high-tier work waiting: 14 start (16 - 2 kept).
+	for i := range 7 {
+		_ = store.UpsertJob(mkJob(fmt.Sprintf("h%d", i), group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(time.Duration(i)*time.Second))))
+	}
+	_ = store.UpsertJob(mkJob("h7", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0.Add(10*time.Second))))
+	p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Minute))
+	if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+		t.Fatal(err)
+	}
+	h := p.Headroom[0]
+	if h.GPUs != 2 || h.Nodes != 1 || h.KeptOnLastNode != 2 {
+		t.Fatalf("headroom %+v, want 2 GPUs kept on one node", h)
+	}
+	if n := len(p.Admissions); n != 7 {
+		t.Fatalf("admitted %d high jobs, want 7 (14 of 16 GPUs)", n)
+	}
+	// h7 waits, kept out, with the 2 kept GPUs idle: the headroom's cost.
+	if h.IdleKeptGPUs != 2 || h.OtherNonPreemptibleGPUs != 14 {
+		t.Fatalf("headroom %+v, want 2 idle kept GPUs beside 14 of high-tier work", h)
+	}
+}
+
+// The headroom's occupancy cost (IdleKeptGPUs) counts kept GPUs left idle
+// while work it keeps out waits: none when nothing waits, none once
+// preemptible work fills them.
+func TestHeadroomIdleCost(t *testing.T) {
+	pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+	setup := func(jobs ...*cluster.Job) *Plan {
+		store := cluster.NewStore()
+		_ = store.UpsertNode(mkNode("n1", 8, 2))
+		_ = store.UpsertJob(mkJob("old", group("main", 1, 4), meta("impact_tier", "high"), running()))
+		_ = store.UpsertAlloc(alloc("old-a", "old", "n1", t0.Add(-time.Hour), 0, 1, 2, 3))
+		for _, j := range jobs {
+			_ = store.UpsertJob(j)
+		}
+		p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Minute))
+		if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if h := setup().Headroom[0]; h.IdleKeptGPUs != 0 || h.FreeGPUs != 4 {
+		t.Fatalf("nothing waiting: %+v, want no cost", h)
+	}
+	h2 := mkJob("h2", group("main", 1, 2), meta("impact_tier", "high"), submitted(t0))
+	p := setup(h2)
+	if h := p.Headroom[0]; h.IdleKeptGPUs != 4 || admission(p, "h2") != nil {
+		t.Fatalf("a high job kept out: %+v (admitted %v), want 4 idle kept GPUs", h, admission(p, "h2") != nil)
+	}
+	s := mkJob("s", group("main", 1, 2), meta("impact_tier", "scavenger"), submitted(t0.Add(time.Second)))
+	if h := setup(h2, s).Headroom[0]; h.IdleKeptGPUs != 2 || h.PreemptibleGPUs != 2 {
+		t.Fatalf("scavenger work on 2 kept GPUs: %+v, want 2 idle kept GPUs", h)
+	}
+	// A kept-out job wider than the pool's free GPUs is not the
+	// headroom's cost: it would not start anyway.
+	wide := mkJob("w", group("main", 1, 6), meta("impact_tier", "high"), submitted(t0))
+	if h := setup(wide).Headroom[0]; h.IdleKeptGPUs != 0 {
+		t.Fatalf("a 6-GPU job beside 4 free GPUs: %+v, want no cost", h)
 	}
 }

@@ -39,6 +39,9 @@ type ExecutorConfig struct {
 	PlacementWait time.Duration
 	// Clock (default time.Now).
 	Clock func() time.Time
+	// PageURL, when set, gives the agent's page of a job (by its key), for
+	// the link in the job's description (describe.go).
+	PageURL func(jobKey string) string
 	// OnPreemptionOutcome, when set, is called once per finished
 	// preemption with its outcome (OutcomeCompleted, OutcomeRequeued,
 	// OutcomeStopped), for metrics. It must not block.
@@ -147,7 +150,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 		x.startStop(ctx, &Intent{
 			Kind: IntentPreempt, JobID: r.JobID, Phase: PhaseDecided, Allocs: r.Allocs,
 			Signal: r.CheckpointSignal, Grace: r.Grace, Reason: r.Reason, GPUs: r.GPUs,
-			RequeueExitCode: r.RequeueExitCode, Created: x.cfg.Clock(),
+			RequeueExitCode: r.RequeueExitCode, Replacements: r.Replacements, EndFailed: r.EndFailed, Created: x.cfg.Clock(),
 		}, "requeue", &res, &res.Requeued)
 	}
 	x.applyReclaims(ctx, plan, &res)

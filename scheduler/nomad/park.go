@@ -9,9 +9,10 @@ import (
 )
 
 // park re-registers the job into the parking pool without pins, retrying
-// when a concurrent update moves the JobModifyIndex. A job already parked
-// (e.g. re-submitted by its user) is left alone.
-func (x *Executor) park(ctx context.Context, jobID string) error {
+// when a concurrent update moves the JobModifyIndex, and says why in its
+// description (describe.go). A job already parked (e.g. re-submitted by its
+// user) is left alone.
+func (x *Executor) park(ctx context.Context, jobID, why string) error {
 	ns, id := splitJobKey(jobID)
 	for attempt := 0; attempt < 5; attempt++ {
 		job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
@@ -29,6 +30,7 @@ func (x *Executor) park(ctx context.Context, jobID string) error {
 		}
 		idx := derefU(job.JobModifyIndex)
 		x.unpin(job)
+		describe(job, parkedStatus(why), x.cfg.Clock(), x.page(jobID))
 		_, _, err = x.c.api.Jobs().EnforceRegister(job, idx, x.c.wns(ctx, ns))
 		if err == nil {
 			return nil

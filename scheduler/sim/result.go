@@ -49,6 +49,11 @@ type Result struct {
 
 	PartialGangIdleGPUHours       float64 `json:"partial_gang_idle_gpu_hours"`
 	PartialGangIdleGPUHoursWindow float64 `json:"partial_gang_idle_gpu_hours_window"`
+	// HeadroomCost is, per pool with a policy headroom (schedulers that
+	// keep one: HeadroomCoster), the GPU-hours in the window its kept GPUs
+	// sat idle while work it keeps out waited, and that as a share of the
+	// pool's GPU-hours in the window: the occupancy urgency cost.
+	HeadroomCost map[string]HeadroomCost `json:"headroom_cost,omitempty"`
 
 	// WaitS is, per tier, first start - submit of each job, in seconds.
 	WaitS map[string]Percentiles `json:"wait_s"`
@@ -167,6 +172,7 @@ func (r *runner) result() *Result {
 		res.LostFraction = a.lost / a.delivered
 	}
 	r.occupancy(res)
+	r.headroomCost(res)
 	r.jobTimes(res)
 	lat := append([]float64(nil), r.lat...)
 	sort.Float64s(lat)
@@ -175,6 +181,41 @@ func (r *runner) result() *Result {
 	}
 	r.fairShare(res)
 	return res
+}
+
+// HeadroomCost is a pool headroom's occupancy cost over a window.
+type HeadroomCost struct {
+	IdleGPUHours float64 `json:"idle_gpu_hours"`
+	// Share is IdleGPUHours over the cluster's GPU-hours in the window.
+	Share float64 `json:"share_of_capacity"`
+}
+
+// HeadroomCoster is a scheduler that keeps headroom for urgent work and
+// reports its cost: per pool, the GPU-seconds in [from, to) its kept GPUs
+// sat idle while work it keeps out waited.
+type HeadroomCoster interface {
+	HeadroomIdleGPUSeconds(from, to int64) map[string]float64
+}
+
+// headroomCost fills res.HeadroomCost from a HeadroomCoster.
+func (r *runner) headroomCost(res *Result) {
+	hc, ok := r.sched.(HeadroomCoster)
+	if !ok {
+		return
+	}
+	idle := hc.HeadroomIdleGPUSeconds(r.opts.WindowStart, r.opts.WindowEnd)
+	if len(idle) == 0 {
+		return
+	}
+	res.HeadroomCost = map[string]HeadroomCost{}
+	capS := float64(r.acc.capacity) * float64(r.opts.WindowEnd-r.opts.WindowStart)
+	for pool, sec := range idle {
+		c := HeadroomCost{IdleGPUHours: sec / 3600}
+		if capS > 0 {
+			c.Share = sec / capS
+		}
+		res.HeadroomCost[pool] = c
+	}
 }
 
 // occupancy fills the occupancy metrics and the makespan.

@@ -2,6 +2,7 @@ package impact
 
 import (
 	"container/heap"
+	"maps"
 	"slices"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
@@ -214,4 +215,62 @@ func (s *Scheduler) looked(now int64, plan *engine.Plan) {
 		}
 	}
 	s.wakeAt = s.nextWake(now)
+	if plan != nil {
+		s.recordHeadroom(now, plan.Headroom)
+	}
+}
+
+// hrStep is a change in the headroom's idle kept GPUs: from at on, idle
+// per pool (engine.HeadroomStatus.IdleKeptGPUs), until the next step.
+type hrStep struct {
+	at   int64
+	idle map[string]int
+}
+
+// recordHeadroom notes the headroom's idle kept GPUs after a decision
+// (a skipped decision would have decided the same: they hold until the
+// next one).
+func (s *Scheduler) recordHeadroom(now int64, hs []engine.HeadroomStatus) {
+	var idle map[string]int
+	for _, h := range hs {
+		if h.IdleKeptGPUs > 0 {
+			if idle == nil {
+				idle = map[string]int{}
+			}
+			idle[h.Pool] = h.IdleKeptGPUs
+		}
+		if s.hrPools == nil {
+			s.hrPools = map[string]bool{}
+		}
+		s.hrPools[h.Pool] = true
+	}
+	if n := len(s.hrSteps); n > 0 && maps.Equal(s.hrSteps[n-1].idle, idle) {
+		return
+	}
+	s.hrSteps = append(s.hrSteps, hrStep{at: now, idle: idle})
+}
+
+// HeadroomIdleGPUSeconds implements sim.HeadroomCoster: per pool with a
+// headroom, the GPU-seconds in [from, to) its kept GPUs sat idle while
+// work it keeps out waited.
+func (s *Scheduler) HeadroomIdleGPUSeconds(from, to int64) map[string]float64 {
+	if len(s.hrPools) == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for p := range s.hrPools {
+		out[p] = 0
+	}
+	for i, st := range s.hrSteps {
+		end := to
+		if i+1 < len(s.hrSteps) {
+			end = min(end, s.hrSteps[i+1].at)
+		}
+		if d := end - max(st.at, from); d > 0 {
+			for p, n := range st.idle {
+				out[p] += float64(n) * float64(d)
+			}
+		}
+	}
+	return out
 }

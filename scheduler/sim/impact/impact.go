@@ -44,6 +44,11 @@ func DefaultPolicy() (*policy.Policy, error) {
 
 // Scheduler is the impact engine as a sim.Scheduler.
 type Scheduler struct {
+	// hrPools, hrSteps: the pools with a headroom and their idle kept
+	// GPUs over time (recordHeadroom).
+	hrPools map[string]bool
+	hrSteps []hrStep
+
 	pol    *policy.Policy
 	eng    *engine.Engine
 	store  *cluster.Store

@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
@@ -237,4 +238,171 @@ func Gangs(seed int64, scale float64) Spec {
 // suite's size; smaller for tests).
 func All(seed int64, scale float64) []Spec {
 	return []Spec{Saturated(seed, scale), Bursty(seed, scale), Walltimes(seed, scale), Gangs(seed, scale)}
+}
+
+// RandomParams are the knobs one scenario of the random family was drawn
+// with (reported beside its results).
+type RandomParams struct {
+	Nodes int `json:"nodes"`
+	// Load is the offered load aimed at (the drawn jobs' is reported by
+	// the suite).
+	Load float64 `json:"target_load"`
+	// PreemptibleShare is the probability that a job of a tier other than
+	// the top one is preemptible.
+	PreemptibleShare float64 `json:"preemptible_share"`
+	// TierShares are the tiers' shares of the jobs (order of trace.Tiers).
+	TierShares []float64 `json:"tier_shares"`
+	// MaxGPUs is the widest job (a power of two; wider than a node: a gang
+	// of whole nodes).
+	MaxGPUs int `json:"max_gpus"`
+	// Walltimes: "accurate" (1x-3x the run), "unknown" (UnknownShare of
+	// them given none, the rest accurate) or "wild" (0.2x-10x, some
+	// unknown).
+	Walltimes    string  `json:"walltimes"`
+	UnknownShare float64 `json:"unknown_walltime_share"`
+	// Bursty arrivals come in floods of short jobs over a background;
+	// steady ones are Poisson.
+	Bursty bool `json:"bursty"`
+	// MedianS is the median run time of the background jobs.
+	MedianS int64 `json:"median_run_s"`
+}
+
+// Describe is the parameters in a line.
+func (p RandomParams) Describe() string {
+	arr := "steady"
+	if p.Bursty {
+		arr = "bursty"
+	}
+	return fmt.Sprintf("%dx8 GPUs, load %.2f, %.0f%% preemptible, tiers %.1f/%.0f/%.0f/%.0f%%, jobs up to %d GPUs, walltimes %s (%.0f%% unknown), %s, median run %s",
+		p.Nodes, p.Load, 100*p.PreemptibleShare, 100*p.TierShares[0], 100*p.TierShares[1], 100*p.TierShares[2], 100*p.TierShares[3],
+		p.MaxGPUs, p.Walltimes, 100*p.UnknownShare, arr, time.Duration(p.MedianS)*time.Second)
+}
+
+// RandomJobs bounds the jobs of a random scenario (keeps the suite quick).
+const RandomJobs = 2500
+
+// Random draws the i-th scenario of the seeded random family: a pool of 2
+// to 128 nodes (8 GPUs each, log-uniform), an offered load of 0.6 to 2.0,
+// 10% to 90% of the non-top-tier jobs preemptible, a random tier mix (the
+// top tier 0.5% to 5% of the jobs), jobs up to 1 GPU to 8 nodes wide,
+// accurate, missing or wild walltimes, steady or bursty arrivals. The
+// window is as long as the job budget allows, 6 hours to 4 days.
+func Random(seed int64, i int) (Spec, RandomParams) {
+	name := fmt.Sprintf("rand-%02d", i)
+	g := &gen{r: rand.New(rand.NewPCG(uint64(seed), 0xa11_0000+uint64(i))), name: name}
+	r := g.r
+	var p RandomParams
+	p.Nodes = int(math.Round(math.Exp(math.Log(2) + r.Float64()*(math.Log(128)-math.Log(2)))))
+	p.Load = 0.6 + 1.4*r.Float64()
+	p.PreemptibleShare = 0.1 + 0.8*r.Float64()
+	top := 0.005 + 0.045*r.Float64()
+	w := []float64{r.ExpFloat64(), r.ExpFloat64(), r.ExpFloat64()}
+	sum := w[0] + w[1] + w[2]
+	p.TierShares = []float64{top, (1 - top) * w[0] / sum, (1 - top) * w[1] / sum, (1 - top) * w[2] / sum}
+	// Widest job: 1, 2, 4, 8 GPUs or a gang of 2 to 8 nodes, at most half
+	// the pool (a gang as wide as the pool would wait for it to empty).
+	p.MaxGPUs = 1 << r.IntN(7)
+	for p.MaxGPUs > 1 && p.MaxGPUs > 8*p.Nodes/2 && p.MaxGPUs > 8 {
+		p.MaxGPUs /= 2
+	}
+	p.MaxGPUs = min(p.MaxGPUs, 8*p.Nodes)
+	switch r.IntN(3) {
+	case 0:
+		p.Walltimes = "accurate"
+	case 1:
+		p.Walltimes, p.UnknownShare = "unknown", 0.3+0.5*r.Float64()
+	default:
+		p.Walltimes, p.UnknownShare = "wild", 0.3*r.Float64()
+	}
+	p.Bursty = r.IntN(2) == 0
+	p.MedianS = []int64{900, 1800, 3600, 2 * 3600, 4 * 3600}[r.IntN(5)]
+
+	// Sizes: powers of two up to MaxGPUs, smaller ones likelier.
+	var sizes []int
+	var sw []float64
+	for s, wt := 1, 1.0; s <= p.MaxGPUs; s, wt = s*2, wt*0.55 {
+		sizes = append(sizes, s)
+		sw = append(sw, wt)
+	}
+	tot := 0.0
+	for _, v := range sw {
+		tot += v
+	}
+	meanGPUs := 0.0
+	for k := range sw {
+		sw[k] /= tot
+		meanGPUs += sw[k] * float64(sizes[k])
+	}
+	const sigma = 1.0
+	meanDur := float64(p.MedianS) * math.Exp(sigma*sigma/2)
+	gpus := 8 * p.Nodes
+	// Span: the job budget at this load, 12h to 4 days.
+	span := float64(RandomJobs) * meanGPUs * meanDur / (p.Load * float64(gpus))
+	s := Spec{Name: name, Nodes: p.Nodes, GPUsPerNode: 8, Span: int64(min(max(span, 6*3600), 4*86400))}
+	rate := p.Load * float64(gpus) / (meanGPUs * meanDur) // jobs a second
+	wall := func(d int64) int64 {
+		switch p.Walltimes {
+		case "accurate":
+			return g.estimate(d)
+		case "unknown":
+			if r.Float64() < p.UnknownShare {
+				return -1
+			}
+			return g.estimate(d)
+		default:
+			if r.Float64() < p.UnknownShare {
+				return -1
+			}
+			return int64(float64(d) * (0.2 + 9.8*r.Float64()*r.Float64()))
+		}
+	}
+	job := func(t int64, median float64) {
+		tier := g.tier(p.TierShares)
+		size := sizes[g.pick(sw)]
+		d := g.lognormal(median, sigma, 60, 3*86400)
+		pre := false
+		if tier == trace.Tiers[0] {
+			// Urgent work: shorter, at most a node.
+			size = min(size, 8)
+			d = g.lognormal(float64(min(p.MedianS, 1800)), 0.8, 60, 6*3600)
+		} else {
+			pre = r.Float64() < p.PreemptibleShare
+		}
+		g.add(t, d, size, tier, pre, wall(d))
+	}
+	if !p.Bursty {
+		for t := int64(0); ; {
+			t += int64(r.ExpFloat64()/rate) + 1
+			if t >= s.Span {
+				break
+			}
+			job(t, float64(p.MedianS))
+		}
+		return g.done(s), p
+	}
+	// Bursty: half the load from a background, half from floods of jobs
+	// 10x shorter arriving within 10 minutes, every 2 to 8 hours.
+	for t := int64(0); ; {
+		t += int64(r.ExpFloat64()/(rate/2)) + 1
+		if t >= s.Span {
+			break
+		}
+		job(t, float64(p.MedianS))
+	}
+	for b := int64(r.IntN(4 * 3600)); b < s.Span; {
+		gap := int64(2*3600 + r.IntN(6*3600))
+		// Jobs of a tenth the run time carrying half the load of the gap.
+		n := int(rate / 2 * float64(gap) * 10)
+		median := float64(p.MedianS) / 10
+		if lim := RandomJobs / max(1, int(s.Span/(5*3600))); n > lim {
+			// Fewer, longer flood jobs carry the same load.
+			median *= float64(n) / float64(lim)
+			n = lim
+		}
+		for k := 0; k < n; k++ {
+			job(b+int64(r.IntN(600)), median)
+		}
+		b += gap
+	}
+	return g.done(s), p
 }
