@@ -94,6 +94,16 @@ job "docker-train" {
       unlimited = false
     }
 
+    # Checkpoints on storage every GPU client mounts at the same path,
+    # declared there as a host volume (as for distributed-training.nomad.hcl:
+    # client { host_volume "checkpoints" { path = "/mnt/checkpoints" } });
+    # the docker driver mounts it into the container (volume_mount below).
+    volume "checkpoints" {
+      type      = "host"
+      source    = "checkpoints"
+      read_only = false
+    }
+
     task "gang" {
       lifecycle {
         hook    = "prestart"
@@ -132,10 +142,7 @@ job "docker-train" {
       config {
         image        = var.image
         network_mode = "host"
-        # The checkpoints live on storage every client mounts at the same
-        # path (see distributed-training.nomad.hcl).
-        volumes = ["/mnt/checkpoints:/mnt/checkpoints"]
-        command = "/bin/sh"
+        command      = "/bin/sh"
         # $VAR (no braces): expanded by the container's shell from the env
         # the template below set; ${...} would be Nomad's interpolation.
         args = ["-c", <<-EOT
@@ -147,6 +154,11 @@ job "docker-train" {
             --steps 100000 --checkpoint-every 500
         EOT
         ]
+      }
+
+      volume_mount {
+        volume      = "checkpoints"
+        destination = "/mnt/checkpoints"
       }
 
       # The rendezvous env: gang-join wrote it before this task starts.
