@@ -236,6 +236,42 @@
 // its spec file once read (the state dir lies in the task dir, readable
 // through `nomad alloc fs`).
 //
+// # Gangs for any driver (impact-exec gang-join)
+//
+// A task of another driver (docker, exec, raw_exec) gets the same barrier
+// and rendezvous env from `impact-exec gang-join`, run as a prestart
+// lifecycle task (raw_exec, or exec with the binary inside its chroot) in
+// each allocation of the gang: it joins "<namespace>:<job_id>" (with
+// -name, "<namespace>:<job_id>:<name>") as member "<alloc_id>.<its task>" with its own "impact"
+// workload identity (the identity block above, on the prestart task),
+// waits for every member (-timeout, default 10m), writes the rendezvous env
+// to $NOMAD_ALLOC_DIR/impact/gang.env (KEY="value" lines, values JSON
+// escaped: the format of a Nomad template with env = true; written
+// atomically, an older file removed first) and exits 0, after reporting
+// its end to the rendezvous server (the member is done, so the next run of
+// the job rendezvouses as a new generation). Nomad starts the main task
+// only then; its template { source = "../alloc/impact/gang.env"
+// destination = "local/gang.env" env = true } puts the variables in its
+// env. Flags: -addr (default $IMPACT_RENDEZVOUS_ADDR, else $IMPACT_ADDR),
+// -port-label, -master-port, -advertise, -node-id (pass
+// "${node.unique.id}": NODE_RANK and NNODES count nodes; default
+// $IMPACT_NODE_ID, else the host name), -size, -name, -identity, -out,
+// -ca-cert, -client-cert, -client-key. Exit 1 when the barrier times out,
+// the gang fails or is stopped while waiting, or the join is refused
+// (a 401 names the identity file it looked for); 2 for bad usage. Its
+// stdout says how many members have arrived.
+//
+// What such a task does not get from impact-exec: nothing watches it after
+// the rendezvous, so a failed member stops its peers through the impact
+// agent (which requeues a gang that lost a member whole, with the
+// checkpoint signal and grace) rather than at once; the checkpoint signal
+// reaches the task as Nomad's driver delivers `nomad alloc signal` (docker:
+// the container's PID 1); checkpoint_signal_to and the requeue file
+// (IMPACT_REQUEUE_FILE) are impact-exec's only; and the GPU visibility
+// variables are Nomad's device reservation env as is (with one device
+// block, exactly the task's GPUs). example/jobs/docker-gang.nomad.hcl is
+// the jobspec.
+//
 // The binary also runs `impact-exec supervise DIR` (one per task, started by
 // the driver), `impact-exec exec-in SPEC -- ARGV` (an exec command joining
 // its task's v1 cgroups, started by the driver) and `impact-exec gang-server -nomad-addr URL [-listen ADDR]

@@ -48,6 +48,11 @@ Subcommands:
         their Nomad workload identity (see gang-server -h)
   impact-exec gang-server -dev [-listen 127.0.0.1:4690]
         the same without authentication, for development: loopback only
+  impact-exec gang-join [-addr URL] [-port-label L] [-node-id ID] ...
+        the gang barrier for a task of any driver (docker, exec, raw_exec):
+        run as a prestart task, it waits for every member of the job and
+        writes the rendezvous env to $NOMAD_ALLOC_DIR/impact/gang.env for
+        the main task's env template (see gang-join -h)
   impact-exec -version
         print the version
 `
@@ -62,6 +67,9 @@ Subcommands:
 //	                                 standalone rendezvous server (clusters
 //	                                 without an impact agent), authenticated
 //	                                 with Nomad workload identities and ACLs
+//	impact-exec gang-join [...]      the gang barrier as a prestart task of
+//	                                 a job of any driver: writes the
+//	                                 rendezvous env for the main task
 //	impact-exec gang-server -dev     the same without authentication, on
 //	                                 loopback only (development, tests)
 //	impact-exec -h | -version        help, version
@@ -84,6 +92,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return gangServer(args[1:], stderr)
 		case "exec-in":
 			return execInMain(args[1:], stderr)
+		case "gang-join":
+			return gangJoinMain(args[1:], stdout, stderr)
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, banner+"\n"+usage)
 			return 0

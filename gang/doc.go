@@ -2,7 +2,8 @@
 // binaries: the HTTP server side (an in-memory registry, mounted by the
 // impact agent under /v1/gang/, or served standalone by `impact-exec
 // gang-server` for tests and e2e runs) and the client side used by each
-// impact-exec task's supervisor. It lives outside driver/ and scheduler/
+// impact-exec task's supervisor and by `impact-exec gang-join` (the
+// barrier as a prestart task beside a task of any driver). It lives outside driver/ and scheduler/
 // because both import it and neither owns it; it depends only on package
 // auth, never on the driver or the scheduler.
 //

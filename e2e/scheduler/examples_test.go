@@ -170,8 +170,9 @@ func (d *devRun) waitState(job, state, reason string, within time.Duration) agen
 // TestExamplesAsWritten is example/README.md's walkthrough on scripts/dev.sh
 // as `make dev` starts it (two GPU nodes of 8 A100s in two NVLink islands,
 // group_by "model"; one node without torchrun), every job of example/jobs
-// run as written, each checked against the state the walkthrough
-// documents:
+// run as written (but docker-gang.nomad.hcl: make dev runs no Docker
+// engine; TestDockerGang validates it and runs its shape), each checked
+// against the state the walkthrough documents:
 //
 //   - llm-pretrain (distributed-training.nomad.hcl, one member per node,
 //     4 NVLink GPUs each) is admitted whole and both members run (needs
