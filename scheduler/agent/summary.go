@@ -19,6 +19,11 @@ func summarize(e agentapi.Explanation) string {
 		return "Ended failed: its gang lost a member and it is not requeued (impact_on_failure, impact_max_failures); see the reason."
 	case (e.State == agentapi.StateRunning || e.State == agentapi.StateAdmitting) && e.Decision == DecisionRequeued:
 		return "Its gang lost a member: being stopped whole; it goes back to the queue."
+	case e.State == agentapi.StateAdmitting && (e.Decision == DecisionPreempted || e.Decision == DecisionReclaimed):
+		// Some members already stopped: it is on its way back to the
+		// queue, not being started (issue 41's "Admitted: waiting for
+		// Nomad to start" at the moment it was requeued).
+		return summarizeRunning(e)
 	}
 	switch e.State {
 	case agentapi.StateInvalid:

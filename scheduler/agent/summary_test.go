@@ -24,6 +24,8 @@ func TestSummarize(t *testing.T) {
 	tooBig.State, tooBig.Reason = agentapi.StateInvalid, `group "w" asks 16 GPUs per allocation; the largest schedulable node has 8`
 	neverFits := agentapi.Explanation{}
 	neverFits.State, neverFits.Reason = agentapi.StateInvalid, `cannot be placed in pool "gpu" even with no other work running: its NVLink allocations may share this node only inside one island (1 node(s))`
+	stoppingVictim := agentapi.Explanation{Decision: DecisionPreempted, PreemptedBy: "default/urgent"}
+	stoppingVictim.State, stoppingVictim.Allocations = agentapi.StateAdmitting, 2
 	running := agentapi.Explanation{Decision: DecisionAdmit}
 	running.State, running.Allocations = agentapi.StateRunning, 2
 	victim := agentapi.Explanation{Decision: DecisionPreempted, PreemptedBy: "default/urgent"}
@@ -61,6 +63,7 @@ func TestSummarize(t *testing.T) {
 		{"requeued after preemption", func() agentapi.Explanation { e := preempted; e.Reason = "preempted for default/urgent"; return e }(), "Preempted for default/urgent; waiting to run again (2nd in line)."},
 		{"unknown reason", unknown, "Waiting for its turn (4th in line)."},
 		{"bad meta", invalid, "Cannot be scheduled as written: fix its impact_* meta and submit it again."},
+		{"preempted, members stopping", stoppingVictim, "Being preempted for default/urgent; it goes back to the queue."},
 		{"too big", tooBig, "Cannot be scheduled as written: it asks more GPUs per allocation than any node can give."},
 		{"never fits its pool", neverFits, "Cannot be scheduled as written: it does not fit its pool even with nothing else running; the reason says which rule each node breaks."},
 		{"running", running, "Running: all 2 allocation(s) admitted and started."},

@@ -301,6 +301,11 @@ func (in viewInput) explainRunning(e *agentapi.Explanation, j *cluster.Job, ex *
 		// only in the cycle that decided it.
 		e.Decision, e.PreemptedBy, e.Reason = h.Decision, h.PreemptedBy, h.Reason
 	}
+	if e.State == agentapi.StateAdmitting && e.Decision != DecisionAdmit {
+		// Members gone because the job is being stopped: it runs until
+		// it is parked, it is not being started.
+		e.State = agentapi.StateRunning
+	}
 }
 
 // explainAdmitted explains a job the engine admitted this cycle that Nomad
