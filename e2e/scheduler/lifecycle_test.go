@@ -146,7 +146,13 @@ func nodesOfAllocs(as []lcAlloc) []string {
 }
 
 func setupCluster(t *testing.T, prefix, policyExtra string) *lcEnv {
-	c, impact := startGPUCluster(t, prefix, 3)
+	return setupClusterWith(t, prefix, policyExtra, "")
+}
+
+// setupClusterWith is setupCluster with serverExtra appended to the Nomad
+// server's config (a shorter heartbeat TTL...).
+func setupClusterWith(t *testing.T, prefix, policyExtra, serverExtra string) *lcEnv {
+	c, impact := startGPUClusterWith(t, prefix, 3, serverExtra)
 	e := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact, policyExtra: policyExtra,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])}}
 	e.impactProc = e.startImpact(t)
@@ -160,6 +166,13 @@ func setupCluster(t *testing.T, prefix, policyExtra string) *lcEnv {
 // binary.
 func startGPUCluster(t *testing.T, prefix string, n int) (*nomadagent.Cluster, string) {
 	t.Helper()
+	return startGPUClusterWith(t, prefix, n, "")
+}
+
+// startGPUClusterWith is startGPUCluster with serverExtra appended to the
+// server's config.
+func startGPUClusterWith(t *testing.T, prefix string, n int, serverExtra string) (*nomadagent.Cluster, string) {
+	t.Helper()
 	nomadagent.Binary(t)
 	root := nomadagent.RepoRoot()
 	bins := t.TempDir()
@@ -167,9 +180,10 @@ func startGPUCluster(t *testing.T, prefix string, n int) (*nomadagent.Cluster, s
 	impact := nomadagent.ImpactBinary(t, bins, "impact", "github.com/impact-sched/nomad-impact/cmd/impact")
 	src := filepath.Join(root, "example", "topologies", "two-islands-8x-a100.hcl")
 	c := nomadagent.StartCluster(t, nomadagent.ClusterConfig{
-		Prefix:  prefix,
-		Clients: n,
-		Plugins: map[string]string{"impact-gpu": gpu},
+		Prefix:      prefix,
+		Clients:     n,
+		Plugins:     map[string]string{"impact-gpu": gpu},
+		ServerExtra: serverExtra,
 		ClientExtra: func(i int, cl *nomadagent.Client) string {
 			return fmt.Sprintf(`
 plugin "raw_exec" {

@@ -183,8 +183,10 @@ func (s *statsAdapter) GPUStats(ctx context.Context, nodeIDs []string) ([]GPUSta
 // and reads the records back.
 type stateAdapter struct {
 	st *nomad.StateStore
-	// savedRequeues is what SaveRequeues last stored (nil: nothing yet).
+	// savedRequeues is what SaveRequeues last stored (nil: nothing yet);
+	// savedGangs what SaveGangRequeues last stored.
 	savedRequeues map[string]int
+	savedGangs    map[string]nomad.GangRequeue
 }
 
 func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error) {
@@ -200,28 +202,40 @@ func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error
 	if err != nil {
 		return DurableState{}, false, err
 	}
-	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}, Requeues: requeues}
+	gangs, err := s.st.LoadGangRequeues(ctx)
+	if err != nil {
+		return DurableState{}, false, err
+	}
+	ds := DurableState{Usage: usage, UsageAt: at, Preemptions: map[string]nomad.PreemptionRecord{}, Requeues: requeues, GangRequeues: gangs}
 	for _, r := range recs {
 		ds.Preemptions[r.JobID] = r
 	}
-	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0, nil
+	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0 || len(gangs) > 0, nil
 }
 
-// SaveState writes the usage, and the idle requeue counts when they
-// changed since the last save (they change rarely; usage every save).
+// SaveState writes the usage, and the idle and gang requeue counts when
+// they changed since the last save (they change rarely; usage every save).
 func (s *stateAdapter) SaveState(ctx context.Context, d DurableState) error {
 	if err := s.st.SaveUsage(ctx, d.Usage, d.UsageAt); err != nil {
 		return err
 	}
-	if s.savedRequeues != nil && maps.Equal(s.savedRequeues, d.Requeues) {
-		return nil
+	if s.savedRequeues == nil || !maps.Equal(s.savedRequeues, d.Requeues) {
+		if err := s.st.SaveRequeues(ctx, d.Requeues); err != nil {
+			return err
+		}
+		s.savedRequeues = maps.Clone(d.Requeues)
+		if s.savedRequeues == nil {
+			s.savedRequeues = map[string]int{}
+		}
 	}
-	if err := s.st.SaveRequeues(ctx, d.Requeues); err != nil {
-		return err
-	}
-	s.savedRequeues = maps.Clone(d.Requeues)
-	if s.savedRequeues == nil {
-		s.savedRequeues = map[string]int{}
+	if s.savedGangs == nil || !maps.Equal(s.savedGangs, d.GangRequeues) {
+		if err := s.st.SaveGangRequeues(ctx, d.GangRequeues); err != nil {
+			return err
+		}
+		s.savedGangs = maps.Clone(d.GangRequeues)
+		if s.savedGangs == nil {
+			s.savedGangs = map[string]nomad.GangRequeue{}
+		}
 	}
 	return nil
 }

@@ -300,6 +300,7 @@ func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 			a.state.log.Error("restoring engine", "error", err)
 		}
 	}
+	a.cycle.holdBackGangs(a.opts.Clock())
 	a.explain.newTerm()
 	a.lead.won(lctx, cancel)
 }

@@ -36,13 +36,20 @@ type cycler struct {
 	view   atomic.Pointer[view]
 	// history is the agent's memory of its last action on each job.
 	history map[string]jobHistory
-	// timeline is each job's history of state changes (see addHistory).
-	timeline map[string][]agentapi.Event
+	// timeline is each job's history of state changes (see addHistory);
+	// submitted the earliest submit time seen of each job in the model.
+	timeline  map[string][]agentapi.Event
+	submitted map[string]time.Time
 	// rollbacks counts a job's admissions rolled back in a row, for the
-	// back-off before the next (see deferRolledBack); requeues its
-	// incomplete-gang requeues in a row (deferRequeued). Both are kept
-	// while the job is in the model.
-	rollbacks, requeues map[string]int
+	// back-off before the next (see deferRolledBack), kept while the job
+	// is in the model. A gang's runs in a row that lost a member are in
+	// the durable state (state.gangs, gangs.go).
+	rollbacks map[string]int
+	// ending: gangs whose requeue this cycle ends them failed (their
+	// explanation is kept once the view is built); ended: what `impact
+	// explain` says of gangs ended failed (gangs.go).
+	ending map[string]engine.Preemption
+	ended  map[string]endedJob
 	// pendingSince is the first model update not yet consumed by a cycle.
 	pendingSince time.Time
 	// warned is, per invalid job, the version (JobModifyIndex) whose
@@ -75,8 +82,8 @@ type CycleResult struct {
 }
 
 func newCycler(o Options, log hclog.Logger) (*cycler, error) {
-	c := &cycler{o: o, log: log, history: map[string]jobHistory{}, timeline: map[string][]agentapi.Event{},
-		rollbacks: map[string]int{}, requeues: map[string]int{}, warned: map[string]uint64{}}
+	c := &cycler{o: o, log: log, history: map[string]jobHistory{}, timeline: map[string][]agentapi.Event{}, submitted: map[string]time.Time{},
+		rollbacks: map[string]int{}, ending: map[string]engine.Preemption{}, ended: map[string]endedJob{}, warned: map[string]uint64{}}
 	if err := c.restore(nil); err != nil {
 		return nil, err
 	}
@@ -135,6 +142,8 @@ func (c *cycler) run(ctx context.Context) {
 	res.Decide = time.Since(t0)
 	c.act(lctx, snap, &res)
 	v := buildView(snap, res.Plan, c.history, res.At, res.Leader, c.o.Policy)
+	c.showEnded(v, snap, res.At)
+	c.addSubmitted(v, snap)
 	c.addHistory(v, res.At)
 	c.warnInvalid(snap, v)
 	// Metrics first: whoever reads the new view finds them as new.
@@ -209,6 +218,8 @@ func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *CycleRes
 		c.forgetUnapplied(res.Plan, nil)
 		return
 	}
+	c.resetGangRecords(snap, res.At)
+	c.limitFailures(res.Plan, snap)
 	rep, err := c.o.Executor.Apply(lctx, res.Plan, snap)
 	res.Report = rep
 	if err != nil {
@@ -217,7 +228,7 @@ func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *CycleRes
 	c.record(res.Plan, snap, rep, res.At)
 	c.forgetUnapplied(res.Plan, &rep)
 	c.deferRolledBack(snap, rep.RolledBack, res.At)
-	c.deferRequeued(snap, res.Plan, rep.Requeued, res.At)
+	c.recordGangRequeues(res.Plan, setOf(rep.Requeued), res.At)
 }
 
 // finish reports a cycle: health, metrics, the log, OnCycle.
@@ -238,6 +249,27 @@ func (c *cycler) finish(res CycleResult, wallStart time.Time) {
 	}
 	if c.o.OnCycle != nil {
 		c.o.OnCycle(res)
+	}
+}
+
+// addSubmitted gives each explanation the earliest submit time seen of
+// its job while it stayed in the model: a requeue or preemption parks the
+// job again (a new Nomad submit time) without leaving the model, so this
+// is the user's submission. A job that left forgets it.
+func (c *cycler) addSubmitted(v *view, snap *cluster.Snapshot) {
+	for id := range c.submitted {
+		if _, ok := snap.Job(id); !ok {
+			delete(c.submitted, id)
+		}
+	}
+	for _, j := range snap.Jobs() {
+		if t, ok := c.submitted[j.ID]; !ok || j.Submit.Before(t) {
+			c.submitted[j.ID] = j.Submit
+		}
+		if e, ok := v.explain[j.ID]; ok {
+			e.Submitted = c.submitted[j.ID]
+			v.explain[j.ID] = e
+		}
 	}
 }
 

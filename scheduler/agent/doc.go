@@ -30,6 +30,9 @@
 //	                              engine.Decide, Apply while leading
 //	              record.go       what the executor did: history, back-offs, what the
 //	                              engine must forget
+//	              gangs.go        a gang's life: runs in a row that lost a member (durable,
+//	                              reset by a whole run), back-off, impact_max_failures,
+//	                              gangs ended failed as explain shows them
 //	              view.go         the view /v1/queue, /v1/explain and the pages serve
 //	durable       state.go        durable state: loaded into the engine's memory when a
 //	                              term starts, the previous leader's intents recovered

@@ -50,6 +50,7 @@ var (
 	mStatsErrors     = []string{"gpu", "stats_errors_total"}
 	mOutcomes        = []string{"preemption", "outcomes_total"}
 	mGangRequeues    = []string{"gangs", "requeued_total"}
+	mGangsFailed     = []string{"gangs", "failed_total"}
 	mPinMismatches   = []string{"gpu", "pin_mismatch_total"}
 	mHeadroom        = []string{"headroom", "gpus"}
 	mHeadroomHeld    = []string{"headroom", "held_gpus"}
@@ -161,9 +162,10 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mCycleErrors, "Cycles that failed before acting."),
 		counterDef(mActionErrors, "Admissions, preemptions or explanations that failed."),
 		counterDef(mRollbacks, "Admissions rolled back because the gang did not fully start in time."),
-		counterDef(mLostGPUHours, "GPU-hours of work lost to preemption since the victims' last checkpoint."),
+		counterDef(mLostGPUHours, "GPU-hours of work lost to preemption as estimated when deciding: since the victims' last expected checkpoint (impact_checkpoint_interval), else since their start, an upper bound (a victim that checkpoints on its signal loses only the work since)."),
 		counterDef(mOutcomes, "Finished preemptions by how the victim ended: completed (every task exited 0: done, not requeued), requeued (exited with its requeue code), stopped (still running at the end of its grace)."),
-		counterDef(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace."),
+		counterDef(mGangRequeues, "Running gangs stopped and requeued whole because a member was missing (lost, failed, stopped, on a down or draining node, or replaced by Nomad) for longer than the policy's gang member grace, at once when Nomad replaced it or ended the job's run."),
+		counterDef(mGangsFailed, "Running gangs that lost a member and were stopped whole and ended failed instead of requeued (impact_on_failure = \"fail\", or impact_max_failures runs in a row lost a member)."),
 		counterDef(mIdleReclaimed, "GPU-hours freed from idle or hung jobs by their tier's idle action (reclaims and idle preemptions carried out): their GPUs x the rest of their impact_walltime (0 for jobs without one)."),
 		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
@@ -283,6 +285,9 @@ func (m *Metrics) RecordPreemptionOutcome(outcome string) {
 
 // RecordGangRequeue counts a broken gang requeued whole.
 func (m *Metrics) RecordGangRequeue() { m.m.IncrCounter(mGangRequeues, 1) }
+
+// RecordGangFailed counts a broken gang ended failed.
+func (m *Metrics) RecordGangFailed() { m.m.IncrCounter(mGangsFailed, 1) }
 
 // RecordPinMismatches counts nodes where Nomad allocated other GPUs than
 // an admission pinned.

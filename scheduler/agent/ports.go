@@ -132,6 +132,9 @@ type DurableState struct {
 	// Requeues counts, per job, the requeues of its tier's idle action,
 	// so a new leader requeues a hung job at most max_requeues times in all.
 	Requeues map[string]int `json:"requeues,omitempty"`
+	// GangRequeues are, per job, its runs in a row that lost a member
+	// (requeued whole), for the back-off and impact_max_failures.
+	GangRequeues map[string]nomad.GangRequeue `json:"gang_requeues,omitempty"`
 	// Leader names the agent that saved it.
 	Leader string `json:"leader"`
 }

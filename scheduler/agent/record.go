@@ -57,13 +57,17 @@ func (c *cycler) recordRequeues(plan *engine.Plan, requeued map[string]bool, now
 		if !requeued[p.JobID] {
 			continue
 		}
-		c.history[p.JobID] = jobHistory{Decision: DecisionRequeued, At: now, Reason: p.Reason}
-		if p.Update {
+		c.history[p.JobID] = jobHistory{Decision: DecisionRequeued, At: now, Reason: p.Reason, Nodes: c.history[p.JobID].Nodes}
+		switch {
+		case p.Update:
 			c.log.Info("replacing a running job its user re-submitted", "job", p.JobID)
-			continue
+		case p.EndFailed:
+			c.history[p.JobID] = jobHistory{Decision: DecisionFailed, At: now, Reason: p.Reason, Nodes: c.history[p.JobID].Nodes}
+			c.o.Metrics.RecordGangFailed()
+		default:
+			c.o.Metrics.RecordGangRequeue()
+			c.log.Warn("requeuing an incomplete gang whole", "job", p.JobID, "reason", p.Reason)
 		}
-		c.o.Metrics.RecordGangRequeue()
-		c.log.Warn("requeuing an incomplete gang whole", "job", p.JobID, "reason", p.Reason)
 	}
 }
 
@@ -176,37 +180,6 @@ func (c *cycler) deferRolledBack(snap *cluster.Snapshot, rolledBack []string, no
 		wait := backoffFor(n)
 		c.engine.Defer(id, now.Add(wait), fmt.Sprintf("its admission was rolled back %d time(s) in a row (Nomad did not start the whole gang); retrying with back-off", n))
 		c.log.Info("admission rolled back; holding the job back", "job", id, "rollbacks", n, "retry_after", wait)
-	}
-}
-
-// deferRequeued holds back a gang requeued whole because a member went
-// missing, from its second requeue in a row on: a lost node is ridden out
-// by one requeue (run again at once, elsewhere), but a job whose member
-// fails every time it runs would otherwise be requeued and re-admitted in
-// a loop, holding GPUs. The wait is rollbackBackoff doubling up to
-// maxRollbackBackoff; the count is kept while the job is in the model.
-func (c *cycler) deferRequeued(snap *cluster.Snapshot, plan *engine.Plan, requeued []string, now time.Time) {
-	for id := range c.requeues {
-		if _, ok := snap.Job(id); !ok {
-			delete(c.requeues, id)
-		}
-	}
-	update := map[string]bool{}
-	for _, r := range plan.Requeues {
-		update[r.JobID] = r.Update
-	}
-	for _, id := range requeued {
-		if update[id] {
-			continue // a user's update, not a broken gang
-		}
-		c.requeues[id]++
-		n := c.requeues[id]
-		if n < 2 {
-			continue
-		}
-		wait := backoffFor(n - 1)
-		c.engine.Defer(id, now.Add(wait), fmt.Sprintf("its gang was requeued %d times in a row (a member lost, failed or stopped); retrying with back-off", n))
-		c.log.Info("gang requeued again; holding the job back", "job", id, "requeues", n, "retry_after", wait)
 	}
 }
 

@@ -110,15 +110,15 @@ func TestBackoffCountsFollowTheModel(t *testing.T) {
 	plan := &engine.Plan{Requeues: []engine.Preemption{{JobID: "default/b"}, {JobID: "default/u", Update: true}}}
 	for range 3 {
 		c.deferRolledBack(snap, []string{"default/a"}, now)
-		c.deferRequeued(snap, plan, []string{"default/b", "default/u"}, now)
+		c.recordGangRequeues(plan, setOf([]string{"default/b", "default/u"}), now)
 	}
-	if c.rollbacks["default/a"] != 3 || c.requeues["default/b"] != 3 || c.requeues["default/u"] != 0 {
-		t.Fatalf("rollbacks %v requeues %v", c.rollbacks, c.requeues)
+	if c.rollbacks["default/a"] != 3 || c.state.gangs["default/b"].Runs != 3 || c.state.gangs["default/u"].Runs != 0 {
+		t.Fatalf("rollbacks %v gang requeues %v", c.rollbacks, c.state.gangs)
 	}
 	left := snapOf(t)
 	c.deferRolledBack(left, nil, now)
-	c.deferRequeued(left, &engine.Plan{}, nil, now)
-	if len(c.rollbacks) != 0 || len(c.requeues) != 0 {
-		t.Errorf("counts of jobs that left kept: %v %v", c.rollbacks, c.requeues)
+	c.resetGangRecords(left, now)
+	if len(c.rollbacks) != 0 || len(c.state.gangs) != 0 {
+		t.Errorf("counts of jobs that left kept: %v %v", c.rollbacks, c.state.gangs)
 	}
 }

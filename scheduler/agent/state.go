@@ -31,13 +31,16 @@ type durable struct {
 	// preemptions are the recent preemption records (job ID -> record):
 	// the previous leader's, then this agent's; a day's worth.
 	preemptions map[string]nomad.PreemptionRecord
-	lastSave    time.Time
-	recovered   bool // this term's Recover succeeded
+	// gangs: per job, its runs in a row that lost a member (gangs.go): the
+	// previous leader's, then this agent's.
+	gangs     map[string]nomad.GangRequeue
+	lastSave  time.Time
+	recovered bool // this term's Recover succeeded
 }
 
 func newDurable(o Options, log hclog.Logger) *durable {
 	return &durable{name: o.Name, store: o.State, exec: o.Executor, saveEvery: o.SaveEvery, clk: o.Clock,
-		log: log, metrics: o.Metrics, preemptions: map[string]nomad.PreemptionRecord{}}
+		log: log, metrics: o.Metrics, preemptions: map[string]nomad.PreemptionRecord{}, gangs: map[string]nomad.GangRequeue{}}
 }
 
 // load starts a term: it reads the durable state and returns the engine
@@ -60,8 +63,13 @@ func (d *durable) load(ctx context.Context) (m engine.Memory, ok bool) {
 	for k, v := range st.Preemptions {
 		d.preemptions[k] = v
 	}
+	if st.GangRequeues != nil {
+		// The leader's record: this agent, a standby until now, kept
+		// none of its own.
+		d.gangs = copyMap(st.GangRequeues)
+	}
 	d.log.Info("resumed from durable state", "saved_by", st.Leader, "projects", len(st.Usage),
-		"preemptions", len(st.Preemptions))
+		"preemptions", len(st.Preemptions), "gang_requeues", len(st.GangRequeues))
 	return memoryFrom(st, d.clk()), true
 }
 
@@ -126,11 +134,12 @@ func (d *durable) save(ctx context.Context, now time.Time, force bool, eng *engi
 		return
 	}
 	st := DurableState{
-		Usage:       eng.Usage().Values(now),
-		UsageAt:     now,
-		Preemptions: copyMap(d.preemptions),
-		Requeues:    eng.Memory(now).Requeues,
-		Leader:      d.name,
+		Usage:        eng.Usage().Values(now),
+		UsageAt:      now,
+		Preemptions:  copyMap(d.preemptions),
+		Requeues:     eng.Memory(now).Requeues,
+		GangRequeues: copyMap(d.gangs),
+		Leader:       d.name,
 	}
 	if err := d.store.SaveState(ctx, st); err != nil {
 		if ctx.Err() == nil {

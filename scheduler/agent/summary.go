@@ -14,6 +14,12 @@ import (
 // their opening words; a reason it does not recognise still gets a true,
 // generic sentence (the details are in Reason).
 func summarize(e agentapi.Explanation) string {
+	switch {
+	case e.State == agentapi.StateFailed:
+		return "Ended failed: its gang lost a member and it is not requeued (impact_on_failure, impact_max_failures); see the reason."
+	case (e.State == agentapi.StateRunning || e.State == agentapi.StateAdmitting) && e.Decision == DecisionRequeued:
+		return "Its gang lost a member: being stopped whole; it goes back to the queue."
+	}
 	switch e.State {
 	case agentapi.StateInvalid:
 		return summarizeInvalid(e)
@@ -64,6 +70,10 @@ func summarizeWaiting(e agentapi.Explanation) string {
 	switch {
 	case e.Decision == DecisionAdmit:
 		return "Fits now; the leader will admit it (this agent is a standby)."
+	case e.Decision == DecisionRequeued && strings.Contains(r, "held back until"):
+		return "Requeued whole after its gang lost a member; held back before it runs again (back-off)."
+	case e.Decision == DecisionRequeued:
+		return fmt.Sprintf("Requeued whole after its gang lost a member; waiting to run again (%s).", place)
 	case strings.HasPrefix(r, "admission planned but not carried out"):
 		return "Its admission did not go through this cycle; the scheduler decides again."
 	case e.Decision == DecisionPreempt && strings.HasPrefix(r, "waiting for preempted gangs"):

@@ -52,6 +52,9 @@ func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 	if !e.Since.IsZero() {
 		items["since"] = e.Since.UTC().Format(time.RFC3339)
 	}
+	if !e.Submitted.IsZero() {
+		items["submitted"] = e.Submitted.UTC().Format(time.RFC3339)
+	}
 	engineItems(items, e)
 	idleItems(items, e.Entry)
 	for k, v := range items {

@@ -160,6 +160,8 @@ func checkField(key string, e agentapi.Explanation, items map[string]string) str
 			eq("score_deadline", points(x.Score.Deadline)) + eq("score_age", points(x.Score.Age))
 	case "since":
 		return eq(key, e.Since.UTC().Format(time.RFC3339))
+	case "submitted":
+		return eq(key, e.Submitted.UTC().Format(time.RFC3339))
 	case "idle_since":
 		return eq(key, e.IdleSince.UTC().Format(time.RFC3339))
 	case "idle", "hung":

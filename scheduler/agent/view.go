@@ -29,6 +29,7 @@ const (
 	DecisionWait      = "wait"      // waiting for its turn or for capacity
 	DecisionNone      = "none"      // cannot be scheduled as written
 	DecisionReclaimed = "reclaimed" // hung: stopped by its tier's idle requeue action
+	DecisionFailed    = "failed"    // a gang that lost a member, stopped whole and ended failed (not requeued)
 )
 
 // viewInput is what one cycle's view is built from.
@@ -331,11 +332,19 @@ func explainWaiting(e *agentapi.Explanation, h jobHistory) {
 		e.Decision = DecisionPreempt
 	}
 	switch h.Decision {
-	case DecisionPreempted, DecisionRequeued:
+	case DecisionPreempted:
 		e.PreemptedBy = h.PreemptedBy
 		if e.Reason == "" {
 			e.Reason = h.Reason
 		}
+	case DecisionRequeued:
+		if strings.HasPrefix(h.Reason, "re-submitted by its user") {
+			break // a user's update waits like any new version
+		}
+		// Said so while it waits, with why, not only in the cycle that
+		// decided it.
+		e.Decision = DecisionRequeued
+		e.Reason = strings.TrimSuffix("requeued whole ("+h.Reason+"); "+e.Reason, "; ")
 	case DecisionReclaimed:
 		e.Reason = strings.TrimSpace("requeued by its tier's idle action (" + h.Reason + "); " + e.Reason)
 	}

@@ -145,6 +145,9 @@ func printFacts(row func(k, v string), e agentapi.Explanation) {
 		}
 	}
 	row("Since", since)
+	if !e.Submitted.IsZero() && !e.Submitted.Equal(e.Since) {
+		row("Submitted", e.Submitted.UTC().Format(time.RFC3339)+" (first seen; requeues keep it)")
+	}
 	row("Decision", dash(e.Decision))
 	if e.Engine != nil {
 		row("Engine", string(e.Engine.Status))

@@ -263,6 +263,19 @@ type Job struct {
 	// version that ended on their own with success (every task exited 0):
 	// gang members that are done, not missing.
 	Completed map[string]int
+	// Ended says how members of the job's current registration ended
+	// without completing (failed, with the task's exit code; lost;
+	// stopped), for the reasons the gang watch gives; "" when none did.
+	Ended string
+	// Dead says that Nomad marked this admitted job dead with its work
+	// not done (Ended says how its run ended): none of its allocations
+	// runs and Nomad places none (the job's restart and reschedule blocks
+	// allow no more, e.g. `restart { attempts = 0 }` and `reschedule {
+	// attempts = 0 }`). The model keeps such a job, as running with no
+	// allocations, until the scheduler has decided what it is (requeued
+	// whole, or ended failed); a job whose every member completed is done
+	// and leaves the model.
+	Dead bool
 }
 
 // GPUs is the total number of GPUs the job asks for.

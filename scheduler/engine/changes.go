@@ -45,6 +45,9 @@ type changes struct {
 	bindings     map[string]binding
 	// broken is the whole new set of gangs seen missing a member.
 	broken map[string]time.Time
+	// requeuedDead is the whole new set of dead gangs requeued (this
+	// cycle or before) whose run is still in the model.
+	requeuedDead map[string]uint64
 	// idleSeen: the idle states logged now; idleGone: jobs no longer
 	// running.
 	idleSeen map[string]idleFlags
@@ -257,6 +260,11 @@ func (e *Engine) apply(ch *changes, now time.Time) {
 		e.broken = ch.broken
 	} else {
 		clear(e.broken)
+	}
+	if ch.requeuedDead != nil {
+		e.requeuedDead = ch.requeuedDead
+	} else {
+		clear(e.requeuedDead)
 	}
 	for _, id := range ch.idleGone {
 		delete(e.idleSeen, id)

@@ -61,6 +61,10 @@ type Engine struct {
 	// broken: job ID -> since when a running gang has been seen missing a
 	// member (watchGangs).
 	broken map[string]time.Time
+	// requeuedDead: job ID -> the registration (Job.ModifyIndex) of a dead
+	// gang (cluster.Job.Dead) this engine requeued, so that the same run
+	// is not requeued again while the adapter parks it (Forget drops it).
+	requeuedDead map[string]uint64
 	// allocUtil and jobUtil: utilisation history per allocation and per
 	// job (ObserveUtilization); idleSeen: the idle state last logged per
 	// job; requeues: how often each job was requeued for hanging.
@@ -219,6 +223,7 @@ func (e *Engine) Preempting(p Preemption, decided time.Time) {
 // treat the victim's GPUs as busy and could order it again.
 func (e *Engine) Forget(jobID string) {
 	delete(e.pending, jobID)
+	delete(e.requeuedDead, jobID)
 	delete(e.deferred, jobID)
 	delete(e.bindings, jobID)
 	decided := map[time.Time]bool{}
@@ -279,16 +284,17 @@ func New(pol *policy.Policy, opts ...Option) (*Engine, error) {
 	}
 	u := policy.NewUsage(pol.FairShare.HalfLife) // WithMemory restores saved usage
 	e := &Engine{
-		pol:      pol,
-		opts:     o,
-		logger:   o.logger.Named("engine"),
-		usage:    u,
-		inflight: map[string]inflightStop{},
-		pending:  map[string]pendingAdmission{},
-		deferred: map[string]deferral{},
-		bindings: map[string]binding{},
-		broken:   map[string]time.Time{},
-		cache:    placement.NewCache(),
+		pol:          pol,
+		opts:         o,
+		logger:       o.logger.Named("engine"),
+		usage:        u,
+		inflight:     map[string]inflightStop{},
+		pending:      map[string]pendingAdmission{},
+		deferred:     map[string]deferral{},
+		bindings:     map[string]binding{},
+		broken:       map[string]time.Time{},
+		requeuedDead: map[string]uint64{},
+		cache:        placement.NewCache(),
 
 		allocUtil: map[string]*utilTrack{},
 		jobUtil:   map[string]*utilTrack{},

@@ -25,6 +25,15 @@ import (
 // their own are done, not missing. Gangs with an admission still under
 // way (the adapter rolls those back) or a stop already ordered are left
 // alone.
+//
+// The grace is for a member that may come back (a node that returns with
+// its allocation). Two gaps cannot heal and are acted on at once: a
+// replacement (the member it replaces is gone for good; it is stopped
+// first, Preemption.Replacements, so that no member runs twice), and a
+// job Nomad marked dead with its work not done (cluster.Job.Dead: its
+// restart and reschedule blocks allow no more, so nothing else would
+// ever happen to it). A gang whose job says impact_on_failure = "fail"
+// is stopped whole the same way and ended failed (Preemption.EndFailed).
 func (c *cycle) watchGangs() {
 	grace := c.pol.Gangs.MissingMemberGrace
 	holders := c.st.Holders()
@@ -65,16 +74,22 @@ func (c *cycle) watchGangs() {
 			if grace <= 0 {
 				continue // the watch is off
 			}
-			why := c.missing(j, allocs, slots)
-			if why == "" {
+			m := c.missing(j, allocs, slots)
+			if m.why == "" {
 				continue
+			}
+			if j.Dead {
+				if idx, ok := c.e.requeuedDead[j.ID]; ok && idx == j.ModifyIndex {
+					c.keepRequeuedDead(j) // requeued; the adapter is parking it
+					continue
+				}
 			}
 			since, ok := c.e.broken[j.ID]
 			if !ok {
 				since = c.now
-				c.e.logger.Info("gang missing a member", "job", j.ID, "why", why, "grace", grace)
+				c.e.logger.Info("gang missing a member", "job", j.ID, "why", m.why, "grace", grace)
 			}
-			if c.now.Sub(since) < grace {
+			if !m.atOnce && c.now.Sub(since) < grace {
 				if c.ch.broken == nil {
 					c.ch.broken = map[string]time.Time{}
 				}
@@ -86,8 +101,18 @@ func (c *cycle) watchGangs() {
 				Grace:            j.Spec.Grace,
 				CheckpointSignal: j.Spec.CheckpointSignal,
 				RequeueExitCode:  j.Spec.RequeueCode(),
-				Reason: fmt.Sprintf("gang incomplete for %s (gangs missing_member_grace %s): %s; stopped whole and requeued",
-					c.now.Sub(since).Round(time.Second), grace, why),
+				Replacements:     m.replacements,
+				EndFailed:        j.Spec.FailOnLoss,
+			}
+			what := "stopped whole and requeued"
+			if r.EndFailed {
+				what = `stopped whole and ended failed (impact_on_failure = "fail")`
+			}
+			if m.atOnce {
+				r.Reason = fmt.Sprintf("gang incomplete: %s; %s", m.why, what)
+			} else {
+				r.Reason = fmt.Sprintf("gang incomplete for %s (gangs missing_member_grace %s): %s; %s",
+					c.now.Sub(since).Round(time.Second), grace, m.why, what)
 			}
 			if hasHolder {
 				r.GPUs = holders[h].GPUs
@@ -97,10 +122,21 @@ func (c *cycle) watchGangs() {
 				}
 				c.claim(h)
 			}
+			if j.Dead {
+				c.keepRequeuedDead(j)
+			}
 			c.plan.Requeues = append(c.plan.Requeues, r)
-			c.e.logger.Warn("requeuing incomplete gang whole", "job", j.ID, "why", why, "missing_for", c.now.Sub(since))
+			c.e.logger.Warn("requeuing incomplete gang whole", "job", j.ID, "why", m.why, "missing_for", c.now.Sub(since), "end_failed", r.EndFailed)
 		}
 	}
+}
+
+// keepRequeuedDead remembers that the dead gang j's run is requeued.
+func (c *cycle) keepRequeuedDead(j *cluster.Job) {
+	if c.ch.requeuedDead == nil {
+		c.ch.requeuedDead = map[string]uint64{}
+	}
+	c.ch.requeuedDead[j.ID] = j.ModifyIndex
 }
 
 // anyRunning reports whether some allocation is not told to stop.
@@ -139,17 +175,32 @@ func (c *cycle) ordered(allocs []*cluster.Alloc) bool {
 	return false
 }
 
-// missing says which members of a running gang are missing, "" when none.
+// gap is what missing found of a running gang: why it is not whole ("":
+// it is), whether to act at once rather than after the grace (atOnce:
+// the gang cannot become whole again: Nomad ended its run, or placed a
+// replacement, whose member is gone for good), and the replacements.
+type gap struct {
+	why          string
+	atOnce       bool
+	replacements []string
+}
+
+// missing says which members of a running gang are missing.
 // slots are the holder's slots of allocs (nil without a holder): a
 // member's node is read from the cycle's state by ordinal, not looked up
 // by ID, and the common complete gang allocates nothing.
-func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placement.Slot) string {
+func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placement.Slot) gap {
 	type count struct {
 		group string
 		n     int
 	}
 	var present []count
 	var why []string
+	var g gap
+	if j.Dead {
+		why = append(why, "Nomad ended its run (its restart and reschedule blocks allow no more): "+j.Ended)
+		g.atOnce = true
+	}
 	for i, a := range allocs {
 		var n *cluster.Node
 		ok := false
@@ -160,7 +211,9 @@ func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placeme
 		}
 		switch {
 		case a.Replacement:
-			why = append(why, fmt.Sprintf("allocation %s of group %s is a replacement Nomad placed for a lost or stopped member", a.ID, a.Group))
+			why = append(why, fmt.Sprintf("allocation %s of group %s is a replacement Nomad placed for a lost, failed or stopped member (stopped at once)", a.ID, a.Group))
+			g.atOnce = true
+			g.replacements = append(g.replacements, a.ID)
 		case a.Stopping:
 			why = append(why, fmt.Sprintf("allocation %s of group %s was told to stop", a.ID, a.Group))
 		case !ok || !n.Ready:
@@ -176,21 +229,26 @@ func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placeme
 			present[k].n++
 		}
 	}
-	for _, g := range j.Groups {
-		if g.GPUs == 0 {
+	for _, tg := range j.Groups {
+		if tg.GPUs == 0 {
 			// Only GPU groups are gang members the scheduler placed (an
 			// admission places every group with GPUs).
 			continue
 		}
 		have := 0
 		for _, p := range present {
-			if p.group == g.Name {
+			if p.group == tg.Name {
 				have = p.n
 			}
 		}
-		if short := g.Count - have - j.Completed[g.Name]; short > 0 && len(why) == 0 {
-			why = append(why, fmt.Sprintf("group %s has %d of %d members (the others lost, failed or stopped)", g.Name, g.Count-short, g.Count))
+		if short := tg.Count - have - j.Completed[tg.Name]; short > 0 && len(why) == 0 {
+			how := "the others lost, failed or stopped"
+			if j.Ended != "" {
+				how = j.Ended
+			}
+			why = append(why, fmt.Sprintf("group %s has %d of %d members (%s)", tg.Name, tg.Count-short, tg.Count, how))
 		}
 	}
-	return strings.Join(why, "; ")
+	g.why = strings.Join(why, "; ")
+	return g
 }

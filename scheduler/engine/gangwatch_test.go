@@ -26,6 +26,7 @@ func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
 		job    *cluster.Job
 		allocs []*cluster.Alloc
 		why    string // "" = never requeued
+		atOnce bool   // requeued without waiting for the grace
 	}{
 		{name: "member lost", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, job: gang(),
 			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3)},
@@ -39,7 +40,14 @@ func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
 				a.Replacement = true
 				return a
 			}()},
-			why: "allocation a3 of group main is a replacement"},
+			why: "allocation a3 of group main is a replacement", atOnce: true},
+		{name: "dead: Nomad ended the run", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)},
+			job: func() *cluster.Job {
+				j := gang()
+				j.Dead, j.Ended = true, "allocation a2 of group main failed: task t exited 137"
+				return j
+			}(),
+			why: "Nomad ended its run (its restart and reschedule blocks allow no more): allocation a2 of group main failed", atOnce: true},
 		{name: "member stopped by someone", nodes: []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, job: gang(),
 			allocs: []*cluster.Alloc{alloc("a1", "g", "n1", long, 0, 1, 2, 3), func() *cluster.Alloc {
 				a := alloc("a2", "g", "n2", long, 0, 1, 2, 3)
@@ -58,12 +66,19 @@ func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
 			grace := pol.Gangs.MissingMemberGrace
 			e := mustEngine(t, pol)
 			snap := mustSnap(t, tc.nodes, []*cluster.Job{tc.job}, tc.allocs)
-			for _, at := range []time.Duration{0, grace / 2, grace - time.Second} {
-				if plan := e.Decide(snap, t0.Add(at)); len(plan.Requeues) != 0 {
-					t.Fatalf("at +%v requeued %+v, before the grace of %v", at, plan.Requeues, grace)
+			at := grace
+			if tc.atOnce {
+				at = 0
+			}
+			for _, before := range []time.Duration{0, grace / 2, grace - time.Second} {
+				if before >= at {
+					break
+				}
+				if plan := e.Decide(snap, t0.Add(before)); len(plan.Requeues) != 0 {
+					t.Fatalf("at +%v requeued %+v, before the grace of %v", before, plan.Requeues, grace)
 				}
 			}
-			plan := e.Decide(snap, t0.Add(grace))
+			plan := e.Decide(snap, t0.Add(at))
 			if tc.why == "" {
 				if len(plan.Requeues) != 0 {
 					t.Fatalf("requeued %+v, want nothing", plan.Requeues)
@@ -78,7 +93,16 @@ func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
 				r.RequeueExitCode != policy.DefaultRequeueExitCode || r.Preemptor != "" || !strings.Contains(r.Reason, tc.why) {
 				t.Fatalf("requeue = %+v, want all %d allocations of g, its signal and grace, reason with %q", r, len(tc.allocs), tc.why)
 			}
-			if plan := e.Decide(snap, t0.Add(grace+10*time.Second)); len(plan.Requeues) != 0 {
+			var repl []string
+			for _, a := range tc.allocs {
+				if a.Replacement {
+					repl = append(repl, a.ID)
+				}
+			}
+			if strings.Join(r.Replacements, ",") != strings.Join(repl, ",") || r.EndFailed {
+				t.Fatalf("requeue replacements %v end failed %v, want %v, not ended", r.Replacements, r.EndFailed, repl)
+			}
+			if plan := e.Decide(snap, t0.Add(at+10*time.Second)); len(plan.Requeues) != 0 {
 				t.Fatalf("requeued again while the first is under way: %+v", plan.Requeues)
 			}
 		})
@@ -172,6 +196,37 @@ func TestUserUpdateOfARunningJobReplacesItThroughTheQueue(t *testing.T) {
 		// Under way: not ordered twice.
 		if plan := e.Decide(mustSnap(t, nodes, []*cluster.Job{j}, allocs), t0.Add(time.Second)); len(plan.Requeues) != 0 {
 			t.Fatalf("ordered again: %+v", plan.Requeues)
+		}
+	}
+}
+
+// A dead gang (Nomad ended its run, cluster.Job.Dead) is requeued at once
+// and once per run: not again while the adapter parks it, again after
+// Forget (the requeue was not carried out). With impact_on_failure =
+// "fail" the same stop ends the job failed.
+func TestGangWatchDeadGangRequeuedOnceOrEndedFailed(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		j := mkJob("g", running(), group("main", 2, 4))
+		if fail {
+			j = mkJob("g", running(), meta("impact_on_failure", "fail"), group("main", 2, 4))
+		}
+		j.Dead, j.Ended, j.ModifyIndex = true, "allocation a1 of group main failed: task t exited 1", 7
+		pol := policy.Default()
+		e := mustEngine(t, pol)
+		snap := mustSnap(t, []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}, []*cluster.Job{j}, nil)
+		plan := e.Decide(snap, t0)
+		if len(plan.Requeues) != 1 || plan.Requeues[0].EndFailed != fail || !strings.Contains(plan.Requeues[0].Reason, "exited 1") {
+			t.Fatalf("fail=%v: requeues %+v, want one at once, end failed %v", fail, plan.Requeues, fail)
+		}
+		if fail && !strings.Contains(plan.Requeues[0].Reason, "ended failed") {
+			t.Errorf("reason %q does not say the job ends failed", plan.Requeues[0].Reason)
+		}
+		if plan := e.Decide(snap, t0.Add(time.Second)); len(plan.Requeues) != 0 {
+			t.Fatalf("requeued the same dead run again: %+v", plan.Requeues)
+		}
+		e.Forget("g")
+		if plan := e.Decide(snap, t0.Add(2*time.Second)); len(plan.Requeues) != 1 {
+			t.Fatalf("after Forget: %d requeues, want the dead run requeued again", len(plan.Requeues))
 		}
 	}
 }

@@ -139,6 +139,17 @@ type Preemption struct {
 	// re-submitted (Nomad's destructive update through the queue), rather
 	// than an incomplete gang.
 	Update bool `json:"update,omitempty"`
+	// Replacements, for a requeue of a gang that lost a member, are the
+	// allocations Nomad placed on its own to replace one (also in Allocs):
+	// the adapter stops them at once, before the checkpoint signal, so
+	// that a member never runs twice (the replacement beside the orphaned
+	// one it replaces, or from scratch beside peers that are gone).
+	Replacements []string `json:"replacements,omitempty"`
+	// EndFailed, for a requeue of a gang that lost a member, ends the job
+	// failed instead of parking it (impact_on_failure = "fail", or its
+	// runs in a row that lost a member reached impact_max_failures): it is
+	// stopped whole the same way and then deregistered, with Reason.
+	EndFailed bool `json:"end_failed,omitempty"`
 	// Preemptor is the job the GPUs are freed for.
 	Preemptor string `json:"preemptor"`
 	// Reason, for people and the job's explain.

@@ -48,7 +48,7 @@ func TestExampleDeviceConstraintFromRealJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	cj := translateJob(doc.Job, "default/llm-pretrain", 0, translateConfig{parkingPool: parking})
+	cj := translateJob(doc.Job, "default/llm-pretrain", 0, false, translateConfig{parkingPool: parking})
 	g := cj.Groups[0]
 	if len(g.Devices) != 1 || len(g.Devices[0].Constraints) != 1 {
 		t.Fatalf("device blocks %+v", g.Devices)
@@ -132,7 +132,7 @@ func TestTranslateDeviceConstraints(t *testing.T) {
 	if err := json.Unmarshal(raw, &wj); err != nil {
 		t.Fatal(err)
 	}
-	d := translateJob(&wj, "default/cons", 0, translateConfig{parkingPool: parking}).Groups[0].Devices[0]
+	d := translateJob(&wj, "default/cons", 0, false, translateConfig{parkingPool: parking}).Groups[0].Devices[0]
 	var got []string
 	for _, c := range d.Constraints {
 		got = append(got, c.String())

@@ -24,18 +24,20 @@
 //	wire.go         the few Nomad fields decoded; slim.go trims payloads before decoding
 //	mirror.go       the watcher's ModifyIndex-guarded copy of Nomad objects, flushed into cluster.Store
 //	translate.go    Nomad job, group, allocation and node -> the model (device blocks, topology)
+//	members.go      how a gang's members ended, replacements by name, runs Nomad ended (Job.Dead)
 //	executor.go     Executor: config, Apply (starts stops, admits), claims, shared helpers
 //	report.go       ApplyReport and the skip reasons
 //	admit.go        admitting: intent, EnforceIndex register, a lost answer, waiting for the model
 //	pins.go         the admission's node and GPU pins, and removing exactly those (parking)
 //	deadlines.go    watching admissions: done, late, failed or unplaceable -> rollback
 //	readback.go     reading back the GPUs Nomad allocated and counting mismatches
-//	preempt.go      preempting (and whole-gang requeues): signal, grace, settle, finish
+//	preempt.go      preempting (and whole-gang requeues): replacements stopped, signal, grace, settle, finish
 //	outcome.go      how a victim's tasks ended (the outcome contract) and its counters
 //	reclaim.go      reclaims of hung jobs (the preemption path, no preemptor)
 //	park.go         parking a job again and stopping its allocations
 //	recover.go      a new leader finishing or dropping the last leader's intents
-//	state.go        durable state in Variables: the store, usage, requeues, preemption records
+//	state.go        durable state in Variables: the store, usage, requeues (idle, and gangs' runs
+//	                that lost a member), preemption records
 //	intents.go      intents: what the executor is about to do, written before it acts
 //	explain.go      the explanation Variable (nomad/jobs/<job>/impact)
 //	elector.go      leader election through a Variables lock
@@ -81,7 +83,34 @@
 //
 // Job IDs in the model and in plans are cluster.JobKey(namespace, id).
 // A job is managed when it is in the parking pool (waiting: JobQueued) or
-// carries the executor's pin constraint (admitted: JobRunning). The
+// carries the executor's pin constraint (admitted: JobRunning).
+//
+// # A gang's life never ends silently
+//
+// Whatever a job's restart and reschedule blocks say, the scheduler, not
+// Nomad, decides what becomes of a gang that loses a member. With the
+// example's `restart { attempts = 0 mode = "fail" }` and `reschedule {
+// attempts = 0 }` a failed member fails its allocation, nothing replaces
+// it, and once every member has ended Nomad marks the job dead. The model
+// keeps such an admitted job (running, no allocations, cluster.Job.Dead,
+// and Job.Ended saying how its members ended: "allocation 1a2b3c4d
+// (train.workers[0]) of group workers failed: task trainer exited 137")
+// until the engine's gang watch has requeued it whole or ended it failed;
+// a dead job whose members all completed is done and leaves the model. A
+// resync reads the dead jobs whose summary counts a failed or lost
+// allocation (the many completed ones cost nothing).
+//
+// Nomad also places replacements on its own: at once for a lost member
+// (linked, PreviousAllocation) and later from a blocked evaluation, e.g.
+// when a lost client comes back inside the grace: those have no
+// PreviousAllocation (seen on a real 2.0.5 cluster) and start beside the
+// orphaned member still running there. The model flags a live allocation
+// as a replacement (cluster.Alloc.Replacement) when it is linked to a
+// member of the current registration, or takes the name
+// ("<job>.<group>[<index>]") of one that ended without completing or of
+// an older one still meant to run. The gang watch requeues a gang with a
+// replacement at once; the executor stops the replacements first, without
+// signal or grace, then stops the rest with the checkpoint signal. The
 // executor's rewrite on admission: NodePool = the plan's pool (the engine
 // resolves impact_pool and the default pool; an admission without one is
 // refused); per placed group a constraint
@@ -174,7 +203,12 @@
 // charges fair-share usage for GPU time that fell between two cycles.
 // Nomad reports no checkpoints: an allocation's LastCheckpoint stays zero,
 // and a victim's work lost counts from its start unless the job declares
-// impact_checkpoint_interval (every preemption's reason says which).
+// impact_checkpoint_interval (every preemption's reason says which). From
+// its start it is an upper bound, and the reason says so: a job that
+// saves a checkpoint on its signal loses only the work since (issue 35
+// saw 0.47 GPU-hours reported lost where nothing was); when it then exits
+// with its requeue code the executor's note says the estimate does not
+// hold.
 //
 // # Preemption outcome contract
 //
@@ -194,7 +228,11 @@
 //     policy.DefaultRequeueExitCode): the job saved its checkpoint and asks
 //     to go back to the queue. It is parked and its allocations stopped at
 //     once, without waiting for the rest of the grace (Nomad's restart
-//     policy would otherwise restart the task in place).
+//     policy would otherwise restart the task in place). The exit code
+//     decides, whatever the allocation's status after it: running again
+//     under Nomad's default restart policy, failed under `restart {
+//     attempts = 0 }` (checked against a real agent by
+//     TestFidelityOutcomesAndPurge).
 //   - anything else (tasks still running at the end of the grace, a task
 //     that failed, no signal configured): its allocations are stopped and
 //     the job is parked: requeued with its identity and history.
@@ -249,7 +287,8 @@
 //     JobModifyIndex and the Submit Date (the wait and the age term would
 //     restart); the user's own resubmission restores the counts (a new
 //     version, "Failed" again until scaled again). The watcher drops dead
-//     jobs without live allocations from the model. And what it buys is
+//     jobs without live allocations from the model (unless an admitted
+//     run ended with a member failed or lost: it is requeued, see above). And what it buys is
 //     "Scaled Down" in the UI and "Status = dead" with a Purge button,
 //     which does not say queued either.
 //   - A job-level `ui { description, link }`. Written by the user in the

@@ -147,7 +147,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 		x.startStop(ctx, &Intent{
 			Kind: IntentPreempt, JobID: r.JobID, Phase: PhaseDecided, Allocs: r.Allocs,
 			Signal: r.CheckpointSignal, Grace: r.Grace, Reason: r.Reason, GPUs: r.GPUs,
-			RequeueExitCode: r.RequeueExitCode, Created: x.cfg.Clock(),
+			RequeueExitCode: r.RequeueExitCode, Replacements: r.Replacements, EndFailed: r.EndFailed, Created: x.cfg.Clock(),
 		}, "requeue", &res, &res.Requeued)
 	}
 	x.applyReclaims(ctx, plan, &res)

@@ -15,8 +15,9 @@ import (
 
 // outcomeJob is one raw_exec allocation in pool (an unmanaged job: the executor's outcome reading and the watcher's purge
 // handling do not depend on admission) whose task runs onSignal on
-// SIGUSR1 and restarts at most twice, 1s apart, after a non-zero exit.
-func outcomeJob(id, pool, onSignal string) *api.Job {
+// SIGUSR1 and restarts at most restarts times, 1s apart, after a non-zero
+// exit (mode "fail"); it is never rescheduled (`reschedule { attempts = 0 }`).
+func outcomeJob(id, pool, onSignal string, restarts int) *api.Job {
 	j := api.NewBatchJob(id, id, "global", 50)
 	j.NodePool = &pool
 	tg := api.NewTaskGroup("g", 1)
@@ -29,7 +30,7 @@ func outcomeJob(id, pool, onSignal string) *api.Job {
 	task.Resources = &api.Resources{CPU: &cpu, MemoryMB: &mem}
 	tg.AddTask(task)
 	delay := time.Second
-	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptrTo(2), Delay: &delay, Mode: ptrTo("fail"), Interval: ptrTo(time.Hour)}
+	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptrTo(restarts), Delay: &delay, Mode: ptrTo("fail"), Interval: ptrTo(time.Hour)}
 	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: ptrTo(0), Unlimited: ptrTo(false)}
 	j.AddTaskGroup(tg)
 	return j
@@ -75,8 +76,16 @@ func runOutcomeScenario(t *testing.T, c *Client, pool string, signalExit func(al
 	for _, tc := range []struct {
 		id, onSignal string
 		code         int
-	}{{"out-zero", "exit 0", 0}, {"out-requeue", "exit 75", 75}} {
-		if _, _, err := c.api.Jobs().Register(outcomeJob(tc.id, pool, tc.onSignal), nil); err != nil {
+		restarts     int
+	}{
+		{"out-zero", "exit 0", 0, 2}, {"out-requeue", "exit 75", 75, 2},
+		// The example's `restart { attempts = 0 mode = "fail" }` and
+		// `reschedule { attempts = 0 }`: exit 75 fails the allocation,
+		// nothing restarts or replaces it, and the job is dead.
+		{"out-requeue-norestart", "exit 75", 75, 0},
+		{"out-fail-norestart", "exit 3", 3, 0},
+	} {
+		if _, _, err := c.api.Jobs().Register(outcomeJob(tc.id, pool, tc.onSignal, tc.restarts), nil); err != nil {
 			t.Fatal(err)
 		}
 		alloc := running(tc.id)
@@ -93,6 +102,9 @@ func runOutcomeScenario(t *testing.T, c *Client, pool string, signalExit func(al
 			return err == nil && out.ended
 		})
 		obs = append(obs, fmt.Sprintf("%s: ended=%v done=%v requeued=%v", tc.id, out.ended, out.done, out.requeued))
+		if tc.restarts == 0 {
+			obs = append(obs, lifeAfterExit(t, c, tc.id, poll))
+		}
 	}
 
 	// Purge a running job: the model drops its allocation at once. The
@@ -106,7 +118,7 @@ func runOutcomeScenario(t *testing.T, c *Client, pool string, signalExit func(al
 	for _, n := range nodes {
 		ids = append(ids, n.ID)
 	}
-	pj := outcomeJob("out-purge", pool, "true")
+	pj := outcomeJob("out-purge", pool, "true", 2)
 	pj.TaskGroups[0].Constraints = append(pj.TaskGroups[0].Constraints,
 		&api.Constraint{LTarget: PinTarget, Operand: "set_contains_any", RTarget: strings.Join(ids, ",")})
 	if _, _, err := c.api.Jobs().Register(pj, nil); err != nil {
@@ -133,6 +145,32 @@ func runOutcomeScenario(t *testing.T, c *Client, pool string, signalExit func(al
 	obs = append(obs, fmt.Sprintf("purge: model dropped the allocation within 30s (took under %ds), allocation list has %d of it",
 		int(time.Since(start).Seconds())+1, listed))
 	return obs
+}
+
+// lifeAfterExit waits for a job whose only allocation's task exited
+// without restarts left to be dead, and says what Nomad reports: each
+// allocation's client and desired status. Dead proves no replacement is
+// coming: a reschedule Nomad has planned (even delayed) is a pending
+// evaluation, which keeps the job pending.
+func lifeAfterExit(t *testing.T, c *Client, id string, poll func(string, func() bool)) string {
+	t.Helper()
+	poll(id+" dead", func() bool {
+		j, _, err := c.api.Jobs().Info(id, nil)
+		return err == nil && j.Status != nil && *j.Status == "dead"
+	})
+	as, _, err := c.api.Jobs().Allocations(id, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st []string
+	for _, a := range as {
+		failed := false
+		for _, ts := range a.TaskStates {
+			failed = failed || ts.Failed
+		}
+		st = append(st, fmt.Sprintf("%s/%s task failed=%v", a.ClientStatus, a.DesiredStatus, failed))
+	}
+	return fmt.Sprintf("%s: job dead, allocations %v", id, st)
 }
 
 // TestFidelityOutcomesAndPurge: the preemption outcome contract and the

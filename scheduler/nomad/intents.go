@@ -72,8 +72,14 @@ type Intent struct {
 	// preemption: IdleRequeue (stopped and queued again, as a preemption
 	// is) or IdleStop (stopped for good: the job is deregistered, not
 	// parked). "" for a preemption.
-	Idle    string    `json:"idle,omitempty"`
-	Created time.Time `json:"created"`
+	Idle string `json:"idle,omitempty"`
+	// Replacements: allocations Nomad placed on its own to replace a
+	// lost or failed member of a gang being requeued, stopped at once
+	// (engine.Preemption.Replacements). EndFailed: the gang is ended
+	// failed (deregistered) instead of parked (engine.Preemption.EndFailed).
+	Replacements []string  `json:"replacements,omitempty"`
+	EndFailed    bool      `json:"end_failed,omitempty"`
+	Created      time.Time `json:"created"`
 
 	// modifyIndex of the variable, for check-and-set updates.
 	modifyIndex uint64

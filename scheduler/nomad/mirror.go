@@ -122,6 +122,9 @@ type endedAlloc struct {
 	listed    bool
 	version   uint64 // listed: the allocation's JobVersion
 	jmi       uint64 // streamed: the job's JobModifyIndex when it ended
+	// name is the allocation's name (a replacement takes it over); why
+	// says how it ended, for a dead job's reason (endedWhy).
+	name, why string
 }
 
 // current reports whether an ended allocation belongs to the job's
@@ -142,7 +145,11 @@ func (m *mirror) noteEnded(key string, a *wireAlloc, listed bool) {
 	if m.ended[key] == nil {
 		m.ended[key] = map[string]endedAlloc{}
 	}
-	e := endedAlloc{group: a.TaskGroup, completed: a.ClientStatus == "complete" && a.DesiredStatus == "run", listed: listed, version: a.JobVersion}
+	e := endedAlloc{group: a.TaskGroup, completed: a.ClientStatus == "complete" && a.DesiredStatus == "run", listed: listed, version: a.JobVersion,
+		name: a.Name}
+	if !e.completed {
+		e.why = endedWhy(a)
+	}
 	if j := m.jobs[key]; j != nil {
 		e.jmi = j.JobModifyIndex
 	}
@@ -217,6 +224,11 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 			prev, ok := m.ended[key][a.PreviousAllocation]
 			ca.Replacement = ok && j != nil && prev.current(j, a.JobVersion, a.listed)
 		}
+		if !ca.Replacement && j != nil {
+			// Nomad also places replacements without a link (from a
+			// blocked evaluation, when a lost node comes back): by name.
+			ca.Replacement = m.replacesByName(key, j, a, live)
+		}
 		if len(ca.GPUs) == 0 && !managed {
 			store.DeleteAlloc(a.ID)
 			continue
@@ -227,7 +239,11 @@ func (m *mirror) flushJob(store *cluster.Store, tc translateConfig, key string) 
 	}
 	var cj *cluster.Job
 	if managed {
-		cj = translateJob(j, key, len(live), tc)
+		ended := m.endedReason(key, j)
+		cj = translateJob(j, key, len(live), deadRun(j, len(live), ended), tc)
+		if cj != nil {
+			cj.Ended = ended
+		}
 	}
 	if cj == nil {
 		store.DeleteJob(key)

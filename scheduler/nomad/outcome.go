@@ -50,7 +50,9 @@ func (x *Executor) countOutcome(o string) {
 // with the requeue code since the preemption was decided; done when each
 // completed on its own (client status complete with desired status run:
 // every task exited 0, not stopped by the server); requeued when some task
-// exited with the requeue code. Allocations Nomad no longer lists count as
+// exited with the requeue code, whatever the allocation's status after it
+// (running again under the default restart policy, failed under
+// `restart { attempts = 0 }`). Allocations Nomad no longer lists count as
 // ended, not done.
 type outcome struct{ ended, done, requeued bool }
 
@@ -86,14 +88,23 @@ func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, erro
 			continue
 		}
 		o.done = false
+		// The exit code first: with `restart { attempts = 0 }` a task
+		// that exits with the requeue code fails its allocation, which is
+		// then terminal, and is still a requeue, not a stop. A terminal
+		// allocation's tasks ended for good, so when does not matter (a
+		// gang requeued because Nomad ended its run ended before the
+		// requeue was decided); a live one's earlier exits were restarts.
+		from := since
 		if terminalStatus(a.ClientStatus) {
-			continue
+			from = 0
 		}
-		if exitedWith(a, code, since) {
+		if exitedWith(a, code, from) {
 			o.requeued = true
 			continue
 		}
-		o.ended = false
+		if !terminalStatus(a.ClientStatus) {
+			o.ended = false
+		}
 	}
 	return o, nil
 }

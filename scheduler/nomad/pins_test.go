@@ -213,8 +213,8 @@ func TestPropertyReparkRemovesExactlyOurPins(t *testing.T) {
 		var wo wireJob
 		bo, _ := json.Marshal(orig)
 		_ = json.Unmarshal(bo, &wo)
-		pinnedModel := translateJob(&wj, "default/pins", 0, translateConfig{parkingPool: parking})
-		origModel := translateJob(&wo, "default/pins", 0, translateConfig{parkingPool: parking})
+		pinnedModel := translateJob(&wj, "default/pins", 0, false, translateConfig{parkingPool: parking})
+		origModel := translateJob(&wo, "default/pins", 0, false, translateConfig{parkingPool: parking})
 		if !reflect.DeepEqual(pinnedModel.Groups[0].Devices, origModel.Groups[0].Devices) {
 			rt.Fatalf("the model reads the admission's pins as the user's: %+v vs %+v", pinnedModel.Groups[0].Devices, origModel.Groups[0].Devices)
 		}

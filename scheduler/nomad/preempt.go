@@ -2,9 +2,11 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -75,7 +77,13 @@ func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 // signal sends the checkpoint signal (if the plan names one) to the
 // victim's running allocations and moves the intent to PhaseSignalled. A
 // failed signal is only logged: the grace and the stop still follow.
+// Replacements Nomad placed for a gang's lost member are stopped first,
+// without signal or grace: they hold no work of the gang's, and must not
+// run beside the members they replace.
 func (x *Executor) signal(ctx context.Context, in *Intent) error {
+	if err := x.stopReplacements(ctx, in); err != nil {
+		return err
+	}
 	if in.Signal != "" {
 		ns, _ := splitJobKey(in.JobID)
 		live, err := x.liveAllocs(ctx, in.JobID)
@@ -83,7 +91,7 @@ func (x *Executor) signal(ctx context.Context, in *Intent) error {
 			return err
 		}
 		for _, a := range live {
-			if a.ClientStatus != "running" {
+			if a.ClientStatus != "running" || slices.Contains(in.Replacements, a.ID) {
 				continue
 			}
 			if err := x.c.api.Allocations().Signal(&api.Allocation{ID: a.ID}, x.c.qns(ctx, ns), "", in.Signal); err != nil {
@@ -138,7 +146,7 @@ func (x *Executor) settle(ctx context.Context, in *Intent) (done bool, err error
 	if out.requeued {
 		in.outcome = OutcomeRequeued
 	}
-	if in.Idle == IdleStop {
+	if in.Idle == IdleStop || in.EndFailed {
 		err = x.stopForGood(ctx, in)
 	} else {
 		err = x.park(ctx, in.JobID)
@@ -188,10 +196,20 @@ func (x *Executor) finishPreemption(ctx context.Context, in *Intent) error {
 	switch in.outcome {
 	case OutcomeRequeued:
 		how = fmt.Sprintf("exited with its requeue code %d and was requeued", requeueCode(in))
+		if in.Preemptor != "" && in.Signal != "" {
+			// The estimate in the reason was made before the signal;
+			// the job says it saved its work on it.
+			how += " (it saved a checkpoint on the signal: the work lost is what ran since then, not the estimate below)"
+		}
 	case "":
 		// Resumed after the park: how the tasks ended is not known.
 		how = "requeued"
 		in.outcome = OutcomeStopped
+	}
+	if in.EndFailed {
+		x.setOutcome(in.JobID, fmt.Sprintf("ended failed (%s; deregistered, not requeued): %s", strings.TrimSuffix(how, " and was requeued"), in.Reason))
+		x.log.Warn("incomplete gang ended failed", "job", in.JobID, "outcome", in.outcome, "reason", in.Reason)
+		return nil
 	}
 	if in.Preemptor == "" {
 		x.setOutcome(in.JobID, fmt.Sprintf("requeued whole (%s): %s", how, in.Reason))
@@ -201,6 +219,26 @@ func (x *Executor) finishPreemption(ctx context.Context, in *Intent) error {
 	x.countOutcome(in.outcome)
 	x.setOutcome(in.JobID, fmt.Sprintf("preempted for %s, %s: %s", in.Preemptor, how, in.Reason))
 	x.log.Info("preempted", "job", in.JobID, "for", in.Preemptor, "gpus", in.GPUs, "outcome", in.outcome)
+	return nil
+}
+
+// stopReplacements stops the replacements a requeue names that still
+// run (stopping one twice, or one already gone, is harmless).
+func (x *Executor) stopReplacements(ctx context.Context, in *Intent) error {
+	if len(in.Replacements) == 0 {
+		return nil
+	}
+	ns, _ := splitJobKey(in.JobID)
+	var errs []error
+	for _, id := range in.Replacements {
+		if _, err := x.c.api.Allocations().Stop(&api.Allocation{ID: id}, x.c.qns(ctx, ns)); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("stop replacement %s of %s: %w", id, in.JobID, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	x.log.Info("stopped Nomad's replacements of a lost member before requeuing the gang", "job", in.JobID, "allocs", in.Replacements)
 	return nil
 }
 

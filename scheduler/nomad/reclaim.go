@@ -39,12 +39,13 @@ func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *Ap
 	}
 }
 
-// stopForGood deregisters a hung job that used up its requeues (not
-// purged: Nomad keeps it, stopped, for people to look at).
+// stopForGood deregisters a hung job that used up its requeues, or a gang
+// ended failed (Intent.EndFailed), not purged: Nomad keeps it, stopped,
+// for people to look at.
 func (x *Executor) stopForGood(ctx context.Context, in *Intent) error {
 	ns, id := splitJobKey(in.JobID)
 	if _, _, err := x.c.api.Jobs().Deregister(id, false, x.c.wns(ctx, ns)); err != nil && !isNotFound(err) {
-		return fmt.Errorf("stop hung job %s: deregister: %w", in.JobID, err)
+		return fmt.Errorf("stop %s for good: deregister: %w", in.JobID, err)
 	}
 	return nil
 }

@@ -67,10 +67,26 @@ func (w *Watcher) resync(ctx context.Context) error {
 	return nil
 }
 
+// endedBadly reports whether a job's summary counts a failed or lost
+// allocation.
+func endedBadly(sum *struct {
+	Summary map[string]struct{ Failed, Lost int }
+}) bool {
+	if sum == nil {
+		return false
+	}
+	for _, g := range sum.Summary {
+		if g.Failed+g.Lost > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // listing is what a resync read from Nomad.
 type listing struct {
 	nodes  []*wireNode // nil where a listed node was gone by the time it was read
-	jobs   []*wireJob  // likewise; and nil for stopped and dead jobs
+	jobs   []*wireJob  // likewise; and nil for stopped and dead jobs (but dead ones with failed or lost allocations)
 	allocs []*wireAlloc
 }
 
@@ -132,6 +148,9 @@ func (w *Watcher) listJobs(ctx, gctx context.Context, g *errgroup.Group, nm *mir
 	var stubs []struct {
 		ID, Namespace, Status string
 		Stop                  bool
+		JobSummary            *struct {
+			Summary map[string]struct{ Failed, Lost int }
+		}
 	}
 	qm, err := w.c.api.Raw().Query("/v1/jobs", &stubs, w.c.qns(ctx, "*"))
 	if err != nil {
@@ -140,7 +159,12 @@ func (w *Watcher) listJobs(ctx, gctx context.Context, g *errgroup.Group, nm *mir
 	nm.listedJobs = qm.LastIndex
 	jobs := make([]*wireJob, len(stubs))
 	for i, s := range stubs {
-		if s.Stop || s.Status == "dead" {
+		if s.Stop || (s.Status == "dead" && !endedBadly(s.JobSummary)) {
+			// A dead job is read only when some allocation of it failed
+			// or was lost: an admitted gang's run may then have ended
+			// with its work not done, and the model keeps it until the
+			// scheduler has decided (cluster.Job.Dead). Dead jobs that
+			// completed, the many, cost no read.
 			continue
 		}
 		g.Go(func() error {

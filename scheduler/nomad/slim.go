@@ -42,11 +42,12 @@ var batchKeep = keep{
 				},
 			},
 			"Allocation": keep{
-				"ID": nil, "Namespace": nil, "JobID": nil, "TaskGroup": nil, "NodeID": nil,
+				"ID": nil, "Name": nil, "Namespace": nil, "JobID": nil, "TaskGroup": nil, "NodeID": nil,
 				"DesiredStatus": nil, "ClientStatus": nil, "CreateIndex": nil, "ModifyIndex": nil,
 				"CreateTime": nil, "ModifyTime": nil, "JobVersion": nil, "PreviousAllocation": nil, "NextAllocation": nil,
 				"AllocatedResources": keep{"Tasks": keep{"*": keep{"Devices": nil}}},
-				"TaskStates":         keep{"*": keep{"State": nil, "StartedAt": nil, "FinishedAt": nil}},
+				"TaskStates": keep{"*": keep{"State": nil, "Failed": nil, "StartedAt": nil, "FinishedAt": nil,
+					"Events": keep{"Type": nil, "Details": nil}}},
 			},
 			"Node": keep{
 				"ID": nil, "Name": nil, "NodePool": nil, "Datacenter": nil, "Status": nil,

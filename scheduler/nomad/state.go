@@ -28,6 +28,8 @@ type StateConfig struct {
 //	<prefix>/intents/<ns>/<job>      an admission or preemption under way
 //	<prefix>/preemptions             recent preemption records
 //	<prefix>/requeues                idle requeues per job (max_requeues)
+//	<prefix>/gang-requeues           runs in a row that lost a member, per job
+//	                                 (the back-off and impact_max_failures)
 //
 // Variable items are strings; structured values are JSON in one item.
 type StateStore struct {
@@ -224,6 +226,63 @@ func (s *StateStore) SaveRequeues(ctx context.Context, counts map[string]int) er
 	items := make(map[string]string, len(counts))
 	for job, n := range counts {
 		items[varPathSegment(job)] = strconv.Itoa(n)
+	}
+	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {
+		return fmt.Errorf("write variable %s: %w", path, err)
+	}
+	return nil
+}
+
+// GangRequeue is a job's record of runs in a row that lost a member (each
+// requeued whole, or the last ended failed): how many, and when the last
+// was requeued. The agent keeps it for the back-off and the job's
+// impact_max_failures, and resets it when a run stays whole.
+type GangRequeue struct {
+	Runs int
+	Last time.Time
+}
+
+// LoadGangRequeues returns the saved gang requeue records, per job (its
+// model key), as SaveGangRequeues stored them (empty when none).
+func (s *StateStore) LoadGangRequeues(ctx context.Context) (map[string]GangRequeue, error) {
+	path := s.cfg.Prefix + "/gang-requeues"
+	v, err := s.read(ctx, path)
+	if err != nil || v == nil {
+		return map[string]GangRequeue{}, err
+	}
+	out := make(map[string]GangRequeue, len(v.Items))
+	for k, val := range v.Items {
+		job, err := unescapeSegment(k)
+		if err != nil {
+			return nil, fmt.Errorf("variable %s: item %q: %w", path, k, err)
+		}
+		n, at, ok := strings.Cut(val, "@")
+		runs, err := strconv.Atoi(n)
+		if !ok || err != nil || runs < 0 {
+			return nil, fmt.Errorf("variable %s: job %q: %q is not <runs>@<time>", path, job, val)
+		}
+		last, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return nil, fmt.Errorf("variable %s: job %q: time %q: %w", path, job, at, err)
+		}
+		out[job] = GangRequeue{Runs: runs, Last: last}
+	}
+	return out, nil
+}
+
+// SaveGangRequeues replaces the saved gang requeue records; with none left
+// the Variable is deleted.
+func (s *StateStore) SaveGangRequeues(ctx context.Context, recs map[string]GangRequeue) error {
+	path := s.cfg.Prefix + "/gang-requeues"
+	if len(recs) == 0 {
+		if _, err := s.c.api.Variables().Delete(path, s.c.w(ctx)); err != nil && !isNotFound(err) {
+			return fmt.Errorf("delete variable %s: %w", path, err)
+		}
+		return nil
+	}
+	items := make(map[string]string, len(recs))
+	for job, r := range recs {
+		items[varPathSegment(job)] = strconv.Itoa(r.Runs) + "@" + r.Last.UTC().Format(time.RFC3339Nano)
 	}
 	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {
 		return fmt.Errorf("write variable %s: %w", path, err)

@@ -88,6 +88,26 @@ func TestStateStore(t *testing.T) {
 		t.Fatalf("requeues after saving none = %v (%v)", rq, err)
 	}
 
+	// Gang requeue records (runs in a row that lost a member) survive a
+	// new leader the same way.
+	if gr, err := st.LoadGangRequeues(ctx); err != nil || len(gr) != 0 {
+		t.Fatalf("empty gang requeues = %v %v", gr, err)
+	}
+	want := map[string]GangRequeue{"default/crashy": {Runs: 3, Last: now}, "team-a/x@y": {Runs: 1, Last: now.Add(time.Minute)}}
+	if err := st.SaveGangRequeues(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if gr, err := st.LoadGangRequeues(ctx); err != nil || len(gr) != 2 || gr["default/crashy"].Runs != 3 || !gr["default/crashy"].Last.Equal(now) ||
+		gr["team-a/x@y"].Runs != 1 || !gr["team-a/x@y"].Last.Equal(now.Add(time.Minute)) {
+		t.Fatalf("gang requeues = %v (%v)", gr, err)
+	}
+	if err := st.SaveGangRequeues(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if gr, err := st.LoadGangRequeues(ctx); err != nil || len(gr) != 0 {
+		t.Fatalf("gang requeues after saving none = %v (%v)", gr, err)
+	}
+
 	in := &Intent{Kind: IntentAdmit, JobID: "default/my.job", Phase: PhaseDecided, FromIndex: 7, Created: now}
 	if err := st.PutIntent(ctx, in); err != nil {
 		t.Fatal(err)

@@ -52,13 +52,18 @@ func isGPURequest(name string) bool {
 	}
 }
 
-func translateJob(j *wireJob, key string, live int, tc translateConfig) *cluster.Job {
-	if j.Status == "dead" && live == 0 {
+// translateJob turns a managed job into the model's. A dead job without
+// live allocations leaves the model (nil), unless dead (mirror.deadReason)
+// says an admitted job's run ended with its work not done: it stays,
+// running with no allocations, until the scheduler has requeued it or
+// ended it (cluster.Job.Dead).
+func translateJob(j *wireJob, key string, live int, dead bool, tc translateConfig) *cluster.Job {
+	if j.Status == "dead" && live == 0 && !dead {
 		return nil
 	}
 	cj := &cluster.Job{
 		ID: key, Namespace: j.Namespace, Name: j.ID, Priority: j.Priority,
-		Submit: time.Unix(0, j.SubmitTime), ModifyIndex: j.JobModifyIndex,
+		Submit: time.Unix(0, j.SubmitTime), ModifyIndex: j.JobModifyIndex, Dead: dead,
 	}
 	parked := j.NodePool == tc.parkingPool
 	if parked && live == 0 {

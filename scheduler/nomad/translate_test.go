@@ -46,7 +46,7 @@ func TestTranslateJobConstraints(t *testing.T) {
 	if _, ok := slimBatch(nil, line); !ok {
 		t.Fatal("slimBatch gave up on the line: the test would not cover it")
 	}
-	j := translateJob(b.Events[0].Payload.Job, "default/train", 0, translateConfig{parkingPool: "impact-queue"})
+	j := translateJob(b.Events[0].Payload.Job, "default/train", 0, false, translateConfig{parkingPool: "impact-queue"})
 	if !j.DistinctHosts {
 		t.Fatal("job-level distinct_hosts lost")
 	}
@@ -270,7 +270,7 @@ func TestTranslateDeviceBlocks(t *testing.T) {
 	if err := json.Unmarshal(b, &wj); err != nil {
 		t.Fatal(err)
 	}
-	cj := translateJob(&wj, "default/blocks", 0, translateConfig{parkingPool: parking})
+	cj := translateJob(&wj, "default/blocks", 0, false, translateConfig{parkingPool: parking})
 	g := cj.Groups[0]
 	if g.GPUs != 3 || len(g.Devices) != 2 {
 		t.Fatalf("GPUs %d, devices %+v", g.GPUs, g.Devices)
@@ -307,7 +307,7 @@ func TestTranslateJobReportsEveryMetaProblem(t *testing.T) {
 			{Name: "a", Count: 1, Meta: map[string]string{"impact_topology": "rack"}},
 			{Name: "b", Count: -1, Meta: map[string]string{"impact_checkpoint_signal": "USR1"}},
 		}}
-	cj := translateJob(&wj, "default/bad", 0, translateConfig{parkingPool: "impact-queue"})
+	cj := translateJob(&wj, "default/bad", 0, false, translateConfig{parkingPool: "impact-queue"})
 	if cj.SpecErr == nil {
 		t.Fatal("want a SpecErr")
 	}

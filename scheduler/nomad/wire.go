@@ -82,7 +82,11 @@ type wireTask struct {
 }
 
 type wireAlloc struct {
-	ID            string
+	ID string
+	// Name is Nomad's "<job>.<group>[<index>]": a replacement takes the
+	// name of the member it replaces, linked or not (replacements a
+	// blocked evaluation places carry no PreviousAllocation).
+	Name          string
 	Namespace     string
 	JobID         string
 	TaskGroup     string
@@ -115,12 +119,22 @@ type wireAlloc struct {
 	}
 	TaskStates map[string]struct {
 		State      string
+		Failed     bool
 		StartedAt  time.Time
 		FinishedAt time.Time
+		// Events: a terminal allocation's tell how its tasks ended
+		// (Terminated: exit code, signal, OOM), for the reason a gang
+		// that lost it is requeued (endedWhy).
+		Events []wireTaskEvent
 	}
 	// listed: read from the allocation list (a resync), whose JobVersion
 	// is real.
 	listed bool
+}
+
+type wireTaskEvent struct {
+	Type    string
+	Details map[string]string
 }
 
 type wireNode struct {

@@ -32,6 +32,19 @@ const (
 	// DefaultRequeueExitCode and the preemption outcome contract in
 	// scheduler/nomad's package documentation).
 	MetaRequeueExitCode = "impact_requeue_exit_code"
+	// MetaOnFailure says what becomes of a running gang that loses a
+	// member (a task failed, was OOM-killed or killed, its node was lost):
+	// "requeue" (the default: stopped whole with its checkpoint signal and
+	// requeued whole, with back-off, up to MetaMaxFailures runs in a row)
+	// or "fail" (stopped whole and ended failed at the first loss; the
+	// reason is in `impact explain`). It holds whatever the job's restart
+	// and reschedule blocks say.
+	MetaOnFailure = "impact_on_failure"
+	// MetaMaxFailures is how many runs in a row may lose a member before
+	// the job ends failed instead of being requeued again (default
+	// DefaultMaxFailures). A run that stays whole long enough resets the
+	// count (see the agent's gang requeue record).
+	MetaMaxFailures = "impact_max_failures"
 
 	// MetaPrefix marks a meta key as belonging to this contract; an unknown
 	// key with this prefix is an error (most likely a typo that would
@@ -107,6 +120,32 @@ type Spec struct {
 	// IdleIgnore is the job's opt-out of idle actions (impact_idle =
 	// "ignore"); whether it holds is the tier's call (Policy.IdleIgnored).
 	IdleIgnore bool
+	// FailOnLoss: impact_on_failure = "fail": a gang that loses a member
+	// ends failed rather than being requeued.
+	FailOnLoss bool
+	// MaxFailures is impact_max_failures (0: not given; MaxFailedRuns
+	// resolves it to DefaultMaxFailures).
+	MaxFailures int
+}
+
+// DefaultMaxFailures is how many runs in a row of a job that sets no
+// impact_max_failures may lose a member before it ends failed: enough to
+// ride out a few lost nodes (each requeue after the first waits a
+// doubling back-off, 30s up to 30m, so ten take about three hours), few
+// enough that a job whose member crashes every time it starts stops
+// taking GPUs.
+const DefaultMaxFailures = 10
+
+// MaxFailedRuns is the job's impact_max_failures, else DefaultMaxFailures;
+// 1 with impact_on_failure = "fail".
+func (s Spec) MaxFailedRuns() int {
+	switch {
+	case s.FailOnLoss:
+		return 1
+	case s.MaxFailures > 0:
+		return s.MaxFailures
+	}
+	return DefaultMaxFailures
 }
 
 // DefaultRequeueExitCode is the requeue exit code of jobs that set no
@@ -387,6 +426,25 @@ var metaParsers = map[string]metaParser{
 			return "must be an exit code from 1 to 255 (0 means the work is done)"
 		}
 		s.RequeueExitCode = n
+		return ""
+	},
+	MetaOnFailure: func(s *Spec, v string) string {
+		switch strings.TrimSpace(v) {
+		case "requeue":
+			s.FailOnLoss = false
+			return ""
+		case "fail":
+			s.FailOnLoss = true
+			return ""
+		}
+		return `must be "requeue" (the default: requeued whole, with back-off) or "fail" (ended failed at the first lost member)`
+	},
+	MetaMaxFailures: func(s *Spec, v string) string {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return "must be a whole number of runs, 1 or more (1: the first lost member ends the job)"
+		}
+		s.MaxFailures = n
 		return ""
 	},
 	MetaIdle: func(s *Spec, v string) string {

@@ -301,3 +301,35 @@ func TestJoinMetaErrors(t *testing.T) {
 		t.Fatal("one problem must stay a *MetaError")
 	}
 }
+
+// impact_on_failure and impact_max_failures: what a gang that loses a
+// member becomes, and how many runs in a row may lose one.
+func TestParseOnFailure(t *testing.T) {
+	for _, tc := range []struct {
+		meta    map[string]string
+		wantMax int
+		fail    bool
+		bad     string
+	}{
+		{meta: nil, wantMax: DefaultMaxFailures},
+		{meta: map[string]string{MetaOnFailure: "requeue"}, wantMax: DefaultMaxFailures},
+		{meta: map[string]string{MetaOnFailure: "fail"}, wantMax: 1, fail: true},
+		{meta: map[string]string{MetaOnFailure: "fail", MetaMaxFailures: "5"}, wantMax: 1, fail: true},
+		{meta: map[string]string{MetaMaxFailures: "3"}, wantMax: 3},
+		{meta: map[string]string{MetaOnFailure: "retry"}, bad: MetaOnFailure},
+		{meta: map[string]string{MetaMaxFailures: "0"}, bad: MetaMaxFailures},
+		{meta: map[string]string{MetaMaxFailures: "many"}, bad: MetaMaxFailures},
+	} {
+		s, err := ParseMeta(tc.meta, nil)
+		if tc.bad != "" {
+			var me *MetaError
+			if !errors.As(err, &me) || me.Key != tc.bad {
+				t.Errorf("%v: err = %v, want a MetaError on %s", tc.meta, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil || s.MaxFailedRuns() != tc.wantMax || s.FailOnLoss != tc.fail {
+			t.Errorf("%v: max %d fail %v err %v, want %d %v", tc.meta, s.MaxFailedRuns(), s.FailOnLoss, err, tc.wantMax, tc.fail)
+		}
+	}
+}

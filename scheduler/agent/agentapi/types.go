@@ -60,6 +60,10 @@ const (
 	StateAdmitting = "admitting" // admitted, its allocations not all running yet
 	StateRunning   = "running"   // admitted and running
 	StateInvalid   = "invalid"   // parked because its impact_* meta is bad
+	// StateFailed: a gang that lost a member, stopped whole and ended
+	// failed (impact_on_failure = "fail", or impact_max_failures reached);
+	// shown by explain only, for a day, not listed in the queue.
+	StateFailed = "failed"
 )
 
 // Queue is GET /v1/queue: every job the scheduler manages, waiting ones
@@ -153,6 +157,11 @@ type Explanation struct {
 	Nodes map[string][]string `json:"nodes,omitempty"`
 	// PreemptedBy names the job whose admission preempted this one.
 	PreemptedBy string `json:"preempted_by,omitempty"`
+	// Submitted is the earliest submit time this agent saw for the job
+	// while it stayed managed: a requeue or preemption re-registers the
+	// job (a new submit time, Since) but keeps this one. Not kept across a
+	// leader change.
+	Submitted time.Time `json:"submitted,omitzero"`
 	// History lists the job's state changes this agent saw, oldest first
 	// (the most recent MaxHistory of them); it starts empty when an agent
 	// starts.

@@ -2,6 +2,7 @@ package nomadfake
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"time"
 
@@ -251,10 +252,12 @@ func (s *Server) FinishAlloc(allocID string, failed bool) error {
 // code, as Nomad's client reports it: each task gets a Terminated event
 // whose Details carry "exit_code" (and the deprecated ExitCode field).
 // Code 0 completes the allocation (a batch task that exits 0 is done).
-// Another code follows the default batch restart policy (3 attempts in
-// 24h, mode fail): the client restarts the task ("Restarting", then
-// "Started") and the allocation stays running; only once attempts run
-// out would it fail (FinishAlloc with failed models that end).
+// Another code follows the group's restart policy (restartsLeft): while
+// attempts remain the client restarts the task ("Restarting", then
+// "Started") and the allocation stays running; once they are spent (at
+// once with `restart { attempts = 0 mode = "fail" }`) the task is not
+// restarted ("Not Restarting") and the allocation fails. The fake never
+// reschedules a failed allocation, as `reschedule { attempts = 0 }`.
 func (s *Server) ExitTasks(allocID string, code int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -288,12 +291,61 @@ func (s *Server) exitTasks(a *api.Allocation, code int) {
 		s.afterTerminal(a)
 		return
 	}
+	attempts, interval := restartPolicy(a)
+	failed := false
 	for _, ts := range a.TaskStates {
+		if ts.Restarts >= uint64(attempts) {
+			failed = true
+			ts.State, ts.Failed, ts.FinishedAt = "dead", true, now
+			ts.Events = append(ts.Events, &api.TaskEvent{Type: "Not Restarting", Time: now.UnixNano(),
+				DisplayMessage: fmt.Sprintf("Exceeded allowed attempts %d in interval %s and mode is \"fail\"", attempts, interval),
+				Details:        map[string]string{"fails_task": "true", "restart_reason": fmt.Sprintf("Exceeded allowed attempts %d in interval %s and mode is \"fail\"", attempts, interval)}})
+			continue
+		}
 		ts.Restarts++
 		ts.LastRestart = now
 		ts.Events = append(ts.Events,
 			&api.TaskEvent{Type: "Restarting", Time: now.UnixNano(), DisplayMessage: "Task restarting in 15s", Details: map[string]string{"restart_reason": "Restart within policy"}},
 			&api.TaskEvent{Type: "Started", Time: now.UnixNano(), DisplayMessage: "Task started by client", Details: map[string]string{}})
 	}
+	if failed {
+		a.ClientStatus = "failed"
+		a.ClientDescription = "Failed tasks"
+		for _, ts := range a.TaskStates {
+			if ts.State != "dead" {
+				// The client kills the allocation's other tasks.
+				ts.State, ts.FinishedAt = "dead", now
+				ts.Events = append(ts.Events, &api.TaskEvent{Type: "Killed", Time: now.UnixNano(), DisplayMessage: "Task successfully killed", Details: map[string]string{}})
+			}
+		}
+	}
 	s.publishClientUpdate(a, idx, now)
+	if failed {
+		s.afterTerminal(a)
+	}
+}
+
+// restartPolicy is how often the allocation's group lets a failed task
+// restart in place (mode "fail"): its restart block's attempts, else
+// Nomad's batch default of 3 in 24h.
+func restartPolicy(a *api.Allocation) (attempts int, interval time.Duration) {
+	attempts, interval = 3, 24*time.Hour
+	if a.Job == nil {
+		return attempts, interval
+	}
+	for _, tg := range a.Job.TaskGroups {
+		if tg.Name == nil || *tg.Name != a.TaskGroup || tg.RestartPolicy == nil {
+			continue
+		}
+		if tg.RestartPolicy.Attempts != nil {
+			attempts = *tg.RestartPolicy.Attempts
+		}
+		if tg.RestartPolicy.Interval != nil {
+			interval = *tg.RestartPolicy.Interval
+		}
+		if tg.RestartPolicy.Mode != nil && *tg.RestartPolicy.Mode == "delay" {
+			attempts = math.MaxInt32 // restarts forever, waiting out each interval
+		}
+	}
+	return attempts, interval
 }

@@ -12,6 +12,11 @@
 //   - stopping an allocation marks it stop/"alloc is being migrated" and the
 //     client completes it; the job's group then needs a replacement, which is
 //     placed when possible or queued;
+//   - a task that exits non-zero is restarted in place while its group's
+//     restart block allows (Nomad's batch default: 3 attempts); with
+//     `restart { attempts = 0 mode = "fail" }` its allocation fails at once.
+//     A failed allocation is never rescheduled (as `reschedule { attempts =
+//     0 }`), and a batch job with nothing live or queued is dead;
 //   - freed capacity unblocks blocked evaluations, as Nomad's blocked-evals
 //     tracker does.
 //

@@ -246,7 +246,9 @@ func (s *Server) newAlloc(idx uint64, job *api.Job, ev *api.Evaluation, p placem
 		CreateIndex: idx, ModifyIndex: idx, AllocModifyIndex: idx, CreateTime: now, ModifyTime: now,
 		TaskStates: map[string]*api.TaskState{},
 	}
-	s.linkReplacement(a, job)
+	if ev.TriggeredBy != "queued-allocs" {
+		s.linkReplacement(a, job)
+	}
 	s.allocs[a.ID] = a
 	return a
 }
@@ -292,9 +294,11 @@ func allocatedResources(tg *api.TaskGroup, p placement) (*api.AllocatedResources
 }
 
 // linkReplacement makes a new allocation of a group that lost one of the
-// same job version its replacement (Nomad links the two whenever it
-// places for a lost allocation, at once or later from a blocked
-// evaluation; a new job version places afresh).
+// same job version its replacement, as Nomad links the two when it places
+// for a lost allocation at once (a new job version places afresh). One
+// placed later from a blocked evaluation is not linked: its
+// PreviousAllocation is empty (seen on a real 2.0.5 cluster, a client
+// back inside the grace); it only takes over the lost one's name.
 func (s *Server) linkReplacement(a *api.Allocation, job *api.Job) {
 	for _, old := range s.sortedAllocs() {
 		if old.JobID == a.JobID && old.Namespace == a.Namespace && old.TaskGroup == a.TaskGroup &&

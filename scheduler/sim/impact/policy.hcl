@@ -100,8 +100,9 @@ idle {
 # minimum runtime or not), so a critical job starts within a cycle even
 # when long non-preemptible work fills the cluster. Its size is learned
 # from the critical jobs of the last day (their mean occupancy plus the
-# largest one), at least one node, at most a tenth of the pool; it is
-# kept as whole nodes.
+# largest one), at least one node, at most a tenth of the pool (the cap
+# wins); it is kept on whole nodes, the last one only in part when the
+# size is not a multiple of a node.
 headroom "gpu" {
   tiers     = ["critical"]
   learn     = true
