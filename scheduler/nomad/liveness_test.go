@@ -609,8 +609,10 @@ func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.P
 			pool = "gpu"
 		}
 		// (1) alone in its empty pool and fitting it: running soon.
-		if w.aloneInEmptyPool(snap, j, pool) && w.fitsAlone(rt, snap, j, true) && !w.running(j.ID) {
+		if w.aloneInEmptyPool(snap, j, pool) && w.fitsAlone(rt, snap, j, true) {
 			w.tally.alone++
+		}
+		if w.aloneInEmptyPool(snap, j, pool) && w.fitsAlone(rt, snap, j, true) && !w.running(j.ID) {
 			aloneNow[id] = w.aloneFor[id] + 1
 			if aloneNow[id] > liveRunWithin {
 				w.fatalf(rt, "%s has been alone in its empty pool %q, which fits it, for %d cycles and does not run (%s: %q)", id, pool, aloneNow[id], ex.Status, ex.Reason)
