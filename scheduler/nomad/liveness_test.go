@@ -3,6 +3,7 @@ package nomad
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"sort"
@@ -59,10 +60,10 @@ import (
 //
 // Each check starts a fake Nomad, a watcher and an executor, so the
 // default number of checks (rapid's 100) keeps to a few cycles each to
-// stay well within make test on two cores. Run it longer with more checks
-// and, for longer histories, liveMaxCycles raised:
+// stay well within make test on two cores (about 15s under -race). Run it
+// longer with more checks and, for longer histories, more cycles each:
 //
-//	go test -race -count=1 -run TestPropertyAdapterLiveness ./scheduler/nomad/ -rapid.checks=1000
+//	go test -race -count=1 -run TestPropertyAdapterLiveness ./scheduler/nomad/ -rapid.checks=1000 -liveness.cycles=40
 //
 // A failure prints the minimal case rapid shrank it to and the seed
 // (-rapid.seed=N replays it); -rapid.v shows each check.
@@ -72,7 +73,7 @@ func TestPropertyAdapterLiveness(t *testing.T) {
 		w := newAdapterWorld(rt)
 		w.tally = &tally
 		defer w.close()
-		cycles := rapid.IntRange(2, liveMaxCycles).Draw(rt, "cycles")
+		cycles := rapid.IntRange(2, max(2, *liveMaxCycles)).Draw(rt, "cycles")
 		for c := range cycles {
 			w.cycle(rt, c)
 		}
@@ -90,8 +91,6 @@ type liveTally struct {
 const (
 	// liveStep is the fake time between two cycles.
 	liveStep = 10 * time.Second
-	// liveMaxCycles bounds the cycles of one check.
-	liveMaxCycles = 12
 	// liveRunWithin: a job alone in its empty pool that fits it runs
 	// within this many cycles of being so.
 	liveRunWithin = 3
@@ -99,6 +98,9 @@ const (
 	// and the executor to settle.
 	liveSettle = 10 * time.Second
 )
+
+// liveMaxCycles bounds the cycles of one check.
+var liveMaxCycles = flag.Int("liveness.cycles", 12, "TestPropertyAdapterLiveness: the most cycles one check runs")
 
 type adapterWorld struct {
 	pol    *policy.Policy
@@ -254,13 +256,14 @@ func (w *adapterWorld) cycle(rt *rapid.T, n int) {
 	w.tally.requeued += len(rep.Requeued)
 	w.forgetUnapplied(plan, rep)
 	w.settle(rt)
-	for _, id := range w.x.CheckDeadlines(w.ctx) {
+	rolled := w.x.CheckDeadlines(w.ctx)
+	for _, id := range rolled {
 		w.tally.rolledBack++
 		w.eng.Forget(id)
 		w.history = append(w.history, "  rolled back "+id+": "+w.x.Outcome(id))
 	}
 	w.catchUp(rt)
-	w.check(rt, snap, plan, w.w.Snapshot())
+	w.check(rt, snap, plan, rolled, w.w.Snapshot())
 }
 
 // forgetUnapplied tells the engine of the plan's actions the executor did
@@ -563,7 +566,7 @@ func (w *adapterWorld) record(n int, snap *cluster.Snapshot, plan *engine.Plan) 
 
 // check holds one cycle (decided on snap, carried out; after is the model
 // once the watcher caught up) against the properties.
-func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.Plan, after *cluster.Snapshot) {
+func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.Plan, rolled []string, after *cluster.Snapshot) {
 	underway := map[string]bool{}
 	stoppingIn := map[string]bool{} // pools with a stop in flight
 	poolOf := func(s *cluster.Snapshot, nodeID string) string {
@@ -581,6 +584,20 @@ func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.P
 	for _, a := range after.Allocs() {
 		if a.Stopping {
 			stoppingIn[poolOf(after, a.NodeID)] = true
+		}
+	}
+	// So are those of the plan's stops and of the rollbacks: what they
+	// free after the decision is the next cycle's to give out.
+	stopped := append(slices.Clip(plan.Preemptions), plan.Requeues...)
+	for _, r := range plan.Reclaims {
+		stopped = append(stopped, engine.Preemption{JobID: r.JobID})
+	}
+	for _, id := range rolled {
+		stopped = append(stopped, engine.Preemption{JobID: id})
+	}
+	for _, p := range stopped {
+		for _, a := range snap.JobAllocs(p.JobID) {
+			stoppingIn[poolOf(snap, a.NodeID)] = true
 		}
 	}
 	// Admissions not yet fully running hold their GPUs in the engine.
