@@ -35,7 +35,8 @@ import (
 // groups, counts, GPUs per allocation, impact_topology, distinct_hosts on
 // the job or a group, device constraints, tiers, preemptibility, a
 // checkpoint signal, a short impact_grace, run times) and random events
-// (jobs completing, a member failing, a node lost and back, a purge).
+// (jobs completing, a member failing, a node lost and back, a node's
+// client failing what it is given and healing, a purge).
 // Each cycle is run synchronously: the fake clock moves one step, the
 // executor's background preemptions settle (each is either done or
 // waiting out its grace), events happen, the engine decides on the
@@ -118,7 +119,9 @@ type adapterWorld struct {
 
 	nodes []*api.Node
 	down  map[string]bool
-	seq   int
+	// failing: nodes whose client fails the allocations it is given.
+	failing map[string]bool
+	seq     int
 	// runFor: how long each job runs once all its allocations run.
 	runFor map[string]time.Duration
 	// aloneFor: cycles in a row each job was alone in its empty pool and
@@ -172,7 +175,7 @@ func newAdapterWorld(rt *rapid.T) *adapterWorld {
 	}
 	logs := &syncBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "liveness", Level: hclog.Info, Output: logs})
-	w := &adapterWorld{pol: pol, eng: eng, fake: f, clock: clock, logs: logs, down: map[string]bool{},
+	w := &adapterWorld{pol: pol, eng: eng, fake: f, clock: clock, logs: logs, down: map[string]bool{}, failing: map[string]bool{},
 		runFor: map[string]time.Duration{}, aloneFor: map[string]int{}, idle: map[string]bool{}}
 	nodes := rapid.IntRange(1, 8).Draw(rt, "nodes")
 	for i := range nodes {
@@ -441,6 +444,15 @@ func (w *adapterWorld) events(rt *rapid.T) {
 			w.fatalf(rt, "node status: %v", err)
 		}
 		w.history = append(w.history, "  event: node "+n.ID+" "+status)
+	case 3: // a node's client starts failing the allocations it gets, or heals
+		n := rapid.SampledFrom(w.nodes).Draw(rt, "failing")
+		w.failing[n.ID] = !w.failing[n.ID]
+		b, what := nomadfake.ClientRun, "heals"
+		if w.failing[n.ID] {
+			b, what = nomadfake.ClientFail, "fails new allocations"
+		}
+		w.fake.SetClientBehavior(n.ID, b)
+		w.history = append(w.history, "  event: node "+n.ID+"'s client "+what)
 	case 2: // a user purges a job, queued or running
 		if jobs := w.fake.Jobs(); len(jobs) > 0 {
 			j := rapid.SampledFrom(jobs).Draw(rt, "purged")
@@ -599,6 +611,9 @@ func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.P
 		for _, a := range snap.JobAllocs(p.JobID) {
 			stoppingIn[poolOf(snap, a.NodeID)] = true
 		}
+		if j, ok := snap.Job(p.JobID); ok {
+			stoppingIn[poolName(j)] = true // a rollback of this cycle's admission
+		}
 	}
 	// Admissions not yet fully running hold their GPUs in the engine.
 	w.x.mu.Lock()
@@ -621,15 +636,12 @@ func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.P
 		if !ok || j.SpecErr != nil {
 			continue
 		}
-		pool := j.Spec.Pool
-		if pool == "" {
-			pool = "gpu"
-		}
+		pool := poolName(j)
 		// (1) alone in its empty pool and fitting it: running soon.
 		if w.aloneInEmptyPool(snap, j, pool) && w.fitsAlone(rt, snap, j, true) {
 			w.tally.alone++
 		}
-		if w.aloneInEmptyPool(snap, j, pool) && w.fitsAlone(rt, snap, j, true) && !w.running(j.ID) {
+		if w.aloneInEmptyPool(snap, j, pool) && w.fitsAlone(rt, snap, j, true) && !w.running(j.ID) && !w.clientsFailIn(snap, pool) {
 			aloneNow[id] = w.aloneFor[id] + 1
 			if aloneNow[id] > liveRunWithin {
 				w.fatalf(rt, "%s has been alone in its empty pool %q, which fits it, for %d cycles and does not run (%s: %q)", id, pool, aloneNow[id], ex.Status, ex.Reason)
@@ -678,6 +690,14 @@ func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.P
 	}
 }
 
+// poolName is the pool a job asks for (impact_pool, else the default).
+func poolName(j *cluster.Job) string {
+	if j.Spec.Pool == "" {
+		return "gpu"
+	}
+	return j.Spec.Pool
+}
+
 // running: the fake runs every allocation of the job's current version
 // that it wants (the job is out of the parking pool, nothing queued).
 func (w *adapterWorld) running(jobKey string) bool {
@@ -697,6 +717,18 @@ func (w *adapterWorld) running(jobKey string) bool {
 		want += *tg.Count
 	}
 	return live >= want
+}
+
+// clientsFailIn: a node of the pool fails what it is given (the job may
+// be placed there and rolled back, again and again: the agent's back-off,
+// not the engine, deals with that).
+func (w *adapterWorld) clientsFailIn(snap *cluster.Snapshot, pool string) bool {
+	for id, failing := range w.failing {
+		if n, ok := snap.Node(id); ok && failing && n.Pool == pool {
+			return true
+		}
+	}
+	return false
 }
 
 // liveInNomad: some allocation of the victim that the cycle's snapshot
@@ -739,11 +771,7 @@ func (w *adapterWorld) aloneInEmptyPool(snap *cluster.Snapshot, j *cluster.Job, 
 		if o.ID == j.ID {
 			continue
 		}
-		op := o.Spec.Pool
-		if op == "" {
-			op = "gpu"
-		}
-		if op == pool {
+		if poolName(o) == pool {
 			return false
 		}
 	}
