@@ -140,8 +140,10 @@ func WithoutExplanations() Option { return func(o *options) { o.noExplain = true
 
 // WithAdmissionTTL sets how long an admission the engine planned keeps its
 // GPUs held (and the job out of the queue) while its allocations have not
-// appeared in the snapshot (default 10 minutes). The adapter should call
-// Forget sooner when it rolls an admission back.
+// appeared in the snapshot (default 10 minutes). The hold ends sooner once
+// each planned allocation appeared or ended (a member that failed, was lost
+// or completed before any cycle saw it: the job's Ended, Dead or Completed);
+// the adapter should call Forget when it rolls an admission back.
 func WithAdmissionTTL(d time.Duration) Option { return func(o *options) { o.admissionTTL = d } }
 
 // binding is the placement a preemptor was given on the GPUs its victims

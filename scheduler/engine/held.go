@@ -23,8 +23,21 @@ func (c *cycle) holdPending() {
 			}
 		}
 		// Held until every planned allocation is there: Nomad may place a
-		// gang's members one by one.
-		if !ok || c.now.Sub(p.at) > c.e.opts.admissionTTL || len(appeared) >= len(p.allocs) {
+		// gang's members one by one. A member that ended before any cycle
+		// saw it (completed, failed, lost: Job.Completed and Job.Ended
+		// count the admitted registration's) will never appear: the
+		// admission is over, and its GPUs held until the TTL would sit
+		// idle while the gang watch, which leaves admissions under way
+		// alone, never looked at the incomplete gang.
+		over := ok && (j.Ended != "" || j.Dead)
+		if ok {
+			done := len(appeared)
+			for _, n := range j.Completed {
+				done += n
+			}
+			over = over || done >= len(p.allocs)
+		}
+		if !ok || over || c.now.Sub(p.at) > c.e.opts.admissionTTL {
 			c.dropPending(id)
 			continue
 		}

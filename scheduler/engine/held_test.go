@@ -118,3 +118,61 @@ func gpuIndexes(t *testing.T, ap AllocPlacement) []int {
 	}
 	return out
 }
+
+// A gang member that ends before any cycle saw it (it failed, was lost or
+// completed between the admission and the next snapshot) ends the
+// admission's hold: it will never appear, and the adapter's deadline
+// watch already found the gang running whole. Before, the hold lasted the
+// admission TTL (10 minutes): the ended member's GPUs sat idle while a
+// job that fits them waited ("GPUs it needs stay held ... admissions
+// under way"), and the gang watch, which leaves admissions under way
+// alone, did not requeue the incomplete gang. Found by
+// TestPropertyAdapterLiveness (scheduler/nomad) against nomadfake.
+func TestAdmissionHoldEndsWithAMemberThatEndedUnseen(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ended     string         // Job.Ended of the admitted registration
+		completed map[string]int // Job.Completed
+		requeue   bool           // the gang watch requeues it
+	}{
+		{name: "failed", ended: "allocation 1234abcd of group main failed", requeue: true},
+		{name: "completed", completed: map[string]int{"main": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := mustPolicy(t, "")
+			pol.Gangs.MissingMemberGrace = 10 * time.Second
+			e := mustEngine(t, pol)
+			store := cluster.NewStore()
+			mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+			mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+			gMeta := meta("impact_tier", "high", "impact_topology", "any")
+			mustDo(t, store.UpsertJob(mkJob("g", group("main", 2, 8), gMeta)))
+			p := e.Decide(store.Snapshot(), t0)
+			adm := admission(p, "g")
+			if adm == nil {
+				t.Fatalf("g not admitted: %+v", p.Explanations["g"])
+			}
+			// Nomad placed both members; one ended before the next cycle.
+			g := mkJob("g", running(), group("main", 2, 8), gMeta)
+			g.Ended, g.Completed = tc.ended, tc.completed
+			mustDo(t, store.UpsertJob(g))
+			kept := adm.Groups[0].Allocs[0]
+			a := &cluster.Alloc{ID: "g0", JobID: "g", Group: "main", NodeID: kept.NodeID, GPUs: kept.GPUs, Start: t0}
+			mustDo(t, store.UpsertAlloc(a))
+			mustDo(t, store.UpsertJob(mkJob("w", group("main", 1, 8), meta("impact_tier", "normal"))))
+			p = e.Decide(store.Snapshot(), t0.Add(10*time.Second))
+			if admission(p, "w") == nil {
+				t.Fatalf("w waits beside the ended member's free GPUs: %s (%q)", p.Explanations["w"].Status, p.Explanations["w"].Reason)
+			}
+			requeued := slices.ContainsFunc(p.Requeues, func(r Preemption) bool { return r.JobID == "g" })
+			if !requeued && tc.requeue {
+				// The grace starts when the watch first sees the gap.
+				p = e.Decide(store.Snapshot(), t0.Add(20*time.Second))
+				requeued = slices.ContainsFunc(p.Requeues, func(r Preemption) bool { return r.JobID == "g" })
+			}
+			if requeued != tc.requeue {
+				t.Fatalf("g requeued = %v, want %v (requeues %+v)", requeued, tc.requeue, p.Requeues)
+			}
+		})
+	}
+}

@@ -13,6 +13,13 @@ import (
 // group per NVLink island, with the topology attributes of
 // device/topology. GPU IDs are "<name>-gpu<i>".
 func TopologyNode(id, name, pool string, islands, perIsland int) (*api.Node, error) {
+	return TopologyNodeBy(id, name, pool, islands, perIsland, topology.ByIsland)
+}
+
+// TopologyNodeBy is TopologyNode with impact-gpu's group_by setting: by
+// island (one device group per island), by model (one group holding every
+// GPU, as Nomad's own NVIDIA plugin makes) or by NUMA node.
+func TopologyNodeBy(id, name, pool string, islands, perIsland int, by topology.GroupBy) (*api.Node, error) {
 	var gpus []topology.GPU
 	var links []topology.Link
 	for i := 0; i < islands*perIsland; i++ {
@@ -29,9 +36,9 @@ func TopologyNode(id, name, pool string, islands, perIsland int) (*api.Node, err
 		return nil, fmt.Errorf("topology for %s: %w", name, err)
 	}
 	n := GPUNode(id, name, pool, nil, nil)
-	for _, g := range t.Groups(topology.ByIsland) {
+	for _, g := range t.Groups(by) {
 		dg := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: g.Name, Attributes: map[string]*api.Attribute{}}
-		for k, a := range t.Encode(g, topology.ByIsland) {
+		for k, a := range t.Encode(g, by) {
 			dg.Attributes[k] = &api.Attribute{FloatVal: a.Float, IntVal: a.Int, StringVal: a.String, BoolVal: a.Bool, Unit: a.Unit}
 		}
 		for _, m := range g.Members {
