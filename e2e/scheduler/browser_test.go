@@ -151,10 +151,16 @@ func (b *browser) evalAs(expr string, gesture bool, out any) error {
 // visit loads url in the tab and waits until its DOM contains want.
 func (b *browser) visit(url, name, want string) string {
 	b.t.Helper()
+	b.navigate(url)
+	return b.await(name, want)
+}
+
+// navigate loads url in the tab, without waiting for anything.
+func (b *browser) navigate(url string) {
+	b.t.Helper()
 	if err := b.call(b.session, "Page.navigate", map[string]any{"url": url}, nil); err != nil {
 		b.t.Fatal(err)
 	}
-	return b.await(name, want)
 }
 
 // await waits until the tab's DOM contains want (a single-page app renders
@@ -162,21 +168,36 @@ func (b *browser) visit(url, name, want string) string {
 // DOM.
 func (b *browser) await(name, want string) string {
 	b.t.Helper()
+	return b.awaitDOM(name, fmt.Sprintf("%q", want), func(dom string) bool { return strings.Contains(dom, want) })
+}
+
+// awaitDOM waits until ok(the tab's DOM) (what says what it waits for),
+// then saves name.html and name.png; it returns the DOM.
+func (b *browser) awaitDOM(name, what string, ok func(dom string) bool) string {
+	b.t.Helper()
 	var dom string
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		dom = ""
 		_ = b.eval("document.documentElement.outerHTML", &dom)
-		if strings.Contains(dom, want) {
+		if ok(dom) {
 			break
 		}
 		if time.Now().After(deadline) {
 			_ = os.WriteFile(filepath.Join(b.out, name+".html"), []byte(dom), 0o644)
-			b.t.Fatalf("page %s never showed %q (its DOM is in %s.html)", name, want, name)
+			b.t.Fatalf("page %s never showed %s (its DOM is in %s.html)", name, what, name)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond) // let the last render settle before the picture
+	return b.shot(name)
+}
+
+// shot saves the tab's DOM as name.html and its picture as name.png; it
+// returns the DOM.
+func (b *browser) shot(name string) string {
+	b.t.Helper()
+	var dom string
 	_ = b.eval("document.documentElement.outerHTML", &dom)
 	_ = os.WriteFile(filepath.Join(b.out, name+".html"), []byte(dom), 0o644)
 	var shot struct {
@@ -195,6 +216,48 @@ func (b *browser) await(name, want string) string {
 		b.t.Error(err)
 	}
 	return dom
+}
+
+// text is what the tab shows of the first element matching the CSS
+// selector (its innerText, blanks collapsed), "" when there is none.
+func (b *browser) text(selector string) string {
+	b.t.Helper()
+	sj, _ := json.Marshal(selector)
+	var s string
+	if err := b.eval(fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e ? e.innerText : ""; })()`, sj), &s); err != nil {
+		b.t.Fatal(err)
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// follow clicks the first link whose text contains label, for a link
+// that opens in the same tab, and waits until the tab has left the page;
+// it returns the link's address ("" when there is no such link).
+func (b *browser) follow(label string) string {
+	b.t.Helper()
+	var before string
+	_ = b.eval("location.href", &before)
+	lj, _ := json.Marshal(label)
+	var href string
+	expr := fmt.Sprintf(`(() => { const a = [...document.querySelectorAll("a")].find(a => a.textContent.includes(%s)); if (!a) return ""; a.click(); return a.href; })()`, lj)
+	if err := b.evalAs(expr, true, &href); err != nil {
+		b.t.Fatal(err)
+	}
+	if href == "" {
+		return ""
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var now string
+		_ = b.eval("location.href", &now)
+		if now != before && now != "" {
+			return href
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("clicking %q (%s) did not leave %s", label, href, before)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // click clicks the first link whose text contains label and follows it
