@@ -242,7 +242,7 @@ func TestOperatorUI(t *testing.T) {
 	}
 	b.visit(e.a.Addr+"/ui/jobs/resident@default", "09-nomad-job-resident-preempted", "back in the queue (not complete)")
 	d := b.text(nomadDescription)
-	for _, want := range []string{"impact scheduler: back in the queue (not complete): preempted for default/incident", "It holds no GPUs while it waits", "Queue position and why"} {
+	for _, want := range []string{"impact scheduler: back in the queue (not complete): preempted for default/incident", "It holds no GPUs while it waits", "Its page on the impact scheduler"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("Nomad's page of the preempted job: description %q lacks %q", d, want)
 		}

@@ -50,7 +50,7 @@ func describe(job *api.Job, status string, at time.Time, page string) {
 	b.WriteString(status)
 	fmt.Fprintf(&b, " (%s)", at.UTC().Format("2006-01-02 15:04:05 UTC"))
 	if page != "" {
-		fmt.Fprintf(&b, " [Queue position and why](%s)", page)
+		fmt.Fprintf(&b, " [Its page on the impact scheduler](%s)", page)
 	}
 	if user != "" {
 		b.WriteString(descSeparator)
