@@ -86,7 +86,6 @@ type Agent struct {
 	health  *health
 	cycle   *cycler
 	util    *utilQueue
-	wake    chan struct{}
 }
 
 // New validates the options and builds an agent; nothing runs until Run.
@@ -103,7 +102,6 @@ func New(opts Options) (*Agent, error) {
 		health: &health{name: opts.Name, version: opts.Version, noLeaderGrace: opts.NoLeaderGrace,
 			consul: opts.Registrar},
 		util: &utilQueue{},
-		wake: make(chan struct{}, 1),
 	}
 	if a.cycle, err = newCycler(opts, log.Named("cycle")); err != nil {
 		return nil, err
@@ -166,14 +164,6 @@ func (a *Agent) Metrics() *Metrics { return a.opts.Metrics }
 
 // IsLeader reports whether this agent currently acts.
 func (a *Agent) IsLeader() bool { return a.lead.leader.Load() }
-
-// Trigger asks for a cycle as soon as possible (tests, admin).
-func (a *Agent) Trigger() {
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
 
 // Run runs the agent until ctx ends: creates the parking pool, registers
 // in Consul, starts the watcher, the election and the stats poller, and
@@ -286,8 +276,6 @@ func (a *Agent) loop(ctx context.Context) error {
 			debounce, debounceC = nil, nil
 			a.cycle.run(ctx)
 		case <-ticker.C:
-			a.cycle.run(ctx)
-		case <-a.wake:
 			a.cycle.run(ctx)
 		}
 	}

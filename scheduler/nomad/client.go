@@ -116,7 +116,8 @@ func (c *Client) wns(ctx context.Context, ns string) *api.WriteOptions {
 	return (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
 }
 
-// Ping checks that Nomad answers and has a leader.
+// Ping checks that Nomad answers and has a leader: a connectivity check
+// for tests and tools (the agent learns the same from its first resync).
 func (c *Client) Ping(ctx context.Context) error {
 	var leader string
 	if _, err := c.api.Raw().Query("/v1/status/leader", &leader, c.q(ctx)); err != nil {

@@ -53,7 +53,6 @@
 //
 //	c, err := nomad.NewClient(cfg, logger)         // validates; does not connect (cfg: the agent
 //	                                               // config's nomad block, NOMAD_* and flags merged)
-//	err = c.Ping(ctx)                              // leader known?
 //	err = c.EnsureNodePool(ctx, "impact-queue", "parking pool: jobs wait here until admitted")
 //
 //	w := nomad.NewWatcher(c, nomad.WatcherConfig{ParkingPool: "impact-queue"}, logger)

@@ -119,9 +119,6 @@ func NewWatcher(c *Client, cfg WatcherConfig, logger hclog.Logger) *Watcher {
 // Snapshot returns the current model.
 func (w *Watcher) Snapshot() *cluster.Snapshot { return w.store.Snapshot() }
 
-// Store is the model the watcher writes.
-func (w *Watcher) Store() *cluster.Store { return w.store }
-
 // Ready is closed once the first full resync is applied.
 func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 
