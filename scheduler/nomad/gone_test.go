@@ -2,33 +2,39 @@ package nomad
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
-// Issue 39: a parked job purged between the decision and the admission is
-// skipped (SkipGone), not a failed action, and leaves no intent behind.
-func TestAdmitOfPurgedJobIsSkipped(t *testing.T) {
-	e := newEnv(t, 3)
-	e.register(gpuJob("q-1", map[string]string{"impact_tier": "high"}, [2]int{2, 4}))
+// Issue 39: a job its user purges while the executor stops it (in its
+// preemption grace) is gone, not an error: the stop ends without an ERROR
+// log and without an intent left for the next leader to "recover".
+func TestPreemptionOfAPurgedJobIsNoError(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
 	e.startWatcher(WatcherConfig{})
-	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
-	adm := admission(t, s, "q-1")
-	if _, _, err := e.c.api.Jobs().Deregister("q-1", true, nil); err != nil {
-		t.Fatal(err)
-	}
+	var logs syncBuffer
 	x := e.executor(nil)
-	res := x.Apply(context.Background(), &engine.Plan{Admissions: []engine.Admission{adm}})
-	if len(res.Failed) != 0 || len(res.Admitted) != 0 || res.Skipped[adm.JobID] != SkipGone {
-		t.Fatalf("apply = %+v, want the admission skipped as gone", res)
+	x.log = hclog.New(&hclog.LoggerOptions{Name: "executor", Level: hclog.Info, Output: &logs})
+	admitAndRun(t, e, x, "victim")
+	res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", 2*time.Second)}})
+	if len(res.Preempted) != 1 {
+		t.Fatalf("apply = %+v", res)
 	}
-	ins, err := x.st.Intents(context.Background())
-	if err != nil {
+	if _, _, err := e.c.api.Jobs().Deregister("victim", true, nil); err != nil {
 		t.Fatal(err)
 	}
-	if len(ins) != 0 {
-		t.Errorf("intents left behind: %+v", ins)
+	x.Wait()
+	if strings.Contains(logs.tail(1<<20), "[ERROR]") {
+		t.Errorf("a purged victim's preemption logged an error:\n%s", logs.tail(1<<20))
+	}
+	if in, _ := x.st.Intent(context.Background(), cluster.JobKey("default", "victim")); in != nil {
+		t.Errorf("intent left for a purged job: %+v", in)
 	}
 }
