@@ -134,7 +134,7 @@
 // order and mended (radix-sorted when much moved, or at once by a new
 // engine: scheduler/internal/radix); waiting reasons are formatted once
 // per distinct sentence, and a reason with a note appended is memoized by
-// where the two strings lie (cat). Without explanations, a job that
+// the pair of strings (cat). Without explanations, a job that
 // could only wait is settled by its size (onlyWaits) unless deciding it
 // would touch the placement state: placements break ties by the order of
 // the free-capacity index, which every take and give-back changes, so a

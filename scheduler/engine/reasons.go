@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/bits"
 	"time"
-	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -110,20 +109,19 @@ func (c *cycle) reason(k reasonKey) string {
 
 // cat returns a+b. Waiting jobs' reasons are a few shared sentences with
 // a few shared notes appended, so each distinct pair is concatenated once
-// per cycle rather than once per job. The sentences are themselves
-// memoized (reason, youngNote, earlier cats), so a pair recurs as the same
-// two strings in memory: the memo is keyed by where they are (catKey),
-// which costs a few words to hash where the sentences' bytes cost
-// hundreds. Two equal strings elsewhere in memory only miss the memo.
+// per cycle rather than once per job. A few pairs recur all cycle long: a
+// slot per pair, chosen by the two lengths, answers them before the map.
+// The sentences are themselves memoized (reason, youngNote, earlier cats),
+// so a pair recurs as the same two strings in memory, and comparing a
+// string with itself stops at its address (runtime memequal) instead of
+// reading its bytes.
 func (c *cycle) cat(a, b string) string {
 	if b == "" {
 		return a
 	}
-	k := catKey{unsafe.StringData(a), len(a), unsafe.StringData(b), len(b)}
-	// A few pairs recur all cycle long: a slot per pair, by address,
-	// before the map.
-	slot := &c.catSlots[(uintptr(unsafe.Pointer(k.a))>>4^uintptr(unsafe.Pointer(k.b))>>3)%uintptr(len(c.catSlots))]
-	if slot.k == k && slot.r != "" {
+	k := catKey{a, b}
+	slot := &c.catSlots[(len(a)*31+len(b))%len(c.catSlots)]
+	if slot.r != "" && slot.k == k {
 		return slot.r
 	}
 	r, ok := c.cats[k]
@@ -144,15 +142,8 @@ type catSlot struct {
 	r string
 }
 
-// catKey identifies two strings by their bytes' addresses and lengths.
-// Its pointers keep both alive while the memo holds it, so no other
-// string can come to live at the same address.
-type catKey struct {
-	a  *byte
-	na int
-	b  *byte
-	nb int
-}
+// catKey is the pair cat joins.
+type catKey struct{ a, b string }
 
 // noteFor returns the index of the reservation note a waiting job's reason
 // ends with (-1: none): jobs that may not backfill are told why reserved

@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
@@ -118,15 +117,9 @@ func (b *gpuBits) bit(id string) uint64 {
 		return b.m[id]
 	}
 	// The store points an allocation's GPU IDs at its node's copies
-	// (cluster.Store.UpsertAlloc): found by address, without reading the
-	// bytes of the node's other IDs. An ID not shared so is compared by
-	// value.
-	p := unsafe.StringData(id)
-	for i := range b.gpus {
-		if unsafe.StringData(b.gpus[i].ID) == p && len(b.gpus[i].ID) == len(id) {
-			return 1 << i
-		}
-	}
+	// (cluster.Store.UpsertAlloc): the matching ID compares equal at its
+	// address, and the others differ within their first bytes after
+	// "GPU-".
 	for i := range b.gpus {
 		if b.gpus[i].ID == id {
 			return 1 << i

@@ -54,8 +54,8 @@
 // share, scheduler/internal/radix; by comparison when they are few) and
 // merged in. A cold cycle (a new
 // leader's) derives all of it from scratch; the store shares each
-// allocation's node and GPU ID strings with its node, so the GPU masks
-// are found by address, and the node statics it derives are windows of a
+// allocation's node and GPU ID strings with its node, so finding a GPU's
+// bit compares each ID with itself at its address, and the node statics it derives are windows of a
 // few shared arrays (staticSlab), not four allocations a node. The Cache also keeps the memory of the last State
 // it built (nodes, free-count indexes, gang arrays, journal) and builds the
 // next in it: a State built with a cache is valid until the next New with
