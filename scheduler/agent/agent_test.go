@@ -756,7 +756,7 @@ func TestFirstPlanOfATermKnowsPreemptionsUnderway(t *testing.T) {
 	n.mu.Unlock()
 	n.submit("incident", tier("critical"), gpuGroup("w", 1, 8))
 	ex := &underwayExec{fakeExec: &fakeExec{n: n, agent: "a1"}, underway: []engine.Preemption{
-		{JobID: "default/victim", Allocs: []string{"a-default/victim"}, GPUs: 8, Grace: time.Hour, Preemptor: "default/incident"}}}
+		{Stop: engine.Stop{JobID: "default/victim", Allocs: []string{"a-default/victim"}, GPUs: 8, Grace: time.Hour}, Preemptor: "default/incident"}}}
 	opts := fakeOptions(t, n, ex.fakeExec, clk.Now)
 	opts.Executor = ex
 	a := runTestAgent(t, opts)

@@ -96,8 +96,7 @@ func TestGangRetryLimitEndsFailed(t *testing.T) {
 			c.state.gangs["default/g"] = nomad.GangRequeue{Runs: tc.before, Last: now.Add(-time.Minute)}
 		}
 		snap := runningGang(t, now.Add(-time.Hour), tc.meta, true)
-		plan := &engine.Plan{Requeues: []engine.Preemption{{JobID: "default/g", Reason: "gang incomplete: a member failed",
-			EndFailed: tc.meta["impact_on_failure"] == "fail"}}}
+		plan := &engine.Plan{Requeues: []engine.Preemption{{Stop: engine.Stop{JobID: "default/g"}, Reason: "gang incomplete: a member failed", EndFailed: tc.meta["impact_on_failure"] == "fail"}}}
 		c.limitFailures(plan, snap)
 		r := plan.Requeues[0]
 		if r.EndFailed != tc.endsHere {
@@ -139,7 +138,7 @@ func TestGangRecordSurvivesFailover(t *testing.T) {
 	store := &memStore{}
 	old := testCycler(t, clk.Now)
 	old.state = testDurable(t, store, &fakeExec{}, clk.Now)
-	plan := &engine.Plan{Requeues: []engine.Preemption{{JobID: "default/g", Reason: "gang incomplete"}}}
+	plan := &engine.Plan{Requeues: []engine.Preemption{{Stop: engine.Stop{JobID: "default/g"}, Reason: "gang incomplete"}}}
 	for range 3 {
 		old.recordGangRequeues(plan, setOf([]string{"default/g"}), now)
 	}

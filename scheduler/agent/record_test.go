@@ -54,9 +54,9 @@ func TestRecordRemembersWhatWasDone(t *testing.T) {
 			{JobID: "default/a", Groups: []engine.GroupPlacement{{Group: "g", Allocs: []engine.AllocPlacement{{NodeID: "n1"}, {NodeID: "n1"}, {NodeID: "n2"}}}}},
 			{JobID: "default/refused"},
 		},
-		Preemptions:  []engine.Preemption{{JobID: "default/v", Preemptor: "default/a", Reason: "room for a", LostGPUHours: 2}},
-		Requeues:     []engine.Preemption{{JobID: "default/r", Reason: "member lost"}},
-		Reclaims:     []engine.Reclaim{{JobID: "default/hung", Reason: "hung"}},
+		Preemptions:  []engine.Preemption{{Stop: engine.Stop{JobID: "default/v"}, Preemptor: "default/a", Reason: "room for a", LostGPUHours: 2}},
+		Requeues:     []engine.Preemption{{Stop: engine.Stop{JobID: "default/r"}, Reason: "member lost"}},
+		Reclaims:     []engine.Reclaim{{Stop: engine.Stop{JobID: "default/hung"}, Reason: "hung"}},
 		Explanations: map[string]*engine.Explanation{"default/a": adm},
 	}
 	c.history["default/hung"] = jobHistory{Decision: DecisionAdmit, Nodes: map[string][]string{"g": {"n3"}}}
@@ -107,7 +107,7 @@ func TestBackoffCountsFollowTheModel(t *testing.T) {
 	c := testCycler(t, clk.Now)
 	now := clk.Now()
 	snap := snapOf(t, "a", "b")
-	plan := &engine.Plan{Requeues: []engine.Preemption{{JobID: "default/b"}, {JobID: "default/u", Update: true}}}
+	plan := &engine.Plan{Requeues: []engine.Preemption{{Stop: engine.Stop{JobID: "default/b"}}, {Stop: engine.Stop{JobID: "default/u"}, Update: true}}}
 	for range 3 {
 		c.deferRolledBack(snap, []string{"default/a"}, now)
 		c.recordGangRequeues(plan, setOf([]string{"default/b", "default/u"}), now)

@@ -54,7 +54,7 @@ func (r *scriptedRecoverer) Recover(context.Context) error {
 }
 
 func (r *scriptedRecoverer) PreemptionsUnderway() []engine.Preemption {
-	return []engine.Preemption{{JobID: "default/victim", Allocs: []string{"a1"}, Grace: time.Minute}}
+	return []engine.Preemption{{Stop: engine.Stop{JobID: "default/victim", Allocs: []string{"a1"}, Grace: time.Minute}}}
 }
 
 func testDurable(t *testing.T, store StateStore, exec Executor, clk func() time.Time) *durable {
@@ -124,7 +124,7 @@ func TestDurableSaveThrottle(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	d.recordPreemption(engine.Preemption{JobID: "default/v", Preemptor: "default/p", GPUs: 4, LostGPUHours: 1}, clk.Now())
+	d.recordPreemption(engine.Preemption{Stop: engine.Stop{JobID: "default/v", GPUs: 4}, Preemptor: "default/p", LostGPUHours: 1}, clk.Now())
 	steps := []struct {
 		advance time.Duration
 		force   bool

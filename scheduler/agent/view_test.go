@@ -182,7 +182,7 @@ func TestExplainCases(t *testing.T) {
 			hist:  jobHistory{Decision: DecisionAdmit, At: now, Nodes: map[string][]string{"g": {"n1"}}, Admitted: admitted},
 			state: agentapi.StateAdmitting, decision: DecisionAdmit, reason: "0 of 2 allocations running", engine: admitted},
 		{name: "running, being preempted", job: job("v", cluster.JobRunning), allocs: 2, leader: true,
-			victim: &engine.Preemption{JobID: "default/v", Preemptor: "default/urgent", Reason: "room for urgent"},
+			victim: &engine.Preemption{Stop: engine.Stop{JobID: "default/v"}, Preemptor: "default/urgent", Reason: "room for urgent"},
 			state:  agentapi.StateRunning, decision: DecisionPreempted, reason: "room for urgent"},
 		{name: "running, preempted by an earlier cycle (in its grace)", job: job("g", cluster.JobRunning), allocs: 2, leader: true,
 			hist:  jobHistory{Decision: DecisionPreempted, PreemptedBy: "default/urgent", Reason: "room for urgent"},

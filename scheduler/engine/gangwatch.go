@@ -58,8 +58,7 @@ func (c *cycle) watchGangs() {
 				// stopped now (checkpoint signal and grace first) and the
 				// new version waits its turn like any queued job.
 				r := Preemption{
-					JobID: j.ID, GPUs: holders[h].GPUs, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal,
-					RequeueExitCode: j.Spec.RequeueCode(), Update: true,
+					Stop: stopOf(j, holders[h].GPUs), Update: true,
 					Reason: "re-submitted by its user while running: the old version's allocations are stopped (Nomad's destructive update) and the new version waits its turn in the queue",
 				}
 				for _, a := range allocs {
@@ -97,12 +96,9 @@ func (c *cycle) watchGangs() {
 				continue
 			}
 			r := Preemption{
-				JobID:            j.ID,
-				Grace:            j.Spec.Grace,
-				CheckpointSignal: j.Spec.CheckpointSignal,
-				RequeueExitCode:  j.Spec.RequeueCode(),
-				Replacements:     m.replacements,
-				EndFailed:        j.Spec.FailOnLoss,
+				Stop:         stopOf(j, 0),
+				Replacements: m.replacements,
+				EndFailed:    j.Spec.FailOnLoss,
 			}
 			what := "stopped whole and requeued"
 			if r.EndFailed {

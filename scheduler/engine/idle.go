@@ -210,15 +210,7 @@ type RunningJob struct {
 // grace, then either queued again (Requeue) or stopped for good (after
 // Requeues reached the tier's max_requeues).
 type Reclaim struct {
-	JobID  string   `json:"job_id"`
-	Allocs []string `json:"allocs"`
-	GPUs   int      `json:"gpus"`
-	// Grace and CheckpointSignal as for a preemption.
-	Grace            time.Duration `json:"grace"`
-	CheckpointSignal string        `json:"checkpoint_signal,omitempty"`
-	// RequeueExitCode is the job's "checkpointed, requeue me" exit code,
-	// as for a preemption.
-	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+	Stop
 	// Requeue: queue the job again; false: stop it and leave it stopped.
 	Requeue bool `json:"requeue"`
 	// Requeues is how many times the job has been requeued for hanging,
@@ -434,7 +426,7 @@ func (c *cycle) reclaim(h int, hd *placement.Holder, st idleState) string {
 	} else {
 		reason = fmt.Sprintf("hung: %s; stopped and left stopped (requeued %d times, max_requeues %d)", numbers, n, st.cfg.MaxRequeues)
 	}
-	r := Reclaim{JobID: hd.JobID, GPUs: hd.GPUs, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal, RequeueExitCode: j.Spec.RequeueCode(),
+	r := Reclaim{Stop: stopOf(j, hd.GPUs),
 		Requeue: requeue, Requeues: n, IdleGPUHours: idleGPUh, ReclaimedGPUHours: reclaimed, Reason: reason}
 	for _, a := range hd.Allocs {
 		r.Allocs = append(r.Allocs, a.ID)

@@ -240,7 +240,7 @@ func (w *liveWorld) submit(rt *rapid.T) {
 func (w *liveWorld) apply(rt *rapid.T, snap *cluster.Snapshot, plan *Plan) {
 	stops := append(slices.Clip(plan.Preemptions), plan.Requeues...)
 	for _, r := range plan.Reclaims {
-		stops = append(stops, Preemption{JobID: r.JobID, Allocs: r.Allocs})
+		stops = append(stops, Preemption{Stop: r.Stop})
 	}
 	for i, p := range stops {
 		for _, id := range p.Allocs {

@@ -169,7 +169,7 @@ func TestPreemptingFromAnotherLeader(t *testing.T) {
 		withCheckpoint(alloc("b1", "b", "n2", long, 0, 1, 2, 3, 4, 5, 6, 7), t0.Add(-time.Minute)),
 	})
 	e := mustEngine(t, policy.Default())
-	e.Preempting(Preemption{JobID: "a", Allocs: []string{"a1"}, Grace: time.Minute}, t0.Add(-10*time.Second))
+	e.Preempting(Preemption{Stop: Stop{JobID: "a", Allocs: []string{"a1"}, Grace: time.Minute}}, t0.Add(-10*time.Second))
 	plan := e.Decide(snap, t0)
 	if len(plan.Preemptions) != 0 {
 		t.Fatalf("preempted %v; a's preemption is under way and frees enough", preemptedIDs(plan))

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -117,11 +118,14 @@ func (g GroupPlacement) Nodes() []string {
 	return out
 }
 
-// Preemption stops one whole gang (every allocation of the victim job).
-type Preemption struct {
-	// JobID of the victim.
+// Stop is what every stop the engine orders carries, whatever orders it
+// (a preemption, a whole-gang requeue, a reclaim of a hung job): the job,
+// its allocations and GPUs, and how to stop it. Preemption and Reclaim
+// embed it (their JSON is flat, as before).
+type Stop struct {
+	// JobID of the job stopped.
 	JobID string `json:"job_id"`
-	// Allocs are the victim's allocation IDs (all of them).
+	// Allocs are its allocation IDs (all of them).
 	Allocs []string `json:"allocs"`
 	// GPUs freed.
 	GPUs int `json:"gpus"`
@@ -129,12 +133,24 @@ type Preemption struct {
 	Grace time.Duration `json:"grace"`
 	// CheckpointSignal to send first ("" sends none).
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
-	// RequeueExitCode is the victim's "checkpointed, requeue me" exit code
-	// (policy.Spec.RequeueCode). How the victim's tasks end decides the
-	// outcome: all exited 0 -> the work is done (never run again); a task
-	// exited with this code -> requeued at once; still running at the end
-	// of the grace -> stopped and requeued.
+	// RequeueExitCode is the job's "checkpointed, requeue me" exit code
+	// (policy.Spec.RequeueCode). How its tasks end decides the outcome:
+	// all exited 0 -> the work is done (never run again); a task exited
+	// with this code -> requeued at once; still running at the end of the
+	// grace -> stopped and requeued.
 	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+}
+
+// stopOf is the stop of a job by its contract (grace, checkpoint signal,
+// requeue code), without its allocations: the one place a stop's fields
+// are read from the job's spec.
+func stopOf(j *cluster.Job, gpus int) Stop {
+	return Stop{JobID: j.ID, GPUs: gpus, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal, RequeueExitCode: j.Spec.RequeueCode()}
+}
+
+// Preemption stops one whole gang (every allocation of the victim job).
+type Preemption struct {
+	Stop
 	// Update marks a requeue that replaces a running job its user
 	// re-submitted (Nomad's destructive update through the queue), rather
 	// than an incomplete gang.

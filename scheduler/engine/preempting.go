@@ -104,14 +104,10 @@ func (c *cycle) budgetAllows(q *queued, exp *Explanation, lost float64) (string,
 // preemptor q, without its reason.
 func victimStop(q *queued, hd placement.Holder, v victimInfo) Preemption {
 	return Preemption{
-		JobID:            hd.JobID,
-		GPUs:             hd.GPUs,
-		Grace:            v.grace,
-		CheckpointSignal: hd.Job.Spec.CheckpointSignal,
-		RequeueExitCode:  hd.Job.Spec.RequeueCode(),
-		Preemptor:        q.job.ID,
-		Cost:             v.cost,
-		LostGPUHours:     v.lost,
+		Stop:         stopOf(hd.Job, hd.GPUs), // v.grace is the job's impact_grace too
+		Preemptor:    q.job.ID,
+		Cost:         v.cost,
+		LostGPUHours: v.lost,
 	}
 }
 

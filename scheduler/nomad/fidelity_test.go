@@ -174,8 +174,7 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 		ids = append(ids, a.ID)
 	}
 	start := time.Now()
-	res = x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{{JobID: key, Allocs: ids, GPUs: 0,
-		Grace: 2 * time.Second, CheckpointSignal: "SIGUSR1", Preemptor: "default/urgent", Reason: "test"}}})
+	res = x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{{Stop: engine.Stop{JobID: key, Allocs: ids, GPUs: 0, Grace: 2 * time.Second, CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "test"}}})
 	o.add("preempt: started %d", len(res.Preempted))
 	x.Wait()
 	o.add("preempt: waited the grace %v", time.Since(start) >= 2*time.Second)

@@ -602,10 +602,10 @@ func (w *adapterWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *engine.P
 	// free after the decision is the next cycle's to give out.
 	stopped := append(slices.Clip(plan.Preemptions), plan.Requeues...)
 	for _, r := range plan.Reclaims {
-		stopped = append(stopped, engine.Preemption{JobID: r.JobID})
+		stopped = append(stopped, engine.Preemption{Stop: engine.Stop{JobID: r.JobID}})
 	}
 	for _, id := range rolled {
-		stopped = append(stopped, engine.Preemption{JobID: id})
+		stopped = append(stopped, engine.Preemption{Stop: engine.Stop{JobID: id}})
 	}
 	for _, p := range stopped {
 		for _, a := range snap.JobAllocs(p.JobID) {

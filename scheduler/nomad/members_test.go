@@ -131,8 +131,7 @@ func TestModelFlagsUnlinkedReplacementsByName(t *testing.T) {
 	for _, a := range e.w.Snapshot().JobAllocs(key) {
 		ids = append(ids, a.ID)
 	}
-	res := x2.Apply(context.Background(), &engine.Plan{Requeues: []engine.Preemption{{JobID: key, Allocs: ids,
-		Replacements: []string{repl}, CheckpointSignal: "SIGUSR1", Reason: "test"}}})
+	res := x2.Apply(context.Background(), &engine.Plan{Requeues: []engine.Preemption{{Stop: engine.Stop{JobID: key, Allocs: ids, CheckpointSignal: "SIGUSR1"}, Replacements: []string{repl}, Reason: "test"}}})
 	if len(res.Requeued) != 1 {
 		t.Fatalf("apply = %+v", res)
 	}

@@ -40,8 +40,8 @@ func (x *Executor) PreemptionsUnderway() []engine.Preemption {
 	defer x.mu.Unlock()
 	out := make([]engine.Preemption, 0, len(x.underway))
 	for _, in := range x.underway {
-		out = append(out, engine.Preemption{JobID: in.JobID, Allocs: append([]string(nil), in.Allocs...), GPUs: in.GPUs,
-			Grace: in.Grace, CheckpointSignal: in.Signal, Preemptor: in.Preemptor, Reason: in.Reason, RequeueExitCode: in.RequeueExitCode,
+		out = append(out, engine.Preemption{Stop: engine.Stop{JobID: in.JobID, Allocs: append([]string(nil), in.Allocs...), GPUs: in.GPUs,
+			Grace: in.Grace, CheckpointSignal: in.Signal, RequeueExitCode: in.RequeueExitCode}, Preemptor: in.Preemptor, Reason: in.Reason,
 			MovedTo: slices.Clone(in.MovedTo), PreemptorGPUs: slices.Clone(in.PreemptorGPUs)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })

@@ -28,8 +28,8 @@ func preemption(e *env, job string, grace time.Duration) engine.Preemption {
 	for _, a := range e.fake.Allocations(job) {
 		ids = append(ids, a.ID)
 	}
-	return engine.Preemption{JobID: cluster.JobKey("default", job), Allocs: ids, GPUs: 8, Grace: grace,
-		CheckpointSignal: "SIGUSR1", Preemptor: "default/urgent", Reason: "critical job needs 8 GPUs"}
+	return engine.Preemption{Stop: engine.Stop{JobID: cluster.JobKey("default", job), Allocs: ids, GPUs: 8, Grace: grace,
+		CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "critical job needs 8 GPUs"}
 }
 
 func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {

@@ -15,8 +15,8 @@ func reclaim(e *env, job string, requeue bool) engine.Reclaim {
 	for _, a := range e.fake.Allocations(job) {
 		ids = append(ids, a.ID)
 	}
-	return engine.Reclaim{JobID: cluster.JobKey("default", job), Allocs: ids, GPUs: 8, Grace: 100 * time.Millisecond,
-		CheckpointSignal: "SIGUSR1", Requeue: requeue, Requeues: 1, Reason: "hung: every member below 5% for 30m0s"}
+	return engine.Reclaim{Stop: engine.Stop{JobID: cluster.JobKey("default", job), Allocs: ids, GPUs: 8, Grace: 100 * time.Millisecond,
+		CheckpointSignal: "SIGUSR1"}, Requeue: requeue, Requeues: 1, Reason: "hung: every member below 5% for 30m0s"}
 }
 
 // A reclaim of a hung gang signals it, waits its grace and then either
