@@ -63,9 +63,10 @@ func (e *lcEnv) taskEvent(job, typ string) int64 {
 	return first
 }
 
-// firstSubmit is the SubmitTime of the job's first version, and the
-// number of versions and evaluations the job has.
-func (e *lcEnv) firstSubmit(job string) (submit int64, versions, evals int) {
+// firstSubmit is the SubmitTime of the job's first version, that of its
+// second (the impact agent's admission, 0 if none), and the number of
+// versions and evaluations the job has.
+func (e *lcEnv) firstSubmit(job string) (submit, admitted int64, versions, evals int) {
 	var vs struct {
 		Versions []struct {
 			Version    uint64
@@ -78,9 +79,14 @@ func (e *lcEnv) firstSubmit(job string) (submit int64, versions, evals int) {
 			submit = v.SubmitTime
 		}
 	}
+	for _, v := range vs.Versions {
+		if v.SubmitTime > submit && (admitted == 0 || v.SubmitTime < admitted) {
+			admitted = v.SubmitTime
+		}
+	}
 	var ev []struct{ ID string }
 	_ = e.a.Get("/v1/job/"+job+"/evaluations", &ev)
-	return submit, len(vs.Versions), len(ev)
+	return submit, admitted, len(vs.Versions), len(ev)
 }
 
 func latEnvInt(name string, def int) int {
@@ -138,8 +144,12 @@ func TestStartLatency(t *testing.T) {
 				started = e.taskEvent(name, "Started")
 				return started > 0, fmt.Sprintf("%+v; explain %s", e.allocsOf(name), e.explain(name))
 			})
-			submit, v, ev := e.firstSubmit(name)
+			submit, admitted, v, ev := e.firstSubmit(name)
 			fit[mode] = append(fit[mode], float64(started-submit)/1e9)
+			if admitted > 0 {
+				fit["submit->admit"] = append(fit["submit->admit"], float64(admitted-submit)/1e9)
+				fit["admit->start"] = append(fit["admit->start"], float64(started-admitted)/1e9)
+			}
 			vers[mode] += v
 			evals[mode] += ev
 			_, _ = e.nomad("job", "stop", "-purge", "-detach", name)
@@ -202,6 +212,9 @@ func TestStartLatency(t *testing.T) {
 		}
 	}
 	report("fit", fit)
+	for _, part := range []string{"submit->admit", "admit->start"} {
+		t.Logf("fit    impact %s p50 %.3fs p90 %.3fs %v", part, percentile(fit[part], .5), percentile(fit[part], .9), round3(fit[part]))
+	}
 	report("freed", freed)
 	for _, mode := range modes {
 		t.Logf("fit    %-6s versions/job %.2f evaluations/job %.2f", mode, float64(vers[mode])/float64(n), float64(evals[mode])/float64(n))
