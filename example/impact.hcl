@@ -49,7 +49,9 @@ nomad {
 cycle {
   # A cycle runs at least this often, and shortly after Nomad events.
   interval = "10s"
-  # Events arriving within this window are decided on together.
+  # Events arriving within a window are decided on together at its end:
+  # four times the last cycle's own cost, at least 20ms, at most this (a
+  # small queue is decided on within about 20ms of an event).
   debounce = "500ms"
   # An admitted gang that is not fully running after this long is parked
   # again (the admission is rolled back). One that Nomad cannot place (a

@@ -75,6 +75,9 @@ type env struct {
 	extra string
 	// logLevel of the impact agent (default "debug").
 	logLevel string
+	// cycle, when set, replaces the impact agent's cycle block (default:
+	// interval 1s, debounce 100ms, admission_deadline 1m).
+	cycle string
 }
 
 func (e *env) nomad(args ...string) (string, error) { return e.a.CLI(args...) }
@@ -296,12 +299,7 @@ log_level    = %q
 nomad {
   address = %q
 }
-cycle {
-  interval           = "1s"
-  debounce           = "100ms"
-  admission_deadline = "1m"
-}
-http {
+%shttp {
   listen = %q
 }
 ha {
@@ -312,7 +310,12 @@ device_stats {
   interval     = "1s"
   node_timeout = "1s"
 }
-`, name, cmpOr(e.logLevel, "debug"), e.a.Addr, strings.TrimPrefix(apiURL, "http://")) + e.extra
+`, name, cmpOr(e.logLevel, "debug"), e.a.Addr, cmpOr(e.cycle, `cycle {
+  interval           = "1s"
+  debounce           = "100ms"
+  admission_deadline = "1m"
+}
+`), strings.TrimPrefix(apiURL, "http://")) + e.extra
 	cfgPath := filepath.Join(e.dir, name+".hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

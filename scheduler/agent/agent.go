@@ -23,7 +23,11 @@ type Options struct {
 	ParkingPool string
 	DefaultPool string
 	Interval    time.Duration // timer: a cycle at least this often
-	Debounce    time.Duration // collects a burst of events into one cycle
+	// Debounce is the longest an event waits for a cycle: an event opens
+	// a window (debounceCostFactor times the last cycle's own cost, at
+	// least debounceFloor, at most Debounce) and the events inside it are
+	// decided on together at its end.
+	Debounce time.Duration
 	// SaveEvery bounds how often the leader writes durable state.
 	SaveEvery time.Duration
 	// NoLeaderGrace is how long a standby tolerates seeing no lock holder
@@ -242,6 +246,13 @@ func (a *Agent) shutdown() {
 	a.lead.resign()
 }
 
+// The debounce window is debounceCostFactor times the last cycle's own
+// cost, at least debounceFloor, at most Options.Debounce.
+const (
+	debounceCostFactor = 4
+	debounceFloor      = 20 * time.Millisecond
+)
+
 // loop is the scheduling loop: one goroutine runs cycles and leadership
 // changes, so cycles never overlap.
 func (a *Agent) loop(ctx context.Context) error {
@@ -249,6 +260,18 @@ func (a *Agent) loop(ctx context.Context) error {
 	defer ticker.Stop()
 	var debounce *time.Timer
 	var debounceC <-chan time.Time
+	// An event starts the debounce window; the events inside it are
+	// decided on together at its end. The window is debounceCostFactor
+	// times the last cycle's own cost, at least debounceFloor and at most
+	// Debounce: with a small queue a cycle costs a millisecond or two and
+	// a job that fits is admitted about debounceFloor after Nomad told of
+	// it, while a large queue still bounds the share of the agent's time
+	// spent deciding (to about 1/(1+debounceCostFactor)).
+	window := a.opts.Debounce
+	run := func() {
+		cost := a.cycle.run(ctx)
+		window = min(a.opts.Debounce, max(debounceFloor, debounceCostFactor*cost))
+	}
 	updated := a.opts.Model.Updated()
 	for {
 		select {
@@ -263,20 +286,20 @@ func (a *Agent) loop(ctx context.Context) error {
 			} else {
 				a.stepDown()
 			}
-			a.cycle.run(ctx)
+			run()
 		case <-updated:
 			a.cycle.updated()
 			if a.opts.Debounce <= 0 {
-				a.cycle.run(ctx)
+				run()
 			} else if debounce == nil {
-				debounce = time.NewTimer(a.opts.Debounce)
+				debounce = time.NewTimer(window)
 				debounceC = debounce.C
 			}
 		case <-debounceC:
 			debounce, debounceC = nil, nil
-			a.cycle.run(ctx)
+			run()
 		case <-ticker.C:
-			a.cycle.run(ctx)
+			run()
 		}
 	}
 }

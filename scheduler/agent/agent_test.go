@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -773,5 +774,28 @@ func TestFirstPlanOfATermKnowsPreemptionsUnderway(t *testing.T) {
 	}
 	if n.stops["default/other"] != 0 || n.stops["default/victim"] != 0 {
 		t.Errorf("stops %v, want none: incident waits for victim", n.stops)
+	}
+}
+
+// An event is decided on within a window of a few times the last cycle's
+// cost (at least 20ms), not after the whole Debounce: with a small queue
+// a job that fits is admitted about as soon as Nomad tells of it (issue
+// 39). Debounce and Interval here are far longer than the test waits.
+func TestEventDecidedWithinCostWindow(t *testing.T) {
+	clk := newTestClock()
+	n := newFakeNomad(clk.Now)
+	n.addNode("node-1", 8, 2, "gpu")
+	ex := &fakeExec{n: n, agent: "a1"}
+	opts := fakeOptions(t, n, ex, clk.Now)
+	opts.Interval, opts.Debounce = time.Hour, 10*time.Minute
+	var cycles atomic.Int64
+	opts.OnCycle = func(CycleResult) { cycles.Add(1) }
+	a := runTestAgent(t, opts)
+	waitFor(t, "leader and a first cycle", func() bool { return a.IsLeader() && cycles.Load() > 0 })
+	start := time.Now()
+	n.submit("fits", tier("normal"), gpuGroup("w", 1, 1))
+	waitFor(t, "the job admitted", func() bool { return n.registerCount("default/fits") == 1 })
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("admitted %v after the event; want within a few cycle costs", took)
 	}
 }

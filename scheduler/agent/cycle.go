@@ -114,14 +114,17 @@ func (c *cycler) updated() {
 }
 
 // run runs one scheduling cycle.
-func (c *cycler) run(ctx context.Context) {
+//
+// It returns the cycle's own cost: its wall time less the time spent
+// acting on Nomad (the loop's debounce window is a multiple of it).
+func (c *cycler) run(ctx context.Context) (cost time.Duration) {
 	if ctx.Err() != nil {
-		return
+		return 0
 	}
 	res := CycleResult{At: c.o.Clock()}
 	wallStart := time.Now()
 	if !c.synced(res.At) {
-		return
+		return time.Since(wallStart)
 	}
 	// A new term recovers the last leader's intents before it decides:
 	// the engine must know the preemptions under way (and where moved
@@ -140,7 +143,9 @@ func (c *cycler) run(ctx context.Context) {
 	t0 := time.Now()
 	res.Plan = c.engine.Decide(snap, res.At)
 	res.Decide = time.Since(t0)
+	a0 := time.Now()
 	c.act(lctx, snap, &res)
+	acting := time.Since(a0)
 	v := buildView(snap, res.Plan, c.history, res.At, res.Leader, c.o.Policy)
 	c.showEnded(v, snap, res.At)
 	c.addSubmitted(v, snap)
@@ -159,6 +164,7 @@ func (c *cycler) run(ctx context.Context) {
 		c.state.save(lctx, res.At, acted, c.engine)
 	}
 	c.finish(res, wallStart)
+	return time.Since(wallStart) - acting
 }
 
 // warnInvalid logs one warning per version of a job that cannot be

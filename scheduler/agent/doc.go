@@ -6,7 +6,8 @@
 //
 // Every agent watches Nomad's event stream (through the adapter) and keeps
 // the model current; every agent runs the scheduling cycle (snapshot ->
-// engine.Decide) on a timer and after a debounced burst of events, so that
+// engine.Decide) on a timer and after a debounced burst of events (the
+// window a multiple of the last cycle's cost, Debounce at most), so that
 // /v1/queue and /v1/explain are answered by standbys too. Only the leader,
 // elected with Nomad's Variables lock, acts on the plan (admit, preempt)
 // and writes the explanation Variables. A new leader first loads the durable

@@ -159,7 +159,11 @@ type Auth struct {
 type Cycle struct {
 	// Interval is the timer: a cycle runs at least this often.
 	Interval time.Duration
-	// Debounce collects a burst of Nomad events into one cycle.
+	// Debounce is the longest a Nomad event waits for a cycle: an event
+	// opens a window (four times the last cycle's own cost, at least
+	// 20ms, at most Debounce, so a small queue is decided on almost at
+	// once) and the events inside it are collected into one cycle at its
+	// end.
 	Debounce time.Duration
 	// AdmissionDeadline is how long an admitted gang has to be fully
 	// running before it is rolled back into the parking pool.
