@@ -47,6 +47,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -582,13 +583,44 @@ func terminated(as []alloc, before time.Time) []taskEvent {
 
 // waitParked records when the job is back in the parking pool (requeued)
 // after since, polling until d; zero if never seen.
+// waitParked waits until the job has been parked again (re-registered in
+// the parking pool) and returns when: the submit time of its first
+// version in impact-queue after its first admitted one. Read from the
+// job's versions, not by watching its current pool: the agent may park
+// and admit it again between two polls.
 func (w *world) waitParked(job string, d time.Duration) time.Time {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if pool, _ := w.jobPool(job); pool == "impact-queue" {
-			return time.Now()
+		if at := w.parkedAt(job); !at.IsZero() {
+			return at
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Time{}
+}
+
+// parkedAt is the submit time of the job's first version in the parking
+// pool that follows an admitted version (zero: none yet).
+func (w *world) parkedAt(job string) time.Time {
+	var vs struct {
+		Versions []struct {
+			Version    uint64
+			NodePool   string
+			SubmitTime int64
+		}
+	}
+	if err := w.c.Get("/v1/job/"+job+"/versions", &vs); err != nil {
+		return time.Time{}
+	}
+	sort.Slice(vs.Versions, func(i, j int) bool { return vs.Versions[i].Version < vs.Versions[j].Version })
+	admitted := false
+	for _, v := range vs.Versions {
+		switch {
+		case v.NodePool != "impact-queue":
+			admitted = true
+		case admitted:
+			return time.Unix(0, v.SubmitTime)
+		}
 	}
 	return time.Time{}
 }
