@@ -37,7 +37,7 @@ func (x *Executor) admit(ctx context.Context, a engine.Admission) error {
 		_ = x.st.DeleteIntent(ctx, a.JobID)
 		return err
 	}
-	describe(job, admittedStatus(admissionNodes(a), admissionGPUs(a)), x.cfg.Clock(), x.page(a.JobID))
+	describe(job, admittedStatus(in.PinnedGPUs), x.cfg.Clock(), x.page(a.JobID))
 	index, err := x.register(ctx, job, a, in)
 	if err != nil {
 		return err

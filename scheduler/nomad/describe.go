@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-
-	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
 // The job's ui.description, at the top of its page and under its name in
@@ -62,10 +60,15 @@ func describe(job *api.Job, status string, at time.Time, page string) {
 	job.UI.Description = b.String()
 }
 
-// admittedStatus says what an admission did, for the job's description.
-func admittedStatus(nodes, gpus int) string {
+// admittedStatus says what an admission did, for the job's description,
+// from its pinned GPUs by node (the intent's PinnedGPUs).
+func admittedStatus(pinned map[string][]string) string {
+	gpus := 0
+	for _, ids := range pinned {
+		gpus += len(ids)
+	}
 	return fmt.Sprintf("admitted: started whole on %d node(s) with %d GPU(s) pinned by the scheduler. "+
-		"Nomad's status below is this run's.", nodes, gpus)
+		"Nomad's status below is this run's.", len(pinned), gpus)
 }
 
 // parkedStatus says why a job is back in the queue, for its description:
@@ -102,26 +105,4 @@ func (x *Executor) page(jobKey string) string {
 		return ""
 	}
 	return x.cfg.PageURL(jobKey)
-}
-
-// admissionNodes counts the distinct nodes of an admission.
-func admissionNodes(a engine.Admission) int {
-	seen := map[string]bool{}
-	for _, g := range a.Groups {
-		for _, al := range g.Allocs {
-			seen[al.NodeID] = true
-		}
-	}
-	return len(seen)
-}
-
-// admissionGPUs counts the GPUs an admission pins.
-func admissionGPUs(a engine.Admission) int {
-	n := 0
-	for _, g := range a.Groups {
-		for _, al := range g.Allocs {
-			n += len(al.GPUs)
-		}
-	}
-	return n
 }
