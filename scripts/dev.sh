@@ -68,20 +68,32 @@ cleanup() {
 	# this run, found by a working directory under the data dir or a
 	# command line naming the nodes' data or alloc dirs (not the logs, so
 	# a tail -f of them survives), so that Ctrl-C leaves nothing behind.
-	local p left=()
-	for p in /proc/[0-9]*; do
-		case "$(readlink "$p/cwd" 2>/dev/null)/ $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" in
-		"$data"/* | *"$data/nomad/"* | *"$data"/client-*/alloc/* | *"$data"/client-*/nomad/*) kill -TERM "${p#/proc/}" 2>/dev/null && left+=("${p#/proc/}") ;;
-		esac
-	done
-	for _ in $(seq 1 50); do # up to 5s for them to exit
-		for p in "${!left[@]}"; do
-			kill -0 "${left[$p]}" 2>/dev/null || unset "left[$p]"
+	# Rescanned until none is left, since a task's launcher may start a
+	# process after a scan; each gets SIGTERM once, SIGKILL after 5s;
+	# zombies are left to their parents.
+	local p pid state found since=$SECONDS
+	local -A termed=()
+	while ((SECONDS - since < 15)); do
+		found=0
+		for p in /proc/[0-9]*; do
+			pid=${p#/proc/}
+			state=$(sed -n 's/.*) \(.\).*/\1/p' "$p/stat" 2>/dev/null)
+			case "$state" in Z | X | "") continue ;; esac
+			case "$(readlink "$p/cwd" 2>/dev/null)/ $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" in
+			"$data"/* | *"$data/nomad/"* | *"$data"/client-*/alloc/* | *"$data"/client-*/nomad/*)
+				found=1
+				if [ -z "${termed[$pid]:-}" ]; then
+					termed[$pid]=1
+					kill -TERM "$pid" 2>/dev/null || true
+				elif ((SECONDS - since >= 5)); then
+					kill -KILL "$pid" 2>/dev/null || true
+				fi
+				;;
+			esac
 		done
-		[ ${#left[@]} -eq 0 ] && break
+		[ "$found" = 0 ] && break
 		sleep 0.1
 	done
-	[ ${#left[@]} -eq 0 ] || kill -KILL "${left[@]}" 2>/dev/null || true
 }
 interrupted=
 trap cleanup EXIT
