@@ -69,15 +69,16 @@ cleanup() {
 	# command line naming the nodes' data or alloc dirs (not the logs, so
 	# a tail -f of them survives), so that Ctrl-C leaves nothing behind.
 	# Rescanned until none is left, since a task's launcher may start a
-	# process after a scan; each gets SIGTERM once, SIGKILL after 5s;
+	# process after a scan; each gets SIGTERM once, SIGKILL after 2s (an
+	# impact-exec supervisor outlives its plugin by design), at most 8s;
 	# zombies are left to their parents.
 	local p pid state found since=$SECONDS
 	local -A termed=()
-	while ((SECONDS - since < 15)); do
+	while ((SECONDS - since < 8)); do
 		found=0
 		for p in /proc/[0-9]*; do
 			pid=${p#/proc/}
-			state=$(sed -n 's/.*) \(.\).*/\1/p' "$p/stat" 2>/dev/null)
+			state=$(sed -n 's/.*) \(.\).*/\1/p' "$p/stat" 2>/dev/null || true) # set -e: the process may be gone
 			case "$state" in Z | X | "") continue ;; esac
 			case "$(readlink "$p/cwd" 2>/dev/null)/ $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" in
 			"$data"/* | *"$data/nomad/"* | *"$data"/client-*/alloc/* | *"$data"/client-*/nomad/*)
@@ -85,7 +86,7 @@ cleanup() {
 				if [ -z "${termed[$pid]:-}" ]; then
 					termed[$pid]=1
 					kill -TERM "$pid" 2>/dev/null || true
-				elif ((SECONDS - since >= 5)); then
+				elif ((SECONDS - since >= 2)); then
 					kill -KILL "$pid" 2>/dev/null || true
 				fi
 				;;
