@@ -8,6 +8,7 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
 type cycle struct {
@@ -33,7 +34,7 @@ type cycle struct {
 	// claimed: holders already chosen as victims (or stopping ones counted
 	// for a preemptor) in this cycle.
 	claimed         []bool
-	victims         []victimInfo
+	victims         []preempt.Victim
 	preemptors      int
 	preemptAttempts int
 	endOrder        *endOrder // holders by expected end, for reservations
@@ -93,7 +94,7 @@ type cycle struct {
 	// holderByJob: the holder of each running managed job (managedFacts).
 	holderByJob map[*cluster.Job]int32
 	// idleVictims: some gang is a victim by its idle action (any tier
-	// may then preempt, see mayPreemptVictim).
+	// may then preempt, see preempt.MayTake).
 	idleVictims bool
 	// inflightAllocs: the snapshot's allocations with a stop in flight
 	// (indexInflight).

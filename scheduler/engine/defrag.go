@@ -81,10 +81,10 @@ func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 }
 
 // defragCandidates lists the gangs a defragmenting preemption may move in
-// the job's pool: preemptible and past their minimum runtime (victimInfo
-// ok), not idle victims (those are preemption's), one allocation of at
-// most the block's max_victim_gpus. Built once per cycle per pool; claim
-// removes a victim from it.
+// the job's pool (preempt.Victim.Movable: preemptible and past their
+// minimum runtime, not idle victims, one allocation of at most the
+// block's max_victim_gpus), not claimed. Built once per cycle per pool;
+// claim removes a victim from it.
 func (c *cycle) defragCandidates(q *queued) *candList {
 	keptOut := c.headroomKeepsOut(q)
 	key := tierPool{defragPool, q.pool}
@@ -100,7 +100,7 @@ func (c *cycle) defragCandidates(q *queued) *candList {
 	for h := range c.victims {
 		v := &c.victims[h]
 		hd := &holders[h]
-		if !v.ok || v.idle || c.claimed[h] || hd.Job == nil || len(hd.Allocs) != 1 || hd.GPUs > maxGPUs {
+		if !v.Movable(len(hd.Allocs), hd.GPUs, maxGPUs) || c.claimed[h] {
 			continue
 		}
 		if q.pool != "" && !c.holderInPool(h, q.pool) {
@@ -109,10 +109,10 @@ func (c *cycle) defragCandidates(q *queued) *candList {
 		if keptOut && c.headroomShields(q, h) {
 			continue
 		}
-		cl.cands = append(cl.cands, preempt.Candidate{Holder: h, Cost: v.cost})
+		cl.cands = append(cl.cands, preempt.Candidate{Holder: h, Cost: v.Cost})
 		cl.member[h] = true
 		cl.gpus += hd.GPUs
-		if per := v.cost / float64(max(1, hd.GPUs)); len(cl.cands) == 1 || per < cl.minPerGPU {
+		if per := v.Cost / float64(max(1, hd.GPUs)); len(cl.cands) == 1 || per < cl.minPerGPU {
 			cl.minPerGPU = per
 		}
 	}
@@ -128,60 +128,16 @@ func (c *cycle) defragCandidates(q *queued) *candList {
 // job's, on GPUs that are free now (not reserved, not the job's, not a
 // victim's). The state is left as it was.
 func (c *cycle) defragSearch(cl *candList, req placement.Request) (victims []int, res placement.Result, dests [][]placement.Slot, ok bool) {
-	if cl.index == nil {
-		cl.index = preempt.NewIndex(c.st, req.Pool, cl.cands)
-		for _, cd := range cl.cands {
-			if !cl.member[cd.Holder] {
-				cl.index.Exclude(cd.Holder)
-			}
-		}
-	}
+	ix := cl.indexOn(c.st, req.Pool)
 	c.defragAttempts++
-	cp := c.st.Checkpoint()
-	victims, res, ok = cl.index.Select(c.st, req)
-	c.st.Rollback(cp)
-	if !ok {
-		return nil, placement.Result{}, nil, false
-	}
-	victims, res = c.minimalVictims(req, victims, res)
-	if isGang(req) {
-		victims, res = c.replaceGang(req, victims, res)
-	}
-	defer c.st.Rollback(cp)
-	for _, h := range victims {
-		c.st.ReleaseHolder(h)
-	}
-	for _, g := range res.Groups {
-		for _, sl := range g {
-			c.st.Take(sl)
-		}
-	}
-	holders := c.st.Holders()
-	// What the job leaves of its victims' GPUs is theirs until they stop.
-	for _, h := range victims {
-		for _, sl := range holders[h].Slots {
-			if m := sl.Mask & c.st.Free(sl.Node); m != 0 {
-				c.st.Take(placement.Slot{Node: sl.Node, Mask: m})
-			}
-		}
-	}
-	for _, h := range victims {
-		j := holders[h].Job
+	return preempt.SearchMoves(c.st, ix, req, c.victims, func(h int) placement.Request {
+		j := c.st.Holders()[h].Job
 		vq := &queued{job: j, pool: j.Spec.Pool}
 		if vq.pool == "" {
 			vq.pool = c.e.opts.defaultPool
 		}
-		to, fit := c.st.Place(c.request(vq, false), nil)
-		if !fit {
-			return nil, placement.Result{}, nil, false
-		}
-		var slots []placement.Slot
-		for _, g := range to.Groups {
-			slots = append(slots, g...)
-		}
-		dests = append(dests, slots)
-	}
-	return victims, res, dests, true
+		return c.request(vq, false)
+	})
 }
 
 // orderMoves plans a defragmenting preemption: the victims' stops (as
@@ -219,19 +175,19 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 			to = append(to, AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)})
 		}
 		where := placesText(to)
-		c.setBinding(hd.JobID, binding{gpus: to, expires: c.now.Add(v.grace + c.e.opts.admissionTTL), moved: true})
+		c.setBinding(hd.JobID, binding{gpus: to, expires: c.now.Add(v.Grace + c.e.opts.admissionTTL), moved: true})
 		p := victimStop(q, hd, v)
 		p.MovedTo, p.PreemptorGPUs = to, b.gpus
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-			q.job.ID, q.f.tier, q.total, where, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+			q.job.ID, q.f.tier, q.total, where, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)})
+			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.Grace)})
 		}
 		c.plan.Preemptions = append(c.plan.Preemptions, p)
 		c.e.logger.Debug("moving job to defragment", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
-			"to", where, "cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
-		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
+			"to", where, "cost", v.Cost, "lost_gpu_hours", v.Lost, "gain", gain)
+		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 		moved = append(moved, hd.JobID+" to "+where)
 	}

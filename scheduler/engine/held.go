@@ -157,7 +157,7 @@ func (c *cycle) bind(q *queued, res placement.Result) {
 	if !ok {
 		maxGrace := time.Duration(0)
 		for _, h := range c.claimedFor {
-			maxGrace = max(maxGrace, c.victims[h].grace)
+			maxGrace = max(maxGrace, c.victims[h].Grace)
 		}
 		b.expires = c.now.Add(maxGrace + c.e.opts.admissionTTL)
 	}

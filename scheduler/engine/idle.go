@@ -276,46 +276,19 @@ func (c *cycle) judgeIdle(hd *placement.Holder, f *specFacts) idleState {
 	return st
 }
 
-// idleVictim makes an idle gang on a preemptible idle action a victim:
-// any waiting job of its tier or a heavier one may preempt it
-// (mayPreemptVictim), past its min runtime or not (the idle duration is
-// its protection), at the cost of the work it did between its last
-// checkpoint and going idle (nothing since counts as progress) plus the
-// restart.
-func (c *cycle) idleVictim(hd *placement.Holder, st idleState) victimInfo {
+// idleVictim makes an idle gang on a preemptible idle action a victim
+// (preempt.Idle), with what its stop says of its idleness.
+func (c *cycle) idleVictim(hd *placement.Holder, st idleState) preempt.Victim {
 	j := hd.Job
-	lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, st.since)
-	restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
 	idleGPUh, reclaimed := c.idleHours(hd, st)
-	return victimInfo{
-		ok:     true,
-		idle:   true,
-		tier:   c.pol.TierOf(j.Spec).Name,
-		weight: c.pol.TierOf(j.Spec).Weight,
-		cost:   c.pol.Impact(j.Spec) * (lost + restart),
-		lost:   lost,
-		grace:  j.Spec.Grace,
-		idleVictim: &idleVictim{
-			idleGPUh:  idleGPUh,
-			reclaimed: reclaimed,
-			idleSince: st.since,
-			idleNote:  fmt.Sprintf("idle since %s (%.1f%% < %g%% for %s)", st.since.UTC().Format(time.RFC3339), st.util, st.cfg.Threshold, st.idleFor.Round(time.Second)),
-		},
-	}
-}
-
-// mayPreemptVictim: a job of tier `by` may preempt victim v when its tier
-// may preempt v's, or v is idle (preemptible action) and `by` weighs at
-// least as much as v's tier.
-func (c *cycle) mayPreemptVictim(by string, v *victimInfo) bool {
-	if c.mayPreempt(by, v.tier) {
-		return true
-	}
-	if !v.idle {
-		return false
-	}
-	t := c.tier(by)
-	return t != nil && t.Weight >= v.weight
+	tier := c.pol.TierOf(j.Spec)
+	g := preempt.Gang{Allocs: hd.Allocs, GPUs: hd.GPUs, Tier: tier.Name, Impact: c.pol.Impact(j.Spec), Spec: &j.Spec}
+	return preempt.Idle(g, tier.Weight, c.pol.Preemption.RestartCost, &preempt.IdleVictim{
+		GPUHours:  idleGPUh,
+		Reclaimed: reclaimed,
+		Since:     st.since,
+		Note:      fmt.Sprintf("idle since %s (%.1f%% < %g%% for %s)", st.since.UTC().Format(time.RFC3339), st.util, st.cfg.Threshold, st.idleFor.Round(time.Second)),
+	})
 }
 
 // tier is the policy's tier of that name (nil: none), remembered for the

@@ -74,7 +74,7 @@ func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 
 // mayTryPreempting: q's tier may preempt some tier, or some running job
 // is an idle victim (a tier of at least its weight may take it, see
-// mayPreemptVictim); else tryPreempt has nothing to try.
+// preempt.MayTake); else tryPreempt has nothing to try.
 func (c *cycle) mayTryPreempting(q *queued) bool {
 	tier := c.tier(q.f.tier)
 	return tier != nil && (len(tier.MayPreempt) > 0 || c.idleVictims)
@@ -102,12 +102,12 @@ func (c *cycle) budgetAllows(q *queued, exp *Explanation, lost float64) (string,
 
 // victimStop is the stop of victim hd (what the cycle knows of it: v) for
 // preemptor q, without its reason.
-func victimStop(q *queued, hd placement.Holder, v victimInfo) Preemption {
+func victimStop(q *queued, hd placement.Holder, v preempt.Victim) Preemption {
 	return Preemption{
 		Stop:         stopOf(hd.Job, hd.GPUs), // v.grace is the job's impact_grace too
 		Preemptor:    q.job.ID,
-		Cost:         v.cost,
-		LostGPUHours: v.lost,
+		Cost:         v.Cost,
+		LostGPUHours: v.Lost,
 	}
 }
 
@@ -115,8 +115,8 @@ func victimStop(q *queued, hd placement.Holder, v victimInfo) Preemption {
 // to weigh against its gain) and the GPU-hours of work they lose.
 func (c *cycle) victimsCost(victims []int) (cost, lost float64) {
 	for _, h := range victims {
-		cost += c.victims[h].cost
-		lost += c.victims[h].lost
+		cost += c.victims[h].Cost
+		lost += c.victims[h].Lost
 	}
 	return cost, lost
 }
@@ -175,7 +175,7 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	if !ok {
 		return false
 	}
-	used := c.slotsUse(res, stopping)
+	used := preempt.Uses(c.st, res, stopping)
 	if len(used) == 0 {
 		// It places without any stopping gang's GPUs: waiting for them
 		// would hold GPUs for a stop that frees nothing it needs.
@@ -299,21 +299,21 @@ func (c *cycle) orderPreemptions(q *queued, exp *Explanation, victims []int, res
 		v := c.victims[h]
 		p := victimStop(q, hd, v)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
-			q.job.ID, q.f.tier, q.total, gain, cost, v.lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
-		if v.idle {
-			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.idleGPUh, v.reclaimed
-			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.idleNote)
+			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+		if v.Idle {
+			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.GPUHours, v.Reclaimed
+			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.Note)
 			c.e.logger.Info("preempting idle job", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
-				"idle_since", v.idleSince, "idle_gpu_hours", v.idleGPUh, "reclaimed_gpu_hours", v.reclaimed, "cost", v.cost, "gain", gain)
+				"idle_since", v.Since, "idle_gpu_hours", v.GPUHours, "reclaimed_gpu_hours", v.Reclaimed, "cost", v.Cost, "gain", gain)
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.grace)})
+			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.Grace)})
 		}
 		c.plan.Preemptions = append(c.plan.Preemptions, p)
 		c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
-			"cost", v.cost, "lost_gpu_hours", v.lost, "gain", gain)
-		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.lost, job: hd.JobID, budget: budget})
+			"cost", v.Cost, "lost_gpu_hours", v.Lost, "gain", gain)
+		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}
 	exp.Status = StatusPreempting
@@ -341,7 +341,7 @@ func (c *cycle) candidates(q *queued) *candList {
 	gpus := 0
 	minPer := 0.0
 	for h, v := range c.victims {
-		if !(v.ok || v.young && c.headroomWaives(q, h)) || c.claimed[h] || !c.mayPreemptVictim(q.f.tier, &c.victims[h]) {
+		if !(v.OK || v.Young && c.headroomWaives(q, h)) || c.claimed[h] || !preempt.MayTake(c.tier(q.f.tier), &c.victims[h]) {
 			continue
 		}
 		if q.pool != "" && !c.holderInPool(h, q.pool) {
@@ -350,9 +350,9 @@ func (c *cycle) candidates(q *queued) *candList {
 		if keptOut && c.headroomShields(q, h) {
 			continue
 		}
-		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.cost})
+		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.Cost})
 		gpus += holders[h].GPUs
-		if per := v.cost / float64(max(1, holders[h].GPUs)); len(cands) == 1 || per < minPer {
+		if per := v.Cost / float64(max(1, holders[h].GPUs)); len(cands) == 1 || per < minPer {
 			minPer = per
 		}
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
 // scratch is memory a cycle fills and drops: the per-holder tables and
@@ -12,7 +13,7 @@ import (
 // to it). Nothing in it outlives the cycle that fills it, and no plan
 // points into it.
 type scratch struct {
-	victims     []victimInfo
+	victims     []preempt.Victim
 	states      []idleState
 	facts       []*specFacts
 	holderByJob map[*cluster.Job]int32

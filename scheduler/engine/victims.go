@@ -10,38 +10,6 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
-// victimInfo is what the cycle knows about a running gang as a possible
-// victim: one per running gang, so only what the search for victims
-// reads of most of them (a stop's signal and exit code are read from the
-// job's spec when one is ordered, victimStop; an idle victim's numbers
-// are behind idleVictim).
-type victimInfo struct {
-	ok bool // preemptible at all (policy, min runtime, not stopping)
-	// young: preemptible but within its minimum runtime, a victim only
-	// for the tiers of its pool's headroom (headroomWaives).
-	young bool
-	// idle: a victim on its tier's preemptible idle action (see
-	// cycle.idleVictim).
-	idle bool
-	tier string
-	cost float64
-	lost float64
-	// grace is the job's impact_grace (zero for a gang that is no candidate:
-	// bindings count only candidates' grace).
-	grace time.Duration
-	// weight is its tier's weight (idle victims).
-	weight float64
-	*idleVictim
-}
-
-// idleVictim is what an idle victim's stop says of its idleness.
-type idleVictim struct {
-	idleSince time.Time
-	idleNote  string
-	idleGPUh  float64
-	reclaimed float64
-}
-
 // youngHolder is a gang that would be a preemption candidate but for its
 // min runtime (the policy's, or its impact_min_runtime when larger).
 type youngHolder struct {
@@ -78,27 +46,15 @@ func (c *cycle) assessHolders(facts []*specFacts) {
 		if !f.preemptible {
 			continue
 		}
-		start := earliestStart(hd.Allocs)
-		young := false
-		if minRT := c.pol.MinRuntime(j.Spec); c.now.Sub(start) < minRT {
-			if c.explain {
-				c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: start.Add(minRT), own: j.Spec.MinRuntime})
-			}
-			if len(c.pol.Headrooms) == 0 {
-				continue
-			}
-			young = true // a victim only for a headroom's tiers (headroomWaives)
+		g := preempt.Gang{Allocs: hd.Allocs, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs), Tier: f.tier, Impact: f.impact, Spec: &j.Spec}
+		minRT := c.pol.MinRuntime(j.Spec)
+		// A young gang is a victim only for a headroom's tiers
+		// (headroomWaives).
+		v, young := preempt.Running(g, c.now, minRT, c.pol.Preemption.RestartCost, len(c.pol.Headrooms) > 0)
+		if young && c.explain {
+			c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
 		}
-		lost := preempt.WorkLost(hd.Allocs, j.Spec.CheckpointInterval, c.now)
-		restart := float64(hd.GPUs) * c.pol.Preemption.RestartCost.Hours()
-		c.victims[h] = victimInfo{
-			ok:    !young,
-			young: young,
-			tier:  f.tier,
-			cost:  f.impact * (lost + restart),
-			lost:  lost,
-			grace: j.Spec.Grace,
-		}
+		c.victims[h] = v
 	}
 	sort.SliceStable(c.young, func(a, b int) bool {
 		ya, yb := c.young[a], c.young[b]
