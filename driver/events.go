@@ -74,3 +74,20 @@ func (b *eventBroker) drain(d time.Duration) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TaskEvents streams driver events (gang barrier progress, propagation)
+// for the plugin's lifetime.
+func (d *Driver) TaskEvents(_ *driverpb.TaskEventsRequest, stream driverpb.Driver_TaskEventsServer) error {
+	ch, cancel := d.events.subscribe()
+	defer cancel()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case ev := <-ch:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}

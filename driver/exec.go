@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/plugin/proto/driverpb"
 )
@@ -207,4 +210,28 @@ func execInMain(args []string, stderr io.Writer) int {
 func isCpuset(dir string) bool {
 	rel, err := filepath.Rel(executor.CgroupRoot, dir)
 	return err == nil && (rel == "cpuset" || len(rel) > 7 && rel[:7] == "cpuset/")
+}
+
+// ExecTask runs a command in the task's directory with its environment
+// (script checks). Its stdout and stderr are merged, in the order written,
+// into the reply's Stdout, keeping the last execOutputMax bytes, as
+// Nomad's executor does: Nomad's script checks read only Stdout, so an
+// error printed on stderr would otherwise be lost.
+func (d *Driver) ExecTask(ctx context.Context, req *driverpb.ExecTaskRequest) (*driverpb.ExecTaskResponse, error) {
+	h, err := d.handle(req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetCommand()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "ExecTask: command is empty")
+	}
+	cmd, err := d.execCommand(h, req.GetCommand())
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "ExecTask: %v", err)
+	}
+	res, err := runExec(ctx, cmd, func(c *exec.Cmd) error { return d.startExec(h, c) }, req.GetTimeout().AsDuration())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "ExecTask: %v", err)
+	}
+	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
@@ -43,138 +44,162 @@ func (d *Driver) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "ExecTaskStreaming: %v", err)
 	}
-	argv := cmd.Args
-
-	var sendMu sync.Mutex
-	send := func(r *driverpb.ExecTaskStreamingResponse) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(r)
-	}
-	var stdin io.WriteCloser
-	var outputs sync.WaitGroup
-	var resize func(rows, cols int32)
-	var hangUp func() // closes the terminal (tty only)
+	x := &execSession{stream: stream, cmd: cmd}
+	start := func(c *exec.Cmd) error { return d.startExec(h, c) }
 	if setup.GetTty() {
-		master, slave, err := openPTY()
-		if err != nil {
-			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
-		}
-		defer master.Close()
-		// The first size is set before the command starts: set later, a
-		// quick `stty size` could still read 0 0.
-		if sz := first.GetTtySize(); sz != nil {
-			setWinsize(master, sz.GetHeight(), sz.GetWidth())
-		}
-		hangUp = func() { _ = master.Close() }
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
-		if err := d.startExec(h, cmd); err != nil {
-			slave.Close()
-			return status.Errorf(codes.InvalidArgument, "ExecTaskStreaming: starting %s: %v", argv[0], err)
-		}
-		slave.Close()
-		stdin = master
-		resize = func(rows, cols int32) {
-			setWinsize(master, rows, cols)
-		}
-		outputs.Add(1)
-		go func() {
-			defer outputs.Done()
-			pump(master, func(op *driverpb.ExecTaskStreamingIOOperation) error {
-				return send(&driverpb.ExecTaskStreamingResponse{Stdout: op})
-			})
-		}()
+		err = x.startTTY(start, first.GetTtySize())
 	} else {
-		cmd.SysProcAttr.Setpgid = true
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
-		}
-		outR, err := cmd.StdoutPipe()
-		if err != nil {
-			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
-		}
-		errR, err := cmd.StderrPipe()
-		if err != nil {
-			return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
-		}
-		if err := d.startExec(h, cmd); err != nil {
-			return status.Errorf(codes.InvalidArgument, "ExecTaskStreaming: starting %s: %v", argv[0], err)
-		}
-		stdin = in
-		outputs.Add(2)
-		go func() {
-			defer outputs.Done()
-			pump(outR, func(op *driverpb.ExecTaskStreamingIOOperation) error {
-				return send(&driverpb.ExecTaskStreamingResponse{Stdout: op})
-			})
-		}()
-		go func() {
-			defer outputs.Done()
-			pump(errR, func(op *driverpb.ExecTaskStreamingIOOperation) error {
-				return send(&driverpb.ExecTaskStreamingResponse{Stderr: op})
-			})
-		}()
+		err = x.startPipes(start)
 	}
-	if sz := first.GetTtySize(); sz != nil && resize != nil {
-		resize(sz.GetHeight(), sz.GetWidth())
+	if err != nil {
+		return err
 	}
-	if op := first.GetStdin(); op != nil {
-		writeStdin(stdin, op)
+	if x.master != nil {
+		defer x.master.Close()
 	}
-
-	// Client input: stdin, resizes; the stream ending or failing kills
-	// the command.
-	go func() {
-		for {
-			msg, err := stream.Recv()
-			if err != nil {
-				// The whole process group (with a terminal the command
-				// leads its own session and group): a background child
-				// still holding the terminal would otherwise keep the
-				// output pump, and this call, alive after the client left.
-				if cmd.Process != nil {
-					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				}
-				return
-			}
-			if sz := msg.GetTtySize(); sz != nil && resize != nil {
-				resize(sz.GetHeight(), sz.GetWidth())
-			}
-			if op := msg.GetStdin(); op != nil {
-				writeStdin(stdin, op)
-			}
-		}
-	}()
-
-	// Output first (pipes hit EOF once the command and its children are
-	// done), then the exit status. A terminal's session ends with its
-	// command, as when a terminal window closes: a background child still
-	// holding the terminal would otherwise keep the session (and the
-	// client waiting for the exit) open, so after a short drain the
-	// terminal is hung up.
-	var waitErr error
-	if hangUp != nil {
-		waitErr = cmd.Wait()
-		drained := make(chan struct{})
-		go func() { outputs.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(ttyDrain):
-			hangUp()
-			<-drained
-		}
-	} else {
-		outputs.Wait()
-		waitErr = cmd.Wait()
-	}
-	code, sig, err := executor.ExitStatus(waitErr)
+	x.input(first)
+	go x.readClient()
+	code, sig, err := executor.ExitStatus(x.wait())
 	if err != nil {
 		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
 	}
 	res := &driverpb.ExitResult{ExitCode: int32(code), Signal: int32(sig)}
-	return send(&driverpb.ExecTaskStreamingResponse{Exited: true, Result: res})
+	return x.send(&driverpb.ExecTaskStreamingResponse{Exited: true, Result: res})
+}
+
+// execSession is one ExecTaskStreaming call: its command, whose output
+// goes to the client as it comes, and the client's input.
+type execSession struct {
+	stream driverpb.Driver_ExecTaskStreamingServer
+	sendMu sync.Mutex
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	master *os.File // the terminal (tty only)
+	// outputs are the pumps forwarding the command's output.
+	outputs sync.WaitGroup
+}
+
+func (x *execSession) send(r *driverpb.ExecTaskStreamingResponse) error {
+	x.sendMu.Lock()
+	defer x.sendMu.Unlock()
+	return x.stream.Send(r)
+}
+
+// output forwards r to the client as stdout (or stderr) until it ends.
+func (x *execSession) output(r io.Reader, stderr bool) {
+	x.outputs.Add(1)
+	go func() {
+		defer x.outputs.Done()
+		pump(r, func(op *driverpb.ExecTaskStreamingIOOperation) error {
+			if stderr {
+				return x.send(&driverpb.ExecTaskStreamingResponse{Stderr: op})
+			}
+			return x.send(&driverpb.ExecTaskStreamingResponse{Stdout: op})
+		})
+	}()
+}
+
+// startTTY starts the command on a new terminal, leading its own session,
+// with the terminal size the client gave first.
+func (x *execSession) startTTY(start func(*exec.Cmd) error, size *driverpb.ExecTaskStreamingRequest_TerminalSize) error {
+	master, slave, err := openPTY()
+	if err != nil {
+		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
+	}
+	// The first size is set before the command starts: set later, a
+	// quick `stty size` could still read 0 0.
+	if size != nil {
+		setWinsize(master, size.GetHeight(), size.GetWidth())
+	}
+	cmd := x.cmd
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+	err = start(cmd)
+	slave.Close()
+	if err != nil {
+		master.Close()
+		return status.Errorf(codes.InvalidArgument, "ExecTaskStreaming: starting %s: %v", cmd.Args[0], err)
+	}
+	x.master, x.stdin = master, master
+	x.output(master, false)
+	return nil
+}
+
+// startPipes starts the command in its own process group with pipes for
+// stdin, stdout and stderr.
+func (x *execSession) startPipes(start func(*exec.Cmd) error) error {
+	cmd := x.cmd
+	cmd.SysProcAttr.Setpgid = true
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
+	}
+	outR, err := cmd.StdoutPipe()
+	if err != nil {
+		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
+	}
+	errR, err := cmd.StderrPipe()
+	if err != nil {
+		return status.Errorf(codes.Internal, "ExecTaskStreaming: %v", err)
+	}
+	if err := start(cmd); err != nil {
+		return status.Errorf(codes.InvalidArgument, "ExecTaskStreaming: starting %s: %v", cmd.Args[0], err)
+	}
+	x.stdin = in
+	x.output(outR, false)
+	x.output(errR, true)
+	return nil
+}
+
+// input applies one client message: a terminal resize, stdin.
+func (x *execSession) input(msg *driverpb.ExecTaskStreamingRequest) {
+	if sz := msg.GetTtySize(); sz != nil && x.master != nil {
+		setWinsize(x.master, sz.GetHeight(), sz.GetWidth())
+	}
+	if op := msg.GetStdin(); op != nil {
+		writeStdin(x.stdin, op)
+	}
+}
+
+// readClient applies the client's messages until its stream ends or
+// fails, which kills the command: its whole process group (with a
+// terminal the command leads its own session and group), since a
+// background child still holding the terminal would otherwise keep the
+// output pump, and this call, alive after the client left.
+func (x *execSession) readClient() {
+	for {
+		msg, err := x.stream.Recv()
+		if err != nil {
+			if x.cmd.Process != nil {
+				_ = syscall.Kill(-x.cmd.Process.Pid, syscall.SIGKILL)
+			}
+			return
+		}
+		x.input(msg)
+	}
+}
+
+// wait returns the command's end once its output is forwarded (pipes hit
+// EOF once the command and its children are done). A terminal's session
+// ends with its command, as when a terminal window closes: a background
+// child still holding the terminal would otherwise keep the session (and
+// the client waiting for the exit) open, so after a short drain the
+// terminal is hung up.
+func (x *execSession) wait() error {
+	if x.master == nil {
+		x.outputs.Wait()
+		return x.cmd.Wait()
+	}
+	err := x.cmd.Wait()
+	drained := make(chan struct{})
+	go func() { x.outputs.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(ttyDrain):
+		_ = x.master.Close()
+		<-drained
+	}
+	return err
 }
 
 func writeStdin(w io.WriteCloser, op *driverpb.ExecTaskStreamingIOOperation) {

@@ -366,133 +366,144 @@ func (c *Client) Barrier(ctx context.Context, cfg BarrierConfig) (Assignment, er
 	if hb <= 0 {
 		hb = 5 * time.Second
 	}
-	deadline := time.Now().Add(cfg.Timeout)
-	bctx, cancel := context.WithDeadline(ctx, deadline)
+	bctx, cancel := context.WithDeadline(ctx, time.Now().Add(cfg.Timeout))
 	defer cancel()
-
-	last := Status{ID: cfg.Gang, Size: cfg.Join.Size}
-	var joinErr error // set while this member is not registered
-	leave := func() {
-		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer lcancel()
-		_, _ = c.Leave(lctx, cfg.Gang, cfg.Member)
-	}
-	fail := func(err error) (Assignment, error) {
-		leave()
-		if ctx.Err() != nil {
-			return Assignment{}, ctx.Err()
-		}
-		if bctx.Err() != nil {
-			return Assignment{}, &TimeoutError{Gang: cfg.Gang, Arrived: last.Arrived, Size: last.Size, Timeout: cfg.Timeout, JoinErr: joinErr}
-		}
+	w := &barrierWait{c: c, cfg: cfg, ctx: ctx, bctx: bctx, last: Status{ID: cfg.Gang, Size: cfg.Join.Size}, arrived: -1}
+	if err := w.join(); err != nil {
 		return Assignment{}, err
 	}
-	arrived := -1
-	report := func(st Status) {
-		last = st
-		if st.Arrived != arrived && cfg.Progress != nil {
-			cfg.Progress(st)
-		}
-		arrived = st.Arrived
-	}
+	return w.wait(hb)
+}
 
-	// join registers (again, after a rendezvous server restart lost the
-	// gang), retrying transient failures with backoff.
-	join := func() error {
-		backoff := 200 * time.Millisecond
-		for {
-			st, err := c.Join(bctx, cfg.Gang, cfg.Member, cfg.Join)
-			if err == nil {
-				joinErr = nil
-				report(st)
-				return nil
-			}
-			if bctx.Err() == nil {
-				joinErr = err
-			}
-			var apiErr *APIError
-			if errors.As(err, &apiErr) && apiErr.Code != http.StatusConflict && apiErr.Code/100 == 4 {
-				_, ferr := fail(fmt.Errorf("joining gang: %w", err))
-				return ferr
-			}
-			if ge, gerr := c.Get(bctx, cfg.Gang, 0, 0); gerr == nil {
-				last.Arrived, last.Size = ge.Arrived, ge.Size
-			}
-			select {
-			case <-bctx.Done():
-				_, ferr := fail(err)
-				return ferr
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 2*time.Second)
-		}
-	}
-	if err := join(); err != nil {
-		return Assignment{}, err
-	}
-	// pause waits before a retry; false once the barrier has timed out.
-	pause := func() bool {
-		select {
-		case <-bctx.Done():
-			return false
-		case <-time.After(200 * time.Millisecond):
-			return true
-		}
-	}
+// barrierWait is one member's wait at its gang's barrier (Client.Barrier).
+type barrierWait struct {
+	c    *Client
+	cfg  BarrierConfig
+	ctx  context.Context // the caller's
+	bctx context.Context // ctx with the barrier's deadline
+	// last is the gang's status as last seen; arrived the count last
+	// reported to cfg.Progress (-1: none yet).
+	last    Status
+	arrived int
+	joinErr error // set while this member is not registered
+}
 
+// wait heartbeats (every hb) and blocks on the gang's status in between
+// until the gang is ready (this member's assignment) or ends, failed or
+// stopped. A server that lost the gang (a restart) is joined again; a
+// transport error is retried until the barrier's deadline.
+func (w *barrierWait) wait(hb time.Duration) (Assignment, error) {
 	nextHB := time.Now().Add(hb)
 	for {
 		switch {
-		case last.State == StateReady:
-			a, err := AssignmentFor(last, cfg.Member)
+		case w.last.State == StateReady:
+			a, err := AssignmentFor(w.last, w.cfg.Member)
 			if err != nil {
-				return fail(err)
+				return w.fail(err)
 			}
 			return a, nil
-		case last.State.Terminal():
-			return fail(&StoppedError{Gang: cfg.Gang, State: last.State, Reason: last.Reason})
+		case w.last.State.Terminal():
+			return w.fail(&StoppedError{Gang: w.cfg.Gang, State: w.last.State, Reason: w.last.Reason})
 		}
-		if time.Now().After(nextHB) {
-			st, err := c.Heartbeat(bctx, cfg.Gang, cfg.Member)
-			var apiErr *APIError
-			if errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {
-				// The server lost the gang (restart): join again.
-				if err := join(); err != nil {
-					return Assignment{}, err
-				}
-				nextHB = time.Now().Add(hb)
-				continue
+		var st Status
+		var err error
+		heartbeat := time.Now().After(nextHB)
+		if heartbeat {
+			st, err = w.c.Heartbeat(w.bctx, w.cfg.Gang, w.cfg.Member)
+		} else {
+			// At least 1ms: the heartbeat check above may pass just before
+			// nextHB, and a negative wait is a 400 that costs a backoff.
+			st, err = w.c.GetMember(w.bctx, w.cfg.Gang, w.cfg.Member, w.last.Index, max(time.Until(nextHB), time.Millisecond))
+		}
+		var apiErr *APIError
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound:
+			// The server lost the gang (restart): join again.
+			if err := w.join(); err != nil {
+				return Assignment{}, err
 			}
-			if err != nil && errors.As(err, &apiErr) {
-				return fail(fmt.Errorf("heartbeat: %w", err))
+		case err != nil && heartbeat && errors.As(err, &apiErr):
+			return w.fail(fmt.Errorf("heartbeat: %w", err))
+		case err != nil:
+			// A transport error (the server may be restarting), or a
+			// failed read of the status: retry.
+			if !w.pause() {
+				return w.fail(err)
 			}
-			if err != nil {
-				// Transport error: the server may be restarting; retry.
-				if !pause() {
-					return fail(err)
-				}
-				continue
-			}
-			report(st)
+			continue
+		default:
+			w.report(st)
+		}
+		if heartbeat {
 			nextHB = time.Now().Add(hb)
-			continue
 		}
-		// At least 1ms: the heartbeat check above may pass just before
-		// nextHB, and a negative wait is a 400 that costs a backoff.
-		st, err := c.GetMember(bctx, cfg.Gang, cfg.Member, last.Index, max(time.Until(nextHB), time.Millisecond))
-		if err != nil {
-			var apiErr *APIError
-			if errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {
-				if err := join(); err != nil {
-					return Assignment{}, err
-				}
-				continue
-			}
-			if !pause() {
-				return fail(err)
-			}
-			continue
-		}
-		report(st)
 	}
+}
+
+// join registers (again, after a rendezvous server restart lost the
+// gang), retrying transient failures with backoff.
+func (w *barrierWait) join() error {
+	cfg := w.cfg
+	backoff := 200 * time.Millisecond
+	for {
+		st, err := w.c.Join(w.bctx, cfg.Gang, cfg.Member, cfg.Join)
+		if err == nil {
+			w.joinErr = nil
+			w.report(st)
+			return nil
+		}
+		if w.bctx.Err() == nil {
+			w.joinErr = err
+		}
+		var apiErr *APIError
+		if errors.As(err, &apiErr) && apiErr.Code != http.StatusConflict && apiErr.Code/100 == 4 {
+			_, ferr := w.fail(fmt.Errorf("joining gang: %w", err))
+			return ferr
+		}
+		if ge, gerr := w.c.Get(w.bctx, cfg.Gang, 0, 0); gerr == nil {
+			w.last.Arrived, w.last.Size = ge.Arrived, ge.Size
+		}
+		select {
+		case <-w.bctx.Done():
+			_, ferr := w.fail(err)
+			return ferr
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// report records the gang's status, telling cfg.Progress when the number
+// of arrived members changed.
+func (w *barrierWait) report(st Status) {
+	w.last = st
+	if st.Arrived != w.arrived && w.cfg.Progress != nil {
+		w.cfg.Progress(st)
+	}
+	w.arrived = st.Arrived
+}
+
+// pause waits before a retry; false once the barrier has timed out.
+func (w *barrierWait) pause() bool {
+	select {
+	case <-w.bctx.Done():
+		return false
+	case <-time.After(200 * time.Millisecond):
+		return true
+	}
+}
+
+// fail leaves the gang and says why the wait ended: the caller's ctx, the
+// barrier's timeout (a *TimeoutError) or err.
+func (w *barrierWait) fail(err error) (Assignment, error) {
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(w.ctx), 5*time.Second)
+	defer lcancel()
+	_, _ = w.c.Leave(lctx, w.cfg.Gang, w.cfg.Member)
+	if w.ctx.Err() != nil {
+		return Assignment{}, w.ctx.Err()
+	}
+	if w.bctx.Err() != nil {
+		return Assignment{}, &TimeoutError{Gang: w.cfg.Gang, Arrived: w.last.Arrived, Size: w.last.Size, Timeout: w.cfg.Timeout, JoinErr: w.joinErr}
+	}
+	return Assignment{}, err
 }

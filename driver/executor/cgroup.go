@@ -70,6 +70,11 @@ func setupCgroups(name string, r Resources) (*cgroups, error) {
 	return setupV1(name, r)
 }
 
+// cgroupName is a file-name-safe, per-start-attempt name for the task's cgroups.
+func cgroupName(taskID string) string {
+	return strings.NewReplacer("/", ".", " ", "_").Replace(taskID)
+}
+
 func underRoot(p string) bool {
 	return p != "" && strings.HasPrefix(filepath.Clean(p), filepath.Clean(CgroupRoot)+"/")
 }

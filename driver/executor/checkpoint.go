@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/gang"
 )
 
 // LauncherExitWait is how long, in checkpoint_signal_to = "children", the
@@ -82,6 +84,57 @@ func (s *supervisor) lastCheckpointAt() time.Time {
 	defer s.mu.Unlock()
 	return s.checkpointAt
 }
+
+// propagateStop stops the task because its gang failed or was stopped:
+// the checkpoint signal, the grace period, then the kill signal and
+// finally SIGKILL after the kill timeout.
+func (s *supervisor) propagateStop(st gang.Status) {
+	g := s.spec.Gang
+	s.mu.Lock()
+	s.gangStopped = true
+	pgid := s.pgid
+	s.mu.Unlock()
+	msg := fmt.Sprintf("Gang %s is %s (%s): stopping this member", g.ID, st.State, st.Reason)
+	// A checkpoint signal delivered less than the grace ago (the impact
+	// agent's preemption, through Nomad) is not sent again: the task is in
+	// its grace already, and a second one can cut a launcher's shutdown
+	// short (torchrun stops waiting for its workers when a second SIGTERM
+	// interrupts that wait).
+	resend := true
+	if at := s.lastCheckpointAt(); !at.IsZero() && s.now().Sub(at) < g.Grace {
+		resend = false
+	}
+	switch {
+	case g.CheckpointSignal != "" && resend:
+		msg = fmt.Sprintf("Gang %s is %s (%s): sending checkpoint signal %s, stopping in %s", g.ID, st.State, st.Reason, g.CheckpointSignal, g.Grace)
+	case g.CheckpointSignal != "":
+		msg = fmt.Sprintf("Gang %s is %s (%s): checkpoint signal %s already sent %s ago, stopping in %s", g.ID, st.State, st.Reason,
+			g.CheckpointSignal, s.now().Sub(s.lastCheckpointAt()).Round(time.Millisecond), g.Grace)
+	}
+	s.event(msg, map[string]string{"gang_state": string(st.State)})
+	if g.CheckpointSignal != "" {
+		if sig, err := ParseSignal(g.CheckpointSignal); err == nil {
+			if resend {
+				s.sendCheckpoint(pgid, sig)
+			}
+			if s.waitChild(g.Grace) {
+				return
+			}
+		}
+	}
+	sig, err := ParseSignal(s.spec.KillSignal)
+	if err != nil {
+		sig = syscall.SIGINT
+	}
+	_ = syscall.Kill(-pgid, sig)
+	if s.waitChild(s.spec.KillTimeout) {
+		return
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// waitChild reports whether the task's command ended within d.
+func (s *supervisor) waitChild(d time.Duration) bool { return waitClosed(s.childDone, d) }
 
 // endLauncher waits until every signalled child has exited, then gives the
 // main process LauncherExitWait to end on its own before sending it the

@@ -168,6 +168,31 @@ func (s *Spec) Validate() error {
 	return nil
 }
 
+// redacted is the spec as kept on disk once the supervisor has read it:
+// the env's values (Vault and workload identity tokens among them) and the
+// Nomad token are dropped, since the state dir lies in the task dir that
+// `nomad alloc fs` can read. The keys stay, for debugging.
+func (s Spec) redacted() Spec {
+	env := make(map[string]string, len(s.Env))
+	for k := range s.Env {
+		env[k] = redactedValue
+	}
+	s.Env = env
+	if s.Gang != nil {
+		g := *s.Gang
+		if g.NomadToken != "" {
+			g.NomadToken = redactedValue
+		}
+		if g.IdentityToken != "" {
+			g.IdentityToken = redactedValue
+		}
+		s.Gang = &g
+	}
+	return s
+}
+
+const redactedValue = "(redacted)"
+
 // Phase is where the supervisor is in a task's life.
 type Phase string
 
