@@ -10,18 +10,41 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
+// placer is the place-and-reserve step: it admits a job where it fits
+// (tryAdmit, admit), parks one no node set of its pool can ever hold
+// (tooBig), and gives the first blocked jobs a reservation on the GPUs
+// running work frees (reserve.go), which later jobs may backfill.
+type placer struct {
+	c *cycle
+	// poolMax: per pool, what its largest node sets hold (tooBig).
+	poolMax map[string][3]int
+	// lastPool...: poolMax's last answer (most jobs share a pool).
+	lastPool      string
+	lastPoolMax   [3]int
+	lastPoolMaxOK bool
+	// reservations: this cycle's, in queue order.
+	reservations []reservation
+	endOrder     *endOrder // holders by expected end, for reservations
+}
+
+// full: every reservation the policy allows this cycle is made.
+func (p *placer) full() bool { return len(p.reservations) >= p.c.pol.Backfill.Reservations }
+
+// count is the number of reservations made this cycle.
+func (p *placer) count() int { return len(p.reservations) }
+
 // tooBig parks a job no node set of its pool could ever hold.
-func (c *cycle) tooBig(q *queued) string {
-	mx, ok := c.lastPoolMax, c.lastPoolMaxOK && q.pool == c.lastPool
+func (p *placer) tooBig(q *queued) string {
+	mx, ok := p.lastPoolMax, p.lastPoolMaxOK && q.pool == p.lastPool
 	if !ok {
-		mx, ok = c.poolMax[q.pool]
+		mx, ok = p.poolMax[q.pool]
 	}
 	if !ok {
-		n, isl := c.st.MaxNodeGPUs(q.pool)
-		mx = [3]int{n, isl, c.st.MaxDeviceGroup(q.pool)}
-		c.poolMax[q.pool] = mx
+		n, isl := p.c.st.MaxNodeGPUs(q.pool)
+		mx = [3]int{n, isl, p.c.st.MaxDeviceGroup(q.pool)}
+		p.poolMax[q.pool] = mx
 	}
-	c.lastPool, c.lastPoolMax, c.lastPoolMaxOK = q.pool, mx, true
+	p.lastPool, p.lastPoolMax, p.lastPoolMaxOK = q.pool, mx, true
 	if int(q.maxAlloc) <= mx[0] && int(q.maxNVLink) <= mx[1] && int(q.maxBlock) <= mx[2] && !q.devCons {
 		return "" // the common case, without reading the job's groups
 	}
@@ -45,8 +68,8 @@ func (c *cycle) tooBig(q *queued) string {
 				continue
 			}
 			b := placement.BlockOf(d)
-			if most, by := c.st.MaxBlockGPUs(q.pool, b); d.Count > most {
-				if miss, ok := c.st.DeviceConstraintMiss(q.pool, b); ok {
+			if most, by := p.c.st.MaxBlockGPUs(q.pool, b); d.Count > most {
+				if miss, ok := p.c.st.DeviceConstraintMiss(q.pool, b); ok {
 					return deviceConstraintReason(g.Name, d, q.pool, miss)
 				}
 				return fmt.Sprintf("group %q task %q asks %d GPUs in one device block (%q), and no schedulable node%s has a device group of more than %d that it matches (%s%s)",
@@ -80,31 +103,31 @@ func deviceConstraintReason(group string, d cluster.DeviceAsk, pool string, miss
 	return why
 }
 
-func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfilled bool) {
+func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfilled bool) {
 	j := q.job
-	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: c.scoreOf(q), Backfilled: backfilled}
+	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: p.c.scoreOf(q), Backfilled: backfilled}
 	pools := map[string]bool{}
-	req := c.request(q, false)
+	req := p.c.request(q, false)
 	for gi, g := range j.Groups {
 		gp := GroupPlacement{Group: g.Name}
 		for _, sl := range res.Groups[gi] {
-			n := c.st.Node(sl.Node)
+			n := p.c.st.Node(sl.Node)
 			pools[n.Pool] = true
-			ap := AllocPlacement{NodeID: n.ID, GPUs: c.st.GPUIDs(sl)}
+			ap := AllocPlacement{NodeID: n.ID, GPUs: p.c.st.GPUIDs(sl)}
 			for m := sl.Mask; m != 0; m &= m - 1 {
 				ap.Islands = append(ap.Islands, n.GPUs[bits.TrailingZeros64(m)].Island)
 			}
 			if len(g.Devices) > 0 {
-				split, ok := c.st.SplitBlocks(sl, req.Groups[gi])
+				split, ok := p.c.st.SplitBlocks(sl, req.Groups[gi])
 				if !ok {
 					// Place only returns slots its blocks can split;
 					// never pin what a block cannot get.
-					c.e.logger.Error("placement without a device-block split; not admitting", "job", j.ID, "group", g.Name)
+					p.c.e.logger.Error("placement without a device-block split; not admitting", "job", j.ID, "group", g.Name)
 					return
 				}
 				for bi, d := range g.Devices {
 					ap.Blocks = append(ap.Blocks, BlockPlacement{Task: d.Task, Index: d.Index,
-						GPUs: c.st.GPUIDs(placement.Slot{Node: sl.Node, Mask: split[bi]})})
+						GPUs: p.c.st.GPUIDs(placement.Slot{Node: sl.Node, Mask: split[bi]})})
 				}
 			}
 			gp.Allocs = append(gp.Allocs, ap)
@@ -114,33 +137,33 @@ func (c *cycle) admit(q *queued, exp *Explanation, res placement.Result, backfil
 	adm.Warnings = blockWarnings(j)
 	if adm.Pool == "" {
 		if len(pools) == 1 {
-			for p := range pools {
-				adm.Pool = p
+			for pool := range pools {
+				adm.Pool = pool
 			}
 		} else if len(pools) > 1 {
 			adm.Pool = "all"
 		}
 	}
-	c.plan.Admissions = append(c.plan.Admissions, adm)
+	p.c.plan.Admissions = append(p.c.plan.Admissions, adm)
 	var held []AllocPlacement
 	for _, g := range adm.Groups {
 		held = append(held, g.Allocs...)
 	}
 	var earlier map[string]bool
-	for _, a := range c.snap.JobAllocs(j.ID) {
+	for _, a := range p.c.snap.JobAllocs(j.ID) {
 		if earlier == nil {
 			earlier = map[string]bool{}
 		}
 		earlier[a.ID] = true
 	}
-	c.addPending(j.ID, pendingAdmission{at: c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings, earlier: earlier})
-	c.dropBinding(j.ID)
-	c.addProjectGPUs(q.f.proj, q.gpus)
-	c.headroomAdmit(q, res)
+	p.c.addPending(j.ID, pendingAdmission{at: p.c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings, earlier: earlier})
+	p.c.dropBinding(j.ID)
+	p.c.addProjectGPUs(q.f.proj, q.gpus)
+	p.c.headroomAdmit(q, res)
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
 	exp.Placement, exp.Warnings = adm.Groups, adm.Warnings
 	for _, w := range adm.Warnings {
-		c.e.logger.Warn("admitting a task that will not see all its GPUs", "job", j.ID, "warning", w)
+		p.c.e.logger.Warn("admitting a task that will not see all its GPUs", "job", j.ID, "warning", w)
 	}
 	if backfilled {
 		exp.Reason = "backfilled ahead of a reservation"
@@ -176,4 +199,41 @@ func blockWarnings(j *cluster.Job) []string {
 		}
 	}
 	return out
+}
+
+// tryAdmit admits the job where it fits on free GPUs (reserved ones too
+// when it may backfill); otherwise it says why not.
+func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
+	backfill := p.mayBackfill(q)
+	free := p.c.st.FreeGPUs(q.pool)
+	if backfill {
+		free += p.c.st.ReservedFreeGPUs(q.pool)
+	}
+	if q.gpus > free {
+		if p.c.explain {
+			exp.Reason = p.c.why.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, note: p.c.why.noteFor(backfill)})
+			if pos <= explainRejectionsUpTo {
+				exp.Rejected = placement.Rejections{}
+				p.c.st.Explain(p.c.request(q, backfill), exp.Rejected)
+			}
+		}
+		return false
+	}
+	if res, ok := p.c.headroomPrefer(q, p.c.request(q, backfill)); ok {
+		p.admit(q, exp, res, backfill && len(p.reservations) > 0)
+		return true
+	}
+	var rej placement.Rejections
+	if p.c.explain {
+		rej = placement.Rejections{}
+	}
+	if res, ok := p.c.st.Place(p.c.request(q, backfill), rej); ok {
+		p.admit(q, exp, res, backfill && len(p.reservations) > 0)
+		return true
+	}
+	if p.c.explain {
+		exp.Rejected = rej
+		exp.Reason = p.c.why.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: p.c.why.noteFor(backfill)})
+	}
+	return false
 }

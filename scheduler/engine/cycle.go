@@ -29,54 +29,24 @@ type cycle struct {
 	// quotas (addProjectGPUs).
 	projectGPUs []int
 	// holderProj: each holder's project index (managedFacts; -1: no job).
-	holderProj   []int32
-	reservations []reservation
+	holderProj []int32
 	// claimed: holders already chosen as victims (or stopping ones counted
 	// for a preemptor) in this cycle.
-	claimed         []bool
-	victims         []preempt.Victim
-	preemptors      int
-	preemptAttempts int
-	endOrder        *endOrder // holders by expected end, for reservations
-	stopping        []int     // holders stopping, not yet counted for a preemptor
-	// stoppingGPUs: the GPUs of the unclaimed holders in stopping (-1:
-	// to count again; claim resets it).
-	stoppingGPUs int
-	candCache    map[tierPool]*candList
-	exps         []Explanation
+	claimed []bool
+	victims []preempt.Victim
+	exps    []Explanation
 	// explain: build the plan's explanations and queue (see
 	// WithoutExplanations); scratch stands in for them when not.
 	explain bool
 	scratch Explanation
-	reasons map[reasonKey]string
-	// lastReasonKey/lastReason: the reason given last (consecutive
-	// waiting jobs mostly share it).
-	lastReasonKey reasonKey
-	lastReason    string
-	// cats memoizes cat; catSlots are its recent answers.
-	cats     map[catKey]string
-	catSlots [16]catSlot
-	// reasonSlots: reason's recent answers by GPU count (before its map).
-	reasonSlots [16]reasonSlot
-	// resNotes: the reservation note after each reservation of the cycle
-	// (see reservationNote); the last one is current.
-	resNotes []string
-	poolMax  map[string][3]int
-	// lastPool...: poolMax's last answer (most jobs share a pool).
-	lastPool      string
-	lastPoolMax   [3]int
-	lastPoolMaxOK bool
-	// young: preemptible running gangs still within their min runtime
-	// (the policy's or their impact_min_runtime), earliest preemptible first (built only with
-	// explanations on, for youngNote).
-	young []youngHolder
-	// youngNotes caches youngNote by tier and pool (thousands of waiting
-	// jobs share a few); claim clears it.
-	youngNotes map[tierPool]string
-	// lastYoung...: youngNote's last answer (claim forgets it).
-	lastYoung     tierPool
-	lastYoungNote string
-	lastYoungOK   bool
+	// why is the explain step (reasons.go).
+	why explainer
+	// place is the place-and-reserve step (admit.go, reserve.go).
+	place placer
+	// pre is the preempt step (preempting.go, victimsearch.go).
+	pre preempter
+	// defrag is the defragment step (defrag.go).
+	defrag defragger
 	// hr is the headroom state (headroom.go); nil without headroom blocks.
 	hr *hrCycle
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle
@@ -87,8 +57,6 @@ type cycle struct {
 	// not, with that job (holdBindings): a gang stopping there is moved
 	// for it (boundToOther).
 	moveRooms []boundSlot
-	// claimedFor: the victims of the preemptor being decided (for bind).
-	claimedFor []int
 	// pendingByJob indexes pending admissions by job (pendingJob).
 	pendingByJob map[*cluster.Job]pendingAdmission
 	// holderByJob: the holder of each running managed job (managedFacts).
@@ -101,9 +69,6 @@ type cycle struct {
 	inflightAllocs map[*cluster.Alloc]struct{}
 	// tierSlots: tier's recent answers.
 	tierSlots [4]tierSlot
-	// defrags and defragAttempts count this cycle's defragmenting
-	// preemptions and their searches (defrag.go).
-	defrags, defragAttempts int
 }
 
 // boundSlot is GPUs of one node bound to job owner.
@@ -121,7 +86,7 @@ type tierSlot struct {
 type tierPool struct{ tier, pool string }
 
 func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
-	return &cycle{
+	c := &cycle{
 		e:    e,
 		pol:  e.pol,
 		snap: snap,
@@ -132,8 +97,10 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 			Explanations:    map[string]*Explanation{},
 		},
 		explain: !e.opts.noExplain,
-		poolMax: map[string][3]int{},
 	}
+	c.why.c, c.place.c, c.pre.c, c.defrag.c = c, c, c, c
+	c.place.poolMax = map[string][3]int{}
+	return c
 }
 
 func (c *cycle) run() {
@@ -209,7 +176,7 @@ func (c *cycle) run() {
 	if c.e.logger.IsDebug() {
 		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", lay.len(),
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
-			"reservations", len(c.reservations), "free_gpus", c.st.FreeGPUs(""))
+			"reservations", c.place.count(), "free_gpus", c.st.FreeGPUs(""))
 	}
 }
 
@@ -324,15 +291,15 @@ func (c *cycle) decide(q *queued, pos int) {
 			delete(c.bound, q.id)
 		}()
 	}
-	if c.tryAdmit(q, exp, pos) {
+	if c.place.tryAdmit(q, exp, pos) {
 		return
 	}
 	exp.Status = StatusWaiting
-	if c.tryPreempt(q, exp) || c.tryDefragment(q, exp) {
+	if c.pre.tryPreempt(q, exp) || c.defrag.tryDefragment(q, exp) {
 		return
 	}
-	if len(c.reservations) < c.pol.Backfill.Reservations {
-		c.reserve(q, exp)
+	if !c.place.full() {
+		c.place.reserve(q, exp)
 	}
 }
 
@@ -348,7 +315,7 @@ func (c *cycle) decide(q *queued, pos int) {
 // at each job beyond its size (its explanation is not kept anyway). The
 // one thing decide would still note, an expired deferral, is noted here.
 func (c *cycle) onlyWaits(q *queued) bool {
-	if len(c.bound[q.id]) > 0 || len(c.reservations) < c.pol.Backfill.Reservations {
+	if len(c.bound[q.id]) > 0 || !c.place.full() {
 		return false
 	}
 	if c.headroomKeepsOut(q) {
@@ -358,12 +325,11 @@ func (c *cycle) onlyWaits(q *queued) bool {
 		// would decide otherwise than an engine with explanations.
 		return false
 	}
-	if c.mayTryPreempting(q) {
-		if c.unclaimedStoppingGPUs() != 0 {
+	if c.pre.mayTryPreempting(q) {
+		if c.pre.unclaimedStoppingGPUs() != 0 {
 			return false // it may wait for those
 		}
-		pr := c.pol.Preemption
-		if pr.Enabled && c.preemptors < pr.MaxPerCycle && c.preemptAttempts < maxPreemptAttemptsPerSuccess*pr.MaxPerCycle {
+		if !c.pre.spent() {
 			return false
 		}
 	}
@@ -437,7 +403,7 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 		}
 		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
 	}
-	if why := c.tooBig(q); why != "" {
+	if why := c.place.tooBig(q); why != "" {
 		exp.Status, exp.Reason = StatusParked, why
 		return true
 	}
@@ -451,43 +417,6 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 	if why := c.headroomBlocks(q); why != "" {
 		exp.Status, exp.Reason = StatusWaiting, why
 		return true
-	}
-	return false
-}
-
-// tryAdmit admits the job where it fits on free GPUs (reserved ones too
-// when it may backfill); otherwise it says why not.
-func (c *cycle) tryAdmit(q *queued, exp *Explanation, pos int) bool {
-	backfill := c.mayBackfill(q)
-	free := c.st.FreeGPUs(q.pool)
-	if backfill {
-		free += c.st.ReservedFreeGPUs(q.pool)
-	}
-	if q.gpus > free {
-		if c.explain {
-			exp.Reason = c.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, note: c.noteFor(backfill)})
-			if pos <= explainRejectionsUpTo {
-				exp.Rejected = placement.Rejections{}
-				c.st.Explain(c.request(q, backfill), exp.Rejected)
-			}
-		}
-		return false
-	}
-	if res, ok := c.headroomPrefer(q, c.request(q, backfill)); ok {
-		c.admit(q, exp, res, backfill && len(c.reservations) > 0)
-		return true
-	}
-	var rej placement.Rejections
-	if c.explain {
-		rej = placement.Rejections{}
-	}
-	if res, ok := c.st.Place(c.request(q, backfill), rej); ok {
-		c.admit(q, exp, res, backfill && len(c.reservations) > 0)
-		return true
-	}
-	if c.explain {
-		exp.Rejected = rej
-		exp.Reason = c.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: c.noteFor(backfill)})
 	}
 	return false
 }

@@ -9,9 +9,23 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
-// defragPool keys the candidate list of defragmenting preemptions in
-// candCache (no tier is named so: tier names are validated).
-const defragPool = "\x00defragment"
+// defragger is the defragment step: the policy's defragment block for a
+// job that neither fits nor may preempt its way in (tryDefragment). It
+// owns the cycle's move counts and its candidate lists by pool.
+type defragger struct {
+	c *cycle
+	// defrags and defragAttempts count this cycle's defragmenting
+	// preemptions and their searches.
+	defrags, defragAttempts int
+	cands                   map[string]*candList
+}
+
+// exclude drops a claimed holder from every candidate list.
+func (d *defragger) exclude(h int, gpus int) {
+	for _, cl := range d.cands {
+		cl.exclude(h, gpus)
+	}
+}
 
 // tryDefragment is the policy's defragment block for a job that neither
 // fits nor may preempt its way in: when its pool has free GPUs enough but
@@ -28,55 +42,55 @@ const defragPool = "\x00defragment"
 // moves no more (movesUnderWay). Gain (over the block's gain horizon) and
 // cost are weighed as a preemption's, and the work lost is charged to the
 // same hourly budget.
-func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
-	d := c.pol.Defragment
-	if !d.Enabled || !c.pol.Preemption.Enabled || c.defrags >= d.MaxPerCycle ||
-		c.defragAttempts >= maxPreemptAttemptsPerSuccess*d.MaxPerCycle {
+func (df *defragger) tryDefragment(q *queued, exp *Explanation) bool {
+	d := df.c.pol.Defragment
+	if !d.Enabled || !df.c.pol.Preemption.Enabled || df.defrags >= d.MaxPerCycle ||
+		df.defragAttempts >= maxPreemptAttemptsPerSuccess*d.MaxPerCycle {
 		return false
 	}
-	if c.movesUnderWay(q) {
+	if df.movesUnderWay(q) {
 		// The jobs moved for it are still stopping (a tier that may
 		// preempt no one has no waitForStopping to claim them): it waits
 		// for them rather than moving more.
 		exp.Status = StatusPreempting
-		if c.explain {
-			c.explainMoves(q, exp)
+		if df.c.explain {
+			df.explainMoves(q, exp)
 		}
 		return true
 	}
-	free := c.st.FreeGPUs(q.pool)
+	free := df.c.st.FreeGPUs(q.pool)
 	if free < q.gpus {
 		return false // moving work around frees no GPU
 	}
-	cl := c.defragCandidates(q)
+	cl := df.defragCandidates(q)
 	if cl.gpus == 0 {
 		return false
 	}
-	c.plan.CostsWeighed = true // from here on the victims' costs decide
-	gain := q.f.impact * float64(q.gpus) * c.pol.DefragmentGainHorizon().Hours()
+	df.c.plan.CostsWeighed = true // from here on the victims' costs decide
+	gain := q.f.impact * float64(q.gpus) * df.c.pol.DefragmentGainHorizon().Hours()
 	if gain <= cl.minPerGPU { // even the cheapest GPU to move costs more
-		if c.explain {
+		if df.c.explain {
 			exp.Reason += fmt.Sprintf("; moving small jobs out of its way would cost at least %.1f, more than its gain %.1f", cl.minPerGPU, gain)
 		}
 		return false
 	}
-	req := c.request(q, false)
-	victims, res, dests, ok := c.defragSearch(cl, req)
+	req := df.c.request(q, false)
+	victims, res, dests, ok := df.defragSearch(cl, req)
 	if !ok {
 		return false
 	}
-	cost, lost := c.victimsCost(victims)
+	cost, lost := df.c.pre.victimsCost(victims)
 	if gain <= cost {
-		if c.explain {
+		if df.c.explain {
 			exp.Reason += fmt.Sprintf("; moving %d small job(s) out of its way would cost %.1f, more than its gain %.1f", len(victims), cost, gain)
 		}
 		return false
 	}
-	budget, ok := c.budgetAllows(q, exp, lost)
+	budget, ok := df.c.pre.budgetAllows(q, exp, lost)
 	if !ok {
 		return false
 	}
-	c.orderMoves(q, exp, victims, res, dests, gain, cost, budget)
+	df.orderMoves(q, exp, victims, res, dests, gain, cost, budget)
 	return true
 }
 
@@ -85,28 +99,28 @@ func (c *cycle) tryDefragment(q *queued, exp *Explanation) bool {
 // minimum runtime, not idle victims, one allocation of at most the
 // block's max_victim_gpus), not claimed. Built once per cycle per pool;
 // claim removes a victim from it.
-func (c *cycle) defragCandidates(q *queued) *candList {
-	keptOut := c.headroomKeepsOut(q)
-	key := tierPool{defragPool, q.pool}
+func (df *defragger) defragCandidates(q *queued) *candList {
+	keptOut := df.c.headroomKeepsOut(q)
+	key := q.pool
 	if keptOut {
-		key.pool += "\x00kept-out"
+		key += "\x00kept-out"
 	}
-	if cl, ok := c.candCache[key]; ok {
+	if cl, ok := df.cands[key]; ok {
 		return cl
 	}
-	holders := c.st.Holders()
-	maxGPUs := c.pol.Defragment.MaxVictimGPUs
+	holders := df.c.st.Holders()
+	maxGPUs := df.c.pol.Defragment.MaxVictimGPUs
 	cl := &candList{member: make([]bool, len(holders))}
-	for h := range c.victims {
-		v := &c.victims[h]
+	for h := range df.c.victims {
+		v := &df.c.victims[h]
 		hd := &holders[h]
-		if !v.Movable(len(hd.Allocs), hd.GPUs, maxGPUs) || c.claimed[h] {
+		if !v.Movable(len(hd.Allocs), hd.GPUs, maxGPUs) || df.c.claimed[h] {
 			continue
 		}
-		if q.pool != "" && !c.holderInPool(h, q.pool) {
+		if q.pool != "" && !df.c.holderInPool(h, q.pool) {
 			continue
 		}
-		if keptOut && c.headroomShields(q, h) {
+		if keptOut && df.c.headroomShields(q, h) {
 			continue
 		}
 		cl.cands = append(cl.cands, preempt.Candidate{Holder: h, Cost: v.Cost})
@@ -116,10 +130,10 @@ func (c *cycle) defragCandidates(q *queued) *candList {
 			cl.minPerGPU = per
 		}
 	}
-	if c.candCache == nil {
-		c.candCache = map[tierPool]*candList{}
+	if df.cands == nil {
+		df.cands = map[string]*candList{}
 	}
-	c.candCache[key] = cl
+	df.cands[key] = cl
 	return cl
 }
 
@@ -127,16 +141,16 @@ func (c *cycle) defragCandidates(q *queued) *candList {
 // let the request place, and a placement of every victim, made after the
 // job's, on GPUs that are free now (not reserved, not the job's, not a
 // victim's). The state is left as it was.
-func (c *cycle) defragSearch(cl *candList, req placement.Request) (victims []int, res placement.Result, dests [][]placement.Slot, ok bool) {
-	ix := cl.indexOn(c.st, req.Pool)
-	c.defragAttempts++
-	return preempt.SearchMoves(c.st, ix, req, c.victims, func(h int) placement.Request {
-		j := c.st.Holders()[h].Job
+func (df *defragger) defragSearch(cl *candList, req placement.Request) (victims []int, res placement.Result, dests [][]placement.Slot, ok bool) {
+	ix := cl.indexOn(df.c.st, req.Pool)
+	df.defragAttempts++
+	return preempt.SearchMoves(df.c.st, ix, req, df.c.victims, func(h int) placement.Request {
+		j := df.c.st.Holders()[h].Job
 		vq := &queued{job: j, pool: j.Spec.Pool}
 		if vq.pool == "" {
-			vq.pool = c.e.opts.defaultPool
+			vq.pool = df.c.e.opts.defaultPool
 		}
-		return c.request(vq, false)
+		return df.c.request(vq, false)
 	})
 }
 
@@ -145,54 +159,53 @@ func (c *cycle) defragSearch(cl *candList, req placement.Request) (victims []int
 // victim's binding on the GPUs it moves to. The free GPUs of both
 // placements are taken from the rest of this cycle; later cycles withhold
 // them through the bindings.
-func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res placement.Result, dests [][]placement.Slot, gain, cost float64, budget string) {
-	holders := c.st.Holders()
-	c.defrags++
-	c.reserveSlots(res)
+func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res placement.Result, dests [][]placement.Slot, gain, cost float64, budget string) {
+	holders := df.c.st.Holders()
+	df.defrags++
+	df.c.place.reserveSlots(res)
 	for _, g := range res.Groups {
 		for _, sl := range g {
-			if m := sl.Mask & c.st.Free(sl.Node); m != 0 {
-				c.st.Take(placement.Slot{Node: sl.Node, Mask: m})
+			if m := sl.Mask & df.c.st.Free(sl.Node); m != 0 {
+				df.c.st.Take(placement.Slot{Node: sl.Node, Mask: m})
 			}
 		}
 	}
-	c.claimedFor = append(c.claimedFor[:0], victims...)
-	c.bind(q, res)
-	b, _ := c.bindingOf(q.id)
+	df.c.bind(q, res, victims)
+	b, _ := df.c.bindingOf(q.id)
 	b.movedOut = make([]string, 0, len(victims))
 	for _, h := range victims {
 		b.movedOut = append(b.movedOut, holders[h].JobID)
 	}
-	c.setBinding(q.id, b)
+	df.c.setBinding(q.id, b)
 	var moved []string
 	for i, h := range victims {
-		c.claim(h)
+		df.c.pre.claim(h)
 		hd := holders[h]
-		v := c.victims[h]
+		v := df.c.victims[h]
 		to := make([]AllocPlacement, 0, len(dests[i]))
 		for _, sl := range dests[i] {
-			c.st.Take(sl)
-			to = append(to, AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)})
+			df.c.st.Take(sl)
+			to = append(to, AllocPlacement{NodeID: df.c.st.Node(sl.Node).ID, GPUs: df.c.st.GPUIDs(sl)})
 		}
 		where := placesText(to)
-		c.setBinding(hd.JobID, binding{gpus: to, expires: c.now.Add(v.Grace + c.e.opts.admissionTTL), moved: true})
+		df.c.setBinding(hd.JobID, binding{gpus: to, expires: df.c.now.Add(v.Grace + df.c.e.opts.admissionTTL), moved: true})
 		p := victimStop(q, hd, v)
 		p.MovedTo, p.PreemptorGPUs = to, b.gpus
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, where, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.Grace)})
+			df.c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: df.c.now, expires: df.c.now.Add(v.Grace)})
 		}
-		c.plan.Preemptions = append(c.plan.Preemptions, p)
-		c.e.logger.Debug("moving job to defragment", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+		df.c.plan.Preemptions = append(df.c.plan.Preemptions, p)
+		df.c.e.logger.Debug("moving job to defragment", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 			"to", where, "cost", v.Cost, "lost_gpu_hours", v.Lost, "gain", gain)
-		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
+		df.c.ch.losses = append(df.c.ch.losses, loss{at: df.c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 		moved = append(moved, hd.JobID+" to "+where)
 	}
 	exp.Status = StatusPreempting
-	if c.explain {
+	if df.c.explain {
 		exp.Reason = fmt.Sprintf("defragmenting: the pool has GPUs enough but not where it could use them, so %d small job(s) move out of its way and restart at once elsewhere: %s",
 			len(victims), strings.Join(moved, ", "))
 	}
@@ -203,14 +216,14 @@ func (c *cycle) orderMoves(q *queued, exp *Explanation, victims []int, res place
 // (movesUnderWay) for as long as it lasts, not only in the cycle that
 // decided it: it waits for the jobs it moved to stop, each named with the
 // GPUs it is bound to restart on (none once it has restarted).
-func (c *cycle) explainMoves(q *queued, exp *Explanation) {
-	b, _ := c.bindingOf(q.id)
+func (df *defragger) explainMoves(q *queued, exp *Explanation) {
+	b, _ := df.c.bindingOf(q.id)
 	moved := make([]string, 0, len(b.movedOut))
 	for _, id := range b.movedOut {
 		if !slices.Contains(exp.Victims, id) {
 			exp.Victims = append(exp.Victims, id)
 		}
-		mb, ok := c.bindingOf(id)
+		mb, ok := df.c.bindingOf(id)
 		if !ok || !mb.moved {
 			moved = append(moved, id+" (restarted)")
 			continue
@@ -235,15 +248,15 @@ func placesText(to []AllocPlacement) string {
 // movesUnderWay: some job moved out of q's way by an earlier cycle is
 // still stopping (within its grace; then it is queued again, or gone, and
 // may have restarted where it was moved to: that no longer counts).
-func (c *cycle) movesUnderWay(q *queued) bool {
-	b, ok := c.bindingOf(q.id)
+func (df *defragger) movesUnderWay(q *queued) bool {
+	b, ok := df.c.bindingOf(q.id)
 	if !ok || len(b.movedOut) == 0 {
 		return false
 	}
-	holders := c.st.Holders()
+	holders := df.c.st.Holders()
 	for _, id := range b.movedOut {
-		if j, ok := c.snap.Job(id); ok {
-			if h, ok := c.holderByJob[j]; ok && holders[h].Stopping {
+		if j, ok := df.c.snap.Job(id); ok {
+			if h, ok := df.c.holderByJob[j]; ok && holders[h].Stopping {
 				return true
 			}
 		}

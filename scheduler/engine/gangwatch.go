@@ -65,7 +65,7 @@ func (c *cycle) watchGangs() {
 					r.Allocs = append(r.Allocs, a.ID)
 					c.orderStop(a.ID, inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)})
 				}
-				c.claim(h)
+				c.pre.claim(h)
 				c.plan.Requeues = append(c.plan.Requeues, r)
 				c.e.logger.Info("running job updated by its user; replacing it through the queue", "job", j.ID)
 				continue
@@ -116,7 +116,7 @@ func (c *cycle) watchGangs() {
 					r.Allocs = append(r.Allocs, a.ID)
 					c.orderStop(a.ID, inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)})
 				}
-				c.claim(h)
+				c.pre.claim(h)
 			}
 			if j.Dead {
 				c.keepRequeuedDead(j)

@@ -121,7 +121,7 @@ func (c *cycle) bindingSpent(q *queued, exp *Explanation) bool {
 		return false
 	}
 	b, ok := c.bindingOf(q.id)
-	return ok && !b.moved && !c.movesUnderWay(q)
+	return ok && !b.moved && !c.defrag.movesUnderWay(q)
 }
 
 // slotOf maps a placement by node and GPU IDs to the state's slot.
@@ -143,10 +143,11 @@ func (c *cycle) slotOf(ap AllocPlacement) (placement.Slot, bool) {
 	return placement.Slot{Node: ord, Mask: m}, m != 0
 }
 
-// bind records the GPUs a preemptor's placement takes as bound to it.
+// bind records the GPUs a preemptor's placement takes as bound to it
+// (until its victims' longest grace and the admission TTL are over).
 // An existing binding keeps its expiry (refreshing it each cycle the
 // preemptor waits would hold the GPUs for ever).
-func (c *cycle) bind(q *queued, res placement.Result) {
+func (c *cycle) bind(q *queued, res placement.Result, victims []int) {
 	var gpus []AllocPlacement
 	for _, g := range res.Groups {
 		for _, sl := range g {
@@ -156,7 +157,7 @@ func (c *cycle) bind(q *queued, res placement.Result) {
 	b, ok := c.bindingOf(q.job.ID)
 	if !ok {
 		maxGrace := time.Duration(0)
-		for _, h := range c.claimedFor {
+		for _, h := range victims {
 			maxGrace = max(maxGrace, c.victims[h].Grace)
 		}
 		b.expires = c.now.Add(maxGrace + c.e.opts.admissionTTL)

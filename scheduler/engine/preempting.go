@@ -15,79 +15,102 @@ import (
 // per job.
 const maxPreemptAttemptsPerSuccess = 4
 
+// preempter is the preempt step: for a job that does not fit it waits
+// for gangs already stopping, or searches victims (preempt.Search among
+// the candidates its tier may take) and orders their stops when the gain
+// beats the cost and the budgets allow. It owns the cycle's preemption
+// counts and the candidate lists by tier and pool.
+type preempter struct {
+	c               *cycle
+	preemptors      int
+	preemptAttempts int
+	stopping        []int // holders stopping, not yet counted for a preemptor
+	// stoppingGPUs: the GPUs of the unclaimed holders in stopping (-1:
+	// to count again; claim resets it).
+	stoppingGPUs int
+	candCache    map[tierPool]*candList
+}
+
+// spent: no preemption may be ordered or searched for any more this
+// cycle.
+func (p *preempter) spent() bool {
+	pr := p.c.pol.Preemption
+	return !pr.Enabled || p.preemptors >= pr.MaxPerCycle || p.preemptAttempts >= maxPreemptAttemptsPerSuccess*pr.MaxPerCycle
+}
+
 // tryPreempt looks for victims for a job that does not fit. It first
 // counts the GPUs of gangs already stopping (preemptions under way): if
 // they suffice, the job waits for them instead of preempting more.
 // Otherwise it searches the cheapest minimal set of victims (preemptable)
 // and orders their stops if the gain beats the cost and the budgets allow
 // (orderPreemptions).
-func (c *cycle) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
-	if !c.mayTryPreempting(q) {
+func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
+	if !pe.mayTryPreempting(q) {
 		return false
 	}
 	var req placement.Request
 	reqBuilt := false
 	request := func() placement.Request {
 		if !reqBuilt {
-			req, reqBuilt = c.request(q, false), true
+			req, reqBuilt = pe.c.request(q, false), true
 		}
 		return req
 	}
-	if c.waitForStopping(q, exp, request) {
+	if pe.waitForStopping(q, exp, request) {
 		return true
 	}
-	if !c.pol.Preemption.Enabled {
+	if !pe.c.pol.Preemption.Enabled {
 		return false
 	}
-	if c.explain && len(c.young) > 0 {
+	if pe.c.explain && pe.c.why.hasYoung() {
 		defer func() {
 			if !preempting {
-				exp.Reason = c.cat(exp.Reason, c.youngNote(q))
+				exp.Reason = pe.c.why.cat(exp.Reason, pe.c.why.youngNote(q))
 			}
 		}()
 	}
-	cl, gain, ok := c.preemptable(q, exp)
+	cl, gain, ok := pe.preemptable(q, exp)
 	if !ok {
 		return false
 	}
-	victims, res, ok := c.searchVictims(cl, request())
+	victims, res, ok := pe.searchVictims(cl, request())
 	if !ok {
-		if c.explain {
+		if pe.c.explain {
 			exp.Reason += "; preempting eligible gangs would not make room"
 		}
 		return false
 	}
-	cost, lost := c.victimsCost(victims)
+	cost, lost := pe.victimsCost(victims)
 	if gain <= cost {
-		if c.explain {
+		if pe.c.explain {
 			exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
 		}
 		return false
 	}
-	budget, ok := c.budgetAllows(q, exp, lost)
+	budget, ok := pe.budgetAllows(q, exp, lost)
 	if !ok {
 		return false
 	}
-	c.orderPreemptions(q, exp, victims, res, gain, cost, budget)
+	pe.orderPreemptions(q, exp, victims, res, gain, cost, budget)
 	return true
 }
 
 // mayTryPreempting: q's tier may preempt some tier, or some running job
 // is an idle victim (a tier of at least its weight may take it, see
 // preempt.MayTake); else tryPreempt has nothing to try.
-func (c *cycle) mayTryPreempting(q *queued) bool {
-	tier := c.tier(q.f.tier)
-	return tier != nil && (len(tier.MayPreempt) > 0 || c.idleVictims)
+func (pe *preempter) mayTryPreempting(q *queued) bool {
+	tier := pe.c.tier(q.f.tier)
+	return tier != nil && (len(tier.MayPreempt) > 0 || pe.c.idleVictims)
 }
 
 // budgetAllows checks that lost more GPU-hours of work fit the hourly
 // budget the job's preemptions draw on, and returns that budget's key
 // (see Engine.budgetOf); when they do not, the job's reason says so.
-func (c *cycle) budgetAllows(q *queued, exp *Explanation, lost float64) (string, bool) {
-	budget, mx := c.e.budgetOf(q.f.tier)
+func (pe *preempter) budgetAllows(q *queued, exp *Explanation, lost float64) (string, bool) {
+	budget, mx := pe.c.e.budgetOf(q.f.tier)
 	if mx > 0 { // the hour's losses are summed only for a capped budget
-		if already := c.lostFrom(budget); already+lost > mx {
-			if c.explain {
+		if already := pe.c.lostFrom(budget); already+lost > mx {
+			if pe.c.explain {
 				which := "shared"
 				if budget != "" {
 					which = fmt.Sprintf("tier %q", budget)
@@ -113,10 +136,10 @@ func victimStop(q *queued, hd placement.Holder, v preempt.Victim) Preemption {
 
 // victimsCost is what stopping the victims costs (the preemption's cost
 // to weigh against its gain) and the GPU-hours of work they lose.
-func (c *cycle) victimsCost(victims []int) (cost, lost float64) {
+func (pe *preempter) victimsCost(victims []int) (cost, lost float64) {
 	for _, h := range victims {
-		cost += c.victims[h].Cost
-		lost += c.victims[h].Lost
+		cost += pe.c.victims[h].Cost
+		lost += pe.c.victims[h].Lost
 	}
 	return cost, lost
 }
@@ -138,11 +161,11 @@ func (c *cycle) victimsCost(victims []int) (cost, lost float64) {
 // similar or better tier-weighted JCT (12,431s against 12,231s; 26,763s
 // against 28,877s), at a longer critical p99 (90s against 62s; 101s
 // against 62s).
-func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() placement.Request) bool {
-	holders := c.st.Holders()
+func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func() placement.Request) bool {
+	holders := pe.c.st.Holders()
 	// Releasing the stopping gangs frees at most their GPUs: when that
 	// cannot make room, placing is not tried (most waiting jobs).
-	if stopping := c.unclaimedStoppingGPUs(); stopping == 0 || c.st.FreeGPUs(q.pool)+stopping < q.gpus {
+	if stopping := pe.unclaimedStoppingGPUs(); stopping == 0 || pe.c.st.FreeGPUs(q.pool)+stopping < q.gpus {
 		return false
 	}
 	// Nor when releasing them would free no GPU at all (theirs are
@@ -156,47 +179,45 @@ func (c *cycle) waitForStopping(q *queued, exp *Explanation, request func() plac
 	// bucket, an order later placements break ties by, so skipping that
 	// release (stopping gangs in another pool, say) would change later
 	// decisions.
-	if c.st.FreeGPUs(q.pool) < q.gpus && c.freedByStopping() == 0 {
+	if pe.c.st.FreeGPUs(q.pool) < q.gpus && pe.freedByStopping() == 0 {
 		return false
 	}
-	cp := c.st.Checkpoint()
+	cp := pe.c.st.Checkpoint()
 	var stopping []int
-	for _, h := range c.stopping {
-		if !c.claimed[h] && !c.headroomShields(q, h) && !c.boundToOther(q, h) {
+	for _, h := range pe.stopping {
+		if !pe.c.claimed[h] && !pe.c.headroomShields(q, h) && !pe.c.boundToOther(q, h) {
 			stopping = append(stopping, h)
-			c.st.ReleaseHolder(h)
+			pe.c.st.ReleaseHolder(h)
 		}
 	}
 	if len(stopping) == 0 {
 		return false
 	}
-	res, ok := c.st.Place(request(), nil)
-	c.st.Rollback(cp)
+	res, ok := pe.c.st.Place(request(), nil)
+	pe.c.st.Rollback(cp)
 	if !ok {
 		return false
 	}
-	used := preempt.Uses(c.st, res, stopping)
+	used := preempt.Uses(pe.c.st, res, stopping)
 	if len(used) == 0 {
 		// It places without any stopping gang's GPUs: waiting for them
 		// would hold GPUs for a stop that frees nothing it needs.
 		return false
 	}
-	c.reserveSlots(res)
-	c.claimedFor = c.claimedFor[:0]
+	pe.c.place.reserveSlots(res)
 	for _, h := range used {
-		c.claim(h)
-		c.claimedFor = append(c.claimedFor, h)
+		pe.claim(h)
 		exp.Victims = append(exp.Victims, holders[h].JobID)
 	}
-	c.bind(q, res)
-	c.stopping = nil
+	pe.c.bind(q, res, used)
+	pe.stopping = nil
 	exp.Status = StatusPreempting
 	exp.Reason = "waiting for preempted gangs to stop"
 	exp.Rejected = nil
-	if c.explain && c.movesUnderWay(q) {
+	if pe.c.explain && pe.c.defrag.movesUnderWay(q) {
 		// What it waits for are the jobs it moved (its tier may
 		// preempt, so it claims them here): said as a move.
-		c.explainMoves(q, exp)
+		pe.c.defrag.explainMoves(q, exp)
 	}
 	return true
 }
@@ -218,38 +239,38 @@ func (c *cycle) boundToOther(q *queued, h int) bool {
 }
 
 // unclaimedStoppingGPUs is what the gangs already stopping and not yet
-// counted for a preemptor hold (c.stopping, c.stoppingGPUs: worked out
+// counted for a preemptor hold (stopping, stoppingGPUs: worked out
 // once, again after a claim).
-func (c *cycle) unclaimedStoppingGPUs() int {
-	holders := c.st.Holders()
-	if c.stopping == nil {
-		c.stopping = []int{}
+func (pe *preempter) unclaimedStoppingGPUs() int {
+	holders := pe.c.st.Holders()
+	if pe.stopping == nil {
+		pe.stopping = []int{}
 		for h := range holders {
 			if holders[h].Stopping {
-				c.stopping = append(c.stopping, h)
+				pe.stopping = append(pe.stopping, h)
 			}
 		}
-		c.stoppingGPUs = -1
+		pe.stoppingGPUs = -1
 	}
-	if c.stoppingGPUs < 0 {
-		c.stoppingGPUs = 0
-		for _, h := range c.stopping {
-			if !c.claimed[h] {
-				c.stoppingGPUs += holders[h].GPUs
+	if pe.stoppingGPUs < 0 {
+		pe.stoppingGPUs = 0
+		for _, h := range pe.stopping {
+			if !pe.c.claimed[h] {
+				pe.stoppingGPUs += holders[h].GPUs
 			}
 		}
 	}
-	return c.stoppingGPUs
+	return pe.stoppingGPUs
 }
 
 // freedByStopping is how many free GPUs the cluster would gain if every
 // unclaimed stopping gang were released (placement.State.FreedBy): at
 // least what releasing the ones a preemptor may wait for frees.
-func (c *cycle) freedByStopping() int {
+func (pe *preempter) freedByStopping() int {
 	n := 0
-	for _, h := range c.stopping {
-		if !c.claimed[h] {
-			n += c.st.FreedBy(h)
+	for _, h := range pe.stopping {
+		if !pe.c.claimed[h] {
+			n += pe.c.st.FreedBy(h)
 		}
 	}
 	return n
@@ -259,24 +280,24 @@ func (c *cycle) freedByStopping() int {
 // pay: the cycle's preemption and search budgets are not spent, its
 // candidates hold enough GPUs, and even the cheapest of them per GPU cost
 // less than its gain. It returns the candidates and the gain.
-func (c *cycle) preemptable(q *queued, exp *Explanation) (*candList, float64, bool) {
-	if c.preemptors >= c.pol.Preemption.MaxPerCycle {
-		if c.explain {
-			exp.Reason = c.cat(exp.Reason, "; preemption budget of this cycle spent")
+func (pe *preempter) preemptable(q *queued, exp *Explanation) (*candList, float64, bool) {
+	if pe.preemptors >= pe.c.pol.Preemption.MaxPerCycle {
+		if pe.c.explain {
+			exp.Reason = pe.c.why.cat(exp.Reason, "; preemption budget of this cycle spent")
 		}
 		return nil, 0, false
 	}
-	if c.preemptAttempts >= maxPreemptAttemptsPerSuccess*c.pol.Preemption.MaxPerCycle {
+	if pe.preemptAttempts >= maxPreemptAttemptsPerSuccess*pe.c.pol.Preemption.MaxPerCycle {
 		return nil, 0, false
 	}
-	cl := c.candidates(q)
-	if c.st.FreeGPUs(q.pool)+cl.gpus < q.gpus {
+	cl := pe.candidates(q)
+	if pe.c.st.FreeGPUs(q.pool)+cl.gpus < q.gpus {
 		return nil, 0, false
 	}
-	c.plan.CostsWeighed = true // from here on the victims' costs decide
-	gain := q.f.impact * float64(q.gpus) * c.pol.Preemption.GainHorizon.Hours()
-	if short := q.gpus - c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
-		if c.explain {
+	pe.c.plan.CostsWeighed = true // from here on the victims' costs decide
+	gain := q.f.impact * float64(q.gpus) * pe.c.pol.Preemption.GainHorizon.Hours()
+	if short := q.gpus - pe.c.st.FreeGPUs(q.pool); short > 0 && gain <= cl.minPerGPU*float64(short) {
+		if pe.c.explain {
 			exp.Reason += fmt.Sprintf("; preemption would cost at least %.1f, more than its gain %.1f", cl.minPerGPU*float64(short), gain)
 		}
 		return nil, 0, false
@@ -287,37 +308,36 @@ func (c *cycle) preemptable(q *queued, exp *Explanation) (*candList, float64, bo
 // orderPreemptions plans the victims' stops for the preemptor: claims
 // them, reserves and binds the GPUs its placement takes, and charges the
 // work they lose to the budget.
-func (c *cycle) orderPreemptions(q *queued, exp *Explanation, victims []int, res placement.Result, gain, cost float64, budget string) {
-	holders := c.st.Holders()
-	c.preemptors++
-	c.reserveSlots(res)
-	c.claimedFor = append(c.claimedFor[:0], victims...)
-	c.bind(q, res)
+func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int, res placement.Result, gain, cost float64, budget string) {
+	holders := pe.c.st.Holders()
+	pe.preemptors++
+	pe.c.place.reserveSlots(res)
+	pe.c.bind(q, res, victims)
 	for _, h := range victims {
-		c.claim(h)
+		pe.claim(h)
 		hd := holders[h]
-		v := c.victims[h]
+		v := pe.c.victims[h]
 		p := victimStop(q, hd, v)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		if v.Idle {
 			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.GPUHours, v.Reclaimed
 			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.Note)
-			c.e.logger.Info("preempting idle job", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+			pe.c.e.logger.Info("preempting idle job", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 				"idle_since", v.Since, "idle_gpu_hours", v.GPUHours, "reclaimed_gpu_hours", v.Reclaimed, "cost", v.Cost, "gain", gain)
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(v.Grace)})
+			pe.c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: pe.c.now, expires: pe.c.now.Add(v.Grace)})
 		}
-		c.plan.Preemptions = append(c.plan.Preemptions, p)
-		c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
+		pe.c.plan.Preemptions = append(pe.c.plan.Preemptions, p)
+		pe.c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 			"cost", v.Cost, "lost_gpu_hours", v.Lost, "gain", gain)
-		c.ch.losses = append(c.ch.losses, loss{at: c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
+		pe.c.ch.losses = append(pe.c.ch.losses, loss{at: pe.c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}
 	exp.Status = StatusPreempting
-	if c.explain {
+	if pe.c.explain {
 		exp.Reason = fmt.Sprintf("preempting %d gang(s): %s", len(victims), strings.Join(exp.Victims, ", "))
 	}
 	exp.Rejected = nil
@@ -326,28 +346,28 @@ func (c *cycle) orderPreemptions(q *queued, exp *Explanation, victims []int, res
 // candidates lists the gangs a job may preempt (by its tier and pool), and
 // their GPUs. Lists are built once per cycle per tier and pool; claim
 // removes a victim from all of them.
-func (c *cycle) candidates(q *queued) *candList {
-	keptOut := c.headroomKeepsOut(q)
+func (pe *preempter) candidates(q *queued) *candList {
+	keptOut := pe.c.headroomKeepsOut(q)
 	key := tierPool{q.f.tier, q.pool}
 	if keptOut {
 		// Headroom nodes shield their holders from this job: its own list.
 		key.pool += "\x00kept-out"
 	}
-	if cl, ok := c.candCache[key]; ok {
+	if cl, ok := pe.candCache[key]; ok {
 		return cl
 	}
-	holders := c.st.Holders()
+	holders := pe.c.st.Holders()
 	var cands []preempt.Candidate
 	gpus := 0
 	minPer := 0.0
-	for h, v := range c.victims {
-		if !(v.OK || v.Young && c.headroomWaives(q, h)) || c.claimed[h] || !preempt.MayTake(c.tier(q.f.tier), &c.victims[h]) {
+	for h, v := range pe.c.victims {
+		if !(v.OK || v.Young && pe.c.headroomWaives(q, h)) || pe.c.claimed[h] || !preempt.MayTake(pe.c.tier(q.f.tier), &pe.c.victims[h]) {
 			continue
 		}
-		if q.pool != "" && !c.holderInPool(h, q.pool) {
+		if q.pool != "" && !pe.c.holderInPool(h, q.pool) {
 			continue
 		}
-		if keptOut && c.headroomShields(q, h) {
+		if keptOut && pe.c.headroomShields(q, h) {
 			continue
 		}
 		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.Cost})
@@ -356,8 +376,8 @@ func (c *cycle) candidates(q *queued) *candList {
 			minPer = per
 		}
 	}
-	if c.candCache == nil {
-		c.candCache = map[tierPool]*candList{}
+	if pe.candCache == nil {
+		pe.candCache = map[tierPool]*candList{}
 	}
 	// minPerGPU stays a valid lower bound as victims are claimed (the
 	// minimum over fewer candidates can only be higher).
@@ -365,29 +385,24 @@ func (c *cycle) candidates(q *queued) *candList {
 	for _, cd := range cands {
 		cl.member[cd.Holder] = true
 	}
-	c.candCache[key] = cl
+	pe.candCache[key] = cl
 	return cl
 }
 
 // claim marks a gang as taken for a preemptor in this cycle: it is no
 // longer a candidate for anyone else.
-func (c *cycle) claim(h int) {
-	if c.claimed[h] {
+func (pe *preempter) claim(h int) {
+	if pe.c.claimed[h] {
 		return
 	}
-	c.claimed[h] = true
-	c.stoppingGPUs = -1
-	clear(c.youngNotes)
-	c.lastYoungOK = false
-	for _, cl := range c.candCache {
-		if cl.member[h] {
-			cl.member[h] = false
-			cl.gpus -= c.st.Holders()[h].GPUs
-			if cl.index != nil {
-				cl.index.Exclude(h)
-			}
-		}
+	pe.c.claimed[h] = true
+	pe.stoppingGPUs = -1
+	pe.c.why.forgetYoung()
+	gpus := pe.c.st.Holders()[h].GPUs
+	for _, cl := range pe.candCache {
+		cl.exclude(h, gpus)
 	}
+	pe.c.defrag.exclude(h, gpus)
 }
 
 type candList struct {
@@ -399,6 +414,17 @@ type candList struct {
 	// bound on what freeing n GPUs costs.
 	minPerGPU float64
 	index     *preempt.Index // built on first victim search
+}
+
+// exclude drops holder h (of gpus GPUs) from the list, when a member.
+func (cl *candList) exclude(h, gpus int) {
+	if cl.member[h] {
+		cl.member[h] = false
+		cl.gpus -= gpus
+		if cl.index != nil {
+			cl.index.Exclude(h)
+		}
+	}
 }
 
 func (c *cycle) holderInPool(h int, pool string) bool {

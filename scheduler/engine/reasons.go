@@ -3,9 +3,11 @@ package engine
 import (
 	"fmt"
 	"math/bits"
+	"sort"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -14,6 +16,66 @@ import (
 // cheap, but 10,000 of them are not free).
 const explainRejectionsUpTo = 32
 
+// explainer is the explain step: it words why a job waits, each
+// distinct sentence once per cycle (thousands of waiting jobs share a
+// few), and notes which young gangs a job could preempt later. It owns
+// the caches of those sentences. Explanations only: decisions never read
+// what it says.
+type explainer struct {
+	c       *cycle
+	reasons map[reasonKey]string
+	// lastReasonKey/lastReason: the reason given last (consecutive
+	// waiting jobs mostly share it).
+	lastReasonKey reasonKey
+	lastReason    string
+	// cats memoizes cat; catSlots are its recent answers.
+	cats     map[catKey]string
+	catSlots [16]catSlot
+	// reasonSlots: reason's recent answers by GPU count (before its map).
+	reasonSlots [16]reasonSlot
+	// resNotes: the reservation note after each reservation of the cycle
+	// (see reservationNote); the last one is current.
+	resNotes []string
+	// young: preemptible running gangs still within their min runtime
+	// (the policy's or their impact_min_runtime), earliest preemptible first (built only with
+	// explanations on, for youngNote).
+	young []youngHolder
+	// youngNotes caches youngNote by tier and pool (thousands of waiting
+	// jobs share a few); claim clears it.
+	youngNotes map[tierPool]string
+	// lastYoung...: youngNote's last answer (claim forgets it).
+	lastYoung     tierPool
+	lastYoungNote string
+	lastYoungOK   bool
+}
+
+// addYoung records a gang protected by its min runtime (judge step).
+func (w *explainer) addYoung(y youngHolder) { w.young = append(w.young, y) }
+
+// sortYoung orders the young gangs earliest preemptible first, then by
+// job ID.
+func (w *explainer) sortYoung(holders []placement.Holder) {
+	sort.SliceStable(w.young, func(a, b int) bool {
+		ya, yb := w.young[a], w.young[b]
+		if !ya.from.Equal(yb.from) {
+			return ya.from.Before(yb.from)
+		}
+		return holders[ya.h].JobID < holders[yb.h].JobID
+	})
+}
+
+// hasYoung: some gang is protected by its min runtime only.
+func (w *explainer) hasYoung() bool { return len(w.young) > 0 }
+
+// forgetYoung drops youngNote's answers (a gang was claimed).
+func (w *explainer) forgetYoung() {
+	clear(w.youngNotes)
+	w.lastYoungOK = false
+}
+
+// addReservationNote makes note the current reservation note (noteFor).
+func (w *explainer) addReservationNote(note string) { w.resNotes = append(w.resNotes, note) }
+
 // youngNote says, for a job that is not preempting, which gang it could
 // preempt once that gang's min runtime has passed, and from when, naming
 // where the min runtime comes from (its impact_min_runtime or the policy's
@@ -21,32 +83,32 @@ const explainRejectionsUpTo = 32
 // otherwise an operator sees a critical job wait beside preemptible work
 // and cannot tell why. It names the earliest such gang of a tier the job
 // may preempt, in its pool; "" when there is none. Explanations only.
-func (c *cycle) youngNote(q *queued) string {
+func (w *explainer) youngNote(q *queued) string {
 	key := tierPool{q.f.tier, q.pool}
-	if c.lastYoungOK && key == c.lastYoung {
-		return c.lastYoungNote
+	if w.lastYoungOK && key == w.lastYoung {
+		return w.lastYoungNote
 	}
-	if note, ok := c.youngNotes[key]; ok {
-		c.lastYoung, c.lastYoungNote, c.lastYoungOK = key, note, true
+	if note, ok := w.youngNotes[key]; ok {
+		w.lastYoung, w.lastYoungNote, w.lastYoungOK = key, note, true
 		return note
 	}
-	if c.youngNotes == nil {
-		c.youngNotes = map[tierPool]string{}
+	if w.youngNotes == nil {
+		w.youngNotes = map[tierPool]string{}
 	}
 	note := ""
-	for _, y := range c.young {
-		if c.claimed[y.h] || !c.mayPreempt(q.f.tier, y.tier) {
+	for _, y := range w.young {
+		if w.c.claimed[y.h] || !w.c.mayPreempt(q.f.tier, y.tier) {
 			continue
 		}
-		if q.pool != "" && !c.holderInPool(y.h, q.pool) {
+		if q.pool != "" && !w.c.holderInPool(y.h, q.pool) {
 			continue
 		}
 		note = fmt.Sprintf("; could preempt %s from %s (%s)",
-			c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), c.pol.MinRuntimeSource(policy.Spec{MinRuntime: y.own}))
+			w.c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), w.c.pol.MinRuntimeSource(policy.Spec{MinRuntime: y.own}))
 		break
 	}
-	c.youngNotes[key] = note
-	c.lastYoung, c.lastYoungNote, c.lastYoungOK = key, note, true
+	w.youngNotes[key] = note
+	w.lastYoung, w.lastYoungNote, w.lastYoungOK = key, note, true
 	return note
 }
 
@@ -74,17 +136,17 @@ func lostBasis(allocs []*cluster.Alloc, interval time.Duration) string {
 // placement for the whole gang", with the note on reservations appended:
 // thousands of waiting jobs share a handful of distinct sentences, so each
 // is formatted once per cycle.
-func (c *cycle) reason(k reasonKey) string {
-	if c.lastReason != "" && k == c.lastReasonKey {
-		return c.lastReason
+func (w *explainer) reason(k reasonKey) string {
+	if w.lastReason != "" && k == w.lastReasonKey {
+		return w.lastReason
 	}
-	slot := &c.reasonSlots[bits.Len(uint(k.gpus))%len(c.reasonSlots)]
+	slot := &w.reasonSlots[bits.Len(uint(k.gpus))%len(w.reasonSlots)]
 	if slot.r != "" && slot.k == k {
-		c.lastReasonKey, c.lastReason = k, slot.r
+		w.lastReasonKey, w.lastReason = k, slot.r
 		return slot.r
 	}
-	if r, ok := c.reasons[k]; ok {
-		c.lastReasonKey, c.lastReason = k, r
+	if r, ok := w.reasons[k]; ok {
+		w.lastReasonKey, w.lastReason = k, r
 		*slot = reasonSlot{k, r}
 		return r
 	}
@@ -96,13 +158,13 @@ func (c *cycle) reason(k reasonKey) string {
 		r = fmt.Sprintf("no placement for the whole gang (%d GPUs) on free GPUs", k.gpus)
 	}
 	if k.note >= 0 {
-		r += c.resNotes[k.note]
+		r += w.resNotes[k.note]
 	}
-	if c.reasons == nil {
-		c.reasons = map[reasonKey]string{}
+	if w.reasons == nil {
+		w.reasons = map[reasonKey]string{}
 	}
-	c.reasons[k] = r
-	c.lastReasonKey, c.lastReason = k, r
+	w.reasons[k] = r
+	w.lastReasonKey, w.lastReason = k, r
 	*slot = reasonSlot{k, r}
 	return r
 }
@@ -115,22 +177,22 @@ func (c *cycle) reason(k reasonKey) string {
 // so a pair recurs as the same two strings in memory, and comparing a
 // string with itself stops at its address (runtime memequal) instead of
 // reading its bytes.
-func (c *cycle) cat(a, b string) string {
+func (w *explainer) cat(a, b string) string {
 	if b == "" {
 		return a
 	}
 	k := catKey{a, b}
-	slot := &c.catSlots[(len(a)*31+len(b))%len(c.catSlots)]
+	slot := &w.catSlots[(len(a)*31+len(b))%len(w.catSlots)]
 	if slot.r != "" && slot.k == k {
 		return slot.r
 	}
-	r, ok := c.cats[k]
+	r, ok := w.cats[k]
 	if !ok {
-		if c.cats == nil {
-			c.cats = map[catKey]string{}
+		if w.cats == nil {
+			w.cats = map[catKey]string{}
 		}
 		r = a + b
-		c.cats[k] = r
+		w.cats[k] = r
 	}
 	slot.k, slot.r = k, r
 	return r
@@ -148,11 +210,11 @@ type catKey struct{ a, b string }
 // noteFor returns the index of the reservation note a waiting job's reason
 // ends with (-1: none): jobs that may not backfill are told why reserved
 // GPUs are not theirs.
-func (c *cycle) noteFor(backfill bool) int {
-	if len(c.reservations) == 0 || backfill {
+func (w *explainer) noteFor(backfill bool) int {
+	if w.c.place.count() == 0 || backfill {
 		return -1
 	}
-	return len(c.resNotes) - 1
+	return len(w.resNotes) - 1
 }
 
 const (

@@ -20,26 +20,26 @@ type reservation struct {
 // mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
 // Only if, for every reservation, it ends (by walltime) before the
 // reservation is needed, or it is preemptible by the reserving job.
-func (c *cycle) mayBackfill(q *queued) bool {
-	if len(c.reservations) == 0 || !c.pol.Backfill.Enabled {
+func (p *placer) mayBackfill(q *queued) bool {
+	if len(p.reservations) == 0 || !p.c.pol.Backfill.Enabled {
 		return false
 	}
 	wall := q.walltime
-	for _, r := range c.reservations {
-		if endsBefore := wall > 0 && !r.until.IsZero() && !c.now.Add(wall).After(r.until); endsBefore {
+	for _, r := range p.reservations {
+		if endsBefore := wall > 0 && !r.until.IsZero() && !p.c.now.Add(wall).After(r.until); endsBefore {
 			continue
 		}
-		if preemptibleByIt := q.f.preemptible && c.mayPreempt(r.tier, q.f.tier); !preemptibleByIt {
+		if preemptibleByIt := q.f.preemptible && p.c.mayPreempt(r.tier, q.f.tier); !preemptibleByIt {
 			return false
 		}
 	}
 	return true
 }
 
-func (c *cycle) reserveSlots(res placement.Result) {
+func (p *placer) reserveSlots(res placement.Result) {
 	for _, g := range res.Groups {
 		for _, sl := range g {
-			c.st.Reserve(sl)
+			p.c.st.Reserve(sl)
 		}
 	}
 }
@@ -49,33 +49,33 @@ func (c *cycle) reserveSlots(res placement.Result) {
 // running gangs in order of expected end in a scratch transaction until the
 // job fits; the GPUs of that placement are withheld from later jobs unless
 // they may backfill.
-func (c *cycle) reserve(q *queued, exp *Explanation) {
-	if c.endOrder == nil {
-		c.endOrder = c.holdersByEnd()
+func (p *placer) reserve(q *queued, exp *Explanation) {
+	if p.endOrder == nil {
+		p.endOrder = p.holdersByEnd()
 	}
-	holders := c.st.Holders()
-	req := c.request(q, false)
-	cp := c.st.Checkpoint()
+	holders := p.c.st.Holders()
+	req := p.c.request(q, false)
+	cp := p.c.st.Checkpoint()
 	next := q.gpus
 	var found placement.Result
 	var until time.Time
 	ok := false
 	for i := 0; ; i++ {
-		h, more := c.endOrder.at(i)
+		h, more := p.endOrder.at(i)
 		if !more {
 			break
 		}
-		if c.claimed[h] {
+		if p.c.claimed[h] {
 			continue
 		}
-		c.st.ReleaseHolder(h)
-		free := c.st.FreeGPUs(q.pool)
+		p.c.st.ReleaseHolder(h)
+		free := p.c.st.FreeGPUs(q.pool)
 		if free < next {
 			continue
 		}
-		if res, fit := c.st.Place(req, nil); fit {
+		if res, fit := p.c.st.Place(req, nil); fit {
 			found, ok = res, true
-			until = c.expectedEnd(&holders[h])
+			until = p.expectedEnd(&holders[h])
 			break
 		}
 		// Fragmented: try again only once noticeably more is free, so the
@@ -87,27 +87,27 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 		// still does not fit. Either earlier reservations and preemptors'
 		// bindings hold what would fit, or the job cannot be placed on its
 		// pool even empty: then it is parked with why, and holds nothing.
-		rej := c.emptyPoolRejections(req)
-		c.st.Rollback(cp)
+		rej := p.emptyPoolRejections(req)
+		p.c.st.Rollback(cp)
 		if rej != nil {
 			exp.Status = StatusParked
 			exp.Reason = neverFitsReason(q.pool, rej)
 			return
 		}
-		if c.explain {
+		if p.c.explain {
 			exp.Reason += "; no reservation possible: it fits its pool, but even once running work has ended GPUs it needs stay held (by earlier reservations, preemptors' bindings or admissions under way)"
 		}
 		return
 	}
-	c.st.Rollback(cp)
-	c.reserveSlots(found)
-	c.reservations = append(c.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until})
-	if c.explain {
-		c.resNotes = append(c.resNotes, c.reservationNote())
+	p.c.st.Rollback(cp)
+	p.reserveSlots(found)
+	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until})
+	if p.c.explain {
+		p.c.why.addReservationNote(p.reservationNote())
 	}
 	exp.Status = StatusReserved
 	exp.ReservedUntil = until
-	if !c.explain {
+	if !p.c.explain {
 		return
 	}
 	if until.IsZero() {
@@ -121,10 +121,10 @@ func (c *cycle) reserve(q *queued, exp *Explanation) {
 // empty (nothing running, managed or not, nothing held or reserved) and
 // returns nil when it fits there, else why each node refused it. It runs
 // inside reserve's scratch transaction, which rolls its changes back.
-func (c *cycle) emptyPoolRejections(req placement.Request) placement.Rejections {
-	c.st.Empty(req.Pool)
+func (p *placer) emptyPoolRejections(req placement.Request) placement.Rejections {
+	p.c.st.Empty(req.Pool)
 	rej := placement.Rejections{}
-	if _, ok := c.st.Place(req, rej); ok {
+	if _, ok := p.c.st.Place(req, rej); ok {
 		return nil
 	}
 	return rej
@@ -153,10 +153,10 @@ func neverFitsReason(pool string, rej placement.Rejections) string {
 
 // reservationNote tells jobs that may not backfill why reserved GPUs are
 // not theirs; built once per reservation, shared by every waiting job.
-func (c *cycle) reservationNote() string {
+func (p *placer) reservationNote() string {
 	var b strings.Builder
 	b.WriteString("; some GPUs are reserved for ")
-	for i, r := range c.reservations {
+	for i, r := range p.reservations {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -171,16 +171,16 @@ func (c *cycle) reservationNote() string {
 
 // expectedEnd of a gang: now when stopping, start + walltime when known
 // (never before now), zero when unknown.
-func (c *cycle) expectedEnd(hd *placement.Holder) time.Time {
+func (p *placer) expectedEnd(hd *placement.Holder) time.Time {
 	if hd.Stopping {
-		return c.now
+		return p.c.now
 	}
 	if hd.Job == nil || hd.Job.Spec.Walltime <= 0 {
 		return time.Time{}
 	}
 	end := earliestStart(hd.Allocs).Add(hd.Job.Spec.Walltime)
-	if end.Before(c.now) {
-		return c.now
+	if end.Before(p.c.now) {
+		return p.c.now
 	}
 	return end
 }
@@ -204,11 +204,11 @@ type endOrder struct {
 	sorted  []int
 }
 
-func (c *cycle) holdersByEnd() *endOrder {
-	holders := c.st.Holders()
-	o := &endOrder{holders: holders, heap: buffer.Zeroed(&c.e.scratch.ends, len(holders))}
+func (p *placer) holdersByEnd() *endOrder {
+	holders := p.c.st.Holders()
+	o := &endOrder{holders: holders, heap: buffer.Zeroed(&p.c.e.scratch.ends, len(holders))}
 	for i := range holders {
-		end := c.expectedEnd(&holders[i])
+		end := p.expectedEnd(&holders[i])
 		o.heap[i] = endKey{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
 	}
 	for i := len(o.heap)/2 - 1; i >= 0; i-- {

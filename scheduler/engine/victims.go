@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sort"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -52,17 +51,11 @@ func (c *cycle) assessHolders(facts []*specFacts) {
 		// (headroomWaives).
 		v, young := preempt.Running(g, c.now, minRT, c.pol.Preemption.RestartCost, len(c.pol.Headrooms) > 0)
 		if young && c.explain {
-			c.young = append(c.young, youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
+			c.why.addYoung(youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
 		}
 		c.victims[h] = v
 	}
-	sort.SliceStable(c.young, func(a, b int) bool {
-		ya, yb := c.young[a], c.young[b]
-		if !ya.from.Equal(yb.from) {
-			return ya.from.Before(yb.from)
-		}
-		return holders[ya.h].JobID < holders[yb.h].JobID
-	})
+	c.why.sortYoung(holders)
 }
 
 // managedFacts gives, per holder, the spec facts of a running job the

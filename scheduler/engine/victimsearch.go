@@ -8,9 +8,9 @@ import (
 // searchVictims finds the cheapest victims among the candidates that make
 // room for the request (preempt.Search: made minimal, for a gang re-placed
 // whole, judged by the admission's own placement).
-func (c *cycle) searchVictims(cl *candList, req placement.Request) ([]int, placement.Result, bool) {
-	c.preemptAttempts++
-	return preempt.Search(c.st, cl.indexOn(c.st, req.Pool), req, c.victims)
+func (pe *preempter) searchVictims(cl *candList, req placement.Request) ([]int, placement.Result, bool) {
+	pe.preemptAttempts++
+	return preempt.Search(pe.c.st, cl.indexOn(pe.c.st, req.Pool), req, pe.c.victims)
 }
 
 // indexOn is the candidates' victim index, built on the first search.
