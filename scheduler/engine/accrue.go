@@ -11,6 +11,12 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
+// accruer is the accrue step: it charges fair-share usage for the GPU
+// time used since the previous cycle (accrue) and forgets the stops
+// ordered earlier that are over (expireInflight). Its state is the
+// engine's memory, changed through the cycle's changes.
+type accruer struct{ c *cycle }
+
 // accrue charges each project the GPU time its allocations used since the
 // previous cycle: the running ones (from the snapshot) up to now, and the
 // ones that finished meanwhile (the store's finished log) up to their end,
@@ -19,13 +25,13 @@ import (
 // WithMemory restored. The charges go to a copy of the usage
 // (changes.accrued), which the cycle scores with. facts are the holders'
 // (managedFacts): their project index saves a lookup per allocation.
-func (c *cycle) accrue(holders []placement.Holder, facts []*specFacts) {
-	e, now := c.e, c.now
+func (ac *accruer) accrue(holders []placement.Holder, facts []*specFacts) {
+	e, now := ac.c.e, ac.c.now
 	last := e.lastCycle
-	finished, next := c.snap.FinishedSince(e.finishedSeq)
-	c.ch.finishedSeq, c.ch.lastCycle = next, last
+	finished, next := ac.c.snap.FinishedSince(e.finishedSeq)
+	ac.c.ch.finishedSeq, ac.c.ch.lastCycle = next, last
 	if last.IsZero() {
-		c.ch.lastCycle = now
+		ac.c.ch.lastCycle = now
 		return
 	}
 	if !now.After(last) {
@@ -92,7 +98,7 @@ func (c *cycle) accrue(holders []placement.Holder, facts []*specFacts) {
 		}
 		u.AddInterval(qc.projNames[k.proj], sum, time.Unix(0, k.from), time.Unix(0, k.to))
 	}
-	c.ch.accrued, c.ch.lastCycle = u, now
+	ac.c.ch.accrued, ac.c.ch.lastCycle = u, now
 }
 
 // charge is GPUs a project used over an interval (Unix nanoseconds).
@@ -116,13 +122,13 @@ func growTo(buf *[]int, s []int, n int) []int {
 // allocations are gone, or the adapter never carried them out within the
 // TTL. (Losses older than an hour are dropped by apply; lostFrom does not
 // count them meanwhile.)
-func (c *cycle) expireInflight() {
-	for id, st := range c.e.inflight {
-		if _, ok := c.snap.Alloc(id); !ok || c.now.Sub(st.expires) > c.e.opts.inflightTTL {
-			if c.ch.expired == nil {
-				c.ch.expired = map[string]bool{}
+func (ac *accruer) expireInflight() {
+	for id, st := range ac.c.e.inflight {
+		if _, ok := ac.c.snap.Alloc(id); !ok || ac.c.now.Sub(st.expires) > ac.c.e.opts.inflightTTL {
+			if ac.c.ch.expired == nil {
+				ac.c.ch.expired = map[string]bool{}
 			}
-			c.ch.expired[id] = true
+			ac.c.ch.expired[id] = true
 		}
 	}
 }

@@ -105,7 +105,7 @@ func deviceConstraintReason(group string, d cluster.DeviceAsk, pool string, miss
 
 func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfilled bool) {
 	j := q.job
-	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: p.c.scoreOf(q), Backfilled: backfilled}
+	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: p.c.order.scoreOf(q), Backfilled: backfilled}
 	pools := map[string]bool{}
 	req := p.c.request(q, false)
 	for gi, g := range j.Groups {

@@ -21,15 +21,9 @@ type cycle struct {
 	st   *placement.State
 	plan *Plan
 
-	// scorer scores the queue at now, with each project's fair-share
-	// deficit by project index (buildQueue).
-	scorer   *policy.Scorer
-	deficits []float64
 	// projectGPUs: GPUs held per project index (queueCache.project), for
 	// quotas (addProjectGPUs).
 	projectGPUs []int
-	// holderProj: each holder's project index (managedFacts; -1: no job).
-	holderProj []int32
 	// claimed: holders already chosen as victims (or stopping ones counted
 	// for a preemptor) in this cycle.
 	claimed []bool
@@ -39,6 +33,15 @@ type cycle struct {
 	// WithoutExplanations); scratch stands in for them when not.
 	explain bool
 	scratch Explanation
+	// acc is the accrue step (accrue.go).
+	acc accruer
+	// holds is the step that holds GPUs for earlier decisions (held.go).
+	holds holdings
+	// judge is the judge-running-gangs step (victims.go, idle.go,
+	// gangwatch.go).
+	judge judger
+	// order is the order-the-queue step (queue.go, layout.go).
+	order orderer
 	// why is the explain step (reasons.go).
 	why explainer
 	// place is the place-and-reserve step (admit.go, reserve.go).
@@ -49,21 +52,8 @@ type cycle struct {
 	defrag defragger
 	// hr is the headroom state (headroom.go); nil without headroom blocks.
 	hr *hrCycle
-	// bound: preemptor job ID -> the free GPUs of its binding this cycle
-	// withheld from everyone else (holdBindings); released for it alone.
-	bound map[string][]placement.Slot
-	// moveRooms: the GPUs bound to a job that moved others out of its
-	// way (a defragmenting preemption's room, Engine.bindings), free or
-	// not, with that job (holdBindings): a gang stopping there is moved
-	// for it (boundToOther).
-	moveRooms []boundSlot
 	// pendingByJob indexes pending admissions by job (pendingJob).
 	pendingByJob map[*cluster.Job]pendingAdmission
-	// holderByJob: the holder of each running managed job (managedFacts).
-	holderByJob map[*cluster.Job]int32
-	// idleVictims: some gang is a victim by its idle action (any tier
-	// may then preempt, see preempt.MayTake).
-	idleVictims bool
 	// inflightAllocs: the snapshot's allocations with a stop in flight
 	// (indexInflight).
 	inflightAllocs map[*cluster.Alloc]struct{}
@@ -98,13 +88,14 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 		},
 		explain: !e.opts.noExplain,
 	}
+	c.acc.c, c.holds.c, c.judge.c, c.order.c = c, c, c, c
 	c.why.c, c.place.c, c.pre.c, c.defrag.c = c, c, c, c
 	c.place.poolMax = map[string][3]int{}
 	return c
 }
 
 func (c *cycle) run() {
-	c.expireInflight()
+	c.acc.expireInflight()
 	c.indexInflight()
 	var stopping func(*cluster.Alloc) bool
 	if len(c.inflightAllocs) > 0 {
@@ -117,26 +108,26 @@ func (c *cycle) run() {
 	// The placement state is the longer of the two on a new engine too
 	// (BenchmarkDecide: 3.8 against 3.1 ms at the median) since the queue
 	// cache's entries are laid out in shared arrays.
-	c.sideBySide(newState, c.refreshQueue)
+	c.sideBySide(newState, c.order.refreshQueue)
 	// Judging the running gangs (victims, idle, the gang watch) and
 	// ordering the queue read the same state and write disjoint parts of
 	// the cycle. The spec facts both need are worked out before
 	// (managedFacts; the queue's came with refreshQueue), so neither fills
 	// a shared cache.
 	c.claimed = buffer.Zeroed(&c.e.scratch.claimed, len(c.st.Holders()))
-	facts := c.managedFacts()
-	c.accrue(c.st.Holders(), facts)
-	c.holdPending()
-	c.holdBindings()
+	facts := c.judge.managedFacts()
+	c.acc.accrue(c.st.Holders(), facts)
+	c.holds.holdPending()
+	c.holds.holdBindings()
 	var lay *queueLayout
 	order := func() {
-		queue := c.buildQueue()
+		queue := c.order.buildQueue()
 		c.headroomBegin(queue, facts)
-		lay = c.layOut(queue, c.e.queue.oneArray)
+		lay = c.order.layOut(queue, c.e.queue.oneArray)
 	}
 	judge := func() {
-		c.assessHolders(facts)
-		c.watchGangs()
+		c.judge.assessHolders(facts)
+		c.judge.watchGangs()
 	}
 	// Judging a running gang costs about twice ordering a queued job.
 	if c.e.queue.queuedLen > 2*len(c.st.Holders()) {
@@ -252,44 +243,16 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 func (c *cycle) decide(q *queued, pos int) {
 	exp := c.explanation(q, pos)
 	if c.heldBack(q, exp) {
-		if exp.Status == StatusParked && c.bindingSpent(q, exp) {
-			// It cannot be placed as things are (its pool lost the
-			// nodes it preempted for, say): what is bound to it is free
-			// for the others now.
-			for _, sl := range c.bound[q.id] {
-				c.st.Release(sl)
-			}
-			delete(c.bound, q.id)
-			c.dropBinding(q.id)
+		if exp.Status == StatusParked {
+			c.holds.dropSpent(q, exp)
 		}
 		return
 	}
 	if give := c.headroomProtect(q); give != nil {
 		defer give()
 	}
-	if slots := c.bound[q.id]; len(slots) > 0 {
-		// The GPUs bound to this job are its own: free for it alone.
-		for _, sl := range slots {
-			c.st.Release(sl)
-		}
-		defer func() {
-			switch {
-			case exp.Status == StatusAdmitted:
-			case c.bindingSpent(q, exp):
-				// Nothing it waits for is stopping, and it still does
-				// not place on what its victims freed (a node went down,
-				// say): the GPUs are free for every job from now on,
-				// not held for it until the binding expires.
-				c.dropBinding(q.id)
-			default:
-				for _, sl := range slots {
-					if sl.Mask&c.st.Free(sl.Node) == sl.Mask {
-						c.st.Take(sl)
-					}
-				}
-			}
-			delete(c.bound, q.id)
-		}()
+	if back := c.holds.lend(q, exp); back != nil {
+		defer back()
 	}
 	if c.place.tryAdmit(q, exp, pos) {
 		return
@@ -315,7 +278,7 @@ func (c *cycle) decide(q *queued, pos int) {
 // at each job beyond its size (its explanation is not kept anyway). The
 // one thing decide would still note, an expired deferral, is noted here.
 func (c *cycle) onlyWaits(q *queued) bool {
-	if len(c.bound[q.id]) > 0 || !c.place.full() {
+	if c.holds.lent(q) || !c.place.full() {
 		return false
 	}
 	if c.headroomKeepsOut(q) {
@@ -367,7 +330,7 @@ func (c *cycle) indexExplanations(lay *queueLayout) {
 		q, exp := lay.filled(i), &c.exps[i]
 		exp.JobID, exp.Position, exp.GPUs = q.id, i+1, q.gpus
 		if !q.parked {
-			exp.Score, exp.Tier, exp.Project = c.scoreOf(q), q.f.tier, q.f.project
+			exp.Score, exp.Tier, exp.Project = c.order.scoreOf(q), q.f.tier, q.f.project
 		}
 	}
 	c.plan.Queue = make([]string, n)

@@ -170,7 +170,7 @@ func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res 
 			}
 		}
 	}
-	df.c.bind(q, res, victims)
+	df.c.holds.bind(q, res, victims)
 	b, _ := df.c.bindingOf(q.id)
 	b.movedOut = make([]string, 0, len(victims))
 	for _, h := range victims {
@@ -256,7 +256,7 @@ func (df *defragger) movesUnderWay(q *queued) bool {
 	holders := df.c.st.Holders()
 	for _, id := range b.movedOut {
 		if j, ok := df.c.snap.Job(id); ok {
-			if h, ok := df.c.holderByJob[j]; ok && holders[h].Stopping {
+			if h, ok := df.c.judge.managedHolder(j); ok && holders[h].Stopping {
 				return true
 			}
 		}

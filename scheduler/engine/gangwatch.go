@@ -34,24 +34,24 @@ import (
 // restart and reschedule blocks allow no more, so nothing else would
 // ever happen to it). A gang whose job says impact_on_failure = "fail"
 // is stopped whole the same way and ended failed (Preemption.EndFailed).
-func (c *cycle) watchGangs() {
-	grace := c.pol.Gangs.MissingMemberGrace
-	holders := c.st.Holders()
-	for _, run := range c.e.queue.running {
+func (jd *judger) watchGangs() {
+	grace := jd.c.pol.Gangs.MissingMemberGrace
+	holders := jd.c.st.Holders()
+	for _, run := range jd.c.e.queue.running {
 		for _, j := range run {
-			if _, ok := c.pendingJob(j); ok {
+			if _, ok := jd.c.pendingJob(j); ok {
 				continue
 			}
-			h, hasHolder := c.holderOfJob(j)
+			h, hasHolder := jd.holderOfJob(j)
 			var allocs []*cluster.Alloc
 			var slots []placement.Slot
 			if hasHolder {
 				allocs, slots = holders[h].Allocs, holders[h].Slots
-				if c.ordered(allocs) {
+				if jd.ordered(allocs) {
 					continue // a stop we ordered is under way
 				}
 			}
-			if j.Parked && hasHolder && c.anyRunning(allocs) {
+			if j.Parked && hasHolder && jd.anyRunning(allocs) {
 				// Re-submitted by its user while running: Nomad's meaning
 				// is a destructive update (the new version replaces the
 				// old allocations). Through the queue: the old ones are
@@ -63,36 +63,36 @@ func (c *cycle) watchGangs() {
 				}
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)
-					c.orderStop(a.ID, inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)})
+					jd.c.orderStop(a.ID, inflightStop{job: j.ID, decided: jd.c.now, expires: jd.c.now.Add(j.Spec.Grace)})
 				}
-				c.pre.claim(h)
-				c.plan.Requeues = append(c.plan.Requeues, r)
-				c.e.logger.Info("running job updated by its user; replacing it through the queue", "job", j.ID)
+				jd.c.pre.claim(h)
+				jd.c.plan.Requeues = append(jd.c.plan.Requeues, r)
+				jd.c.e.logger.Info("running job updated by its user; replacing it through the queue", "job", j.ID)
 				continue
 			}
 			if grace <= 0 {
 				continue // the watch is off
 			}
-			m := c.missing(j, allocs, slots)
+			m := jd.missing(j, allocs, slots)
 			if m.why == "" {
 				continue
 			}
 			if j.Dead {
-				if idx, ok := c.e.requeuedDead[j.ID]; ok && idx == j.ModifyIndex {
-					c.keepRequeuedDead(j) // requeued; the adapter is parking it
+				if idx, ok := jd.c.e.requeuedDead[j.ID]; ok && idx == j.ModifyIndex {
+					jd.keepRequeuedDead(j) // requeued; the adapter is parking it
 					continue
 				}
 			}
-			since, ok := c.e.broken[j.ID]
+			since, ok := jd.c.e.broken[j.ID]
 			if !ok {
-				since = c.now
-				c.e.logger.Info("gang missing a member", "job", j.ID, "why", m.why, "grace", grace)
+				since = jd.c.now
+				jd.c.e.logger.Info("gang missing a member", "job", j.ID, "why", m.why, "grace", grace)
 			}
-			if !m.atOnce && c.now.Sub(since) < grace {
-				if c.ch.broken == nil {
-					c.ch.broken = map[string]time.Time{}
+			if !m.atOnce && jd.c.now.Sub(since) < grace {
+				if jd.c.ch.broken == nil {
+					jd.c.ch.broken = map[string]time.Time{}
 				}
-				c.ch.broken[j.ID] = since // still missing: watched on
+				jd.c.ch.broken[j.ID] = since // still missing: watched on
 				continue
 			}
 			r := Preemption{
@@ -108,37 +108,37 @@ func (c *cycle) watchGangs() {
 				r.Reason = fmt.Sprintf("gang incomplete: %s; %s", m.why, what)
 			} else {
 				r.Reason = fmt.Sprintf("gang incomplete for %s (gangs missing_member_grace %s): %s; %s",
-					c.now.Sub(since).Round(time.Second), grace, m.why, what)
+					jd.c.now.Sub(since).Round(time.Second), grace, m.why, what)
 			}
 			if hasHolder {
 				r.GPUs = holders[h].GPUs
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)
-					c.orderStop(a.ID, inflightStop{job: j.ID, decided: c.now, expires: c.now.Add(j.Spec.Grace)})
+					jd.c.orderStop(a.ID, inflightStop{job: j.ID, decided: jd.c.now, expires: jd.c.now.Add(j.Spec.Grace)})
 				}
-				c.pre.claim(h)
+				jd.c.pre.claim(h)
 			}
 			if j.Dead {
-				c.keepRequeuedDead(j)
+				jd.keepRequeuedDead(j)
 			}
-			c.plan.Requeues = append(c.plan.Requeues, r)
+			jd.c.plan.Requeues = append(jd.c.plan.Requeues, r)
 			// Only planned: a standby decides too. The agent logs the requeue
 			// (at Warn) once the leader carries it out.
-			c.e.logger.Debug("planning to requeue an incomplete gang whole", "job", j.ID, "why", m.why, "missing_for", c.now.Sub(since), "end_failed", r.EndFailed)
+			jd.c.e.logger.Debug("planning to requeue an incomplete gang whole", "job", j.ID, "why", m.why, "missing_for", jd.c.now.Sub(since), "end_failed", r.EndFailed)
 		}
 	}
 }
 
 // keepRequeuedDead remembers that the dead gang j's run is requeued.
-func (c *cycle) keepRequeuedDead(j *cluster.Job) {
-	if c.ch.requeuedDead == nil {
-		c.ch.requeuedDead = map[string]uint64{}
+func (jd *judger) keepRequeuedDead(j *cluster.Job) {
+	if jd.c.ch.requeuedDead == nil {
+		jd.c.ch.requeuedDead = map[string]uint64{}
 	}
-	c.ch.requeuedDead[j.ID] = j.ModifyIndex
+	jd.c.ch.requeuedDead[j.ID] = j.ModifyIndex
 }
 
 // anyRunning reports whether some allocation is not told to stop.
-func (c *cycle) anyRunning(allocs []*cluster.Alloc) bool {
+func (jd *judger) anyRunning(allocs []*cluster.Alloc) bool {
 	for _, a := range allocs {
 		if !a.Stopping {
 			return true
@@ -149,11 +149,11 @@ func (c *cycle) anyRunning(allocs []*cluster.Alloc) bool {
 
 // holderOfJob finds the holder of a running job's allocations: by the
 // job object (the holders' jobs are the snapshot's), else by ID.
-func (c *cycle) holderOfJob(j *cluster.Job) (int, bool) {
-	if h, ok := c.holderByJob[j]; ok {
+func (jd *judger) holderOfJob(j *cluster.Job) (int, bool) {
+	if h, ok := jd.holderByJob[j]; ok {
 		return int(h), true
 	}
-	return c.holderOf(j.ID)
+	return jd.c.holderOf(j.ID)
 }
 
 // holderOf finds the holder of a job's allocations.
@@ -164,9 +164,9 @@ func (c *cycle) holderOf(jobID string) (int, bool) {
 }
 
 // ordered reports whether the engine ordered a stop of any of the allocs.
-func (c *cycle) ordered(allocs []*cluster.Alloc) bool {
+func (jd *judger) ordered(allocs []*cluster.Alloc) bool {
 	for _, a := range allocs {
-		if c.stopOrdered(a) {
+		if jd.c.stopOrdered(a) {
 			return true
 		}
 	}
@@ -187,7 +187,7 @@ type gap struct {
 // slots are the holder's slots of allocs (nil without a holder): a
 // member's node is read from the cycle's state by ordinal, not looked up
 // by ID, and the common complete gang allocates nothing.
-func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placement.Slot) gap {
+func (jd *judger) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placement.Slot) gap {
 	type count struct {
 		group string
 		n     int
@@ -203,9 +203,9 @@ func (c *cycle) missing(j *cluster.Job, allocs []*cluster.Alloc, slots []placeme
 		var n *cluster.Node
 		ok := false
 		if i < len(slots) {
-			n, ok = c.st.Node(slots[i].Node), true
+			n, ok = jd.c.st.Node(slots[i].Node), true
 		} else {
-			n, ok = c.snap.Node(a.NodeID)
+			n, ok = jd.c.snap.Node(a.NodeID)
 		}
 		switch {
 		case a.Replacement:

@@ -9,15 +9,83 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 )
 
+// holdings is the step that holds GPUs for earlier decisions, before the
+// queue is decided: the admissions planned by earlier cycles whose
+// allocations have not appeared yet (holdPending), and the GPUs bound to
+// preemptors and to moved jobs (holdBindings), withheld from every job
+// but theirs (lend); it records new bindings (bind).
+type holdings struct {
+	c *cycle
+	// bound: preemptor job ID -> the free GPUs of its binding this cycle
+	// withheld from everyone else (holdBindings); released for it alone.
+	bound map[string][]placement.Slot
+	// moveRooms: the GPUs bound to a job that moved others out of its
+	// way (a defragmenting preemption's room, Engine.bindings), free or
+	// not, with that job (holdBindings): a gang stopping there is moved
+	// for it (boundToOther).
+	moveRooms []boundSlot
+}
+
+// lent: GPUs bound to q are withheld from the others this cycle.
+func (hb *holdings) lent(q *queued) bool { return len(hb.bound[q.id]) > 0 }
+
+// dropSpent frees what is bound to a parked job whose binding is spent:
+// it cannot be placed as things are (its pool lost the nodes it
+// preempted for, say), so what is bound to it is free for the others now.
+func (hb *holdings) dropSpent(q *queued, exp *Explanation) {
+	if !hb.bindingSpent(q, exp) {
+		return
+	}
+	for _, sl := range hb.bound[q.id] {
+		hb.c.st.Release(sl)
+	}
+	delete(hb.bound, q.id)
+	hb.c.dropBinding(q.id)
+}
+
+// lend releases the GPUs bound to q, its own, for it alone while it is
+// decided; the function it returns (nil: none bound) ends the loan once
+// q is decided: admitted, the GPUs are its; with its binding spent, they
+// are free for every job from now on; otherwise those still free are
+// withheld again.
+func (hb *holdings) lend(q *queued, exp *Explanation) func() {
+	slots := hb.bound[q.id]
+	if len(slots) == 0 {
+		return nil
+	}
+	st := hb.c.st
+	for _, sl := range slots {
+		st.Release(sl)
+	}
+	return func() {
+		switch {
+		case exp.Status == StatusAdmitted:
+		case hb.bindingSpent(q, exp):
+			// Nothing it waits for is stopping, and it still does
+			// not place on what its victims freed (a node went down,
+			// say): the GPUs are free for every job from now on,
+			// not held for it until the binding expires.
+			hb.c.dropBinding(q.id)
+		default:
+			for _, sl := range slots {
+				if sl.Mask&st.Free(sl.Node) == sl.Mask {
+					st.Take(sl)
+				}
+			}
+		}
+		delete(hb.bound, q.id)
+	}
+}
+
 // holdPending keeps the GPUs of admissions planned by earlier cycles whose
 // allocations have not appeared yet, and forgets those that did appear,
 // whose job is gone, or that outlived the TTL.
-func (c *cycle) holdPending() {
-	for _, id := range slices.Sorted(maps.Keys(c.e.pending)) {
-		p := c.e.pending[id]
-		j, ok := c.snap.Job(id)
+func (hb *holdings) holdPending() {
+	for _, id := range slices.Sorted(maps.Keys(hb.c.e.pending)) {
+		p := hb.c.e.pending[id]
+		j, ok := hb.c.snap.Job(id)
 		var appeared []*cluster.Alloc
-		for _, a := range c.snap.JobAllocs(id) {
+		for _, a := range hb.c.snap.JobAllocs(id) {
 			if !p.earlier[a.ID] {
 				appeared = append(appeared, a)
 			}
@@ -37,12 +105,12 @@ func (c *cycle) holdPending() {
 			}
 			over = over || done >= len(p.allocs)
 		}
-		if !ok || over || c.now.Sub(p.at) > c.e.opts.admissionTTL {
-			c.dropPending(id)
+		if !ok || over || hb.c.now.Sub(p.at) > hb.c.e.opts.admissionTTL {
+			hb.c.dropPending(id)
 			continue
 		}
 		for _, a := range p.allocs {
-			c.st.Hold(a.NodeID, a.GPUs)
+			hb.c.st.Hold(a.NodeID, a.GPUs)
 		}
 		if j.SpecErr == nil {
 			// Members already running are charged to the quota as
@@ -51,10 +119,10 @@ func (c *cycle) holdPending() {
 			for _, a := range appeared {
 				held -= len(a.GPUs)
 			}
-			c.addProjectGPUs(c.e.queue.project(c.pol.ProjectName(j.Spec)), max(0, held))
+			hb.c.addProjectGPUs(hb.c.e.queue.project(hb.c.pol.ProjectName(j.Spec)), max(0, held))
 		}
 	}
-	c.st.Commit()
+	hb.c.st.Commit()
 }
 
 // holdBindings withholds the GPUs bound to preemptors (Engine.bindings)
@@ -62,49 +130,49 @@ func (c *cycle) holdPending() {
 // bindings whose preemptor was admitted or left the queue, or that
 // expired. A job moved by a defragmenting preemption keeps its binding
 // while it is still running (stopping) too.
-func (c *cycle) holdBindings() {
-	if len(c.e.bindings) == 0 {
+func (hb *holdings) holdBindings() {
+	if len(hb.c.e.bindings) == 0 {
 		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(c.e.bindings)) {
-		b := c.e.bindings[id]
-		j, ok := c.snap.Job(id)
-		_, pending := c.pendingOf(id)
+	for _, id := range slices.Sorted(maps.Keys(hb.c.e.bindings)) {
+		b := hb.c.e.bindings[id]
+		j, ok := hb.c.snap.Job(id)
+		_, pending := hb.c.pendingOf(id)
 		waiting := j != nil && (j.State == cluster.JobQueued || b.moved && j.State == cluster.JobRunning)
-		if !ok || !waiting || pending || c.now.After(b.expires) || c.boundOffNode(b) {
-			c.dropBinding(id)
+		if !ok || !waiting || pending || hb.c.now.After(b.expires) || hb.boundOffNode(b) {
+			hb.c.dropBinding(id)
 			continue
 		}
 		for _, ap := range b.gpus {
-			sl, ok := c.slotOf(ap)
+			sl, ok := hb.slotOf(ap)
 			if !ok {
 				continue
 			}
 			if len(b.movedOut) > 0 {
-				c.moveRooms = append(c.moveRooms, boundSlot{owner: id, sl: sl}) // a move's room
+				hb.moveRooms = append(hb.moveRooms, boundSlot{owner: id, sl: sl}) // a move's room
 			}
-			sl.Mask &= c.st.Free(sl.Node)
+			sl.Mask &= hb.c.st.Free(sl.Node)
 			if sl.Mask == 0 {
 				continue
 			}
-			c.st.Take(sl)
-			if c.bound == nil {
-				c.bound = map[string][]placement.Slot{}
+			hb.c.st.Take(sl)
+			if hb.bound == nil {
+				hb.bound = map[string][]placement.Slot{}
 			}
-			c.bound[id] = append(c.bound[id], sl)
+			hb.bound[id] = append(hb.bound[id], sl)
 		}
 	}
-	c.st.Commit()
+	hb.c.st.Commit()
 }
 
 // boundOffNode: some GPUs of the binding are on a node that is gone or
 // takes no new work (down, draining, ineligible): the placement they were
 // bound for can no longer happen, so none of them is held for it, not
 // even for the rest of this cycle.
-func (c *cycle) boundOffNode(b binding) bool {
+func (hb *holdings) boundOffNode(b binding) bool {
 	for _, ap := range b.gpus {
-		ord, ok := c.st.Ordinal(ap.NodeID)
-		if !ok || !c.st.Schedulable(ord) {
+		ord, ok := hb.c.st.Ordinal(ap.NodeID)
+		if !ok || !hb.c.st.Schedulable(ord) {
 			return true
 		}
 	}
@@ -116,21 +184,21 @@ func (c *cycle) boundOffNode(b binding) bool {
 // waits for none: it is not preempting this cycle, and no move of its is
 // under way), yet it was not admitted on what they freed. A job moved out
 // of another's way keeps its binding: it restarts on those GPUs.
-func (c *cycle) bindingSpent(q *queued, exp *Explanation) bool {
+func (hb *holdings) bindingSpent(q *queued, exp *Explanation) bool {
 	if exp.Status == StatusPreempting {
 		return false
 	}
-	b, ok := c.bindingOf(q.id)
-	return ok && !b.moved && !c.defrag.movesUnderWay(q)
+	b, ok := hb.c.bindingOf(q.id)
+	return ok && !b.moved && !hb.c.defrag.movesUnderWay(q)
 }
 
 // slotOf maps a placement by node and GPU IDs to the state's slot.
-func (c *cycle) slotOf(ap AllocPlacement) (placement.Slot, bool) {
-	ord, ok := c.st.Ordinal(ap.NodeID)
+func (hb *holdings) slotOf(ap AllocPlacement) (placement.Slot, bool) {
+	ord, ok := hb.c.st.Ordinal(ap.NodeID)
 	if !ok {
 		return placement.Slot{}, false
 	}
-	n := c.st.Node(ord)
+	n := hb.c.st.Node(ord)
 	var m uint64
 	for _, id := range ap.GPUs {
 		for gi := range min(len(n.GPUs), cluster.MaxGPUsPerNode) {
@@ -147,21 +215,37 @@ func (c *cycle) slotOf(ap AllocPlacement) (placement.Slot, bool) {
 // (until its victims' longest grace and the admission TTL are over).
 // An existing binding keeps its expiry (refreshing it each cycle the
 // preemptor waits would hold the GPUs for ever).
-func (c *cycle) bind(q *queued, res placement.Result, victims []int) {
+func (hb *holdings) bind(q *queued, res placement.Result, victims []int) {
 	var gpus []AllocPlacement
 	for _, g := range res.Groups {
 		for _, sl := range g {
-			gpus = append(gpus, AllocPlacement{NodeID: c.st.Node(sl.Node).ID, GPUs: c.st.GPUIDs(sl)})
+			gpus = append(gpus, AllocPlacement{NodeID: hb.c.st.Node(sl.Node).ID, GPUs: hb.c.st.GPUIDs(sl)})
 		}
 	}
-	b, ok := c.bindingOf(q.job.ID)
+	b, ok := hb.c.bindingOf(q.job.ID)
 	if !ok {
 		maxGrace := time.Duration(0)
 		for _, h := range victims {
-			maxGrace = max(maxGrace, c.victims[h].Grace)
+			maxGrace = max(maxGrace, hb.c.victims[h].Grace)
 		}
-		b.expires = c.now.Add(maxGrace + c.e.opts.admissionTTL)
+		b.expires = hb.c.now.Add(maxGrace + hb.c.e.opts.admissionTTL)
 	}
 	b.gpus = gpus
-	c.setBinding(q.job.ID, b)
+	hb.c.setBinding(q.job.ID, b)
+}
+
+// boundToOther: some GPUs of holder h are a move's room bound to a job
+// other than q (holdBindings): h is being moved out of that job's way.
+func (hb *holdings) boundToOther(q *queued, h int) bool {
+	if len(hb.moveRooms) == 0 {
+		return false
+	}
+	for _, sl := range hb.c.st.Holders()[h].Slots {
+		for _, b := range hb.moveRooms {
+			if b.owner != q.id && b.sl.Node == sl.Node && b.sl.Mask&sl.Mask != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

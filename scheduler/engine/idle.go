@@ -242,10 +242,10 @@ type idleState struct {
 }
 
 // judgeIdle works out the utilisation state of a managed running gang.
-func (c *cycle) judgeIdle(hd *placement.Holder, f *specFacts) idleState {
+func (jd *judger) judgeIdle(hd *placement.Holder, f *specFacts) idleState {
 	// f.idle is the policy's IdleFor, ignored its IdleIgnored.
 	st := idleState{cfg: &f.idle, util: -1, ignored: hd.Job.Spec.IdleIgnore && f.idle.AllowOptOut}
-	jt := c.e.jobUtil[hd.JobID]
+	jt := jd.c.e.jobUtil[hd.JobID]
 	if jt == nil || jt.lastAt.IsZero() {
 		return st
 	}
@@ -262,7 +262,7 @@ func (c *cycle) judgeIdle(hd *placement.Holder, f *specFacts) idleState {
 	st.hung = true
 	st.hungFor = st.idleFor
 	for _, a := range hd.Allocs {
-		at := c.e.allocUtil[a.ID]
+		at := jd.c.e.allocUtil[a.ID]
 		s, ok := at.idleSince(st.cfg.Threshold)
 		if !ok || at.lastAt.Sub(s) < st.cfg.Duration {
 			st.hung = false
@@ -278,12 +278,12 @@ func (c *cycle) judgeIdle(hd *placement.Holder, f *specFacts) idleState {
 
 // idleVictim makes an idle gang on a preemptible idle action a victim
 // (preempt.Idle), with what its stop says of its idleness.
-func (c *cycle) idleVictim(hd *placement.Holder, st idleState) preempt.Victim {
+func (jd *judger) idleVictim(hd *placement.Holder, st idleState) preempt.Victim {
 	j := hd.Job
-	idleGPUh, reclaimed := c.idleHours(hd, st)
-	tier := c.pol.TierOf(j.Spec)
-	g := preempt.Gang{Allocs: hd.Allocs, GPUs: hd.GPUs, Tier: tier.Name, Impact: c.pol.Impact(j.Spec), Spec: &j.Spec}
-	return preempt.Idle(g, tier.Weight, c.pol.Preemption.RestartCost, &preempt.IdleVictim{
+	idleGPUh, reclaimed := jd.idleHours(hd, st)
+	tier := jd.c.pol.TierOf(j.Spec)
+	g := preempt.Gang{Allocs: hd.Allocs, GPUs: hd.GPUs, Tier: tier.Name, Impact: jd.c.pol.Impact(j.Spec), Spec: &j.Spec}
+	return preempt.Idle(g, tier.Weight, jd.c.pol.Preemption.RestartCost, &preempt.IdleVictim{
 		GPUHours:  idleGPUh,
 		Reclaimed: reclaimed,
 		Since:     st.since,
@@ -317,11 +317,11 @@ func (c *cycle) mayPreempt(by, victim string) bool {
 // judgeRunning judges every managed running gang's utilisation once per
 // cycle: it logs changes (idle, hung, busy again), orders the requeue
 // action's reclaims, and returns the states by holder for assessHolders.
-func (c *cycle) judgeRunning(facts []*specFacts) []idleState {
-	holders := c.st.Holders()
-	states := buffer.Zeroed(&c.e.scratch.states, len(holders))
-	if c.explain && len(holders) > 0 {
-		c.plan.Running = make([]RunningJob, 0, len(holders))
+func (jd *judger) judgeRunning(facts []*specFacts) []idleState {
+	holders := jd.c.st.Holders()
+	states := buffer.Zeroed(&jd.c.e.scratch.states, len(holders))
+	if jd.c.explain && len(holders) > 0 {
+		jd.c.plan.Running = make([]RunningJob, 0, len(holders))
 	}
 	for h := range holders {
 		hd := &holders[h]
@@ -329,9 +329,9 @@ func (c *cycle) judgeRunning(facts []*specFacts) []idleState {
 		if f == nil {
 			continue
 		}
-		st := c.judgeIdle(hd, f)
+		st := jd.judgeIdle(hd, f)
 		states[h] = st
-		c.logIdleChange(hd, st)
+		jd.logIdleChange(hd, st)
 		note := ""
 		switch {
 		case !st.idle:
@@ -341,7 +341,7 @@ func (c *cycle) judgeRunning(facts []*specFacts) []idleState {
 			note = "idle; reported only (tier's idle action is report)"
 		case st.cfg.Action == policy.IdlePreemptible:
 			note = "idle; preemptible by waiting work of its tier or higher"
-			if !c.pol.Preemption.Enabled {
+			if !jd.c.pol.Preemption.Enabled {
 				note = "idle; would be preemptible, but preemption is disabled"
 			}
 		case st.cfg.Action == policy.IdleRequeue && !st.hung:
@@ -349,48 +349,48 @@ func (c *cycle) judgeRunning(facts []*specFacts) []idleState {
 		case st.cfg.Action == policy.IdleRequeue && hd.Stopping:
 			note = "hung; being stopped"
 		case st.cfg.Action == policy.IdleRequeue:
-			note = c.reclaim(h, hd, st)
+			note = jd.reclaim(h, hd, st)
 		}
-		if c.explain {
+		if jd.c.explain {
 			rj := RunningJob{JobID: hd.JobID, Tier: f.tier, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs),
 				Utilization: st.util, IdleSince: st.since, IdleFor: st.idleFor, Idle: st.idle, Hung: st.hung,
 				Threshold: st.cfg.Threshold, Duration: st.cfg.Duration, Action: st.cfg.Action, OptedOut: st.ignored, Note: note}
 			if len(hd.Slots) > 0 {
-				rj.Pool = c.st.PoolOf(hd.Slots[0].Node)
+				rj.Pool = jd.c.st.PoolOf(hd.Slots[0].Node)
 			}
-			c.plan.Running = append(c.plan.Running, rj)
+			jd.c.plan.Running = append(jd.c.plan.Running, rj)
 		}
 	}
-	for id := range c.e.idleSeen {
-		if h, ok := c.holderOf(id); !ok || facts[h] == nil {
-			c.ch.idleGone = append(c.ch.idleGone, id) // no longer running
+	for id := range jd.c.e.idleSeen {
+		if h, ok := jd.c.holderOf(id); !ok || facts[h] == nil {
+			jd.c.ch.idleGone = append(jd.c.ch.idleGone, id) // no longer running
 		}
 	}
 	// A job's requeue count lives as long as the job (queued again or
 	// running); a job that left (stopped, purged) starts afresh.
-	for id := range c.e.requeues {
-		if _, ok := c.snap.Job(id); !ok {
-			c.ch.requeuesGone = append(c.ch.requeuesGone, id)
+	for id := range jd.c.e.requeues {
+		if _, ok := jd.c.snap.Job(id); !ok {
+			jd.c.ch.requeuesGone = append(jd.c.ch.requeuesGone, id)
 		}
 	}
-	// c.plan.Running is in job ID order already: holders are (one per
+	// jd.c.plan.Running is in job ID order already: holders are (one per
 	// job, sorted by job ID; see placement.New).
 	return states
 }
 
 // reclaim orders the requeue action for a hung gang and returns its note.
-func (c *cycle) reclaim(h int, hd *placement.Holder, st idleState) string {
+func (jd *judger) reclaim(h int, hd *placement.Holder, st idleState) string {
 	j := hd.Job
-	n := c.requeuesOf(hd.JobID)
+	n := jd.c.requeuesOf(hd.JobID)
 	requeue := n < st.cfg.MaxRequeues
 	if requeue {
 		n++
-		if c.ch.requeues == nil {
-			c.ch.requeues = map[string]int{}
+		if jd.c.ch.requeues == nil {
+			jd.c.ch.requeues = map[string]int{}
 		}
-		c.ch.requeues[hd.JobID] = n
+		jd.c.ch.requeues[hd.JobID] = n
 	}
-	idleGPUh, reclaimed := c.idleHours(hd, st)
+	idleGPUh, reclaimed := jd.idleHours(hd, st)
 	numbers := fmt.Sprintf("every member below %g%% for %s (job mean %.1f%%, idle since %s)", st.cfg.Threshold,
 		st.hungFor.Round(time.Second), st.util, st.since.UTC().Format(time.RFC3339))
 	var reason string
@@ -403,11 +403,11 @@ func (c *cycle) reclaim(h int, hd *placement.Holder, st idleState) string {
 		Requeue: requeue, Requeues: n, IdleGPUHours: idleGPUh, ReclaimedGPUHours: reclaimed, Reason: reason}
 	for _, a := range hd.Allocs {
 		r.Allocs = append(r.Allocs, a.ID)
-		c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: c.now, expires: c.now.Add(r.Grace), requeue: requeue})
+		jd.c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: jd.c.now, expires: jd.c.now.Add(r.Grace), requeue: requeue})
 	}
-	c.claimed[h] = true
-	c.plan.Reclaims = append(c.plan.Reclaims, r)
-	c.e.logger.Info("reclaiming hung job", "job", hd.JobID, "requeue", requeue, "requeues", n, "max_requeues", st.cfg.MaxRequeues,
+	jd.c.claimed[h] = true
+	jd.c.plan.Reclaims = append(jd.c.plan.Reclaims, r)
+	jd.c.e.logger.Info("reclaiming hung job", "job", hd.JobID, "requeue", requeue, "requeues", n, "max_requeues", st.cfg.MaxRequeues,
 		"gpus", hd.GPUs, "utilization", st.util, "threshold", st.cfg.Threshold, "idle_since", st.since, "idle_for", st.idleFor,
 		"duration", st.cfg.Duration, "idle_gpu_hours", idleGPUh, "reclaimed_gpu_hours", reclaimed)
 	return reason
@@ -416,10 +416,10 @@ func (c *cycle) reclaim(h int, hd *placement.Holder, st idleState) string {
 // idleHours is what an idle gang has held idle (its GPUs x its idle run)
 // and what stopping it now reclaims: its GPUs x the rest of its
 // impact_walltime, 0 when it declares none (unknown is not guessed).
-func (c *cycle) idleHours(hd *placement.Holder, st idleState) (idle, reclaimed float64) {
+func (jd *judger) idleHours(hd *placement.Holder, st idleState) (idle, reclaimed float64) {
 	idle = float64(hd.GPUs) * st.idleFor.Hours()
 	if w := hd.Job.Spec.Walltime; w > 0 {
-		if left := earliestStart(hd.Allocs).Add(w).Sub(c.now); left > 0 {
+		if left := earliestStart(hd.Allocs).Add(w).Sub(jd.c.now); left > 0 {
 			reclaimed = float64(hd.GPUs) * left.Hours()
 		}
 	}
@@ -429,33 +429,33 @@ func (c *cycle) idleHours(hd *placement.Holder, st idleState) (idle, reclaimed f
 // idleFlags is what was last logged of a job's utilisation state.
 type idleFlags struct{ idle, hung bool }
 
-func (c *cycle) logIdleChange(hd *placement.Holder, st idleState) {
+func (jd *judger) logIdleChange(hd *placement.Holder, st idleState) {
 	// Only idle states are remembered: a job absent from idleSeen was
 	// last seen busy (or never seen), which needs no entry.
 	cur := idleFlags{idle: st.idle, hung: st.hung}
 	var prev idleFlags
-	if len(c.e.idleSeen) > 0 {
-		prev = c.e.idleSeen[hd.JobID]
+	if len(jd.c.e.idleSeen) > 0 {
+		prev = jd.c.e.idleSeen[hd.JobID]
 	}
 	if cur == prev {
 		return
 	}
 	if cur == (idleFlags{}) {
-		c.ch.idleGone = append(c.ch.idleGone, hd.JobID)
+		jd.c.ch.idleGone = append(jd.c.ch.idleGone, hd.JobID)
 	} else {
-		if c.ch.idleSeen == nil {
-			c.ch.idleSeen = map[string]idleFlags{}
+		if jd.c.ch.idleSeen == nil {
+			jd.c.ch.idleSeen = map[string]idleFlags{}
 		}
-		c.ch.idleSeen[hd.JobID] = cur
+		jd.c.ch.idleSeen[hd.JobID] = cur
 	}
 	args := []any{"job", hd.JobID, "gpus", hd.GPUs, "utilization", st.util, "threshold", st.cfg.Threshold,
 		"idle_for", st.idleFor, "duration", st.cfg.Duration, "action", st.cfg.Action, "opted_out", st.ignored}
 	switch {
 	case cur.hung:
-		c.e.logger.Info("job hung: every member idle", args...)
+		jd.c.e.logger.Info("job hung: every member idle", args...)
 	case cur.idle:
-		c.e.logger.Info("job idle", args...)
+		jd.c.e.logger.Info("job idle", args...)
 	default:
-		c.e.logger.Info("job no longer idle", args...)
+		jd.c.e.logger.Info("job no longer idle", args...)
 	}
 }

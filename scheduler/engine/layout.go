@@ -36,11 +36,11 @@ type queueLayout struct {
 // place, nothing is copied: the entries are read where they lie, which
 // a queue cache laid out in one array (a new engine's: refreshQueue)
 // allows at about the copy's cost, without its megabyte of memory.
-func (c *cycle) layOut(queue []*queued, inPlace bool) *queueLayout {
+func (o *orderer) layOut(queue []*queued, inPlace bool) *queueLayout {
 	if inPlace {
 		return &queueLayout{from: queue, inPlace: true, split: len(queue)}
 	}
-	buf := &c.e.scratch.ordered
+	buf := &o.c.e.scratch.ordered
 	if cap(*buf) < len(queue) {
 		*buf = make([]queued, len(queue))
 	}

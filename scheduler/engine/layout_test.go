@@ -11,7 +11,7 @@ import (
 // place (the cache's own entries, none copied), and a later, shorter
 // queue laid out in the same memory holds only its own entries.
 func TestQueueLayoutCopiesTheQueueInOrder(t *testing.T) {
-	c := &cycle{e: &Engine{}}
+	o := &orderer{c: &cycle{e: &Engine{}}}
 	for _, n := range []int{0, 1, 2, 7, 1000, 10} { // 10 after 1000: memory reused
 		for _, mode := range []string{"before", "beside", "in place"} {
 			beside, inPlace := mode == "beside", mode == "in place"
@@ -22,7 +22,7 @@ func TestQueueLayoutCopiesTheQueueInOrder(t *testing.T) {
 					entries[i] = queued{id: fmt.Sprintf("job-%d", n-i), gpus: i}
 					queue[i] = &entries[i]
 				}
-				l := c.layOut(queue, inPlace)
+				l := o.layOut(queue, inPlace)
 				done := make(chan struct{})
 				if beside {
 					go func() { defer close(done); l.fillRest() }()

@@ -100,7 +100,7 @@ func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 // preempt.MayTake); else tryPreempt has nothing to try.
 func (pe *preempter) mayTryPreempting(q *queued) bool {
 	tier := pe.c.tier(q.f.tier)
-	return tier != nil && (len(tier.MayPreempt) > 0 || pe.c.idleVictims)
+	return tier != nil && (len(tier.MayPreempt) > 0 || pe.c.judge.anyIdleVictim())
 }
 
 // budgetAllows checks that lost more GPU-hours of work fit the hourly
@@ -185,7 +185,7 @@ func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func()
 	cp := pe.c.st.Checkpoint()
 	var stopping []int
 	for _, h := range pe.stopping {
-		if !pe.c.claimed[h] && !pe.c.headroomShields(q, h) && !pe.c.boundToOther(q, h) {
+		if !pe.c.claimed[h] && !pe.c.headroomShields(q, h) && !pe.c.holds.boundToOther(q, h) {
 			stopping = append(stopping, h)
 			pe.c.st.ReleaseHolder(h)
 		}
@@ -209,7 +209,7 @@ func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func()
 		pe.claim(h)
 		exp.Victims = append(exp.Victims, holders[h].JobID)
 	}
-	pe.c.bind(q, res, used)
+	pe.c.holds.bind(q, res, used)
 	pe.stopping = nil
 	exp.Status = StatusPreempting
 	exp.Reason = "waiting for preempted gangs to stop"
@@ -220,22 +220,6 @@ func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func()
 		pe.c.defrag.explainMoves(q, exp)
 	}
 	return true
-}
-
-// boundToOther: some GPUs of holder h are a move's room bound to a job
-// other than q (holdBindings): h is being moved out of that job's way.
-func (c *cycle) boundToOther(q *queued, h int) bool {
-	if len(c.moveRooms) == 0 {
-		return false
-	}
-	for _, sl := range c.st.Holders()[h].Slots {
-		for _, b := range c.moveRooms {
-			if b.owner != q.id && b.sl.Node == sl.Node && b.sl.Mask&sl.Mask != 0 {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // unclaimedStoppingGPUs is what the gangs already stopping and not yet
@@ -312,7 +296,7 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 	holders := pe.c.st.Holders()
 	pe.preemptors++
 	pe.c.place.reserveSlots(res)
-	pe.c.bind(q, res, victims)
+	pe.c.holds.bind(q, res, victims)
 	for _, h := range victims {
 		pe.claim(h)
 		hd := holders[h]

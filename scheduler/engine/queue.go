@@ -93,8 +93,8 @@ func (qc *queueCache) project(name string) int32 {
 
 // refresh rebuilds the cache of one shard from its jobs, in memory
 // taken from sl.
-func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, sl *shardSlab) {
-	qc := &c.e.queue
+func (o *orderer) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, sl *shardSlab) {
+	qc := &o.c.e.queue
 	qc.keys[i] = key
 	n, r := 0, 0
 	for _, j := range jobs {
@@ -115,7 +115,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, s
 	for _, j := range jobs {
 		var f *specFacts
 		if j.SpecErr == nil {
-			f = c.specFacts(&j.Spec)
+			f = o.c.specFacts(&j.Spec)
 			if !slices.Contains(projs, f.proj) {
 				projs = append(projs, f.proj)
 			}
@@ -158,7 +158,7 @@ func (c *cycle) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job, s
 			}
 			e.pool = j.Spec.Pool
 			if e.pool == "" {
-				e.pool = c.e.opts.defaultPool
+				e.pool = o.c.e.opts.defaultPool
 			}
 		}
 	}
@@ -234,18 +234,30 @@ func cmpQueued(x, y *queued) int {
 	return strings.Compare(x.id, y.id)
 }
 
+// orderer is the order-the-queue step: it brings the queue cache (on
+// the engine: it outlives the cycle) up to the snapshot, scores the
+// queued jobs at now and sorts them (buildQueue), and lays them out for
+// deciding (layOut). It owns the cycle's scorer.
+type orderer struct {
+	c *cycle
+	// scorer scores the queue at now, with each project's fair-share
+	// deficit by project index (buildQueue).
+	scorer   *policy.Scorer
+	deficits []float64
+}
+
 // refreshQueue brings the queue cache up to the snapshot: the shards
 // whose key changed are derived again (refreshShard). It touches only the
 // queue cache and reads only the snapshot and the policy, so run lets it
 // overlap with building the placement state.
-func (c *cycle) refreshQueue() {
-	qc := &c.e.queue
-	if table := c.snap.JobsKey(); table == qc.table {
+func (o *orderer) refreshQueue() {
+	qc := &o.c.e.queue
+	if table := o.c.snap.JobsKey(); table == qc.table {
 		return
 	} else {
 		qc.table = table
 	}
-	n := c.snap.NumShards()
+	n := o.c.snap.NumShards()
 	if len(qc.keys) != n {
 		qc.keys = make([]cluster.ShardKey, n)
 		qc.blank.proj = -1
@@ -256,7 +268,7 @@ func (c *cycle) refreshQueue() {
 	}
 	changed, kept := 0, 0
 	for i := 0; i < n; i++ {
-		if c.snap.JobShardKey(i) != qc.keys[i] {
+		if o.c.snap.JobShardKey(i) != qc.keys[i] {
 			changed++
 		} else if len(qc.queued[i]) > 0 {
 			kept++
@@ -271,10 +283,10 @@ func (c *cycle) refreshQueue() {
 		// cache for the second).
 		nq, nr := 0, 0
 		for i := 0; i < n; i++ {
-			if c.snap.JobShardKey(i) == qc.keys[i] {
+			if o.c.snap.JobShardKey(i) == qc.keys[i] {
 				continue
 			}
-			_, jobs := c.snap.JobShard(i)
+			_, jobs := o.c.snap.JobShard(i)
 			for _, j := range jobs {
 				switch j.State {
 				case cluster.JobQueued:
@@ -290,9 +302,9 @@ func (c *cycle) refreshQueue() {
 			projs: make([]int32, changed*4)}
 	}
 	for i := 0; i < n; i++ {
-		if c.snap.JobShardKey(i) != qc.keys[i] {
-			key, jobs := c.snap.JobShard(i)
-			c.refreshShard(i, key, jobs, &sl)
+		if o.c.snap.JobShardKey(i) != qc.keys[i] {
+			key, jobs := o.c.snap.JobShard(i)
+			o.refreshShard(i, key, jobs, &sl)
 		}
 	}
 }
@@ -321,8 +333,8 @@ type shardSlab struct {
 // priority, then submit time, then ID (so equal input gives equal order).
 // It returns the queue cache's entries in that order (layOut copies them
 // so). The queue cache is refreshed (refreshQueue) before.
-func (c *cycle) buildQueue() []*queued {
-	qc := &c.e.queue
+func (o *orderer) buildQueue() []*queued {
+	qc := &o.c.e.queue
 	total := qc.queuedLen
 	var names []string
 	for p, n := range qc.projShards {
@@ -331,17 +343,17 @@ func (c *cycle) buildQueue() []*queued {
 		}
 	}
 	sort.Strings(names)
-	c.scorer = c.pol.NewScorer(c.usage(), c.now, names)
-	c.deficits = make([]float64, len(qc.projNames))
+	o.scorer = o.c.pol.NewScorer(o.c.usage(), o.c.now, names)
+	o.deficits = make([]float64, len(qc.projNames))
 	for _, name := range names {
-		c.deficits[qc.projIdx[name]] = c.scorer.Deficit(name)
+		o.deficits[qc.projIdx[name]] = o.scorer.Deficit(name)
 	}
 	// Scores move little between cycles, so the jobs are laid out in the
 	// previous cycle's order (new ones last) before sorting: a short queue's
 	// insertion sort then mostly confirms runs already in order (a long
 	// queue's radix sort costs the same either way; see sortQueue).
 	prev := qc.prevLen
-	keys := buffer.Zeroed(&c.e.scratch.keys, total+prev)[:prev]
+	keys := buffer.Zeroed(&o.c.e.scratch.keys, total+prev)[:prev]
 	var parked []*queued
 	packed := true
 	for i := range qc.queued {
@@ -353,7 +365,7 @@ func (c *cycle) buildQueue() []*queued {
 				continue
 			}
 			packed = packed && q.tieOK
-			q.total = c.scoreOf(q).Total
+			q.total = o.scoreOf(q).Total
 			if q.rank >= 0 && q.rank < int32(prev) && keys[q.rank].q == nil {
 				keys[q.rank] = qkey{total: q.total, tie: q.tie, q: q}
 			} else {
@@ -384,6 +396,6 @@ func (c *cycle) buildQueue() []*queued {
 // term of it: the queue keeps only the total (the terms are worked out
 // again, exactly so, for the few readers of them: the explanations and
 // admissions).
-func (c *cycle) scoreOf(q *queued) policy.Score {
-	return c.scorer.ScoreAt(q.deadlineTime(), q.submitTime(), q.f.impact, c.deficits[q.f.proj])
+func (o *orderer) scoreOf(q *queued) policy.Score {
+	return o.scorer.ScoreAt(q.deadlineTime(), q.submitTime(), q.f.impact, o.deficits[q.f.proj])
 }

@@ -9,6 +9,32 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
+// judger is the judge-running-gangs step: once per cycle, before the
+// queue is decided, it charges each running gang to its project, judges
+// its utilisation against its tier's idle policy (idle.go: reclaims,
+// Plan.Running), works out which gangs may be victims and at what cost
+// (preempt.Running, preempt.Idle: the cycle's victims), and watches
+// gangs for missing members (gangwatch.go: Plan.Requeues).
+type judger struct {
+	c *cycle
+	// holderProj: each holder's project index (managedFacts; -1: no job).
+	holderProj []int32
+	// holderByJob: the holder of each running managed job (managedFacts).
+	holderByJob map[*cluster.Job]int32
+	// idleVictims: some gang is a victim by its idle action (any tier
+	// may then preempt, see preempt.MayTake).
+	idleVictims bool
+}
+
+// anyIdleVictim: some gang is a victim by its idle action.
+func (jd *judger) anyIdleVictim() bool { return jd.idleVictims }
+
+// managedHolder is the holder of a running managed job.
+func (jd *judger) managedHolder(j *cluster.Job) (int, bool) {
+	h, ok := jd.holderByJob[j]
+	return int(h), ok
+}
+
 // youngHolder is a gang that would be a preemption candidate but for its
 // min runtime (the policy's, or its impact_min_runtime when larger).
 type youngHolder struct {
@@ -22,73 +48,73 @@ type youngHolder struct {
 
 // assessHolders charges running gangs to their projects (for quotas) and
 // works out, once per cycle, which may be victims and at what cost.
-func (c *cycle) assessHolders(facts []*specFacts) {
-	holders := c.st.Holders()
-	c.victims = buffer.Zeroed(&c.e.scratch.victims, len(holders))
-	idle := c.judgeRunning(facts)
+func (jd *judger) assessHolders(facts []*specFacts) {
+	holders := jd.c.st.Holders()
+	jd.c.victims = buffer.Zeroed(&jd.c.e.scratch.victims, len(holders))
+	idle := jd.judgeRunning(facts)
 	for h := range holders {
 		hd := &holders[h]
 		if hd.Job == nil {
 			continue
 		}
-		c.addProjectGPUs(c.holderProj[h], hd.GPUs)
+		jd.c.addProjectGPUs(jd.holderProj[h], hd.GPUs)
 		j := hd.Job
 		f := facts[h]
-		if hd.Stopping || c.claimed[h] || f == nil {
+		if hd.Stopping || jd.c.claimed[h] || f == nil {
 			continue
 		}
 		if st := idle[h]; st.idle && !st.ignored && st.cfg.Action == policy.IdlePreemptible {
-			c.victims[h] = c.idleVictim(&holders[h], st)
-			c.idleVictims = true
+			jd.c.victims[h] = jd.idleVictim(&holders[h], st)
+			jd.idleVictims = true
 			continue
 		}
 		if !f.preemptible {
 			continue
 		}
 		g := preempt.Gang{Allocs: hd.Allocs, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs), Tier: f.tier, Impact: f.impact, Spec: &j.Spec}
-		minRT := c.pol.MinRuntime(j.Spec)
+		minRT := jd.c.pol.MinRuntime(j.Spec)
 		// A young gang is a victim only for a headroom's tiers
 		// (headroomWaives).
-		v, young := preempt.Running(g, c.now, minRT, c.pol.Preemption.RestartCost, len(c.pol.Headrooms) > 0)
-		if young && c.explain {
-			c.why.addYoung(youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
+		v, young := preempt.Running(g, jd.c.now, minRT, jd.c.pol.Preemption.RestartCost, len(jd.c.pol.Headrooms) > 0)
+		if young && jd.c.explain {
+			jd.c.why.addYoung(youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
 		}
-		c.victims[h] = v
+		jd.c.victims[h] = v
 	}
-	c.why.sortYoung(holders)
+	jd.c.why.sortYoung(holders)
 }
 
 // managedFacts gives, per holder, the spec facts of a running job the
 // scheduler manages (valid metadata); nil for the others. Worked out once
 // per cycle for the steps that judge running gangs.
-func (c *cycle) managedFacts() []*specFacts {
-	holders := c.st.Holders()
-	facts := buffer.Zeroed(&c.e.scratch.facts, len(holders))
-	if c.e.scratch.holderByJob == nil {
-		c.e.scratch.holderByJob = make(map[*cluster.Job]int32, len(holders))
+func (jd *judger) managedFacts() []*specFacts {
+	holders := jd.c.st.Holders()
+	facts := buffer.Zeroed(&jd.c.e.scratch.facts, len(holders))
+	if jd.c.e.scratch.holderByJob == nil {
+		jd.c.e.scratch.holderByJob = make(map[*cluster.Job]int32, len(holders))
 	}
-	clear(c.e.scratch.holderByJob)
-	c.holderByJob = c.e.scratch.holderByJob
-	c.holderProj = buffer.Zeroed(&c.e.scratch.holderProj, len(holders))
+	clear(jd.c.e.scratch.holderByJob)
+	jd.holderByJob = jd.c.e.scratch.holderByJob
+	jd.holderProj = buffer.Zeroed(&jd.c.e.scratch.holderProj, len(holders))
 	for h := range holders {
 		j := holders[h].Job
-		c.holderProj[h] = -1
+		jd.holderProj[h] = -1
 		if j == nil {
 			continue
 		}
 		if j.SpecErr != nil || j.State != cluster.JobRunning {
-			c.holderProj[h] = c.e.queue.project(c.pol.ProjectName(j.Spec))
+			jd.holderProj[h] = jd.c.e.queue.project(jd.c.pol.ProjectName(j.Spec))
 			continue
 		}
-		c.holderByJob[j] = int32(h)
-		f, ok := c.e.queue.runningFacts(c.snap, j)
+		jd.holderByJob[j] = int32(h)
+		f, ok := jd.c.e.queue.runningFacts(jd.c.snap, j)
 		if !ok {
-			f = c.specFacts(&j.Spec) // a job object the job table no longer holds
+			f = jd.c.specFacts(&j.Spec) // a job object the job table no longer holds
 		}
 		if f.bad == "" {
 			facts[h] = f
 		}
-		c.holderProj[h] = f.proj
+		jd.holderProj[h] = f.proj
 	}
 	return facts
 }
