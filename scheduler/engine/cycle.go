@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -11,47 +10,33 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
+// cycle is one Decide: the shared state its steps read and write (the
+// snapshot, the placement state, the plan, the running gangs as judged,
+// the memory it changes), and the steps, each a type that owns its own
+// state and caches, run in a fixed order by run. A step's fields are its
+// own: other code calls its methods and never reads or writes its fields
+// (scripts/check-imports.sh enforces it).
 type cycle struct {
-	e *Engine
-	// ch: what the cycle changes in the engine's memory (changes.go).
-	ch   changes
+	e    *Engine
 	pol  *policy.Policy
 	snap *cluster.Snapshot
 	now  time.Time
-	st   *placement.State
 	plan *Plan
-
+	// explain: build the plan's explanations and queue (see
+	// WithoutExplanations).
+	explain bool
+	// ch: what the cycle changes in the engine's memory (changes.go).
+	ch changes
+	// st: the cycle's capacity, one transaction per decision (buildState).
+	st *placement.State
+	// victims: what each running gang (by holder) is as a victim (the
+	// judge step); claimed: those already chosen as victims, or stopping
+	// ones counted for a preemptor, this cycle (preempter.claim).
+	victims []preempt.Victim
+	claimed []bool
 	// projectGPUs: GPUs held per project index (queueCache.project), for
 	// quotas (addProjectGPUs).
 	projectGPUs []int
-	// claimed: holders already chosen as victims (or stopping ones counted
-	// for a preemptor) in this cycle.
-	claimed []bool
-	victims []preempt.Victim
-	exps    []Explanation
-	// explain: build the plan's explanations and queue (see
-	// WithoutExplanations); scratch stands in for them when not.
-	explain bool
-	scratch Explanation
-	// acc is the accrue step (accrue.go).
-	acc accruer
-	// holds is the step that holds GPUs for earlier decisions (held.go).
-	holds holdings
-	// judge is the judge-running-gangs step (victims.go, idle.go,
-	// gangwatch.go).
-	judge judger
-	// order is the order-the-queue step (queue.go, layout.go).
-	order orderer
-	// why is the explain step (reasons.go).
-	why explainer
-	// place is the place-and-reserve step (admit.go, reserve.go).
-	place placer
-	// pre is the preempt step (preempting.go, victimsearch.go).
-	pre preempter
-	// defrag is the defragment step (defrag.go).
-	defrag defragger
-	// hr is the headroom state (headroom.go); nil without headroom blocks.
-	hr *hrCycle
 	// pendingByJob indexes pending admissions by job (pendingJob).
 	pendingByJob map[*cluster.Job]pendingAdmission
 	// inflightAllocs: the snapshot's allocations with a stop in flight
@@ -59,12 +44,17 @@ type cycle struct {
 	inflightAllocs map[*cluster.Alloc]struct{}
 	// tierSlots: tier's recent answers.
 	tierSlots [4]tierSlot
-}
 
-// boundSlot is GPUs of one node bound to job owner.
-type boundSlot struct {
-	owner string
-	sl    placement.Slot
+	// The steps, in the order run calls them.
+	acc    accruer   // accrue.go: usage charged, stops expired
+	holds  holdings  // held.go: GPUs held for earlier decisions
+	judge  judger    // victims.go, idle.go, gangwatch.go: running gangs
+	order  orderer   // queue.go, layout.go: the queue ordered
+	hr     *hrCycle  // headroom.go: nil without headroom blocks
+	place  placer    // admit.go, reserve.go: placed, reserved
+	pre    preempter // preempting.go, victimsearch.go: preempting
+	defrag defragger // defrag.go: moving small jobs out of the way
+	why    explainer // reasons.go: explanations
 }
 
 type tierSlot struct {
@@ -88,79 +78,42 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 		},
 		explain: !e.opts.noExplain,
 	}
-	c.acc.c, c.holds.c, c.judge.c, c.order.c = c, c, c, c
-	c.why.c, c.place.c, c.pre.c, c.defrag.c = c, c, c, c
-	c.place.poolMax = map[string][3]int{}
+	c.acc, c.holds, c.judge, c.order = accruer{c}, holdings{c: c}, judger{c: c}, orderer{c: c}
+	c.place = placer{c: c, poolMax: map[string][3]int{}}
+	c.pre, c.defrag, c.why = preempter{c: c}, defragger{c: c}, explainer{c: c}
 	return c
 }
 
+// run is the cycle: its steps in their fixed order. Steps that read the
+// same state and write disjoint parts of the cycle run side by side on a
+// large snapshot (sideBySide); the decisions stay in queue order.
 func (c *cycle) run() {
 	c.acc.expireInflight()
-	c.indexInflight()
-	var stopping func(*cluster.Alloc) bool
-	if len(c.inflightAllocs) > 0 {
-		stopping = c.stopOrdered
-	}
-	// The queue cache and the placement state are built from the same
-	// snapshot by disjoint code (the queue cache and the placement cache
-	// are separate, the snapshot is immutable).
-	newState := func() { c.st = placement.New(c.snap, stopping, c.e.cache) }
 	// The placement state is the longer of the two on a new engine too
-	// (BenchmarkDecide: 3.8 against 3.1 ms at the median) since the queue
-	// cache's entries are laid out in shared arrays.
-	c.sideBySide(newState, c.order.refreshQueue)
-	// Judging the running gangs (victims, idle, the gang watch) and
-	// ordering the queue read the same state and write disjoint parts of
-	// the cycle. The spec facts both need are worked out before
-	// (managedFacts; the queue's came with refreshQueue), so neither fills
-	// a shared cache.
-	c.claimed = buffer.Zeroed(&c.e.scratch.claimed, len(c.st.Holders()))
+	// (BenchmarkDecide: 3.8 against 3.1 ms at the median).
+	c.sideBySide(c.buildState, c.order.refreshQueue)
 	facts := c.judge.managedFacts()
 	c.acc.accrue(c.st.Holders(), facts)
 	c.holds.holdPending()
 	c.holds.holdBindings()
 	var lay *queueLayout
-	order := func() {
-		queue := c.order.buildQueue()
-		c.headroomBegin(queue, facts)
-		lay = c.order.layOut(queue, c.e.queue.oneArray)
-	}
-	judge := func() {
-		c.judge.assessHolders(facts)
-		c.judge.watchGangs()
-	}
+	order := func() { lay = c.order.run(facts) }
+	judge := func() { c.judge.run(facts) }
 	// Judging a running gang costs about twice ordering a queued job.
 	if c.e.queue.queuedLen > 2*len(c.st.Holders()) {
 		c.sideBySide(order, judge)
 	} else {
 		c.sideBySide(judge, order)
 	}
-	decideAll := func() {
-		for i := range lay.len() {
-			q := lay.at(i)
-			if !c.explain && c.onlyWaits(q) {
-				continue
-			}
-			c.decide(q, i+1)
-		}
-	}
-	// The plan's queue and its index of explanations depend only on the
-	// order, not on the decisions: they are written beside them, once the
-	// rest of the queue is laid out.
-	beside := func() {
-		lay.fillRest()
-		if c.explain {
-			c.indexExplanations(lay)
-		}
-	}
-	if c.explain {
-		c.exps = make([]Explanation, lay.len())
-	}
+	c.why.begin(lay.len())
+	// The plan's queue and explanations' index depend only on the order,
+	// not on the decisions: they are written beside them.
+	beside := func() { lay.fillRest(); c.why.indexExplanations(lay) }
 	if c.twoCores() {
-		c.sideBySide(decideAll, beside)
+		c.sideBySide(func() { c.decideAll(lay) }, beside)
 	} else {
 		beside()
-		decideAll()
+		c.decideAll(lay)
 	}
 	c.st.Commit()
 	c.plan.Headroom = c.headroomStatus()
@@ -168,6 +121,31 @@ func (c *cycle) run() {
 		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", lay.len(),
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
 			"reservations", c.place.count(), "free_gpus", c.st.FreeGPUs(""))
+	}
+}
+
+// buildState builds the cycle's capacity (placement.State) from the
+// snapshot, the stops in flight counted as stopping. It runs beside the
+// queue cache's refresh: both read the immutable snapshot and write
+// disjoint caches.
+func (c *cycle) buildState() {
+	c.indexInflight()
+	var stopping func(*cluster.Alloc) bool
+	if len(c.inflightAllocs) > 0 {
+		stopping = c.stopOrdered
+	}
+	c.st = placement.New(c.snap, stopping, c.e.cache)
+	c.claimed = buffer.Zeroed(&c.e.scratch.claimed, len(c.st.Holders()))
+}
+
+// decideAll decides the laid-out queue in order (decide.go).
+func (c *cycle) decideAll(lay *queueLayout) {
+	for i := range lay.len() {
+		q := lay.at(i)
+		if !c.explain && c.onlyWaits(q) {
+			continue
+		}
+		c.decide(q, i+1)
 	}
 }
 
@@ -203,183 +181,4 @@ func (c *cycle) sideBySide(a, b func()) {
 	}()
 	a()
 	<-done
-}
-
-func earliestStart(allocs []*cluster.Alloc) time.Time {
-	var t time.Time
-	for _, a := range allocs {
-		if t.IsZero() || a.Start.Before(t) {
-			t = a.Start
-		}
-	}
-	return t
-}
-
-func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
-	req := placement.Request{Pool: q.pool, AllowReserved: allowReserved, LocalityLabels: c.e.opts.localityLabels, DistinctHosts: q.job.DistinctHosts}
-	for gi := range q.job.Groups {
-		g := &q.job.Groups[gi]
-		topo := g.Spec.Topology
-		if topo == policy.TopologyUnset {
-			topo = q.job.Spec.Topology
-		}
-		pg := placement.Group{Name: g.Name, Count: g.Count, GPUs: g.GPUs, Topology: topo,
-			DistinctHosts: g.DistinctHosts, Constraints: g.Constraints}
-		if len(g.Devices) > 0 {
-			pg.Blocks = make([]placement.Block, len(g.Devices))
-			for i, d := range g.Devices {
-				pg.Blocks[i] = placement.BlockOf(d)
-			}
-		}
-		req.Groups = append(req.Groups, pg)
-	}
-	return req
-}
-
-// decide settles one queued job, in queue order: held back (parked,
-// admitted already, deferred, too big, over quota, kept out of a
-// headroom), admitted where it fits, else preempting, else moving small
-// jobs out of its way (defrag.go), else reserving.
-func (c *cycle) decide(q *queued, pos int) {
-	exp := c.explanation(q, pos)
-	if c.heldBack(q, exp) {
-		if exp.Status == StatusParked {
-			c.holds.dropSpent(q, exp)
-		}
-		return
-	}
-	if give := c.headroomProtect(q); give != nil {
-		defer give()
-	}
-	if back := c.holds.lend(q, exp); back != nil {
-		defer back()
-	}
-	if c.place.tryAdmit(q, exp, pos) {
-		return
-	}
-	exp.Status = StatusWaiting
-	if c.pre.tryPreempt(q, exp) || c.defrag.tryDefragment(q, exp) {
-		return
-	}
-	if !c.place.full() {
-		c.place.reserve(q, exp)
-	}
-}
-
-// onlyWaits reports, for an engine without explanations, that deciding q
-// could only leave it waiting and change nothing: it needs more GPUs than
-// are free (reserved ones too) in all pools, no GPU is bound to it, every
-// reservation is taken, no headroom keeps it out (see below), and it may
-// not preempt: its tier may preempt no one (and no job is idle), or no
-// preemption may be ordered or waited for any more this cycle. GPUs bound
-// to other preemptors are theirs alone, and only a job that may preempt
-// waits for gangs already stopping (tryPreempt), so neither matters to
-// it. A long queue behind a full cluster is then settled without a look
-// at each job beyond its size (its explanation is not kept anyway). The
-// one thing decide would still note, an expired deferral, is noted here.
-func (c *cycle) onlyWaits(q *queued) bool {
-	if c.holds.lent(q) || !c.place.full() {
-		return false
-	}
-	if c.headroomKeepsOut(q) {
-		// headroomProtect would take the headroom's free GPUs and give
-		// them back, which reorders placement's buckets of nodes by free
-		// GPUs: later placements break ties by that order, so skipping it
-		// would decide otherwise than an engine with explanations.
-		return false
-	}
-	if c.pre.mayTryPreempting(q) {
-		if c.pre.unclaimedStoppingGPUs() != 0 {
-			return false // it may wait for those
-		}
-		if !c.pre.spent() {
-			return false
-		}
-	}
-	if q.gpus <= c.st.FreeGPUs("")+c.st.ReservedFreeGPUs("") {
-		return false
-	}
-	if d, ok := c.e.deferred[q.id]; ok && !c.now.Before(d.until) {
-		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
-	}
-	return true
-}
-
-// explanation is the job's explanation in the plan, or a scratch one
-// when the plan carries none.
-func (c *cycle) explanation(q *queued, pos int) *Explanation {
-	if !c.explain {
-		// Decisions never read what explanations say: a scratch one
-		// takes what is written.
-		c.scratch = Explanation{}
-		return &c.scratch
-	}
-	// indexExplanations writes what the queue alone says, on the
-	// other goroutine: decide writes only the other fields.
-	return &c.exps[pos-1]
-}
-
-// indexExplanations writes into c.exps what the queue says of each job
-// (ID, position, score, tier, project, GPUs) and fills the plan's Queue
-// and Explanations (pointers into c.exps) in queue order. It reads only
-// the queue and writes only fields decide never reads nor writes, so it
-// runs while the jobs are decided, off the decisions' path.
-func (c *cycle) indexExplanations(lay *queueLayout) {
-	n := lay.len()
-	for i := range n {
-		q, exp := lay.filled(i), &c.exps[i]
-		exp.JobID, exp.Position, exp.GPUs = q.id, i+1, q.gpus
-		if !q.parked {
-			exp.Score, exp.Tier, exp.Project = c.order.scoreOf(q), q.f.tier, q.f.project
-		}
-	}
-	c.plan.Queue = make([]string, n)
-	c.plan.Explanations = make(map[string]*Explanation, n)
-	for i := range n {
-		id := c.exps[i].JobID
-		c.plan.Queue[i] = id
-		c.plan.Explanations[id] = &c.exps[i]
-	}
-}
-
-// heldBack settles a job that may not be placed this cycle whatever is
-// free: parked, admitted by an earlier cycle, deferred, larger than any
-// node set of its pool, over its project's quota, or kept out by a
-// headroom.
-func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
-	if q.parked {
-		exp.Status, exp.Reason = StatusParked, q.parkedReason(c.pol)
-		return true
-	}
-	if p, ok := c.pendingJob(q.job); ok {
-		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
-		exp.Placement, exp.Warnings = p.groups, p.warnings
-		return true
-	}
-	if d, ok := c.e.deferred[q.id]; ok {
-		if c.now.Before(d.until) {
-			exp.Status = StatusWaiting
-			if c.explain {
-				exp.Reason = fmt.Sprintf("held back until %s: %s", d.until.UTC().Format(time.RFC3339), d.why)
-			}
-			return true
-		}
-		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
-	}
-	if why := c.place.tooBig(q); why != "" {
-		exp.Status, exp.Reason = StatusParked, why
-		return true
-	}
-	if held := c.projectGPUsOf(q.f.proj); q.f.quota > 0 && held+q.gpus > q.f.quota {
-		exp.Status = StatusWaiting
-		if c.explain {
-			exp.Reason = fmt.Sprintf("project %q quota: holds %d of %d GPUs, job needs %d", q.f.project, held, q.f.quota, q.gpus)
-		}
-		return true
-	}
-	if why := c.headroomBlocks(q); why != "" {
-		exp.Status, exp.Reason = StatusWaiting, why
-		return true
-	}
-	return false
 }

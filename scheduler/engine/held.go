@@ -249,3 +249,9 @@ func (hb *holdings) boundToOther(q *queued, h int) bool {
 	}
 	return false
 }
+
+// boundSlot is GPUs of one node bound to job owner.
+type boundSlot struct {
+	owner string
+	sl    placement.Slot
+}

@@ -246,6 +246,17 @@ type orderer struct {
 	deficits []float64
 }
 
+// run orders the queue and lays it out for deciding, the headroom step
+// counting its tiers' arrivals on the way. Judging the running gangs
+// runs beside it: both read the same state and write disjoint parts of
+// the cycle, and the spec facts both need are worked out before
+// (managedFacts; the queue's came with refreshQueue).
+func (o *orderer) run(facts []*specFacts) *queueLayout {
+	queue := o.buildQueue()
+	o.c.headroomBegin(queue, facts)
+	return o.layOut(queue, o.c.e.queue.oneArray)
+}
+
 // refreshQueue brings the queue cache up to the snapshot: the shards
 // whose key changed are derived again (refreshShard). It touches only the
 // queue cache and reads only the snapshot and the policy, so run lets it

@@ -19,10 +19,14 @@ const explainRejectionsUpTo = 32
 // explainer is the explain step: it words why a job waits, each
 // distinct sentence once per cycle (thousands of waiting jobs share a
 // few), and notes which young gangs a job could preempt later. It owns
-// the caches of those sentences. Explanations only: decisions never read
-// what it says.
+// the caches of those sentences, and the plan's explanations and queue
+// (explanation, indexExplanations). Decisions never read what it says.
 type explainer struct {
-	c       *cycle
+	c *cycle
+	// exps are the plan's explanations, in queue order (begin); scratch
+	// stands in for them when the plan carries none.
+	exps    []Explanation
+	scratch Explanation
 	reasons map[reasonKey]string
 	// lastReasonKey/lastReason: the reason given last (consecutive
 	// waiting jobs mostly share it).
@@ -47,6 +51,53 @@ type explainer struct {
 	lastYoung     tierPool
 	lastYoungNote string
 	lastYoungOK   bool
+}
+
+// begin makes room for the explanations of a queue n jobs long.
+func (w *explainer) begin(n int) {
+	if w.c.explain {
+		w.exps = make([]Explanation, n)
+	}
+}
+
+// explanation is the job's explanation in the plan, or a scratch one
+// when the plan carries none.
+func (w *explainer) explanation(q *queued, pos int) *Explanation {
+	if !w.c.explain {
+		// Decisions never read what explanations say: a scratch one
+		// takes what is written.
+		w.scratch = Explanation{}
+		return &w.scratch
+	}
+	// indexExplanations writes what the queue alone says, on the
+	// other goroutine: decide writes only the other fields.
+	return &w.exps[pos-1]
+}
+
+// indexExplanations writes into exps what the queue says of each job
+// (ID, position, score, tier, project, GPUs) and fills the plan's Queue
+// and Explanations (pointers into exps) in queue order. It reads only
+// the queue and writes only fields decide never reads nor writes, so it
+// runs while the jobs are decided, off the decisions' path.
+func (w *explainer) indexExplanations(lay *queueLayout) {
+	if !w.c.explain {
+		return
+	}
+	n := lay.len()
+	for i := range n {
+		q, exp := lay.filled(i), &w.exps[i]
+		exp.JobID, exp.Position, exp.GPUs = q.id, i+1, q.gpus
+		if !q.parked {
+			exp.Score, exp.Tier, exp.Project = w.c.order.scoreOf(q), q.f.tier, q.f.project
+		}
+	}
+	w.c.plan.Queue = make([]string, n)
+	w.c.plan.Explanations = make(map[string]*Explanation, n)
+	for i := range n {
+		id := w.exps[i].JobID
+		w.c.plan.Queue[i] = id
+		w.c.plan.Explanations[id] = &w.exps[i]
+	}
 }
 
 // addYoung records a gang protected by its min runtime (judge step).

@@ -26,6 +26,13 @@ type judger struct {
 	idleVictims bool
 }
 
+// run judges the running gangs: victims and idleness, then the gang
+// watch.
+func (jd *judger) run(facts []*specFacts) {
+	jd.assessHolders(facts)
+	jd.watchGangs()
+}
+
 // anyIdleVictim: some gang is a victim by its idle action.
 func (jd *judger) anyIdleVictim() bool { return jd.idleVictims }
 
