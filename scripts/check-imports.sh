@@ -9,7 +9,9 @@
 #   - test doubles (fakes under an internal/ directory, packages named
 #     *test or test*) are imported only by tests and by other test doubles,
 #     so no binary links them;
-#   - nothing depends on the github.com/hashicorp/nomad module itself (licence).
+#   - nothing depends on the github.com/hashicorp/nomad module itself (licence);
+#   - the engine's steps own their state: a step's fields are read and
+#     written only in its own files (scheduler/engine/doc.go).
 set -euo pipefail
 mod=github.com/impact-sched/nomad-impact
 fail=0
@@ -78,4 +80,46 @@ done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports "
 if grep -Eq '^\s*github.com/hashicorp/nomad v' go.mod; then
 	echo "import rule: go.mod must not require github.com/hashicorp/nomad (licence)"; fail=1
 fi
+# The engine's steps (the cycle's fields below, each of a type with its
+# own files) own their state: outside a step's files, code calls the
+# step's methods and names none of its fields (c.pre.claim(h), never
+# c.pre.candCache). The fields are read from the step type's struct.
+eng=scheduler/engine
+steps=(
+	"acc accruer accrue.go"
+	"holds holdings held.go"
+	"judge judger victims.go idle.go gangwatch.go"
+	"order orderer queue.go layout.go"
+	"place placer admit.go reserve.go"
+	"pre preempter preempting.go victimsearch.go"
+	"defrag defragger defrag.go"
+	"why explainer reasons.go"
+)
+for s in "${steps[@]}"; do
+	read -r field typ own <<<"$s"
+	# The type's field names: the struct's lines "\tname[, name] Type".
+	names=$(cat $(printf "$eng/%s " $own) | awk -v t="$typ" '
+		$0 ~ "^type "t" struct" {
+			if ($0 ~ /}$/) {x=$0; sub(/^[^{]*\{ */, "", x); split(x, w, / +/); print w[1]; next}
+			inside=1; next}
+		inside && /^}/ {inside=0}
+		inside && /^\t[a-zA-Z_]/ {sub(/^\t/, ""); n=split($0, w, /[ \t]+/); for (i=1; i<=n; i++) {x=w[i]; c=(x ~ /,$/); sub(/,$/, "", x); print x; if (!c) break}}')
+	if [ -z "$names" ]; then
+		echo "step rule: no fields found for $typ in $own"; fail=1; continue
+	fi
+	re="\.$field\.($(paste -sd'|' <<<"$names"))\b"
+	for f in $(git ls-files --cached --others --exclude-standard "$eng/*.go"); do
+		case "$f" in *_test.go) continue ;; esac
+		mine=0
+		for o in $own; do [ "$f" = "$eng/$o" ] && mine=1; done
+		[ $mine = 1 ] && continue
+		if hits=$(grep -nE "$re" "$f"); then
+			echo "step rule: $f reads or writes fields of the $field step ($typ); call its methods instead:"
+			echo "$hits" | sed 's/^/    /'; fail=1
+		elif [ $? -gt 1 ]; then
+			echo "step rule: grep failed on $f with $re"; fail=1
+		fi
+	done
+done
+
 exit $fail

@@ -10,10 +10,22 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
-// placer is the place-and-reserve step: it admits a job where it fits
-// (tryAdmit, admit), parks one no node set of its pool can ever hold
-// (tooBig), and gives the first blocked jobs a reservation on the GPUs
-// running work frees (reserve.go), which later jobs may backfill.
+// placer is the place-and-reserve step. It admits a job where every
+// group places all-or-nothing on free GPUs (tryAdmit, admit):
+// topology-aware, best fit, honouring the job's distinct_hosts and node
+// constraints and Nomad's device-group rule (each device block's GPUs
+// from one device group it matches, within its own ${device.ids}); the
+// admission carries per allocation its GPU IDs and islands and each
+// device block's GPUs (what the adapter pins), and a warning for a task
+// with several GPU blocks whose driver is not impact-exec. It parks a
+// job no node set of its pool can ever hold (tooBig: a block no device
+// group can hold gets a reason naming group_by). The first blocked jobs
+// (Backfill.Reservations of them) get a reservation on the GPUs they
+// will get when running work ends (reserve.go); a job that does not
+// place on its pool even empty (placement.State.Empty) is parked with
+// each node's reason instead and holds nothing; later jobs may use
+// reserved GPUs only if they end (by walltime) before the reservation is
+// needed, or are preemptible by the reserving job (mayBackfill).
 type placer struct {
 	c *cycle
 	// poolMax: per pool, what its largest node sets hold (tooBig).

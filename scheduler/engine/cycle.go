@@ -84,6 +84,39 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 	return c
 }
 
+// Cost. A full pool rejects a job in O(1) from the free-capacity index,
+// victim searches per cycle are capped, and the shadow schedule of a
+// reservation tries a handful of placements, not one per running gang.
+//
+// Long queues stay cheap: the queued jobs' static facts (tier, project,
+// pool, impact, GPUs) are kept per shard of the snapshot's job table and
+// redone only for shards that changed, and the policy's answers per
+// distinct tier/project are worked out once; scores are recomputed each
+// cycle (they depend on now and usage), laid out in the last cycle's
+// order and mended (radix-sorted when much moved, or at once by a new
+// engine: scheduler/internal/radix); waiting reasons are formatted once
+// per distinct sentence, and a reason with a note appended is memoized
+// by the pair of strings (explainer.cat). Without explanations, a job
+// that could only wait is settled by its size (onlyWaits) unless deciding
+// it would touch the placement state: placements break ties by the
+// order of the free-capacity index, which every take and give-back
+// changes, so a skipped operation would make the quiet engine decide
+// otherwise. Placement keeps the running allocations in gang order
+// across cycles and merges in only the changed shards.
+//
+// A cold cycle (a new engine: a new leader, BenchmarkDecide) reads every
+// job, allocation and node of the snapshot once, mostly as cache misses:
+// the fields it reads come first in cluster.Job and in a queued entry
+// (120 bytes: what every job of a tier and project shares is behind one
+// pointer), tier, project and pool names are interned when metadata is
+// parsed, and an allocation's node and GPU IDs are its node's own
+// strings (cluster.Store.UpsertAlloc). It allocates as little as it can,
+// because the collector's work grows with the bytes and objects a cycle
+// makes: the queue cache's shards and placement's node statics are
+// windows of a few shared arrays, the queue is decided where it lies in
+// the cache (one array, no layout copy), and a running gang's victim and
+// idle records keep only what most gangs need.
+
 // run is the cycle: its steps in their fixed order. Steps that read the
 // same state and write disjoint parts of the cycle run side by side on a
 // large snapshot (sideBySide); the decisions stay in queue order.

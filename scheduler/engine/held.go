@@ -10,10 +10,14 @@ import (
 )
 
 // holdings is the step that holds GPUs for earlier decisions, before the
-// queue is decided: the admissions planned by earlier cycles whose
-// allocations have not appeared yet (holdPending), and the GPUs bound to
-// preemptors and to moved jobs (holdBindings), withheld from every job
-// but theirs (lend); it records new bindings (bind).
+// queue is decided, so that a cycle that runs before the adapter's
+// actions took effect neither admits a job twice nor double-books its
+// GPUs: the admissions planned by earlier cycles whose allocations have
+// not appeared yet (holdPending; an allocation of the job's earlier run,
+// still stopping, is not one of them: a moved job restarts before its
+// old allocation ends), and the GPUs bound to preemptors and to moved
+// jobs (holdBindings), withheld from every job but theirs (lend). It
+// records new bindings (bind).
 type holdings struct {
 	c *cycle
 	// bound: preemptor job ID -> the free GPUs of its binding this cycle

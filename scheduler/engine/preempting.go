@@ -15,11 +15,28 @@ import (
 // per job.
 const maxPreemptAttemptsPerSuccess = 4
 
-// preempter is the preempt step: for a job that does not fit it waits
-// for gangs already stopping, or searches victims (preempt.Search among
-// the candidates its tier may take) and orders their stops when the gain
-// beats the cost and the budgets allow. It owns the cycle's preemption
-// counts and the candidate lists by tier and pool.
+// preempter is the preempt step: for a job that does not fit and whose
+// tier may preempt, it waits for gangs already stopping when they free
+// enough (waitForStopping), or searches the cheapest whole gangs to stop
+// (preempt.Search among the candidates its tier may take: preemptible,
+// of a tier it may preempt, past their min runtime; made minimal) and
+// orders their stops only if the gain exceeds the cost and the policy's
+// limits allow (the hourly budget of work lost is the preemptor tier's
+// own when the policy gives it one, else the shared one). A preemption
+// that stops no gang is never ordered.
+//
+// The GPUs chosen for the preemptor are bound to it (holdings.bind):
+// until it is admitted, leaves the queue or the binding expires (the
+// victims' longest grace plus the admission TTL), no other job, its
+// victims included, is admitted onto them, even as backfill. A later
+// cycle admits it once they are free; if it then waits for no stop and
+// still does not place (a node it preempted on went down), or it is
+// parked, the binding is dropped at once (holdings.lend, dropSpent). A
+// new leader learns preemptions under way from the adapter
+// (Engine.Preempting).
+//
+// It owns the cycle's preemption counts, the stopping gangs not yet
+// counted for a preemptor and the candidate lists by tier and pool.
 type preempter struct {
 	c               *cycle
 	preemptors      int
