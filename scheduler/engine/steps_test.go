@@ -1,0 +1,110 @@
+package engine
+
+// Each step of the cycle driven alone, on a cycle holding only what the
+// step reads: what it owns behaves as its comment says.
+
+import (
+	"testing"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
+)
+
+// explainer.cat joins a pair once and answers it again from its memo; an
+// empty note leaves the sentence as it is.
+func TestExplainerCat(t *testing.T) {
+	w := &explainer{c: &cycle{}}
+	if got := w.cat("waits", ""); got != "waits" {
+		t.Fatalf("cat with no note = %q", got)
+	}
+	for range 3 {
+		if got := w.cat("waits", "; note"); got != "waits; note" {
+			t.Fatalf("cat = %q", got)
+		}
+	}
+	if got := w.cat("other", "; note"); got != "other; note" {
+		t.Fatalf("cat = %q", got)
+	}
+	if len(w.cats) != 2 {
+		t.Fatalf("cat memoized %d pairs, want 2", len(w.cats))
+	}
+	// A young gang's note is forgotten once a gang is claimed.
+	w.youngNotes = map[tierPool]string{{"a", "b"}: "x"}
+	w.lastYoungOK = true
+	w.forgetYoung()
+	if len(w.youngNotes) != 0 || w.lastYoungOK {
+		t.Fatal("forgetYoung kept youngNote's answers")
+	}
+}
+
+// preempter.spent: no more preemptions once the cycle's count or its
+// searches reach the policy's limits, or preemption is off.
+func TestPreempterSpent(t *testing.T) {
+	pol := &policy.Policy{}
+	pol.Preemption.Enabled, pol.Preemption.MaxPerCycle = true, 2
+	pe := &preempter{c: &cycle{pol: pol}}
+	if pe.spent() {
+		t.Fatal("spent before any preemption")
+	}
+	pe.preemptors = 2
+	if !pe.spent() {
+		t.Fatal("not spent at MaxPerCycle preemptions")
+	}
+	pe.preemptors, pe.preemptAttempts = 0, maxPreemptAttemptsPerSuccess*2
+	if !pe.spent() {
+		t.Fatal("not spent after the cycle's searches")
+	}
+	pe.preemptAttempts, pol.Preemption.Enabled = 0, false
+	if !pe.spent() {
+		t.Fatal("not spent with preemption off")
+	}
+}
+
+// A claimed holder leaves every candidate list once, the defragmenting
+// step's included.
+func TestCandidateListsExclude(t *testing.T) {
+	cl := &candList{member: []bool{true, true, false}, gpus: 6}
+	df := &defragger{cands: map[string]*candList{"p": cl}}
+	df.exclude(1, 4)
+	df.exclude(1, 4)
+	df.exclude(2, 1) // not a member
+	if cl.member[1] || cl.gpus != 2 {
+		t.Fatalf("after excluding holder 1 twice: member %v, gpus %d, want false and 2", cl.member[1], cl.gpus)
+	}
+}
+
+// holdings.lend gives the GPUs bound to a job back to it alone while it
+// is decided, and withholds those still free again after, unless it was
+// admitted.
+func TestHoldingsLend(t *testing.T) {
+	for _, admitted := range []bool{false, true} {
+		st := placement.New(mustSnap(t, nodes1x8(), nil, nil), nil, nil)
+		sl := placement.Slot{Node: 0, Mask: 0b1111}
+		st.Take(sl) // as holdBindings withholds it
+		hb := &holdings{c: &cycle{st: st}, bound: map[string][]placement.Slot{"j": {sl}}}
+		q := &queued{id: "j"}
+		if !hb.lent(q) || hb.lent(&queued{id: "other"}) {
+			t.Fatal("lent: only j has GPUs bound")
+		}
+		exp := &Explanation{}
+		back := hb.lend(q, exp)
+		if st.FreeGPUs("") != 8 {
+			t.Fatalf("lent: %d GPUs free, want 8", st.FreeGPUs(""))
+		}
+		exp.Status = StatusPreempting // still waiting for its victims
+		if admitted {
+			exp.Status = StatusAdmitted
+			st.Take(sl) // admitted onto them
+		}
+		back()
+		if st.FreeGPUs("") != 4 || hb.lent(q) {
+			t.Fatalf("admitted %v: after the loan %d GPUs free (want 4), lent %v (want false)", admitted, st.FreeGPUs(""), hb.lent(q))
+		}
+	}
+	if hb := (&holdings{c: &cycle{}}); hb.lend(&queued{id: "j"}, &Explanation{}) != nil {
+		t.Fatal("lend of nothing bound returned a loan")
+	}
+}
+
+func nodes1x8() []*cluster.Node { return []*cluster.Node{mkNode("n1", 8, 2)} }
