@@ -279,6 +279,20 @@
 //     active deployment and shows "Deploying". `nomad system gc` keeps it
 //     (pending is not collectable). An unchanged resubmission creates no
 //     version, one evaluation, and replaces the blocked one.
+//   - What an admission costs (e2e/scheduler TestEvaluationsPerAdmission,
+//     Nomad 2.0.5, asserted exactly): 2 versions and 3 evaluations per
+//     admitted job, a gang's one admission included: the user's register,
+//     the parking pool's blocked evaluation (Nomad re-runs that same one on
+//     every capacity change while the job waits, so waiting adds none),
+//     and the admission's register, which places the job and makes Nomad
+//     cancel the blocked one. Plain Nomad: 1 version, and 1 evaluation for
+//     a job that fits at once, 2 for one that waits. None of the three is
+//     avoidable here: every register of a job that is neither periodic
+//     nor parameterized makes an evaluation, the admission changes the job
+//     (pool, pins), and the blocked evaluation is what keeps a parked
+//     batch job "pending" rather than "dead" and collectable (Nomad's
+//     getJobStatus: pending only with a non-terminal evaluation or
+//     allocation).
 //   - Scaling parked groups to 0 until admitted (the "suspend" pattern).
 //     Rejected: it is not safe. A batch job scaled to 0 is "dead" (no
 //     allocations, evaluations terminal), and dead batch jobs are
