@@ -223,6 +223,27 @@ func (s *stateAdapter) LoadState(ctx context.Context) (DurableState, bool, error
 	return ds, !at.IsZero() || len(recs) > 0 || len(requeues) > 0 || len(gangs) > 0 || len(tl) > 0, nil
 }
 
+func (s *stateAdapter) StateDrift(ctx context.Context) ([]nomad.VariableDrift, error) {
+	return s.st.Drift(ctx)
+}
+
+// RewriteAll forgets what was saved, so the next SaveState writes it all.
+func (s *stateAdapter) RewriteAll() {
+	s.savedRequeues, s.savedGangs, s.savedTimeline = nil, nil, nil
+}
+
+func (s *stateAdapter) NewTerm() {
+	s.st.ForgetWritten()
+	s.RewriteAll()
+}
+
+func (s *stateAdapter) RestorePreemptions(ctx context.Context, recs []nomad.PreemptionRecord) error {
+	return s.st.RestorePreemptions(ctx, recs)
+}
+
+// LeaseRepairs counts the leases the elector wrote again after a deletion.
+func (e *electorAdapter) LeaseRepairs() uint64 { return e.el.LeaseRepairs() }
+
 // SaveState writes the usage, and the timeline and the idle and gang
 // requeue counts when they changed since the last save (usage every save).
 func (s *stateAdapter) SaveState(ctx context.Context, d DurableState) error {

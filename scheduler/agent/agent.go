@@ -43,6 +43,10 @@ type Options struct {
 	// PoolRetryFor is how long start-up retries creating the parking pool
 	// (default 2 minutes).
 	PoolRetryFor time.Duration
+	// ReconcileEvery is how often the agent checks what it keeps in Nomad
+	// (the parking pool, the durable state) against what it wants
+	// (nomad_reconcile.go; default 10s, checked at the end of a cycle).
+	ReconcileEvery time.Duration
 
 	Policy    *policy.Policy
 	Model     Model
@@ -90,6 +94,7 @@ type Agent struct {
 	health  *health
 	cycle   *cycler
 	util    *utilQueue
+	nomad   *nomadState
 }
 
 // New validates the options and builds an agent; nothing runs until Run.
@@ -105,13 +110,16 @@ func New(opts Options) (*Agent, error) {
 		state: newDurable(opts, log.Named("state")),
 		health: &health{name: opts.Name, version: opts.Version, noLeaderGrace: opts.NoLeaderGrace,
 			consul: opts.Registrar},
-		util: &utilQueue{},
+		util:  &utilQueue{},
+		nomad: newNomadState(opts, log.Named("reconcile")),
 	}
+	a.health.nomad = a.nomad
 	if a.cycle, err = newCycler(opts, log.Named("cycle")); err != nil {
 		return nil, err
 	}
 	a.explain = newExplainWriter(opts.Explainer, a.cycle.view.Load, opts.Metrics, log.Named("explain"))
 	a.cycle.lead, a.cycle.state, a.cycle.explain, a.cycle.health, a.cycle.util = a.lead, a.state, a.explain, a.health, a.util
+	a.cycle.nomad = a.nomad
 	a.state.timeline = func() map[string][]agentapi.Event { return a.cycle.timeline }
 	return a, nil
 }
@@ -142,6 +150,7 @@ func (o Options) withDefaults() (Options, error) {
 	orDefault(&o.HolderCheckEvery, 5*time.Second)
 	orDefault(&o.ShutdownWait, 30*time.Second)
 	orDefault(&o.PoolRetryFor, 2*time.Minute)
+	orDefault(&o.ReconcileEvery, 10*time.Second)
 	orDefault(&o.StatsInterval, 15*time.Second)
 	orDefault(&o.SaveEvery, 30*time.Second)
 	if o.Namespace == "" {
@@ -309,6 +318,7 @@ func (a *Agent) loop(ctx context.Context) error {
 // is published, and every explanation is written again.
 func (a *Agent) becomeLeader(ctx context.Context, lost <-chan struct{}) {
 	lctx, cancel := a.lead.start(ctx, lost)
+	a.nomad.newTerm()
 	if m, ok := a.state.load(lctx); ok {
 		if err := a.cycle.restore(&m); err != nil {
 			a.state.log.Error("restoring engine", "error", err)

@@ -31,6 +31,7 @@ type cycler struct {
 	explain *explainWriter
 	health  *health
 	util    *utilQueue
+	nomad   *nomadState
 
 	engine *engine.Engine
 	view   atomic.Pointer[view]
@@ -161,8 +162,11 @@ func (c *cycler) run(ctx context.Context) (cost time.Duration) {
 		// SaveEvery.
 		r := res.Report
 		acted := len(r.Admitted)+len(r.Preempted)+len(r.Requeued)+len(r.RolledBack)+len(r.Reclaimed) > 0
-		c.state.save(lctx, res.At, acted, c.engine)
+		_ = c.state.save(lctx, res.At, acted, c.engine)
 	}
+	c.nomad.reconcile(ctx, lctx, snap, res.At,
+		func(rctx context.Context) error { return c.state.save(rctx, res.At, true, c.engine) },
+		c.state.knownPreemptions)
 	c.finish(res, wallStart)
 	return time.Since(wallStart) - acting
 }

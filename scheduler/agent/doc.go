@@ -46,6 +46,9 @@
 //	(Agent)       startup.go      the parking pool, the Consul deregistration
 //	              consul_reconcile.go the Consul registration, compared with Consul's copy
 //	                              and repaired at every check interval
+//	nomadState    nomad_reconcile.go what the agent keeps in Nomad (the parking pool, the
+//	                              durable state, the lease), checked at the end of a cycle
+//	                              every ReconcileEvery and written again when lost
 //
 // Service (wire.go) builds an Agent from a config, with its ports wired to
 // scheduler/nomad (adapters.go), the Consul registrar and the HTTP API

@@ -25,6 +25,9 @@ type health struct {
 	// consul is the registration (nil without Consul); health reports it
 	// while Consul does not hold what the agent wants.
 	consul *Registrar
+	// nomad reports what the agent keeps in Nomad and found out of date
+	// (nomad_reconcile.go).
+	nomad *nomadState
 
 	mu        sync.Mutex
 	lastCycle time.Time
@@ -64,6 +67,9 @@ func (h *health) report(st ModelStatus, lead leaderStatus, now time.Time, withCo
 		if p := h.consul.problem(); p != "" {
 			out.Problems = append(out.Problems, p)
 		}
+	}
+	if h.nomad != nil {
+		out.Problems = append(out.Problems, h.nomad.problem()...)
 	}
 	if msg := h.noLeader(lead, now); msg != "" {
 		out.Problems = append(out.Problems, msg)

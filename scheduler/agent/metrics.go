@@ -58,6 +58,8 @@ var (
 	mIdleReclaimed   = []string{"idle", "reclaimed_gpu_hours_total"}
 	mConsulInSync    = []string{"consul", "registration_in_sync"}
 	mConsulRepairs   = []string{"consul", "registration_repairs_total"}
+	mNomadInSync     = []string{"nomad", "state_in_sync"}
+	mNomadRepairs    = []string{"nomad", "state_repairs_total"}
 )
 
 // Metrics is the agent's instrumentation: an armon/go-metrics instance
@@ -148,6 +150,7 @@ func gaugeDefinitions() []metricsprom.GaugeDefinition {
 		gaugeDef(mEventIndex, "Nomad index the agent's model is current to."),
 		gaugeDef(mLeader, "1 when this agent is the leader."),
 		gaugeDef(mConsulInSync, "Whether Consul holds the registration the agent wants (service, leader/standby tag, check): 1 yes, 0 while it is being repaired; absent without Consul."),
+		gaugeDef(mNomadInSync, "Whether Nomad holds what the agent keeps there (the parking pool, with no node in it; the leader's durable-state Variables and lease) as the agent wants it, at the last check: 1 yes, 0 while something is missing or being repaired."),
 		gaugeDef(mEventsApplied, "Nomad events applied to the model since start."),
 		gaugeDef(mResyncs, "Full resyncs with Nomad since start (start-up, outages, index resets)."),
 		gaugeDef(mReconnects, "Event stream reconnects since start."),
@@ -171,6 +174,7 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mGangsFailed, "Running gangs that lost a member and were stopped whole and ended failed instead of requeued (impact_on_failure = \"fail\", or impact_max_failures runs in a row lost a member)."),
 		counterDef(mIdleReclaimed, "GPU-hours freed from idle or hung jobs by their tier's idle action (reclaims and idle preemptions carried out): their GPUs x the rest of their impact_walltime (0 for jobs without one)."),
 		counterDef(mConsulRepairs, "Consul registrations repaired, by what differed: missing (Consul lost the service, e.g. restarted empty), tag (leader/standby tag out of date), service (name or address), check."),
+		counterDef(mNomadRepairs, "What the agent wrote again in Nomad after finding it deleted or overwritten, by what: parking_pool, lease, or a durable-state Variable (usage, requeues, gang-requeues, timeline, preemptions)."),
 		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
 	}
@@ -353,6 +357,21 @@ func (m *Metrics) RecordConsulInSync(ok bool) {
 // RecordConsulRepair counts a registration repaired, by reason.
 func (m *Metrics) RecordConsulRepair(reason string) {
 	m.m.IncrCounterWithLabels(mConsulRepairs, 1, []metrics.Label{{Name: "reason", Value: reason}})
+}
+
+// RecordNomadInSync publishes whether Nomad holds what the agent keeps
+// there, as it wants it.
+func (m *Metrics) RecordNomadInSync(ok bool) {
+	v := float32(0)
+	if ok {
+		v = 1
+	}
+	m.m.SetGauge(mNomadInSync, v)
+}
+
+// RecordNomadRepair counts something written again in Nomad, by what.
+func (m *Metrics) RecordNomadRepair(what string) {
+	m.m.IncrCounterWithLabels(mNomadRepairs, 1, []metrics.Label{{Name: "what", Value: what}})
 }
 
 func tierLabel(t string) string {

@@ -153,6 +153,35 @@ type PoolManager interface {
 	EnsureNodePool(ctx context.Context, name, description string) error
 }
 
+// PoolChecker is a PoolManager that can say whether the pool still
+// exists, so the agent notices a parking pool deleted under it
+// (nomad_reconcile.go).
+type PoolChecker interface {
+	NodePoolExists(ctx context.Context, name string) (bool, error)
+}
+
+// StateChecker is a StateStore that can say which of the Variables it
+// wrote Nomad no longer holds as written (deleted, or overwritten by
+// someone else), so the leader writes them again (nomad_reconcile.go).
+type StateChecker interface {
+	StateDrift(ctx context.Context) ([]nomad.VariableDrift, error)
+	// RewriteAll makes the next SaveState write every Variable, changed
+	// since its last save or not.
+	RewriteAll()
+	// NewTerm forgets what earlier terms wrote (another leader may have
+	// written since) and rewrites everything at the next save.
+	NewTerm()
+	// RestorePreemptions writes the agent's preemption records back,
+	// merged with the ones Nomad holds.
+	RestorePreemptions(ctx context.Context, recs []nomad.PreemptionRecord) error
+}
+
+// LeaseRepairReporter is an Elector that writes its lease again when it
+// was deleted under the leader, and counts it.
+type LeaseRepairReporter interface {
+	LeaseRepairs() uint64
+}
+
 // UtilizationSource reads the device stats of client nodes: the fourth
 // layer of the pyramid, whether allocated GPUs are actually busy. Optional:
 // without one the utilisation metrics are absent.

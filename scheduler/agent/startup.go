@@ -7,7 +7,8 @@ import (
 )
 
 // Start-up and shutdown chores of Run that no other part owns: the
-// parking pool, and the Consul deregistration (the registration is kept
+// parking pool (kept afterwards by nomad_reconcile.go), and the Consul
+// deregistration (the registration is kept
 // up to date by reconcileConsul, consul_reconcile.go).
 
 // ensurePool creates the parking pool, retrying for a while: at start-up
@@ -18,8 +19,7 @@ func (a *Agent) ensurePool(ctx context.Context) error {
 	deadline := a.opts.Clock().Add(a.opts.PoolRetryFor)
 	backoff := 250 * time.Millisecond
 	for {
-		err := a.opts.Pools.EnsureNodePool(ctx, a.opts.ParkingPool,
-			"impact scheduler parking pool: jobs wait here (no nodes) until admitted")
+		err := a.opts.Pools.EnsureNodePool(ctx, a.opts.ParkingPool, parkingPoolDescription)
 		if err == nil {
 			a.log.Info("parking pool ready", "pool", a.opts.ParkingPool)
 			return nil

@@ -141,11 +141,21 @@ func (d *durable) expire(now time.Time) {
 	}
 }
 
+// knownPreemptions are the preemption records the agent holds.
+func (d *durable) knownPreemptions() []nomad.PreemptionRecord {
+	out := make([]nomad.PreemptionRecord, 0, len(d.preemptions))
+	for _, r := range d.preemptions {
+		out = append(out, r)
+	}
+	return out
+}
+
 // save writes durable state at most every saveEvery, or at once when
-// force (the executor acted).
-func (d *durable) save(ctx context.Context, now time.Time, force bool, eng *engine.Engine) {
+// force (the executor acted, or Nomad lost what was written). It returns
+// the error of a write that failed (logged and counted here).
+func (d *durable) save(ctx context.Context, now time.Time, force bool, eng *engine.Engine) error {
 	if !force && !d.lastSave.IsZero() && now.Sub(d.lastSave) < d.saveEvery {
-		return
+		return nil
 	}
 	st := DurableState{
 		Usage:        eng.Usage().Values(now),
@@ -167,9 +177,10 @@ func (d *durable) save(ctx context.Context, now time.Time, force bool, eng *engi
 			d.log.Warn("saving durable state", "error", err)
 			d.metrics.RecordActionError("state")
 		}
-		return
+		return fmt.Errorf("saving durable state: %w", err)
 	}
 	d.lastSave = now
+	return nil
 }
 
 func copyMap[K comparable, V any](m map[K]V) map[K]V {

@@ -70,6 +70,9 @@ func NewService(cfg *config.Config, version string, logger hclog.Logger) (*Servi
 		// The holder changes at most once per lock TTL; asking twice per
 		// TTL keeps the named leader fresh at a bounded request rate.
 		HolderCheckEvery: cfg.HA.LockTTL / 2,
+		// What the agent keeps in Nomad is checked once per cycle
+		// interval at most (10s by default).
+		ReconcileEvery: cfg.Cycle.Interval,
 	})
 	if err != nil {
 		return nil, err

@@ -146,6 +146,18 @@ func (c *Client) EnsureNodePool(ctx context.Context, name, description string) e
 	return nil
 }
 
+// NodePoolExists reports whether Nomad has the node pool (one read).
+func (c *Client) NodePoolExists(ctx context.Context, name string) (bool, error) {
+	_, _, err := c.api.NodePools().Info(name, c.q(ctx))
+	switch {
+	case err == nil:
+		return true, nil
+	case isNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("read node pool %q: %w", name, err)
+}
+
 // statusCode extracts the HTTP status of an api error (0 if none).
 func statusCode(err error) int {
 	var ue api.UnexpectedResponseError

@@ -43,8 +43,11 @@
 //	explain.go      the explanation Variable (nomad/jobs/<job>/impact)
 //	elector.go      leader election through a Variables lock
 //	lease.go        the leader's lease beside the lock: a standby takes a crashed leader's lock over
-//	                after 10s (Nomad alone frees it 2 x TTL + lock delay after the last renewal)
+//	                after 10s (Nomad alone frees it 2 x TTL + lock delay after the last renewal);
+//	                a lease deleted under the leader is written again (recreateLease)
 //	history.go      the decision history (job timelines) saved with the durable state
+//	statecheck.go   the durable-state Variables compared with what the store last wrote
+//	                (Drift), and the preemption records written back (RestorePreemptions)
 //	gone.go         ErrGone/SkipGone: a job purged between the decision and the action
 //	devicestats.go  GPU utilisation from the clients' device stats
 //	bounded.go      a size-bounded map (outcome notes)
@@ -54,6 +57,7 @@
 //	c, err := nomad.NewClient(cfg, logger)         // validates; does not connect (cfg: the agent
 //	                                               // config's nomad block, NOMAD_* and flags merged)
 //	err = c.EnsureNodePool(ctx, "impact-queue", "parking pool: jobs wait here until admitted")
+//	ok, err := c.NodePoolExists(ctx, "impact-queue")   // the agent's reconciliation
 //
 //	w := nomad.NewWatcher(c, nomad.WatcherConfig{ParkingPool: "impact-queue"}, logger)
 //	go w.Run(ctx)            // event stream + resync, until ctx ends; never gives up
@@ -66,6 +70,8 @@
 //	usage, at, err := st.LoadUsage(ctx); err = st.SaveUsage(ctx, values, at)
 //	recs, err := st.Preemptions(ctx, since)                    // preemption records (the executor writes them)
 //	intents, err := st.Intents(ctx)                            // admissions/preemptions under way
+//	drift, err := st.Drift(ctx)        // durable-state Variables deleted or overwritten since written
+//	err = st.RestorePreemptions(ctx, recs); st.ForgetWritten()  // repair; a new term
 //
 //	x := nomad.NewExecutor(c, st, nomad.ExecutorConfig{ParkingPool: "impact-queue",
 //		AdmitDeadline: 5 * time.Minute, Snapshot: w.Snapshot}, logger)

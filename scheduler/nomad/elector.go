@@ -75,6 +75,9 @@ type Elector struct {
 	// crashed (tests): Run returns without releasing the lock or the
 	// lease, as a killed process would.
 	crashed atomic.Bool
+	// leaseRepairs counts leases written again after someone deleted the
+	// Variable under the leader (recreateLease).
+	leaseRepairs atomic.Uint64
 }
 
 // NewElector builds an elector.
@@ -256,8 +259,12 @@ func (e *Elector) hold(ctx context.Context, lockID string, lastRenew time.Time, 
 		case err == nil:
 			leaseIdx, lastBeat = idx, sent
 		case errors.Is(err, errLeaseMoved):
-			e.log.Warn("lease claimed by another agent; stepping down", "path", e.leasePath())
-			return true, leaseIdx
+			idx, rerr := e.recreateLease(ctx, lockID, deadline)
+			if rerr != nil {
+				e.log.Warn("lease claimed by another agent; stepping down", "path", e.leasePath(), "detail", rerr)
+				return true, leaseIdx
+			}
+			leaseIdx, lastBeat, lastRenew = idx, sent, sent
 		case time.Since(lastBeat) >= leaseLimit:
 			e.log.Warn("cannot renew the lease in time; stepping down", "error", err)
 			return true, leaseIdx

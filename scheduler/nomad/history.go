@@ -3,8 +3,6 @@ package nomad
 import (
 	"context"
 	"fmt"
-
-	"github.com/hashicorp/nomad/api"
 )
 
 // The decision history (each job's timeline, `impact explain`'s and the
@@ -41,17 +39,11 @@ func (s *StateStore) LoadTimeline(ctx context.Context) (map[string]string, error
 func (s *StateStore) SaveTimeline(ctx context.Context, byJob map[string]string) error {
 	path := s.cfg.Prefix + "/timeline"
 	if len(byJob) == 0 {
-		if _, err := s.c.api.Variables().Delete(path, s.c.w(ctx)); err != nil && !isNotFound(err) {
-			return fmt.Errorf("delete variable %s: %w", path, err)
-		}
-		return nil
+		return s.del(ctx, path)
 	}
 	items := make(map[string]string, len(byJob))
 	for job, v := range byJob {
 		items[varPathSegment(job)] = v
 	}
-	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {
-		return fmt.Errorf("write variable %s: %w", path, err)
-	}
-	return nil
+	return s.put(ctx, path, items)
 }

@@ -119,6 +119,42 @@ func (e *Elector) claimLease(ctx context.Context, lockID string) (uint64, error)
 	return 0, err
 }
 
+// recreateLease answers a lease write refused by check-and-set. When the
+// lease Variable is gone (deleted by an operator or a clean-up: no agent
+// deletes it; a standby taking over rewrites it naming itself, and a clean
+// step-down empties it), the leader first renews its lock, which proves
+// nobody released it to take over, then writes the lease anew with
+// check-and-set on its absence, so a standby that wrote one meanwhile
+// wins. Anything else (the lease names another agent, the lock renewal is
+// refused) is an error: the caller steps down. Both requests end by
+// deadline.
+func (e *Elector) recreateLease(ctx context.Context, lockID string, deadline time.Time) (uint64, error) {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	cur, err := e.readLease(rctx)
+	if err != nil {
+		return 0, err
+	}
+	if cur != nil {
+		return 0, fmt.Errorf("the lease names %q", cur.Holder)
+	}
+	v := &api.Variable{Path: e.cfg.Path, Lock: &api.VariableLock{ID: lockID}}
+	if _, _, err := e.c.api.Variables().RenewLock(v, e.c.w(rctx)); err != nil {
+		return 0, fmt.Errorf("the lease was deleted and renewing the lock failed: %w", err)
+	}
+	idx, err := e.writeLease(rctx, lease{Holder: e.cfg.HolderID, LockID: lockID}, 0)
+	if err != nil {
+		return 0, fmt.Errorf("the lease was deleted and writing it again failed: %w", err)
+	}
+	e.leaseRepairs.Add(1)
+	e.log.Warn("the lease Variable was deleted under the leader; written again", "path", e.leasePath())
+	return idx, nil
+}
+
+// LeaseRepairs is how many times this agent, leading, wrote its lease
+// again after the Variable was deleted.
+func (e *Elector) LeaseRepairs() uint64 { return e.leaseRepairs.Load() }
+
 // standBy watches the lease until it is worth trying the lock again: the
 // lease was released, a stale lease was taken over, or RetryInterval
 // passed (a leader without a lease, or a lock that expired).

@@ -36,6 +36,9 @@ type StateStore struct {
 	c   *Client
 	cfg StateConfig
 	log hclog.Logger
+	// written is what this store last wrote of each durable-state
+	// Variable (statecheck.go).
+	written writtenVars
 }
 
 // NewStateStore builds a store on the client's namespace.
@@ -181,11 +184,7 @@ func (s *StateStore) SaveUsage(ctx context.Context, values map[string]float64, a
 	for k, v := range values {
 		items[usageItemKey(k)] = strconv.FormatFloat(v, 'g', -1, 64)
 	}
-	path := s.cfg.Prefix + "/usage"
-	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {
-		return fmt.Errorf("write variable %s: %w", path, err)
-	}
-	return nil
+	return s.put(ctx, s.cfg.Prefix+"/usage", items)
 }
 
 // LoadRequeues returns, per job (its model key, "namespace/job"), how many
@@ -218,19 +217,13 @@ func (s *StateStore) LoadRequeues(ctx context.Context) (map[string]int, error) {
 func (s *StateStore) SaveRequeues(ctx context.Context, counts map[string]int) error {
 	path := s.cfg.Prefix + "/requeues"
 	if len(counts) == 0 {
-		if _, err := s.c.api.Variables().Delete(path, s.c.w(ctx)); err != nil && !isNotFound(err) {
-			return fmt.Errorf("delete variable %s: %w", path, err)
-		}
-		return nil
+		return s.del(ctx, path)
 	}
 	items := make(map[string]string, len(counts))
 	for job, n := range counts {
 		items[varPathSegment(job)] = strconv.Itoa(n)
 	}
-	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {
-		return fmt.Errorf("write variable %s: %w", path, err)
-	}
-	return nil
+	return s.put(ctx, path, items)
 }
 
 // GangRequeue is a job's record of runs in a row that lost a member (each
@@ -275,19 +268,13 @@ func (s *StateStore) LoadGangRequeues(ctx context.Context) (map[string]GangReque
 func (s *StateStore) SaveGangRequeues(ctx context.Context, recs map[string]GangRequeue) error {
 	path := s.cfg.Prefix + "/gang-requeues"
 	if len(recs) == 0 {
-		if _, err := s.c.api.Variables().Delete(path, s.c.w(ctx)); err != nil && !isNotFound(err) {
-			return fmt.Errorf("delete variable %s: %w", path, err)
-		}
-		return nil
+		return s.del(ctx, path)
 	}
 	items := make(map[string]string, len(recs))
 	for job, r := range recs {
 		items[varPathSegment(job)] = strconv.Itoa(r.Runs) + "@" + r.Last.UTC().Format(time.RFC3339Nano)
 	}
-	if _, _, err := s.c.api.Variables().Update(&api.Variable{Path: path, Items: items}, s.c.w(ctx)); err != nil {
-		return fmt.Errorf("write variable %s: %w", path, err)
-	}
-	return nil
+	return s.put(ctx, path, items)
 }
 
 // PreemptionRecord is one completed preemption.
@@ -322,12 +309,14 @@ func (s *StateStore) RecordPreemption(ctx context.Context, rec PreemptionRecord)
 			recs = recs[over:]
 		}
 		b, _ := json.Marshal(recs)
-		if _, err := s.write(ctx, path, map[string]string{"records": string(b)}, idx); err != nil {
+		written, err := s.write(ctx, path, map[string]string{"records": string(b)}, idx)
+		if err != nil {
 			if errors.Is(err, ErrConflict) {
 				continue
 			}
 			return err
 		}
+		s.written.set(path, written)
 		return nil
 	}
 	return fmt.Errorf("record preemption of %s: %w (5 attempts)", rec.JobID, ErrConflict)

@@ -186,6 +186,48 @@ func (s *Server) upsertPool(r *http.Request) (any, uint64, error) {
 	return nil, idx, nil
 }
 
+// deletePool deletes a node pool as Nomad 2.0.5 does (checked on a real
+// agent): an empty 200 answer; a 500 naming the pool when it does not
+// exist, still has nodes or jobs that are not dead (`node pool "p" has
+// non-terminal jobs in regions: [global]`), or is built in.
+func (s *Server) deletePool(name string) (any, uint64, error) {
+	p := s.pools[name]
+	if p == nil {
+		return nil, 0, errf(http.StatusInternalServerError, "node pool %s not found", name)
+	}
+	var problems []string
+	for _, js := range s.jobs {
+		if str(js.job.NodePool) == name && str(js.job.Status) != "dead" {
+			problems = append(problems, fmt.Sprintf("node pool %q has non-terminal jobs in regions: [global]", name))
+			break
+		}
+	}
+	for _, n := range s.nodes {
+		if n.NodePool == name {
+			problems = append(problems, fmt.Sprintf("node pool %q has nodes in regions: [global]", name))
+			break
+		}
+	}
+	if len(problems) > 0 {
+		msg := fmt.Sprintf("%d error occurred:\n", len(problems))
+		if len(problems) > 1 {
+			msg = fmt.Sprintf("%d errors occurred:\n", len(problems))
+		}
+		for _, pr := range problems {
+			msg += "\t* " + pr + "\n"
+		}
+		return nil, 0, errf(http.StatusInternalServerError, "%s\n", msg)
+	}
+	if name == "all" || name == "default" {
+		return nil, 0, errf(http.StatusInternalServerError, "deleting node pool %q is not allowed", name)
+	}
+	idx := s.bump("node_pools")
+	delete(s.pools, name)
+	p.ModifyIndex = idx
+	s.emit(idx, "NodePool", "NodePoolDeleted", name, "", nil, "NodePool", p)
+	return nil, idx, nil
+}
+
 // GPUNode builds a ready client node in pool with one device group per
 // entry of groups (each a list of GPU instance IDs), with the given
 // per-group attributes (may be nil). It is a convenience for tests.

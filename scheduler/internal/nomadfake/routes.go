@@ -159,6 +159,8 @@ func (s *Server) routeNodes(r *http.Request) (any, uint64, error) {
 		return s.upsertPool(r)
 	case strings.HasPrefix(p, "/v1/node/pool/") && m == http.MethodGet:
 		return s.readPool(strings.TrimPrefix(p, "/v1/node/pool/"))
+	case strings.HasPrefix(p, "/v1/node/pool/") && m == http.MethodDelete:
+		return s.deletePool(strings.TrimPrefix(p, "/v1/node/pool/"))
 	case strings.HasPrefix(p, "/v1/node/") && m == http.MethodGet:
 		s.blockingWait(r, "nodes")
 		return s.readNode(strings.TrimPrefix(p, "/v1/node/"))
