@@ -430,6 +430,9 @@ func TestNewLeaderResumesUsage(t *testing.T) {
 	if requeues["default/hung"] != 2 || len(requeues) != 1 {
 		t.Errorf("requeue counts after failover %v, want default/hung: 2", requeues)
 	}
+	// The engine belongs to the agent's loop: read it once the loop ended
+	// (reading it under a running cycle is a data race).
+	ra.stop()
 	if m := ra.a.cycle.engine.Memory(clk.Now()); m.Requeues["default/hung"] != 2 {
 		t.Errorf("new leader's engine requeue counts %v, want default/hung: 2", m.Requeues)
 	}
