@@ -17,8 +17,11 @@ import (
 	"github.com/impact-sched/nomad-impact/plugin/proto/structspb"
 )
 
+// PluginName is the driver's name: jobs use driver = "impact-exec".
+const PluginName = "impact-exec"
+
 const (
-	pluginName        = "impact-exec"
+	pluginName        = PluginName
 	pluginVersion     = version.Version // the one of all three binaries
 	fingerprintPeriod = 30 * time.Second
 )

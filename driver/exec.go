@@ -3,8 +3,8 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,19 +159,17 @@ type execCred struct {
 	Groups []uint32 `json:"groups"`
 }
 
-// execInMain is `impact-exec exec-in SPEC -- ARGV...`, run as root by
-// startExec: join the cgroups (a cpuset that refuses is skipped, as for
-// the task itself), drop to the credentials, execute ARGV with Path.
-// It returns only on failure (exit status 126).
-func execInMain(args []string, stderr io.Writer) int {
-	if len(args) < 3 || args[1] != "--" {
-		fmt.Fprintln(stderr, "usage: impact-exec exec-in SPEC -- ARGV... (started by the driver)")
-		return 2
-	}
+// ErrExecInSpec is ExecIn's error for a SPEC it cannot read.
+var ErrExecInSpec = errors.New("bad exec-in spec")
+
+// ExecIn is the body of `impact-exec exec-in SPEC -- ARGV...`, run as
+// root by startExec: join the cgroups of SPEC (a cpuset that refuses is
+// skipped, as for the task itself), drop to its credentials, execute ARGV
+// with its Path. It returns only on failure.
+func ExecIn(spec string, argv []string) error {
 	var in execIn
-	if err := json.Unmarshal([]byte(args[0]), &in); err != nil || in.Path == "" {
-		fmt.Fprintf(stderr, "impact-exec exec-in: bad spec %q: %v\n", args[0], err)
-		return 2
+	if err := json.Unmarshal([]byte(spec), &in); err != nil || in.Path == "" {
+		return fmt.Errorf("%w %q: %v", ErrExecInSpec, spec, err)
 	}
 	self := []byte(strconv.Itoa(os.Getpid()))
 	for _, dir := range in.Cgroups {
@@ -179,8 +177,7 @@ func execInMain(args []string, stderr io.Writer) int {
 			if isCpuset(dir) {
 				continue
 			}
-			fmt.Fprintf(stderr, "impact-exec: joining the task's cgroup %s: %v\n", dir, err)
-			return 126
+			return fmt.Errorf("joining the task's cgroup %s: %w", dir, err)
 		}
 	}
 	if c := in.Cred; c != nil {
@@ -189,21 +186,17 @@ func execInMain(args []string, stderr io.Writer) int {
 			groups[i] = int(g)
 		}
 		if err := syscall.Setgroups(groups); err != nil {
-			fmt.Fprintf(stderr, "impact-exec: setgroups: %v\n", err)
-			return 126
+			return fmt.Errorf("setgroups: %w", err)
 		}
 		if err := syscall.Setgid(int(c.GID)); err != nil {
-			fmt.Fprintf(stderr, "impact-exec: setgid %d: %v\n", c.GID, err)
-			return 126
+			return fmt.Errorf("setgid %d: %w", c.GID, err)
 		}
 		if err := syscall.Setuid(int(c.UID)); err != nil {
-			fmt.Fprintf(stderr, "impact-exec: setuid %d: %v\n", c.UID, err)
-			return 126
+			return fmt.Errorf("setuid %d: %w", c.UID, err)
 		}
 	}
-	err := syscall.Exec(in.Path, args[2:], os.Environ())
-	fmt.Fprintf(stderr, "impact-exec: executing %s: %v\n", in.Path, err)
-	return 126
+	err := syscall.Exec(in.Path, argv, os.Environ())
+	return fmt.Errorf("executing %s: %w", in.Path, err)
 }
 
 // isCpuset reports whether a v1 cgroup dir is in the cpuset hierarchy.

@@ -1,28 +1,26 @@
 package driver
 
-// `impact-exec gang-join`: the gang barrier for a task of any driver
-// (docker, exec, raw_exec, podman...). It runs as a prestart lifecycle task
-// of each allocation of a gang job, joins the gang with that task's
-// workload identity, waits until every member has joined, writes the
-// rendezvous env (the variables impact-exec gives its own tasks) to a file
-// in the allocation directory and exits 0. Nomad then starts the main task,
-// whose env template reads that file (see doc.go, "Gangs for any driver").
+// GangJoin is the body of `impact-exec gang-join` (its command line is in
+// cmd/impact-exec): the gang barrier for a task of any driver (docker,
+// exec, raw_exec, podman...). It runs as a prestart lifecycle task of each
+// allocation of a gang job, joins the gang with that task's workload
+// identity, waits until every member has joined and writes the rendezvous
+// env (the variables impact-exec gives its own tasks) to a file in the
+// allocation directory. Nomad then starts the main task, whose env
+// template reads that file (see driver/README.md, "Gangs for any driver").
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/auth"
@@ -35,26 +33,8 @@ import (
 // template of the main task reads it as source = "../alloc/impact/gang.env".
 const GangEnvFile = "impact/gang.env"
 
-// gangJoinUsage is gang-join's -h.
-const gangJoinUsage = `usage: impact-exec gang-join [options]
-
-Joins this allocation's gang at the impact rendezvous endpoint, waits until
-every member has joined, writes the rendezvous env (WORLD_SIZE, RANK,
-NODE_RANK, NNODES, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-IMPACT_GANG_ID, IMPACT_GANG_EPOCH) to -out and exits 0. Meant as a prestart
-lifecycle task (raw_exec or exec) beside a main task of any driver, whose
-template { source = "../alloc/impact/gang.env" env = true } then gives the
-main task that env. It reads the Nomad task env (NOMAD_ALLOC_ID,
-NOMAD_JOB_ID, ...) and presents the task's workload identity
-(secrets/nomad_<identity>.jwt, identity { file = true }).
-
-Exit codes: 0 the gang is complete and -out written; 1 the barrier timed
-out, the gang failed or was stopped, or the join was refused; 2 bad usage.
-
-`
-
-// gangJoinOptions are gang-join's flags.
-type gangJoinOptions struct {
+// GangJoinOptions are gang-join's settings (its flags).
+type GangJoinOptions struct {
 	Addr       string        // rendezvous base URL
 	Out        string        // env file
 	Name       string        // narrows the gang: <ns>:<job>:<name>
@@ -71,101 +51,27 @@ type gangJoinOptions struct {
 	ClientKey  string
 }
 
-func gangJoinMain(args []string, stdout, stderr io.Writer) int {
-	env := environ()
-	opts, code := parseGangJoinFlags(args, env, stderr)
-	if code >= 0 {
-		return code
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	a, err := runGangJoin(ctx, opts, env, stdout)
-	if err != nil {
-		fmt.Fprintf(stderr, "impact-exec gang-join: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "gang %s (epoch %d) complete: rank %d of %d, node rank %d of %d, master %s:%d; env written to %s\n",
-		a.Gang, a.Generation, a.Rank, a.WorldSize, a.NodeRank, a.NNodes, a.MasterAddr, a.MasterPort, opts.Out)
-	return 0
-}
-
-func environ() map[string]string {
-	env := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, ok := bytes.Cut([]byte(kv), []byte("=")); ok {
-			env[string(k)] = string(v)
-		}
-	}
-	return env
-}
-
-// parseGangJoinFlags returns the options, or an exit code >= 0 when the
-// command should end (help, bad usage).
-func parseGangJoinFlags(args []string, env map[string]string, stderr io.Writer) (gangJoinOptions, int) {
-	var o gangJoinOptions
-	fs := flag.NewFlagSet("gang-join", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.Addr, "addr", firstNonEmpty(env["IMPACT_RENDEZVOUS_ADDR"], env["IMPACT_ADDR"]), "base URL of the rendezvous endpoint: the impact agent, or impact-exec gang-server (default $IMPACT_RENDEZVOUS_ADDR, else $IMPACT_ADDR)")
-	defOut := ""
-	if d := env["NOMAD_ALLOC_DIR"]; d != "" {
-		defOut = filepath.Join(d, GangEnvFile)
-	}
-	fs.StringVar(&o.Out, "out", defOut, "file the rendezvous env is written to (default $NOMAD_ALLOC_DIR/"+GangEnvFile+")")
-	fs.StringVar(&o.Name, "name", "", "narrows the gang to \"<namespace>:<job>:<name>\" (default: the whole job is one gang)")
-	fs.IntVar(&o.Size, "size", 0, "members of the gang; 0 = the job's allocation count, asked of the rendezvous server")
-	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "barrier timeout")
-	fs.DurationVar(&o.Heartbeat, "heartbeat", 5*time.Second, "heartbeat period while waiting (the member's TTL is 3x)")
-	fs.StringVar(&o.PortLabel, "port-label", "", "group port whose address and port are MASTER_ADDR/MASTER_PORT when this member is rank 0")
-	fs.IntVar(&o.MasterPort, "master-port", 29500, "MASTER_PORT without -port-label")
-	fs.StringVar(&o.Advertise, "advertise", "", "MASTER_ADDR without -port-label (default: the local address that routes to the rendezvous server)")
-	fs.StringVar(&o.NodeID, "node-id", env["IMPACT_NODE_ID"], "this member's node, which NODE_RANK and NNODES count (pass \"${node.unique.id}\"; default $IMPACT_NODE_ID, else the host name)")
-	fs.StringVar(&o.Identity, "identity", gang.IdentityName, "name of the task's workload identity presented to the endpoint (secrets/nomad_<name>.jwt, else NOMAD_TOKEN_<name>)")
-	fs.StringVar(&o.CACert, "ca-cert", env["IMPACT_CACERT"], "CA file verifying an https endpoint (default $IMPACT_CACERT)")
-	fs.StringVar(&o.ClientCert, "client-cert", "", "client certificate for an endpoint that wants mTLS")
-	fs.StringVar(&o.ClientKey, "client-key", "", "key of -client-cert")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, gangJoinUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, 0
-		}
-		return o, 2
-	}
-	bad := func(format string, a ...any) (gangJoinOptions, int) {
-		fmt.Fprintf(stderr, "impact-exec gang-join: "+format+"\n", a...)
-		return o, 2
-	}
+// Validate says what is wrong with the options, naming gang-join's flags.
+func (o GangJoinOptions) Validate() error {
 	switch {
-	case fs.NArg() > 0:
-		return bad("unexpected argument %q", fs.Arg(0))
 	case o.Addr == "":
-		return bad("no rendezvous endpoint: pass -addr http(s)://<impact agent>:4680 (or set IMPACT_RENDEZVOUS_ADDR)")
+		return errors.New("no rendezvous endpoint: pass -addr http(s)://<impact agent>:4680 (or set IMPACT_RENDEZVOUS_ADDR)")
 	case o.Out == "":
-		return bad("no -out and no NOMAD_ALLOC_DIR: run it as a task of the job (a prestart lifecycle task), or pass -out")
+		return errors.New("no -out and no NOMAD_ALLOC_DIR: run it as a task of the job (a prestart lifecycle task), or pass -out")
 	case o.Size < 0:
-		return bad("-size must be >= 0")
+		return errors.New("-size must be >= 0")
 	case o.Timeout <= 0:
-		return bad("-timeout must be positive")
+		return errors.New("-timeout must be positive")
 	case o.Heartbeat <= 0:
-		return bad("-heartbeat must be positive")
+		return errors.New("-heartbeat must be positive")
 	case (o.ClientCert == "") != (o.ClientKey == ""):
-		return bad("-client-cert and -client-key go together")
+		return errors.New("-client-cert and -client-key go together")
 	}
-	if err := checkURL("-addr", o.Addr); err != nil {
-		return bad("%v", err)
-	}
-	if o.NodeID == "" {
-		if h, err := os.Hostname(); err == nil {
-			o.NodeID = h
-		}
-	}
-	return o, -1
+	return checkURL("-addr", o.Addr)
 }
 
 // gangJoinRequest builds the member's join from the Nomad task env.
-func gangJoinRequest(o gangJoinOptions, env map[string]string) (gangID, member string, req gang.JoinRequest, err error) {
+func gangJoinRequest(o GangJoinOptions, env map[string]string) (gangID, member string, req gang.JoinRequest, err error) {
 	ns := firstNonEmpty(env["NOMAD_NAMESPACE"], "default")
 	job := env["NOMAD_JOB_ID"]
 	allocID, task := env["NOMAD_ALLOC_ID"], env["NOMAD_TASK_NAME"]
@@ -214,13 +120,17 @@ func gangJoinRequest(o gangJoinOptions, env map[string]string) (gangID, member s
 	return gangID, member, req, req.Validate()
 }
 
-// runGangJoin runs the barrier and writes the env file. The member is then
+// GangJoin runs the barrier of the task whose Nomad task env is env and
+// writes the env file o.Out, saying how far it got on progress. The member is then
 // reported done to the rendezvous server (its part, the rendezvous, is
 // over): nothing of it heartbeats afterwards, and once every member has
 // done so the gang is done, so a requeued run starts a new generation.
 // Failures of the running gang are the impact agent's to handle: it
 // requeues a gang that lost a member whole, whatever the driver.
-func runGangJoin(ctx context.Context, o gangJoinOptions, env map[string]string, progress io.Writer) (gang.Assignment, error) {
+func GangJoin(ctx context.Context, o GangJoinOptions, env map[string]string, progress io.Writer) (gang.Assignment, error) {
+	if err := o.Validate(); err != nil {
+		return gang.Assignment{}, err
+	}
 	// A file left by an earlier attempt of this task must not be read as
 	// this one's.
 	if err := os.Remove(o.Out); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -261,7 +171,7 @@ func runGangJoin(ctx context.Context, o gangJoinOptions, env map[string]string, 
 	return a, nil
 }
 
-func gangJoinClient(o gangJoinOptions, env map[string]string) (*gang.Client, error) {
+func gangJoinClient(o GangJoinOptions, env map[string]string) (*gang.Client, error) {
 	hc := &http.Client{}
 	if o.CACert != "" || o.ClientCert != "" {
 		cfg, err := auth.ClientTLS(o.CACert, o.ClientCert, o.ClientKey, "", false)

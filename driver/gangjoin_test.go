@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -70,14 +69,11 @@ func memberEnv(t *testing.T, n *authtest.Nomad, alloc string, i int) map[string]
 	}
 }
 
-func joinOpts(t *testing.T, url string, env map[string]string, extra ...string) gangJoinOptions {
-	t.Helper()
-	var stderr bytes.Buffer
-	o, code := parseGangJoinFlags(append([]string{"-addr", url, "-port-label", "rdzv", "-heartbeat", "200ms"}, extra...), env, &stderr)
-	if code >= 0 {
-		t.Fatalf("flags: exit %d: %s", code, stderr.String())
-	}
-	return o
+// joinOpts are gang-join's options for the member with task env env: its
+// flags' defaults, with the port label rdzv and a 200ms heartbeat.
+func joinOpts(url string, env map[string]string) GangJoinOptions {
+	return GangJoinOptions{Addr: url, Out: filepath.Join(env["NOMAD_ALLOC_DIR"], GangEnvFile), Timeout: 10 * time.Minute,
+		Heartbeat: 200 * time.Millisecond, PortLabel: "rdzv", MasterPort: 29500, NodeID: "node", Identity: gang.IdentityName}
 }
 
 // readGangEnv parses an env file the way Nomad's template env = true does
@@ -125,14 +121,15 @@ func TestGangJoinTwoMembers(t *testing.T) {
 	var secondJoined time.Time
 	for i, env := range envs {
 		results[i] = make(chan result, 1)
-		o := joinOpts(t, srv.URL, env, "-size", "2", "-node-id", "node-"+string(rune('a'+i)))
+		o := joinOpts(srv.URL, env)
+		o.Size, o.NodeID = 2, "node-"+string(rune('a'+i))
 		if i == 1 {
 			time.Sleep(500 * time.Millisecond)
 			secondJoined = time.Now()
 		}
 		go func() {
 			var out bytes.Buffer
-			a, err := runGangJoin(context.Background(), o, env, &out)
+			a, err := GangJoin(context.Background(), o, env, &out)
 			results[i] <- result{a, err, time.Now()}
 		}()
 	}
@@ -186,9 +183,10 @@ func TestGangJoinTwoMembers(t *testing.T) {
 	again := []map[string]string{memberEnv(t, n, "b0", 0), memberEnv(t, n, "b1", 1)}
 	errs := make(chan error, 2)
 	for _, env := range again {
-		o := joinOpts(t, srv.URL, env, "-size", "2")
+		o := joinOpts(srv.URL, env)
+		o.Size = 2
 		go func() {
-			_, err := runGangJoin(context.Background(), o, env, &bytes.Buffer{})
+			_, err := GangJoin(context.Background(), o, env, &bytes.Buffer{})
 			errs <- err
 		}()
 	}
@@ -217,7 +215,9 @@ func TestGangJoinWithoutIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err := runGangJoin(context.Background(), joinOpts(t, srv.URL, env, "-size", "2"), env, &bytes.Buffer{})
+	o := joinOpts(srv.URL, env)
+	o.Size = 2
+	_, err := GangJoin(context.Background(), o, env, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "nomad_impact.jwt") {
 		t.Fatalf("err = %v, want a 401 naming secrets/nomad_impact.jwt", err)
 	}
@@ -235,7 +235,9 @@ func TestGangJoinTimeout(t *testing.T) {
 	t.Parallel()
 	srv, n := joinServer(t)
 	env := memberEnv(t, n, "a0", 0)
-	_, err := runGangJoin(context.Background(), joinOpts(t, srv.URL, env, "-size", "2", "-timeout", "1s"), env, &bytes.Buffer{})
+	o := joinOpts(srv.URL, env)
+	o.Size, o.Timeout = 2, time.Second
+	_, err := GangJoin(context.Background(), o, env, &bytes.Buffer{})
 	var te *gang.TimeoutError
 	if !errors.As(err, &te) || te.Arrived != 1 || te.Size != 2 {
 		t.Fatalf("err = %v, want a barrier timeout with 1 of 2 arrived", err)
@@ -245,62 +247,13 @@ func TestGangJoinTimeout(t *testing.T) {
 	}
 }
 
-// Flags take their defaults from the task env, and bad usage exits 2
-// saying what is missing.
-func TestGangJoinFlags(t *testing.T) {
+// A port label the group does not have is named.
+func TestGangJoinRequestPortLabel(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"NOMAD_ALLOC_DIR": "/a/alloc", "IMPACT_RENDEZVOUS_ADDR": "http://10.0.0.9:4680", "IMPACT_NODE_ID": "n-1"}
-	var stderr bytes.Buffer
-	o, code := parseGangJoinFlags(nil, env, &stderr)
-	if code >= 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
-	if o.Out != "/a/alloc/impact/gang.env" || o.Addr != "http://10.0.0.9:4680" || o.NodeID != "n-1" || o.MasterPort != 29500 || o.Identity != "impact" {
-		t.Errorf("defaults: %+v", o)
-	}
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{nil, map[string]string{"NOMAD_ALLOC_DIR": "/a"}, "no rendezvous endpoint"},
-		{[]string{"-addr", "http://x:1"}, map[string]string{}, "no -out and no NOMAD_ALLOC_DIR"},
-		{[]string{"-addr", "x:1", "-out", "/f"}, nil, "want http(s)://host:port"},
-		{[]string{"-addr", "http://x:1", "-out", "/f", "-timeout", "0s"}, nil, "-timeout must be positive"},
-		{[]string{"-addr", "http://x:1", "-out", "/f", "extra"}, nil, `unexpected argument "extra"`},
-	} {
-		stderr.Reset()
-		if _, code := parseGangJoinFlags(tc.args, tc.env, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
-		}
-	}
-	// A port label the group does not have is named.
-	_, _, _, err := gangJoinRequest(gangJoinOptions{Addr: "http://x:1", PortLabel: "rdzv", MasterPort: 29500, Heartbeat: time.Second},
+	_, _, _, err := gangJoinRequest(GangJoinOptions{Addr: "http://x:1", PortLabel: "rdzv", MasterPort: 29500, Heartbeat: time.Second},
 		map[string]string{"NOMAD_JOB_ID": "j", "NOMAD_ALLOC_ID": "a", "NOMAD_TASK_NAME": "t"})
 	if err == nil || !strings.Contains(err.Error(), "NOMAD_HOST_PORT_rdzv") {
 		t.Errorf("missing port label: %v", err)
-	}
-}
-
-// The binary's subcommand: refused identity exits 1 with the reason on
-// stderr; -h exits 0.
-func TestGangJoinBinary(t *testing.T) {
-	t.Parallel()
-	srv, _ := joinServer(t)
-	env := memberEnv(t, nil, "a0", 0)
-	cmd := exec.Command(binary, "gang-join", "-addr", srv.URL, "-size", "2")
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "missing workload identity") {
-		t.Errorf("gang-join without identity: %v, stderr %q; want exit 1 naming the missing identity", err, stderr.String())
-	}
-	if out, err := exec.Command(binary, "gang-join", "-h").CombinedOutput(); err != nil || !strings.Contains(string(out), "usage: impact-exec gang-join") {
-		t.Errorf("gang-join -h: %v\n%s", err, out)
 	}
 }
 

@@ -9,6 +9,8 @@
 #   - test doubles (fakes under an internal/ directory, packages named
 #     *test or test*) are imported only by tests and by other test doubles,
 #     so no binary links them;
+#   - entry points (main packages) live under cmd/: the driver, device and
+#     scheduler packages are libraries;
 #   - nothing depends on the github.com/hashicorp/nomad module itself (licence);
 #   - the engine's steps own their state: a step's fields are read and
 #     written only in its own files (scheduler/engine/doc.go).
@@ -76,6 +78,13 @@ while read -r pkg imports; do
 		*) echo "import rule: only device/gpu/nvml may import go-nvml, not $pkg"; fail=1;; esac;;
 	esac
 done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}}' ./...)
+
+# Entry points live in cmd/ (plugin/internal/testplugin is a test double).
+while read -r pkg name; do
+	[ "$name" = main ] || continue
+	case "$pkg" in "$mod/cmd/"*|"$mod/plugin/internal/testplugin") ;;
+	*) echo "import rule: $pkg is a main package: entry points live under cmd/"; fail=1;; esac
+done < <(go list -f '{{.ImportPath}} {{.Name}}' ./...)
 
 if grep -Eq '^\s*github.com/hashicorp/nomad v' go.mod; then
 	echo "import rule: go.mod must not require github.com/hashicorp/nomad (licence)"; fail=1
