@@ -35,26 +35,17 @@ var errNotEnabled = status.Error(codes.FailedPrecondition, "device is not enable
 // errShutdown is what RPCs answer after Shutdown.
 var errShutdown = status.Error(codes.Unavailable, "device plugin is shutting down")
 
-// Options are hooks for tests; the zero value is right for production.
-type Options struct {
-	// NewBackend builds the GPU backend for validated settings. Default:
-	// NVML or the fake backend, as configured.
-	NewBackend func(backend, fakeTopology string, logger hclog.Logger) (gpu.Backend, error)
-	// DevRoot is where device nodes are looked for; default "/dev".
-	DevRoot string
-	// ProcRoot is where the driver's proc files (MIG capabilities) are
-	// read; default "/proc".
-	ProcRoot string
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-}
-
 // Plugin is the impact-gpu device plugin.
 type Plugin struct {
 	devicepb.UnimplementedDevicePluginServer
 
 	logger hclog.Logger
-	opts   Options
+	// roots are where device nodes (/dev) and the driver's proc files
+	// (/proc: MIG capabilities) are read.
+	roots hostRoots
+	// backendFor, when set, builds the GPU backend instead of NVML or the
+	// fake backend (newBackend): the package's tests give their doubles.
+	backendFor func(backend, fakeTopology string, logger hclog.Logger) (gpu.Backend, error)
 
 	mu       sync.Mutex
 	s        *settings
@@ -68,17 +59,8 @@ type Plugin struct {
 var _ plugin.DevicePlugin = (*Plugin)(nil)
 
 // New returns an unconfigured plugin; Nomad configures it with SetConfig.
-func New(logger hclog.Logger, opts Options) *Plugin {
-	if opts.DevRoot == "" {
-		opts.DevRoot = "/dev"
-	}
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = "/proc"
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &Plugin{logger: logger.Named(PluginName), opts: opts}
+func New(logger hclog.Logger) *Plugin {
+	return &Plugin{logger: logger.Named(PluginName), roots: hostRoots{Dev: "/dev", Proc: "/proc"}}
 }
 
 // PluginInfo identifies the plugin.
@@ -163,7 +145,7 @@ func (p *Plugin) monitor() (*monitor, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "start %s backend: %v", p.s.backend, err)
 	}
-	p.mon = startMonitor(b, *p.s, p.logger, p.opts.Now)
+	p.mon = startMonitor(b, *p.s, p.logger, time.Now)
 	return p.mon, nil
 }
 
@@ -189,12 +171,12 @@ func (p *Plugin) snapshot(ctx context.Context) (*monitor, *snapshot, <-chan stru
 }
 
 func (p *Plugin) newBackend() (gpu.Backend, error) {
-	if p.opts.NewBackend != nil {
-		return p.opts.NewBackend(p.s.backend, p.s.fake, p.logger)
+	if p.backendFor != nil {
+		return p.backendFor(p.s.backend, p.s.fake, p.logger)
 	}
 	switch p.s.backend {
 	case BackendFake:
-		return fake.New(p.fakeTopo, p.logger, fake.Options{}), nil
+		return fake.New(p.fakeTopo, p.logger), nil
 	case BackendNVML:
 		return nvml.New(p.logger), nil
 	}
@@ -238,7 +220,7 @@ func (p *Plugin) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*de
 	if err != nil {
 		return nil, err
 	}
-	res, warnings, err := reserve(snap, req.GetDeviceIds(), hostRoots{Dev: p.opts.DevRoot, Proc: p.opts.ProcRoot})
+	res, warnings, err := reserve(snap, req.GetDeviceIds(), p.roots)
 	for _, w := range warnings {
 		p.logger.Warn("reserve: device not passed to the task", "reason", w)
 	}

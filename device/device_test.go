@@ -108,7 +108,7 @@ func start(t *testing.T, b gpu.Backend, cfg string) *plugintest.Instance {
 
 func startPlugin(t *testing.T, b gpu.Backend, cfg string) (*Plugin, *plugintest.Instance) {
 	t.Helper()
-	p := New(hclog.NewNullLogger(), Options{NewBackend: func(string, string, hclog.Logger) (gpu.Backend, error) { return b, nil }})
+	p := newPlugin(b)
 	t.Cleanup(p.Shutdown)
 	inst := plugintest.StartDevice(t, p)
 	if err := inst.SetConfigHCL(context.Background(), cfg, plugintest.DefaultNomadConfig()); err != nil {
@@ -528,4 +528,11 @@ func TestStatsInterval(t *testing.T) {
 			t.Errorf("interval %v: got %v, want %v", tc.in, got, tc.want)
 		}
 	}
+}
+
+// newPlugin is a plugin whose GPU backend is b, whatever its config names.
+func newPlugin(b gpu.Backend) *Plugin {
+	p := New(hclog.NewNullLogger())
+	p.backendFor = func(string, string, hclog.Logger) (gpu.Backend, error) { return b, nil }
+	return p
 }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/impact-sched/nomad-impact/device/gpu"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
 	"github.com/impact-sched/nomad-impact/plugin/proto/devicepb"
@@ -230,7 +228,7 @@ func TestReserveMIGCapabilities(t *testing.T) {
 	}
 }
 
-// The plugin reads the proc and dev roots from its Options, so Reserve over
+// The plugin reads the proc and dev roots it is given, so Reserve over
 // gRPC passes a MIG instance's capability nodes from the fake tree.
 func TestReserveMIGOverGRPC(t *testing.T) {
 	inv := twoGPUs()
@@ -242,11 +240,8 @@ func TestReserveMIGOverGRPC(t *testing.T) {
 	h.capFile("gpu3/mig/gi5/access", capContent("48"))
 	h.capFile("gpu3/mig/gi5/ci0/access", capContent("49"))
 	b := newScripted(inv)
-	p := New(hclog.NewNullLogger(), Options{
-		NewBackend: func(string, string, hclog.Logger) (gpu.Backend, error) { return b, nil },
-		DevRoot:    h.root.Dev,
-		ProcRoot:   h.root.Proc,
-	})
+	p := newPlugin(b)
+	p.roots = h.root
 	t.Cleanup(p.Shutdown)
 	inst := plugintest.StartDevice(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

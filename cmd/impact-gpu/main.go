@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// JSON on the original stderr: the Nomad client re-logs these lines
 	// with their level (go-plugin swaps os.Stderr once serving starts).
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, JSONFormat: true, Output: stderr})
-	p := device.New(logger, device.Options{})
+	p := device.New(logger)
 	defer p.Shutdown()
 	if err := plugin.ServeDevice(p, plugin.ServeOptions{Logger: logger}); err != nil {
 		fmt.Fprintln(stderr, "impact-gpu:", err)

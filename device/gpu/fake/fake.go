@@ -77,15 +77,6 @@ import (
 	"github.com/impact-sched/nomad-impact/device/gpu"
 )
 
-// Options tune a Backend.
-type Options struct {
-	// PollInterval is how often the control file and the scripted events
-	// are checked; default 200ms.
-	PollInterval time.Duration
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-}
-
 // Backend is the fake gpu.Backend.
 type Backend struct {
 	topo   *Topology
@@ -108,16 +99,20 @@ type Backend struct {
 
 var _ gpu.Backend = (*Backend)(nil)
 
+// pollInterval is how often the control file and the scripted events are
+// checked.
+const pollInterval = 200 * time.Millisecond
+
 // New starts a fake backend over a parsed topology. Scripted events are
 // timed from now.
-func New(topo *Topology, logger hclog.Logger, opts Options) *Backend {
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 200 * time.Millisecond
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	b := &Backend{topo: topo, logger: logger.Named("fake"), now: opts.Now, start: opts.Now(),
+func New(topo *Topology, logger hclog.Logger) *Backend {
+	return start(topo, logger, pollInterval, time.Now)
+}
+
+// start is New with the poll interval and the clock (the package's tests
+// give theirs).
+func start(topo *Topology, logger hclog.Logger, poll time.Duration, now func() time.Time) *Backend {
+	b := &Backend{topo: topo, logger: logger.Named("fake"), now: now, start: now(),
 		lost: map[string]bool{}, stats: map[string]gpu.Stats{}, notify: make(chan struct{}, 1), done: make(chan struct{})}
 	for _, d := range topo.Inventory.Devices {
 		b.stats[d.UUID] = gpu.Stats{UUID: d.UUID, HasUtilization: true, HasMemory: true, MemoryTotalMiB: d.MemoryMiB,
@@ -129,7 +124,7 @@ func New(topo *Topology, logger hclog.Logger, opts Options) *Backend {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	b.Step()
-	go b.loop(ctx, opts.PollInterval)
+	go b.loop(ctx, poll)
 	return b
 }
 

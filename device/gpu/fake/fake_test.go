@@ -267,7 +267,7 @@ func TestBackendControlFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := New(top, hclog.NewNullLogger(), Options{PollInterval: 10 * time.Millisecond})
+	b := start(top, hclog.NewNullLogger(), 10*time.Millisecond, time.Now)
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -341,7 +341,7 @@ stats "b" {
 	top.ControlFile = ""
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }
-	b := New(top, hclog.NewNullLogger(), Options{PollInterval: time.Hour, Now: clock})
+	b := start(top, hclog.NewNullLogger(), time.Hour, clock)
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -369,7 +369,7 @@ func TestUndeliveredEventsSurviveAWatchRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	top.ControlFile = ""
-	b := New(top, hclog.NewNullLogger(), Options{PollInterval: time.Hour})
+	b := start(top, hclog.NewNullLogger(), time.Hour, time.Now)
 	defer b.Close()
 	at := time.Unix(1000, 0)
 	b.mu.Lock()
