@@ -31,7 +31,7 @@
 #     the queue and resumes from that checkpoint when admitted again. Exit 0
 #     means the work is done: the job completes, never re-run. torchrun turns
 #     its workers' 75 into 1; train.py writes IMPACT_REQUEUE_FILE first, so
-#     impact-exec reports 75 all the same (driver/doc.go, "Exit codes").
+#     impact-exec reports 75 all the same (driver/README.md, "Exit codes").
 #   - checkpoints: on storage every client mounts at the same path
 #     (/mnt/checkpoints here: NFS, Lustre, a parallel file system), never
 #     under NOMAD_ALLOC_DIR: a requeued job runs in new allocations, with new
@@ -150,7 +150,7 @@ job "llm-pretrain" {
           # torchrun has no SIGUSR1 handler: signalled itself it would die
           # at once and take its workers with it before they saved. So the
           # signal goes to its workers only; once they have exited,
-          # torchrun gets the kill signal (driver/doc.go, "The checkpoint
+          # torchrun gets the kill signal (driver/README.md, "The checkpoint
           # signal"). The alternative: impact_checkpoint_signal = "SIGTERM"
           # with checkpoint_signal_to = "main" (torchrun forwards SIGTERM).
           checkpoint_signal_to = "children"
@@ -172,7 +172,7 @@ job "llm-pretrain" {
       # ports they pick, over the interface they pick: set it when the
       # default route's interface is not the one the nodes reach each other
       # on (MASTER_ADDR must be routable from every node, see
-      # advertise_addr / port_label in driver/doc.go).
+      # advertise_addr / port_label in driver/README.md).
       # env {
       #   GLOO_SOCKET_IFNAME = "eth0"
       #   NCCL_SOCKET_IFNAME = "eth0"
