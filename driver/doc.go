@@ -30,13 +30,14 @@
 //	errors.go      fatal and recoverable errors as Nomad reads them
 //
 // driver/executor is the supervisor, one detached process per task: the
-// plugin side (process.go) and the supervisor talk only through files in
-// the task's state dir and signals, so a new plugin process can take over
-// at any time. The supervisor's parts: supervise.go (a task's life, step
-// by step), member.go (the gang barrier and watching the gang while the
-// task runs), command.go (finding the program), credentials.go, logs.go,
-// signals.go (relaying signals, exit statuses), checkpoint.go (the
-// checkpoint signal, stops, the requeue file) and cgroup.go.
+// plugin side (process.go, events.go) and the supervisor talk only through
+// the files in the task's state dir (spec.go) and signals, so a new plugin
+// process can take over at any time. The supervisor's parts: supervise.go
+// (a task's life, step by step), member.go (the gang barrier and watching
+// the gang while the task runs), command.go (finding the program),
+// credentials.go, logs.go, signals.go (relaying signals, exit statuses),
+// checkpoint.go (the checkpoint signal, stops, the requeue file),
+// cgroup.go, procfs.go (the task's processes in /proc) and stats.go.
 //
 // The rendezvous protocol (registry, HTTP endpoint and client) is package
 // gang, shared with the impact agent; the rendezvous through Nomad's own

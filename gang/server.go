@@ -75,111 +75,152 @@ func (h *Handler) allowed(w http.ResponseWriter, r *http.Request, op, gangID, me
 
 // ServeHTTP routes /v1/gang/... requests.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), PathPrefix)
-	if !ok && r.URL.EscapedPath() == strings.TrimSuffix(PathPrefix, "/") {
+	segs, err := pathSegments(r.URL)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	switch {
+	case len(segs) == 0:
+		h.list(w, r)
+	case len(segs) == 1:
+		h.read(w, r, segs[0])
+	case len(segs) == 2 && segs[1] == "stop":
+		h.stop(w, r, segs[0])
+	case len(segs) == 3 && segs[1] == "members":
+		h.member(w, r, segs[0], segs[2])
+	case len(segs) == 4 && segs[1] == "members" && segs[3] == "heartbeat":
+		h.heartbeat(w, r, segs[0], segs[2])
+	case len(segs) == 4 && segs[1] == "members" && segs[3] == "exit":
+		h.exit(w, r, segs[0], segs[2])
+	default:
+		writeErr(w, http.StatusNotFound, fmt.Errorf("no such endpoint: %s", r.URL.Path))
+	}
+}
+
+// pathSegments are the unescaped segments of u's path after PathPrefix
+// (or the whole path, for a handler mounted with the prefix stripped).
+func pathSegments(u *url.URL) ([]string, error) {
+	rest, ok := strings.CutPrefix(u.EscapedPath(), PathPrefix)
+	if !ok && u.EscapedPath() == strings.TrimSuffix(PathPrefix, "/") {
 		rest, ok = "", true
 	}
 	if !ok {
 		// Also accept being mounted with the prefix stripped.
-		rest = strings.TrimPrefix(r.URL.EscapedPath(), "/")
+		rest = strings.TrimPrefix(u.EscapedPath(), "/")
+	}
+	if rest == "" {
+		return nil, nil
 	}
 	var segs []string
-	if rest != "" {
-		for _, s := range strings.Split(strings.TrimSuffix(rest, "/"), "/") {
-			u, err := url.PathUnescape(s)
-			if err != nil {
-				writeErr(w, http.StatusBadRequest, fmt.Errorf("bad path segment %q: %w", s, err))
-				return
-			}
-			segs = append(segs, u)
+	for _, s := range strings.Split(strings.TrimSuffix(rest, "/"), "/") {
+		v, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, fmt.Errorf("bad path segment %q: %w", s, err)
+		}
+		segs = append(segs, v)
+	}
+	return segs, nil
+}
+
+// list serves GET /v1/gang/: the gangs the caller may see.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	if !method(w, r, http.MethodGet) {
+		return
+	}
+	visible, err := h.auth.ListFilter(r)
+	if !h.allowed(w, r, "list", "", "", err) {
+		return
+	}
+	all := h.reg.List()
+	out := make([]Status, 0, len(all))
+	for _, st := range all {
+		if visible(st.ID) {
+			out = append(out, st)
 		}
 	}
-	switch {
-	case len(segs) == 0:
-		if !method(w, r, http.MethodGet) {
-			return
-		}
-		visible, err := h.auth.ListFilter(r)
-		if !h.allowed(w, r, "list", "", "", err) {
-			return
-		}
-		all := h.reg.List()
-		out := make([]Status, 0, len(all))
-		for _, st := range all {
-			if visible(st.ID) {
-				out = append(out, st)
-			}
-		}
-		writeJSON(w, http.StatusOK, out)
-	case len(segs) == 1:
-		if !method(w, r, http.MethodGet) {
-			return
-		}
-		var err error
-		if m := r.URL.Query().Get("member"); m != "" {
-			err = h.auth.Member(r, segs[0], m, nil)
-		} else {
-			err = h.auth.ReadGang(r, segs[0])
-		}
-		if !h.allowed(w, r, "get", segs[0], r.URL.Query().Get("member"), err) {
-			return
-		}
-		h.get(w, r, segs[0])
-	case len(segs) == 2 && segs[1] == "stop":
-		if !method(w, r, http.MethodPut, http.MethodPost) {
-			return
-		}
-		if !h.allowed(w, r, "stop", segs[0], "", h.auth.Stop(r, segs[0])) {
-			return
-		}
-		var req StopRequest
+	writeJSON(w, http.StatusOK, out)
+}
+
+// read serves GET /v1/gang/<gang>[?member=]: a member reads its own gang
+// with its identity, anyone else with a token that may read the gang.
+func (h *Handler) read(w http.ResponseWriter, r *http.Request, gangID string) {
+	if !method(w, r, http.MethodGet) {
+		return
+	}
+	var err error
+	if m := r.URL.Query().Get("member"); m != "" {
+		err = h.auth.Member(r, gangID, m, nil)
+	} else {
+		err = h.auth.ReadGang(r, gangID)
+	}
+	if !h.allowed(w, r, "get", gangID, r.URL.Query().Get("member"), err) {
+		return
+	}
+	h.get(w, r, gangID)
+}
+
+// stop serves PUT /v1/gang/<gang>/stop.
+func (h *Handler) stop(w http.ResponseWriter, r *http.Request, gangID string) {
+	if !method(w, r, http.MethodPut, http.MethodPost) {
+		return
+	}
+	if !h.allowed(w, r, "stop", gangID, "", h.auth.Stop(r, gangID)) {
+		return
+	}
+	var req StopRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	h.reply(w, "stop", gangID, "")(h.reg.Stop(gangID, req))
+}
+
+// member serves PUT (join) and DELETE (leave) /v1/gang/<gang>/members/<member>.
+func (h *Handler) member(w http.ResponseWriter, r *http.Request, gangID, member string) {
+	switch r.Method {
+	case http.MethodPut, http.MethodPost:
+		var req JoinRequest
 		if !decode(w, r, &req) {
 			return
 		}
-		h.reply(w, "stop", segs[0], "")(h.reg.Stop(segs[0], req))
-	case len(segs) == 3 && segs[1] == "members":
-		gangID, member := segs[0], segs[2]
-		switch r.Method {
-		case http.MethodPut, http.MethodPost:
-			var req JoinRequest
-			if !decode(w, r, &req) {
-				return
-			}
-			if !h.allowed(w, r, "join", gangID, member, h.auth.Member(r, gangID, member, &req)) {
-				return
-			}
-			h.reply(w, "join", gangID, member)(h.reg.Join(r.Context(), gangID, member, req))
-		case http.MethodDelete:
-			if !h.allowed(w, r, "leave", gangID, member, h.auth.Member(r, gangID, member, nil)) {
-				return
-			}
-			h.reply(w, "leave", gangID, member)(h.reg.Leave(gangID, member))
-		default:
-			method(w, r, http.MethodPut, http.MethodDelete)
-		}
-	case len(segs) == 4 && segs[1] == "members" && segs[3] == "heartbeat":
-		if !method(w, r, http.MethodPut, http.MethodPost) {
+		if !h.allowed(w, r, "join", gangID, member, h.auth.Member(r, gangID, member, &req)) {
 			return
 		}
-		if !h.allowed(w, r, "heartbeat", segs[0], segs[2], h.auth.Member(r, segs[0], segs[2], nil)) {
+		h.reply(w, "join", gangID, member)(h.reg.Join(r.Context(), gangID, member, req))
+	case http.MethodDelete:
+		if !h.allowed(w, r, "leave", gangID, member, h.auth.Member(r, gangID, member, nil)) {
 			return
 		}
-		h.reply(w, "heartbeat", segs[0], segs[2])(h.reg.Heartbeat(segs[0], segs[2]))
-	case len(segs) == 4 && segs[1] == "members" && segs[3] == "exit":
-		if !method(w, r, http.MethodPut, http.MethodPost) {
-			return
-		}
-		if !h.allowed(w, r, "exit", segs[0], segs[2], h.auth.Member(r, segs[0], segs[2], nil)) {
-			return
-		}
-		var req ExitRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		h.reply(w, "exit", segs[0], segs[2])(h.reg.Exit(segs[0], segs[2], req))
+		h.reply(w, "leave", gangID, member)(h.reg.Leave(gangID, member))
 	default:
-		writeErr(w, http.StatusNotFound, fmt.Errorf("no such endpoint: %s", r.URL.Path))
+		method(w, r, http.MethodPut, http.MethodDelete)
 	}
+}
+
+// heartbeat serves PUT /v1/gang/<gang>/members/<member>/heartbeat.
+func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request, gangID, member string) {
+	if !method(w, r, http.MethodPut, http.MethodPost) {
+		return
+	}
+	if !h.allowed(w, r, "heartbeat", gangID, member, h.auth.Member(r, gangID, member, nil)) {
+		return
+	}
+	h.reply(w, "heartbeat", gangID, member)(h.reg.Heartbeat(gangID, member))
+}
+
+// exit serves PUT /v1/gang/<gang>/members/<member>/exit.
+func (h *Handler) exit(w http.ResponseWriter, r *http.Request, gangID, member string) {
+	if !method(w, r, http.MethodPut, http.MethodPost) {
+		return
+	}
+	if !h.allowed(w, r, "exit", gangID, member, h.auth.Member(r, gangID, member, nil)) {
+		return
+	}
+	var req ExitRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	h.reply(w, "exit", gangID, member)(h.reg.Exit(gangID, member, req))
 }
 
 // get serves a gang's status, blocking while ?index= is current.

@@ -1,17 +1,14 @@
 package executor
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -351,140 +348,4 @@ func (p *Process) Destroy() error {
 	_, _ = p.result() // kept for a WaitTask still to answer
 	killLeftovers(p.state.Dir)
 	return os.RemoveAll(p.state.Dir)
-}
-
-// Events returns the complete event lines after byte offset off, and the
-// offset to continue from.
-func (p *Process) Events(off int64) ([]Event, int64, error) {
-	f, err := os.Open(filepath.Join(p.state.Dir, EventsFile))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, off, nil
-		}
-		return nil, off, err
-	}
-	defer f.Close()
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
-		return nil, off, err
-	}
-	var out []Event
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			break // partial line: read it next time
-		}
-		off += int64(len(line))
-		var ev Event
-		if jerr := jsonUnmarshal(line, &ev); jerr != nil {
-			p.logger.Warn("skipping malformed event line", "error", jerr)
-			continue
-		}
-		out = append(out, ev)
-	}
-	return out, off, nil
-}
-
-// EventOffsetFile records how far the plugin has forwarded events, so a
-// new plugin process does not send them again.
-const EventOffsetFile = "events.offset"
-
-// EventOffset returns the saved forwarding offset (0 if none).
-func (p *Process) EventOffset() int64 {
-	b, err := os.ReadFile(filepath.Join(p.state.Dir, EventOffsetFile))
-	if err != nil {
-		return 0
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
-// SaveEventOffset records the forwarding offset.
-func (p *Process) SaveEventOffset(off int64) error {
-	return writeJSONAtomic(p.state.Dir, EventOffsetFile, off)
-}
-
-// killLeftovers cleans up after a supervisor that is gone: it kills the
-// process group of the command recorded in the status file, if that
-// process is still the command (same start time, still leading its
-// group), then every process left in the task's own cgroups (children
-// that left the group), and removes the cgroups the supervisor created.
-// It returns the process group it killed, or 0. It does nothing once the
-// supervisor has finished (its last status names neither).
-func killLeftovers(dir string) int {
-	var st Status
-	if err := readJSON(dir, StatusFile, &st); err != nil {
-		return 0
-	}
-	killed := 0
-	if st.Phase == PhaseRunning && st.ChildPID > 0 && st.ChildStart != 0 {
-		ps, err := procStat(st.ChildPID)
-		if err == nil && ps.start == st.ChildStart && ps.pgrp == st.ChildPID && ps.state != 'Z' &&
-			syscall.Kill(-st.ChildPID, syscall.SIGKILL) == nil {
-			killed = st.ChildPID
-			waitGone(st.ChildPID, st.ChildStart, 5*time.Second)
-		}
-	}
-	if cg := st.Cgroups; cg != nil {
-		KillCgroups(cg.V2, cg.Own)
-		RemoveCgroups(cg.Created)
-	}
-	return killed
-}
-
-// waitGone waits (up to d) until the process pid that started at start
-// has died: it is gone, a zombie, or the PID is another process's.
-func waitGone(pid int, start uint64, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ps, err := procStat(pid)
-		if err != nil || ps.start != start || ps.state == 'Z' || ps.state == 'X' {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-type procInfo struct {
-	pid, ppid, pgrp int
-	state           byte
-	start           uint64
-}
-
-// procStat reads /proc/PID/stat.
-func procStat(pid int) (procInfo, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procInfo{}, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return procInfo{}, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+2:])
-	// f[0]=state f[1]=ppid f[2]=pgrp ... f[19]=starttime (field 22 overall)
-	if len(f) < 20 {
-		return procInfo{}, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	pgrp, _ := strconv.Atoi(f[2])
-	start, _ := strconv.ParseUint(f[19], 10, 64)
-	return procInfo{pid: pid, ppid: ppid, pgrp: pgrp, state: f[0][0], start: start}, nil
-}
-
-// alive: the supervisor process exists, is not a zombie and is the same
-// process (same start time) as when launched.
-func alive(s State) bool {
-	st, err := procStat(s.SupervisorPID)
-	if err != nil {
-		return false
-	}
-	if st.state == 'Z' || st.state == 'X' {
-		return false
-	}
-	return s.SupervisorStart == 0 || st.start == s.SupervisorStart
 }
