@@ -18,22 +18,15 @@ import (
 	"github.com/impact-sched/nomad-impact/device/gpu"
 )
 
-// Options tune a Backend; the zero value is right for production.
-type Options struct {
-	// SysfsRoot is where /sys is; default "/sys". The NUMA node of a PCIe
-	// GPU is read from <SysfsRoot>/bus/pci/devices/<bus id>/numa_node.
-	SysfsRoot string
-	// EventWait is how long one wait for NVML events blocks; default 1s.
-	EventWait time.Duration
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-}
-
 // Backend reads GPUs through NVML.
 type Backend struct {
 	lib    nv.Interface
 	logger hclog.Logger
-	opts   Options
+	// sysfsRoot is where /sys is: the NUMA node of a PCIe GPU is read from
+	// <sysfsRoot>/bus/pci/devices/<bus id>/numa_node.
+	sysfsRoot string
+	// eventWait is how long one wait for NVML events blocks.
+	eventWait time.Duration
 
 	mu     sync.Mutex
 	inited bool
@@ -51,22 +44,14 @@ var _ gpu.Backend = (*Backend)(nil)
 // until the first call; when the library is absent every scan reports
 // gpu.ErrUnavailable.
 func New(logger hclog.Logger) gpu.Backend {
-	return NewWithLibrary(nv.New(), logger, Options{})
+	return newWithLibrary(nv.New(), logger)
 }
 
-// NewWithLibrary returns a Backend over any nvml.Interface (tests pass
-// go-nvml's mocks).
-func NewWithLibrary(lib nv.Interface, logger hclog.Logger, opts Options) *Backend {
-	if opts.SysfsRoot == "" {
-		opts.SysfsRoot = "/sys"
-	}
-	if opts.EventWait <= 0 {
-		opts.EventWait = time.Second
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &Backend{lib: lib, logger: logger.Named("nvml"), opts: opts, handles: map[string]nv.Device{}, migs: map[string][]gpu.MIGInstance{}}
+// newWithLibrary returns a Backend over any nvml.Interface (the package's
+// tests pass go-nvml's mocks, and set their own sysfs root and waits).
+func newWithLibrary(lib nv.Interface, logger hclog.Logger) *Backend {
+	return &Backend{lib: lib, logger: logger.Named("nvml"), sysfsRoot: "/sys", eventWait: time.Second,
+		handles: map[string]nv.Device{}, migs: map[string][]gpu.MIGInstance{}}
 }
 
 // init loads and initialises NVML once. No NVML function other than Init
@@ -235,7 +220,7 @@ func (b *Backend) numaNode(h nv.Device, busID string) int {
 	if busID == "" {
 		return gpu.Unknown
 	}
-	raw, err := os.ReadFile(filepath.Join(b.opts.SysfsRoot, "bus", "pci", "devices", SysfsBusID(busID), "numa_node"))
+	raw, err := os.ReadFile(filepath.Join(b.sysfsRoot, "bus", "pci", "devices", SysfsBusID(busID), "numa_node"))
 	if err != nil {
 		return gpu.Unknown
 	}
@@ -399,7 +384,7 @@ func (b *Backend) Stats(ctx context.Context, uuids []string) ([]gpu.Stats, error
 	if err := b.init(); err != nil {
 		return nil, err
 	}
-	now := b.opts.Now()
+	now := time.Now()
 	var out []gpu.Stats
 	for _, id := range uuids {
 		h, ok := b.handle(id)
@@ -467,7 +452,7 @@ func (b *Backend) WatchHealth(ctx context.Context, events chan<- gpu.HealthEvent
 		registered++
 	}
 	b.logger.Debug("watching health events", "gpus", registered)
-	wait := uint32(b.opts.EventWait / time.Millisecond)
+	wait := uint32(b.eventWait / time.Millisecond)
 	for ctx.Err() == nil {
 		data, ret := set.Wait(wait)
 		if ret == nv.ERROR_TIMEOUT {
@@ -499,7 +484,7 @@ func (b *Backend) toEvent(data nv.EventData) (gpu.HealthEvent, bool) {
 		b.logger.Warn("event for a GPU without a readable UUID", "error", ret.Error())
 		return gpu.HealthEvent{}, false
 	}
-	ev := gpu.HealthEvent{UUID: uuid, Time: b.opts.Now()}
+	ev := gpu.HealthEvent{UUID: uuid, Time: time.Now()}
 	switch data.EventType {
 	case nv.EventTypeXidCriticalError:
 		ev.Kind, ev.XID = gpu.EventXID, int(data.EventData)

@@ -120,7 +120,9 @@ func nvswitch(s *server.Server, links int) {
 }
 
 func newBackend(lib nv.Interface) *Backend {
-	return NewWithLibrary(lib, hclog.NewNullLogger(), Options{SysfsRoot: "/nonexistent", EventWait: 10 * time.Millisecond})
+	b := newWithLibrary(lib, hclog.NewNullLogger())
+	b.sysfsRoot, b.eventWait = "/nonexistent", 10*time.Millisecond
+	return b
 }
 
 func islandsOf(inv gpu.Inventory) map[string]int {
@@ -337,7 +339,8 @@ func TestTwoIslandsFromRemotePCI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := NewWithLibrary(lib, hclog.NewNullLogger(), Options{SysfsRoot: sysfs})
+	b := newWithLibrary(lib, hclog.NewNullLogger())
+	b.sysfsRoot = sysfs
 	inv, err := b.Inventory(context.Background())
 	if err != nil {
 		t.Fatal(err)

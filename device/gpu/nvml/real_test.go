@@ -19,7 +19,7 @@ func TestRealNVML(t *testing.T) {
 		t.Skipf("no usable NVML here: %v", ret.Error())
 	}
 	lib.Shutdown()
-	b := NewWithLibrary(nv.New(), hclog.NewNullLogger(), Options{})
+	b := newWithLibrary(nv.New(), hclog.NewNullLogger())
 	defer b.Close()
 	ctx := context.Background()
 	inv, err := b.Inventory(ctx)
