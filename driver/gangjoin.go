@@ -1,13 +1,13 @@
 package driver
 
-// GangJoin is the body of `impact-exec gang-join` (its command line is in
-// cmd/impact-exec): the gang barrier for a task of any driver (docker,
-// exec, raw_exec, podman...). It runs as a prestart lifecycle task of each
-// allocation of a gang job, joins the gang with that task's workload
-// identity, waits until every member has joined and writes the rendezvous
-// env (the variables impact-exec gives its own tasks) to a file in the
-// allocation directory. Nomad then starts the main task, whose env
-// template reads that file (see driver/README.md, "Gangs for any driver").
+// `impact-exec gang-join` (GangJoin here; its flags are in cmd/impact-exec):
+// the gang barrier for a task of any driver (docker, exec, raw_exec,
+// podman...). It runs as a prestart lifecycle task of each allocation of a
+// gang job, joins the gang with that task's workload identity, waits until
+// every member has joined and writes the rendezvous env (the variables
+// impact-exec gives its own tasks) to a file in the allocation directory.
+// Nomad then starts the main task, whose env template reads that file (see
+// driver/README.md, "Gangs for any driver").
 
 import (
 	"bytes"
