@@ -29,9 +29,9 @@ func (ac *accruer) accrue(holders []placement.Holder, facts []*specFacts) {
 	e, now := ac.c.e, ac.c.now
 	last := e.lastCycle
 	finished, next := ac.c.snap.FinishedSince(e.finishedSeq)
-	ac.c.ch.finishedSeq, ac.c.ch.lastCycle = next, last
+	ac.c.mem.finishedSeq, ac.c.mem.lastCycle = next, last
 	if last.IsZero() {
-		ac.c.ch.lastCycle = now
+		ac.c.mem.lastCycle = now
 		return
 	}
 	if !now.After(last) {
@@ -98,7 +98,7 @@ func (ac *accruer) accrue(holders []placement.Holder, facts []*specFacts) {
 		}
 		u.AddInterval(qc.projNames[k.proj], sum, time.Unix(0, k.from), time.Unix(0, k.to))
 	}
-	ac.c.ch.accrued, ac.c.ch.lastCycle = u, now
+	ac.c.mem.accrued, ac.c.mem.lastCycle = u, now
 }
 
 // charge is GPUs a project used over an interval (Unix nanoseconds).
@@ -125,10 +125,10 @@ func growTo(buf *[]int, s []int, n int) []int {
 func (ac *accruer) expireInflight() {
 	for id, st := range ac.c.e.inflight {
 		if _, ok := ac.c.snap.Alloc(id); !ok || ac.c.now.Sub(st.expires) > ac.c.e.opts.inflightTTL {
-			if ac.c.ch.expired == nil {
-				ac.c.ch.expired = map[string]bool{}
+			if ac.c.mem.expired == nil {
+				ac.c.mem.expired = map[string]bool{}
 			}
-			ac.c.ch.expired[id] = true
+			ac.c.mem.expired[id] = true
 		}
 	}
 }

@@ -168,8 +168,8 @@ func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfi
 		}
 		earlier[a.ID] = true
 	}
-	p.c.addPending(j.ID, pendingAdmission{at: p.c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings, earlier: earlier})
-	p.c.dropBinding(j.ID)
+	p.c.mem.addPending(j.ID, pendingAdmission{at: p.c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings, earlier: earlier})
+	p.c.mem.dropBinding(j.ID)
 	p.c.addProjectGPUs(q.f.proj, q.gpus)
 	p.c.headroomAdmit(q, res)
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil

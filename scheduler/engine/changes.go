@@ -60,28 +60,44 @@ type changes struct {
 	hrMem map[string]*hrMemory
 }
 
+// cycleMemory is how a cycle sees the engine's memory: as it was when
+// the cycle began, with the cycle's own changes over it. Every step reads
+// and records through it; Engine.apply carries the changes into the
+// engine once the cycle is done.
+type cycleMemory struct {
+	changes
+	e    *Engine
+	snap *cluster.Snapshot
+	now  time.Time
+	// pendingByJob indexes pending admissions by job (pendingJob).
+	pendingByJob map[*cluster.Job]pendingAdmission
+	// inflightAllocs: the snapshot's allocations with a stop in flight
+	// (indexInflight).
+	inflightAllocs map[*cluster.Alloc]struct{}
+}
+
 // usage is the fair-share usage the cycle scores with: the engine's, plus
 // this cycle's charges.
-func (c *cycle) usage() *policy.Usage {
-	if c.ch.accrued != nil {
-		return c.ch.accrued
+func (m *cycleMemory) usage() *policy.Usage {
+	if m.accrued != nil {
+		return m.accrued
 	}
-	return c.e.usage
+	return m.e.usage
 }
 
 // pendingOf is the admission planned for a job by an earlier cycle (or
 // this one) that still holds its GPUs.
-func (c *cycle) pendingOf(id string) (pendingAdmission, bool) {
-	if len(c.e.pending) == 0 && len(c.ch.pending) == 0 {
+func (m *cycleMemory) pendingOf(id string) (pendingAdmission, bool) {
+	if len(m.e.pending) == 0 && len(m.pending) == 0 {
 		return pendingAdmission{}, false // the common case: no string to hash
 	}
-	if p, ok := c.ch.pending[id]; ok {
+	if p, ok := m.pending[id]; ok {
 		return p, true
 	}
-	if c.ch.pendingGone[id] {
+	if m.pendingGone[id] {
 		return pendingAdmission{}, false
 	}
-	p, ok := c.e.pending[id]
+	p, ok := m.e.pending[id]
 	return p, ok
 }
 
@@ -89,52 +105,52 @@ func (c *cycle) pendingOf(id string) (pendingAdmission, bool) {
 // object: thousands of queued and running jobs are asked each cycle and
 // few have an admission pending, so the pending ones are indexed by
 // pointer once rather than each asker's ID hashed.
-func (c *cycle) pendingJob(j *cluster.Job) (pendingAdmission, bool) {
-	if len(c.e.pending) == 0 && len(c.ch.pending) == 0 {
+func (m *cycleMemory) pendingJob(j *cluster.Job) (pendingAdmission, bool) {
+	if len(m.e.pending) == 0 && len(m.pending) == 0 {
 		return pendingAdmission{}, false
 	}
-	if c.pendingByJob == nil {
-		c.pendingByJob = map[*cluster.Job]pendingAdmission{}
+	if m.pendingByJob == nil {
+		m.pendingByJob = map[*cluster.Job]pendingAdmission{}
 		add := func(id string, p pendingAdmission) {
-			if pj, ok := c.snap.Job(id); ok {
-				c.pendingByJob[pj] = p
+			if pj, ok := m.snap.Job(id); ok {
+				m.pendingByJob[pj] = p
 			}
 		}
-		for id, p := range c.e.pending {
-			if !c.ch.pendingGone[id] {
+		for id, p := range m.e.pending {
+			if !m.pendingGone[id] {
 				add(id, p)
 			}
 		}
-		for id, p := range c.ch.pending {
+		for id, p := range m.pending {
 			add(id, p)
 		}
 	}
-	p, ok := c.pendingByJob[j]
+	p, ok := m.pendingByJob[j]
 	return p, ok
 }
 
 // bindingOf is the binding a preemptor holds.
-func (c *cycle) bindingOf(id string) (binding, bool) {
-	if b, ok := c.ch.bindings[id]; ok {
+func (m *cycleMemory) bindingOf(id string) (binding, bool) {
+	if b, ok := m.bindings[id]; ok {
 		return b, true
 	}
-	if c.ch.bindingsGone[id] {
+	if m.bindingsGone[id] {
 		return binding{}, false
 	}
-	b, ok := c.e.bindings[id]
+	b, ok := m.e.bindings[id]
 	return b, ok
 }
 
 // stopOrdered reports whether a stop the engine ordered for an allocation
 // of the snapshot is still under way: ordered this cycle, or in flight
 // since an earlier one (inflightAllocs).
-func (c *cycle) stopOrdered(a *cluster.Alloc) bool {
-	if len(c.ch.stops) > 0 {
-		if _, ok := c.ch.stops[a.ID]; ok {
+func (m *cycleMemory) stopOrdered(a *cluster.Alloc) bool {
+	if len(m.stops) > 0 {
+		if _, ok := m.stops[a.ID]; ok {
 			return true
 		}
 	}
-	_, ok := c.inflightAllocs[a]
+	_, ok := m.inflightAllocs[a]
 	return ok
 }
 
@@ -142,78 +158,78 @@ func (c *cycle) stopOrdered(a *cluster.Alloc) bool {
 // stop in flight that has not expired, by pointer, so that asking about
 // every running allocation twice a cycle hashes pointers, not IDs. Run
 // after expireInflight, before any stopOrdered.
-func (c *cycle) indexInflight() {
-	for id := range c.e.inflight {
-		if c.ch.expired[id] {
+func (m *cycleMemory) indexInflight() {
+	for id := range m.e.inflight {
+		if m.expired[id] {
 			continue
 		}
-		if a, ok := c.snap.Alloc(id); ok {
-			if c.inflightAllocs == nil {
-				c.inflightAllocs = map[*cluster.Alloc]struct{}{}
+		if a, ok := m.snap.Alloc(id); ok {
+			if m.inflightAllocs == nil {
+				m.inflightAllocs = map[*cluster.Alloc]struct{}{}
 			}
-			c.inflightAllocs[a] = struct{}{}
+			m.inflightAllocs[a] = struct{}{}
 		}
 	}
 }
 
 // requeuesOf is how often a job was requeued for hanging.
-func (c *cycle) requeuesOf(id string) int {
-	if n, ok := c.ch.requeues[id]; ok {
+func (m *cycleMemory) requeuesOf(id string) int {
+	if n, ok := m.requeues[id]; ok {
 		return n
 	}
-	return c.e.requeues[id]
+	return m.e.requeues[id]
 }
 
 // orderStop records a stop ordered for an allocation.
-func (c *cycle) orderStop(allocID string, st inflightStop) {
-	if c.ch.stops == nil {
-		c.ch.stops = map[string]inflightStop{}
+func (m *cycleMemory) orderStop(allocID string, st inflightStop) {
+	if m.stops == nil {
+		m.stops = map[string]inflightStop{}
 	}
-	c.ch.stops[allocID] = st
+	m.stops[allocID] = st
 }
 
-func (c *cycle) dropPending(id string) {
-	if c.ch.pendingGone == nil {
-		c.ch.pendingGone = map[string]bool{}
+func (m *cycleMemory) dropPending(id string) {
+	if m.pendingGone == nil {
+		m.pendingGone = map[string]bool{}
 	}
-	c.ch.pendingGone[id] = true
-	delete(c.ch.pending, id)
-	if j, ok := c.snap.Job(id); ok && c.pendingByJob != nil {
-		delete(c.pendingByJob, j)
-	}
-}
-
-func (c *cycle) addPending(id string, p pendingAdmission) {
-	if c.ch.pending == nil {
-		c.ch.pending = map[string]pendingAdmission{}
-	}
-	c.ch.pending[id] = p
-	if j, ok := c.snap.Job(id); ok && c.pendingByJob != nil {
-		c.pendingByJob[j] = p
+	m.pendingGone[id] = true
+	delete(m.pending, id)
+	if j, ok := m.snap.Job(id); ok && m.pendingByJob != nil {
+		delete(m.pendingByJob, j)
 	}
 }
 
-func (c *cycle) dropBinding(id string) {
-	if c.ch.bindingsGone == nil {
-		c.ch.bindingsGone = map[string]bool{}
+func (m *cycleMemory) addPending(id string, p pendingAdmission) {
+	if m.pending == nil {
+		m.pending = map[string]pendingAdmission{}
 	}
-	c.ch.bindingsGone[id] = true
-	delete(c.ch.bindings, id)
+	m.pending[id] = p
+	if j, ok := m.snap.Job(id); ok && m.pendingByJob != nil {
+		m.pendingByJob[j] = p
+	}
 }
 
-func (c *cycle) setBinding(id string, b binding) {
-	if c.ch.bindings == nil {
-		c.ch.bindings = map[string]binding{}
+func (m *cycleMemory) dropBinding(id string) {
+	if m.bindingsGone == nil {
+		m.bindingsGone = map[string]bool{}
 	}
-	c.ch.bindings[id] = b
+	m.bindingsGone[id] = true
+	delete(m.bindings, id)
+}
+
+func (m *cycleMemory) setBinding(id string, b binding) {
+	if m.bindings == nil {
+		m.bindings = map[string]binding{}
+	}
+	m.bindings[id] = b
 }
 
 // lostFrom returns the GPU-hours lost in the hour before the cycle to
 // preemptions charged to one budget ("" = the shared one), this cycle's
 // included.
-func (c *cycle) lostFrom(budget string) float64 {
-	sum := c.e.lostFrom(budget, c.now)
-	for _, l := range c.ch.losses {
+func (m *cycleMemory) lostFrom(budget string) float64 {
+	sum := m.e.lostFrom(budget, m.now)
+	for _, l := range m.losses {
 		if l.budget == budget {
 			sum += l.gpuHours
 		}

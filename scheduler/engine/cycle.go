@@ -25,8 +25,9 @@ type cycle struct {
 	// explain: build the plan's explanations and queue (see
 	// WithoutExplanations).
 	explain bool
-	// ch: what the cycle changes in the engine's memory (changes.go).
-	ch changes
+	// mem: the engine's memory as the cycle sees it, and what the cycle
+	// changes in it (changes.go).
+	mem cycleMemory
 	// st: the cycle's capacity, one transaction per decision (buildState).
 	st *placement.State
 	// victims: what each running gang (by holder) is as a victim (the
@@ -37,11 +38,6 @@ type cycle struct {
 	// projectGPUs: GPUs held per project index (queueCache.project), for
 	// quotas (addProjectGPUs).
 	projectGPUs []int
-	// pendingByJob indexes pending admissions by job (pendingJob).
-	pendingByJob map[*cluster.Job]pendingAdmission
-	// inflightAllocs: the snapshot's allocations with a stop in flight
-	// (indexInflight).
-	inflightAllocs map[*cluster.Alloc]struct{}
 	// tierSlots: tier's recent answers.
 	tierSlots [4]tierSlot
 
@@ -77,6 +73,7 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 			Explanations:    map[string]*Explanation{},
 		},
 		explain: !e.opts.noExplain,
+		mem:     cycleMemory{e: e, snap: snap, now: now},
 	}
 	c.acc, c.holds, c.judge, c.order = accruer{c}, holdings{c: c}, judger{c: c}, orderer{c: c}
 	c.place = placer{c: c, poolMax: map[string][3]int{}}
@@ -162,10 +159,10 @@ func (c *cycle) run() {
 // queue cache's refresh: both read the immutable snapshot and write
 // disjoint caches.
 func (c *cycle) buildState() {
-	c.indexInflight()
+	c.mem.indexInflight()
 	var stopping func(*cluster.Alloc) bool
-	if len(c.inflightAllocs) > 0 {
-		stopping = c.stopOrdered
+	if len(c.mem.inflightAllocs) > 0 {
+		stopping = c.mem.stopOrdered
 	}
 	c.st = placement.New(c.snap, stopping, c.e.cache)
 	c.claimed = buffer.Zeroed(&c.e.scratch.claimed, len(c.st.Holders()))

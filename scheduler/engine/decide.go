@@ -107,7 +107,7 @@ func (c *cycle) onlyWaits(q *queued) bool {
 		return false
 	}
 	if d, ok := c.e.deferred[q.id]; ok && !c.now.Before(d.until) {
-		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
+		c.mem.deferralsOver = append(c.mem.deferralsOver, q.id)
 	}
 	return true
 }
@@ -121,7 +121,7 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 		exp.Status, exp.Reason = StatusParked, q.parkedReason(c.pol)
 		return true
 	}
-	if p, ok := c.pendingJob(q.job); ok {
+	if p, ok := c.mem.pendingJob(q.job); ok {
 		exp.Status, exp.Reason = StatusAdmitted, "admitted; waiting for its allocations to start"
 		exp.Placement, exp.Warnings = p.groups, p.warnings
 		return true
@@ -134,7 +134,7 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 			}
 			return true
 		}
-		c.ch.deferralsOver = append(c.ch.deferralsOver, q.id)
+		c.mem.deferralsOver = append(c.mem.deferralsOver, q.id)
 	}
 	if why := c.place.tooBig(q); why != "" {
 		exp.Status, exp.Reason = StatusParked, why

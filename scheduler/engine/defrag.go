@@ -171,12 +171,12 @@ func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res 
 		}
 	}
 	df.c.holds.bind(q, res, victims)
-	b, _ := df.c.bindingOf(q.id)
+	b, _ := df.c.mem.bindingOf(q.id)
 	b.movedOut = make([]string, 0, len(victims))
 	for _, h := range victims {
 		b.movedOut = append(b.movedOut, holders[h].JobID)
 	}
-	df.c.setBinding(q.id, b)
+	df.c.mem.setBinding(q.id, b)
 	var moved []string
 	for i, h := range victims {
 		df.c.pre.claim(h)
@@ -188,19 +188,19 @@ func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res 
 			to = append(to, AllocPlacement{NodeID: df.c.st.Node(sl.Node).ID, GPUs: df.c.st.GPUIDs(sl)})
 		}
 		where := placesText(to)
-		df.c.setBinding(hd.JobID, binding{gpus: to, expires: df.c.now.Add(v.Grace + df.c.e.opts.admissionTTL), moved: true})
+		df.c.mem.setBinding(hd.JobID, binding{gpus: to, expires: df.c.now.Add(v.Grace + df.c.e.opts.admissionTTL), moved: true})
 		p := victimStop(q, hd, v)
 		p.MovedTo, p.PreemptorGPUs = to, b.gpus
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, where, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			df.c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: df.c.now, expires: df.c.now.Add(v.Grace)})
+			df.c.mem.orderStop(a.ID, inflightStop{job: hd.JobID, decided: df.c.now, expires: df.c.now.Add(v.Grace)})
 		}
 		df.c.plan.Preemptions = append(df.c.plan.Preemptions, p)
 		df.c.e.logger.Debug("moving job to defragment", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 			"to", where, "cost", v.Cost, "lost_gpu_hours", v.Lost, "gain", gain)
-		df.c.ch.losses = append(df.c.ch.losses, loss{at: df.c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
+		df.c.mem.losses = append(df.c.mem.losses, loss{at: df.c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 		moved = append(moved, hd.JobID+" to "+where)
 	}
@@ -217,13 +217,13 @@ func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res 
 // decided it: it waits for the jobs it moved to stop, each named with the
 // GPUs it is bound to restart on (none once it has restarted).
 func (df *defragger) explainMoves(q *queued, exp *Explanation) {
-	b, _ := df.c.bindingOf(q.id)
+	b, _ := df.c.mem.bindingOf(q.id)
 	moved := make([]string, 0, len(b.movedOut))
 	for _, id := range b.movedOut {
 		if !slices.Contains(exp.Victims, id) {
 			exp.Victims = append(exp.Victims, id)
 		}
-		mb, ok := df.c.bindingOf(id)
+		mb, ok := df.c.mem.bindingOf(id)
 		if !ok || !mb.moved {
 			moved = append(moved, id+" (restarted)")
 			continue
@@ -249,7 +249,7 @@ func placesText(to []AllocPlacement) string {
 // still stopping (within its grace; then it is queued again, or gone, and
 // may have restarted where it was moved to: that no longer counts).
 func (df *defragger) movesUnderWay(q *queued) bool {
-	b, ok := df.c.bindingOf(q.id)
+	b, ok := df.c.mem.bindingOf(q.id)
 	if !ok || len(b.movedOut) == 0 {
 		return false
 	}

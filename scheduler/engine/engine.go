@@ -355,6 +355,6 @@ func (e *Engine) budgetOf(tier string) (key string, limit float64) {
 func (e *Engine) Decide(snap *cluster.Snapshot, now time.Time) *Plan {
 	c := newCycle(e, snap, now)
 	c.run()
-	e.apply(&c.ch, now)
+	e.apply(&c.mem.changes, now)
 	return c.plan
 }

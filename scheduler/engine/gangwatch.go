@@ -39,7 +39,7 @@ func (jd *judger) watchGangs() {
 	holders := jd.c.st.Holders()
 	for _, run := range jd.c.e.queue.running {
 		for _, j := range run {
-			if _, ok := jd.c.pendingJob(j); ok {
+			if _, ok := jd.c.mem.pendingJob(j); ok {
 				continue
 			}
 			h, hasHolder := jd.holderOfJob(j)
@@ -63,7 +63,7 @@ func (jd *judger) watchGangs() {
 				}
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)
-					jd.c.orderStop(a.ID, inflightStop{job: j.ID, decided: jd.c.now, expires: jd.c.now.Add(j.Spec.Grace)})
+					jd.c.mem.orderStop(a.ID, inflightStop{job: j.ID, decided: jd.c.now, expires: jd.c.now.Add(j.Spec.Grace)})
 				}
 				jd.c.pre.claim(h)
 				jd.c.plan.Requeues = append(jd.c.plan.Requeues, r)
@@ -89,10 +89,10 @@ func (jd *judger) watchGangs() {
 				jd.c.e.logger.Info("gang missing a member", "job", j.ID, "why", m.why, "grace", grace)
 			}
 			if !m.atOnce && jd.c.now.Sub(since) < grace {
-				if jd.c.ch.broken == nil {
-					jd.c.ch.broken = map[string]time.Time{}
+				if jd.c.mem.broken == nil {
+					jd.c.mem.broken = map[string]time.Time{}
 				}
-				jd.c.ch.broken[j.ID] = since // still missing: watched on
+				jd.c.mem.broken[j.ID] = since // still missing: watched on
 				continue
 			}
 			r := Preemption{
@@ -114,7 +114,7 @@ func (jd *judger) watchGangs() {
 				r.GPUs = holders[h].GPUs
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)
-					jd.c.orderStop(a.ID, inflightStop{job: j.ID, decided: jd.c.now, expires: jd.c.now.Add(j.Spec.Grace)})
+					jd.c.mem.orderStop(a.ID, inflightStop{job: j.ID, decided: jd.c.now, expires: jd.c.now.Add(j.Spec.Grace)})
 				}
 				jd.c.pre.claim(h)
 			}
@@ -131,10 +131,10 @@ func (jd *judger) watchGangs() {
 
 // keepRequeuedDead remembers that the dead gang j's run is requeued.
 func (jd *judger) keepRequeuedDead(j *cluster.Job) {
-	if jd.c.ch.requeuedDead == nil {
-		jd.c.ch.requeuedDead = map[string]uint64{}
+	if jd.c.mem.requeuedDead == nil {
+		jd.c.mem.requeuedDead = map[string]uint64{}
 	}
-	jd.c.ch.requeuedDead[j.ID] = j.ModifyIndex
+	jd.c.mem.requeuedDead[j.ID] = j.ModifyIndex
 }
 
 // anyRunning reports whether some allocation is not told to stop.
@@ -166,7 +166,7 @@ func (c *cycle) holderOf(jobID string) (int, bool) {
 // ordered reports whether the engine ordered a stop of any of the allocs.
 func (jd *judger) ordered(allocs []*cluster.Alloc) bool {
 	for _, a := range allocs {
-		if jd.c.stopOrdered(a) {
+		if jd.c.mem.stopOrdered(a) {
 			return true
 		}
 	}

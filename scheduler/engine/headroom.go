@@ -311,7 +311,7 @@ func expiredArrivals(m *hrMemory, h *policy.Headroom, now time.Time) int {
 // hrMemory is a pool's learned-headroom memory as this cycle sees it: its
 // own copy once it changed one, else the engine's (nil: none yet).
 func (c *cycle) hrMemory(pool string) *hrMemory {
-	if m, ok := c.ch.hrMem[pool]; ok {
+	if m, ok := c.mem.hrMem[pool]; ok {
 		return m
 	}
 	return c.e.hrMem[pool]
@@ -321,17 +321,17 @@ func (c *cycle) hrMemory(pool string) *hrMemory {
 // from the engine's the first time (the engine's memory is only replaced
 // by apply, after the cycle), so cycles that learn nothing copy nothing.
 func (c *cycle) hrMemoryToChange(pool string) *hrMemory {
-	if m, ok := c.ch.hrMem[pool]; ok {
+	if m, ok := c.mem.hrMem[pool]; ok {
 		return m
 	}
-	if c.ch.hrMem == nil {
-		c.ch.hrMem = map[string]*hrMemory{}
+	if c.mem.hrMem == nil {
+		c.mem.hrMem = map[string]*hrMemory{}
 	}
 	m := &hrMemory{seen: map[string]bool{}}
 	if old := c.e.hrMem[pool]; old != nil {
 		m = &hrMemory{arrivals: slices.Clone(old.arrivals), seen: maps.Clone(old.seen)}
 	}
-	c.ch.hrMem[pool] = m
+	c.mem.hrMem[pool] = m
 	return m
 }
 

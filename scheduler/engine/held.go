@@ -44,7 +44,7 @@ func (hb *holdings) dropSpent(q *queued, exp *Explanation) {
 		hb.c.st.Release(sl)
 	}
 	delete(hb.bound, q.id)
-	hb.c.dropBinding(q.id)
+	hb.c.mem.dropBinding(q.id)
 }
 
 // lend releases the GPUs bound to q, its own, for it alone while it is
@@ -69,7 +69,7 @@ func (hb *holdings) lend(q *queued, exp *Explanation) func() {
 			// not place on what its victims freed (a node went down,
 			// say): the GPUs are free for every job from now on,
 			// not held for it until the binding expires.
-			hb.c.dropBinding(q.id)
+			hb.c.mem.dropBinding(q.id)
 		default:
 			for _, sl := range slots {
 				if sl.Mask&st.Free(sl.Node) == sl.Mask {
@@ -110,7 +110,7 @@ func (hb *holdings) holdPending() {
 			over = over || done >= len(p.allocs)
 		}
 		if !ok || over || hb.c.now.Sub(p.at) > hb.c.e.opts.admissionTTL {
-			hb.c.dropPending(id)
+			hb.c.mem.dropPending(id)
 			continue
 		}
 		for _, a := range p.allocs {
@@ -141,10 +141,10 @@ func (hb *holdings) holdBindings() {
 	for _, id := range slices.Sorted(maps.Keys(hb.c.e.bindings)) {
 		b := hb.c.e.bindings[id]
 		j, ok := hb.c.snap.Job(id)
-		_, pending := hb.c.pendingOf(id)
+		_, pending := hb.c.mem.pendingOf(id)
 		waiting := j != nil && (j.State == cluster.JobQueued || b.moved && j.State == cluster.JobRunning)
 		if !ok || !waiting || pending || hb.c.now.After(b.expires) || hb.boundOffNode(b) {
-			hb.c.dropBinding(id)
+			hb.c.mem.dropBinding(id)
 			continue
 		}
 		for _, ap := range b.gpus {
@@ -192,7 +192,7 @@ func (hb *holdings) bindingSpent(q *queued, exp *Explanation) bool {
 	if exp.Status == StatusPreempting {
 		return false
 	}
-	b, ok := hb.c.bindingOf(q.id)
+	b, ok := hb.c.mem.bindingOf(q.id)
 	return ok && !b.moved && !hb.c.defrag.movesUnderWay(q)
 }
 
@@ -226,7 +226,7 @@ func (hb *holdings) bind(q *queued, res placement.Result, victims []int) {
 			gpus = append(gpus, AllocPlacement{NodeID: hb.c.st.Node(sl.Node).ID, GPUs: hb.c.st.GPUIDs(sl)})
 		}
 	}
-	b, ok := hb.c.bindingOf(q.job.ID)
+	b, ok := hb.c.mem.bindingOf(q.job.ID)
 	if !ok {
 		maxGrace := time.Duration(0)
 		for _, h := range victims {
@@ -235,7 +235,7 @@ func (hb *holdings) bind(q *queued, res placement.Result, victims []int) {
 		b.expires = hb.c.now.Add(maxGrace + hb.c.e.opts.admissionTTL)
 	}
 	b.gpus = gpus
-	hb.c.setBinding(q.job.ID, b)
+	hb.c.mem.setBinding(q.job.ID, b)
 }
 
 // boundToOther: some GPUs of holder h are a move's room bound to a job

@@ -363,14 +363,14 @@ func (jd *judger) judgeRunning(facts []*specFacts) []idleState {
 	}
 	for id := range jd.c.e.idleSeen {
 		if h, ok := jd.c.holderOf(id); !ok || facts[h] == nil {
-			jd.c.ch.idleGone = append(jd.c.ch.idleGone, id) // no longer running
+			jd.c.mem.idleGone = append(jd.c.mem.idleGone, id) // no longer running
 		}
 	}
 	// A job's requeue count lives as long as the job (queued again or
 	// running); a job that left (stopped, purged) starts afresh.
 	for id := range jd.c.e.requeues {
 		if _, ok := jd.c.snap.Job(id); !ok {
-			jd.c.ch.requeuesGone = append(jd.c.ch.requeuesGone, id)
+			jd.c.mem.requeuesGone = append(jd.c.mem.requeuesGone, id)
 		}
 	}
 	// jd.c.plan.Running is in job ID order already: holders are (one per
@@ -381,14 +381,14 @@ func (jd *judger) judgeRunning(facts []*specFacts) []idleState {
 // reclaim orders the requeue action for a hung gang and returns its note.
 func (jd *judger) reclaim(h int, hd *placement.Holder, st idleState) string {
 	j := hd.Job
-	n := jd.c.requeuesOf(hd.JobID)
+	n := jd.c.mem.requeuesOf(hd.JobID)
 	requeue := n < st.cfg.MaxRequeues
 	if requeue {
 		n++
-		if jd.c.ch.requeues == nil {
-			jd.c.ch.requeues = map[string]int{}
+		if jd.c.mem.requeues == nil {
+			jd.c.mem.requeues = map[string]int{}
 		}
-		jd.c.ch.requeues[hd.JobID] = n
+		jd.c.mem.requeues[hd.JobID] = n
 	}
 	idleGPUh, reclaimed := jd.idleHours(hd, st)
 	numbers := fmt.Sprintf("every member below %g%% for %s (job mean %.1f%%, idle since %s)", st.cfg.Threshold,
@@ -403,7 +403,7 @@ func (jd *judger) reclaim(h int, hd *placement.Holder, st idleState) string {
 		Requeue: requeue, Requeues: n, IdleGPUHours: idleGPUh, ReclaimedGPUHours: reclaimed, Reason: reason}
 	for _, a := range hd.Allocs {
 		r.Allocs = append(r.Allocs, a.ID)
-		jd.c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: jd.c.now, expires: jd.c.now.Add(r.Grace), requeue: requeue})
+		jd.c.mem.orderStop(a.ID, inflightStop{job: hd.JobID, decided: jd.c.now, expires: jd.c.now.Add(r.Grace), requeue: requeue})
 	}
 	jd.c.claimed[h] = true
 	jd.c.plan.Reclaims = append(jd.c.plan.Reclaims, r)
@@ -441,12 +441,12 @@ func (jd *judger) logIdleChange(hd *placement.Holder, st idleState) {
 		return
 	}
 	if cur == (idleFlags{}) {
-		jd.c.ch.idleGone = append(jd.c.ch.idleGone, hd.JobID)
+		jd.c.mem.idleGone = append(jd.c.mem.idleGone, hd.JobID)
 	} else {
-		if jd.c.ch.idleSeen == nil {
-			jd.c.ch.idleSeen = map[string]idleFlags{}
+		if jd.c.mem.idleSeen == nil {
+			jd.c.mem.idleSeen = map[string]idleFlags{}
 		}
-		jd.c.ch.idleSeen[hd.JobID] = cur
+		jd.c.mem.idleSeen[hd.JobID] = cur
 	}
 	args := []any{"job", hd.JobID, "gpus", hd.GPUs, "utilization", st.util, "threshold", st.cfg.Threshold,
 		"idle_for", st.idleFor, "duration", st.cfg.Duration, "action", st.cfg.Action, "opted_out", st.ignored}

@@ -126,7 +126,7 @@ func (pe *preempter) mayTryPreempting(q *queued) bool {
 func (pe *preempter) budgetAllows(q *queued, exp *Explanation, lost float64) (string, bool) {
 	budget, mx := pe.c.e.budgetOf(q.f.tier)
 	if mx > 0 { // the hour's losses are summed only for a capped budget
-		if already := pe.c.lostFrom(budget); already+lost > mx {
+		if already := pe.c.mem.lostFrom(budget); already+lost > mx {
 			if pe.c.explain {
 				which := "shared"
 				if budget != "" {
@@ -329,12 +329,12 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			pe.c.orderStop(a.ID, inflightStop{job: hd.JobID, decided: pe.c.now, expires: pe.c.now.Add(v.Grace)})
+			pe.c.mem.orderStop(a.ID, inflightStop{job: hd.JobID, decided: pe.c.now, expires: pe.c.now.Add(v.Grace)})
 		}
 		pe.c.plan.Preemptions = append(pe.c.plan.Preemptions, p)
 		pe.c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,
 			"cost", v.Cost, "lost_gpu_hours", v.Lost, "gain", gain)
-		pe.c.ch.losses = append(pe.c.ch.losses, loss{at: pe.c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
+		pe.c.mem.losses = append(pe.c.mem.losses, loss{at: pe.c.now, gpuHours: v.Lost, job: hd.JobID, budget: budget})
 		exp.Victims = append(exp.Victims, hd.JobID)
 	}
 	exp.Status = StatusPreempting

@@ -354,7 +354,7 @@ func (o *orderer) buildQueue() []*queued {
 		}
 	}
 	sort.Strings(names)
-	o.scorer = o.c.pol.NewScorer(o.c.usage(), o.c.now, names)
+	o.scorer = o.c.pol.NewScorer(o.c.mem.usage(), o.c.now, names)
 	o.deficits = make([]float64, len(qc.projNames))
 	for _, name := range names {
 		o.deficits[qc.projIdx[name]] = o.scorer.Deficit(name)
