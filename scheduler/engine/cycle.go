@@ -53,14 +53,6 @@ type cycle struct {
 	why    explainer // reasons.go: explanations
 }
 
-type tierSlot struct {
-	name string
-	t    *policy.Tier
-}
-
-// tierPool keys what the cycle works out once per tier and pool.
-type tierPool struct{ tier, pool string }
-
 func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 	c := &cycle{
 		e:    e,

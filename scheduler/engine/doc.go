@@ -25,15 +25,16 @@
 //
 // The cycle (cycle.go) holds what the steps share: the snapshot, the
 // placement state (one transaction per decision), the plan, the running
-// gangs as victims (preempt.Victim) and which are claimed, and the
-// changes it makes to the engine's memory (changes.go): usage, the
-// preemption budget, admissions and stops the snapshot does not show
-// yet, bindings. Decide applies those changes once the cycle is done,
-// so no step reads another's half-made state. The rule between steps: a
-// step's fields are read and written only in its own files; the cycle
-// and the other steps call its methods (scripts/check-imports.sh, run by
-// make check, enforces it). Which gangs may be victims, at what cost,
-// and the minimal victim search are scheduler/preempt's.
+// gangs as victims (preempt.Victim) and which are claimed, the GPUs per
+// project (shared.go), and the engine's memory as the cycle sees it
+// (changes.go: usage, the preemption budget, admissions and stops the
+// snapshot does not show yet, bindings), whose changes Decide applies
+// once the cycle is done, so no step reads another's half-made state.
+// The rule between steps: a step's fields are read and written only in
+// its own files, which declare no methods on the cycle; the cycle and
+// the other steps call its methods (scripts/check-imports.sh, run by make
+// check, enforces it). Which gangs may be victims, at what cost, and the
+// minimal victim search are scheduler/preempt's.
 //
 // Other files: engine.go (Engine, options, memory), plan.go (the plan's
 // types), entry.go and facts.go (a queued job, the policy's answers per

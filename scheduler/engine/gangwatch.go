@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -154,13 +153,6 @@ func (jd *judger) holderOfJob(j *cluster.Job) (int, bool) {
 		return int(h), true
 	}
 	return jd.c.holderOf(j.ID)
-}
-
-// holderOf finds the holder of a job's allocations.
-func (c *cycle) holderOf(jobID string) (int, bool) {
-	holders := c.st.Holders()
-	i := sort.Search(len(holders), func(i int) bool { return holders[i].JobID >= jobID })
-	return i, i < len(holders) && holders[i].JobID == jobID
 }
 
 // ordered reports whether the engine ordered a stop of any of the allocs.

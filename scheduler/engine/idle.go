@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -289,29 +288,6 @@ func (jd *judger) idleVictim(hd *placement.Holder, st idleState) preempt.Victim 
 		Since:     st.since,
 		Note:      fmt.Sprintf("idle since %s (%.1f%% < %g%% for %s)", st.since.UTC().Format(time.RFC3339), st.util, st.cfg.Threshold, st.idleFor.Round(time.Second)),
 	})
-}
-
-// tier is the policy's tier of that name (nil: none), remembered for the
-// last few names asked: a cycle asks for the same few tiers thousands of
-// times (a slot is a length and pointer compare, the map a hash).
-func (c *cycle) tier(name string) *policy.Tier {
-	for i := range c.tierSlots {
-		if sl := &c.tierSlots[i]; sl.t != nil && sl.name == name {
-			return sl.t
-		}
-	}
-	t := c.pol.Tiers[name]
-	if t != nil {
-		copy(c.tierSlots[1:], c.tierSlots[:len(c.tierSlots)-1])
-		c.tierSlots[0] = tierSlot{name: name, t: t}
-	}
-	return t
-}
-
-// mayPreempt is policy.MayPreempt through tier.
-func (c *cycle) mayPreempt(by, victim string) bool {
-	t := c.tier(by)
-	return t != nil && slices.Contains(t.MayPreempt, victim)
 }
 
 // judgeRunning judges every managed running gang's utilisation once per

@@ -427,12 +427,3 @@ func (cl *candList) exclude(h, gpus int) {
 		}
 	}
 }
-
-func (c *cycle) holderInPool(h int, pool string) bool {
-	for _, sl := range c.st.Holders()[h].Slots {
-		if c.st.PoolOf(sl.Node) == pool {
-			return true
-		}
-	}
-	return false
-}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
@@ -27,24 +26,4 @@ type scratch struct {
 	holderProj []int32
 	// claimed: the cycle's claimed holders (cycle.claimed).
 	claimed []bool
-}
-
-// addProjectGPUs charges gpus to project index p (for quotas).
-func (c *cycle) addProjectGPUs(p int32, gpus int) {
-	if p < 0 {
-		return
-	}
-	if c.projectGPUs == nil {
-		c.projectGPUs = buffer.Zeroed(&c.e.scratch.projGPUs, len(c.e.queue.projNames))
-	}
-	c.projectGPUs = growTo(&c.e.scratch.projGPUs, c.projectGPUs, int(p)+1)
-	c.projectGPUs[p] += gpus
-}
-
-// projectGPUsOf is what addProjectGPUs charged to project index p.
-func (c *cycle) projectGPUsOf(p int32) int {
-	if p < 0 || int(p) >= len(c.projectGPUs) {
-		return 0
-	}
-	return c.projectGPUs[p]
 }
