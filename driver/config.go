@@ -10,6 +10,7 @@ import (
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
 	"github.com/impact-sched/nomad-impact/gang"
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/plugin/hclspec"
 )
 
@@ -123,7 +124,8 @@ var taskConfigSpec = hclspec.Object(hclspec.Attrs{
 		"port_label":  hclspec.AttrDefault("port_label", "string", hclspec.Quote("")),
 		"master_port": hclspec.AttrDefault("master_port", "number", "29500"),
 		// checkpoint_signal and grace default to the job's
-		// impact_checkpoint_signal / impact_grace meta.
+		// impact_checkpoint_signal / impact_grace meta and are read by
+		// the same rules (jobspec.ParseSignal, jobspec.ParseDuration).
 		"checkpoint_signal": hclspec.AttrDefault("checkpoint_signal", "string", hclspec.Quote("")),
 		"grace":             hclspec.AttrDefault("grace", "string", hclspec.Quote("")),
 		// checkpoint_signal_to: whom the checkpoint signal reaches,
@@ -180,30 +182,38 @@ func defaultGangConfig() *GangConfig {
 // identity block sets env = true (Nomad names it NOMAD_TOKEN_<name>).
 const identityEnv = "NOMAD_TOKEN_" + gang.IdentityName
 
-// Job meta keys of the jobspec contract (scheduler/policy/spec.go; the
-// table in README.md) read from the task env.
-const (
-	envCheckpointSignal = "NOMAD_META_impact_checkpoint_signal"
-	envGrace            = "NOMAD_META_impact_grace"
-	envRequeueExitCode  = "NOMAD_META_impact_requeue_exit_code"
-	defaultGrace        = 30 * time.Second
-	// requeueFileName is the task's requeue file (IMPACT_REQUEUE_FILE),
-	// in its local/ dir.
-	requeueFileName = ".impact-requeue"
-)
+// defaultGrace is the time between the checkpoint signal and the kill
+// signal when a gang member is stopped for a peer's failure and neither
+// the gang block's grace nor the meta impact_grace is given. (The
+// scheduler, which reads the same impact_grace, waits none when it is not
+// given: its stop then leaves the task its kill_timeout.)
+const defaultGrace = 30 * time.Second
 
-// requeueExitCode is the job's impact_requeue_exit_code (default 75);
-// errors name the meta key.
-func requeueExitCode(env map[string]string) (int, error) {
-	v := strings.TrimSpace(env[envRequeueExitCode])
-	if v == "" {
-		return executor.DefaultRequeueExitCode, nil
+// requeueFileName is the task's requeue file (IMPACT_REQUEUE_FILE), in its
+// local/ dir.
+const requeueFileName = ".impact-requeue"
+
+// contract is the jobspec contract of a task as the driver reads it.
+type contract struct {
+	// spec is the task's impact_* meta, parsed by jobspec.ParseMeta.
+	spec jobspec.Spec
+	// graceSet: the meta gives impact_grace (else defaultGrace applies).
+	graceSet bool
+}
+
+// taskContract parses the impact_* meta in a task's environment (job,
+// group and task meta merged by Nomad) with the scheduler's own parse,
+// jobspec.ParseMeta: a value means the same to both, and one the
+// scheduler would reject (an unknown impact_* key among them) refuses the
+// task with the scheduler's error, naming each key at fault.
+func taskContract(env map[string]string) (contract, error) {
+	meta := jobspec.MetaFromTaskEnv(env)
+	s, err := jobspec.ParseMeta(meta, nil)
+	if err != nil {
+		return contract{}, err
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > 255 {
-		return 0, fmt.Errorf("meta impact_requeue_exit_code %q: want an exit code in 1..255", v)
-	}
-	return n, nil
+	_, graceSet := meta[jobspec.MetaGrace]
+	return contract{spec: s, graceSet: graceSet}, nil
 }
 
 // gangSpec turns the task's gang settings into the supervisor's GangSpec;
@@ -253,33 +263,34 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 		}
 		timeout = d
 	}
-	ckpt := g.CheckpointSignal
-	if ckpt == "" {
-		ckpt = t.env[envCheckpointSignal]
-	}
-	if ckpt != "" {
-		if _, err := executor.ParseSignal(ckpt); err != nil {
-			return nil, "", 0, fmt.Errorf("gang.checkpoint_signal (or meta impact_checkpoint_signal): %w", err)
+	// The gang block's checkpoint_signal and grace override the meta's
+	// (already parsed: taskContract) and are read by the same rules.
+	ckpt := t.meta.spec.CheckpointSignal
+	if g.CheckpointSignal != "" {
+		sig, err := jobspec.ParseSignal(g.CheckpointSignal)
+		if err != nil {
+			return nil, "", 0, fmt.Errorf("gang.checkpoint_signal %q: %w", g.CheckpointSignal, err)
 		}
+		ckpt = sig
 	}
 	if !executor.ValidCheckpointTo(g.CheckpointTo) {
 		return nil, "", 0, fmt.Errorf("gang.checkpoint_signal_to %q: want %q, %q or %q", g.CheckpointTo,
 			executor.CheckpointToGroup, executor.CheckpointToMain, executor.CheckpointToChildren)
 	}
 	grace := defaultGrace
-	graceSrc, graceField := g.Grace, "gang.grace"
-	if graceSrc == "" {
-		graceSrc, graceField = t.env[envGrace], "meta impact_grace"
+	if t.meta.graceSet {
+		grace = t.meta.spec.Grace
 	}
-	if graceSrc != "" {
-		d, err := time.ParseDuration(graceSrc)
-		if err != nil || d < 0 {
-			return nil, "", 0, fmt.Errorf("%s %q: want a non-negative duration", graceField, graceSrc)
+	if g.Grace != "" {
+		d, err := jobspec.ParseDuration(g.Grace)
+		if err != nil {
+			return nil, "", 0, fmt.Errorf("gang.grace %q: %w", g.Grace, err)
 		}
 		grace = d
 	}
-	if _, err := executor.ParseSignal(g.KillSignal); err != nil {
-		return nil, "", 0, fmt.Errorf("gang.kill_signal: %w", err)
+	killSignal, err := jobspec.ParseSignal(g.KillSignal)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("gang.kill_signal %q: %w", g.KillSignal, err)
 	}
 	killTimeout, err := positiveDuration("gang.kill_timeout", g.KillTimeout)
 	if err != nil {
@@ -343,7 +354,7 @@ func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string
 		Discovery: g.Discovery, Service: g.Service, NomadAddr: nomadAddr, NomadToken: t.env["NOMAD_TOKEN"],
 		ConsulAddr: cfg.ConsulAddr, ConsulService: cfg.ConsulService, ConsulTag: cfg.ConsulTag,
 		IdentityToken: t.env[identityEnv], CACert: cfg.CACert, ClientCert: cfg.ClientCert, ClientKey: cfg.ClientKey,
-	}, g.KillSignal, killTimeout, nil
+	}, killSignal, killTimeout, nil
 }
 
 func positiveDuration(field, v string) (time.Duration, error) {
@@ -401,6 +412,8 @@ func firstNonEmpty(vs ...string) string {
 type taskInfo struct {
 	name, allocID, group, namespace, jobID, jobName, nodeID, nodeName string
 	env                                                               map[string]string
+	// meta is the task's jobspec contract (taskContract of env).
+	meta contract
 }
 
 func gangJoin(size int, ns, job string, t taskInfo, allocIndex int, nodeID, host string, port int, ttl time.Duration) gang.JoinRequest {

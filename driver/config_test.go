@@ -1,14 +1,17 @@
 package driver
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/driver/executor"
+	"github.com/impact-sched/nomad-impact/internal/jobspectest"
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/plugin/config"
 	"github.com/impact-sched/nomad-impact/plugin/plugintest"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func decodeTask(t *testing.T, hcl string) TaskConfig {
@@ -33,9 +36,14 @@ func TestGangSpec(t *testing.T) {
 	base := defaultConfig()
 	withAddr := base
 	withAddr.RendezvousAddr = "http://127.0.0.1:4690"
+	env := map[string]string{"NOMAD_ALLOC_INDEX": "3", "NOMAD_IP_rdzv": "10.1.2.3", "NOMAD_HOST_PORT_rdzv": "31000",
+		"NOMAD_META_impact_checkpoint_signal": "SIGUSR2", "NOMAD_META_impact_grace": "45s"}
+	meta, err := taskContract(env)
+	if err != nil {
+		t.Fatal(err)
+	}
 	info := taskInfo{name: "trainer", allocID: "a1", group: "workers", namespace: "default", jobID: "train",
-		nodeID: "n1", env: map[string]string{"NOMAD_ALLOC_INDEX": "3", "NOMAD_IP_rdzv": "10.1.2.3", "NOMAD_HOST_PORT_rdzv": "31000",
-			envCheckpointSignal: "SIGUSR2", envGrace: "45s"}}
+		nodeID: "n1", env: env, meta: meta}
 	cases := []struct {
 		name    string
 		cfg     Config
@@ -150,19 +158,105 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestRequeueExitCode(t *testing.T) {
+// The driver reads each input of the jobspec contract's table (shared
+// with the scheduler's TestContractAsTheSchedulerReadsIt) as the table
+// says, through its own entry points: the task's meta from its
+// environment (taskContract, which StartTask refuses a task on), and what
+// it acts on (the checkpoint signal, grace and requeue exit code a task
+// launches with, via gangSpec). The gang block's checkpoint_signal,
+// kill_signal and grace take the same values with the same reasons.
+func TestContractAgreesWithScheduler(t *testing.T) {
 	t.Parallel()
-	if executor.DefaultRequeueExitCode != policy.DefaultRequeueExitCode {
-		t.Fatalf("the driver's default requeue exit code %d is not the scheduler's %d", executor.DefaultRequeueExitCode, policy.DefaultRequeueExitCode)
+	withAddr := defaultConfig()
+	withAddr.RendezvousAddr = "http://127.0.0.1:4690"
+	launch := func(meta contract, hcl string) (*executor.GangSpec, string, error) {
+		info := taskInfo{name: "trainer", allocID: "a1", group: "workers", namespace: "default", jobID: "train",
+			nodeID: "n1", env: map[string]string{}, meta: meta}
+		gs, kill, _, err := gangSpec(withAddr, decodeTask(t, hcl), info)
+		return gs, kill, err
 	}
-	for v, want := range map[string]int{"": 75, "75": 75, " 99 ": 99} {
-		if got, err := requeueExitCode(map[string]string{envRequeueExitCode: v}); err != nil || got != want {
-			t.Errorf("meta %q: %d %v, want %d", v, got, err, want)
+	for _, c := range jobspectest.Cases(t) {
+		meta, err := taskContract(c.TaskEnv())
+		if !c.Valid() {
+			if err == nil || err.Error() != c.Err {
+				t.Errorf("%s = %q: driver error %v, want the scheduler's %q", c.Key, c.Value, err, c.Err)
+			}
+		} else if err != nil {
+			t.Errorf("%s = %q: driver error %v, want it to mean %q", c.Key, c.Value, err, c.Want)
+			continue
+		}
+		// The same input in the gang block (fields that mirror a key).
+		reason := strings.TrimPrefix(c.Err, fmt.Sprintf("job meta %s = %q: ", c.Key, c.Value))
+		var fields []string
+		switch c.Key {
+		case jobspec.MetaCheckpointSignal:
+			fields = []string{"checkpoint_signal", "kill_signal"}
+		case jobspec.MetaGrace:
+			fields = []string{"grace"}
+		}
+		for _, f := range fields {
+			if c.Value == "" && f != "kill_signal" {
+				continue // an empty checkpoint_signal or grace in the block defers to the meta
+			}
+			gs, kill, err := launch(contract{}, fmt.Sprintf("command = \"x\"\ngang {\n %s = %q\n}", f, c.Value))
+			if !c.Valid() {
+				if err == nil || err.Error() != fmt.Sprintf("gang.%s %q: %s", f, c.Value, reason) {
+					t.Errorf("gang.%s = %q: error %v, want the reason %q", f, c.Value, err, reason)
+				}
+				continue
+			}
+			got := map[string]string{"checkpoint_signal": "", "kill_signal": kill, "grace": ""}[f]
+			if err == nil {
+				got = map[string]string{"checkpoint_signal": gs.CheckpointSignal, "kill_signal": kill, "grace": gs.Grace.String()}[f]
+			}
+			if err != nil || got != c.Want {
+				t.Errorf("gang.%s = %q: %q, %v; want %q", f, c.Value, got, err, c.Want)
+			}
+		}
+		if !c.Valid() {
+			continue
+		}
+		// What the driver acts on means what the scheduler reads.
+		gs, _, err := launch(meta, `command = "x"`)
+		if err != nil {
+			t.Errorf("%s = %q: gangSpec: %v", c.Key, c.Value, err)
+			continue
+		}
+		var got string
+		switch c.Key {
+		case jobspec.MetaCheckpointSignal:
+			got = gs.CheckpointSignal
+		case jobspec.MetaGrace:
+			got = gs.Grace.String()
+		case jobspec.MetaRequeueExitCode:
+			got = strconv.Itoa(meta.spec.RequeueCode())
+		default:
+			got = jobspectest.Meaning(meta.spec, c.Key)
+		}
+		if got != c.Want {
+			t.Errorf("%s = %q: the driver acts on %q, the scheduler on %q", c.Key, c.Value, got, c.Want)
 		}
 	}
-	for _, v := range []string{"0", "-1", "256", "seventy-five"} {
-		if _, err := requeueExitCode(map[string]string{envRequeueExitCode: v}); err == nil || !strings.Contains(err.Error(), "impact_requeue_exit_code") {
-			t.Errorf("meta %q: err %v, want one naming impact_requeue_exit_code", v, err)
+}
+
+// A task that gives no impact_grace is stopped for a peer's failure
+// defaultGrace after its checkpoint signal; one that gives "0s" at once.
+func TestGraceDefault(t *testing.T) {
+	t.Parallel()
+	withAddr := defaultConfig()
+	withAddr.RendezvousAddr = "http://127.0.0.1:4690"
+	for env, want := range map[string]time.Duration{"": defaultGrace, "0s": 0, "2m": 2 * time.Minute} {
+		e := map[string]string{}
+		if env != "" {
+			e["NOMAD_META_impact_grace"] = env
+		}
+		meta, err := taskContract(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs, _, _, err := gangSpec(withAddr, decodeTask(t, `command = "x"`), taskInfo{name: "t", allocID: "a", jobID: "j", env: e, meta: meta})
+		if err != nil || gs.Grace != want {
+			t.Errorf("impact_grace %q: grace %v, %v; want %v", env, gs.Grace, err, want)
 		}
 	}
 }

@@ -27,9 +27,13 @@ func (d *Driver) taskSpec(tc *driverpb.TaskConfig, pcfg Config) (executor.Spec, 
 	if err != nil {
 		return executor.Spec{}, err
 	}
+	meta, err := taskContract(tc.GetEnv())
+	if err != nil {
+		return executor.Spec{}, fatal(codes.InvalidArgument, "task %s: %v", tc.GetName(), err)
+	}
 	info := taskInfo{name: tc.GetName(), allocID: tc.GetAllocId(), group: tc.GetTaskGroupName(),
 		namespace: tc.GetNamespace(), jobID: tc.GetJobId(), jobName: tc.GetJobName(),
-		nodeID: tc.GetNodeId(), nodeName: tc.GetNodeName(), env: tc.GetEnv()}
+		nodeID: tc.GetNodeId(), nodeName: tc.GetNodeName(), env: tc.GetEnv(), meta: meta}
 	gs, killSig, killTimeout, err := gangSpec(pcfg, cfg, info)
 	if err != nil {
 		return executor.Spec{}, fatal(codes.InvalidArgument, "task %s: config: %v", tc.GetName(), err)
@@ -57,10 +61,7 @@ func (d *Driver) taskSpec(tc *driverpb.TaskConfig, pcfg Config) (executor.Spec, 
 		Dir: taskDir, Env: withAllGPUs(tc.GetEnv()), User: tc.GetUser(),
 		StdoutPath: tc.GetStdoutPath(), StderrPath: tc.GetStderrPath(),
 		KillSignal: killSig, KillTimeout: killTimeout, Gang: gs,
-		RequeueFile: filepath.Join(taskDir, "local", requeueFileName),
-	}
-	if spec.RequeueExitCode, err = requeueExitCode(tc.GetEnv()); err != nil {
-		return executor.Spec{}, fatal(codes.InvalidArgument, "task %s: %v", tc.GetName(), err)
+		RequeueFile: filepath.Join(taskDir, "local", requeueFileName), RequeueExitCode: meta.spec.RequeueCode(),
 	}
 	// The task always runs in the cgroups Nomad made for it (its cpuset
 	// holds its reserved cores); limits are written only when enforcing.

@@ -4,8 +4,9 @@
 #   - the simulator (scheduler/sim/...) links neither the adapter nor nomad/api;
 #   - only scheduler/nomad (and its fake) imports github.com/hashicorp/nomad/api;
 #   - only device/gpu/nvml imports github.com/NVIDIA/go-nvml;
-#   - the gang protocol (gang/, shared by impact and impact-exec) depends on
-#     neither the driver nor the scheduler;
+#   - the gang protocol (gang/) and the jobspec contract (jobspec/), each
+#     shared by impact and impact-exec, depend on neither the driver nor
+#     the scheduler;
 #   - test doubles (fakes under an internal/ directory, packages named
 #     *test or test*) are imported only by tests and by other test doubles,
 #     so no binary links them;
@@ -39,12 +40,14 @@ for bad in github.com/hashicorp/nomad/api "$mod/scheduler/nomad"; do
 	fi
 done
 
-# The shared gang protocol belongs to neither binary.
-deps=$(go list -deps ./gang/ 2>/dev/null)
-for bad in "$mod/driver" "$mod/scheduler"; do
-	if grep -q "^$bad\(/\|\$\)" <<<"$deps"; then
-		echo "import rule: gang must not depend on $bad/..."; fail=1
-	fi
+# The shared gang protocol and jobspec contract belong to neither binary.
+for shared in gang jobspec; do
+	deps=$(go list -deps "./$shared/..." 2>/dev/null)
+	for bad in "$mod/driver" "$mod/scheduler"; do
+		if grep -q "^$bad\(/\|\$\)" <<<"$deps"; then
+			echo "import rule: $shared must not depend on $bad/..."; fail=1
+		fi
+	done
 done
 
 # Test doubles: nomadfake, authtest, testwait, plugintest, testplugin...

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/gang"
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // LauncherExitWait is how long, in checkpoint_signal_to = "children", the
@@ -186,7 +187,7 @@ func (s *supervisor) applyRequeueFile(ex *Exit) {
 	}
 	code := s.spec.RequeueExitCode
 	if code <= 0 {
-		code = DefaultRequeueExitCode
+		code = jobspec.DefaultRequeueExitCode
 	}
 	how := fmt.Sprintf("exit code %d", ex.ExitCode)
 	if ex.Signal != 0 {
@@ -197,11 +198,6 @@ func (s *supervisor) applyRequeueFile(ex *Exit) {
 	ex.MainExitCode, ex.Requeued = ex.ExitCode, true
 	ex.ExitCode, ex.Signal = code, 0
 }
-
-// DefaultRequeueExitCode is the requeue exit code of a job without meta
-// impact_requeue_exit_code (the scheduler's policy.DefaultRequeueExitCode,
-// EX_TEMPFAIL).
-const DefaultRequeueExitCode = 75
 
 // launchers are programs known to start the training processes as their
 // children: with checkpoint_signal_to = "group" they get the checkpoint

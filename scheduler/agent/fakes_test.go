@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/nomad"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // fakeNomad is a tiny stand-in for the Nomad cluster the agents share: a
@@ -80,7 +80,7 @@ func (f *fakeNomad) addNode(id string, gpus, islands int, pool string) {
 func (f *fakeNomad) submit(name string, meta map[string]string, groups ...cluster.TaskGroup) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	spec, err := policy.ParseMeta(meta, nil)
+	spec, err := jobspec.ParseMeta(meta, nil)
 	j := &cluster.Job{ID: cluster.JobKey("default", name), Namespace: "default", Name: name, Priority: 50,
 		Submit: f.clock(), State: cluster.JobQueued, Spec: spec, SpecErr: err, ModifyIndex: f.index + 1}
 	for _, g := range groups {

@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/nomad"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // runningGang is a snapshot of one running 2-member gang whose members
 // started at start (stopping: the second is told to stop), and its meta.
 func runningGang(t *testing.T, start time.Time, meta map[string]string, stopping bool) *cluster.Snapshot {
 	t.Helper()
-	spec, err := policy.ParseMeta(meta, nil)
+	spec, err := jobspec.ParseMeta(meta, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +83,8 @@ func TestGangRetryLimitEndsFailed(t *testing.T) {
 		endsHere bool
 	}{
 		{nil, 0, false},
-		{nil, policy.DefaultMaxFailures - 2, false},
-		{nil, policy.DefaultMaxFailures - 1, true},
+		{nil, jobspec.DefaultMaxFailures - 2, false},
+		{nil, jobspec.DefaultMaxFailures - 1, true},
 		{map[string]string{"impact_max_failures": "2"}, 0, false},
 		{map[string]string{"impact_max_failures": "2"}, 1, true},
 		{map[string]string{"impact_on_failure": "fail"}, 0, true},

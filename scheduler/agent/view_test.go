@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/agent/agentapi"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
@@ -18,8 +19,8 @@ import (
 // tier or of the cluster.
 func TestInvalidJobsAreNotWaitingDemand(t *testing.T) {
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
-	good, _ := policy.ParseMeta(map[string]string{"impact_tier": "high"}, nil)
-	_, bad := policy.ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
+	good, _ := jobspec.ParseMeta(map[string]string{"impact_tier": "high"}, nil)
+	_, bad := jobspec.ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
 	jobs := []*cluster.Job{
 		{ID: "default/ok", Namespace: "default", Name: "ok", Submit: now.Add(-time.Minute), Spec: good,
 			Groups: []cluster.TaskGroup{{Name: "g", Count: 1, GPUs: 4, Spec: good}}},
@@ -135,8 +136,8 @@ func TestPlaceWaitingCountsOnlyWaitingJobs(t *testing.T) {
 // unchanged (a running job's, the one it was admitted with).
 func TestExplainCases(t *testing.T) {
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
-	spec, _ := policy.ParseMeta(map[string]string{"impact_tier": "high"}, nil)
-	_, bad := policy.ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
+	spec, _ := jobspec.ParseMeta(map[string]string{"impact_tier": "high"}, nil)
+	_, bad := jobspec.ParseMeta(map[string]string{"impact_grace": "soon"}, nil)
 	job := func(id string, st cluster.JobState) *cluster.Job {
 		return &cluster.Job{ID: "default/" + id, Namespace: "default", Name: id, Submit: now.Add(-time.Minute), State: st, Spec: spec,
 			Groups: []cluster.TaskGroup{{Name: "g", Count: 2, GPUs: 1, Spec: spec}}}

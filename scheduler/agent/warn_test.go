@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // Issue 36: Nomad accepts a job with bad impact meta ("Job registration
@@ -22,7 +22,7 @@ func TestWarnInvalidOncePerJobVersion(t *testing.T) {
 	pol := testPolicy(t)
 	store := cluster.NewStore()
 	put := func(name string, meta map[string]string, index uint64) {
-		spec, err := policy.ParseMeta(meta, nil)
+		spec, err := jobspec.ParseMeta(meta, nil)
 		j := &cluster.Job{ID: cluster.JobKey("default", name), Namespace: "default", Name: name, Priority: 50,
 			State: cluster.JobQueued, Spec: spec, SpecErr: err, ModifyIndex: index,
 			Groups: []cluster.TaskGroup{{Name: "g", Count: 1, GPUs: 1, Spec: spec}}}

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
-func specFor(j int) policy.Spec {
-	return policy.Spec{
+func specFor(j int) jobspec.Spec {
+	return jobspec.Spec{
 		Tier: "normal", Project: fmt.Sprintf("project-%d", j%50), Walltime: 6 * time.Hour,
-		Grace: time.Minute, CheckpointSignal: "SIGUSR1", Topology: policy.TopologyNVLink, Pool: "gpu",
+		Grace: time.Minute, CheckpointSignal: "SIGUSR1", Topology: jobspec.TopologyNVLink, Pool: "gpu",
 	}
 }

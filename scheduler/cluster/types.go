@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // MaxGPUsPerNode is the most GPUs (device instances, MIG slices included)
@@ -206,8 +206,8 @@ type TaskGroup struct {
 	// placed by the scheduler).
 	GPUs int
 	// Spec is the group's effective impact contract (job meta with the
-	// group's overrides, policy.ParseGroupMeta).
-	Spec policy.Spec
+	// group's overrides, jobspec.ParseGroupMeta).
+	Spec jobspec.Spec
 	// DistinctHosts: no two allocations of the group on one node (a
 	// group-level distinct_hosts constraint).
 	DistinctHosts bool
@@ -241,8 +241,8 @@ type Job struct {
 	// Groups of the job; a job is admitted only when every group with
 	// GPUs > 0 is placed.
 	Groups []TaskGroup
-	// Spec is the job's impact contract (policy.ParseMeta(jobMeta, nil)).
-	Spec policy.Spec
+	// Spec is the job's impact contract (jobspec.ParseMeta(jobMeta, nil)).
+	Spec jobspec.Spec
 	// Namespace and Name as Nomad knows them.
 	Namespace string
 	Name      string

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // accruer is the accrue step: it charges fair-share usage for the GPU
@@ -78,7 +78,7 @@ func (ac *accruer) accrue(holders []placement.Holder, facts []*specFacts) {
 		}
 	}
 	for _, f := range finished {
-		add(qc.project(e.pol.ProjectName(policy.Spec{Project: f.Project})), f.GPUs, f.Start, f.End)
+		add(qc.project(e.pol.ProjectName(jobspec.Spec{Project: f.Project})), f.GPUs, f.Start, f.End)
 	}
 	for p, gpus := range whole {
 		if gpus > 0 {

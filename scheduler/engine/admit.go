@@ -5,9 +5,9 @@ import (
 	"math/bits"
 	"strings"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // placer is the place-and-reserve step. It admits a job where every
@@ -66,13 +66,13 @@ func (p *placer) tooBig(q *queued) string {
 			continue
 		}
 		topo := g.Spec.Topology
-		if topo == policy.TopologyUnset {
+		if topo == jobspec.TopologyUnset {
 			topo = q.job.Spec.Topology
 		}
 		if g.GPUs > mx[0] {
 			return fmt.Sprintf("group %q asks %d GPUs per allocation; the largest schedulable node%s has %d", g.Name, g.GPUs, poolSuffix(q.pool), mx[0])
 		}
-		if topo == policy.TopologyNVLink && g.GPUs > mx[1] {
+		if topo == jobspec.TopologyNVLink && g.GPUs > mx[1] {
 			return fmt.Sprintf("group %q asks %d NVLink-connected GPUs; the largest NVLink island%s has %d", g.Name, g.GPUs, poolSuffix(q.pool), mx[1])
 		}
 		for _, d := range g.Devices {

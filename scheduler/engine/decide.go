@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func earliestStart(allocs []*cluster.Alloc) time.Time {
@@ -27,7 +27,7 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 	for gi := range q.job.Groups {
 		g := &q.job.Groups[gi]
 		topo := g.Spec.Topology
-		if topo == policy.TopologyUnset {
+		if topo == jobspec.TopologyUnset {
 			topo = q.job.Spec.Topology
 		}
 		pg := placement.Group{Name: g.Name, Count: g.Count, GPUs: g.GPUs, Topology: topo,

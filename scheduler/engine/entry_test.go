@@ -7,8 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // A queue entry stays small: a new engine allocates and copies one per
@@ -74,11 +74,11 @@ func TestSpecFactsByKey(t *testing.T) {
 	e := mustEngine(t, nil)
 	c := &cycle{e: e, pol: e.pol}
 	const n = 1024
-	specs := make([]policy.Spec, 0, 2*n)
+	specs := make([]jobspec.Spec, 0, 2*n)
 	for i := range n {
 		p := fmt.Sprintf("proj-%d", i)
-		specs = append(specs, policy.Spec{Tier: "normal", Project: p, PreemptibleSet: i%3 == 0, Preemptible: i%2 == 0})
-		specs = append(specs, policy.Spec{Tier: strings.Clone("normal"), Project: strings.Clone(p), PreemptibleSet: i%3 == 0, Preemptible: i%2 == 0})
+		specs = append(specs, jobspec.Spec{Tier: "normal", Project: p, PreemptibleSet: i%3 == 0, Preemptible: i%2 == 0})
+		specs = append(specs, jobspec.Spec{Tier: strings.Clone("normal"), Project: strings.Clone(p), PreemptibleSet: i%3 == 0, Preemptible: i%2 == 0})
 	}
 	first := map[specKey]*specFacts{}
 	for round := range 3 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -29,8 +30,8 @@ func ExampleEngine_Decide() {
 	_ = store.UpsertNode(node)
 
 	jobMeta := map[string]string{"impact_tier": "normal", "impact_topology": "nvlink"}
-	spec, specErr := policy.ParseMeta(jobMeta, nil)
-	groupSpec, _ := policy.ParseGroupMeta(jobMeta, nil, "train")
+	spec, specErr := jobspec.ParseMeta(jobMeta, nil)
+	groupSpec, _ := jobspec.ParseGroupMeta(jobMeta, nil, "train")
 	_ = store.UpsertJob(&cluster.Job{
 		ID: cluster.JobKey("default", "train"), Namespace: "default", Name: "train",
 		Submit: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC), State: cluster.JobQueued,

@@ -4,6 +4,7 @@ package engine
 // project, worked out once per engine.
 
 import (
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -31,7 +32,7 @@ type specKey struct {
 
 const maxSpecFacts = 4096
 
-func (c *cycle) specFacts(s *policy.Spec) *specFacts {
+func (c *cycle) specFacts(s *jobspec.Spec) *specFacts {
 	qc := &c.e.queue
 	k := specKey{s.Tier, s.Project, s.PreemptibleSet, s.Preemptible}
 	if f, ok := qc.facts[k]; ok {

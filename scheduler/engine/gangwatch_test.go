@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
@@ -90,7 +91,7 @@ func TestGangWatchRequeuesIncompleteGangs(t *testing.T) {
 			}
 			r := plan.Requeues[0]
 			if r.JobID != "g" || r.Update || len(r.Allocs) != len(tc.allocs) || r.CheckpointSignal != "SIGUSR1" || r.Grace != 30*time.Second ||
-				r.RequeueExitCode != policy.DefaultRequeueExitCode || r.Preemptor != "" || !strings.Contains(r.Reason, tc.why) {
+				r.RequeueExitCode != jobspec.DefaultRequeueExitCode || r.Preemptor != "" || !strings.Contains(r.Reason, tc.why) {
 				t.Fatalf("requeue = %+v, want all %d allocations of g, its signal and grace, reason with %q", r, len(tc.allocs), tc.why)
 			}
 			var repl []string

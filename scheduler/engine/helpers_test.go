@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
@@ -83,7 +84,7 @@ func submitted(at time.Time) jobOpt { return func(d *jobDef) { d.job.Submit = at
 func running() jobOpt { return func(d *jobDef) { d.job.State = cluster.JobRunning } }
 
 // mkJob builds a queued job the way the adapter does: meta parsed with
-// policy.ParseMeta, errors kept in SpecErr. Without groups it gets one
+// jobspec.ParseMeta, errors kept in SpecErr. Without groups it gets one
 // group "main" of 1 x 1 GPU.
 func mkJob(id string, opts ...jobOpt) *cluster.Job {
 	d := &jobDef{job: &cluster.Job{ID: id, Namespace: "default", Name: id, Priority: 50, Submit: t0.Add(-time.Hour)}, meta: map[string]string{}}
@@ -93,10 +94,10 @@ func mkJob(id string, opts ...jobOpt) *cluster.Job {
 	if len(d.groups) == 0 {
 		d.groups = []groupDef{{name: "main", count: 1, gpus: 1}}
 	}
-	spec, err := policy.ParseMeta(d.meta, nil)
+	spec, err := jobspec.ParseMeta(d.meta, nil)
 	d.job.Spec, d.job.SpecErr = spec, err
 	for _, g := range d.groups {
-		gs, gerr := policy.ParseGroupMeta(d.meta, g.meta, g.name)
+		gs, gerr := jobspec.ParseGroupMeta(d.meta, g.meta, g.name)
 		if gerr != nil && d.job.SpecErr == nil {
 			d.job.SpecErr = gerr
 		}

@@ -134,7 +134,7 @@ type Stop struct {
 	// CheckpointSignal to send first ("" sends none).
 	CheckpointSignal string `json:"checkpoint_signal,omitempty"`
 	// RequeueExitCode is the job's "checkpointed, requeue me" exit code
-	// (policy.Spec.RequeueCode). How its tasks end decides the outcome:
+	// (jobspec.Spec.RequeueCode). How its tasks end decides the outcome:
 	// all exited 0 -> the work is done (never run again); a task exited
 	// with this code -> requeued at once; still running at the end of the
 	// grace -> stopped and requeued.

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -149,10 +150,10 @@ func (o *orderer) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job,
 					e.devCons = e.devCons || len(d.Constraints) > 0
 				}
 				topo := g.Spec.Topology
-				if topo == policy.TopologyUnset {
+				if topo == jobspec.TopologyUnset {
 					topo = j.Spec.Topology
 				}
-				if topo == policy.TopologyNVLink {
+				if topo == jobspec.TopologyNVLink {
 					e.maxNVLink = max(e.maxNVLink, clamp32(g.GPUs))
 				}
 			}

@@ -6,9 +6,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // explainRejectionsUpTo: jobs this far down the queue get a per-node
@@ -155,7 +155,7 @@ func (w *explainer) youngNote(q *queued) string {
 			continue
 		}
 		note = fmt.Sprintf("; could preempt %s from %s (%s)",
-			w.c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), w.c.pol.MinRuntimeSource(policy.Spec{MinRuntime: y.own}))
+			w.c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), w.c.pol.MinRuntimeSource(jobspec.Spec{MinRuntime: y.own}))
 		break
 	}
 	w.youngNotes[key] = note

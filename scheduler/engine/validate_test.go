@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
@@ -102,7 +103,7 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 				continue
 			}
 			topo := g.Spec.Topology
-			if topo == policy.TopologyUnset {
+			if topo == jobspec.TopologyUnset {
 				topo = j.Spec.Topology
 			}
 			for _, al := range gp.Allocs {
@@ -150,7 +151,7 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 					}
 					held[k] = "admission of " + adm.JobID
 				}
-				if topo == policy.TopologyNVLink && len(islands) > 1 {
+				if topo == jobspec.TopologyNVLink && len(islands) > 1 {
 					bad("admission of %s group %q spans %d NVLink islands on %s", adm.JobID, g.Name, len(islands), n.ID)
 				}
 			}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func TestAdmitPinsGangToPlannedNodesAndIsland(t *testing.T) {
@@ -232,7 +232,7 @@ func TestApplyWaitsForPlacementOncePerPlan(t *testing.T) {
 // job whose meta names a pool, and the job stays parked with no intent.
 func TestAdmitRefusesAPlanWithoutPool(t *testing.T) {
 	e := newEnv(t, 2)
-	e.register(gpuJob("nopool", map[string]string{policy.MetaPool: "gpu"}, [2]int{2, 4}))
+	e.register(gpuJob("nopool", map[string]string{jobspec.MetaPool: "gpu"}, [2]int{2, 4}))
 	e.startWatcher(WatcherConfig{})
 	s := e.waitFor("job", func(s *cluster.Snapshot) bool { return s.NumJobs() == 1 })
 	adm := admission(t, s, "nopool")

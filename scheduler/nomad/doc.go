@@ -235,7 +235,7 @@
 //     during, its grace). No preemption is recorded: no work was lost.
 //   - a task exited with the job's requeue exit code
 //     (impact_requeue_exit_code, default 75 = EX_TEMPFAIL; see
-//     policy.DefaultRequeueExitCode): the job saved its checkpoint and asks
+//     jobspec.DefaultRequeueExitCode): the job saved its checkpoint and asks
 //     to go back to the queue. It is parked and its allocations stopped at
 //     once, without waiting for the rest of the grace (Nomad's restart
 //     policy would otherwise restart the task in place). The exit code

@@ -59,7 +59,7 @@ type Intent struct {
 	GPUs        int           `json:"gpus,omitempty"`
 	LostGPUH    float64       `json:"lost_gpu_hours,omitempty"`
 	// RequeueExitCode is the victim's "checkpointed, requeue me" exit
-	// code (0: policy.DefaultRequeueExitCode).
+	// code (0: jobspec.DefaultRequeueExitCode).
 	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
 	// MovedTo: for a defragmenting preemption, the GPUs the victim
 	// restarts on (engine.Preemption.MovedTo), so that a new leader binds

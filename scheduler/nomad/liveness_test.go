@@ -17,6 +17,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/impact-sched/nomad-impact/device/topology"
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
@@ -171,7 +172,7 @@ func newAdapterWorld(rt *rapid.T) *adapterWorld {
 	if rapid.Bool().Draw(rt, "exitOnSignal") {
 		// Trainers checkpoint on the signal and exit with the requeue code.
 		f.SetExitOnSignal(true)
-		f.SetSignalExitCode(policy.DefaultRequeueExitCode)
+		f.SetSignalExitCode(jobspec.DefaultRequeueExitCode)
 	}
 	logs := &syncBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "liveness", Level: hclog.Info, Output: logs})
@@ -478,24 +479,24 @@ func (w *adapterWorld) submit(rt *rapid.T) {
 	w.seq++
 	id := fmt.Sprintf("j%02d", w.seq)
 	meta := map[string]string{
-		policy.MetaTier: rapid.SampledFrom([]string{"critical", "high", "normal", "scavenger"}).Draw(rt, "tier"),
-		policy.MetaPool: rapid.SampledFrom([]string{"gpu", "gpu", "gpu", "other"}).Draw(rt, "pool"),
+		jobspec.MetaTier: rapid.SampledFrom([]string{"critical", "high", "normal", "scavenger"}).Draw(rt, "tier"),
+		jobspec.MetaPool: rapid.SampledFrom([]string{"gpu", "gpu", "gpu", "other"}).Draw(rt, "pool"),
 	}
 	if p := rapid.SampledFrom([]string{"", "true", "false"}).Draw(rt, "preemptible"); p != "" {
-		meta[policy.MetaPreemptible] = p
+		meta[jobspec.MetaPreemptible] = p
 	}
 	if tp := rapid.SampledFrom([]string{"", "nvlink", "node", "any"}).Draw(rt, "topology"); tp != "" {
-		meta[policy.MetaTopology] = tp
+		meta[jobspec.MetaTopology] = tp
 	}
 	if g := rapid.SampledFrom([]string{"", "0s", "1s", "15s"}).Draw(rt, "grace"); g != "" {
-		meta[policy.MetaGrace] = g
+		meta[jobspec.MetaGrace] = g
 	}
 	if rapid.Bool().Draw(rt, "signal") {
-		meta[policy.MetaCheckpointSignal] = "SIGUSR1"
+		meta[jobspec.MetaCheckpointSignal] = "SIGUSR1"
 	}
 	run := time.Duration(rapid.IntRange(1, 12).Draw(rt, "run")) * liveStep
 	if rapid.Bool().Draw(rt, "walltime") {
-		meta[policy.MetaWalltime] = run.String()
+		meta[jobspec.MetaWalltime] = run.String()
 	}
 	j := api.NewBatchJob(id, id, "global", 50)
 	pool := parking

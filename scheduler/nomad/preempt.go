@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // runPreemption carries out a claimed preemption in the background.
@@ -249,5 +249,5 @@ func requeueCode(in *Intent) int {
 	if in.RequeueExitCode != 0 {
 		return in.RequeueExitCode
 	}
-	return policy.DefaultRequeueExitCode
+	return jobspec.DefaultRequeueExitCode
 }

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func admitAndRun(t *testing.T, e *env, x *Executor, job string) {
@@ -37,7 +37,7 @@ func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {
 		t.Run(map[bool]string{false: "grace runs out", true: "tasks exit early with the requeue code"}[exits], func(t *testing.T) {
 			e := newEnv(t, 2)
 			e.fake.SetExitOnSignal(exits)
-			e.fake.SetSignalExitCode(policy.DefaultRequeueExitCode)
+			e.fake.SetSignalExitCode(jobspec.DefaultRequeueExitCode)
 			e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
 			e.startWatcher(WatcherConfig{})
 			x := e.executor(nil)
@@ -178,8 +178,8 @@ func TestPreemptRequeueExitCode(t *testing.T) {
 		wantWait bool
 	}{
 		{name: "own code ends the wait", code: 42, exit: 42},
-		{name: "default code when the job sets another is a restart", code: 42, exit: policy.DefaultRequeueExitCode, wantWait: true},
-		{name: "default code", exit: policy.DefaultRequeueExitCode},
+		{name: "default code when the job sets another is a restart", code: 42, exit: jobspec.DefaultRequeueExitCode, wantWait: true},
+		{name: "default code", exit: jobspec.DefaultRequeueExitCode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 2)

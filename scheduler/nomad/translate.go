@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/device/topology"
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // PinTarget is the constraint attribute an admission pins task groups on.
@@ -75,7 +75,7 @@ func translateJob(j *wireJob, key string, live int, dead bool, tc translateConfi
 		// parked by a preemption, which the engine knows it ordered).
 		cj.Parked = parked && !pinned(j)
 	}
-	cj.Spec, cj.SpecErr = policy.ParseMeta(j.Meta, nil)
+	cj.Spec, cj.SpecErr = jobspec.ParseMeta(j.Meta, nil)
 	jobCons, jobDistinct := translateConstraints(j.Constraints)
 	cj.DistinctHosts = jobDistinct
 	for _, g := range j.TaskGroups {
@@ -86,7 +86,7 @@ func translateJob(j *wireJob, key string, live int, dead bool, tc translateConfi
 
 // translateGroup turns one task group into the model's: its constraints
 // (the job's, the group's and its tasks'), its GPU device blocks, and its
-// policy spec (a bad one adds its problems to the job's SpecErr).
+// jobspec (a bad one adds its problems to the job's SpecErr).
 func translateGroup(j *wireJob, g wireGroup, jobCons []cluster.Constraint, cj *cluster.Job) cluster.TaskGroup {
 	tg := cluster.TaskGroup{Name: g.Name, Count: g.Count}
 	var groupCons []cluster.Constraint
@@ -114,13 +114,13 @@ func translateGroup(j *wireJob, g wireGroup, jobCons []cluster.Constraint, cj *c
 	// Every group is parsed, also after a bad job meta or group, so that
 	// the job's error lists all its problems at once (the job's own are
 	// listed once, not once per group).
-	spec, err := policy.ParseGroupMeta(j.Meta, g.Meta, g.Name)
+	spec, err := jobspec.ParseGroupMeta(j.Meta, g.Meta, g.Name)
 	if err != nil {
-		cj.SpecErr = policy.JoinMetaErrors(cj.SpecErr, err)
+		cj.SpecErr = jobspec.JoinMetaErrors(cj.SpecErr, err)
 	}
 	tg.Spec = spec
 	if g.Count < 0 {
-		cj.SpecErr = policy.JoinMetaErrors(cj.SpecErr, fmt.Errorf("group %q: negative count %d", g.Name, g.Count))
+		cj.SpecErr = jobspec.JoinMetaErrors(cj.SpecErr, fmt.Errorf("group %q: negative count %d", g.Name, g.Count))
 		tg.Count = 0
 	}
 	return tg

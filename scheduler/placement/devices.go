@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // Block is one device block of an allocation: Count GPUs that Nomad gives
@@ -128,7 +128,7 @@ func (s *State) pickBlocks(ns *nodeState, free uint64, g *Group) (uint64, []uint
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return blocks[b].Count - blocks[a].Count })
 	out := make([]uint64, len(blocks))
-	if g.Topology != policy.TopologyAny {
+	if g.Topology != jobspec.TopologyAny {
 		// Islands in best-fit order: the fewest free GPUs that still fit.
 		type isl struct {
 			m uint64
@@ -146,7 +146,7 @@ func (s *State) pickBlocks(ns *nodeState, free uint64, g *Group) (uint64, []uint
 				return m, out, it.f - n, true
 			}
 		}
-		if g.Topology == policy.TopologyNVLink {
+		if g.Topology == jobspec.TopologyNVLink {
 			return 0, nil, 0, false
 		}
 	}
@@ -160,7 +160,7 @@ func (s *State) pickBlocks(ns *nodeState, free uint64, g *Group) (uint64, []uint
 // of its device groups (the fullest-fitting group first: best fit), by
 // backtracking over the group choices (a node has few groups and a task
 // few blocks). out receives each block's mask.
-func (s *State) assign(ns *nodeState, free uint64, blocks []Block, choices [][]uint64, order []int, k int, taken uint64, out []uint64, topo policy.Topology) (uint64, bool) {
+func (s *State) assign(ns *nodeState, free uint64, blocks []Block, choices [][]uint64, order []int, k int, taken uint64, out []uint64, topo jobspec.Topology) (uint64, bool) {
 	if k == len(order) {
 		return taken, true
 	}
@@ -191,7 +191,7 @@ func (s *State) assign(ns *nodeState, free uint64, blocks []Block, choices [][]u
 // spread takes n GPUs of avail: for "any" from the most fragmented islands
 // first (keeping whole islands whole), otherwise from as few islands as
 // possible; inside an island, the lowest GPUs.
-func spread(ns *nodeState, avail uint64, n int, topo policy.Topology) uint64 {
+func spread(ns *nodeState, avail uint64, n int, topo jobspec.Topology) uint64 {
 	type isl struct {
 		m uint64
 		f int
@@ -206,7 +206,7 @@ func spread(ns *nodeState, avail uint64, n int, topo policy.Topology) uint64 {
 		return lowest(list[0].m, n)
 	}
 	slices.SortStableFunc(list, func(a, b isl) int {
-		if topo == policy.TopologyAny {
+		if topo == jobspec.TopologyAny {
 			return a.f - b.f
 		}
 		return b.f - a.f
@@ -232,7 +232,7 @@ func spread(ns *nodeState, avail uint64, n int, topo policy.Topology) uint64 {
 // group: an NVLink ask is only kept when the union on the node is in one
 // island, or when device groups do not span islands (group_by "island").
 func (ns *nodeState) unionScoped(g *Group) bool {
-	return g.Topology == policy.TopologyNVLink && ns.spanning
+	return g.Topology == jobspec.TopologyNVLink && ns.spanning
 }
 
 // scopeFor returns the mask a node's allocations of the group are placed
@@ -260,7 +260,7 @@ func (s *State) scopeFor(ord int, g *Group) (uint64, int) {
 func (s *State) capacityIn(ord int, free uint64, g *Group) int {
 	ns := &s.nodes[ord]
 	if ns.trivial(g) {
-		if g.Topology == policy.TopologyNVLink {
+		if g.Topology == jobspec.TopologyNVLink {
 			c := 0
 			for _, m := range ns.islands {
 				c += bits.OnesCount64(m&free) / g.GPUs
@@ -308,7 +308,7 @@ func (s *State) SplitBlocks(sl Slot, g Group) ([]uint64, bool) {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return blocks[b].Count - blocks[a].Count })
 	out := make([]uint64, len(blocks))
-	if _, ok := s.assign(ns, sl.Mask, blocks, choices, order, 0, 0, out, policy.TopologyNode); !ok {
+	if _, ok := s.assign(ns, sl.Mask, blocks, choices, order, 0, 0, out, jobspec.TopologyNode); !ok {
 		return nil, false
 	}
 	return out, true

@@ -9,8 +9,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // twoIslandNode is an 8-GPU node of two 4-GPU islands whose device groups
@@ -80,7 +80,7 @@ func TestBestFitTwoTwoFour(t *testing.T) {
 	for _, g := range []Group{
 		{Name: "a", Count: 1, GPUs: 2, Blocks: []Block{{Count: 2}}},
 		{Name: "b", Count: 1, GPUs: 2, Blocks: []Block{{Count: 2}}},
-		{Name: "c", Count: 1, GPUs: 4, Topology: policy.TopologyNVLink, Blocks: []Block{{Count: 4}}},
+		{Name: "c", Count: 1, GPUs: 4, Topology: jobspec.TopologyNVLink, Blocks: []Block{{Count: 4}}},
 	} {
 		res, ok := s.Place(Request{Groups: []Group{g}}, nil)
 		if !ok {
@@ -101,7 +101,7 @@ func TestBestFitTwoTwoFour(t *testing.T) {
 // and a 2 x 4 NVLink gang then needs two nodes with group_by "model" but
 // fits one with group_by "island".
 func TestNVLinkUnionRule(t *testing.T) {
-	g := Group{Name: "g", Count: 2, GPUs: 2, Topology: policy.TopologyNVLink, Blocks: []Block{{Count: 2}}}
+	g := Group{Name: "g", Count: 2, GPUs: 2, Topology: jobspec.TopologyNVLink, Blocks: []Block{{Count: 2}}}
 	s := stateOf(t, twoIslandNode("n1", "model"))
 	res, ok := s.Place(Request{Groups: []Group{g}}, nil)
 	if !ok {
@@ -110,7 +110,7 @@ func TestNVLinkUnionRule(t *testing.T) {
 	if u := res.Groups[0][0].Mask | res.Groups[0][1].Mask; u != 0x0f && u != 0xf0 {
 		t.Fatalf("union %08b is not one island", u)
 	}
-	big := Group{Name: "g", Count: 2, GPUs: 4, Topology: policy.TopologyNVLink, Blocks: []Block{{Count: 4}}}
+	big := Group{Name: "g", Count: 2, GPUs: 4, Topology: jobspec.TopologyNVLink, Blocks: []Block{{Count: 4}}}
 	if _, ok := stateOf(t, twoIslandNode("n1", "model")).Place(Request{Groups: []Group{big}}, nil); ok {
 		t.Fatal("2 x 4 NVLink placed on one node whose device group spans both islands")
 	}
@@ -179,7 +179,7 @@ func TestPropertyBlocksGetOnlyTheirDeviceGroups(t *testing.T) {
 		s := New(store.Snapshot(), nil, NewCache())
 		for step := range 4 {
 			g := Group{Name: fmt.Sprint("g", step), Count: rapid.IntRange(1, 3).Draw(t, "count"),
-				Topology: policy.Topology(rapid.SampledFrom([]string{"", "nvlink", "node", "any"}).Draw(t, "topo"))}
+				Topology: jobspec.Topology(rapid.SampledFrom([]string{"", "nvlink", "node", "any"}).Draw(t, "topo"))}
 			for range rapid.IntRange(1, 3).Draw(t, "blocks") {
 				b := Block{Count: rapid.IntRange(1, 4).Draw(t, "bcount")}
 				switch rapid.IntRange(0, 5).Draw(t, "kind") {
@@ -249,7 +249,7 @@ func TestPropertyBlocksGetOnlyTheirDeviceGroups(t *testing.T) {
 				if union != sl.Mask {
 					t.Fatalf("blocks %v do not partition %b", split, sl.Mask)
 				}
-				if g.Topology == policy.TopologyNVLink {
+				if g.Topology == jobspec.TopologyNVLink {
 					isl := map[int]bool{}
 					for m := sl.Mask; m != 0; m &= m - 1 {
 						isl[n.GPUs[bits.TrailingZeros64(m)].Island] = true
@@ -294,7 +294,7 @@ var islandSize4 = cluster.DeviceConstraints{cluster.NewDeviceConstraint("${devic
 // rejection names the constraint.
 func TestDeviceConstraintsChooseGroups(t *testing.T) {
 	s := stateOf(t, withGroupFacts(twoIslandNode("m", "model")), withGroupFacts(twoIslandNode("i", "island")))
-	g := Group{Name: "g", Count: 1, GPUs: 4, Topology: policy.TopologyNVLink, Blocks: []Block{{Count: 4, Cons: islandSize4}}}
+	g := Group{Name: "g", Count: 1, GPUs: 4, Topology: jobspec.TopologyNVLink, Blocks: []Block{{Count: 4, Cons: islandSize4}}}
 	for k := range 2 {
 		res, ok := s.Place(Request{Pool: "gpu", Groups: []Group{g}}, nil)
 		if !ok {

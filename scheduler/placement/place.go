@@ -6,8 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // Group asks for Count allocations of GPUs GPUs each.
@@ -15,7 +15,7 @@ type Group struct {
 	Name     string
 	Count    int
 	GPUs     int
-	Topology policy.Topology
+	Topology jobspec.Topology
 	// DistinctHosts puts each allocation of the group on a node of its
 	// own (Nomad's distinct_hosts).
 	DistinctHosts bool
@@ -300,7 +300,7 @@ func (s *State) pickSlot(ord int, free uint64, g *Group) (Slot, int, bool) {
 // pick chooses n GPUs from a node's free mask honouring topology. It returns
 // the mask and the free GPUs left in the island used (the fragment size, the
 // smaller the better) when the set lies in one island.
-func (s *State) pick(ord int, free uint64, n int, topo policy.Topology) (uint64, int, bool) {
+func (s *State) pick(ord int, free uint64, n int, topo jobspec.Topology) (uint64, int, bool) {
 	ns := &s.nodes[ord]
 	if bits.OnesCount64(free) < n {
 		return 0, 0, false
@@ -313,10 +313,10 @@ func (s *State) pick(ord int, free uint64, n int, topo policy.Topology) (uint64,
 			bestIsl, bestFree = i, f
 		}
 	}
-	if bestIsl >= 0 && topo != policy.TopologyAny {
+	if bestIsl >= 0 && topo != jobspec.TopologyAny {
 		return lowest(ns.islands[bestIsl]&free, n), bestFree - n, true
 	}
-	if topo == policy.TopologyNVLink {
+	if topo == jobspec.TopologyNVLink {
 		return 0, 0, false
 	}
 	// Spread: for "any", fill the most fragmented islands first (keeping
@@ -329,7 +329,7 @@ func (s *State) pick(ord int, free uint64, n int, topo policy.Topology) (uint64,
 		}
 	}
 	sort.SliceStable(list, func(a, b int) bool {
-		if topo == policy.TopologyAny {
+		if topo == jobspec.TopologyAny {
 			return list[a].f < list[b].f
 		}
 		return list[a].f > list[b].f
@@ -592,7 +592,7 @@ func (s *State) rejectNodes(g Group, ix *index, rej Rejections) {
 			return
 		}
 	}
-	if g.Topology == policy.TopologyNVLink {
+	if g.Topology == jobspec.TopologyNVLink {
 		noIsland := 0
 		for k := g.GPUs; k <= cluster.MaxGPUsPerNode; k++ {
 			for _, o := range ix.buckets[k] {

@@ -7,8 +7,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 func genSnapshot(t *rapid.T) *cluster.Snapshot {
@@ -64,7 +64,7 @@ func TestPlaceTransaction(t *testing.T) {
 					Name:     fmt.Sprint("g", g),
 					Count:    rapid.IntRange(1, 3).Draw(t, "count"),
 					GPUs:     rapid.IntRange(1, 4).Draw(t, "per"),
-					Topology: policy.Topology(rapid.SampledFrom([]string{"", "nvlink", "node", "any"}).Draw(t, "topo")),
+					Topology: jobspec.Topology(rapid.SampledFrom([]string{"", "nvlink", "node", "any"}).Draw(t, "topo")),
 				})
 			}
 			before := capture(s)
@@ -90,7 +90,7 @@ func TestPlaceTransaction(t *testing.T) {
 					if !s.Schedulable(sl.Node) {
 						t.Fatalf("slot on an unschedulable node")
 					}
-					if g.Topology == policy.TopologyNVLink {
+					if g.Topology == jobspec.TopologyNVLink {
 						n := s.Node(sl.Node)
 						isl := map[int]bool{}
 						for m := sl.Mask; m != 0; m &= m - 1 {
@@ -136,7 +136,7 @@ func TestRejectionsExplain(t *testing.T) {
 	_ = store.UpsertAlloc(&cluster.Alloc{ID: "a", JobID: "j", NodeID: "n1", GPUs: []string{"g0", "g4"}})
 	s := New(store.Snapshot(), nil, nil)
 	rej := Rejections{}
-	if _, ok := s.Place(Request{Pool: "gpu", Groups: []Group{{Name: "w", Count: 1, GPUs: 4, Topology: policy.TopologyNVLink}}}, rej); ok {
+	if _, ok := s.Place(Request{Pool: "gpu", Groups: []Group{{Name: "w", Count: 1, GPUs: 4, Topology: jobspec.TopologyNVLink}}}, rej); ok {
 		t.Fatal("4 NVLink GPUs placed on a node with 3+3 free")
 	}
 	if rej[`not in node pool "gpu"`] != 1 || rej["no 4 free GPUs in one NVLink island"] != 1 {

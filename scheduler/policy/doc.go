@@ -4,9 +4,10 @@
 // Three things live here, all pure (no I/O beyond reading the policy file,
 // no clock reads: every function that needs the time takes it):
 //
-//   - Spec, the impact contract of a job, parsed from its `impact_*` meta
-//     keys by ParseMeta. Malformed metadata yields a *MetaError naming the
-//     key (MetaErrors, one per key, when several are wrong), so the caller
+//   - what a job's spec (jobspec.Spec, its `impact_*` meta as parsed by the
+//     jobspec package, which the driver shares) means under this policy:
+//     its tier, project, preemptibility and min runtime; CheckSpec adds
+//     the one error only the policy can tell (an unknown tier), so the caller
 //     can keep the job parked and say everything to fix; nothing is
 //     defaulted silently.
 //   - Policy, the operator's policy file (tiers, projects, aging, fair-share

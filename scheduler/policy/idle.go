@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // IdleAction is what the scheduler does with a running job that holds its
@@ -26,11 +28,6 @@ const (
 	// idle but not hung is only reported.
 	IdleRequeue IdleAction = "requeue"
 )
-
-// MetaIdle is the job meta key by which a job opts out of idle actions
-// (`impact_idle = "ignore"`): it is still reported, never reclaimed. A
-// tier with allow_opt_out = false disregards it.
-const MetaIdle = "impact_idle"
 
 // Idle is the utilisation policy: when a running job counts as idle and
 // what is done about it. The policy's Idle is the default of every tier; a
@@ -121,7 +118,7 @@ func (p *Policy) IdleOfTier(tier string) Idle {
 }
 
 // IdleFor resolves the idle policy of a job's spec (its tier's).
-func (p *Policy) IdleFor(s Spec) Idle {
+func (p *Policy) IdleFor(s jobspec.Spec) Idle {
 	if t := p.TierOf(s); t != nil {
 		return p.IdleOfTier(t.Name)
 	}
@@ -130,7 +127,7 @@ func (p *Policy) IdleFor(s Spec) Idle {
 
 // IdleIgnored reports whether a job's opt-out (impact_idle = "ignore")
 // holds: it is written and its tier allows it.
-func (p *Policy) IdleIgnored(s Spec) bool {
+func (p *Policy) IdleIgnored(s jobspec.Spec) bool {
 	return s.IdleIgnore && p.IdleFor(s).AllowOptOut
 }
 

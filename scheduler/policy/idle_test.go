@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 func TestIdleDefaults(t *testing.T) {
@@ -63,13 +65,13 @@ tier "high" {
 		t.Fatal("Clone shares the tier's idle override")
 	}
 	// The opt-out holds only where the tier allows it.
-	if !p.IdleIgnored(Spec{Tier: "scavenger", IdleIgnore: true}) {
+	if !p.IdleIgnored(jobspec.Spec{Tier: "scavenger", IdleIgnore: true}) {
 		t.Fatal("scavenger opt-out not honoured")
 	}
-	if p.IdleIgnored(Spec{Tier: "high", IdleIgnore: true}) {
+	if p.IdleIgnored(jobspec.Spec{Tier: "high", IdleIgnore: true}) {
 		t.Fatal("high forbids the opt-out, yet it holds")
 	}
-	if p.IdleIgnored(Spec{Tier: "scavenger"}) {
+	if p.IdleIgnored(jobspec.Spec{Tier: "scavenger"}) {
 		t.Fatal("no opt-out written, yet it holds")
 	}
 }
@@ -106,22 +108,5 @@ func TestIdlePolicyErrors(t *testing.T) {
 				t.Fatalf("want a *FieldError, got %T", err)
 			}
 		})
-	}
-}
-
-func TestIdleMeta(t *testing.T) {
-	s, err := ParseMeta(map[string]string{MetaIdle: "ignore"}, nil)
-	if err != nil || !s.IdleIgnore {
-		t.Fatalf("spec %+v, err %v", s, err)
-	}
-	_, err = ParseMeta(map[string]string{MetaIdle: "off"}, nil)
-	var me *MetaError
-	if !errors.As(err, &me) || me.Key != MetaIdle || !strings.Contains(me.Reason, "ignore") {
-		t.Fatalf("want a MetaError on %s, got %v", MetaIdle, err)
-	}
-	// A job-level fact: a group may not set a different one.
-	_, err = ParseMeta(map[string]string{}, map[string]string{MetaIdle: "ignore"})
-	if !errors.As(err, &me) || me.Key != MetaIdle || !me.InGroup {
-		t.Fatalf("want a group MetaError on %s, got %v", MetaIdle, err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // Load reads a policy file and returns Default() merged with it, validated.
@@ -176,7 +178,7 @@ func (d *decoder) decodeRoot(body hcl.Body) {
 
 func (d *decoder) tier(b *hcl.Block, key string) {
 	name := b.Labels[0]
-	if !validName(name) {
+	if !jobspec.ValidName(name) {
 		d.fail(b.LabelRanges[0], key, "tier name must use letters, digits, '-', '_' or '.'")
 		return
 	}
@@ -199,7 +201,7 @@ func (d *decoder) tier(b *hcl.Block, key string) {
 
 func (d *decoder) project(b *hcl.Block, key string) {
 	name := b.Labels[0]
-	if !validName(name) {
+	if !jobspec.ValidName(name) {
 		d.fail(b.LabelRanges[0], key, "project name must use letters, digits, '-', '_' or '.'")
 		return
 	}
@@ -210,7 +212,7 @@ func (d *decoder) project(b *hcl.Block, key string) {
 
 func (d *decoder) headroom(b *hcl.Block, key string) {
 	name := b.Labels[0]
-	if !validName(name) {
+	if !jobspec.ValidName(name) {
 		d.fail(b.LabelRanges[0], key, "pool name must use letters, digits, '-', '_' or '.'")
 		return
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // Policy is the operator's scheduling policy. Build it with Default, Merge
@@ -231,7 +233,7 @@ func Default() *Policy {
 
 // TierOf resolves the tier of a spec (the default tier when unset); nil
 // when the tier is not defined.
-func (p *Policy) TierOf(s Spec) *Tier {
+func (p *Policy) TierOf(s jobspec.Spec) *Tier {
 	name := s.Tier
 	if name == "" {
 		name = p.DefaultTier
@@ -240,7 +242,7 @@ func (p *Policy) TierOf(s Spec) *Tier {
 }
 
 // ProjectName resolves the project charged for a spec.
-func (p *Policy) ProjectName(s Spec) string {
+func (p *Policy) ProjectName(s jobspec.Spec) string {
 	if s.Project == "" {
 		return p.DefaultProject
 	}
@@ -250,7 +252,7 @@ func (p *Policy) ProjectName(s Spec) string {
 // ProjectOf returns the project's settings; an unlisted project gets share
 // 1, weight 1 and no quota (projects are open: listing one only changes its
 // settings).
-func (p *Policy) ProjectOf(s Spec) Project {
+func (p *Policy) ProjectOf(s jobspec.Spec) Project {
 	name := p.ProjectName(s)
 	if pr, ok := p.Projects[name]; ok {
 		return *pr
@@ -259,32 +261,32 @@ func (p *Policy) ProjectOf(s Spec) Project {
 }
 
 // CheckSpec reports a spec that this policy cannot honour (an unknown
-// tier), as a *MetaError naming the key.
-func (p *Policy) CheckSpec(s Spec) error {
+// tier), as a *jobspec.MetaError naming the key.
+func (p *Policy) CheckSpec(s jobspec.Spec) error {
 	if p.TierOf(s) == nil {
-		return &MetaError{Key: MetaTier, Value: s.Tier, Reason: fmt.Sprintf("unknown tier (policy tiers: %s)", joinKeys(p.Tiers))}
+		return &jobspec.MetaError{Key: jobspec.MetaTier, Value: s.Tier, Reason: fmt.Sprintf("unknown tier (policy tiers: %s)", joinKeys(p.Tiers))}
 	}
 	return nil
 }
 
 // SpecError is every problem of a job's impact meta under this policy:
-// parseErr, what ParseMeta (and ParseGroupMeta) found, together with an
-// unknown tier, which only the policy can tell. s is the Spec the parse
-// returned (on a parse error, zero but for its tier). nil when there is
-// none.
-func (p *Policy) SpecError(s Spec, parseErr error) error {
+// parseErr, what jobspec.ParseMeta (and ParseGroupMeta) found, together
+// with an unknown tier, which only the policy can tell. s is the Spec the
+// parse returned (on a parse error, zero but for its tier). nil when there
+// is none.
+func (p *Policy) SpecError(s jobspec.Spec, parseErr error) error {
 	if parseErr == nil {
 		return p.CheckSpec(s)
 	}
 	if s.Tier == "" {
 		return parseErr
 	}
-	return JoinMetaErrors(parseErr, p.CheckSpec(s))
+	return jobspec.JoinMetaErrors(parseErr, p.CheckSpec(s))
 }
 
 // IsPreemptible resolves a spec's preemptibility: the job's own answer, else
 // its tier's default.
-func (p *Policy) IsPreemptible(s Spec) bool {
+func (p *Policy) IsPreemptible(s jobspec.Spec) bool {
 	if s.PreemptibleSet {
 		return s.Preemptible
 	}
@@ -311,7 +313,7 @@ func (p *Policy) MayPreempt(by, victim string) bool {
 
 // Impact is the value per GPU of running a job: tier weight x project
 // weight. Preemption weighs gain and cost with it.
-func (p *Policy) Impact(s Spec) float64 {
+func (p *Policy) Impact(s jobspec.Spec) float64 {
 	t := p.TierOf(s)
 	if t == nil {
 		return 0
@@ -321,16 +323,16 @@ func (p *Policy) Impact(s Spec) float64 {
 
 // MinRuntime is how long a job is protected from preemption after it
 // starts: the larger of the policy's and the job's.
-func (p *Policy) MinRuntime(s Spec) time.Duration {
+func (p *Policy) MinRuntime(s jobspec.Spec) time.Duration {
 	return max(p.Preemption.MinRuntime, s.MinRuntime)
 }
 
 // MinRuntimeSource says, for explanations, where MinRuntime(s) comes from:
 // "impact_min_runtime 30m0s" when the job's own value decides, else "the
 // policy's preemption min_runtime 10m0s".
-func (p *Policy) MinRuntimeSource(s Spec) string {
+func (p *Policy) MinRuntimeSource(s jobspec.Spec) string {
 	if s.MinRuntime > 0 && s.MinRuntime >= p.Preemption.MinRuntime {
-		return fmt.Sprintf("%s %s", MetaMinRuntime, s.MinRuntime)
+		return fmt.Sprintf("%s %s", jobspec.MetaMinRuntime, s.MinRuntime)
 	}
 	return fmt.Sprintf("the policy's preemption min_runtime %s", p.Preemption.MinRuntime)
 }

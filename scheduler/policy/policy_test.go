@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -150,7 +152,7 @@ func TestMinRuntimeSource(t *testing.T) {
 		{10 * time.Minute, "impact_min_runtime 10m0s"},
 		{30 * time.Minute, "impact_min_runtime 30m0s"},
 	} {
-		if got := p.MinRuntimeSource(Spec{MinRuntime: tc.own}); got != tc.want {
+		if got := p.MinRuntimeSource(jobspec.Spec{MinRuntime: tc.own}); got != tc.want {
 			t.Errorf("own %s: %q, want %q", tc.own, got, tc.want)
 		}
 	}

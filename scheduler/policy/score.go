@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // Score is the impact score of a waiting job with every term kept, so that
@@ -75,7 +77,7 @@ func (p *Policy) projectShare(name string) float64 {
 func (s *Scorer) Deficit(project string) float64 { return s.deficits[project] }
 
 // Score computes the impact score of a job waiting since submit.
-func (s *Scorer) Score(spec Spec, submit time.Time) Score {
+func (s *Scorer) Score(spec jobspec.Spec, submit time.Time) Score {
 	return s.ScoreWith(spec, submit, s.p.Impact(spec), s.deficits[s.p.ProjectName(spec)])
 }
 
@@ -83,7 +85,7 @@ func (s *Scorer) Score(spec Spec, submit time.Time) Score {
 // Impact(spec) and its project's Deficit (the engine keeps both per job
 // and per project across a cycle's thousands of waiting jobs); equal
 // inputs give Score's exact result.
-func (s *Scorer) ScoreWith(spec Spec, submit time.Time, impact, deficit float64) Score {
+func (s *Scorer) ScoreWith(spec jobspec.Spec, submit time.Time, impact, deficit float64) Score {
 	return s.ScoreAt(spec.Deadline, submit, impact, deficit)
 }
 

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 var t0 = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
@@ -48,7 +50,7 @@ func TestScoreTerms(t *testing.T) {
 	u := NewUsage(p.FairShare.HalfLife)
 	u.Add("heavy", 100, t0)
 	s := p.NewScorer(u, t0, []string{"heavy", "light"})
-	light := s.Score(Spec{Tier: "high", Project: "light", Deadline: t0.Add(12 * time.Hour)}, t0.Add(-10*time.Hour))
+	light := s.Score(jobspec.Spec{Tier: "high", Project: "light", Deadline: t0.Add(12 * time.Hour)}, t0.Add(-10*time.Hour))
 	if !near(light.Tier, p.Tiers["high"].Weight) {
 		t.Fatalf("tier term %v", light.Tier)
 	}
@@ -64,15 +66,15 @@ func TestScoreTerms(t *testing.T) {
 	if !near(light.Total, light.Tier+light.FairShare+light.Deadline+light.Age) {
 		t.Fatalf("total %v is not the sum of its terms", light.Total)
 	}
-	heavy := s.Score(Spec{Tier: "high", Project: "heavy"}, t0)
+	heavy := s.Score(jobspec.Spec{Tier: "high", Project: "heavy"}, t0)
 	if !near(heavy.FairShare, -0.5*p.FairShare.Weight) {
 		t.Fatalf("heavy fair-share term %v", heavy.FairShare)
 	}
-	old := s.Score(Spec{}, t0.Add(-1000*time.Hour))
+	old := s.Score(jobspec.Spec{}, t0.Add(-1000*time.Hour))
 	if !near(old.Age, p.Aging.Max) {
 		t.Fatalf("aging not capped: %v", old.Age)
 	}
-	late := s.Score(Spec{Deadline: t0.Add(-time.Hour)}, t0)
+	late := s.Score(jobspec.Spec{Deadline: t0.Add(-time.Hour)}, t0)
 	if !near(late.Deadline, p.Deadline.Weight) {
 		t.Fatalf("past deadline urgency %v", late.Deadline)
 	}

@@ -8,9 +8,9 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 var t0 = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
@@ -80,7 +80,7 @@ func TestSelect(t *testing.T) {
 	for h, hd := range st.Holders() {
 		holder[hd.JobID] = h
 	}
-	req := placement.Request{Groups: []placement.Group{{Name: "g", Count: 1, GPUs: 4, Topology: policy.TopologyNode}}}
+	req := placement.Request{Groups: []placement.Group{{Name: "g", Count: 1, GPUs: 4, Topology: jobspec.TopologyNode}}}
 
 	// n1 costs 20 (two gangs), n2 costs 15 (one gang): n2.
 	cands := []Candidate{{holder["a"], 10}, {holder["b"], 10}, {holder["c"], 15}}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
@@ -51,7 +52,7 @@ type Gang struct {
 	Start  time.Time
 	Tier   string
 	Impact float64
-	Spec   *policy.Spec
+	Spec   *jobspec.Spec
 }
 
 // Running judges a running preemptible gang at now: past its minimum

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -15,7 +16,7 @@ import (
 // + restart); within it, a young victim only when young victims are
 // asked for, else none.
 func TestRunningVictim(t *testing.T) {
-	spec := &policy.Spec{Grace: 30 * time.Second}
+	spec := &jobspec.Spec{Grace: 30 * time.Second}
 	g := Gang{
 		Allocs: []*cluster.Alloc{{GPUs: []string{"a", "b"}, Start: t0.Add(-2 * time.Hour)}},
 		GPUs:   2, Start: t0.Add(-2 * time.Hour), Tier: "normal", Impact: 3, Spec: spec,
@@ -43,7 +44,7 @@ func TestRunningVictim(t *testing.T) {
 func TestIdleVictim(t *testing.T) {
 	g := Gang{
 		Allocs: []*cluster.Alloc{{GPUs: []string{"a"}, Start: t0.Add(-3 * time.Hour)}},
-		GPUs:   1, Tier: "normal", Impact: 2, Spec: &policy.Spec{},
+		GPUs:   1, Tier: "normal", Impact: 2, Spec: &jobspec.Spec{},
 	}
 	iv := &IdleVictim{Since: t0.Add(-time.Hour), Note: "idle"}
 	v := Idle(g, 5, 0, iv)
@@ -118,7 +119,7 @@ func TestSearchMinimal(t *testing.T) {
 	for h, v := range victims {
 		cands = append(cands, Candidate{Holder: h, Cost: v.Cost})
 	}
-	req := placement.Request{Groups: []placement.Group{{Name: "g", Count: 1, GPUs: 4, Topology: policy.TopologyNode}}}
+	req := placement.Request{Groups: []placement.Group{{Name: "g", Count: 1, GPUs: 4, Topology: jobspec.TopologyNode}}}
 	free := st.FreeGPUs("")
 	hs, res, ok := Search(st, NewIndex(st, "", cands), req, victims)
 	if !ok || len(hs) == 0 {
@@ -167,7 +168,7 @@ func TestMinimalSpares(t *testing.T) {
 	victims := make([]Victim, len(st.Holders()))
 	victims[holder["cheap"]] = Victim{OK: true, Cost: 1}
 	victims[holder["dear"]] = Victim{OK: true, Cost: 5}
-	req := placement.Request{Groups: []placement.Group{{Name: "g", Count: 1, GPUs: 7, Topology: policy.TopologyNode}}}
+	req := placement.Request{Groups: []placement.Group{{Name: "g", Count: 1, GPUs: 7, Topology: jobspec.TopologyNode}}}
 	// The search took both (cheapest first); 3 free + 4 of dear's is 7.
 	both := []int{holder["cheap"], holder["dear"]}
 	kept, res := Minimal(st, req, both, placement.Result{}, victims)

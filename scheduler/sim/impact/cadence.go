@@ -5,8 +5,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
-	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 )
 
@@ -90,7 +90,7 @@ func (s *Scheduler) tierOf(j *sim.Job) string {
 		return name
 	}
 	name := j.Tier
-	if t := s.pol.TierOf(policy.Spec{Tier: j.Tier}); t != nil {
+	if t := s.pol.TierOf(jobspec.Spec{Tier: j.Tier}); t != nil {
 		name = t.Name
 	}
 	s.tierNames[j.Tier] = name

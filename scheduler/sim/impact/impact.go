@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
@@ -200,7 +201,7 @@ func (s *Scheduler) init(st *sim.State) error {
 }
 
 // spec is the impact contract the simulated job would carry in its meta.
-func (s *Scheduler) spec(j *sim.Job) policy.Spec {
+func (s *Scheduler) spec(j *sim.Job) jobspec.Spec {
 	wall := j.Walltime - j.Saved
 	if j.Restarts > 0 {
 		wall += s.model.RestartCost
@@ -209,7 +210,7 @@ func (s *Scheduler) spec(j *sim.Job) policy.Spec {
 	if j.Walltime != trace.UnknownWalltime {
 		walltime = time.Duration(max(wall, 1)) * time.Second
 	}
-	return policy.Spec{
+	return jobspec.Spec{
 		Tier:           j.Tier,
 		Project:        j.Project,
 		Preemptible:    j.IsPreemptible,
