@@ -5,9 +5,8 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclparse"
-	"github.com/zclconf/go-cty/cty"
-	"github.com/zclconf/go-cty/cty/gocty"
+
+	"github.com/impact-sched/nomad-impact/internal/hclfile"
 )
 
 // NodeSpec describes one simulated node.
@@ -92,73 +91,62 @@ func UniformCluster(nodes, gpusPerNode, islandsPerNode, rackSize int) (ClusterSp
 //	  islands   = 2
 //	  rack_size = 8
 //	}
-var clusterSchema = &hcl.BodySchema{
-	Blocks: []hcl.BlockHeaderSchema{{Type: "node_group", LabelNames: []string{"name"}}},
+type clusterFile struct {
+	Groups []nodeGroupFile `hcl:"node_group,block"`
 }
 
-// groupFields are a node_group's attributes: required ones first.
-var groupFields = map[string]bool{"count": true, "gpus": true, "islands": false, "rack_size": false}
+type nodeGroupFile struct {
+	Name     string   `hcl:"name,label"`
+	Count    int      `hcl:"count"`
+	GPUs     int      `hcl:"gpus"`
+	Islands  *int     `hcl:"islands,optional"`
+	RackSize *int     `hcl:"rack_size,optional"`
+	Body     hcl.Body `hcl:",body"`
+}
 
 // ParseClusterHCL reads a cluster file (see example/sim/cluster.hcl).
 // Errors name the file, line and attribute.
 func ParseClusterHCL(src []byte, filename string) (ClusterSpec, error) {
-	p := hclparse.NewParser()
-	f, diags := p.ParseHCL(src, filename)
-	if diags.HasErrors() {
-		return ClusterSpec{}, fmt.Errorf("cluster file: %w", diags)
+	var f clusterFile
+	if err := hclfile.Decode(src, filename, &f); err != nil {
+		return ClusterSpec{}, fmt.Errorf("cluster file: %w", err)
 	}
-	content, diags := f.Body.Content(clusterSchema)
-	if diags.HasErrors() {
-		return ClusterSpec{}, fmt.Errorf("cluster file: %w", diags)
-	}
-	if len(content.Blocks) == 0 {
+	if len(f.Groups) == 0 {
 		return ClusterSpec{}, fmt.Errorf("cluster file %s: no node_group block", filename)
 	}
 	var c ClusterSpec
 	rackBase := 0
-	for _, blk := range content.Blocks {
-		g := struct {
-			Name string
-			Body hcl.Body
-		}{blk.Labels[0], blk.Body}
-		attrs, diags := g.Body.JustAttributes()
-		if diags.HasErrors() {
-			return ClusterSpec{}, fmt.Errorf("cluster file: node_group %q: %w", g.Name, diags)
+	for _, g := range f.Groups {
+		key := fmt.Sprintf("node_group %q", g.Name)
+		islands, rack := 1, 0
+		if g.Islands != nil {
+			islands = *g.Islands
 		}
-		vals := map[string]int{"islands": 1, "rack_size": 0}
-		for name, a := range attrs {
-			if _, ok := groupFields[name]; !ok {
-				return ClusterSpec{}, fmt.Errorf("%s: node_group %q: unknown attribute %q (want count, gpus, islands, rack_size)", a.Range, g.Name, name)
-			}
-			var v int
-			cv, diags := a.Expr.Value(nil)
-			if diags.HasErrors() || cv.Type() != cty.Number || gocty.FromCtyValue(cv, &v) != nil {
-				return ClusterSpec{}, fmt.Errorf("%s: node_group %q: %s must be a whole number", a.Range, g.Name, name)
-			}
-			if v <= 0 {
-				return ClusterSpec{}, fmt.Errorf("%s: node_group %q: %s must be at least 1, got %d", a.Range, g.Name, name, v)
-			}
-			vals[name] = v
+		if g.RackSize != nil {
+			rack = *g.RackSize
 		}
-		for name, required := range groupFields {
-			if _, ok := attrs[name]; required && !ok {
-				return ClusterSpec{}, fmt.Errorf("%s: node_group %q: missing required attribute %q", g.Body.MissingItemRange(), g.Name, name)
+		for _, a := range []struct {
+			name string
+			v    int
+			set  bool
+		}{{"count", g.Count, true}, {"gpus", g.GPUs, true}, {"islands", islands, g.Islands != nil}, {"rack_size", rack, g.RackSize != nil}} {
+			if a.set && a.v <= 0 {
+				return ClusterSpec{}, hclfile.Errorf(g.Body, key, a.name, "must be at least 1, got %d", a.v)
 			}
 		}
-		count, gpus, islands, rack := vals["count"], vals["gpus"], vals["islands"], vals["rack_size"]
-		if gpus%islands != 0 {
-			return ClusterSpec{}, fmt.Errorf("%s: node_group %q: islands (%d) must divide gpus (%d) evenly", attrs["islands"].Range, g.Name, islands, gpus)
+		if g.GPUs%islands != 0 {
+			return ClusterSpec{}, hclfile.Errorf(g.Body, key, "islands", "(%d) must divide gpus (%d) evenly", islands, g.GPUs)
 		}
 		if rack == 0 {
-			rack = count
+			rack = g.Count
 		}
 		racks := 0
-		for i := 0; i < count; i++ {
+		for i := 0; i < g.Count; i++ {
 			r := i / rack
 			racks = max(racks, r+1)
 			c.Nodes = append(c.Nodes, NodeSpec{
 				Name:    fmt.Sprintf("%s-%03d", g.Name, i),
-				GPUs:    gpus,
+				GPUs:    g.GPUs,
 				Islands: islands,
 				Rack:    fmt.Sprintf("rack-%02d", rackBase+r),
 			})

@@ -53,12 +53,14 @@ node_group "b" {
 func TestParseClusterHCLErrors(t *testing.T) {
 	cases := []struct{ name, src, want string }{
 		{"no groups", ``, "no node_group block"},
-		{"missing gpus", "node_group \"a\" {\n  count = 2\n}\n", `m.hcl:1,`},
-		{"unknown attr", "node_group \"a\" {\n  count = 2\n  gpus = 8\n  gpu = 8\n}\n", `m.hcl:4,3-10: node_group "a": unknown attribute "gpu"`},
-		{"bad islands", "node_group \"a\" {\n  count = 2\n  gpus = 8\n  islands = 3\n}\n", `m.hcl:4,3-14: node_group "a": islands (3) must divide gpus (8) evenly`},
-		{"not a number", "node_group \"a\" {\n  count = \"two\"\n  gpus = 8\n}\n", `m.hcl:2,3-16: node_group "a": count must be a whole number`},
-		{"zero", "node_group \"a\" {\n  count = 0\n  gpus = 8\n}\n", `m.hcl:2,3-12: node_group "a": count must be at least 1`},
-		{"unknown block", "rack \"x\" {}\n", `Unsupported block type`},
+		{"missing gpus", "node_group \"a\" {\n  count = 2\n}\n", `m.hcl:1,16-16: node_group "a": Missing required argument; The argument "gpus" is required`},
+		{"unknown attr", "node_group \"a\" {\n  count = 2\n  gpus = 8\n  gpu = 8\n}\n", `m.hcl:4,3-6: node_group "a" gpu: Unsupported argument; An argument named "gpu" is not expected here.`},
+		{"bad islands", "node_group \"a\" {\n  count = 2\n  gpus = 8\n  islands = 3\n}\n", `m.hcl:4,3-14: node_group "a" islands: (3) must divide gpus (8) evenly`},
+		{"not a number", "node_group \"a\" {\n  count = \"two\"\n  gpus = 8\n}\n", `m.hcl:2,12-15: node_group "a" count: Unsuitable value type; Unsuitable value: a number is required`},
+		{"not whole", "node_group \"a\" {\n  count = 2\n  gpus = 1.5\n}\n", `m.hcl:3,10-13: node_group "a" gpus: Unsuitable value type`},
+		{"zero", "node_group \"a\" {\n  count = 0\n  gpus = 8\n}\n", `m.hcl:2,3-12: node_group "a" count: must be at least 1, got 0`},
+		{"zero rack", "node_group \"a\" {\n  count = 2\n  gpus = 8\n  rack_size = 0\n}\n", `m.hcl:4,3-16: node_group "a" rack_size: must be at least 1, got 0`},
+		{"unknown block", "rack \"x\" {}\n", `m.hcl:1,1-5: rack "x": Unsupported block type; Blocks of type "rack" are not expected here.`},
 		{"syntax", "node_group \"a\" {\n", `m.hcl:1`},
 	}
 	for _, tc := range cases {

@@ -9,10 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/hcl/v2/gohcl"
-	"github.com/hashicorp/hcl/v2/hclparse"
-
 	"github.com/impact-sched/nomad-impact/device/gpu"
+	"github.com/impact-sched/nomad-impact/internal/hclfile"
 )
 
 // fileSpec is the HCL schema of a topology file; see the package doc.
@@ -121,13 +119,9 @@ func LoadTopology(path string) (*Topology, error) {
 // ParseTopology parses topology source; path names it in errors and is the
 // base for a relative control_file.
 func ParseTopology(path string, src []byte) (*Topology, error) {
-	f, diags := hclparse.NewParser().ParseHCL(src, path)
-	if diags.HasErrors() {
-		return nil, fmt.Errorf("fake topology: %s", diags.Error())
-	}
 	var spec fileSpec
-	if diags := gohcl.DecodeBody(f.Body, nil, &spec); diags.HasErrors() {
-		return nil, fmt.Errorf("fake topology: %s", diags.Error())
+	if err := hclfile.Decode(src, path, &spec); err != nil {
+		return nil, fmt.Errorf("fake topology: %w", err)
 	}
 	t, err := build(path, &spec)
 	if err != nil {
