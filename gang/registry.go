@@ -90,47 +90,18 @@ func (r *Registry) Join(ctx context.Context, gangID, memberID string, req JoinRe
 	if req.Resume != nil {
 		return r.resume(gangID, memberID, req, ttl)
 	}
-	size := req.Size
-	if size == 0 {
-		// Resolve outside the lock only if the gang does not know its size.
-		r.mu.Lock()
-		g := r.gangs[gangID]
-		known := g != nil && g.size > 0 && !r.resettable(g)
-		r.mu.Unlock()
-		if !known {
-			if r.cfg.SizeResolver == nil {
-				return Status{}, fmt.Errorf("%w: gang %q: size unknown: set the gang size in the task config (no size resolver on this server)", ErrInvalid, gangID)
-			}
-			n, err := r.cfg.SizeResolver(ctx, req.Namespace, req.JobID)
-			if err != nil {
-				return Status{}, fmt.Errorf("resolving size of gang %q (job %q): %w", gangID, req.JobID, err)
-			}
-			if n <= 0 {
-				return Status{}, fmt.Errorf("%w: resolved size of gang %q is %d", ErrInvalid, gangID, n)
-			}
-			size = n
-		}
+	size, err := r.joinSize(ctx, gangID, req)
+	if err != nil {
+		return Status{}, err
 	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.cfg.Clock()
 	r.sweepLocked(now)
-	g := r.gangs[gangID]
-	generation := 1
-	if g != nil && r.resettable(g) {
-		// Every member of the previous run has exited: start a new generation.
-		generation = g.generation + 1
-		r.dropLocked(g)
-		g = nil
-	}
-	if g == nil {
-		if size == 0 {
-			return Status{}, fmt.Errorf("%w: gang %q: size unknown", ErrInvalid, gangID)
-		}
-		g = &gangRecord{id: gangID, job: jobKey(req), state: StateForming, size: size, generation: generation,
-			members: map[string]*memberRecord{}, changed: make(chan struct{})}
-		r.gangs[gangID] = g
+	g, err := r.gangLocked(gangID, req, size)
+	if err != nil {
+		return Status{}, err
 	}
 	if err := g.sameJob(req, memberID); err != nil {
 		return Status{}, err
@@ -156,6 +127,56 @@ func (r *Registry) Join(ctx context.Context, gangID, memberID string, req JoinRe
 	}
 	r.changedLocked(g)
 	return r.statusLocked(g), nil
+}
+
+// joinSize is the size of the gang a member joins: the member's, else asked of
+// the size resolver (outside the lock) unless the gang knows it already
+// (0 then).
+func (r *Registry) joinSize(ctx context.Context, gangID string, req JoinRequest) (int, error) {
+	if req.Size != 0 {
+		return req.Size, nil
+	}
+	r.mu.Lock()
+	g := r.gangs[gangID]
+	known := g != nil && g.size > 0 && !r.resettable(g)
+	r.mu.Unlock()
+	if known {
+		return 0, nil
+	}
+	if r.cfg.SizeResolver == nil {
+		return 0, fmt.Errorf("%w: gang %q: size unknown: set the gang size in the task config (no size resolver on this server)", ErrInvalid, gangID)
+	}
+	n, err := r.cfg.SizeResolver(ctx, req.Namespace, req.JobID)
+	if err != nil {
+		return 0, fmt.Errorf("resolving size of gang %q (job %q): %w", gangID, req.JobID, err)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: resolved size of gang %q is %d", ErrInvalid, gangID, n)
+	}
+	return n, nil
+}
+
+// gangLocked is the gang a member joins: the one registered, else a new
+// one of size, of the next generation when every member of the previous
+// run has exited.
+func (r *Registry) gangLocked(gangID string, req JoinRequest, size int) (*gangRecord, error) {
+	g := r.gangs[gangID]
+	generation := 1
+	if g != nil && r.resettable(g) {
+		generation = g.generation + 1
+		r.dropLocked(g)
+		g = nil
+	}
+	if g != nil {
+		return g, nil
+	}
+	if size == 0 {
+		return nil, fmt.Errorf("%w: gang %q: size unknown", ErrInvalid, gangID)
+	}
+	g = &gangRecord{id: gangID, job: jobKey(req), state: StateForming, size: size, generation: generation,
+		members: map[string]*memberRecord{}, changed: make(chan struct{})}
+	r.gangs[gangID] = g
+	return g, nil
 }
 
 // resume re-registers a running member after the server lost the gang.
@@ -437,72 +458,6 @@ func (r *Registry) changedLocked(g *gangRecord) {
 	g.index = r.index
 	close(g.changed)
 	g.changed = make(chan struct{})
-}
-
-func (r *Registry) statusLocked(g *gangRecord) Status {
-	s := Status{ID: g.id, State: g.state, Size: g.size, Generation: g.generation,
-		Index: g.index, Reason: g.reason, Members: make([]Member, 0, len(g.members))}
-	nodes := map[string]bool{}
-	for _, m := range g.members {
-		s.Members = append(s.Members, m.Member)
-		nodes[m.NodeID] = true
-	}
-	s.Arrived = len(g.members)
-	sortMembers(s.Members)
-	if g.state != StateForming {
-		s.NNodes = len(nodes)
-		for _, m := range s.Members {
-			if m.Rank == 0 {
-				s.MasterAddr, s.MasterPort = m.Addr, m.Port
-			}
-		}
-	}
-	return s
-}
-
-func sortMembers(ms []Member) {
-	sort.Slice(ms, func(i, j int) bool {
-		a, b := ms[i], ms[j]
-		if a.Group != b.Group {
-			return a.Group < b.Group
-		}
-		if a.AllocIndex != b.AllocIndex {
-			return a.AllocIndex < b.AllocIndex
-		}
-		if a.Task != b.Task {
-			return a.Task < b.Task
-		}
-		return a.ID < b.ID
-	})
-}
-
-// assignRanks numbers members in a stable order: RANK over all members,
-// NODE_RANK over distinct nodes in rank order, LOCAL_RANK within a node.
-func assignRanks(g *gangRecord) {
-	ms := make([]*memberRecord, 0, len(g.members))
-	flat := make([]Member, 0, len(g.members))
-	for _, m := range g.members {
-		flat = append(flat, m.Member)
-	}
-	sortMembers(flat)
-	for _, f := range flat {
-		ms = append(ms, g.members[f.ID])
-	}
-	nodeRank := map[string]int{}
-	local := map[string]int{}
-	for i, m := range ms {
-		if _, ok := nodeRank[m.NodeID]; !ok {
-			nodeRank[m.NodeID] = len(nodeRank)
-		}
-		m.Rank = i
-		m.NodeRank = nodeRank[m.NodeID]
-		m.LocalRank = local[m.NodeID]
-		local[m.NodeID]++
-		m.State = MemberRunning
-	}
-	for _, m := range ms {
-		m.LocalWorldSize = local[m.NodeID]
-	}
 }
 
 func suffix(reason string) string {
