@@ -145,25 +145,25 @@ func nomadParentV1(cpuset string) (parent string, own bool) {
 
 func setupV1(name string, r Resources) (*cgroups, error) {
 	cg := &cgroups{fd: -1}
-	has := func(ctrl string) string {
-		for i, c := range cg.ctrls {
-			if c == ctrl {
-				return cg.dirs[i]
-			}
-		}
-		return ""
+	cg.joinNomadV1(r)
+	if err := cg.limitV1(name, r); err != nil {
+		cg.remove()
+		return nil, err
 	}
-	join := func(ctrl, dir string, own bool) {
-		cg.dirs, cg.ctrls = append(cg.dirs, dir), append(cg.ctrls, ctrl)
-		if own {
-			cg.own = append(cg.own, dir)
-		}
+	cg.memDir = cg.dirOf("memory")
+	if len(cg.dirs) == 0 {
+		return nil, nil
 	}
-	// Nomad's cgroups for the task: its cpuset, and the per-task freezer,
-	// cpu and memory cgroups where its client made them.
+	return cg, nil
+}
+
+// joinNomadV1 adds Nomad's v1 cgroups for the task: its cpuset (with the
+// reserved cores written where the cpuset is the task's own), and the
+// per-task freezer, cpu and memory cgroups where its client made them.
+func (cg *cgroups) joinNomadV1(r Resources) {
 	parent, ownCpuset := nomadParentV1(r.CgroupPath)
 	if fi, err := os.Stat(r.CgroupPath); underRoot(r.CgroupPath) && err == nil && fi.IsDir() {
-		join("cpuset", r.CgroupPath, ownCpuset)
+		cg.join("cpuset", r.CgroupPath, ownCpuset)
 		if ownCpuset && r.CpusetCpus != "" {
 			// A failure shows when the task joins (see start).
 			_ = writeFile(r.CgroupPath, "cpuset.cpus", r.CpusetCpus)
@@ -173,50 +173,70 @@ func setupV1(name string, r Resources) (*cgroups, error) {
 		for _, ctrl := range []string{"freezer", "cpu", "memory"} {
 			d := filepath.Join(CgroupRoot, ctrl, parent, r.NomadScope)
 			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-				join(ctrl, d, true)
+				cg.join(ctrl, d, true)
 			}
 		}
 	}
-	mk := func(ctrl string) (string, error) {
-		if d := has(ctrl); d != "" {
-			return d, nil
-		}
-		base := filepath.Join(CgroupRoot, ctrl)
-		if _, err := os.Stat(base); err != nil {
-			return "", fmt.Errorf("cgroup v1: no %s controller at %s", ctrl, base)
-		}
-		dir := filepath.Join(base, "impact-exec", name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", fmt.Errorf("cgroup v1: creating %s: %w", dir, err)
-		}
-		cg.created = append(cg.created, dir)
-		join(ctrl, dir, true)
-		return dir, nil
-	}
+}
+
+// limitV1 writes the memory limit and cpu shares, in Nomad's cgroups for
+// the task where it made them, else in cgroups of the driver's own (name).
+func (cg *cgroups) limitV1(name string, r Resources) error {
 	if r.MemoryLimitBytes > 0 {
-		dir, err := mk("memory")
+		dir, err := cg.controllerV1("memory", name)
 		if err != nil {
-			cg.remove()
-			return nil, err
+			return err
 		}
 		if err := writeFile(dir, "memory.limit_in_bytes", strconv.FormatInt(r.MemoryLimitBytes, 10)); err != nil {
-			cg.remove()
-			return nil, err
+			return err
 		}
 	}
 	if r.CPUShares > 0 {
-		dir, err := mk("cpu")
+		dir, err := cg.controllerV1("cpu", name)
 		if err != nil {
-			cg.remove()
-			return nil, err
+			return err
 		}
 		_ = writeFile(dir, "cpu.shares", strconv.FormatInt(max(r.CPUShares, 2), 10))
 	}
-	cg.memDir = has("memory")
-	if len(cg.dirs) == 0 {
-		return nil, nil
+	return nil
+}
+
+// controllerV1 is the task's cgroup of v1 controller ctrl: the one it
+// joined, else impact-exec/<name> made (and joined) here.
+func (cg *cgroups) controllerV1(ctrl, name string) (string, error) {
+	if d := cg.dirOf(ctrl); d != "" {
+		return d, nil
 	}
-	return cg, nil
+	base := filepath.Join(CgroupRoot, ctrl)
+	if _, err := os.Stat(base); err != nil {
+		return "", fmt.Errorf("cgroup v1: no %s controller at %s", ctrl, base)
+	}
+	dir := filepath.Join(base, "impact-exec", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("cgroup v1: creating %s: %w", dir, err)
+	}
+	cg.created = append(cg.created, dir)
+	cg.join(ctrl, dir, true)
+	return dir, nil
+}
+
+// dirOf is the v1 cgroup of controller ctrl the task joins ("" if none).
+func (cg *cgroups) dirOf(ctrl string) string {
+	for i, c := range cg.ctrls {
+		if c == ctrl {
+			return cg.dirs[i]
+		}
+	}
+	return ""
+}
+
+// join adds dir (of v1 controller ctrl) to the task's cgroups; own: it
+// holds only this task.
+func (cg *cgroups) join(ctrl, dir string, own bool) {
+	cg.dirs, cg.ctrls = append(cg.dirs, dir), append(cg.ctrls, ctrl)
+	if own {
+		cg.own = append(cg.own, dir)
+	}
 }
 
 // set is what the status file records of the task's cgroups.
