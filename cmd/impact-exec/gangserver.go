@@ -20,20 +20,60 @@ import (
 // gangServer is `impact-exec gang-server`: a standalone rendezvous server
 // (gang.StartServerWith) until SIGINT or SIGTERM.
 func gangServer(args []string, stderr io.Writer) int {
+	f, code := parseGangServerFlags(args, stderr)
+	if code >= 0 {
+		return code
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "gang-server", Output: stderr, Level: hclog.Debug})
+	opts, err := gangServerOptions(f, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "impact-exec gang-server: %v\n", err)
+		return 2
+	}
+	srv, err := gang.StartServerWith(f.listen, gang.RegistryConfig{DefaultTTL: f.ttl}, opts, logger)
+	if err != nil {
+		logger.Error("cannot start", "error", err)
+		return 1
+	}
+	if f.dev {
+		logger.Warn("DEVELOPMENT MODE: no authentication; anyone who reaches this address can join, stop or read any gang", "url", srv.URL+gang.PathPrefix)
+	} else {
+		logger.Info("serving rendezvous", "url", srv.URL+gang.PathPrefix, "nomad", f.nomadAddr, "audience", f.audience)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	<-sigs
+	_ = srv.Close()
+	return 0
+}
+
+// gangServerFlags are gang-server's flags.
+type gangServerFlags struct {
+	listen, nomadAddr, audience  string
+	nomadCA, nomadCert, nomadKey string
+	tlsCert, tlsKey, tlsClientCA string
+	dev, devRemote               bool
+	ttl                          time.Duration
+}
+
+// parseGangServerFlags returns the flags, or an exit code >= 0 when the
+// command should end (help, bad usage).
+func parseGangServerFlags(args []string, stderr io.Writer) (gangServerFlags, int) {
+	var f gangServerFlags
 	fs := flag.NewFlagSet("gang-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:4690", "address to listen on")
-	ttl := fs.Duration("ttl", 30*time.Second, "default member TTL")
-	nomadAddr := fs.String("nomad-addr", os.Getenv("NOMAD_ADDR"), "Nomad's HTTP API: its JWKS verifies workload identities, its ACLs the tokens of stop and reads (default $NOMAD_ADDR)")
-	audience := fs.String("audience", "impact", "the audience (aud) members' workload identities must carry")
-	nomadCA := fs.String("nomad-ca-cert", os.Getenv("NOMAD_CACERT"), "CA file for TLS to Nomad (default $NOMAD_CACERT)")
-	nomadCert := fs.String("nomad-client-cert", os.Getenv("NOMAD_CLIENT_CERT"), "client certificate for mTLS to Nomad")
-	nomadKey := fs.String("nomad-client-key", os.Getenv("NOMAD_CLIENT_KEY"), "client key for mTLS to Nomad")
-	tlsCert := fs.String("tls-cert", "", "serve https with this certificate")
-	tlsKey := fs.String("tls-key", "", "key of -tls-cert")
-	tlsClientCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
-	dev := fs.Bool("dev", false, "development mode: NO authentication, anyone who reaches the port may join, stop or read any gang; loopback addresses only")
-	devRemote := fs.Bool("dev-remote", false, "with -dev, allow a non-loopback -listen address (unauthenticated on the network!)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:4690", "address to listen on")
+	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "default member TTL")
+	fs.StringVar(&f.nomadAddr, "nomad-addr", os.Getenv("NOMAD_ADDR"), "Nomad's HTTP API: its JWKS verifies workload identities, its ACLs the tokens of stop and reads (default $NOMAD_ADDR)")
+	fs.StringVar(&f.audience, "audience", "impact", "the audience (aud) members' workload identities must carry")
+	fs.StringVar(&f.nomadCA, "nomad-ca-cert", os.Getenv("NOMAD_CACERT"), "CA file for TLS to Nomad (default $NOMAD_CACERT)")
+	fs.StringVar(&f.nomadCert, "nomad-client-cert", os.Getenv("NOMAD_CLIENT_CERT"), "client certificate for mTLS to Nomad")
+	fs.StringVar(&f.nomadKey, "nomad-client-key", os.Getenv("NOMAD_CLIENT_KEY"), "client key for mTLS to Nomad")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve https with this certificate")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "key of -tls-cert")
+	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
+	fs.BoolVar(&f.dev, "dev", false, "development mode: NO authentication, anyone who reaches the port may join, stop or read any gang; loopback addresses only")
+	fs.BoolVar(&f.devRemote, "dev-remote", false, "with -dev, allow a non-loopback -listen address (unauthenticated on the network!)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: impact-exec gang-server -nomad-addr URL [options]
        impact-exec gang-server -dev [-listen 127.0.0.1:PORT]
@@ -49,44 +89,15 @@ stop needs a Nomad ACL token that may submit-job in the gang's namespace.
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return f, 0
 		}
-		return 2
+		return f, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "impact-exec gang-server: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return f, 2
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "gang-server", Output: stderr, Level: hclog.Debug})
-	opts, err := gangServerOptions(gangServerFlags{listen: *listen, nomadAddr: *nomadAddr, audience: *audience,
-		nomadCA: *nomadCA, nomadCert: *nomadCert, nomadKey: *nomadKey, tlsCert: *tlsCert, tlsKey: *tlsKey,
-		tlsClientCA: *tlsClientCA, dev: *dev, devRemote: *devRemote}, logger)
-	if err != nil {
-		fmt.Fprintf(stderr, "impact-exec gang-server: %v\n", err)
-		return 2
-	}
-	srv, err := gang.StartServerWith(*listen, gang.RegistryConfig{DefaultTTL: *ttl}, opts, logger)
-	if err != nil {
-		logger.Error("cannot start", "error", err)
-		return 1
-	}
-	if *dev {
-		logger.Warn("DEVELOPMENT MODE: no authentication; anyone who reaches this address can join, stop or read any gang", "url", srv.URL+gang.PathPrefix)
-	} else {
-		logger.Info("serving rendezvous", "url", srv.URL+gang.PathPrefix, "nomad", *nomadAddr, "audience", *audience)
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	<-sigs
-	_ = srv.Close()
-	return 0
-}
-
-type gangServerFlags struct {
-	listen, nomadAddr, audience  string
-	nomadCA, nomadCert, nomadKey string
-	tlsCert, tlsKey, tlsClientCA string
-	dev, devRemote               bool
+	return f, -1
 }
 
 // gangServerOptions checks the flags and builds the server's
