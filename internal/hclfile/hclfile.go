@@ -1,5 +1,6 @@
-// Package hclfile is how the project's own HCL files (the simulator's
-// cluster file, impact-gpu's fake topology file) are decoded: gohcl's
+// Package hclfile is how the project's own HCL files (the policy file,
+// the simulator's cluster file, impact-gpu's fake topology file) are
+// decoded: gohcl's
 // struct tags name each key once, and every error names the file, the line
 // and the key at fault. (Plugin configs keep Nomad's hclspec wire schema:
 // see plugin/hclspec.)
@@ -16,26 +17,49 @@ import (
 )
 
 // Decode parses src, native HCL syntax, and decodes it into v (a pointer
-// to a struct with gohcl's `hcl:"..."` tags). Every problem is reported,
-// one per line, as "file:line,col: key: what" (see Error); what did decode
-// is left in v.
-func Decode(src []byte, filename string, v any) error {
+// to a struct with gohcl's `hcl:"..."` tags). Every problem is reported
+// (an Errors), each naming the file, line and key; what did decode is left
+// in v. The parsed body is returned for Positions and KeyAt (nil when src
+// is not HCL).
+func Decode(src []byte, filename string, v any) (*hclsyntax.Body, error) {
 	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
-		return errorOf(nil, diags)
+		return nil, errorsOf(nil, diags, true)
 	}
 	body, _ := f.Body.(*hclsyntax.Body)
-	return errorOf(body, gohcl.DecodeBody(f.Body, nil, v))
+	return body, errorsOf(body, gohcl.DecodeBody(f.Body, nil, v), false)
 }
 
-// Error is every error diagnostic of one decode, each naming where it is
-// and the key it is about.
-type Error []string
+// Problem is one error of a file: where, the key it is about ("" when
+// none holds it) and what is wrong.
+type Problem struct {
+	Range hcl.Range
+	Key   string
+	Msg   string
+	// Syntax: the file is not valid HCL (nothing was decoded).
+	Syntax bool
+}
 
-func (e Error) Error() string { return strings.Join(e, "\n") }
+func (p *Problem) Error() string {
+	if p.Key == "" {
+		return p.Range.String() + ": " + p.Msg
+	}
+	return p.Range.String() + ": " + p.Key + ": " + p.Msg
+}
 
-func errorOf(body *hclsyntax.Body, diags hcl.Diagnostics) error {
-	var out Error
+// Errors is every problem of one decode, one per line.
+type Errors []*Problem
+
+func (e Errors) Error() string {
+	parts := make([]string, len(e))
+	for i, p := range e {
+		parts[i] = p.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+func errorsOf(body *hclsyntax.Body, diags hcl.Diagnostics, syntax bool) error {
+	var out Errors
 	for _, d := range diags {
 		if d.Severity != hcl.DiagError {
 			continue
@@ -44,19 +68,51 @@ func errorOf(body *hclsyntax.Body, diags hcl.Diagnostics) error {
 		if d.Detail != "" {
 			msg += "; " + d.Detail
 		}
-		if d.Subject == nil {
-			out = append(out, msg)
-			continue
+		p := &Problem{Msg: msg, Syntax: syntax}
+		if d.Subject != nil {
+			p.Range = *d.Subject
+			p.Key = KeyAt(body, *d.Subject)
 		}
-		if key := KeyAt(body, *d.Subject); key != "" {
-			msg = key + ": " + msg
-		}
-		out = append(out, d.Subject.String()+": "+msg)
+		out = append(out, p)
 	}
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+// Positions maps the key (as KeyAt spells it) of every block and
+// attribute body writes to where: a block's header, an attribute's whole
+// definition. A key written twice keeps its first place.
+func Positions(body *hclsyntax.Body) map[string]hcl.Range {
+	out := map[string]hcl.Range{}
+	var walk func(b *hclsyntax.Body, prefix string)
+	walk = func(b *hclsyntax.Body, prefix string) {
+		for name, a := range b.Attributes {
+			if _, dup := out[prefix+name]; !dup {
+				out[prefix+name] = a.SrcRange
+			}
+		}
+		for _, blk := range b.Blocks {
+			key := prefix + blockKey(blk)
+			if _, dup := out[key]; !dup {
+				out[key] = blk.DefRange()
+			}
+			walk(blk.Body, key+" ")
+		}
+	}
+	if body != nil {
+		walk(body, "")
+	}
+	return out
+}
+
+func blockKey(b *hclsyntax.Block) string {
+	k := b.Type
+	for _, l := range b.Labels {
+		k += " " + strconv.Quote(l)
+	}
+	return k
 }
 
 // KeyAt names the innermost attribute or block of body that holds r, as
@@ -73,11 +129,7 @@ func KeyAt(body *hclsyntax.Body, r hcl.Range) string {
 		}
 		for _, b := range body.Blocks {
 			if contains(b.Range(), r) {
-				part := b.Type
-				for _, l := range b.Labels {
-					part += " " + strconv.Quote(l)
-				}
-				path = append(path, part)
+				path = append(path, blockKey(b))
 				next = b.Body
 				break
 			}
@@ -99,14 +151,14 @@ func AttrRange(body hcl.Body, name string) hcl.Range {
 	return body.MissingItemRange()
 }
 
-// Errorf is an error at an attribute of a decoded block: "file:line,col:
-// key: what", as Decode's are.
-func Errorf(body hcl.Body, key, attr string, format string, args ...any) error {
+// Errorf is a Problem at an attribute of a decoded block (key names the
+// block), as Decode's are.
+func Errorf(body hcl.Body, key, attr string, format string, args ...any) *Problem {
 	k := attr
 	if key != "" {
 		k = key + " " + attr
 	}
-	return fmt.Errorf("%s: %s: %s", AttrRange(body, attr), k, fmt.Sprintf(format, args...))
+	return &Problem{Range: AttrRange(body, attr), Key: k, Msg: fmt.Sprintf(format, args...)}
 }
 
 func contains(outer, inner hcl.Range) bool {

@@ -37,7 +37,7 @@ gpu "a" {
 }
 `
 	var f file
-	err := Decode([]byte(src), "t.hcl", &f)
+	_, err := Decode([]byte(src), "t.hcl", &f)
 	if err == nil {
 		t.Fatal("want errors")
 	}
@@ -57,10 +57,10 @@ gpu "a" {
 
 func TestErrorfAtAttribute(t *testing.T) {
 	var f file
-	if err := Decode([]byte("gpu \"a\" {\n  size = 3\n}\n"), "t.hcl", &f); err != nil {
+	if _, err := Decode([]byte("gpu \"a\" {\n  size = 3\n}\n"), "t.hcl", &f); err != nil {
 		t.Fatal(err)
 	}
-	err := Errorf(f.GPUs[0].Body, `gpu "a"`, "size", "must be even, got %d", 3)
+	var err error = Errorf(f.GPUs[0].Body, `gpu "a"`, "size", "must be even, got %d", 3)
 	if err.Error() != `t.hcl:2,3-11: gpu "a" size: must be even, got 3` {
 		t.Fatalf("got %q", err)
 	}

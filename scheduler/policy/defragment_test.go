@@ -13,7 +13,7 @@ func TestDefragmentPolicyValidation(t *testing.T) {
 		{`defragment { max_per_cycle = 0 }`, "defragment max_per_cycle: must be >= 1, got 0"},
 		{`defragment { gain_horizon = "-1m" }`, "defragment gain_horizon: must not be negative"},
 		{"preemption { enabled = false }\ndefragment { enabled = true }", "test.hcl:2: defragment enabled: needs preemption enabled"},
-		{`defragment { moves = 3 }`, `defragment: Unsupported argument: An argument named "moves" is not expected here`},
+		{`defragment { moves = 3 }`, `test.hcl:1: defragment moves: Unsupported argument; An argument named "moves" is not expected here`},
 	}
 	for _, tc := range cases {
 		_, err := LoadBytes([]byte(tc.src), "test.hcl")

@@ -13,8 +13,9 @@
 //   - Policy, the operator's policy file (tiers, projects, aging, fair-share
 //     half-life, preemption limits, shared or per preempting tier,
 //     backfill, defragmenting preemptions, headrooms, idle), built with the
-//     Default -> Merge -> Validate pattern. Parse errors and validation
-//     errors name the file, line and field.
+//     Default -> Overlay -> Validate pattern. The file is decoded by gohcl
+//     struct tags (file.go: each key named once); decode errors and
+//     validation errors name the file, line and field.
 //   - Score and Usage: the impact score of a waiting job with every term kept
 //     for explain, and per-project GPU-hour usage decayed with a half-life,
 //     from which the fair-share deficit is computed.

@@ -94,59 +94,6 @@ func (h *Headroom) Describe() string {
 	}
 }
 
-func (p *Policy) mergeHeadrooms(o *Policy) {
-	set := func(field string) bool { _, ok := o.pos[field]; return ok }
-	for _, name := range sortedKeys(o.Headrooms) {
-		oh := o.Headrooms[name]
-		if p.Headrooms == nil {
-			p.Headrooms = map[string]*Headroom{}
-		}
-		ch, ok := p.Headrooms[name]
-		if !ok {
-			ch = &Headroom{Pool: name, Window: DefaultHeadroomWindow, MaxShare: DefaultHeadroomMaxShare}
-			p.Headrooms[name] = ch
-		}
-		prefix := fmt.Sprintf("headroom %q ", name)
-		p.pos[prefix[:len(prefix)-1]] = o.pos[prefix[:len(prefix)-1]]
-		take := func(f string) bool {
-			if set(prefix + f) {
-				p.pos[prefix+f] = o.pos[prefix+f]
-				return true
-			}
-			return false
-		}
-		if take("tiers") {
-			ch.Tiers = append([]string(nil), oh.Tiers...)
-		}
-		// The size is one choice: a file that sets one of gpus, share and
-		// learn replaces whichever the policy had.
-		if set(prefix+"gpus") || set(prefix+"share") || set(prefix+"learn") {
-			ch.GPUs, ch.Share, ch.Learn = 0, 0, false
-			for _, f := range []string{"gpus", "share", "learn"} {
-				delete(p.pos, prefix+f)
-			}
-		}
-		if take("gpus") {
-			ch.GPUs = oh.GPUs
-		}
-		if take("share") {
-			ch.Share = oh.Share
-		}
-		if take("learn") {
-			ch.Learn = oh.Learn
-		}
-		if take("window") {
-			ch.Window = oh.Window
-		}
-		if take("max_share") {
-			ch.MaxShare = oh.MaxShare
-		}
-		if take("min_gpus") {
-			ch.MinGPUs = oh.MinGPUs
-		}
-	}
-}
-
 func (p *Policy) validateHeadrooms(bad func(field, format string, args ...any)) {
 	for _, name := range sortedKeys(p.Headrooms) {
 		h := p.Headrooms[name]

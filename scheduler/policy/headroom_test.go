@@ -53,11 +53,10 @@ headroom "h100" {
 		t.Fatal("Clone shares headroom tiers")
 	}
 	// A later file replaces the size choice and keeps the rest.
-	over, err := Parse([]byte("headroom \"gpu\" {\n  learn = true\n}\n"), "o.hcl")
+	m, err := p.Overlay([]byte("headroom \"gpu\" {\n  learn = true\n}\n"), "o.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := p.Merge(over)
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +76,7 @@ func TestHeadroomErrors(t *testing.T) {
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  learn = true\n  window = \"0s\"\n}\n", `p.hcl:4: headroom "gpu" window: must be > 0`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  learn = true\n  max_share = 0\n}\n", `p.hcl:4: headroom "gpu" max_share: must be a share of the pool in (0, 1]`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpu = 4\n}\n", `p.hcl:3`},
-		{"headroom \"gpu\" {\n  tiers = \"critical\"\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: must be a list of strings`},
+		{"headroom \"gpu\" {\n  tiers = \"critical\"\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: Unsuitable value type; Unsuitable value: list of string required`},
 		{"headroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\nheadroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\n", `p.hcl:5: headroom "g": defined twice (first at line 1)`},
 	}
 	for _, c := range cases {

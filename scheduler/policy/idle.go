@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
-
 	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
@@ -85,6 +83,32 @@ func clonePtr[T any](p *T) *T {
 	return &v
 }
 
+// with returns a copy of o with the fields n sets laid on top (a later
+// file's tier idle block over an earlier one's).
+func (o *IdleOverride) with(n *IdleOverride) *IdleOverride {
+	c := o.clone()
+	if c == nil {
+		c = &IdleOverride{}
+	}
+	n = n.clone()
+	if n.Threshold != nil {
+		c.Threshold = n.Threshold
+	}
+	if n.Duration != nil {
+		c.Duration = n.Duration
+	}
+	if n.Action != nil {
+		c.Action = n.Action
+	}
+	if n.MaxRequeues != nil {
+		c.MaxRequeues = n.MaxRequeues
+	}
+	if n.AllowOptOut != nil {
+		c.AllowOptOut = n.AllowOptOut
+	}
+	return c
+}
+
 // apply lays the override's set fields on i.
 func (o *IdleOverride) apply(i Idle) Idle {
 	if o == nil {
@@ -141,73 +165,6 @@ func (p *Policy) MaxIdleDuration() time.Duration {
 	return d
 }
 
-// mergeIdle lays the idle fields the file set (o) on c: the policy-wide
-// block and every tier's.
-func mergeIdle(c, o *Policy, set func(string) bool, take func(string)) {
-	for _, f := range idleFields {
-		if field := "idle " + f; set(field) {
-			setIdleField(&c.Idle, &o.Idle, f)
-			take(field)
-		}
-	}
-	if set("idle") {
-		take("idle")
-	}
-	for _, name := range sortedKeys(o.Tiers) {
-		ot := o.Tiers[name].Idle
-		if ot == nil {
-			continue
-		}
-		ct := c.Tiers[name]
-		if ct.Idle == nil {
-			ct.Idle = &IdleOverride{}
-		}
-		prefix := fmt.Sprintf("tier %q idle", name)
-		if set(prefix) {
-			take(prefix)
-		}
-		for _, f := range idleFields {
-			if field := prefix + " " + f; set(field) {
-				setOverrideField(ct.Idle, ot, f)
-				take(field)
-			}
-		}
-	}
-}
-
-var idleFields = []string{"threshold", "duration", "action", "max_requeues", "allow_opt_out"}
-
-func setIdleField(dst, src *Idle, f string) {
-	switch f {
-	case "threshold":
-		dst.Threshold = src.Threshold
-	case "duration":
-		dst.Duration = src.Duration
-	case "action":
-		dst.Action = src.Action
-	case "max_requeues":
-		dst.MaxRequeues = src.MaxRequeues
-	case "allow_opt_out":
-		dst.AllowOptOut = src.AllowOptOut
-	}
-}
-
-func setOverrideField(dst, src *IdleOverride, f string) {
-	s := src.clone()
-	switch f {
-	case "threshold":
-		dst.Threshold = s.Threshold
-	case "duration":
-		dst.Duration = s.Duration
-	case "action":
-		dst.Action = s.Action
-	case "max_requeues":
-		dst.MaxRequeues = s.MaxRequeues
-	case "allow_opt_out":
-		dst.AllowOptOut = s.AllowOptOut
-	}
-}
-
 // validateIdle checks the policy-wide idle block and every tier's resolved
 // one; bad names the field where it was written.
 func (p *Policy) validateIdle(bad func(field, format string, args ...any)) {
@@ -252,40 +209,4 @@ func (p *Policy) validateIdle(bad func(field, format string, args ...any)) {
 			return false
 		})
 	}
-}
-
-// idle decodes an idle block (the policy-wide one or a tier's) into dst.
-func (d *decoder) idle(b *hcl.Block, key string, dst *Idle) {
-	var action string
-	d.block(b, key, map[string]any{
-		"threshold":     &dst.Threshold,
-		"duration":      &dst.Duration,
-		"action":        &action,
-		"max_requeues":  &dst.MaxRequeues,
-		"allow_opt_out": &dst.AllowOptOut,
-	})
-	if _, ok := d.p.pos[key+" action"]; ok {
-		dst.Action = IdleAction(action)
-	}
-}
-
-// overrideOf keeps the fields of i that a tier's idle block wrote.
-func overrideOf(i *Idle, wrote func(string) bool) *IdleOverride {
-	o := &IdleOverride{}
-	if wrote("threshold") {
-		o.Threshold = &i.Threshold
-	}
-	if wrote("duration") {
-		o.Duration = &i.Duration
-	}
-	if wrote("action") {
-		o.Action = &i.Action
-	}
-	if wrote("max_requeues") {
-		o.MaxRequeues = &i.MaxRequeues
-	}
-	if wrote("allow_opt_out") {
-		o.AllowOptOut = &i.AllowOptOut
-	}
-	return o
 }

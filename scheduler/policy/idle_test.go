@@ -84,13 +84,14 @@ func TestIdlePolicyErrors(t *testing.T) {
 		{"threshold zero", "idle {\n  threshold = 0\n}\n", []string{"bad.hcl:2", "idle threshold", "(0, 100]"}},
 		{"threshold over 100", "idle {\n\n  threshold = 150\n}\n", []string{"bad.hcl:3", "idle threshold"}},
 		{"bad action", "tier \"normal\" {\n  idle {\n    action = \"kill\"\n  }\n}\n", []string{"bad.hcl:3", `tier "normal" idle action`, `"kill"`, "requeue"}},
-		{"action not a string", "idle {\n  action = 3\n}\n", []string{"bad.hcl:2", "idle action", "string"}},
+		{"action not a string", "idle {\n  action = [\"report\"]\n}\n", []string{"bad.hcl:2", "idle action", "string required"}},
+		{"action a number", "idle {\n  action = 3\n}\n", []string{"bad.hcl:2", "idle action", `must be one of "report", "preemptible", "requeue", got "3"`}},
 		{"zero duration", "idle {\n  duration = \"0s\"\n}\n", []string{"bad.hcl:2", "idle duration", "> 0"}},
 		{"bad duration", "tier \"high\" {\n  idle {\n    duration = \"half an hour\"\n  }\n}\n", []string{"bad.hcl:3", `tier "high" idle duration`, "duration"}},
 		{"negative requeues", "idle {\n  max_requeues = -1\n}\n", []string{"bad.hcl:2", "idle max_requeues", ">= 0"}},
 		{"unknown attribute", "idle {\n  treshold = 5\n}\n", []string{"bad.hcl:2", "treshold"}},
-		{"opt-out not bool", "idle {\n  allow_opt_out = \"no\"\n}\n", []string{"bad.hcl:2", "idle allow_opt_out", "true or false"}},
-		{"tier idle twice", "tier \"normal\" {\n  idle {}\n  idle {}\n}\n", []string{"bad.hcl:3", `tier "normal" idle`, "defined twice"}},
+		{"opt-out not bool", "idle {\n  allow_opt_out = \"no\"\n}\n", []string{"bad.hcl:2", "idle allow_opt_out", "a bool is required"}},
+		{"tier idle twice", "tier \"normal\" {\n  idle {}\n  idle {}\n}\n", []string{"bad.hcl:3", `tier "normal" idle`, "Duplicate idle block", "Another was defined at bad.hcl:2"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

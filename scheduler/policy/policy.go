@@ -8,8 +8,8 @@ import (
 	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
-// Policy is the operator's scheduling policy. Build it with Default, Merge
-// the parsed file on top, then Validate (Load does all three).
+// Policy is the operator's scheduling policy. Build it with Default,
+// Overlay the file on top, then Validate (Load does all three).
 type Policy struct {
 	// DefaultTier is the tier of jobs that set no impact_tier. Naming it in
 	// the policy (rather than guessing) keeps the default explicit.
@@ -44,12 +44,11 @@ type Policy struct {
 	// and what is done about it.
 	Idle Idle
 
-	// pos records where each field was set (file:line), by field path such
-	// as `tier "critical" weight`, so Validate can point at it. Fields set
-	// by Default have no entry. set records which fields a parsed file set,
-	// for Merge.
+	// pos records where each key was written (file:line), by its path
+	// such as `tier "critical" weight` (hclfile.KeyAt's spelling), so
+	// Validate can point at it. Fields set by Default have no entry.
 	pos map[string]Pos
-	// problems found while merging (a new tier without a weight), reported
+	// problems found while overlaying (a new tier without a weight), reported
 	// by Validate with the others.
 	problems []*FieldError
 }

@@ -108,7 +108,7 @@ type nodeGroupFile struct {
 // Errors name the file, line and attribute.
 func ParseClusterHCL(src []byte, filename string) (ClusterSpec, error) {
 	var f clusterFile
-	if err := hclfile.Decode(src, filename, &f); err != nil {
+	if _, err := hclfile.Decode(src, filename, &f); err != nil {
 		return ClusterSpec{}, fmt.Errorf("cluster file: %w", err)
 	}
 	if len(f.Groups) == 0 {

@@ -120,7 +120,7 @@ func LoadTopology(path string) (*Topology, error) {
 // base for a relative control_file.
 func ParseTopology(path string, src []byte) (*Topology, error) {
 	var spec fileSpec
-	if err := hclfile.Decode(src, path, &spec); err != nil {
+	if _, err := hclfile.Decode(src, path, &spec); err != nil {
 		return nil, fmt.Errorf("fake topology: %w", err)
 	}
 	t, err := build(path, &spec)
