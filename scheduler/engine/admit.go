@@ -171,7 +171,7 @@ func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfi
 	p.c.mem.addPending(j.ID, pendingAdmission{at: p.c.now, allocs: held, groups: adm.Groups, warnings: adm.Warnings, earlier: earlier})
 	p.c.mem.dropBinding(j.ID)
 	p.c.addProjectGPUs(q.f.proj, q.gpus)
-	p.c.headroomAdmit(q, res)
+	p.c.hr.admit(q, res)
 	exp.Status, exp.Reason, exp.Rejected = StatusAdmitted, "", nil
 	exp.Placement, exp.Warnings = adm.Groups, adm.Warnings
 	for _, w := range adm.Warnings {
@@ -231,7 +231,7 @@ func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 		}
 		return false
 	}
-	if res, ok := p.c.headroomPrefer(q, p.c.request(q, backfill)); ok {
+	if res, ok := p.c.hr.prefer(q, p.c.request(q, backfill)); ok {
 		p.admit(q, exp, res, backfill && len(p.reservations) > 0)
 		return true
 	}

@@ -56,7 +56,7 @@ type changes struct {
 	requeues     map[string]int
 	requeuesGone []string
 	// hrMem: the pools whose learned-headroom memory the cycle changed,
-	// with their new memory (hrMemoryToChange).
+	// with their new memory (hrCycle.memoryToChange).
 	hrMem map[string]*hrMemory
 }
 

@@ -46,7 +46,7 @@ type cycle struct {
 	holds  holdings  // held.go: GPUs held for earlier decisions
 	judge  judger    // victims.go, idle.go, gangwatch.go: running gangs
 	order  orderer   // queue.go, layout.go: the queue ordered
-	hr     *hrCycle  // headroom.go: nil without headroom blocks
+	hr     *hrCycle  // headroom*.go: nil without headroom blocks
 	place  placer    // admit.go, reserve.go: placed, reserved
 	pre    preempter // preempting.go, victimsearch.go: preempting
 	defrag defragger // defrag.go: moving small jobs out of the way
@@ -138,7 +138,7 @@ func (c *cycle) run() {
 		c.decideAll(lay)
 	}
 	c.st.Commit()
-	c.plan.Headroom = c.headroomStatus()
+	c.plan.Headroom = c.hr.status()
 	if c.e.logger.IsDebug() {
 		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", lay.len(),
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),

@@ -55,7 +55,7 @@ func (c *cycle) decide(q *queued, pos int) {
 		}
 		return
 	}
-	if give := c.headroomProtect(q); give != nil {
+	if give := c.hr.protect(q); give != nil {
 		defer give()
 	}
 	if back := c.holds.lend(q, exp); back != nil {
@@ -88,8 +88,8 @@ func (c *cycle) onlyWaits(q *queued) bool {
 	if c.holds.lent(q) || !c.place.full() {
 		return false
 	}
-	if c.headroomKeepsOut(q) {
-		// headroomProtect would take the headroom's free GPUs and give
+	if c.hr.keepsOut(q) {
+		// hrCycle.protect would take the headroom's free GPUs and give
 		// them back, which reorders placement's buckets of nodes by free
 		// GPUs: later placements break ties by that order, so skipping it
 		// would decide otherwise than an engine with explanations.
@@ -147,7 +147,7 @@ func (c *cycle) heldBack(q *queued, exp *Explanation) bool {
 		}
 		return true
 	}
-	if why := c.headroomBlocks(q); why != "" {
+	if why := c.hr.blocks(q); why != "" {
 		exp.Status, exp.Reason = StatusWaiting, why
 		return true
 	}

@@ -100,7 +100,7 @@ func (df *defragger) tryDefragment(q *queued, exp *Explanation) bool {
 // block's max_victim_gpus), not claimed. Built once per cycle per pool;
 // claim removes a victim from it.
 func (df *defragger) defragCandidates(q *queued) *candList {
-	keptOut := df.c.headroomKeepsOut(q)
+	keptOut := df.c.hr.keepsOut(q)
 	key := q.pool
 	if keptOut {
 		key += "\x00kept-out"
@@ -120,7 +120,7 @@ func (df *defragger) defragCandidates(q *queued) *candList {
 		if q.pool != "" && !df.c.holderInPool(h, q.pool) {
 			continue
 		}
-		if keptOut && df.c.headroomShields(q, h) {
+		if keptOut && df.c.hr.shields(q, h) {
 			continue
 		}
 		cl.cands = append(cl.cands, preempt.Candidate{Holder: h, Cost: v.Cost})

@@ -91,8 +91,13 @@ type hrPool struct {
 	waiting bool
 }
 
-// hrCycle is the headroom state of one cycle; nil without headroom blocks.
+// hrCycle is the headroom step: the policy's headroom blocks in one
+// cycle (newHeadroom sizes them once the queue is ordered; blocks,
+// protect, keepsOut, shields, waives and prefer answer the other steps
+// as each job is decided; status is the plan's view). nil without
+// headroom blocks: every method answers for none then.
 type hrCycle struct {
+	c     *cycle
 	pools map[string]*hrPool
 	names []string // pools with a headroom, sorted
 	// urgent: the tiers that may use some pool's headroom (learned ones
@@ -104,7 +109,7 @@ type hrCycle struct {
 	// tiers that may not use its pool's headroom.
 	nodeOther []int
 	// protected: node ordinal -> kept (wholly or in part) for the
-	// headroom this cycle (see headroomProtect); keep: how many of its
+	// headroom this cycle (see hrCycle.protect); keep: how many of its
 	// GPUs, healthy: its healthy GPUs.
 	protected []bool
 	keep      []int
@@ -115,14 +120,14 @@ type hrCycle struct {
 	keptOut map[string]string
 }
 
-// headroomBegin learns from the queue's jobs of headroom tiers, sizes
+// newHeadroom learns from the queue's jobs of headroom tiers, sizes
 // every pool's headroom and counts what holds each pool (before this
 // cycle's decisions). facts are the running holders' (managedFacts).
-func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
+func newHeadroom(c *cycle, queue []*queued, facts []*specFacts) *hrCycle {
 	if len(c.pol.Headrooms) == 0 {
-		return
+		return nil
 	}
-	hc := &hrCycle{pools: map[string]*hrPool{}, nodeOther: make([]int, c.st.NumNodes())}
+	hc := &hrCycle{c: c, pools: map[string]*hrPool{}, nodeOther: make([]int, c.st.NumNodes())}
 	for name, h := range c.pol.Headrooms {
 		hc.pools[name] = &hrPool{h: h}
 		hc.names = append(hc.names, name)
@@ -133,9 +138,8 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 		}
 	}
 	sort.Strings(hc.names)
-	c.hr = hc
 	for _, q := range queue {
-		c.headroomObserve(q)
+		hc.observe(q)
 	}
 	hc.nodePool = make([]*hrPool, c.st.NumNodes())
 	hc.healthy = make([]int, c.st.NumNodes())
@@ -184,7 +188,7 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 		if size, ok := p.h.Size(p.capacity); ok {
 			p.size = size
 		} else {
-			p.size, p.arrivals = c.learnedHeadroom(name, p.h, p.capacity)
+			p.size, p.arrivals = hc.learned(name, p.h, p.capacity)
 			p.learned = true
 		}
 		p.protect, p.lastKeep = hrNodes(p.size, p.nodeGPUs)
@@ -224,6 +228,7 @@ func (c *cycle) headroomBegin(queue []*queued, facts []*specFacts) {
 			}
 		}
 	}
+	return hc
 }
 
 // hrNodes is how a headroom of size GPUs is kept on nodes of nodeGPUs:
@@ -270,17 +275,17 @@ func (p *hrPool) add(tier string, preemptible bool, gpus int) bool {
 	return false
 }
 
-// learnedHeadroom sizes a learned headroom from the arrivals of its tiers
+// learned sizes a learned headroom from the arrivals of its tiers
 // over its window: their mean occupancy (GPU-seconds over the window) plus
 // the largest one, at most the policy's cap.
-func (c *cycle) learnedHeadroom(pool string, h *policy.Headroom, capacity int) (int, int) {
+func (hr *hrCycle) learned(pool string, h *policy.Headroom, capacity int) (int, int) {
 	floor := min(h.MinGPUs, h.LearnedCap(capacity))
-	m := c.hrMemory(pool)
+	m := hr.memory(pool)
 	if m == nil {
 		return floor, 0
 	}
-	if k := expiredArrivals(m, h, c.now); k > 0 {
-		m = c.hrMemoryToChange(pool)
+	if k := expiredArrivals(m, h, hr.c.now); k > 0 {
+		m = hr.memoryToChange(pool)
 		for _, a := range m.arrivals[:k] {
 			delete(m.seen, a.id)
 		}
@@ -308,48 +313,48 @@ func expiredArrivals(m *hrMemory, h *policy.Headroom, now time.Time) int {
 	return k
 }
 
-// hrMemory is a pool's learned-headroom memory as this cycle sees it: its
+// memory is a pool's learned-headroom memory as this cycle sees it: its
 // own copy once it changed one, else the engine's (nil: none yet).
-func (c *cycle) hrMemory(pool string) *hrMemory {
-	if m, ok := c.mem.hrMem[pool]; ok {
+func (hr *hrCycle) memory(pool string) *hrMemory {
+	if m, ok := hr.c.mem.hrMem[pool]; ok {
 		return m
 	}
-	return c.e.hrMem[pool]
+	return hr.c.e.hrMem[pool]
 }
 
-// hrMemoryToChange is the pool's memory to change in this cycle: copied
+// memoryToChange is the pool's memory to change in this cycle: copied
 // from the engine's the first time (the engine's memory is only replaced
 // by apply, after the cycle), so cycles that learn nothing copy nothing.
-func (c *cycle) hrMemoryToChange(pool string) *hrMemory {
-	if m, ok := c.mem.hrMem[pool]; ok {
+func (hr *hrCycle) memoryToChange(pool string) *hrMemory {
+	if m, ok := hr.c.mem.hrMem[pool]; ok {
 		return m
 	}
-	if c.mem.hrMem == nil {
-		c.mem.hrMem = map[string]*hrMemory{}
+	if hr.c.mem.hrMem == nil {
+		hr.c.mem.hrMem = map[string]*hrMemory{}
 	}
 	m := &hrMemory{seen: map[string]bool{}}
-	if old := c.e.hrMem[pool]; old != nil {
+	if old := hr.c.e.hrMem[pool]; old != nil {
 		m = &hrMemory{arrivals: slices.Clone(old.arrivals), seen: maps.Clone(old.seen)}
 	}
-	c.mem.hrMem[pool] = m
+	hr.c.mem.hrMem[pool] = m
 	return m
 }
 
-// headroomObserve records a queued job of a tier that may use a learned
+// observe records a queued job of a tier that may use a learned
 // headroom (once per job).
-func (c *cycle) headroomObserve(q *queued) {
-	if !c.hr.isUrgent(q.f.tier) || q.parked {
+func (hr *hrCycle) observe(q *queued) {
+	if !hr.isUrgent(q.f.tier) || q.parked {
 		return
 	}
-	for _, name := range c.hr.names {
-		h := c.hr.pools[name].h
+	for _, name := range hr.names {
+		h := hr.pools[name].h
 		if !h.Learn || !h.UsesHeadroom(q.f.tier) || (q.pool != "" && q.pool != name) {
 			continue
 		}
-		if m := c.hrMemory(name); (m != nil && m.seen[q.job.ID]) || c.now.Sub(q.job.Submit) > h.Window {
+		if m := hr.memory(name); (m != nil && m.seen[q.job.ID]) || hr.c.now.Sub(q.job.Submit) > h.Window {
 			continue
 		}
-		m := c.hrMemoryToChange(name)
+		m := hr.memoryToChange(name)
 		wall := q.job.Spec.Walltime
 		if wall <= 0 {
 			wall = unknownWalltime
@@ -367,22 +372,22 @@ func (c *cycle) headroomObserve(q *queued) {
 	}
 }
 
-// headroomBlocks says why q may not start now ("" when it may): q is
+// blocks says why q may not start now ("" when it may): q is
 // non-preemptible work of a tier that may not use the headroom of its pool
 // and would take GPUs the headroom keeps. A job without a pool is checked
 // against every headroom pool together. Such a job neither preempts nor
 // reserves: it waits for non-preemptible work to end.
-func (c *cycle) headroomBlocks(q *queued) string {
-	if c.hr == nil || q.f.preemptible {
+func (hr *hrCycle) blocks(q *queued) string {
+	if hr == nil || q.f.preemptible {
 		return ""
 	}
 	var other, capacity, size int
 	var blocking []string
-	for _, name := range c.hr.names {
+	for _, name := range hr.names {
 		if q.pool != "" && q.pool != name {
 			continue
 		}
-		p := c.hr.pools[name]
+		p := hr.pools[name]
 		if p.h.UsesHeadroom(q.f.tier) {
 			if q.pool != "" {
 				return ""
@@ -399,11 +404,11 @@ func (c *cycle) headroomBlocks(q *queued) string {
 	if len(blocking) == 0 || size == 0 || other == 0 || other+q.gpus <= capacity-size {
 		return ""
 	}
-	c.headroomKeptOut(q)
-	if !c.explain {
+	hr.noteKeptOut(q)
+	if !hr.c.explain {
 		return "headroom"
 	}
-	p := c.hr.pools[blocking[0]]
+	p := hr.pools[blocking[0]]
 	if len(blocking) == 1 {
 		return fmt.Sprintf("headroom: pool %q keeps %d GPUs (%s) free of non-preemptible work but that of %v; such work holds %d of its %d GPUs, this job needs %d",
 			blocking[0], size, p.describe(), p.h.Tiers, other, capacity, q.gpus)
@@ -412,42 +417,42 @@ func (c *cycle) headroomBlocks(q *queued) string {
 		blocking, size, q.f.tier, other, capacity, q.gpus)
 }
 
-// headroomKeptOut notes that the headroom kept q out this cycle, for its
+// noteKeptOut notes that the headroom kept q out this cycle, for its
 // occupancy cost (HeadroomStatus.IdleKeptGPUs): only when the free GPUs
 // of its pools, counting the kept ones, would fit it.
-func (c *cycle) headroomKeptOut(q *queued) {
-	if q.gpus > c.st.FreeGPUs(q.pool) {
+func (hr *hrCycle) noteKeptOut(q *queued) {
+	if q.gpus > hr.c.st.FreeGPUs(q.pool) {
 		return
 	}
-	if c.hr.keptOut == nil {
-		c.hr.keptOut = map[string]string{}
+	if hr.keptOut == nil {
+		hr.keptOut = map[string]string{}
 	}
-	c.hr.keptOut[q.id] = q.pool
+	hr.keptOut[q.id] = q.pool
 }
 
-// headroomAdmit counts an admitted job's GPUs into its pools.
-func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
-	if c.hr == nil {
+// admit counts an admitted job's GPUs into its pools.
+func (hr *hrCycle) admit(q *queued, res placement.Result) {
+	if hr == nil {
 		return
 	}
-	delete(c.hr.keptOut, q.id)
+	delete(hr.keptOut, q.id)
 	tier := ""
-	if t := c.pol.TierOf(q.job.Spec); t != nil {
+	if t := hr.c.pol.TierOf(q.job.Spec); t != nil {
 		tier = t.Name
 	}
 	for _, g := range res.Groups {
 		for _, sl := range g {
-			if p := c.hr.nodePool[sl.Node]; p != nil {
+			if p := hr.nodePool[sl.Node]; p != nil {
 				n := bits.OnesCount64(sl.Mask)
 				if p.add(tier, q.f.preemptible, n) {
-					c.hr.nodeOther[sl.Node] += n
+					hr.nodeOther[sl.Node] += n
 				}
 			}
 		}
 	}
 }
 
-// headroomProtect withholds from q, non-preemptible work of a tier kept
+// protect withholds from q, non-preemptible work of a tier kept
 // out of a headroom, the free GPUs the headroom keeps (on the first
 // ceil(size / node size) nodes of the pool free of that kind of work:
 // whole nodes, the last one only in part, see hrNodes). A headroom
@@ -457,22 +462,22 @@ func (c *cycle) headroomAdmit(q *queued, res placement.Result) {
 // by preempting what runs there. It returns the function
 // that gives the GPUs back (call it once q is decided), nil when it
 // withheld nothing.
-func (c *cycle) headroomProtect(q *queued) func() {
-	if c.hr == nil || !c.headroomKeepsOut(q) {
+func (hr *hrCycle) protect(q *queued) func() {
+	if hr == nil || !hr.keepsOut(q) {
 		return nil
 	}
-	c.headroomKeptOut(q)
-	return c.withholdMask(func(ord int, avail uint64) uint64 {
-		p := c.hr.nodePool[ord]
+	hr.noteKeptOut(q)
+	return hr.withholdMask(func(ord int, avail uint64) uint64 {
+		p := hr.nodePool[ord]
 		// A job too wide for the rest of the pool is not kept off: it
 		// would never start.
-		if !c.hr.protected[ord] || (q.pool != "" && c.st.PoolOf(ord) != q.pool) || p.h.UsesHeadroom(q.f.tier) || q.gpus > p.capacity-p.size {
+		if !hr.protected[ord] || (q.pool != "" && hr.c.st.PoolOf(ord) != q.pool) || p.h.UsesHeadroom(q.f.tier) || q.gpus > p.capacity-p.size {
 			return 0
 		}
 		// The node's GPUs beyond the kept ones may take the job, as far
 		// as work like it does not hold them already; the kept ones are
 		// the highest free ones, so that they stay together.
-		allowed := max(0, c.hr.healthy[ord]-c.hr.keep[ord]-c.hr.nodeOther[ord])
+		allowed := max(0, hr.healthy[ord]-hr.keep[ord]-hr.nodeOther[ord])
 		return highBits(avail, bits.OnesCount64(avail)-allowed)
 	})
 }
@@ -491,8 +496,8 @@ func highBits(m uint64, n int) uint64 {
 // withhold takes every free or reserved-but-unused GPU of the nodes keep
 // selects, so that the next placement cannot use them, and returns what
 // gives them back as they were; nil when it took nothing.
-func (c *cycle) withhold(keep func(ord int) bool) func() {
-	return c.withholdMask(func(ord int, avail uint64) uint64 {
+func (hr *hrCycle) withhold(keep func(ord int) bool) func() {
+	return hr.withholdMask(func(ord int, avail uint64) uint64 {
 		if keep(ord) {
 			return avail
 		}
@@ -502,11 +507,11 @@ func (c *cycle) withhold(keep func(ord int) bool) func() {
 
 // withholdMask is withhold of the GPUs pick selects among a node's free
 // and reserved-but-unused ones (avail).
-func (c *cycle) withholdMask(pick func(ord int, avail uint64) uint64) func() {
+func (hr *hrCycle) withholdMask(pick func(ord int, avail uint64) uint64) func() {
 	var taken, reserved []placement.Slot
-	for ord := range c.st.NumNodes() {
-		res := c.st.Reserved(ord) &^ c.st.Used(ord)
-		avail := c.st.Free(ord) | res
+	for ord := range hr.c.st.NumNodes() {
+		res := hr.c.st.Reserved(ord) &^ hr.c.st.Used(ord)
+		avail := hr.c.st.Free(ord) | res
 		if avail == 0 {
 			continue
 		}
@@ -516,7 +521,7 @@ func (c *cycle) withholdMask(pick func(ord int, avail uint64) uint64) func() {
 		}
 		res &= mask
 		sl := placement.Slot{Node: ord, Mask: mask}
-		c.st.Take(sl)
+		hr.c.st.Take(sl)
 		taken = append(taken, sl)
 		if res != 0 {
 			reserved = append(reserved, placement.Slot{Node: ord, Mask: res})
@@ -527,66 +532,66 @@ func (c *cycle) withholdMask(pick func(ord int, avail uint64) uint64) func() {
 	}
 	return func() {
 		for _, sl := range taken {
-			c.st.Release(sl)
+			hr.c.st.Release(sl)
 		}
 		for _, sl := range reserved {
-			c.st.Reserve(sl)
+			hr.c.st.Reserve(sl)
 		}
 	}
 }
 
-// headroomKeepsOut reports whether q is work some headroom keeps out:
+// keepsOut reports whether q is work some headroom keeps out:
 // non-preemptible, of a tier that may not use it.
-func (c *cycle) headroomKeepsOut(q *queued) bool {
-	if c.hr == nil || q.f.preemptible {
+func (hr *hrCycle) keepsOut(q *queued) bool {
+	if hr == nil || q.f.preemptible {
 		return false
 	}
-	for _, name := range c.hr.names {
-		if (q.pool == "" || q.pool == name) && !c.hr.pools[name].h.UsesHeadroom(q.f.tier) {
+	for _, name := range hr.names {
+		if (q.pool == "" || q.pool == name) && !hr.pools[name].h.UsesHeadroom(q.f.tier) {
 			return true
 		}
 	}
 	return false
 }
 
-// headroomShields reports whether holder h may not be preempted, moved
+// shields reports whether holder h may not be preempted, moved
 // or waited for (a stopping one) for q: it runs on a node kept whole for
 // a headroom that keeps q out (q would take the node's GPUs).
-func (c *cycle) headroomShields(q *queued, h int) bool {
-	if c.hr == nil || !c.headroomKeepsOut(q) {
+func (hr *hrCycle) shields(q *queued, h int) bool {
+	if hr == nil || !hr.keepsOut(q) {
 		return false
 	}
-	for _, sl := range c.st.Holders()[h].Slots {
-		if c.hr.protected[sl.Node] && !c.hr.nodePool[sl.Node].h.UsesHeadroom(q.f.tier) {
+	for _, sl := range hr.c.st.Holders()[h].Slots {
+		if hr.protected[sl.Node] && !hr.nodePool[sl.Node].h.UsesHeadroom(q.f.tier) {
 			return true
 		}
 	}
 	return false
 }
 
-// headroomStatus is the plan's view of every headroom after the cycle.
+// status is the plan's view of every headroom after the cycle.
 // Preempted gangs still count where they are (they stop after their
 // grace).
-func (c *cycle) headroomStatus() []HeadroomStatus {
-	if c.hr == nil {
+func (hr *hrCycle) status() []HeadroomStatus {
+	if hr == nil {
 		return nil
 	}
-	for _, pool := range c.hr.keptOut {
-		for _, name := range c.hr.names {
+	for _, pool := range hr.keptOut {
+		for _, name := range hr.names {
 			if pool == "" || pool == name {
-				c.hr.pools[name].waiting = true
+				hr.pools[name].waiting = true
 			}
 		}
 	}
 	idle := map[string]int{}
-	for ord, k := range c.hr.keep {
-		if p := c.hr.nodePool[ord]; k > 0 && p.waiting {
-			idle[c.st.PoolOf(ord)] += min(k, bits.OnesCount64(c.st.Free(ord)))
+	for ord, k := range hr.keep {
+		if p := hr.nodePool[ord]; k > 0 && p.waiting {
+			idle[hr.c.st.PoolOf(ord)] += min(k, bits.OnesCount64(hr.c.st.Free(ord)))
 		}
 	}
-	out := make([]HeadroomStatus, 0, len(c.hr.names))
-	for _, name := range c.hr.names {
-		p := c.hr.pools[name]
+	out := make([]HeadroomStatus, 0, len(hr.names))
+	for _, name := range hr.names {
+		p := hr.pools[name]
 		out = append(out, HeadroomStatus{
 			Nodes: p.protect, KeptOnLastNode: p.lastKeep, IdleKeptGPUs: idle[name],
 			Pool: name, GPUs: p.size, Tiers: append([]string(nil), p.h.Tiers...), Capacity: p.capacity,
@@ -598,20 +603,20 @@ func (c *cycle) headroomStatus() []HeadroomStatus {
 	return out
 }
 
-// headroomWaives reports whether q may preempt holder h although h is
+// waives reports whether q may preempt holder h although h is
 // within its minimum runtime: q's tier uses the headroom of h's pool. The
 // headroom promises its tiers an immediate start by preemption; waiting
 // out a young job's minimum runtime would break that promise exactly when
 // the pool is full of fresh preemptible work. The preemption budgets
 // still apply.
-func (c *cycle) headroomWaives(q *queued, h int) bool {
-	if c.hr == nil {
+func (hr *hrCycle) waives(q *queued, h int) bool {
+	if hr == nil {
 		return false
 	}
-	hd := c.st.Holders()[h]
+	hd := hr.c.st.Holders()[h]
 	if len(hd.Slots) == 0 {
 		return false
 	}
-	p := c.hr.nodePool[hd.Slots[0].Node]
+	p := hr.nodePool[hd.Slots[0].Node]
 	return p != nil && p.h.UsesHeadroom(q.f.tier)
 }

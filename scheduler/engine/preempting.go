@@ -165,7 +165,7 @@ func (pe *preempter) victimsCost(victims []int) (cost, lost float64) {
 // not yet counted for another preemptor) free room for the job, it waits
 // for them, claims those it needs and binds their GPUs, rather than
 // preempting more. Not those on a node a headroom keeps whole and keeps
-// the job out of (headroomShields): claiming them would put the job there
+// the job out of (hrCycle.shields): claiming them would put the job there
 // once they stop. Not those moved out of another job's way (boundToOther):
 // a defragmenting move frees room on one node for one job, and a job
 // scoring higher that took it would leave the mover to move more, the
@@ -202,7 +202,7 @@ func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func()
 	cp := pe.c.st.Checkpoint()
 	var stopping []int
 	for _, h := range pe.stopping {
-		if !pe.c.claimed[h] && !pe.c.headroomShields(q, h) && !pe.c.holds.boundToOther(q, h) {
+		if !pe.c.claimed[h] && !pe.c.hr.shields(q, h) && !pe.c.holds.boundToOther(q, h) {
 			stopping = append(stopping, h)
 			pe.c.st.ReleaseHolder(h)
 		}
@@ -348,7 +348,7 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 // their GPUs. Lists are built once per cycle per tier and pool; claim
 // removes a victim from all of them.
 func (pe *preempter) candidates(q *queued) *candList {
-	keptOut := pe.c.headroomKeepsOut(q)
+	keptOut := pe.c.hr.keepsOut(q)
 	key := tierPool{q.f.tier, q.pool}
 	if keptOut {
 		// Headroom nodes shield their holders from this job: its own list.
@@ -362,13 +362,13 @@ func (pe *preempter) candidates(q *queued) *candList {
 	gpus := 0
 	minPer := 0.0
 	for h, v := range pe.c.victims {
-		if !(v.OK || v.Young && pe.c.headroomWaives(q, h)) || pe.c.claimed[h] || !preempt.MayTake(pe.c.tier(q.f.tier), &pe.c.victims[h]) {
+		if !(v.OK || v.Young && pe.c.hr.waives(q, h)) || pe.c.claimed[h] || !preempt.MayTake(pe.c.tier(q.f.tier), &pe.c.victims[h]) {
 			continue
 		}
 		if q.pool != "" && !pe.c.holderInPool(h, q.pool) {
 			continue
 		}
-		if keptOut && pe.c.headroomShields(q, h) {
+		if keptOut && pe.c.hr.shields(q, h) {
 			continue
 		}
 		cands = append(cands, preempt.Candidate{Holder: h, Cost: v.Cost})

@@ -254,7 +254,7 @@ type orderer struct {
 // (managedFacts; the queue's came with refreshQueue).
 func (o *orderer) run(facts []*specFacts) *queueLayout {
 	queue := o.buildQueue()
-	o.c.headroomBegin(queue, facts)
+	o.c.hr = newHeadroom(o.c, queue, facts)
 	return o.layOut(queue, o.c.e.queue.oneArray)
 }
 

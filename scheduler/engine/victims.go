@@ -81,7 +81,7 @@ func (jd *judger) assessHolders(facts []*specFacts) {
 		g := preempt.Gang{Allocs: hd.Allocs, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs), Tier: f.tier, Impact: f.impact, Spec: &j.Spec}
 		minRT := jd.c.pol.MinRuntime(j.Spec)
 		// A young gang is a victim only for a headroom's tiers
-		// (headroomWaives).
+		// (hrCycle.waives).
 		v, young := preempt.Running(g, jd.c.now, minRT, jd.c.pol.Preemption.RestartCost, len(jd.c.pol.Headrooms) > 0)
 		if young && jd.c.explain {
 			jd.c.why.addYoung(youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
