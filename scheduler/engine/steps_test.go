@@ -108,3 +108,30 @@ func TestHoldingsLend(t *testing.T) {
 }
 
 func nodes1x8() []*cluster.Node { return []*cluster.Node{mkNode("n1", 8, 2)} }
+
+// Without headroom blocks the headroom step is nil, and every question
+// the other steps ask it answers for none.
+func TestHeadroomNilAnswersNone(t *testing.T) {
+	var hr *hrCycle
+	q := &queued{id: "j", pool: "gpu", gpus: 8, f: &specFacts{tier: "normal"}}
+	if hr.blocks(q) != "" || hr.keepsOut(q) || hr.shields(q, 0) || hr.waives(q, 0) || hr.protect(q) != nil || hr.status() != nil {
+		t.Fatal("a nil headroom step kept a job out, shielded or waived a gang, or reported a status")
+	}
+	if _, ok := hr.prefer(q, placement.Request{}); ok {
+		t.Fatal("a nil headroom step placed a job")
+	}
+	hr.admit(q, placement.Result{}) // must not panic
+}
+
+// placer.full: every reservation the policy allows this cycle is made.
+func TestPlacerFull(t *testing.T) {
+	pol := &policy.Policy{}
+	pol.Backfill.Reservations = 2
+	p := &placer{c: &cycle{pol: pol}}
+	for i := range 3 {
+		if got, want := p.full(), i >= 2; got != want || p.count() != i {
+			t.Fatalf("%d reservations: full %v count %d", i, got, p.count())
+		}
+		p.reservations = append(p.reservations, reservation{jobID: "j"})
+	}
+}
