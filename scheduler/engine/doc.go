@@ -16,8 +16,9 @@
 //	           gangwatch.go   gangs missing members (Plan.Requeues)
 //	orderer    queue.go       score and order the queue, lay it out
 //	hrCycle    headroom*.go   headroom kept free for some tiers
-//	then per job, in queue order (decide.go):
-//	placer     admit.go       held back, else placed on free GPUs,
+//	then per job, in queue order (decide.go): held back (parked,
+//	deferred, over quota, kept out of a headroom), else
+//	placer     admit.go       placed on free GPUs,
 //	preempter  preempting.go  else preempting (victim rules: preempt),
 //	defragger  defrag.go      else moving small jobs out of its way,
 //	placer     reserve.go     else reserving GPUs running work frees
