@@ -75,11 +75,18 @@ func (s *statsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.maxIn = max(s.maxIn, s.inFlight)
 	h := s.override[id]
 	s.mu.Unlock()
-	defer func() {
+	// A request stops counting as in flight when its answer starts, not
+	// when the handler returns: the client may read the answer and send
+	// its next request before this goroutine gets to its deferred calls,
+	// so counting until then saw 3 in flight under a bound of 2 (a flake
+	// on a loaded machine).
+	done := &answerWriter{ResponseWriter: w, end: func() {
 		s.mu.Lock()
 		s.inFlight--
 		s.mu.Unlock()
-	}()
+	}}
+	defer done.finish()
+	w = done
 	if h != nil {
 		h(w, r)
 		return
@@ -90,6 +97,26 @@ func (s *statsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(s.body)
+}
+
+// answerWriter calls end once, when the answer starts (or the handler
+// returns without one).
+type answerWriter struct {
+	http.ResponseWriter
+	end  func()
+	once sync.Once
+}
+
+func (a *answerWriter) finish() { a.once.Do(a.end) }
+
+func (a *answerWriter) WriteHeader(code int) {
+	a.finish()
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.finish()
+	return a.ResponseWriter.Write(b)
 }
 
 func byDevice(p DeviceStatsPoll) map[string]GPUStats {

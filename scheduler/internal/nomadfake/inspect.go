@@ -42,11 +42,27 @@ func (s *Server) Allocations(jobID string) []*api.Allocation {
 	var out []*api.Allocation
 	for _, a := range s.sortedAllocs() {
 		if jobID == "" || a.JobID == jobID {
-			c := *a
-			out = append(out, &c)
+			out = append(out, cloneAlloc(a))
 		}
 	}
 	return out
+}
+
+// cloneAlloc copies an allocation deeply enough for a caller to read it
+// outside the lock: the fake appends task events and replaces task states
+// in place, so the map and the event slices are copied (the job it points
+// to is replaced, never changed, on a new version).
+func cloneAlloc(a *api.Allocation) *api.Allocation {
+	c := *a
+	if a.TaskStates != nil {
+		c.TaskStates = make(map[string]*api.TaskState, len(a.TaskStates))
+		for name, ts := range a.TaskStates {
+			t := *ts
+			t.Events = append([]*api.TaskEvent(nil), ts.Events...)
+			c.TaskStates[name] = &t
+		}
+	}
+	return &c
 }
 
 // Queued returns the number of queued allocations per group of a job.
