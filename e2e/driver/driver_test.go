@@ -373,13 +373,16 @@ func TestTaskSurvivesPluginCrashAndAgentRestart(t *testing.T) {
 		alloc = as[0]
 		return alloc.ClientStatus == "running" && strings.Contains(logs(), "started"), alloc.ClientStatus
 	})
+	// The program can print "started" before its supervisor records it
+	// running (the status file is written after the child starts): wait
+	// for the record.
 	var st taskStatus
-	for _, s := range taskStatuses(a.Dir) {
-		st = s
-	}
-	if st.ChildPID == 0 || !alive(st.ChildPID) {
-		t.Fatalf("task status: %+v", st)
-	}
+	eventually(t, 30*time.Second, "the task's status records its running child", func() (bool, string) {
+		for _, s := range taskStatuses(a.Dir) {
+			st = s
+		}
+		return st.ChildPID != 0 && alive(st.ChildPID), fmt.Sprintf("%+v", st)
+	})
 	t.Logf("task pid %d, supervisor pid %d", st.ChildPID, st.SupervisorPID)
 
 	// 1. The plugin crashes: Nomad relaunches it and recovers the task.
