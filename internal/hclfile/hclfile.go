@@ -151,6 +151,15 @@ func AttrRange(body hcl.Body, name string) hcl.Range {
 	return body.MissingItemRange()
 }
 
+// Line is the line a decoded block starts on, from its body (as gohcl's
+// `hcl:",body"` tag captures it); 0 when unknown.
+func Line(body hcl.Body) int {
+	if b, ok := body.(*hclsyntax.Body); ok {
+		return b.SrcRange.Start.Line
+	}
+	return 0
+}
+
 // Errorf is a Problem at an attribute of a decoded block (key names the
 // block), as Decode's are.
 func Errorf(body hcl.Body, key, attr string, format string, args ...any) *Problem {

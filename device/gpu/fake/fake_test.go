@@ -103,7 +103,7 @@ func TestParseErrors(t *testing.T) {
 uuid = "xyz"
 model = "m"
 memory_mib = 1
-}`, `gpu "a": uuid "xyz"`},
+}`, `line 1: gpu "a": uuid "xyz"`},
 		{"missing model", `gpu "a" {
 uuid = "GPU-1"
 memory_mib = 1
@@ -117,7 +117,7 @@ gpu "b" {
 uuid = "GPU-1"
 model = "m"
 memory_mib = 1
-}`, "also used by"},
+}`, `line 6: gpu "b": uuid GPU-1 also used by gpu "a" (line 1)`},
 		{"dup index", `gpu "a" {
 uuid = "GPU-1"
 model = "m"
@@ -128,7 +128,7 @@ uuid = "GPU-2"
 model = "m"
 memory_mib = 1
 index = 0
-}`, "index 0 also used"},
+}`, `line 6: gpu "b": index 0 also used by gpu "a" (line 1)`},
 		{"bad bus", `gpu "a" {
 uuid = "GPU-1"
 model = "m"
@@ -146,7 +146,7 @@ uuid = "GPU-1"
 model = "m"
 memory_mib = 1
 colour = "red"
-}`, "colour"},
+}`, `t.hcl:5,1-7: gpu "a" colour: Unsupported argument`},
 		{"unknown link gpu", `gpu "a" {
 uuid = "GPU-1"
 model = "m"
@@ -154,7 +154,7 @@ memory_mib = 1
 }
 nvlink {
 gpus = ["a", "z"]
-}`, `unknown GPU "z"`},
+}`, `line 6: nvlink block 1: unknown GPU "z"`},
 		{"mig too big", `gpu "a" {
 uuid = "GPU-1"
 model = "m"
@@ -163,7 +163,7 @@ mig "1g" {
 uuid = "MIG-1"
 memory_mib = 20
 }
-}`, "memory_mib must be in 1..10"},
+}`, `line 5: gpu "a" mig "1g": memory_mib must be in 1..10`},
 		{"event two actions", `gpu "a" {
 uuid = "GPU-1"
 model = "m"
@@ -174,7 +174,7 @@ after = "1s"
 gpu = "a"
 xid = 79
 lost = true
-}`, "exactly one"},
+}`, "line 6: event 1 (gpu \"a\"): set exactly one"},
 		{"event bad after", `gpu "a" {
 uuid = "GPU-1"
 model = "m"
@@ -192,7 +192,7 @@ memory_mib = 1
 }
 stats "a" {
 utilization = 140
-}`, "utilization must be 0..100"},
+}`, `line 6: stats "a": utilization must be 0..100`},
 		{"syntax", `gpu "a" {`, "Unclosed"},
 	}
 	for _, tc := range cases {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/impact-sched/nomad-impact/device/gpu"
 	"github.com/impact-sched/nomad-impact/internal/hclfile"
 )
@@ -39,32 +41,37 @@ type gpuSpec struct {
 	PCIeGeneration    *int      `hcl:"pcie_generation,optional"`
 	PCIeWidth         *int      `hcl:"pcie_width,optional"`
 	MIG               []migSpec `hcl:"mig,block"`
+	Body              hcl.Body  `hcl:",body"`
 }
 
 type migSpec struct {
-	Profile         string `hcl:"profile,label"`
-	UUID            string `hcl:"uuid"`
-	MemoryMiB       int    `hcl:"memory_mib"`
-	GPUInstance     *int   `hcl:"gpu_instance,optional"`
-	ComputeInstance *int   `hcl:"compute_instance,optional"`
+	Profile         string   `hcl:"profile,label"`
+	UUID            string   `hcl:"uuid"`
+	MemoryMiB       int      `hcl:"memory_mib"`
+	GPUInstance     *int     `hcl:"gpu_instance,optional"`
+	ComputeInstance *int     `hcl:"compute_instance,optional"`
+	Body            hcl.Body `hcl:",body"`
 }
 
 type nvlinkSpec struct {
 	GPUs  []string `hcl:"gpus"`
 	Links *int     `hcl:"links,optional"`
+	Body  hcl.Body `hcl:",body"`
 }
 
 type switchSpec struct {
 	GPUs        []string `hcl:"gpus,optional"`
 	LinksPerGPU *int     `hcl:"links_per_gpu,optional"`
+	Body        hcl.Body `hcl:",body"`
 }
 
 type eventSpec struct {
-	After   string `hcl:"after"`
-	GPU     string `hcl:"gpu"`
-	XID     *int   `hcl:"xid,optional"`
-	Lost    *bool  `hcl:"lost,optional"`
-	Recover *bool  `hcl:"recover,optional"`
+	After   string   `hcl:"after"`
+	GPU     string   `hcl:"gpu"`
+	XID     *int     `hcl:"xid,optional"`
+	Lost    *bool    `hcl:"lost,optional"`
+	Recover *bool    `hcl:"recover,optional"`
+	Body    hcl.Body `hcl:",body"`
 }
 
 type statsSpec struct {
@@ -76,6 +83,7 @@ type statsSpec struct {
 	TemperatureC   *int     `hcl:"temperature_c,optional"`
 	ECCCorrected   *int     `hcl:"ecc_corrected,optional"`
 	ECCUncorrected *int     `hcl:"ecc_uncorrected,optional"`
+	Body           hcl.Body `hcl:",body"`
 }
 
 // Topology is a parsed topology file.
@@ -182,7 +190,9 @@ func build(path string, spec *fileSpec) (*Topology, error) {
 // addGPU validates one gpu block (the i-th) and adds the device; uuids and
 // indexes record what earlier blocks used, to catch duplicates.
 func (t *Topology) addGPU(i int, g gpuSpec, uuids map[string]string, indexes map[int]string) error {
-	where := fmt.Sprintf("gpu %q", g.Label)
+	where := fmt.Sprintf("line %d: gpu %q", hclfile.Line(g.Body), g.Label)
+	// who names this GPU to a later block that reuses its UUID or index.
+	who := fmt.Sprintf("gpu %q (line %d)", g.Label, hclfile.Line(g.Body))
 	if _, dup := t.Labels[g.Label]; dup {
 		return fmt.Errorf("%s: label used twice", where)
 	}
@@ -192,7 +202,7 @@ func (t *Topology) addGPU(i int, g gpuSpec, uuids map[string]string, indexes map
 	if other, dup := uuids[g.UUID]; dup {
 		return fmt.Errorf("%s: uuid %s also used by %s", where, g.UUID, other)
 	}
-	uuids[g.UUID] = where
+	uuids[g.UUID] = who
 	if g.Model == "" {
 		return fmt.Errorf("%s: model is empty", where)
 	}
@@ -210,7 +220,7 @@ func (t *Topology) addGPU(i int, g gpuSpec, uuids map[string]string, indexes map
 	if other, dup := indexes[d.Index]; dup {
 		return fmt.Errorf("%s: index %d also used by %s", where, d.Index, other)
 	}
-	indexes[d.Index] = where
+	indexes[d.Index] = who
 	d.Minor = d.Index
 	if g.Minor != nil {
 		d.Minor = *g.Minor
@@ -246,14 +256,15 @@ func (t *Topology) addGPU(i int, g gpuSpec, uuids map[string]string, indexes map
 		}
 	}
 	for j, m := range g.MIG {
-		mw := fmt.Sprintf("%s: mig %q", where, m.Profile)
+		mw := fmt.Sprintf("line %d: gpu %q mig %q", hclfile.Line(m.Body), g.Label, m.Profile)
+		mwho := fmt.Sprintf("gpu %q mig %q (line %d)", g.Label, m.Profile, hclfile.Line(m.Body))
 		if !migUUID.MatchString(m.UUID) {
 			return fmt.Errorf("%s: uuid %q must look like MIG-<hex and dashes>", mw, m.UUID)
 		}
 		if other, dup := uuids[m.UUID]; dup {
 			return fmt.Errorf("%s: uuid %s also used by %s", mw, m.UUID, other)
 		}
-		uuids[m.UUID] = mw
+		uuids[m.UUID] = mwho
 		if m.MemoryMiB <= 0 || m.MemoryMiB > g.MemoryMiB {
 			return fmt.Errorf("%s: memory_mib must be in 1..%d, got %d", mw, g.MemoryMiB, m.MemoryMiB)
 		}
@@ -274,7 +285,7 @@ func (t *Topology) addGPU(i int, g gpuSpec, uuids map[string]string, indexes map
 
 // addEvent validates the i-th event block and schedules it.
 func (t *Topology) addEvent(i int, e eventSpec) error {
-	where := fmt.Sprintf("event %d (gpu %q)", i+1, e.GPU)
+	where := fmt.Sprintf("line %d: event %d (gpu %q)", hclfile.Line(e.Body), i+1, e.GPU)
 	after, err := time.ParseDuration(e.After)
 	if err != nil || after < 0 {
 		return fmt.Errorf("%s: after %q must be a non-negative duration like 30s", where, e.After)
@@ -311,12 +322,12 @@ func (t *Topology) addEvent(i int, e eventSpec) error {
 func (t *Topology) addStats(s statsSpec) error {
 	uuid, err := t.Resolve(s.GPU)
 	if err != nil {
-		return fmt.Errorf("stats %q: %w", s.GPU, err)
+		return fmt.Errorf("line %d: stats %q: %w", hclfile.Line(s.Body), s.GPU, err)
 	}
 	u := StatsUpdate{Utilization: s.Utilization, MemoryUtil: s.MemoryUtil, MemoryUsedMiB: s.MemoryUsedMiB,
 		PowerW: s.PowerW, TemperatureC: s.TemperatureC, ECCCorrected: s.ECCCorrected, ECCUncorrected: s.ECCUncorrected}
 	if err := u.validate(); err != nil {
-		return fmt.Errorf("stats %q: %w", s.GPU, err)
+		return fmt.Errorf("line %d: stats %q: %w", hclfile.Line(s.Body), s.GPU, err)
 	}
 	t.Stats[uuid] = u
 	return nil
@@ -342,7 +353,7 @@ func buildLinks(t *Topology, spec *fileSpec) error {
 	}
 	linkCount := map[string]int{}
 	for i, nv := range spec.NVLinks {
-		where := fmt.Sprintf("nvlink block %d", i+1)
+		where := fmt.Sprintf("line %d: nvlink block %d", hclfile.Line(nv.Body), i+1)
 		ids, err := t.resolveAll(nv.GPUs)
 		if err != nil {
 			return fmt.Errorf("%s: %w", where, err)
@@ -368,7 +379,7 @@ func buildLinks(t *Topology, spec *fileSpec) error {
 		}
 	}
 	for i, sw := range spec.NVSwitches {
-		where := fmt.Sprintf("nvswitch block %d", i+1)
+		where := fmt.Sprintf("line %d: nvswitch block %d", hclfile.Line(sw.Body), i+1)
 		var ids []string
 		if len(sw.GPUs) == 0 {
 			for _, d := range inv.Devices {
