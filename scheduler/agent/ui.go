@@ -7,7 +7,6 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -289,9 +288,6 @@ func nomadQueueURL(base, pool string) string {
 	return base + "/ui/jobs?filter=" + url.QueryEscape(fmt.Sprintf("NodePool == %q", pool))
 }
 
-// couldPreemptFrom finds the engine's "could preempt <job> from <time>".
-var couldPreemptFrom = regexp.MustCompile(`could preempt (\S+) from (\S+?Z)`)
-
 // plannedStart says, for the job page's headline, when a job is expected
 // to start, or why that is not known.
 func plannedStart(e agentapi.Explanation) string {
@@ -315,9 +311,10 @@ func plannedStart(e agentapi.Explanation) string {
 		if ex.Status == engine.StatusReserved {
 			return "Unknown: GPUs are reserved for it, but the running jobs holding them give no impact_walltime."
 		}
-	}
-	if m := couldPreemptFrom.FindStringSubmatch(e.Reason); m != nil {
-		return fmt.Sprintf("From %s, when it may preempt %s (its minimum runtime).", m[2], m[1])
+		if ex.CouldPreempt != "" {
+			return fmt.Sprintf("From %s, when it may preempt %s (its minimum runtime).",
+				ex.CouldPreemptFrom.UTC().Format(time.RFC3339), ex.CouldPreempt)
+		}
 	}
 	return "Unknown: it waits for its turn or for GPUs to free, and running work gives no end time (see why below)."
 }

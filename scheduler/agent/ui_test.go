@@ -168,8 +168,12 @@ func TestPlannedStart(t *testing.T) {
 		{"reserved with a time", w(engine.StatusReserved, "needs 8 GPUs, 0 free", at), "By 2026-12-04T18:00:00Z"},
 		{"reserved without", w(engine.StatusReserved, "needs 8 GPUs, 0 free", time.Time{}), "Unknown: GPUs are reserved for it, but the running jobs holding them give no impact_walltime."},
 		{"preempting", w(engine.StatusPreempting, "preempting 1 gang(s): default/sweep", time.Time{}), "As soon as the gangs stopping for it have stopped"},
-		{"may preempt later", w(engine.StatusWaiting, `needs 4 GPUs, 0 free in pool "gpu"; could preempt default/sweep from 2026-12-04T16:17:38Z (the policy's preemption min_runtime 1m0s)`, time.Time{}),
-			"From 2026-12-04T16:17:38Z, when it may preempt default/sweep"},
+		{"may preempt later", func() agentapi.Explanation {
+			// Read from the structured fields, not the reason's words.
+			e := w(engine.StatusWaiting, `needs 4 GPUs, 0 free in pool "gpu"`, time.Time{})
+			e.Engine.CouldPreempt, e.Engine.CouldPreemptFrom = "default/sweep", time.Date(2026, 12, 4, 16, 17, 38, 0, time.UTC)
+			return e
+		}(), "From 2026-12-04T16:17:38Z, when it may preempt default/sweep"},
 		{"waiting", w(engine.StatusWaiting, "needs 8 GPUs, 0 free", time.Time{}), "Unknown: it waits for its turn"},
 		{"invalid", invalid, "Never, as written"},
 		{"running", running, ""},

@@ -232,6 +232,12 @@ type Explanation struct {
 	// ReservedUntil is when the reservation's GPUs are expected free (zero
 	// when none or unknown).
 	ReservedUntil time.Time `json:"reserved_until,omitzero"`
+	// CouldPreempt is a gang the job may preempt once its min runtime has
+	// passed, at CouldPreemptFrom (empty when none: the job is not
+	// preempting, and nothing it may preempt is protected by its min
+	// runtime only). The reason says the same in words.
+	CouldPreempt     string    `json:"could_preempt,omitempty"`
+	CouldPreemptFrom time.Time `json:"could_preempt_from,omitzero"`
 	// Victims are the jobs being preempted for it.
 	Victims []string `json:"victims,omitempty"`
 	// Placement is where an admitted job's allocations go, per group, with

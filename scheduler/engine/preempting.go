@@ -82,7 +82,9 @@ func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	if pe.c.explain && pe.c.why.hasYoung() {
 		defer func() {
 			if !preempting {
-				exp.Reason = pe.c.why.cat(exp.Reason, pe.c.why.youngNote(q))
+				y := pe.c.why.youngNote(q)
+				exp.Reason = pe.c.why.cat(exp.Reason, y.note)
+				exp.CouldPreempt, exp.CouldPreemptFrom = y.job, y.from
 			}
 		}()
 	}

@@ -46,11 +46,20 @@ type explainer struct {
 	young []youngHolder
 	// youngNotes caches youngNote by tier and pool (thousands of waiting
 	// jobs share a few); claim clears it.
-	youngNotes map[tierPool]string
+	youngNotes map[tierPool]youngChance
 	// lastYoung...: youngNote's last answer (claim forgets it).
 	lastYoung     tierPool
-	lastYoungNote string
+	lastYoungNote youngChance
 	lastYoungOK   bool
+}
+
+// youngChance is a waiting job's chance to preempt a gang once that
+// gang's min runtime has passed: the gang's job, from when, and the note
+// the job's reason carries for it (all zero when there is none).
+type youngChance struct {
+	job  string
+	from time.Time
+	note string
 }
 
 // begin makes room for the explanations of a queue n jobs long.
@@ -133,8 +142,9 @@ func (w *explainer) addReservationNote(note string) { w.resNotes = append(w.resN
 // min_runtime):
 // otherwise an operator sees a critical job wait beside preemptible work
 // and cannot tell why. It names the earliest such gang of a tier the job
-// may preempt, in its pool; "" when there is none. Explanations only.
-func (w *explainer) youngNote(q *queued) string {
+// may preempt, in its pool; the zero chance when there is none.
+// Explanations only.
+func (w *explainer) youngNote(q *queued) youngChance {
 	key := tierPool{q.f.tier, q.pool}
 	if w.lastYoungOK && key == w.lastYoung {
 		return w.lastYoungNote
@@ -144,9 +154,9 @@ func (w *explainer) youngNote(q *queued) string {
 		return note
 	}
 	if w.youngNotes == nil {
-		w.youngNotes = map[tierPool]string{}
+		w.youngNotes = map[tierPool]youngChance{}
 	}
-	note := ""
+	var chance youngChance
 	for _, y := range w.young {
 		if w.c.claimed[y.h] || !w.c.mayPreempt(q.f.tier, y.tier) {
 			continue
@@ -154,13 +164,14 @@ func (w *explainer) youngNote(q *queued) string {
 		if q.pool != "" && !w.c.holderInPool(y.h, q.pool) {
 			continue
 		}
-		note = fmt.Sprintf("; could preempt %s from %s (%s)",
-			w.c.st.Holders()[y.h].JobID, y.from.UTC().Format(time.RFC3339), w.c.pol.MinRuntimeSource(jobspec.Spec{MinRuntime: y.own}))
+		job := w.c.st.Holders()[y.h].JobID
+		chance = youngChance{job: job, from: y.from, note: fmt.Sprintf("; could preempt %s from %s (%s)",
+			job, y.from.UTC().Format(time.RFC3339), w.c.pol.MinRuntimeSource(jobspec.Spec{MinRuntime: y.own}))}
 		break
 	}
-	w.youngNotes[key] = note
-	w.lastYoung, w.lastYoungNote, w.lastYoungOK = key, note, true
-	return note
+	w.youngNotes[key] = chance
+	w.lastYoung, w.lastYoungNote, w.lastYoungOK = key, chance, true
+	return chance
 }
 
 // lostBasis says, for explanations, what a victim's work lost is counted

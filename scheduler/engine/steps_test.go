@@ -30,7 +30,7 @@ func TestExplainerCat(t *testing.T) {
 		t.Fatalf("cat memoized %d pairs, want 2", len(w.cats))
 	}
 	// A young gang's note is forgotten once a gang is claimed.
-	w.youngNotes = map[tierPool]string{{"a", "b"}: "x"}
+	w.youngNotes = map[tierPool]youngChance{{"a", "b"}: {job: "x"}}
 	w.lastYoungOK = true
 	w.forgetYoung()
 	if len(w.youngNotes) != 0 || w.lastYoungOK {

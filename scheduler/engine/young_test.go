@@ -38,6 +38,9 @@ func TestExplainWaitingForMinRuntime(t *testing.T) {
 	if exp.Status == StatusPreempting || !strings.Contains(exp.Reason, want) {
 		t.Fatalf("reason %q (status %s) should contain %q", exp.Reason, exp.Status, want)
 	}
+	if exp.CouldPreempt != "s1" || !exp.CouldPreemptFrom.Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("structured chance %q from %v, want s1 from %v", exp.CouldPreempt, exp.CouldPreemptFrom, t0.Add(10*time.Minute))
+	}
 	if strings.Contains(exp.Reason, "s2") {
 		t.Fatalf("reason %q should name only the earliest gang", exp.Reason)
 	}
