@@ -418,6 +418,16 @@ func (a *Agent) Restart() {
 	a.start()
 }
 
+// RestartAfter stops the agent, keeps it down for down (an outage of that
+// length, not a wait for anything), and starts it again with the same
+// config and data.
+func (a *Agent) RestartAfter(down time.Duration) {
+	a.t.Helper()
+	a.Stop()
+	time.Sleep(down)
+	a.start()
+}
+
 // Output is the tail of the agent's log.
 func (a *Agent) Output() string { return a.proc.Output() }
 
