@@ -170,14 +170,16 @@ func TestElectorWritesADeletedLeaseAgain(t *testing.T) {
 		t.Errorf("leading %v after %d terms; want the first term still on", a1.leading.Load(), a1.terms.Load())
 	}
 	// A lease claimed by another agent is not "deleted": it steps down.
+	// (Read and written again when the leader beats in between.)
 	other := NewElector(e.c, ElectorConfig{HolderID: "agent-2", TTL: 10 * time.Second}, e.log)
-	l, err := other.readLease(context.Background())
-	if err != nil || l == nil {
-		t.Fatalf("lease %+v, %v", l, err)
-	}
-	if _, err := other.writeLease(context.Background(), lease{Holder: "agent-2"}, l.index); err != nil {
-		t.Fatal(err)
-	}
+	waitTrue(t, "agent-2 claimed the lease", 2*time.Second, func() bool {
+		l, err := other.readLease(context.Background())
+		if err != nil || l == nil {
+			t.Fatalf("lease %+v, %v", l, err)
+		}
+		_, err = other.writeLease(context.Background(), lease{Holder: "agent-2"}, l.index)
+		return err == nil
+	})
 	waitTrue(t, "agent-1's first term ended", 2*time.Second, func() bool { return !a1.leading.Load() || a1.terms.Load() > 1 })
 	if n := a1.el.LeaseRepairs(); n != 1 {
 		t.Errorf("lease repairs %d after a claim; want still 1", n)
