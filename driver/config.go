@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -216,147 +215,6 @@ func taskContract(env map[string]string) (contract, error) {
 	return contract{spec: s, graceSet: graceSet}, nil
 }
 
-// gangSpec turns the task's gang settings into the supervisor's GangSpec;
-// nil when the task runs without a barrier. Errors name the field.
-func gangSpec(cfg Config, tc TaskConfig, t taskInfo) (*executor.GangSpec, string, time.Duration, error) {
-	g := tc.Gang
-	if g == nil {
-		if cfg.RendezvousAddr == "" && cfg.ConsulService == "" {
-			return nil, "", 0, nil
-		}
-		g = defaultGangConfig()
-	}
-	if !g.Enabled {
-		return nil, "", 0, nil
-	}
-	var nomadAddr string
-	addr := g.RendezvousAddr
-	if addr == "" {
-		addr = cfg.RendezvousAddr
-	}
-	switch g.Discovery {
-	case "", "impact":
-		if addr == "" && cfg.ConsulService == "" {
-			return nil, "", 0, fmt.Errorf("gang: no rendezvous address: set rendezvous_addr (or consul_service) in the plugin config, or rendezvous_addr in the task's gang block (or use discovery = \"nomad\")")
-		}
-		if addr != "" {
-			if err := checkURL("gang.rendezvous_addr", addr); err != nil {
-				return nil, "", 0, err
-			}
-		}
-	case "nomad":
-		if g.Service == "" {
-			return nil, "", 0, fmt.Errorf("gang.service is required with discovery = \"nomad\" (the group's Nomad-native service)")
-		}
-		nomadAddr = nomadAddress(cfg, t.env)
-	default:
-		return nil, "", 0, fmt.Errorf("gang.discovery %q: want \"impact\" or \"nomad\"", g.Discovery)
-	}
-	if g.Size < 0 {
-		return nil, "", 0, fmt.Errorf("gang.size must be >= 0, got %d", g.Size)
-	}
-	timeout := cfg.barrierTimeout
-	if g.Timeout != "" {
-		d, err := positiveDuration("gang.timeout", g.Timeout)
-		if err != nil {
-			return nil, "", 0, err
-		}
-		timeout = d
-	}
-	// The gang block's checkpoint_signal and grace override the meta's
-	// (already parsed: taskContract) and are read by the same rules.
-	ckpt := t.meta.spec.CheckpointSignal
-	if g.CheckpointSignal != "" {
-		sig, err := jobspec.ParseSignal(g.CheckpointSignal)
-		if err != nil {
-			return nil, "", 0, fmt.Errorf("gang.checkpoint_signal %q: %w", g.CheckpointSignal, err)
-		}
-		ckpt = sig
-	}
-	if !executor.ValidCheckpointTo(g.CheckpointTo) {
-		return nil, "", 0, fmt.Errorf("gang.checkpoint_signal_to %q: want %q, %q or %q", g.CheckpointTo,
-			executor.CheckpointToGroup, executor.CheckpointToMain, executor.CheckpointToChildren)
-	}
-	grace := defaultGrace
-	if t.meta.graceSet {
-		grace = t.meta.spec.Grace
-	}
-	if g.Grace != "" {
-		d, err := jobspec.ParseDuration(g.Grace)
-		if err != nil {
-			return nil, "", 0, fmt.Errorf("gang.grace %q: %w", g.Grace, err)
-		}
-		grace = d
-	}
-	killSignal, err := jobspec.ParseSignal(g.KillSignal)
-	if err != nil {
-		return nil, "", 0, fmt.Errorf("gang.kill_signal %q: %w", g.KillSignal, err)
-	}
-	killTimeout, err := positiveDuration("gang.kill_timeout", g.KillTimeout)
-	if err != nil {
-		return nil, "", 0, err
-	}
-
-	// Where this member would serve as master.
-	host, port := "", g.MasterPort
-	if g.PortLabel != "" {
-		host = t.env["NOMAD_IP_"+g.PortLabel]
-		p := t.env["NOMAD_HOST_PORT_"+g.PortLabel]
-		if host == "" || p == "" {
-			return nil, "", 0, fmt.Errorf("gang.port_label %q: the group has no such port (no NOMAD_IP_%s / NOMAD_HOST_PORT_%s in the task env)", g.PortLabel, g.PortLabel, g.PortLabel)
-		}
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return nil, "", 0, fmt.Errorf("gang.port_label %q: port %q: %w", g.PortLabel, p, err)
-		}
-		port = n
-	}
-	if port <= 0 || port > 65535 {
-		return nil, "", 0, fmt.Errorf("gang.master_port must be in 1..65535, got %d", port)
-	}
-	if host == "" {
-		host = cfg.AdvertiseAddr
-	}
-	if host == "" && addr != "" {
-		host = localAddrFor(addr)
-	}
-	if host == "" && cfg.ConsulService != "" {
-		host = localAddrFor("http://" + firstNonEmpty(cfg.ConsulAddr, "127.0.0.1:8500"))
-	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
-
-	ns := firstNonEmpty(t.namespace, t.env["NOMAD_NAMESPACE"], "default")
-	job := firstNonEmpty(t.jobID, t.env["NOMAD_JOB_ID"], t.jobName)
-	if job == "" {
-		return nil, "", 0, fmt.Errorf("gang: the task has no job id")
-	}
-	id := ns + ":" + job
-	if g.Name != "" {
-		id += ":" + g.Name
-	}
-	allocIndex := 0
-	if v := t.env["NOMAD_ALLOC_INDEX"]; v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, "", 0, fmt.Errorf("gang: NOMAD_ALLOC_INDEX %q is not an index", v)
-		}
-		allocIndex = n
-	}
-	nodeID := firstNonEmpty(t.nodeID, t.nodeName, host)
-	hb := cfg.heartbeat
-	return &executor.GangSpec{
-		URL: addr, ID: id, Member: t.allocID + "." + t.name,
-		Join:    gangJoin(g.Size, ns, job, t, allocIndex, nodeID, host, port, 3*hb),
-		Timeout: timeout, Heartbeat: hb, Propagate: g.PropagateFailure,
-		CheckpointSignal: ckpt, Grace: grace, CheckpointTo: g.CheckpointTo,
-		Discovery: g.Discovery, Service: g.Service, NomadAddr: nomadAddr, NomadToken: t.env["NOMAD_TOKEN"],
-		ConsulAddr: cfg.ConsulAddr, ConsulService: cfg.ConsulService, ConsulTag: cfg.ConsulTag,
-		IdentityToken: t.env[identityEnv], CACert: cfg.CACert, ClientCert: cfg.ClientCert, ClientKey: cfg.ClientKey,
-	}, killSignal, killTimeout, nil
-}
-
 func positiveDuration(field, v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
@@ -376,29 +234,6 @@ func checkURL(field, v string) error {
 	return nil
 }
 
-// localAddrFor returns the local IP that routes to the rendezvous server
-// (no packet is sent: a UDP "connect" only picks the route).
-func localAddrFor(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "127.0.0.1"
-	}
-	host := u.Hostname()
-	port := u.Port()
-	if port == "" {
-		port = "80"
-	}
-	c, err := net.Dial("udp", net.JoinHostPort(host, port))
-	if err != nil {
-		return "127.0.0.1"
-	}
-	defer c.Close()
-	if a, ok := c.LocalAddr().(*net.UDPAddr); ok {
-		return a.IP.String()
-	}
-	return "127.0.0.1"
-}
-
 func firstNonEmpty(vs ...string) string {
 	for _, v := range vs {
 		if v != "" {
@@ -406,32 +241,4 @@ func firstNonEmpty(vs ...string) string {
 		}
 	}
 	return ""
-}
-
-// taskInfo is what gangSpec needs from Nomad's TaskConfig.
-type taskInfo struct {
-	name, allocID, group, namespace, jobID, jobName, nodeID, nodeName string
-	env                                                               map[string]string
-	// meta is the task's jobspec contract (taskContract of env).
-	meta contract
-}
-
-func gangJoin(size int, ns, job string, t taskInfo, allocIndex int, nodeID, host string, port int, ttl time.Duration) gang.JoinRequest {
-	return gang.JoinRequest{
-		Size: size, Namespace: ns, JobID: job, AllocID: t.allocID, AllocName: t.env["NOMAD_ALLOC_NAME"],
-		AllocIndex: allocIndex, Group: t.group, Task: t.name, NodeID: nodeID, NodeName: t.nodeName,
-		Addr: host, Port: port, TTL: ttl.String(),
-	}
-}
-
-// nomadAddress is where a task reads Nomad services: its task API socket
-// (identity { env = true }), else the plugin's nomad_addr, else NOMAD_ADDR.
-func nomadAddress(cfg Config, env map[string]string) string {
-	if a := env["NOMAD_UNIX_ADDR"]; a != "" {
-		if strings.HasPrefix(a, "unix://") {
-			return a
-		}
-		return "unix://" + a
-	}
-	return firstNonEmpty(cfg.NomadAddr, env["NOMAD_ADDR"], "http://127.0.0.1:4646")
 }

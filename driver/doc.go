@@ -12,8 +12,10 @@
 // # Layout
 //
 //	driver.go      the Driver service: plugin config, capabilities, fingerprint
-//	config.go      the plugin and task config blocks, and the gang spec built
-//	               from them and the job's impact_* meta
+//	config.go      the plugin and task config blocks, and the job's impact_*
+//	               meta as the driver reads it (jobspec's contract)
+//	gangspec.go    the supervisor's gang spec built from a task's gang block
+//	               and meta: discovery, stopping, master address, identity
 //	taskspec.go    what a task's supervisor runs (executor.Spec); a task that
 //	               cannot run is refused here, before it joins its gang
 //	lifecycle.go   StartTask, RecoverTask, WaitTask, StopTask, DestroyTask,
