@@ -125,7 +125,7 @@ func (r *runner) startRun(j *Job) {
 // Hung change) as it would from the device stats.
 func (r *runner) hang(j *Job) {
 	r.hungRunning++
-	r.st.changes = append(r.st.changes, Change{Kind: Hung, Job: j, At: r.now})
+	r.st.changes = append(r.st.changes, Change{Kind: Hung, Job: j, Model: j.Cluster, At: r.now})
 	r.markDirty()
 }
 

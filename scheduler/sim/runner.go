@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
 
@@ -27,11 +28,17 @@ type runner struct {
 	wall        time.Time
 }
 
-func newRunner(jobs []trace.Job, sched Scheduler, opts Options) *runner {
+// newRunner builds the run's model: every node, with the engine's model of
+// it, and every job (the engine's model of a job is built when it is
+// submitted: submit).
+func newRunner(jobs []trace.Job, sched Scheduler, opts Options) (*runner, error) {
 	r := &runner{opts: opts, sched: sched, next: -1, last: -1, wall: time.Now()}
-	st := &State{Model: opts.Model, running: make(map[int]*Job)}
+	st := &State{Model: opts.Model, running: make(map[int]*Job),
+		jobByID: make(map[string]*Job, len(jobs)), nodeByID: make(map[string]*Node, len(opts.Cluster.Nodes))}
 	for i, spec := range opts.Cluster.Nodes {
 		n := &Node{NodeSpec: spec, Index: i, Owner: make([]int32, spec.GPUs), Free: spec.GPUs, IslandFree: make([]int, spec.Islands)}
+		n.Cluster = clusterNode(n)
+		st.nodeByID[n.Cluster.ID] = n
 		for g := range n.Owner {
 			n.Owner[g] = -1
 		}
@@ -50,27 +57,26 @@ func newRunner(jobs []trace.Job, sched Scheduler, opts Options) *runner {
 		}
 	}
 	for i := range jobs {
-		tj := jobs[i]
-		j := &Job{Job: tj, Index: i, Start: -1, FirstStart: -1, Finish: -1, hangAt: -1}
-		j.TierRank = tierRank(tj.Tier)
-		j.IsPreemptible = tj.Preemptible != nil && *tj.Preemptible
+		j := &Job{Job: jobs[i], Index: i, Start: -1, FirstStart: -1, Finish: -1, hangAt: -1}
+		if st.jobByID[j.ID] != nil {
+			return nil, fmt.Errorf("job ID %q is given twice (jobs %d and %d of the trace)", j.ID, st.jobByID[j.ID].Index, i)
+		}
+		j.TierRank = tierRank(j.Tier)
+		j.count, j.each = GangFor(j.GPUs, nodeGPUs)
+		count := j.count
 		st.Jobs = append(st.Jobs, j)
-		if tj.GPUs > capacity {
-			// Checked before building members: a bad row asking for a
-			// billion GPUs must not allocate a member per node's worth.
+		st.jobByID[j.ID] = j
+		// Checked before building the ledger's members: a bad row asking
+		// for a billion GPUs must not allocate a member per node's worth.
+		if j.GPUs > capacity || j.TotalGPUs() > capacity || (count > 1 && count > wideNodes) {
 			r.unsch = append(r.unsch, j.ID)
 			continue
 		}
-		j.Members = MembersFor(tj.GPUs, nodeGPUs)
-		j.Allocs = make([]Alloc, len(j.Members))
+		j.Allocs = make([]Alloc, count)
 		for m := range j.Allocs {
 			j.Allocs[m].Node = -1
 		}
-		if j.TotalGPUs() > capacity || (len(j.Members) > 1 && len(j.Members) > wideNodes) {
-			r.unsch = append(r.unsch, j.ID)
-			continue
-		}
-		r.push(event{t: tj.Submit, kind: evSubmit, job: i})
+		r.push(event{t: j.Submit, kind: evSubmit, job: i})
 	}
 	r.st = st
 	first, lastSub := int64(0), int64(0)
@@ -81,7 +87,7 @@ func newRunner(jobs []trace.Job, sched Scheduler, opts Options) *runner {
 		r.opts.WindowStart, r.opts.WindowEnd = first, lastSub
 	}
 	r.acc.init(r, first)
-	return r
+	return r, nil
 }
 
 func tierRank(t string) int {
@@ -190,8 +196,9 @@ func (r *runner) markDirty() {
 func (r *runner) submit(j *Job) {
 	j.State = Pending
 	j.queuedAt = r.now
+	j.Cluster = clusterJob(&j.Job, j.count, j.each, r.opts.Model)
 	r.st.pending = append(r.st.Queue(), j) // submit order: always the tail
-	r.st.changes = append(r.st.changes, Change{Kind: Submitted, Job: j, At: r.now})
+	r.st.changes = append(r.st.changes, Change{Kind: Submitted, Job: j, Model: j.Cluster, At: r.now})
 	r.acc.demand(j, +1)
 	r.markDirty()
 }
@@ -205,8 +212,8 @@ func (r *runner) cycle() error {
 		return nil
 	}
 	t0 := time.Now()
-	acts, err := r.sched.Schedule(st, r.now)
-	if !acts.Skipped {
+	plan, err := r.sched.Schedule(st, r.now)
+	if plan != nil {
 		r.lat = append(r.lat, float64(time.Since(t0).Nanoseconds())/1e6)
 	}
 	r.calls++
@@ -216,13 +223,9 @@ func (r *runner) cycle() error {
 	if err != nil {
 		return fmt.Errorf("t=%d: schedule: %w", r.now, err)
 	}
-	for _, p := range acts.Preempt {
-		if err := r.preempt(p); err != nil {
-			return fmt.Errorf("t=%d: %w", r.now, err)
-		}
-	}
-	for _, p := range acts.Place {
-		if err := r.place(p); err != nil {
+	acted := false
+	if plan != nil {
+		if acted, err = r.apply(plan); err != nil {
 			return fmt.Errorf("t=%d: %w", r.now, err)
 		}
 	}
@@ -230,61 +233,59 @@ func (r *runner) cycle() error {
 	// Come back while jobs wait, even without events, unless nothing can
 	// ever change: no events left and this cycle did nothing.
 	// A hung run keeps the timer going too: the scheduler may reclaim it.
-	if (len(st.Queue()) > 0 || r.hungRunning > 0) && (r.real > 0 || len(acts.Place)+len(acts.Preempt) > 0) {
+	if (len(st.Queue()) > 0 || r.hungRunning > 0) && (r.real > 0 || acted) {
 		r.requestCycle(r.nextTick())
 	}
 	return nil
 }
 
-func (r *runner) place(p Placement) error {
-	j := p.Job
-	if j == nil || j.Index < 0 || j.Index >= len(r.st.Jobs) || r.st.Jobs[j.Index] != j {
-		return fmt.Errorf("placement of an unknown job")
-	}
+// place puts j's next unplaced member on the node and GPUs ap names.
+func (r *runner) place(j *Job, ap engine.AllocPlacement) error {
 	if j.State != Pending && j.State != Partial {
 		return fmt.Errorf("job %s: placed while %s", j.ID, j.State)
 	}
-	if p.Member < 0 || p.Member >= len(j.Members) || j.Allocs[p.Member].Node >= 0 {
-		return fmt.Errorf("job %s: member %d is not an unplaced member", j.ID, p.Member)
+	member := j.Placed
+	n := r.st.nodeByID[ap.NodeID]
+	if n == nil {
+		return fmt.Errorf("job %s: unknown node %q", j.ID, ap.NodeID)
 	}
-	if p.Alloc.Node < 0 || p.Alloc.Node >= len(r.st.Nodes) {
-		return fmt.Errorf("job %s: unknown node %d", j.ID, p.Alloc.Node)
+	if len(ap.GPUs) != j.MemberGPUs() {
+		return fmt.Errorf("job %s member %d: given %d GPUs, needs %d", j.ID, member, len(ap.GPUs), j.MemberGPUs())
 	}
-	n := r.st.Nodes[p.Alloc.Node]
-	if len(p.Alloc.GPUs) != j.Members[p.Member] {
-		return fmt.Errorf("job %s member %d: given %d GPUs, needs %d", j.ID, p.Member, len(p.Alloc.GPUs), j.Members[p.Member])
-	}
-	for k, g := range p.Alloc.GPUs {
-		if g < 0 || g >= n.GPUs {
-			return fmt.Errorf("job %s: node %s has no GPU %d", j.ID, n.Name, g)
+	gpus := make([]int, len(ap.GPUs))
+	for k, id := range ap.GPUs {
+		g := gpuIndex(n, id)
+		if g < 0 {
+			return fmt.Errorf("job %s: node %s has no GPU %q", j.ID, n.Name, id)
 		}
 		if n.Owner[g] >= 0 {
 			return fmt.Errorf("job %s: GPU %d of node %s is held by job %s", j.ID, g, n.Name, r.st.Jobs[n.Owner[g]].ID)
 		}
-		for _, h := range p.Alloc.GPUs[:k] {
+		for _, h := range gpus[:k] {
 			if h == g {
 				return fmt.Errorf("job %s: GPU %d of node %s given twice", j.ID, g, n.Name)
 			}
 		}
+		gpus[k] = g
 	}
-	for _, g := range p.Alloc.GPUs {
+	for _, g := range gpus {
 		n.Owner[g] = int32(j.Index)
 		n.IslandFree[n.IslandOf(g)]--
 	}
-	n.Free -= len(p.Alloc.GPUs)
-	j.Allocs[p.Member] = Alloc{Node: n.Index, GPUs: append([]int(nil), p.Alloc.GPUs...)}
+	n.Free -= len(gpus)
+	j.Allocs[member] = Alloc{Node: n.Index, GPUs: gpus}
 	j.Placed++
-	r.acc.hold(j, len(p.Alloc.GPUs))
-	if j.Placed < len(j.Members) {
+	r.acc.hold(j, len(gpus))
+	if j.Placed < j.Count() {
 		if j.State == Pending {
 			j.partialAt = r.now
 		}
 		j.State = Partial
-		r.acc.addPartial(len(p.Alloc.GPUs))
+		r.acc.addPartial(len(gpus))
 		return nil
 	}
 	if j.State == Partial {
-		r.acc.addPartial(-(j.TotalGPUs() - len(p.Alloc.GPUs)))
+		r.acc.addPartial(-(j.TotalGPUs() - len(gpus)))
 	}
 	j.State = Running
 	j.Start = r.now
@@ -292,34 +293,35 @@ func (r *runner) place(p Placement) error {
 		j.FirstStart = r.now
 	}
 	j.epoch++
+	j.running()
+	j.Run = r.runAllocs(j)
 	r.startRun(j)
 	r.st.pendingDirty = true
 	r.st.running[j.Index] = j
-	r.st.changes = append(r.st.changes, Change{Kind: Started, Job: j, At: r.now, Allocs: append([]Alloc(nil), j.Allocs...)})
+	r.st.changes = append(r.st.changes, Change{Kind: Started, Job: j, Model: j.Cluster, At: r.now, Allocs: j.Run})
 	r.push(event{t: j.ExpectedEnd(r.opts.Model), kind: evFinish, job: j.Index, epoch: j.epoch})
 	return nil
 }
 
-func (r *runner) preempt(p Preemption) error {
-	j := p.Job
-	if j == nil || j.Index < 0 || j.Index >= len(r.st.Jobs) || r.st.Jobs[j.Index] != j {
-		return fmt.Errorf("preemption of an unknown job")
+// stop asks the running job s names to stop after s.Grace: a preemption,
+// or the reclaim of a hung job by the scheduler's idle policy (counted
+// apart; see IdleModel).
+func (r *runner) stop(s engine.Stop, reclaim bool) error {
+	j := r.st.jobByID[s.JobID]
+	if j == nil {
+		return fmt.Errorf("unknown job %q", s.JobID)
 	}
 	if j.State != Running {
-		return fmt.Errorf("job %s: preempted while %s", j.ID, j.State)
+		return fmt.Errorf("job %s: stopped while %s", j.ID, j.State)
 	}
-	grace := p.Grace
-	if grace < 0 {
-		grace = r.opts.Model.Grace
-	}
-	if p.Reclaim {
+	if reclaim {
 		j.reclaiming = true
 	} else {
 		r.issued++
 	}
 	j.State = Stopping
-	j.StopAt = r.now + grace
-	r.st.changes = append(r.st.changes, Change{Kind: StopRequested, Job: j, At: r.now})
+	j.StopAt = r.now + int64(s.Grace/time.Second)
+	r.st.changes = append(r.st.changes, Change{Kind: StopRequested, Job: j, Model: j.Cluster, At: r.now})
 	if j.ExpectedEnd(r.opts.Model) <= j.StopAt {
 		return nil // it finishes inside its grace period: the finish event ends it
 	}
@@ -344,6 +346,7 @@ func (r *runner) freeGPUs(j *Job) {
 		a.Node, a.GPUs = -1, nil
 	}
 	j.Placed = 0
+	j.Run = nil
 	delete(r.st.running, j.Index)
 }
 
@@ -355,12 +358,13 @@ func (r *runner) finish(j *Job) {
 	j.Saved = j.Duration
 	j.State = Done
 	j.Finish = r.now
-	held := append([]Alloc(nil), j.Allocs...)
+	held := j.Run
 	r.freeGPUs(j)
 	r.acc.demand(j, -1)
 	r.acc.done++
 	r.acc.end = r.now
-	r.st.changes = append(r.st.changes, Change{Kind: Finished, Job: j, At: r.now, Allocs: held})
+	r.st.changes = append(r.st.changes, Change{Kind: Finished, Job: j, Model: j.Cluster, At: r.now, Allocs: held})
+	j.Cluster = nil // the engine's model of a job leaves with it
 	r.markDirty()
 }
 
@@ -396,13 +400,14 @@ func (r *runner) requeue(j *Job, killed bool) {
 	}
 	r.endRun(j)
 	j.reclaiming = false
-	held := append([]Alloc(nil), j.Allocs...)
+	held := j.Run
 	r.freeGPUs(j)
+	j.queued(m)
 	j.Start = -1
 	j.State = Pending
 	j.queuedAt = r.now
 	j.epoch++
 	r.st.enqueue(j)
-	r.st.changes = append(r.st.changes, Change{Kind: Requeued, Job: j, At: r.now, Allocs: held})
+	r.st.changes = append(r.st.changes, Change{Kind: Requeued, Job: j, Model: j.Cluster, At: r.now, Allocs: held})
 	r.markDirty()
 }

@@ -6,10 +6,12 @@
 //
 // The engine is a heap of events (submit, finish, end of a preemption's
 // grace period, scheduling cycle). At each cycle it calls the policy's
-// Scheduler with the current State and applies the Actions it returns
-// (placements and preemptions), checking them: a policy bug is an error,
-// never a corrupt run. Every policy, the baselines and the impact core alike,
-// runs through the same engine and the same accounting.
+// Scheduler with the current State and applies the engine.Plan it returns
+// (admissions, preemptions, reclaims), checking it: a policy bug is an
+// error, never a corrupt run. A job has one model from trace row to
+// engine: the row and the cluster.Job the engine reads, built once when
+// the row is read (model.go). Every policy, the baselines and the impact
+// core alike, runs through the same engine and the same accounting.
 //
 // Modelled effects (and only these): jobs checkpoint every
 // Model.CheckpointInterval seconds of progress; a preempted job keeps its
@@ -25,6 +27,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
 
@@ -97,39 +100,27 @@ func (m Model) Validate() error {
 }
 
 // Scheduler is a scheduling policy. Schedule looks at the state and returns
-// what to do now; it must not modify the state.
+// what to do now as the engine's own plan (engine.Plan), which the
+// simulator applies directly: the plan names jobs by Job.Cluster.ID, nodes
+// by Node.Cluster.ID and GPUs by their instance IDs in Node.Cluster, as the
+// engine's plans always do. Schedule must not modify the state.
+//
+// The simulator reads, in this order: Reclaims (each must requeue: the
+// simulator models no stop for good), Preemptions (whole gangs, with their
+// Grace), then Admissions (one group, GroupName; each allocation places
+// the job's next unplaced member, so an admission with fewer allocations
+// than the job has unplaced members places it partially, as nomad-native
+// does). Requeues are an error: simulated gangs never lose a member. The
+// rest of the plan (explanations, queue order, headroom) is the
+// scheduler's own business.
+//
+// A nil plan says the scheduler saw at a glance that there was nothing to
+// decide (no room for any waiting job and nothing it may preempt) and did
+// not run its decision; such cycles are left out of the decision latency,
+// which measures real decisions.
 type Scheduler interface {
 	Name() string
-	Schedule(s *State, now int64) (Actions, error)
-}
-
-// Placement places one member of a job.
-type Placement struct {
-	Job    *Job
-	Member int
-	Alloc  Alloc
-}
-
-// Preemption asks a running job to stop after its grace period. Grace < 0
-// uses the model's grace.
-type Preemption struct {
-	Job   *Job
-	Grace int64
-	// Reclaim: the stop of a hung job by the scheduler's idle policy, not
-	// a preemption for another job (counted apart; see IdleModel).
-	Reclaim bool
-}
-
-// Actions are a scheduler's decisions at one cycle, applied in order:
-// preemptions first, then placements.
-type Actions struct {
-	Preempt []Preemption
-	Place   []Placement
-	// Skipped says the scheduler saw at a glance that there was nothing to
-	// decide (no room for any waiting job and nothing it may preempt) and
-	// did not run its decision; such cycles are left out of the decision
-	// latency, which measures real decisions.
-	Skipped bool
+	Schedule(s *State, now int64) (*engine.Plan, error)
 }
 
 // Options configure a run.
@@ -239,18 +230,14 @@ func (h *eventHeap) pop() event {
 	return top
 }
 
-// MembersFor splits a job of gpus GPUs into gang members for nodes of
-// nodeGPUs: one member if it fits a node, else whole-node members.
-func MembersFor(gpus, nodeGPUs int) []int {
+// GangFor splits a job of gpus GPUs into gang members for nodes of
+// nodeGPUs: one member of gpus if it fits a node, else ceil(gpus/nodeGPUs)
+// whole-node members.
+func GangFor(gpus, nodeGPUs int) (count, each int) {
 	if gpus <= nodeGPUs {
-		return []int{gpus}
+		return 1, gpus
 	}
-	n := (gpus + nodeGPUs - 1) / nodeGPUs
-	m := make([]int, n)
-	for i := range m {
-		m[i] = nodeGPUs
-	}
-	return m
+	return (gpus + nodeGPUs - 1) / nodeGPUs, nodeGPUs
 }
 
 // Run replays jobs (labelled, sorted by submit) under sched.
@@ -267,7 +254,10 @@ func Run(jobs []trace.Job, sched Scheduler, opts Options) (*Result, error) {
 	if len(opts.TierWeights) == 0 {
 		opts.TierWeights = DefaultTierWeights
 	}
-	r := newRunner(jobs, sched, opts)
+	r, err := newRunner(jobs, sched, opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := r.loop(); err != nil {
 		return nil, fmt.Errorf("policy %s: %w", sched.Name(), err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
@@ -197,15 +198,15 @@ type scripted struct{ noPreempt bool }
 
 func (scripted) Name() string { return "scripted" }
 
-func (s scripted) Schedule(st *sim.State, now int64) (sim.Actions, error) {
+func (s scripted) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
 	q := append([]*sim.Job(nil), st.Queue()...)
 	sort.SliceStable(q, func(a, b int) bool { return q[a].TierRank < q[b].TierRank })
-	var acts sim.Actions
+	plan := &engine.Plan{}
 	free := st.Nodes[0].FreeGPUsOn()
 	for _, j := range q {
-		if j.Members[0] <= len(free) {
-			acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: free[:j.Members[0]]}})
-			free = free[j.Members[0]:]
+		if j.MemberGPUs() <= len(free) {
+			sim.Place(plan, j, st.Nodes[0], free[:j.MemberGPUs()])
+			free = free[j.MemberGPUs():]
 			continue
 		}
 		if s.noPreempt {
@@ -213,13 +214,13 @@ func (s scripted) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 		}
 		for _, v := range st.Active() {
 			if v.State == sim.Running && v.TierRank > j.TierRank {
-				acts.Preempt = append(acts.Preempt, sim.Preemption{Job: v, Grace: -1})
+				plan.Preemptions = append(plan.Preemptions, engine.Preemption{Stop: engine.Stop{JobID: v.ID, Grace: v.Cluster.Spec.Grace}})
 				break
 			}
 		}
 		break
 	}
-	return acts, nil
+	return plan, nil
 }
 
 // TestPreemptionAccounting: one GPU; checkpoint every 100s, restart 20s,
@@ -277,12 +278,12 @@ func TestFinishInsideGrace(t *testing.T) {
 type badScheduler struct{}
 
 func (badScheduler) Name() string { return "bad" }
-func (badScheduler) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
-	var acts sim.Actions
+func (badScheduler) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
+	plan := &engine.Plan{}
 	for _, j := range st.Queue() {
-		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: []int{0}}})
+		sim.Place(plan, j, st.Nodes[0], []int{0})
 	}
-	return acts, nil
+	return plan, nil
 }
 
 func TestInvalidActionsFailTheRun(t *testing.T) {
@@ -342,20 +343,11 @@ func TestIntervalTicksAtMultiples(t *testing.T) {
 	}
 }
 
-func TestMembersFor(t *testing.T) {
-	cases := []struct {
-		gpus, node int
-		want       []int
-	}{{1, 8, []int{1}}, {8, 8, []int{8}}, {12, 8, []int{8, 8}}, {16, 8, []int{8, 8}}, {128, 8, []int{8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}}}
+func TestGangFor(t *testing.T) {
+	cases := []struct{ gpus, node, count, each int }{{1, 8, 1, 1}, {8, 8, 1, 8}, {12, 8, 2, 8}, {16, 8, 2, 8}, {128, 8, 16, 8}}
 	for _, c := range cases {
-		got := sim.MembersFor(c.gpus, c.node)
-		if len(got) != len(c.want) {
-			t.Fatalf("MembersFor(%d,%d) = %v", c.gpus, c.node, got)
-		}
-		for i := range got {
-			if got[i] != c.want[i] {
-				t.Fatalf("MembersFor(%d,%d) = %v", c.gpus, c.node, got)
-			}
+		if count, each := sim.GangFor(c.gpus, c.node); count != c.count || each != c.each {
+			t.Errorf("GangFor(%d,%d) = %d x %d, want %d x %d", c.gpus, c.node, count, each, c.count, c.each)
 		}
 	}
 }
@@ -429,32 +421,32 @@ func TestBaselineInvariants(t *testing.T) {
 type gate struct{ from int64 }
 
 func (gate) Name() string { return "gate" }
-func (g gate) Schedule(st *sim.State, now int64) (sim.Actions, error) {
-	var acts sim.Actions
+func (g gate) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
+	plan := &engine.Plan{}
 	if now < g.from {
-		return acts, nil
+		return plan, nil
 	}
 	free := st.Nodes[0].FreeGPUsOn()
 	for i, j := range st.Queue() {
-		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: free[i : i+1]}})
+		sim.Place(plan, j, st.Nodes[0], free[i:i+1])
 	}
-	return acts, nil
+	return plan, nil
 }
 
 type skipper struct{ calls int }
 
 func (*skipper) Name() string { return "skipper" }
-func (s *skipper) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
+func (s *skipper) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 	s.calls++
 	if s.calls < 3 {
-		return sim.Actions{Skipped: true}, nil
+		return nil, nil
 	}
-	var acts sim.Actions
+	plan := &engine.Plan{}
 	free := st.Nodes[0].FreeGPUsOn()
 	for i, j := range st.Queue() {
-		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: 0, Alloc: sim.Alloc{Node: 0, GPUs: free[i : i+1]}})
+		sim.Place(plan, j, st.Nodes[0], free[i:i+1])
 	}
-	return acts, nil
+	return plan, nil
 }
 
 // TestSkippedCyclesAreNotDecisions: a cycle the scheduler skips is counted

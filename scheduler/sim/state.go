@@ -3,6 +3,7 @@ package sim
 import (
 	"sort"
 
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
 
@@ -31,24 +32,36 @@ func (s JobState) String() string {
 	return [...]string{"future", "pending", "partial", "running", "stopping", "done"}[s]
 }
 
-// Alloc is one placed member of a job: a node and the GPU indices on it.
+// Alloc is one placed member of a job in the simulator's GPU ledger: a
+// node and the GPU indices on it.
 type Alloc struct {
 	Node int
 	GPUs []int
 }
 
-// Job is a simulated job. Schedulers read it; only the simulator writes it.
+// Job is a simulated job: the trace row, the engine's model of it
+// (Cluster) and where it is in its life. Schedulers read it; only the
+// simulator writes it.
 type Job struct {
+	// Job is the row as read: what only the simulator knows (the true
+	// Duration) and what the reports name the job by.
 	trace.Job
 	// Index is the job's position in State.Jobs (submit order).
 	Index int
 	// TierRank is the index of Tier in trace.Tiers: 0 is the top tier.
 	TierRank int
-	// IsPreemptible is *Job.Preemptible, resolved.
-	IsPreemptible bool
-	// Members are the GPUs each allocation of the gang needs: one member for
-	// a job that fits a node, else ceil(GPUs/node GPUs) whole nodes.
-	Members []int
+	// Cluster is the job as the engine models it (cluster.Job with its
+	// jobspec.Spec): built once when the job is submitted, one task group
+	// GroupName of Count() members of MemberGPUs() GPUs each; nil before
+	// and once it is done. Values handed out are never modified: a start
+	// (State running) and a requeue (State queued, the walltime left)
+	// replace it with an updated copy, so it can go to the engine's store
+	// as it is.
+	Cluster *cluster.Job
+	// Run is the current run's allocations as the engine models them
+	// (cluster.Alloc), built when every member is placed; nil when the job
+	// does not run. Its values do not change once built.
+	Run []*cluster.Alloc
 
 	State JobState
 	// Allocs has one entry per member; Node is -1 while unplaced.
@@ -79,16 +92,24 @@ type Job struct {
 	epoch     int   // invalidates finish / release events of older runs
 	queuedAt  int64 // last time it entered the queue
 	partialAt int64
+	// count, each: the gang's shape (GangFor), which Cluster's group has.
+	count, each int
 }
 
+// Count is the gang's number of members (allocations): one for a job that
+// fits a node, else ceil(GPUs/node GPUs) whole nodes (GangFor); its model's
+// group has as many.
+func (j *Job) Count() int { return j.count }
+
+// MemberGPUs is the GPUs each member needs.
+func (j *Job) MemberGPUs() int { return j.each }
+
 // TotalGPUs is the GPUs the gang holds when fully placed.
-func (j *Job) TotalGPUs() int {
-	n := 0
-	for _, m := range j.Members {
-		n += m
-	}
-	return n
-}
+func (j *Job) TotalGPUs() int { return j.Count() * j.MemberGPUs() }
+
+// IsPreemptible is the job's resolved preemptibility (its model's spec),
+// while it is submitted and not done.
+func (j *Job) IsPreemptible() bool { return j.Cluster.Spec.Preemptible }
 
 // RunStartOverhead is the restart cost this run pays before progress.
 func (j *Job) runOverhead(m Model) int64 {
@@ -148,6 +169,9 @@ func (j *Job) LastCheckpoint(t int64, m Model) int64 {
 type Node struct {
 	NodeSpec
 	Index int
+	// Cluster is the node as the engine models it (its ID is the node's
+	// name; GPU g is Cluster.GPUs[g]), built once with the cluster.
+	Cluster *cluster.Node
 	// Owner is the job index holding each GPU, or -1.
 	Owner []int32
 	// Free is the number of free GPUs; IslandFree the free GPUs per island.
@@ -171,11 +195,18 @@ type State struct {
 	MaxNodeFree int
 
 	changes []Change
+	// byID finds the jobs and nodes a plan names (the model's index,
+	// built once with it).
+	jobByID  map[string]*Job
+	nodeByID map[string]*Node
 
 	pending      []*Job // submitted and waiting (Pending or Partial), in submit order
 	pendingDirty bool
 	running      map[int]*Job // Running or Stopping
 }
+
+// Job returns the job with the given ID, or nil.
+func (s *State) Job(id string) *Job { return s.jobByID[id] }
 
 // Queue returns the waiting jobs (Pending and Partial) in submit order.
 // The slice is the simulator's: do not modify it.
@@ -258,13 +289,17 @@ const (
 type Change struct {
 	Kind ChangeKind
 	Job  *Job
+	// Model is the job's model (Job.Cluster) as the change left it: what
+	// the engine's store should hold for it now (the last change of a job
+	// is its current model; Finished's is the model it ended with).
+	Model *cluster.Job
 	// At is when it happened (for Started, the run's start).
 	At int64
 	// Allocs, for Started, Finished and Requeued, are the allocations of
-	// the run that started or ended (a copy: the job's own are cleared
-	// when it releases its GPUs), so that a scheduler that learns of a run
-	// only after it ended can still account for it.
-	Allocs []Alloc
+	// the run that started or ended (Job.Run of that run: the job's own is
+	// cleared when it releases its GPUs), so that a scheduler that learns
+	// of a run only after it ended can still account for it.
+	Allocs []*cluster.Alloc
 }
 
 // Changes returns what happened to jobs since the previous cycle, in order,

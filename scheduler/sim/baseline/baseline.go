@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
@@ -19,36 +20,34 @@ const (
 func New(name string) (sim.Scheduler, error) {
 	switch name {
 	case NomadNative:
-		return nomadNative{}, nil
+		return &nomadNative{}, nil
 	case FIFOGang:
-		return fifoGang{}, nil
+		return &fifoGang{}, nil
 	case Backfill:
 		return &backfill{Depth: DefaultBackfillDepth}, nil
 	}
 	return nil, fmt.Errorf("unknown baseline %q", name)
 }
 
-type nomadNative struct{}
+type nomadNative struct{ s scratch }
 
-func (nomadNative) Name() string { return NomadNative }
+func (*nomadNative) Name() string { return NomadNative }
 
 // Schedule walks evaluations in priority order and places each unplaced
 // allocation independently: what fits is placed, the rest stays blocked.
-func (nomadNative) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
+func (b *nomadNative) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 	if st.MaxNodeFree == 0 {
-		return sim.Actions{Skipped: true}, nil
+		return nil, nil
 	}
-	s := newScratch(st)
+	s := b.s.reset(st)
 	maxFree := st.MaxNodeFree
 	for _, j := range byPriority(st.Queue(), len(trace.Tiers)) {
 		if maxFree == 0 {
 			break
 		}
 		placed := false
-		for m, need := range j.Members {
-			if j.Allocs[m].Node >= 0 {
-				continue
-			}
+		need := j.MemberGPUs()
+		for m := j.Placed; m < j.Count(); m++ {
 			if need > maxFree {
 				break
 			}
@@ -56,27 +55,27 @@ func (nomadNative) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
 			if i < 0 {
 				break // the rest of this job's allocations stay blocked
 			}
-			s.take(j, m, i, need)
+			s.take(j, i, need)
 			placed = true
 		}
 		if placed {
 			maxFree = s.maxFree()
 		}
 	}
-	return sim.Actions{Place: s.place}, nil
+	return s.plan, nil
 }
 
-type fifoGang struct{}
+type fifoGang struct{ s scratch }
 
-func (fifoGang) Name() string { return FIFOGang }
+func (*fifoGang) Name() string { return FIFOGang }
 
 // Schedule starts jobs from the head of the queue, all-or-nothing, and stops
 // at the first that does not fit.
-func (fifoGang) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
+func (b *fifoGang) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 	if st.MaxNodeFree == 0 {
-		return sim.Actions{Skipped: true}, nil
+		return nil, nil
 	}
-	s := newScratch(st)
+	s := b.s.reset(st)
 	for _, j := range st.Queue() {
 		nodes := s.gangNodes(j, nil)
 		if nodes == nil {
@@ -84,7 +83,7 @@ func (fifoGang) Schedule(st *sim.State, _ int64) (sim.Actions, error) {
 		}
 		s.placeGang(j, nodes)
 	}
-	return sim.Actions{Place: s.place}, nil
+	return s.plan, nil
 }
 
 // DefaultBackfillDepth bounds how many queued jobs one backfill pass looks
@@ -93,17 +92,18 @@ const DefaultBackfillDepth = 1000
 
 type backfill struct {
 	Depth int
+	s     scratch
 }
 
 func (*backfill) Name() string { return Backfill }
 
 // Schedule is priority order with EASY backfill (one reservation, for the
 // first job that does not fit).
-func (b *backfill) Schedule(st *sim.State, now int64) (sim.Actions, error) {
+func (b *backfill) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
 	if st.MaxNodeFree == 0 {
-		return sim.Actions{Skipped: true}, nil
+		return nil, nil
 	}
-	s := newScratch(st)
+	s := b.s.reset(st)
 	order := byPriority(st.Queue(), len(trace.Tiers))
 	k := 0
 	for ; k < len(order); k++ {
@@ -115,7 +115,7 @@ func (b *backfill) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 		s.placeGang(j, nodes)
 	}
 	if k >= len(order) {
-		return sim.Actions{Place: s.place}, nil
+		return s.plan, nil
 	}
 	head := order[k]
 	shadow, extra := b.reservation(st, s, head, now)
@@ -126,7 +126,7 @@ func (b *backfill) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 			break
 		}
 		tested++
-		if j.Members[0] > maxFree {
+		if j.MemberGPUs() > maxFree {
 			continue
 		}
 		if now+j.Walltime-j.Saved <= shadow {
@@ -139,14 +139,14 @@ func (b *backfill) Schedule(st *sim.State, now int64) (sim.Actions, error) {
 		}
 		// Runs past the reservation: only on GPUs the head will not need.
 		if nodes := s.gangNodes(j, extra); nodes != nil {
-			for m, i := range nodes {
-				extra[i] -= j.Members[m]
+			for _, i := range nodes {
+				extra[i] -= j.MemberGPUs()
 			}
 			s.placeGang(j, nodes)
 			maxFree = s.maxFree()
 		}
 	}
-	return sim.Actions{Place: s.place}, nil
+	return s.plan, nil
 }
 
 // gpuEnd is when a running allocation gives its GPUs back (its walltime,
@@ -186,7 +186,7 @@ func gpuEnds(st *sim.State, now int64) []gpuEnd {
 // (extra). A head that can never fit reserves nothing.
 func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int64) (int64, []int) {
 	pf := append([]int(nil), s.free...)
-	need, count := head.Members[0], len(head.Members)
+	need, count := head.MemberGPUs(), head.Count()
 	ok := 0
 	for _, f := range pf {
 		if f >= need {

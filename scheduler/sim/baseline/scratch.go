@@ -26,23 +26,37 @@ package baseline
 import (
 	"sort"
 
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 )
 
 // scratch is a cycle's working copy of free GPUs: placements decided
-// earlier in the same cycle are taken out of it.
+// earlier in the same cycle are taken out of it. plan is the cycle's plan
+// so far. A baseline keeps one and reuses its arrays from cycle to cycle
+// (reset).
 type scratch struct {
-	st    *sim.State
-	free  []int
-	taken map[int][]bool
-	place []sim.Placement
+	st   *sim.State
+	free []int
+	// taken: per node index, the GPUs placed this cycle (nil: none yet).
+	taken [][]bool
+	plan  *engine.Plan
 }
 
-func newScratch(st *sim.State) *scratch {
-	s := &scratch{st: st, free: make([]int, len(st.Nodes)), taken: map[int][]bool{}}
+// reset readies s for a cycle on st: the free GPUs as they are, nothing
+// taken, a new plan.
+func (s *scratch) reset(st *sim.State) *scratch {
+	s.st = st
+	if len(s.free) != len(st.Nodes) {
+		s.free = make([]int, len(st.Nodes))
+		s.taken = make([][]bool, len(st.Nodes))
+	}
 	for i, n := range st.Nodes {
 		s.free[i] = n.Free
 	}
+	for _, t := range s.taken {
+		clear(t)
+	}
+	s.plan = &engine.Plan{}
 	return s
 }
 
@@ -102,8 +116,8 @@ func (s *scratch) islandFits(n *sim.Node, need int) bool {
 }
 
 // take picks need free GPUs on node i, inside the fullest island that can
-// hold them if there is one, and records the placement.
-func (s *scratch) take(j *sim.Job, member, i, need int) {
+// hold them if there is one, and places j's next member there.
+func (s *scratch) take(j *sim.Job, i, need int) {
 	n := s.st.Nodes[i]
 	per := n.GPUs / n.Islands
 	var gpus []int
@@ -137,21 +151,21 @@ func (s *scratch) take(j *sim.Job, member, i, need int) {
 		t[g] = true
 	}
 	s.free[i] -= need
-	s.place = append(s.place, sim.Placement{Job: j, Member: member, Alloc: sim.Alloc{Node: i, GPUs: gpus}})
+	sim.Place(s.plan, j, n, gpus)
 }
 
 // gangNodes finds nodes for every unplaced member of j at once (best fit,
 // distinct nodes for a multi-node gang), or nil if they do not all fit.
 // limit, if not nil, caps the GPUs usable per node.
 func (s *scratch) gangNodes(j *sim.Job, limit []int) []int {
-	if len(j.Members) == 1 {
-		i := s.bestFit(j.Members[0], limit, nil)
+	need := j.MemberGPUs()
+	if j.Count() == 1 {
+		i := s.bestFit(need, limit, nil)
 		if i < 0 {
 			return nil
 		}
 		return []int{i}
 	}
-	need := j.Members[0]
 	var cand []int
 	for i, f := range s.free {
 		if limit != nil {
@@ -161,17 +175,17 @@ func (s *scratch) gangNodes(j *sim.Job, limit []int) []int {
 			cand = append(cand, i)
 		}
 	}
-	if len(cand) < len(j.Members) {
+	if len(cand) < j.Count() {
 		return nil
 	}
 	sort.SliceStable(cand, func(a, b int) bool { return s.free[cand[a]] < s.free[cand[b]] })
-	return cand[:len(j.Members)]
+	return cand[:j.Count()]
 }
 
 // placeGang places all members of j on nodes.
 func (s *scratch) placeGang(j *sim.Job, nodes []int) {
-	for m, i := range nodes {
-		s.take(j, m, i, j.Members[m])
+	for _, i := range nodes {
+		s.take(j, i, j.MemberGPUs())
 	}
 }
 

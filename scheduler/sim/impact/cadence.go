@@ -36,7 +36,7 @@ func (v *victimTiers) mayPreempt(s *Scheduler, st *sim.State, j *sim.Job) bool {
 	if _, hung := s.hung[j.Index]; hung || !s.pol.Preemption.Enabled {
 		return hung
 	}
-	if d := s.pol.Defragment; d.Enabled && len(j.Members) == 1 && j.Members[0] <= d.MaxVictimGPUs {
+	if d := s.pol.Defragment; d.Enabled && j.Count() == 1 && j.MemberGPUs() <= d.MaxVictimGPUs {
 		if !v.moversKnown {
 			v.movers, v.moversKnown = s.mayMove(st), true
 		}
@@ -114,7 +114,7 @@ func (s *Scheduler) idle(st *sim.State) bool {
 		}
 	}
 	for _, j := range st.Queue() {
-		if j.Members[0] <= st.MaxNodeFree {
+		if j.MemberGPUs() <= st.MaxNodeFree {
 			return false
 		}
 		if s.pol.Preemption.Enabled {

@@ -1,7 +1,6 @@
 package impact
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
@@ -16,8 +15,8 @@ import (
 // not fed at all: to the engine that is "no sample", never idle, which is
 // all a busy run could be, and it keeps the replay from sampling thousands
 // of allocations per decision. The engine decides what is idle or hung and
-// what to do by the policy's idle blocks; the replay turns its reclaims
-// into stops of the hung jobs.
+// what to do by the policy's idle blocks; the simulator carries out its
+// reclaims (engine.Plan.Reclaims) as stops of the hung jobs.
 
 // hungRun is a run the idleness model hung.
 type hungRun struct {
@@ -44,7 +43,7 @@ func (s *Scheduler) feedIdle(now int64) {
 			samples = append(samples, engine.AllocUtilization{AllocID: a.ID, JobID: a.JobID, GPUs: len(a.GPUs), Percent: h.ri.job.Utilization(now)})
 		}
 	}
-	s.eng.ObserveUtilization(at(now), samples)
+	s.eng.ObserveUtilization(sim.At(now), samples)
 }
 
 // idleDue is the first time a hung run passes its tier's idle duration
@@ -56,31 +55,11 @@ func (s *Scheduler) idleDue() int64 {
 		if h.fed < 0 {
 			return 0 // not fed yet: decide now
 		}
-		cfg := s.pol.IdleFor(s.spec(h.ri.job))
+		cfg := s.pol.IdleFor(*h.ri.spec)
 		if cfg.Action == policy.IdleReport {
 			continue
 		}
 		due = min(due, h.fed+int64(cfg.Duration/time.Second))
 	}
 	return due
-}
-
-// reclaims turns the plan's reclaims into stops of the hung jobs.
-func (s *Scheduler) reclaims(plan *engine.Plan, acts *sim.Actions) error {
-	for _, r := range plan.Reclaims {
-		j := s.jobs[r.JobID]
-		if j == nil {
-			return fmt.Errorf("plan reclaims unknown job %q", r.JobID)
-		}
-		if j.State != sim.Running {
-			return fmt.Errorf("plan reclaims job %q which is %s", r.JobID, j.State)
-		}
-		if !r.Requeue {
-			// The model's hangs are transient (a rerun never hangs), so a
-			// job can run out of requeues only with max_requeues = 0.
-			return fmt.Errorf("plan stops job %q for good (%s): the simulator models no stop without requeue; use max_requeues >= 1", r.JobID, r.Reason)
-		}
-		acts.Preempt = append(acts.Preempt, sim.Preemption{Job: j, Grace: int64(r.Grace / time.Second), Reclaim: true})
-	}
-	return nil
 }

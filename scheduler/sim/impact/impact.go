@@ -1,11 +1,13 @@
 // Package impact drives the project's scheduling core (scheduler/engine)
 // inside the simulator, as the `impact` policy: the very engine the live
 // service runs, fed through a cluster.Store the way the Nomad adapter feeds
-// it, and its plans translated into simulator actions.
+// it, its plans handed to the simulator as they are.
 //
-// The adapter keeps the store up to date incrementally from the simulator's
-// change feed (submits, starts, stop requests, requeues, finishes), so a
-// cycle costs the engine's decision, not a rebuild of the model. Running
+// The simulator models every node and job as the engine's own types
+// (sim.Node.Cluster, sim.Job.Cluster, sim.Job.Run), so the adapter only
+// puts them in the store, incrementally from the simulator's change feed
+// (submits, starts, stop requests, requeues, finishes): a cycle costs the
+// engine's decision, not a rebuild or a translation of the model. Running
 // allocations carry their last checkpoint time, updated as the simulated
 // jobs checkpoint, so the engine weighs the work a preemption would lose as
 // it would live. cadence.go holds which of the live agent's decisions the
@@ -16,7 +18,6 @@ import (
 	"container/heap"
 	_ "embed"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,7 +27,6 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
-	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
 
 // Name is the policy's name in reports.
@@ -56,14 +56,7 @@ type Scheduler struct {
 	model  sim.Model
 	inited bool
 
-	nodeIndex map[string]int
-	gpuIndex  map[string]int // GPU instance ID -> index on its node
-	gpuIDs    [][]string     // node index -> GPU instance IDs
-	nodeIDs   []string
-
-	jobs    map[string]*sim.Job
 	running map[int]*runInfo // by job index
-	cjobs   map[int]*cluster.Job
 	// ckpts holds the next checkpoint of every running preemptible job,
 	// earliest first, so a cycle visits only the jobs that checkpointed
 	// since the last one instead of every running job.
@@ -96,6 +89,7 @@ type Scheduler struct {
 
 type runInfo struct {
 	job    *sim.Job
+	spec   *jobspec.Spec // the run's contract (its job's model's)
 	allocs []*cluster.Alloc
 	ckpt   int64 // last checkpoint time told to the store
 }
@@ -138,7 +132,7 @@ func (h *runHeap) Pop() any {
 // watchCkpt schedules the next checkpoint of a running preemptible job.
 // Only those: the engine reads a checkpoint only to price a job as a victim.
 func (s *Scheduler) watchCkpt(ri *runInfo) {
-	if s.model.CheckpointInterval > 0 && ri.job.IsPreemptible {
+	if s.model.CheckpointInterval > 0 && ri.spec.Preemptible {
 		heap.Push(&s.ckpts, runAt{t: s.nextCkpt(ri), ri: ri})
 	}
 }
@@ -152,7 +146,7 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	eng, err := engine.New(pol, engine.WithLogger(logger.Named("sim")), engine.WithLocalityLabels("rack"),
+	eng, err := engine.New(pol, engine.WithLogger(logger.Named("sim")), engine.WithLocalityLabels(sim.RackLabel),
 		// Nobody reads waiting reasons in a replay: skip formatting them.
 		engine.WithoutExplanations())
 	if err != nil {
@@ -162,12 +156,8 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 		pol:       pol,
 		eng:       eng,
 		store:     cluster.NewStore(),
-		nodeIndex: map[string]int{},
-		gpuIndex:  map[string]int{},
-		jobs:      map[string]*sim.Job{},
 		hung:      map[int]*hungRun{},
 		running:   map[int]*runInfo{},
-		cjobs:     map[int]*cluster.Job{},
 		tierNames: map[string]string{},
 		lastLook:  -1,
 		Refresh:   DefaultRefresh,
@@ -177,80 +167,15 @@ func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
 // Name implements sim.Scheduler.
 func (s *Scheduler) Name() string { return Name }
 
-func at(t int64) time.Time { return time.Unix(t, 0).UTC() }
-
 func (s *Scheduler) init(st *sim.State) error {
 	s.model = st.Model
 	for _, n := range st.Nodes {
-		cn := &cluster.Node{ID: n.Name, Name: n.Name, Pool: "gpu", Labels: map[string]string{"rack": n.Rack}, Eligible: true, Ready: true}
-		ids := make([]string, n.GPUs)
-		for g := 0; g < n.GPUs; g++ {
-			ids[g] = fmt.Sprintf("%s-g%d", n.Name, g)
-			s.gpuIndex[ids[g]] = g
-			cn.GPUs = append(cn.GPUs, cluster.GPU{ID: ids[g], Index: g, Island: n.IslandOf(g), NUMA: n.IslandOf(g), Model: "sim", Healthy: true})
-		}
-		if err := s.store.UpsertNode(cn); err != nil {
+		if err := s.store.UpsertNode(n.Cluster); err != nil {
 			return err
 		}
-		s.nodeIndex[n.Name] = n.Index
-		s.nodeIDs = append(s.nodeIDs, n.Name)
-		s.gpuIDs = append(s.gpuIDs, ids)
 	}
 	s.inited = true
 	return nil
-}
-
-// spec is the impact contract the simulated job would carry in its meta.
-func (s *Scheduler) spec(j *sim.Job) jobspec.Spec {
-	wall := j.Walltime - j.Saved
-	if j.Restarts > 0 {
-		wall += s.model.RestartCost
-	}
-	var walltime time.Duration
-	if j.Walltime != trace.UnknownWalltime {
-		walltime = time.Duration(max(wall, 1)) * time.Second
-	}
-	return jobspec.Spec{
-		Tier:           j.Tier,
-		Project:        j.Project,
-		Preemptible:    j.IsPreemptible,
-		PreemptibleSet: true,
-		Grace:          time.Duration(s.model.Grace) * time.Second,
-		Walltime:       walltime,
-	}
-}
-
-func (s *Scheduler) clusterJob(j *sim.Job, state cluster.JobState) *cluster.Job {
-	sp := s.spec(j)
-	return &cluster.Job{
-		ID:        j.ID,
-		Namespace: "default",
-		Name:      j.ID,
-		Priority:  50,
-		Submit:    at(j.Submit),
-		State:     state,
-		Groups:    []cluster.TaskGroup{{Name: "main", Count: len(j.Members), GPUs: j.Members[0], Spec: sp}},
-		Spec:      sp,
-	}
-}
-
-// runAllocs describes a run of j on held, started at start.
-func (s *Scheduler) runAllocs(j *sim.Job, held []sim.Alloc, start int64) []*cluster.Alloc {
-	out := make([]*cluster.Alloc, 0, len(held))
-	for m, a := range held {
-		ca := &cluster.Alloc{
-			ID:     j.ID + "/" + strconv.Itoa(j.Restarts) + "/" + strconv.Itoa(m),
-			JobID:  j.ID,
-			Group:  "main",
-			NodeID: s.nodeIDs[a.Node],
-			Start:  at(start),
-		}
-		for _, g := range a.GPUs {
-			ca.GPUs = append(ca.GPUs, s.gpuIDs[a.Node][g])
-		}
-		out = append(out, ca)
-	}
-	return out
 }
 
 // restamp copies a run's allocations with its last checkpoint (none if
@@ -262,7 +187,7 @@ func restamp(prev []*cluster.Alloc, ckpt int64, stopping bool) []*cluster.Alloc 
 		ca.Stopping = stopping
 		ca.LastCheckpoint = time.Time{}
 		if ckpt > p.Start.Unix() {
-			ca.LastCheckpoint = at(ckpt)
+			ca.LastCheckpoint = sim.At(ckpt)
 		}
 		out = append(out, &ca)
 	}
@@ -283,7 +208,7 @@ func (s *Scheduler) upsertAllocs(as []*cluster.Alloc) error {
 // fair-share usage, even if no cycle saw it running.
 func (s *Scheduler) finishAllocs(ri *runInfo, end int64) {
 	for _, a := range ri.allocs {
-		s.store.FinishAlloc(a.ID, at(end))
+		s.store.FinishAlloc(a.ID, sim.At(end))
 	}
 }
 
@@ -306,8 +231,7 @@ func (s *Scheduler) applyChange(c sim.Change) error {
 	j := c.Job
 	switch c.Kind {
 	case sim.Submitted:
-		s.jobs[j.ID] = j
-		return s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued))
+		return s.store.UpsertJob(c.Model)
 	case sim.Started:
 		return s.started(c)
 	case sim.StopRequested:
@@ -322,7 +246,7 @@ func (s *Scheduler) applyChange(c sim.Change) error {
 			s.finishAllocs(ri, c.At)
 			delete(s.running, j.Index)
 		}
-		return s.store.UpsertJob(s.clusterJob(j, cluster.JobQueued))
+		return s.store.UpsertJob(c.Model)
 	case sim.Hung:
 		if ri := s.running[j.Index]; ri != nil {
 			s.hung[j.Index] = &hungRun{ri: ri, fed: -1}
@@ -334,24 +258,24 @@ func (s *Scheduler) applyChange(c sim.Change) error {
 			delete(s.running, j.Index)
 		}
 		s.store.DeleteJob(j.ID)
-		delete(s.jobs, j.ID)
 	}
 	return nil
 }
 
 // started records a run that started. A run that already ended is
-// recorded too: its Finished change follows and charges its GPU time.
+// recorded too: its Finished or Requeued change follows and charges its
+// GPU time.
 func (s *Scheduler) started(c sim.Change) error {
 	j := c.Job
-	if err := s.store.UpsertJob(s.clusterJob(j, cluster.JobRunning)); err != nil {
+	if err := s.store.UpsertJob(c.Model); err != nil {
 		return err
 	}
-	ri := &runInfo{job: j, ckpt: c.At, allocs: s.runAllocs(j, c.Allocs, c.At)}
+	ri := &runInfo{job: j, spec: &c.Model.Spec, ckpt: c.At, allocs: c.Allocs}
 	s.running[j.Index] = ri
 	if j.State == sim.Running {
 		s.watchCkpt(ri)
-		if s.pol.Preemption.Enabled && j.IsPreemptible {
-			heap.Push(&s.youngUntil, runAt{t: c.At + int64(s.pol.MinRuntime(s.spec(j))/time.Second), ri: ri})
+		if s.pol.Preemption.Enabled && ri.spec.Preemptible {
+			heap.Push(&s.youngUntil, runAt{t: c.At + int64(s.pol.MinRuntime(*ri.spec)/time.Second), ri: ri})
 		}
 	}
 	return s.upsertAllocs(ri.allocs)
@@ -386,83 +310,43 @@ func (s *Scheduler) applyCheckpoints(st *sim.State, now int64) error {
 	return nil
 }
 
-// Schedule implements sim.Scheduler: update the model, run one engine
-// cycle, translate the plan.
-func (s *Scheduler) Schedule(st *sim.State, now int64) (sim.Actions, error) {
+// Schedule implements sim.Scheduler: update the store, run one engine
+// cycle and hand its plan to the simulator (nil when the cycle is skipped:
+// see quiet and idle).
+func (s *Scheduler) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
 	if !s.inited {
 		if err := s.init(st); err != nil {
-			return sim.Actions{}, err
+			return nil, err
 		}
 	}
 	if err := s.apply(st, now); err != nil {
-		return sim.Actions{}, fmt.Errorf("update model: %w", err)
+		return nil, fmt.Errorf("update model: %w", err)
 	}
 	s.feedIdle(now)
 	if s.quiet(st, now) {
-		return sim.Actions{Skipped: true}, nil
+		return nil, nil
 	}
 	if s.idle(st) && now < s.idleDue() {
 		s.looked(now, nil)
-		return sim.Actions{Skipped: true}, nil
+		return nil, nil
 	}
-	plan := s.eng.Decide(s.store.Snapshot(), at(now))
+	plan := s.eng.Decide(s.store.Snapshot(), sim.At(now))
 	s.looked(now, plan)
-	return s.actions(plan)
+	return plan, checkAdmissions(st, plan)
 }
 
-// actions translates an engine plan into simulator actions, checking that
-// it names only jobs, nodes and GPUs the simulation has.
-func (s *Scheduler) actions(plan *engine.Plan) (sim.Actions, error) {
-	var acts sim.Actions
-	if len(plan.Requeues) > 0 {
-		// Simulated gangs never lose a member: a requeue means the model
-		// fed to the engine is wrong.
-		return acts, fmt.Errorf("plan requeues incomplete gang %q (%s)", plan.Requeues[0].JobID, plan.Requeues[0].Reason)
-	}
-	if err := s.reclaims(plan, &acts); err != nil {
-		return acts, err
-	}
-	for _, p := range plan.Preemptions {
-		j := s.jobs[p.JobID]
-		if j == nil {
-			return acts, fmt.Errorf("plan preempts unknown job %q", p.JobID)
-		}
-		if j.State != sim.Running {
-			return acts, fmt.Errorf("plan preempts job %q which is %s", p.JobID, j.State)
-		}
-		acts.Preempt = append(acts.Preempt, sim.Preemption{Job: j, Grace: int64(p.Grace / time.Second)})
-	}
+// checkAdmissions holds the engine to its contract that an admission
+// places every member of the job (the simulator would take fewer as a
+// partial placement, which only nomad-native makes).
+func checkAdmissions(st *sim.State, plan *engine.Plan) error {
 	for _, a := range plan.Admissions {
-		if err := s.admission(a, &acts); err != nil {
-			return acts, err
+		j := st.Job(a.JobID)
+		if j == nil {
+			return fmt.Errorf("plan admits unknown job %q", a.JobID)
 		}
-	}
-	return acts, nil
-}
-
-// admission adds the placements of one admitted job to acts.
-func (s *Scheduler) admission(a engine.Admission, acts *sim.Actions) error {
-	j := s.jobs[a.JobID]
-	if j == nil {
-		return fmt.Errorf("plan admits unknown job %q", a.JobID)
-	}
-	if len(a.Groups) != 1 || len(a.Groups[0].Allocs) != len(j.Members) {
-		return fmt.Errorf("plan admits job %q with %d groups, want 1 group of %d allocations", a.JobID, len(a.Groups), len(j.Members))
-	}
-	for m, ap := range a.Groups[0].Allocs {
-		n, ok := s.nodeIndex[ap.NodeID]
-		if !ok {
-			return fmt.Errorf("plan admits job %q on unknown node %q", a.JobID, ap.NodeID)
+		if len(a.Groups) != 1 || len(a.Groups[0].Allocs) != j.Count() {
+			return fmt.Errorf("plan admits job %q with %d groups, want 1 group of %d allocations", a.JobID, len(a.Groups), j.Count())
 		}
-		gpus := make([]int, len(ap.GPUs))
-		for k, id := range ap.GPUs {
-			g, ok := s.gpuIndex[id]
-			if !ok {
-				return fmt.Errorf("plan admits job %q on unknown GPU %q", a.JobID, id)
-			}
-			gpus[k] = g
-		}
-		acts.Place = append(acts.Place, sim.Placement{Job: j, Member: m, Alloc: sim.Alloc{Node: n, GPUs: gpus}})
 	}
 	return nil
 }

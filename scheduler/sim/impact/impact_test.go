@@ -293,10 +293,10 @@ func TestUsageChargedForRunsNoCycleSaw(t *testing.T) {
 	u := s.eng.Usage()
 	// Charged at the 7200 cycle for [0, 3600]: 8 GPU-h decayed from about
 	// the middle of the run (1800) to 7200, 1.5h: 8 x 2^(-1.5/24) = 7.66.
-	if got := u.Get("A", at(7200)); got < 7.5 || got > 8 {
+	if got := u.Get("A", sim.At(7200)); got < 7.5 || got > 8 {
 		t.Fatalf("project A usage %v GPU-h at 7200, want about 7.66", got)
 	}
-	if got := u.Get("B", at(7200)); got != 0 {
+	if got := u.Get("B", sim.At(7200)); got != 0 {
 		t.Fatalf("project B usage %v GPU-h, want 0", got)
 	}
 }
