@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -233,7 +235,7 @@ func (s *State) Active() []*Job {
 	for _, j := range s.running {
 		out = append(out, j)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	slices.SortFunc(out, func(a, b *Job) int { return cmp.Compare(a.Index, b.Index) })
 	return out
 }
 

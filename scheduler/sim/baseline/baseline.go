@@ -1,8 +1,9 @@
 package baseline
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
@@ -172,11 +173,14 @@ func gpuEnds(st *sim.State, now int64) []gpuEnd {
 			}
 		}
 	}
-	sort.Slice(ends, func(a, b int) bool {
-		if ends[a].t != ends[b].t {
-			return ends[a].t < ends[b].t
+	// slices.SortFunc, not sort.Slice: this sort is most of backfill's
+	// time, and sort.Slice swaps through reflection. Ends equal in both
+	// keys may come out in any order: reservation's sums do not depend on it.
+	slices.SortFunc(ends, func(a, b gpuEnd) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
 		}
-		return ends[a].node < ends[b].node
+		return cmp.Compare(a.node, b.node)
 	})
 	return ends
 }
@@ -223,7 +227,7 @@ func (b *backfill) reservation(st *sim.State, s *scratch, head *sim.Job, now int
 			cand = append(cand, i)
 		}
 	}
-	sort.SliceStable(cand, func(a, b int) bool { return pf[cand[a]] < pf[cand[b]] })
+	slices.SortStableFunc(cand, func(a, b int) int { return cmp.Compare(pf[a], pf[b]) })
 	for i := range pf {
 		extra[i] = pf[i]
 	}

@@ -24,7 +24,8 @@
 package baseline
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
@@ -178,7 +179,7 @@ func (s *scratch) gangNodes(j *sim.Job, limit []int) []int {
 	if len(cand) < j.Count() {
 		return nil
 	}
-	sort.SliceStable(cand, func(a, b int) bool { return s.free[cand[a]] < s.free[cand[b]] })
+	slices.SortStableFunc(cand, func(a, b int) int { return cmp.Compare(s.free[a], s.free[b]) })
 	return cand[:j.Count()]
 }
 
