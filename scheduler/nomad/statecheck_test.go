@@ -152,20 +152,28 @@ func TestRestorePreemptionsMerges(t *testing.T) {
 func TestElectorWritesADeletedLeaseAgain(t *testing.T) {
 	e := newEnv(t, 0)
 	e.fake.AllowShortLockTTL(true)
-	cfg := ElectorConfig{HolderID: "agent-1", TTL: 10 * time.Second, TakeoverAfter: 500 * time.Millisecond}
+	// TakeoverAfter 2s: the leader steps down when a lease write has not
+	// succeeded for 1s, which a loaded machine running -race does not
+	// reach by accident (at 500ms it had 250ms); it beats every 400ms.
+	cfg := ElectorConfig{HolderID: "agent-1", TTL: 10 * time.Second, TakeoverAfter: 2 * time.Second}
 	a1 := startTestElector(t, e, cfg)
 	waitTrue(t, "agent-1 leads", 5*time.Second, a1.el.IsLeader)
 	if _, err := e.c.api.Variables().Delete(a1.el.leasePath(), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, "the lease written again", 2*time.Second, func() bool {
+	// The leader counts the repair after the write returns: the lease can
+	// be read back before the count moves, so wait for both.
+	waitTrue(t, "the lease written again and counted", 5*time.Second, func() bool {
 		l, err := a1.el.readLease(context.Background())
-		return err == nil && l != nil && l.Holder == "agent-1"
+		return err == nil && l != nil && l.Holder == "agent-1" && a1.el.LeaseRepairs() > 0
 	})
 	if n := a1.el.LeaseRepairs(); n != 1 {
 		t.Errorf("lease repairs %d; want 1", n)
 	}
-	time.Sleep(3 * a1.el.cfg.LeaseBeat)
+	time.Sleep(3 * a1.el.cfg.LeaseBeat) // several beats: none may step down or repair again
+	if n := a1.el.LeaseRepairs(); n != 1 {
+		t.Errorf("lease repairs %d after %d more beats; want still 1", n, 3)
+	}
 	if !a1.leading.Load() || a1.terms.Load() != 1 {
 		t.Errorf("leading %v after %d terms; want the first term still on", a1.leading.Load(), a1.terms.Load())
 	}
