@@ -214,7 +214,7 @@ func TestPropertyPlansAreSafe(t *testing.T) {
 		}
 		t.Logf("%d admissions, %d preemptions, %d reservations checked", admitted, preempted, reserved)
 	}()
-	rapid.Check(t, func(t *rapid.T) {
+	prop := func(t *rapid.T) {
 		store, pol := genWorld(t)
 		e := mustEngine(t, pol)
 		now := t0
@@ -254,7 +254,15 @@ func TestPropertyPlansAreSafe(t *testing.T) {
 			checkState(t, store.Snapshot())
 			now = now.Add(time.Duration(rapid.IntRange(1, 120).Draw(t, "dt")) * time.Minute)
 		}
-	})
+	}
+	// A batch (rapid's 100 worlds) preempts 6.5 times on average, but
+	// now and then not at all (1 to 16 in each of 100 batches measured): the
+	// coverage check above asks for each kind of decision within at most
+	// 4 batches, so chance alone does not fail it while a generator or an
+	// engine that never preempts (admits, reserves) still does.
+	for batch := 0; batch < 4 && (batch == 0 || admitted == 0 || preempted == 0 || reserved == 0); batch++ {
+		rapid.Check(t, prop)
+	}
 }
 
 // Equal input gives equal plans.
