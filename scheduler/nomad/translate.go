@@ -56,9 +56,15 @@ func isGPURequest(name string) bool {
 // live allocations leaves the model (nil), unless dead (mirror.deadReason)
 // says an admitted job's run ended with its work not done: it stays,
 // running with no allocations, until the scheduler has requeued it or
-// ended it (cluster.Job.Dead).
+// ended it (cluster.Job.Dead). A job in the parking pool is queued even
+// when dead: its status derives from its evaluations and allocations, so
+// a job parked after all its allocations ended (a preempted gang that
+// checkpointed and exited) can read dead until its registration's
+// evaluation is stored and blocks (the fake emits that status); dropping
+// it made it leave the model for a cycle and lose its history, its
+// "Preempted by" and its first submit time.
 func translateJob(j *wireJob, key string, live int, dead bool, tc translateConfig) *cluster.Job {
-	if j.Status == "dead" && live == 0 && !dead {
+	if j.Status == "dead" && live == 0 && !dead && j.NodePool != tc.parkingPool {
 		return nil
 	}
 	cj := &cluster.Job{

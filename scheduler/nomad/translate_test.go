@@ -322,3 +322,21 @@ func TestTranslateJobReportsEveryMetaProblem(t *testing.T) {
 		t.Errorf("Spec.Tier = %q, want the tier as written, for the policy's check", cj.Spec.Tier)
 	}
 }
+
+// A job parked after all its allocations ended reads dead until its
+// registration's evaluation blocks: it is queued, not gone (before, it
+// left the model for a cycle and lost its history). A dead job elsewhere
+// whose run did not end badly leaves the model.
+func TestTranslateDeadJobInParkingPoolIsQueued(t *testing.T) {
+	tc := translateConfig{parkingPool: "impact-queue"}
+	wj := wireJob{ID: "sweep", Namespace: "default", NodePool: "impact-queue", Status: "dead", SubmitTime: 7,
+		TaskGroups: []wireGroup{{Name: "g", Count: 1}}}
+	cj := translateJob(&wj, "default/sweep", 0, false, tc)
+	if cj == nil || cj.State != cluster.JobQueued || cj.Dead || !cj.Submit.Equal(time.Unix(0, 7)) {
+		t.Fatalf("parked dead job = %+v, want queued", cj)
+	}
+	wj.NodePool = "gpu"
+	if cj := translateJob(&wj, "default/sweep", 0, false, tc); cj != nil {
+		t.Errorf("dead job outside the parking pool = %+v, want it gone", cj)
+	}
+}
