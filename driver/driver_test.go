@@ -31,21 +31,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "impact-exec-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	binary, err = plugintest.BuildMain(ctx, "../cmd/impact-exec", dir)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(plugintest.RunWithMain(m, "../cmd/impact-exec", &binary))
 }
 
 func load(t *testing.T, cfgHCL string) *plugintest.Instance {

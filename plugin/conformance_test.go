@@ -2,7 +2,6 @@ package plugin_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -27,24 +26,7 @@ import (
 var testPluginBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "impact-plugin-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	testPluginBin, err = plugintest.BuildMain(ctx, "./internal/testplugin", dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(plugintest.RunWithMain(m, "./internal/testplugin", &testPluginBin))
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -374,6 +375,28 @@ func BuildMain(ctx context.Context, pkg, dir string) (string, error) {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return out, nil
+}
+
+// RunWithMain is a TestMain body for a package whose tests launch one
+// binary many times: it builds the main package pkg once (BuildMain) into a
+// temporary directory, stores its path in *bin, runs the tests and removes
+// the directory. It returns the exit code for os.Exit; a failed build is
+// printed and is exit code 1.
+func RunWithMain(m *testing.M, pkg string, bin *string) int {
+	dir, err := os.MkdirTemp("", "plugintest-"+filepath.Base(strings.TrimSuffix(pkg, "/")))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	*bin, err = BuildMain(ctx, pkg, dir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
 }
 
 // Build is BuildMain into a per-test temporary directory. Tests that launch
