@@ -290,6 +290,23 @@ type PreemptionRecord struct {
 // RecordPreemption appends a record, keeping the newest
 // MaxPreemptionRecords.
 func (s *StateStore) RecordPreemption(ctx context.Context, rec PreemptionRecord) error {
+	return s.updatePreemptions(ctx, "record preemption of "+rec.JobID, func(recs []PreemptionRecord, unreadable error, _ bool) ([]PreemptionRecord, bool, error) {
+		if unreadable != nil {
+			return nil, false, unreadable
+		}
+		return append(recs, rec), true, nil
+	})
+}
+
+// updatePreemptions changes the preemption records check-and-set. change
+// gets the records read, the error that made them unreadable (the
+// Variable overwritten with something else) and whether the Variable
+// exists; it returns the records to write, or false to leave the
+// Variable as it is. The newest MaxPreemptionRecords are written; a
+// conflict reads again, 5 times at most (what names the change in that
+// error).
+func (s *StateStore) updatePreemptions(ctx context.Context, what string,
+	change func(recs []PreemptionRecord, unreadable error, exists bool) ([]PreemptionRecord, bool, error)) error {
 	path := s.cfg.Prefix + "/preemptions"
 	for attempt := 0; attempt < 5; attempt++ {
 		v, err := s.read(ctx, path)
@@ -298,28 +315,38 @@ func (s *StateStore) RecordPreemption(ctx context.Context, rec PreemptionRecord)
 		}
 		var recs []PreemptionRecord
 		var idx uint64
+		var unreadable error
 		if v != nil {
 			idx = v.ModifyIndex
 			if err := json.Unmarshal([]byte(v.Items["records"]), &recs); err != nil {
-				return fmt.Errorf("variable %s: records: %w", path, err)
+				recs, unreadable = nil, fmt.Errorf("variable %s: records: %w", path, err)
 			}
 		}
-		recs = append(recs, rec)
+		recs, write, err := change(recs, unreadable, v != nil)
+		if err != nil {
+			return err
+		}
+		if !write {
+			if v != nil {
+				s.written.set(path, idx)
+			}
+			return nil
+		}
 		if over := len(recs) - s.cfg.MaxPreemptionRecords; over > 0 {
 			recs = recs[over:]
 		}
 		b, _ := json.Marshal(recs)
 		written, err := s.write(ctx, path, map[string]string{"records": string(b)}, idx)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
 		if err != nil {
-			if errors.Is(err, ErrConflict) {
-				continue
-			}
 			return err
 		}
 		s.written.set(path, written)
 		return nil
 	}
-	return fmt.Errorf("record preemption of %s: %w (5 attempts)", rec.JobID, ErrConflict)
+	return fmt.Errorf("%s: %w (5 attempts)", what, ErrConflict)
 }
 
 // Preemptions returns the records at or after since, oldest first.

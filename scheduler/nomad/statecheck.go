@@ -2,8 +2,6 @@ package nomad
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -153,22 +151,11 @@ func (s *StateStore) ForgetWritten() { s.written.reset() }
 // preemptor match and the times lie within sameRecordWithin. The newest
 // MaxPreemptionRecords are kept.
 func (s *StateStore) RestorePreemptions(ctx context.Context, known []PreemptionRecord) error {
-	path := s.cfg.Prefix + "/preemptions"
-	for attempt := 0; attempt < 5; attempt++ {
-		v, err := s.read(ctx, path)
-		if err != nil {
-			return err
-		}
-		var recs []PreemptionRecord
-		var idx uint64
-		if v != nil {
-			idx = v.ModifyIndex
-			if err := json.Unmarshal([]byte(v.Items["records"]), &recs); err != nil {
-				// Overwritten with something else: the agent's records
-				// are all there is.
-				s.log.Warn("preemption records unreadable; writing the agent's own", "path", path, "error", err)
-				recs = nil
-			}
+	return s.updatePreemptions(ctx, "restore preemption records", func(recs []PreemptionRecord, unreadable error, exists bool) ([]PreemptionRecord, bool, error) {
+		if unreadable != nil {
+			// Overwritten with something else: the agent's records are
+			// all there is.
+			s.log.Warn("preemption records unreadable; writing the agent's own", "error", unreadable)
 		}
 		held := len(recs)
 		for _, r := range known {
@@ -176,28 +163,12 @@ func (s *StateStore) RestorePreemptions(ctx context.Context, known []PreemptionR
 				recs = append(recs, r)
 			}
 		}
-		if len(recs) == 0 || (len(recs) == held && v != nil) {
-			if v != nil {
-				s.written.set(path, idx)
-			}
-			return nil
+		if len(recs) == 0 || (len(recs) == held && exists) {
+			return nil, false, nil
 		}
 		slices.SortStableFunc(recs, func(a, b PreemptionRecord) int { return a.At.Compare(b.At) })
-		if over := len(recs) - s.cfg.MaxPreemptionRecords; over > 0 {
-			recs = recs[over:]
-		}
-		b, _ := json.Marshal(recs)
-		written, err := s.write(ctx, path, map[string]string{"records": string(b)}, idx)
-		if errors.Is(err, ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		s.written.set(path, written)
-		return nil
-	}
-	return fmt.Errorf("restore preemption records: %w (5 attempts)", ErrConflict)
+		return recs, true, nil
+	})
 }
 
 // sameRecordWithin is how far apart the agent's and the executor's times
