@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
 
@@ -32,14 +31,7 @@ func authServer(t *testing.T) (*Server, *authtest.Nomad) {
 	n.AddToken("ops-ml", authtest.Token{Name: "ops", Caps: map[string][]string{"ml": {"read-job", "submit-job"}}})
 	n.AddToken("viewer-ml", authtest.Token{Name: "viewer", Caps: map[string][]string{"ml": {"read-job"}}})
 	n.AddToken("ops-other", authtest.Token{Name: "other", Caps: map[string][]string{"other": {"read-job", "submit-job"}}})
-	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: n.JWKSURL(), Audience: "impact"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: n.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids, acl := n.Verifiers(t)
 	srv, err := StartServerWith("127.0.0.1:0", RegistryConfig{}, ServerOptions{Auth: &NomadAuth{Identities: ids, ACL: acl}}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/impact-sched/nomad-impact/auth"
 	"github.com/impact-sched/nomad-impact/gang"
 	"github.com/impact-sched/nomad-impact/internal/authtest"
 )
@@ -75,14 +74,7 @@ func TestGangJoinBinary(t *testing.T) {
 func identityServer(t *testing.T) *gang.Server {
 	t.Helper()
 	n := authtest.New(t)
-	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: n.JWKSURL(), Audience: "impact"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: n.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids, acl := n.Verifiers(t)
 	srv, err := gang.StartServerWith("127.0.0.1:0", gang.RegistryConfig{}, gang.ServerOptions{Auth: &gang.NomadAuth{Identities: ids, ACL: acl}}, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)

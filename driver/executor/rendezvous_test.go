@@ -25,14 +25,7 @@ func TestRendezvousClientTLSAndIdentityFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: n.JWKSURL(), Audience: "impact"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: n.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids, acl := n.Verifiers(t)
 	srv, err := gang.StartServerWith("127.0.0.1:0", gang.RegistryConfig{},
 		gang.ServerOptions{Auth: &gang.NomadAuth{Identities: ids, ACL: acl}, TLS: tlsCfg}, nil)
 	if err != nil {
@@ -89,14 +82,7 @@ func TestRendezvousClientTLSAndIdentityFile(t *testing.T) {
 func TestRefusedIdentityKeepsTaskRunning(t *testing.T) {
 	t.Parallel()
 	n := authtest.New(t)
-	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: n.JWKSURL(), Audience: "impact"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: n.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids, acl := n.Verifiers(t)
 	srv, err := gang.StartServerWith("127.0.0.1:0", gang.RegistryConfig{}, gang.ServerOptions{Auth: &gang.NomadAuth{Identities: ids, ACL: acl}}, nil)
 	if err != nil {
 		t.Fatal(err)

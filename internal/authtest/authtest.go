@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/impact-sched/nomad-impact/auth"
 )
 
 type signingKey struct {
@@ -73,6 +74,22 @@ func New(t testing.TB) *Nomad {
 	n.srv = httptest.NewServer(http.HandlerFunc(n.serve))
 	t.Cleanup(n.srv.Close)
 	return n
+}
+
+// Verifiers are package auth's two checks against this Nomad, as the
+// impact agent configures them: workload identities with audience
+// "impact", and ACL tokens.
+func (n *Nomad) Verifiers(t testing.TB) (*auth.IdentityVerifier, *auth.ACLChecker) {
+	t.Helper()
+	ids, err := auth.NewIdentityVerifier(auth.IdentityConfig{JWKSURL: n.JWKSURL(), Audience: "impact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acl, err := auth.NewACLChecker(auth.ACLConfig{Address: n.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, acl
 }
 
 // URL is the fake's address.
