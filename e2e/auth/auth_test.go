@@ -170,30 +170,9 @@ plugin "impact-exec" {
 	if err := os.WriteFile(filepath.Join(a.Dir, "policy.hcl"), []byte("default_tier = \"normal\"\ndefault_project = \"default\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`
-name         = "e2e-auth"
-policy       = "policy.hcl"
-parking_pool = "impact-queue"
-default_pool = "default"
-log_level    = "debug"
-nomad {
-  address = %q
-}
-cycle {
-  interval = "1s"
-  debounce = "100ms"
-}
-http {
-  listen = %q
-}
-ha {
-  lock_ttl = "10s"
-}
-`, a.Addr, strings.TrimPrefix(apiURL, "http://"))
-	cfgPath := filepath.Join(a.Dir, "impact.hcl")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := nomadagent.WriteImpactConfig(t, a.Dir, nomadagent.ImpactConfig{
+		Name: "e2e-auth", Policy: "policy.hcl", NomadAddr: a.Addr, Listen: strings.TrimPrefix(apiURL, "http://"),
+	})
 	agent := nomadagent.StartProcess(t, "impact agent", []string{"NOMAD_TOKEN=" + schedTok}, impact, "agent", "-config", cfgPath)
 	eventually(t, 60*time.Second, "impact agent leading", func() (bool, string) {
 		code, body := call("GET", apiURL+"/v1/health", "", "")

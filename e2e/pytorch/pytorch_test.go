@@ -186,32 +186,9 @@ gangs {
 	if err := os.WriteFile(filepath.Join(w.dir, "policy.hcl"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`
-name         = "e2e-pytorch"
-policy       = "policy.hcl"
-parking_pool = "impact-queue"
-default_pool = "default"
-log_level    = "debug"
-nomad {
-  address = %q
-}
-cycle {
-  interval           = "1s"
-  debounce           = "100ms"
-  admission_deadline = "1m"
-}
-http {
-  listen = %q
-}
-ha {
-  lock_ttl     = "10s"
-  state_prefix = "impact"
-}
-`, w.c.Addr, strings.TrimPrefix(w.apiURL, "http://"))
-	path := filepath.Join(w.dir, "impact.hcl")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := nomadagent.WriteImpactConfig(t, w.dir, nomadagent.ImpactConfig{
+		Name: "e2e-pytorch", Policy: "policy.hcl", NomadAddr: w.c.Addr, Listen: strings.TrimPrefix(w.apiURL, "http://"),
+	})
 	nomadagent.StartProcess(t, "impact agent", nil, impact, "agent", "-config", path)
 	eventually(t, 60*time.Second, "impact agent leading", func() (bool, string) {
 		var h struct{ Leader bool }

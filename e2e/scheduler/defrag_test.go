@@ -27,6 +27,7 @@ package scheduler
 // gang of 2 x 8 GPUs on three clients.
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,7 +64,7 @@ func (j dfJob) hcl(envDir string) string {
 	out := filepath.Join(envDir, j.name+"-$NOMAD_ALLOC_ID")
 	script := fmt.Sprintf(`echo "$CUDA_VISIBLE_DEVICES" > %[1]s; trap 'echo checkpoint >> %[1]s.ckpt' USR1; end=0; trap 'end=$(( $(date +%%s) + %[2]d ))' TERM; while [ $end -eq 0 ] || [ $(date +%%s) -lt $end ]; do sleep 1 & wait $!; done`,
 		out, j.stopSeconds)
-	meta := map[string]string{"impact_tier": j.tier, "impact_checkpoint_signal": "SIGUSR1", "impact_grace": cmpOr(j.grace, "5s")}
+	meta := map[string]string{"impact_tier": j.tier, "impact_checkpoint_signal": "SIGUSR1", "impact_grace": cmp.Or(j.grace, "5s")}
 	if j.deadline != "" {
 		meta["impact_deadline"] = j.deadline
 	}

@@ -290,36 +290,15 @@ preemption {
 	if err := os.WriteFile(filepath.Join(e.dir, "policy.hcl"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`
-name         = %q
-policy       = "policy.hcl"
-parking_pool = "impact-queue"
-default_pool = "default"
-log_level    = %q
-nomad {
-  address = %q
-}
-%shttp {
-  listen = %q
-}
-ha {
-  lock_ttl     = "10s"
-  state_prefix = "impact"
-}
-device_stats {
+	cfgPath := nomadagent.WriteImpactConfig(t, e.dir, nomadagent.ImpactConfig{
+		Name: name, Policy: "policy.hcl", NomadAddr: e.a.Addr, Listen: strings.TrimPrefix(apiURL, "http://"),
+		LogLevel: e.logLevel, Cycle: e.cycle,
+		Extra: `device_stats {
   interval     = "1s"
   node_timeout = "1s"
 }
-`, name, cmpOr(e.logLevel, "debug"), e.a.Addr, cmpOr(e.cycle, `cycle {
-  interval           = "1s"
-  debounce           = "100ms"
-  admission_deadline = "1m"
-}
-`), strings.TrimPrefix(apiURL, "http://")) + e.extra
-	cfgPath := filepath.Join(e.dir, name+".hcl")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+` + e.extra,
+	})
 	return nomadagent.StartProcess(e.t, "impact agent "+name, env, e.impact, "agent", "-config", cfgPath)
 }
 
@@ -699,13 +678,6 @@ func TestSchedulerWithACL(t *testing.T) {
 		err := e.a.Get("/v1/var/nomad/jobs/victim/impact", &v)
 		return err == nil && len(v.Items) > 0, fmt.Sprint(err)
 	})
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {
