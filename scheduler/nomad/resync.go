@@ -142,11 +142,27 @@ func (w *Watcher) listNodes(ctx, gctx context.Context, g *errgroup.Group, nm *mi
 	return nodes, nil
 }
 
+// readOnResync says whether a listed job is read in full. A stopped job
+// is not. A dead job is read only when some allocation of it failed or was
+// lost (an admitted gang's run may then have ended with its work not
+// done, and the model keeps it until the scheduler has decided:
+// cluster.Job.Dead), or when it is in the parking pool, where it is queued
+// all the same (translateJob: one parked after its allocations ended
+// reads dead until its registration's evaluation blocks). Dead jobs that
+// completed, the many, cost no read.
+func readOnResync(stop bool, status, pool, parkingPool string, endedBadly bool) bool {
+	if stop {
+		return false
+	}
+	return status != "dead" || endedBadly || pool == parkingPool
+}
+
 // listJobs lists the jobs and starts reading the live ones in full on g;
 // the slice is filled once g is done.
 func (w *Watcher) listJobs(ctx, gctx context.Context, g *errgroup.Group, nm *mirror) ([]*wireJob, error) {
 	var stubs []struct {
 		ID, Namespace, Status string
+		NodePool              string
 		Stop                  bool
 		JobSummary            *struct {
 			Summary map[string]struct{ Failed, Lost int }
@@ -159,12 +175,7 @@ func (w *Watcher) listJobs(ctx, gctx context.Context, g *errgroup.Group, nm *mir
 	nm.listedJobs = qm.LastIndex
 	jobs := make([]*wireJob, len(stubs))
 	for i, s := range stubs {
-		if s.Stop || (s.Status == "dead" && !endedBadly(s.JobSummary)) {
-			// A dead job is read only when some allocation of it failed
-			// or was lost: an admitted gang's run may then have ended
-			// with its work not done, and the model keeps it until the
-			// scheduler has decided (cluster.Job.Dead). Dead jobs that
-			// completed, the many, cost no read.
+		if !readOnResync(s.Stop, s.Status, s.NodePool, w.cfg.ParkingPool, endedBadly(s.JobSummary)) {
 			continue
 		}
 		g.Go(func() error {

@@ -340,3 +340,29 @@ func TestTranslateDeadJobInParkingPoolIsQueued(t *testing.T) {
 		t.Errorf("dead job outside the parking pool = %+v, want it gone", cj)
 	}
 }
+
+// The resync reads the jobs the mirror keeps: live ones, dead ones whose
+// run ended badly, and dead ones in the parking pool (translateJob queues
+// them), but no stopped job and no completed one elsewhere.
+func TestReadOnResync(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		stop       bool
+		status     string
+		pool       string
+		endedBadly bool
+		want       bool
+	}{
+		{"running", false, "running", "gpu", false, true},
+		{"pending in the parking pool", false, "pending", "impact-queue", false, true},
+		{"dead in the parking pool", false, "dead", "impact-queue", false, true},
+		{"dead after a failed allocation", false, "dead", "gpu", true, true},
+		{"completed", false, "dead", "gpu", false, false},
+		{"stopped in the parking pool", true, "dead", "impact-queue", false, false},
+		{"stopped while running", true, "running", "gpu", false, false},
+	} {
+		if got := readOnResync(tc.stop, tc.status, tc.pool, "impact-queue", tc.endedBadly); got != tc.want {
+			t.Errorf("%s: read = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
