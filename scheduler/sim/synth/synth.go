@@ -290,7 +290,31 @@ const RandomJobs = 2500
 func Random(seed int64, i int) (Spec, RandomParams) {
 	name := fmt.Sprintf("rand-%02d", i)
 	g := &gen{r: rand.New(rand.NewPCG(uint64(seed), 0xa11_0000+uint64(i))), name: name}
-	r := g.r
+	p := drawRandomParams(g.r)
+	rj := randomJobs{g: g, p: p}
+	meanGPUs := rj.sizeMix()
+	meanDur := float64(p.MedianS) * math.Exp(randomSigma*randomSigma/2)
+	gpus := 8 * p.Nodes
+	// Span: the job budget at this load, 12h to 4 days.
+	span := float64(RandomJobs) * meanGPUs * meanDur / (p.Load * float64(gpus))
+	s := Spec{Name: name, Nodes: p.Nodes, GPUsPerNode: 8, Span: int64(min(max(span, 6*3600), 4*86400))}
+	rate := p.Load * float64(gpus) / (meanGPUs * meanDur) // jobs a second
+	if !p.Bursty {
+		rj.steady(s.Span, rate)
+		return g.done(s), p
+	}
+	// Bursty: half the load from a background, half from floods.
+	rj.steady(s.Span, rate/2)
+	rj.floods(s.Span, rate)
+	return g.done(s), p
+}
+
+// randomSigma is the spread of a random scenario's log-normal run times.
+const randomSigma = 1.0
+
+// drawRandomParams draws a random scenario's parameters (the order of the
+// draws is the family's: changing it changes every scenario).
+func drawRandomParams(r *rand.Rand) RandomParams {
 	var p RandomParams
 	p.Nodes = int(math.Round(math.Exp(math.Log(2) + r.Float64()*(math.Log(128)-math.Log(2)))))
 	p.Load = 0.6 + 1.4*r.Float64()
@@ -316,93 +340,101 @@ func Random(seed int64, i int) (Spec, RandomParams) {
 	}
 	p.Bursty = r.IntN(2) == 0
 	p.MedianS = []int64{900, 1800, 3600, 2 * 3600, 4 * 3600}[r.IntN(5)]
+	return p
+}
 
-	// Sizes: powers of two up to MaxGPUs, smaller ones likelier.
-	var sizes []int
-	var sw []float64
-	for s, wt := 1, 1.0; s <= p.MaxGPUs; s, wt = s*2, wt*0.55 {
-		sizes = append(sizes, s)
-		sw = append(sw, wt)
+// randomJobs draws a random scenario's jobs.
+type randomJobs struct {
+	g *gen
+	p RandomParams
+	// sizes are the job widths, powers of two up to MaxGPUs, with their
+	// weights (sizeMix).
+	sizes   []int
+	weights []float64
+}
+
+// sizeMix makes the widths, smaller ones likelier, and returns their mean.
+func (rj *randomJobs) sizeMix() float64 {
+	for s, wt := 1, 1.0; s <= rj.p.MaxGPUs; s, wt = s*2, wt*0.55 {
+		rj.sizes = append(rj.sizes, s)
+		rj.weights = append(rj.weights, wt)
 	}
 	tot := 0.0
-	for _, v := range sw {
+	for _, v := range rj.weights {
 		tot += v
 	}
-	meanGPUs := 0.0
-	for k := range sw {
-		sw[k] /= tot
-		meanGPUs += sw[k] * float64(sizes[k])
+	mean := 0.0
+	for k := range rj.weights {
+		rj.weights[k] /= tot
+		mean += rj.weights[k] * float64(rj.sizes[k])
 	}
-	const sigma = 1.0
-	meanDur := float64(p.MedianS) * math.Exp(sigma*sigma/2)
-	gpus := 8 * p.Nodes
-	// Span: the job budget at this load, 12h to 4 days.
-	span := float64(RandomJobs) * meanGPUs * meanDur / (p.Load * float64(gpus))
-	s := Spec{Name: name, Nodes: p.Nodes, GPUsPerNode: 8, Span: int64(min(max(span, 6*3600), 4*86400))}
-	rate := p.Load * float64(gpus) / (meanGPUs * meanDur) // jobs a second
-	wall := func(d int64) int64 {
-		switch p.Walltimes {
-		case "accurate":
-			return g.estimate(d)
-		case "unknown":
-			if r.Float64() < p.UnknownShare {
-				return -1
-			}
-			return g.estimate(d)
-		default:
-			if r.Float64() < p.UnknownShare {
-				return -1
-			}
-			return int64(float64(d) * (0.2 + 9.8*r.Float64()*r.Float64()))
-		}
-	}
-	job := func(t int64, median float64) {
-		tier := g.tier(p.TierShares)
-		size := sizes[g.pick(sw)]
-		d := g.lognormal(median, sigma, 60, 3*86400)
-		pre := false
-		if tier == trace.Tiers[0] {
-			// Urgent work: shorter, at most a node.
-			size = min(size, 8)
-			d = g.lognormal(float64(min(p.MedianS, 1800)), 0.8, 60, 6*3600)
-		} else {
-			pre = r.Float64() < p.PreemptibleShare
-		}
-		g.add(t, d, size, tier, pre, wall(d))
-	}
-	if !p.Bursty {
-		for t := int64(0); ; {
-			t += int64(r.ExpFloat64()/rate) + 1
-			if t >= s.Span {
-				break
-			}
-			job(t, float64(p.MedianS))
-		}
-		return g.done(s), p
-	}
-	// Bursty: half the load from a background, half from floods of jobs
-	// 10x shorter arriving within 10 minutes, every 2 to 8 hours.
+	return mean
+}
+
+// steady submits jobs in a Poisson stream of rate jobs a second until span.
+func (rj *randomJobs) steady(span int64, rate float64) {
 	for t := int64(0); ; {
-		t += int64(r.ExpFloat64()/(rate/2)) + 1
-		if t >= s.Span {
-			break
+		t += int64(rj.g.r.ExpFloat64()/rate) + 1
+		if t >= span {
+			return
 		}
-		job(t, float64(p.MedianS))
+		rj.job(t, float64(rj.p.MedianS))
 	}
-	for b := int64(r.IntN(4 * 3600)); b < s.Span; {
+}
+
+// floods submits, every 2 to 8 hours, a flood of jobs 10x shorter
+// arriving within 10 minutes and carrying half the load (rate) of the gap.
+func (rj *randomJobs) floods(span int64, rate float64) {
+	r := rj.g.r
+	for b := int64(r.IntN(4 * 3600)); b < span; {
 		gap := int64(2*3600 + r.IntN(6*3600))
-		// Jobs of a tenth the run time carrying half the load of the gap.
 		n := int(rate / 2 * float64(gap) * 10)
-		median := float64(p.MedianS) / 10
-		if lim := RandomJobs / max(1, int(s.Span/(5*3600))); n > lim {
+		median := float64(rj.p.MedianS) / 10
+		if lim := RandomJobs / max(1, int(span/(5*3600))); n > lim {
 			// Fewer, longer flood jobs carry the same load.
 			median *= float64(n) / float64(lim)
 			n = lim
 		}
 		for k := 0; k < n; k++ {
-			job(b+int64(r.IntN(600)), median)
+			rj.job(b+int64(r.IntN(600)), median)
 		}
 		b += gap
 	}
-	return g.done(s), p
+}
+
+// job adds one job submitted at t with a run time around median.
+func (rj *randomJobs) job(t int64, median float64) {
+	g, p, r := rj.g, rj.p, rj.g.r
+	tier := g.tier(p.TierShares)
+	size := rj.sizes[g.pick(rj.weights)]
+	d := g.lognormal(median, randomSigma, 60, 3*86400)
+	pre := false
+	if tier == trace.Tiers[0] {
+		// Urgent work: shorter, at most a node.
+		size = min(size, 8)
+		d = g.lognormal(float64(min(p.MedianS, 1800)), 0.8, 60, 6*3600)
+	} else {
+		pre = r.Float64() < p.PreemptibleShare
+	}
+	g.add(t, d, size, tier, pre, rj.walltime(d))
+}
+
+// walltime is the walltime a job of run time d declares: accurate (the
+// estimate), unknown for a share of jobs, or wild (0.2x to 10x).
+func (rj *randomJobs) walltime(d int64) int64 {
+	g, p, r := rj.g, rj.p, rj.g.r
+	switch p.Walltimes {
+	case "accurate":
+		return g.estimate(d)
+	case "unknown":
+		if r.Float64() < p.UnknownShare {
+			return -1
+		}
+		return g.estimate(d)
+	default:
+		if r.Float64() < p.UnknownShare {
+			return -1
+		}
+		return int64(float64(d) * (0.2 + 9.8*r.Float64()*r.Float64()))
+	}
 }
