@@ -141,6 +141,17 @@ func newHeadroom(c *cycle, queue []*queued, facts []*specFacts) *hrCycle {
 	for _, q := range queue {
 		hc.observe(q)
 	}
+	hc.countCapacity()
+	hc.countHolders(facts)
+	hc.sizePools()
+	hc.protectNodes()
+	return hc
+}
+
+// countCapacity counts each headroom pool's healthy GPUs on schedulable
+// nodes, and its widest node.
+func (hc *hrCycle) countCapacity() {
+	c := hc.c
 	hc.nodePool = make([]*hrPool, c.st.NumNodes())
 	hc.healthy = make([]int, c.st.NumNodes())
 	for ord := 0; ord < c.st.NumNodes(); ord++ {
@@ -160,6 +171,13 @@ func newHeadroom(c *cycle, queue []*queued, facts []*specFacts) *hrCycle {
 		p.nodeGPUs = max(p.nodeGPUs, healthy)
 		hc.healthy[ord] = healthy
 	}
+}
+
+// countHolders counts what holds each pool's GPUs, by tier and
+// preemptibility, and per node the GPUs of other tiers' non-preemptible
+// work (nodeOther). facts are the running holders' (managedFacts).
+func (hc *hrCycle) countHolders(facts []*specFacts) {
+	c := hc.c
 	for h, hd := range c.st.Holders() {
 		if hd.Job == nil {
 			continue
@@ -183,6 +201,11 @@ func newHeadroom(c *cycle, queue []*queued, facts []*specFacts) *hrCycle {
 			}
 		}
 	}
+}
+
+// sizePools sizes each pool's headroom: as the policy gives it, else learned
+// from the urgent tiers' arrivals; and how it is kept on the pool's nodes.
+func (hc *hrCycle) sizePools() {
 	for _, name := range hc.names {
 		p := hc.pools[name]
 		if size, ok := p.h.Size(p.capacity); ok {
@@ -193,11 +216,15 @@ func newHeadroom(c *cycle, queue []*queued, facts []*specFacts) *hrCycle {
 		}
 		p.protect, p.lastKeep = hrNodes(p.size, p.nodeGPUs)
 	}
-	// The nodes kept: in each pool the first protect-1 nodes (by ordinal,
-	// so the set is stable from cycle to cycle and admissions never wander
-	// onto it) free of other tiers' non-preemptible work, kept whole, then
-	// the first other node where lastKeep GPUs are free of it, lastKeep of
-	// its GPUs kept.
+}
+
+// protectNodes chooses the nodes kept: in each pool the first protect-1
+// nodes (by ordinal, so the set is stable from cycle to cycle and
+// admissions never wander onto it) free of other tiers' non-preemptible
+// work, kept whole, then the first other node where lastKeep GPUs are
+// free of it, lastKeep of its GPUs kept.
+func (hc *hrCycle) protectNodes() {
+	c := hc.c
 	hc.protected = make([]bool, c.st.NumNodes())
 	hc.keep = make([]int, c.st.NumNodes())
 	whole := map[string]int{}
@@ -228,7 +255,6 @@ func newHeadroom(c *cycle, queue []*queued, facts []*specFacts) *hrCycle {
 			}
 		}
 	}
-	return hc
 }
 
 // hrNodes is how a headroom of size GPUs is kept on nodes of nodeGPUs:
