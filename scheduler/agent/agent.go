@@ -65,8 +65,9 @@ type Options struct {
 	Logger    hclog.Logger
 	// Clock is injected for tests; default time.Now.
 	Clock func() time.Time
-	// OnCycle, when set, is called after every cycle (tests, benchmarks).
-	OnCycle func(CycleResult)
+	// onCycle, when set, is called after every cycle. Only the package's
+	// tests and benchmarks set it (unexported: no production caller).
+	onCycle func(cycleResult)
 }
 
 // Agent is one `impact agent` process: a short composition of parts with

@@ -792,7 +792,7 @@ func TestEventDecidedWithinCostWindow(t *testing.T) {
 	opts := fakeOptions(t, n, ex, clk.Now)
 	opts.Interval, opts.Debounce = time.Hour, 10*time.Minute
 	var cycles atomic.Int64
-	opts.OnCycle = func(CycleResult) { cycles.Add(1) }
+	opts.onCycle = func(cycleResult) { cycles.Add(1) }
 	a := runTestAgent(t, opts)
 	waitFor(t, "leader and a first cycle", func() bool { return a.IsLeader() && cycles.Load() > 0 })
 	start := time.Now()

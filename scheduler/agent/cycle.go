@@ -71,8 +71,8 @@ type jobHistory struct {
 	Reason      string
 }
 
-// CycleResult summarises one cycle.
-type CycleResult struct {
+// cycleResult summarises one cycle.
+type cycleResult struct {
 	At       time.Time
 	Leader   bool
 	Plan     *engine.Plan
@@ -122,7 +122,7 @@ func (c *cycler) run(ctx context.Context) (cost time.Duration) {
 	if ctx.Err() != nil {
 		return 0
 	}
-	res := CycleResult{At: c.o.Clock()}
+	res := cycleResult{At: c.o.Clock()}
 	wallStart := time.Now()
 	if !c.synced(res.At) {
 		return time.Since(wallStart)
@@ -223,7 +223,7 @@ func (c *cycler) synced(now time.Time) bool {
 
 // act carries the plan out when lctx is set (leading and recovered) and
 // remembers what was done; otherwise nothing planned is under way.
-func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *CycleResult) {
+func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *cycleResult) {
 	if lctx == nil {
 		c.forgetUnapplied(res.Plan, nil)
 		return
@@ -241,8 +241,9 @@ func (c *cycler) act(lctx context.Context, snap *cluster.Snapshot, res *CycleRes
 	c.recordGangRequeues(res.Plan, setOf(rep.Requeued), res.At)
 }
 
-// finish reports a cycle: health, metrics, the log, OnCycle.
-func (c *cycler) finish(res CycleResult, wallStart time.Time) {
+// finish reports a cycle: health, metrics, the log, and the tests'
+// onCycle hook.
+func (c *cycler) finish(res cycleResult, wallStart time.Time) {
 	res.Duration = time.Since(wallStart)
 	c.health.cycleDone(res.At, res.Err)
 	c.o.Metrics.RecordCycle(res.Decide, res.Duration, res.Err != nil)
@@ -257,8 +258,8 @@ func (c *cycler) finish(res CycleResult, wallStart time.Time) {
 	default:
 		c.log.Trace("cycle", "leader", res.Leader, "queued", len(p.Queue), "decide", res.Decide)
 	}
-	if c.o.OnCycle != nil {
-		c.o.OnCycle(res)
+	if c.o.onCycle != nil {
+		c.o.onCycle(res)
 	}
 }
 

@@ -54,7 +54,7 @@ func TestExplanationWritesDoNotBlockCycles(t *testing.T) {
 	opts := fakeOptions(t, n, ex, clk.Now)
 	opts.Explainer = slow
 	var admittedCycle atomic.Bool
-	opts.OnCycle = func(r CycleResult) {
+	opts.onCycle = func(r cycleResult) {
 		if r.Leader && len(r.Report.Admitted) > 0 {
 			admittedCycle.Store(true)
 		}

@@ -116,19 +116,6 @@ func (c *Client) wns(ctx context.Context, ns string) *api.WriteOptions {
 	return (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
 }
 
-// Ping checks that Nomad answers and has a leader: a connectivity check
-// for tests and tools (the agent learns the same from its first resync).
-func (c *Client) Ping(ctx context.Context) error {
-	var leader string
-	if _, err := c.api.Raw().Query("/v1/status/leader", &leader, c.q(ctx)); err != nil {
-		return fmt.Errorf("nomad at %s: %w", c.api.Address(), err)
-	}
-	if leader == "" {
-		return fmt.Errorf("nomad at %s: no cluster leader", c.api.Address())
-	}
-	return nil
-}
-
 // EnsureNodePool creates the node pool if it does not exist (the parking
 // pool, which must contain no nodes). An existing pool is left as it is.
 func (c *Client) EnsureNodePool(ctx context.Context, name, description string) error {

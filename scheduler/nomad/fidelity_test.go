@@ -79,7 +79,7 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 		t.Fatalf("EnsureNodePool not idempotent: %v", err)
 	}
 	w := NewWatcher(c, WatcherConfig{ParkingPool: parking, MinBackoff: 20 * time.Millisecond,
-		OnBatch: func(_ uint64, evs []AppliedEvent) {
+		onBatch: func(_ uint64, evs []appliedEvent) {
 			o.mu.Lock()
 			for _, e := range evs {
 				o.seen[e.Topic+"/"+e.Type] = true

@@ -24,7 +24,7 @@ type env struct {
 	log  hclog.Logger
 
 	mu      sync.Mutex
-	applied []AppliedEvent
+	applied []appliedEvent
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -70,7 +70,7 @@ func (e *env) startWatcher(cfg WatcherConfig) {
 	cfg.MinBackoff = 5 * time.Millisecond
 	cfg.MaxBackoff = 50 * time.Millisecond
 	cfg.IdleTimeout = 2 * time.Second
-	cfg.OnBatch = func(_ uint64, evs []AppliedEvent) {
+	cfg.onBatch = func(_ uint64, evs []appliedEvent) {
 		e.mu.Lock()
 		e.applied = append(e.applied, evs...)
 		e.mu.Unlock()
@@ -157,4 +157,18 @@ func (e *env) register(j *api.Job) uint64 {
 		e.t.Fatalf("register %s: %v", *j.ID, err)
 	}
 	return resp.JobModifyIndex
+}
+
+// ping checks that Nomad answers through c and has a leader: the tests'
+// connectivity check (the agent itself learns the same from its watcher's
+// first resync, so production has no use for it).
+func ping(ctx context.Context, c *Client) error {
+	var leader string
+	if _, err := c.api.Raw().Query("/v1/status/leader", &leader, c.q(ctx)); err != nil {
+		return fmt.Errorf("nomad at %s: %w", c.api.Address(), err)
+	}
+	if leader == "" {
+		return fmt.Errorf("nomad at %s: no cluster leader", c.api.Address())
+	}
+	return nil
 }

@@ -195,7 +195,7 @@ func TestClientMutualTLS(t *testing.T) {
 					t.Fatal(err)
 				}
 				ctx := t.Context()
-				if err := c.Ping(ctx); err != nil {
+				if err := ping(ctx, c); err != nil {
 					t.Fatalf("ping over mTLS: %v", err)
 				}
 				if err := c.EnsureNodePool(ctx, parking, "parking"); err != nil {
@@ -216,7 +216,7 @@ func TestClientMutualTLS(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = c.Ping(t.Context())
+				err = ping(t.Context(), c)
 				if !errorNames(err, "tls", "certificate") {
 					t.Fatalf("ping without a client certificate: %v, want an error naming TLS and the certificate", err)
 				}
@@ -231,7 +231,7 @@ func TestClientMutualTLS(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = c.Ping(t.Context())
+				err = ping(t.Context(), c)
 				if !errorNames(err, "certificate", "unknown authority") {
 					t.Fatalf("ping trusting the wrong CA: %v, want an error naming the untrusted certificate", err)
 				}
@@ -262,7 +262,7 @@ func TestClientMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ping(t.Context()); !errorNames(err, "tls", "certificate") {
+	if err := ping(t.Context(), c); !errorNames(err, "tls", "certificate") {
 		t.Errorf("skip-verify without a client certificate: %v, want a TLS certificate error", err)
 	}
 }

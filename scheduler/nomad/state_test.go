@@ -407,7 +407,7 @@ func TestClientTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ping(context.Background()); err != nil {
+	if err := ping(context.Background(), c); err != nil {
 		t.Errorf("ping over TLS with the CA: %v", err)
 	}
 	if err := c.EnsureNodePool(context.Background(), parking, "parking"); err != nil {
@@ -416,11 +416,11 @@ func TestClientTLS(t *testing.T) {
 	// Without the CA the server is not trusted; NOMAD_SKIP_VERIFY-style
 	// Insecure is the explicit opt-out.
 	bad, _ := NewClient(Config{Address: f.URL()}, nil)
-	if err := bad.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if err := ping(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("ping without the CA: %v, want a certificate error", err)
 	}
 	insecure, _ := NewClient(Config{Address: f.URL(), Insecure: true}, nil)
-	if err := insecure.Ping(context.Background()); err != nil {
+	if err := ping(context.Background(), insecure); err != nil {
 		t.Errorf("insecure ping: %v", err)
 	}
 	if _, err := NewClient(Config{Address: f.URL(), CACert: filepath.Join(t.TempDir(), "missing.pem")}, nil); err == nil {

@@ -196,8 +196,8 @@ func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 	w.stats.ApplyLatency = time.Since(start)
 	w.syncNodeErrs()
 	w.mu.Unlock()
-	if w.cfg.OnBatch != nil {
-		w.cfg.OnBatch(b.Index, applied)
+	if w.cfg.onBatch != nil {
+		w.cfg.onBatch(b.Index, applied)
 	}
 	if changed {
 		w.notify()
@@ -209,11 +209,11 @@ func (w *Watcher) applyBatch(b *wireBatch, now time.Time) error {
 }
 
 // applyNew applies the batch's events not applied before (see applyBatch)
-// to the mirror: n of them, changed if any changed it, and, for OnBatch,
+// to the mirror: n of them, changed if any changed it, and, for onBatch,
 // which ones.
-func (w *Watcher) applyNew(b *wireBatch) (applied []AppliedEvent, n int, changed bool) {
-	if w.cfg.OnBatch != nil {
-		applied = make([]AppliedEvent, 0, len(b.Events))
+func (w *Watcher) applyNew(b *wireBatch) (applied []appliedEvent, n int, changed bool) {
+	if w.cfg.onBatch != nil {
+		applied = make([]appliedEvent, 0, len(b.Events))
 	}
 	for i := range b.Events {
 		e := &b.Events[i]
@@ -229,7 +229,7 @@ func (w *Watcher) applyNew(b *wireBatch) (applied []AppliedEvent, n int, changed
 			changed = true
 		}
 		if applied != nil {
-			applied = append(applied, AppliedEvent{Index: e.Index, Topic: e.Topic, Type: e.Type, Key: e.Key})
+			applied = append(applied, appliedEvent{Index: e.Index, Topic: e.Topic, Type: e.Type, Key: e.Key})
 		}
 	}
 	return applied, n, changed

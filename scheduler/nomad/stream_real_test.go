@@ -121,7 +121,7 @@ func TestRealNomadStreamDropsAndRestart(t *testing.T) {
 	var mu sync.Mutex
 	applied := map[string]int{}
 	w := NewWatcher(viaProxy, WatcherConfig{ParkingPool: parking, MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
-		OnBatch: func(_ uint64, evs []AppliedEvent) {
+		onBatch: func(_ uint64, evs []appliedEvent) {
 			mu.Lock()
 			for _, e := range evs {
 				applied[fmt.Sprintf("%d/%s/%s/%s", e.Index, e.Topic, e.Type, e.Key)]++

@@ -24,8 +24,8 @@ type WatcherConfig struct {
 	// MinBackoff and MaxBackoff bound the reconnect delay (100ms, 5s).
 	// The cap is what an outage of Nomad costs beyond its own length:
 	// the model is back at most MaxBackoff (plus a resync) after Nomad
-	// answers again, within one leader lock period (10s at least) as
-	// issue 39 asks; with 30s a 30s server outage left the queue
+	// answers again, within one leader lock period (10s at least); with
+	// 30s a 30s server outage left the queue
 	// unattended 19s after Nomad was back (e2e/scheduler
 	// TestLeaderAfterNomadRestart). An attempt every 5s while Nomad is
 	// down costs it nothing.
@@ -41,13 +41,14 @@ type WatcherConfig struct {
 	IdleTimeout time.Duration
 	// Store receives the model (default: a new one).
 	Store *cluster.Store
-	// OnBatch, when set, is called after each applied batch with its index
-	// and events (tests and metrics).
-	OnBatch func(index uint64, events []AppliedEvent)
+	// onBatch, when set, is called after each applied batch with its index
+	// and events. Only the package's tests set it (unexported: production
+	// observes the watcher through Stats and the store's subscription).
+	onBatch func(index uint64, events []appliedEvent)
 }
 
-// AppliedEvent identifies one event the watcher applied.
-type AppliedEvent struct {
+// appliedEvent identifies one event the watcher applied (for onBatch).
+type appliedEvent struct {
 	Index uint64
 	Topic string
 	Type  string

@@ -172,7 +172,7 @@ func TestResyncReplayDoesNotResurrect(t *testing.T) {
 	e.w = nil
 	cfg := WatcherConfig{ParkingPool: parking, MinBackoff: 5 * time.Millisecond}
 	var w *Watcher
-	cfg.OnBatch = func(uint64, []AppliedEvent) {
+	cfg.onBatch = func(uint64, []appliedEvent) {
 		if _, ok := w.Snapshot().Job(cluster.JobKey("default", "gone")); ok {
 			mu.Lock()
 			seenGone = true
