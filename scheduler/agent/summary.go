@@ -21,8 +21,8 @@ func summarize(e agentapi.Explanation) string {
 		return "Its gang lost a member: being stopped whole; it goes back to the queue."
 	case e.State == agentapi.StateAdmitting && (e.Decision == DecisionPreempted || e.Decision == DecisionReclaimed):
 		// Some members already stopped: it is on its way back to the
-		// queue, not being started (issue 41's "Admitted: waiting for
-		// Nomad to start" at the moment it was requeued).
+		// queue, not being started (saying "Admitted: waiting for Nomad
+		// to start" at the moment it was requeued would be wrong).
 		return summarizeRunning(e)
 	}
 	switch e.State {

@@ -180,8 +180,8 @@ func (w *explainer) youngNote(q *queued) youngChance {
 // run since its start is assumed lost. That is an upper bound, and says
 // so: a job that saves a checkpoint on its signal (and exits with its
 // requeue code) loses only the work since that checkpoint, which the
-// scheduler cannot see (issue 35 measured 0.47 GPU-hours "lost" where
-// nothing was).
+// scheduler cannot see (a run that checkpointed on its signal was once
+// reported to lose 0.47 GPU-hours where nothing was lost).
 func lostBasis(allocs []*cluster.Alloc, interval time.Duration) string {
 	if interval > 0 {
 		return fmt.Sprintf("its last expected checkpoint (impact_checkpoint_interval %s)", interval)
