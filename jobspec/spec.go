@@ -22,7 +22,7 @@ const (
 	// MetaRequeueExitCode is the exit code with which a preempted job's
 	// task says "I saved a checkpoint; put me back in the queue" (see
 	// DefaultRequeueExitCode and the preemption outcome contract in
-	// scheduler/nomad's package documentation).
+	// scheduler/nomad/README.md).
 	MetaRequeueExitCode = "impact_requeue_exit_code"
 	// MetaOnFailure says what becomes of a running gang that loses a
 	// member (a task failed, was OOM-killed or killed, its node was lost):

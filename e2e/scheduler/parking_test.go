@@ -12,7 +12,7 @@ import (
 )
 
 // TestParkingCandidates pins down the Nomad behaviour behind the choice of
-// the parking pool (DESIGN notes in scheduler/nomad/doc.go), on a real
+// the parking pool (scheduler/nomad/README.md, "What operators see"), on a real
 // Nomad without the scheduler: a parked batch job is pending, makes
 // `nomad job run` exit 2 and survives `nomad system gc`; the same job
 // scaled to 0 (the "suspend" pattern) is dead and purged by it, versions

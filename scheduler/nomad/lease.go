@@ -14,7 +14,7 @@ import (
 // The lease: a fast takeover after a leader crash.
 //
 // Nomad expires a Variables lock 2 x its TTL after the last renewal and
-// frees it a lock delay later (nomad/locks.go): with the 10s minimum TTL a
+// frees it a lock delay later (Nomad's nomad/locks.go): with the 10s minimum TTL a
 // crashed leader is replaced after 20s at best, 45s with the old 15s
 // default. So the leader also beats a lease, a second Variable
 // (<lock path>/lease) that it rewrites with check-and-set every

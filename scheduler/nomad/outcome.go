@@ -8,8 +8,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// Preemption outcomes, by how the victim's tasks ended (see the package
-// documentation).
+// Preemption outcomes, by how the victim's tasks ended (see README.md,
+// "Preemption outcome contract").
 const (
 	// OutcomeCompleted: every task exited 0 before the stop; the job is
 	// done and not requeued.

@@ -126,7 +126,7 @@ func (x *Executor) awaitGrace(ctx context.Context, in *Intent) error {
 	return nil
 }
 
-// settle applies the outcome contract (package doc) once the grace is
+// settle applies the outcome contract (README.md) once the grace is
 // over: every task exited 0 -> the work is done, the job is neither parked
 // nor stopped and Nomad marks it complete (done is true: nothing follows).
 // Anything else is requeued: the job is parked (or, for a reclaim past its

@@ -75,6 +75,23 @@ type WatcherStats struct {
 }
 
 // Watcher keeps the cluster model in step with Nomad.
+//
+// Nomad writes the stream as NDJSON lines of events, several lines per
+// index at times (a registration's Job and Evaluation events), resumes a
+// stream AT the index asked for, and answers an index beyond its latest
+// with its latest event (all checked on a real 2.0.6 agent). The watcher
+// applies lines in order, skips lines below its last index and, at the
+// last index, the events it already applied there, so a reconnect neither
+// loses nor repeats an event. Every object also carries Nomad's
+// ModifyIndex and an older version never overwrites a newer one, and an
+// object missing from a resync's lists is not brought back by a replayed
+// older event, so the replay that follows a resync is harmless. It resyncs
+// (lists nodes, jobs and allocations, replacing the model) at start, after
+// an outage longer than ResyncAfter (Nomad's event buffer may no longer
+// hold the gap), when Nomad's indexes went backwards (probe after a
+// reconnect, or a resumed stream starting below its index: a restarted
+// agent that lost its state), after undecodable data, and every
+// ResyncInterval as a safety net.
 type Watcher struct {
 	c     *Client
 	cfg   WatcherConfig
