@@ -73,13 +73,31 @@ type Options struct {
 // Agent is one `impact agent` process: a short composition of parts with
 // one job each, which Run wires together.
 //
-//   - leadership (leader.go): the election, the term's context, who leads;
-//   - cycler (cycle.go, record.go, view.go): the scheduling cycle, which
-//     owns the engine, and the view the API serves;
-//   - durable (state.go): the durable state a new leader resumes from;
-//   - explainWriter (explainer.go): the explanation Variables;
+//   - leadership (leader.go): the election: campaigns for the lock, holds
+//     the term's context, asks at a bounded rate who leads (standbys),
+//     keeps Consul's leader tag;
+//   - cycler (cycle.go): one cycle: recovery (a term's first), snapshot,
+//     engine.Decide, Apply while leading; record.go what the executor did
+//     (history, back-offs, what the engine must forget); gangs.go a gang's
+//     life (runs in a row that lost a member, durable and reset by a whole
+//     run; back-off; impact_max_failures; gangs ended failed as explain
+//     shows them); view.go the view /v1/queue, /v1/explain and the pages
+//     serve;
+//   - durable (state.go): the durable state, loaded into the engine's
+//     memory when a term starts, the previous leader's intents recovered
+//     before the term acts, saved while leading;
+//   - explainWriter (explainer.go): the explanation Variables, written in
+//     the background, deleted when a job leaves for good, swept once per
+//     term;
 //   - health (health.go): what /v1/health reports;
-//   - the device stats poller (utilization.go) and its queue (idle.go).
+//   - utilQueue: the device stats poller (utilization.go) and its samples
+//     queued for the engine (idle.go);
+//   - nomadState (nomad_reconcile.go): what the agent keeps in Nomad (the
+//     parking pool, the durable state, the lease), checked at the end of a
+//     cycle every ReconcileEvery and written again when lost;
+//   - the Agent itself: startup.go (the parking pool, the Consul
+//     deregistration) and consul_reconcile.go (the Consul registration,
+//     compared with Consul's copy and repaired at every check interval).
 //
 // The loop goroutine (loop) runs cycles and leadership changes one at a
 // time; the parts other goroutines reach (leadership, explainWriter,

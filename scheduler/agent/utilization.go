@@ -16,7 +16,11 @@ import (
 // the nodes with GPUs (through the UtilizationSource) every StatsInterval
 // and publishes per-GPU, per-node and cluster gauges. It is apart from the
 // scheduling loop on purpose: reading stats goes through Nomad's servers to
-// every client, and a slow client must never delay a decision.
+// every client, and a slow client must never delay a decision. It runs when
+// Options.Utilization is set (production: nomad.DeviceStatsReader, the
+// config's device_stats) and polls only while this agent leads, only ready
+// nodes with GPUs; a node that cannot be read is logged and counted, and
+// its series disappear instead of freezing.
 
 // UtilizationStats is one poll's view of GPU utilisation.
 type UtilizationStats struct {
