@@ -8,7 +8,7 @@ import (
 // State is the lifecycle state of a gang.
 type State string
 
-// Gang states; see the package documentation for the transitions.
+// Gang states; see README.md ("Lifecycle of a gang") for the transitions.
 const (
 	StateForming  State = "forming"
 	StateReady    State = "ready"

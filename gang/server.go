@@ -28,7 +28,7 @@ const (
 	maxBody     = 64 << 10
 )
 
-// Handler serves the rendezvous endpoint (see the package documentation)
+// Handler serves the rendezvous endpoint (see README.md)
 // over a Registry. Mount it at PathPrefix:
 //
 //	mux.Handle(gang.PathPrefix, gang.NewHandlerWith(reg, &gang.NomadAuth{...}, logger))
