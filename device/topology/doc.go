@@ -62,7 +62,7 @@
 // an attribute. The device package adds the hardware attributes (model,
 // memory, compute_capability, driver_version, cuda_version, power_limit,
 // pci_bandwidth, pcie_generation, pcie_width, nvlink_bandwidth,
-// nvlink_links, mig_profile); see device/doc.go.
+// nvlink_links, mig_profile); see device/README.md.
 //
 // FromAttributes takes a node's device groups as plain structs (copied from
 // api.Node.NodeResources.Devices: Vendor, Type, Name, Instances[].ID,
