@@ -147,14 +147,7 @@ var metaParsers = map[string]metaParser{
 		s.Preemptible, s.PreemptibleSet = b, true
 		return ""
 	},
-	MetaGrace: func(s *Spec, v string) string {
-		d, why := parseDuration(v)
-		if why != "" {
-			return why
-		}
-		s.Grace = d
-		return ""
-	},
+	MetaGrace: durationKey(func(s *Spec) *time.Duration { return &s.Grace }, ""),
 	MetaCheckpointSignal: func(s *Spec, v string) string {
 		sig, why := signalName(v)
 		if why != "" {
@@ -163,25 +156,9 @@ var metaParsers = map[string]metaParser{
 		s.CheckpointSignal = sig
 		return ""
 	},
-	MetaMinRuntime: func(s *Spec, v string) string {
-		d, why := parseDuration(v)
-		if why != "" {
-			return why
-		}
-		s.MinRuntime = d
-		return ""
-	},
-	MetaWalltime: func(s *Spec, v string) string {
-		d, why := parseDuration(v)
-		if why != "" {
-			return why
-		}
-		if d == 0 {
-			return "must be greater than zero (omit the key when unknown)"
-		}
-		s.Walltime = d
-		return ""
-	},
+	MetaMinRuntime: durationKey(func(s *Spec) *time.Duration { return &s.MinRuntime }, ""),
+	MetaWalltime: durationKey(func(s *Spec) *time.Duration { return &s.Walltime },
+		"must be greater than zero (omit the key when unknown)"),
 	MetaTopology: func(s *Spec, v string) string {
 		switch t := Topology(strings.TrimSpace(v)); t {
 		case TopologyNVLink, TopologyNode, TopologyAny:
@@ -190,17 +167,8 @@ var metaParsers = map[string]metaParser{
 		}
 		return `must be one of "nvlink", "node", "any"`
 	},
-	MetaCheckpointInterval: func(s *Spec, v string) string {
-		d, why := parseDuration(v)
-		if why != "" {
-			return why
-		}
-		if d == 0 {
-			return "must be greater than zero (omit the key when the job does not checkpoint)"
-		}
-		s.CheckpointInterval = d
-		return ""
-	},
+	MetaCheckpointInterval: durationKey(func(s *Spec) *time.Duration { return &s.CheckpointInterval },
+		"must be greater than zero (omit the key when the job does not checkpoint)"),
 	MetaRequeueExitCode: func(s *Spec, v string) string {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 || n > 255 {
@@ -308,6 +276,23 @@ func ParseDuration(v string) (time.Duration, error) {
 		return 0, errors.New(why)
 	}
 	return d, nil
+}
+
+// durationKey parses a duration key into the field it names; ifZero,
+// when not "", is the error of a zero duration (a key that must be
+// omitted rather than zero).
+func durationKey(field func(*Spec) *time.Duration, ifZero string) func(*Spec, string) string {
+	return func(s *Spec, v string) string {
+		d, why := parseDuration(v)
+		if why != "" {
+			return why
+		}
+		if d == 0 && ifZero != "" {
+			return ifZero
+		}
+		*field(s) = d
+		return ""
+	}
 }
 
 func parseDuration(v string) (time.Duration, string) {
