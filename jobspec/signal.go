@@ -2,7 +2,8 @@ package jobspec
 
 import (
 	"errors"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -21,12 +22,7 @@ var signalNames = map[string]bool{
 
 // SignalNames lists the signal names ParseSignal accepts, sorted.
 func SignalNames() []string {
-	out := make([]string, 0, len(signalNames))
-	for n := range signalNames {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(signalNames))
 }
 
 // ParseSignal reads a signal name as every signal setting of the contract

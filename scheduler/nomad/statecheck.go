@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -50,11 +51,7 @@ func (w *writtenVars) drop(path string) {
 func (w *writtenVars) snapshot() map[string]uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]uint64, len(w.idx))
-	for k, v := range w.idx {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(w.idx)
 }
 
 func (w *writtenVars) reset() {

@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -178,14 +180,7 @@ func didYouMean(given string, names []string) string {
 	return ""
 }
 
-func sortedSections() []string {
-	out := make([]string, 0, len(sections))
-	for k := range sections {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedSections() []string { return slices.Sorted(maps.Keys(sections)) }
 
 func assign(f field, v cty.Value) error {
 	if v.IsNull() {
