@@ -121,7 +121,8 @@ preemption {
 # Backfill: the first `reservations` blocked jobs of the queue hold a
 # reservation on the GPUs they will get; later jobs use reserved GPUs only
 # if they end (impact_walltime) before it is needed, or are preemptible by
-# the reserving job.
+# the reserving job (and preemption is enabled: otherwise it could never
+# take them back).
 backfill {
   enabled      = true
   reservations = 1

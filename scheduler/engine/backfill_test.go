@@ -11,7 +11,7 @@ import (
 
 // The blocked head of the queue holds a reservation; later jobs may use the
 // reserved GPUs only if they end (by walltime) before it is needed, or are
-// preemptible by the reserving job.
+// preemptible by the reserving job (and preemption is enabled).
 func TestBackfillAroundReservation(t *testing.T) {
 	later := t0.Add(-10 * time.Minute)
 	jobs := []*cluster.Job{
@@ -32,6 +32,9 @@ func TestBackfillAroundReservation(t *testing.T) {
 	}{
 		{"backfill", policy.Default(), "scav,short"},
 		{"backfill disabled", mustPolicy(t, `backfill { enabled = false }`), ""},
+		// The head could never take its GPUs back from scav by preemption:
+		// only a job that ends before the reservation may use them.
+		{"preemption disabled", mustPolicy(t, `preemption { enabled = false }`), "short"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,17 +19,22 @@ type reservation struct {
 
 // mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
 // Only if, for every reservation, it ends (by walltime) before the
-// reservation is needed, or it is preemptible by the reserving job.
+// reservation is needed, or the reserving job can take the GPUs back by
+// preempting it: the job is preemptible, the reserving job's tier may
+// preempt its tier, and preemption is enabled at all. With preemption off
+// a backfilled job would hold the reserved GPUs for as long as it runs,
+// and the reservation would hold nothing.
 func (p *placer) mayBackfill(q *queued) bool {
 	if len(p.reservations) == 0 || !p.c.pol.Backfill.Enabled {
 		return false
 	}
 	wall := q.walltime
+	reclaimable := q.f.preemptible && p.c.pol.Preemption.Enabled
 	for _, r := range p.reservations {
 		if endsBefore := wall > 0 && !r.until.IsZero() && !p.c.now.Add(wall).After(r.until); endsBefore {
 			continue
 		}
-		if preemptibleByIt := q.f.preemptible && p.c.mayPreempt(r.tier, q.f.tier); !preemptibleByIt {
+		if preemptibleByIt := reclaimable && p.c.mayPreempt(r.tier, q.f.tier); !preemptibleByIt {
 			return false
 		}
 	}
