@@ -180,6 +180,19 @@ func (m *cycleMemory) requeuesOf(id string) int {
 	return m.e.requeues[id]
 }
 
+// stopOf is the stop under way for an allocation: ordered this cycle,
+// or in flight since an earlier one and not expired.
+func (m *cycleMemory) stopOf(allocID string) (inflightStop, bool) {
+	if st, ok := m.stops[allocID]; ok {
+		return st, true
+	}
+	if m.expired[allocID] {
+		return inflightStop{}, false
+	}
+	st, ok := m.e.inflight[allocID]
+	return st, ok
+}
+
 // orderStop records a stop ordered for an allocation.
 func (m *cycleMemory) orderStop(allocID string, st inflightStop) {
 	if m.stops == nil {

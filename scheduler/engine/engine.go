@@ -96,6 +96,9 @@ type loss struct {
 // inflightStop is a preemption ordered for one allocation.
 type inflightStop struct {
 	job string
+	// preemptor: the job a preemption stops it for (empty: a stop for
+	// no job, or one a previous leader reported without it).
+	preemptor string
 	// decided is the cycle that ordered it; expires is decided + the
 	// victim's grace, from which the in-flight TTL (15 minutes) counts.
 	decided, expires time.Time
@@ -189,7 +192,7 @@ type pendingAdmission struct {
 func (e *Engine) Preempting(p Preemption, decided time.Time) {
 	for _, id := range p.Allocs {
 		if _, ok := e.inflight[id]; !ok {
-			e.inflight[id] = inflightStop{job: p.JobID, decided: decided, expires: decided.Add(p.Grace)}
+			e.inflight[id] = inflightStop{job: p.JobID, preemptor: p.Preemptor, decided: decided, expires: decided.Add(p.Grace)}
 		}
 	}
 	if len(p.MovedTo) == 0 {

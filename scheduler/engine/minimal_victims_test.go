@@ -154,8 +154,8 @@ func TestBindingHeldThroughDeferralUntilItExpires(t *testing.T) {
 }
 
 // A new leader learns the preemptions under way from the previous
-// leader's intents (Preempting): the preemptor waits for that victim
-// instead of choosing another one.
+// leader's intents (Preempting), with the job each is for: the preemptor
+// waits for that victim instead of choosing another one.
 func TestPreemptingFromAnotherLeader(t *testing.T) {
 	long := t0.Add(-3 * time.Hour)
 	nodes := []*cluster.Node{mkNode("n1", 8, 1), mkNode("n2", 8, 1)}
@@ -169,7 +169,7 @@ func TestPreemptingFromAnotherLeader(t *testing.T) {
 		withCheckpoint(alloc("b1", "b", "n2", long, 0, 1, 2, 3, 4, 5, 6, 7), t0.Add(-time.Minute)),
 	})
 	e := mustEngine(t, policy.Default())
-	e.Preempting(Preemption{Stop: Stop{JobID: "a", Allocs: []string{"a1"}, Grace: time.Minute}}, t0.Add(-10*time.Second))
+	e.Preempting(Preemption{Stop: Stop{JobID: "a", Allocs: []string{"a1"}, Grace: time.Minute}, Preemptor: "urgent"}, t0.Add(-10*time.Second))
 	plan := e.Decide(snap, t0)
 	if len(plan.Preemptions) != 0 {
 		t.Fatalf("preempted %v; a's preemption is under way and frees enough", preemptedIDs(plan))

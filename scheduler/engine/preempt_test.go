@@ -11,6 +11,9 @@ import (
 
 func withCheckpoint(a *cluster.Alloc, at time.Time) *cluster.Alloc { a.LastCheckpoint = at; return a }
 
+// stopping marks a told to stop.
+func stopping(a *cluster.Alloc) *cluster.Alloc { a.Stopping = true; return a }
+
 func withGroup(a *cluster.Alloc, g string) *cluster.Alloc { a.Group = g; return a }
 
 // Preemption picks the cheapest whole gangs, and never a non-preemptible,
@@ -302,9 +305,10 @@ func TestMemoryRoundTrip(t *testing.T) {
 
 // A gang preempted for one job may be claimed by a job scoring higher
 // that arrives during its grace (as a higher-priority pod may take a
-// nominated node's room): q (critical) takes v, stopping for p (high),
+// nominated node's room): q (high) takes v, stopping for p (normal),
 // and p preempts w. A defragmenting move's room is not claimed so
-// (TestDefragmentRoomNotClaimed).
+// (TestDefragmentRoomNotClaimed); a top-tier job preempts its own way in
+// instead (TestTopTierPreemptsRatherThanWaitForOthersStops).
 func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 	store := cluster.NewStore()
 	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
@@ -312,6 +316,47 @@ func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 	scav := meta("impact_tier", "scavenger", "impact_grace", "5m")
 	mustDo(t, store.UpsertJob(mkJob("v", running(), group("main", 1, 8), scav)))
 	mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), scav)))
+	// v checkpointed lately: the cheaper victim.
+	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7), t0.Add(-time.Minute))))
+	mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
+	mustDo(t, store.UpsertJob(mkJob("p", group("main", 1, 8), meta("impact_tier", "normal"))))
+	for _, explain := range []bool{true, false} {
+		var opts []Option
+		if !explain {
+			opts = append(opts, WithoutExplanations())
+		}
+		e := mustEngine(t, nil, opts...)
+		p1 := e.Decide(store.Snapshot(), t0)
+		if got := join(preemptedIDs(p1)); got != "v" {
+			t.Fatalf("first cycle preempted %q, want v", got)
+		}
+		mustDo(t, store.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "high"))))
+		p2 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
+		store.DeleteJob("q")
+		if len(p2.Preemptions) != 1 || p2.Preemptions[0].JobID != "w" || p2.Preemptions[0].Preemptor != "p" {
+			t.Fatalf("explain %v: second cycle preempts %+v, want w for p (q claims v)", explain, p2.Preemptions)
+		}
+		if explain {
+			if exp := p2.Explanations["q"]; exp.Status != StatusPreempting || join(exp.Victims) != "v" {
+				t.Errorf("q: %+v, want waiting for v", exp)
+			}
+		}
+	}
+}
+
+// A job of the top tier does not wait for a gang stopping for another job
+// when it can preempt its own way in: the other job's grace may run long
+// (v's is 5m), and that job would preempt again anyway. q (critical)
+// preempts w at once, and p (high) keeps waiting for v. Once q's own
+// victim stops, q waits for it rather than preempting twice, and starts
+// on its GPUs.
+func TestTopTierPreemptsRatherThanWaitForOthersStops(t *testing.T) {
+	store := cluster.NewStore()
+	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+	scav := meta("impact_tier", "scavenger", "impact_grace", "5m")
+	mustDo(t, store.UpsertJob(mkJob("v", running(), group("main", 1, 8), scav)))
+	mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), meta("impact_tier", "scavenger", "impact_grace", "30s"))))
 	// v checkpointed lately: the cheaper victim.
 	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7), t0.Add(-time.Minute))))
 	mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
@@ -328,14 +373,37 @@ func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 		}
 		mustDo(t, store.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "critical"))))
 		p2 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
-		store.DeleteJob("q")
-		if len(p2.Preemptions) != 1 || p2.Preemptions[0].JobID != "w" || p2.Preemptions[0].Preemptor != "p" {
-			t.Fatalf("explain %v: second cycle preempts %+v, want w for p (q claims v)", explain, p2.Preemptions)
+		if len(p2.Preemptions) != 1 || p2.Preemptions[0].JobID != "w" || p2.Preemptions[0].Preemptor != "q" {
+			t.Fatalf("explain %v: second cycle preempts %+v, want w for q (not q waiting for v, stopping for p)", explain, p2.Preemptions)
 		}
 		if explain {
-			if exp := p2.Explanations["q"]; exp.Status != StatusPreempting || join(exp.Victims) != "v" {
-				t.Errorf("q: %+v, want waiting for v", exp)
+			if exp := p2.Explanations["p"]; exp.Status != StatusPreempting || join(exp.Victims) != "v" {
+				t.Errorf("p: %+v, want still waiting for v", exp)
 			}
 		}
+		// The adapter marks w stopping: q waits for its own victim and
+		// orders nothing more.
+		mustDo(t, store.UpsertAlloc(stopping(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))))
+		p3 := e.Decide(store.Snapshot(), t0.Add(time.Minute+10*time.Second))
+		if len(p3.Preemptions) != 0 {
+			t.Fatalf("explain %v: third cycle preempts %+v while q's own victim stops", explain, p3.Preemptions)
+		}
+		if explain {
+			if exp := p3.Explanations["q"]; exp.Status != StatusPreempting || join(exp.Victims) != "w" {
+				t.Errorf("q: %+v, want waiting for w", exp)
+			}
+		}
+		// w gone: q starts on n2.
+		store.DeleteAlloc("wa")
+		p4 := e.Decide(store.Snapshot(), t0.Add(2*time.Minute))
+		a := admission(p4, "q")
+		if a == nil {
+			t.Fatalf("explain %v: q not admitted once w stopped: %+v", explain, p4.Explanations["q"])
+		}
+		if n := a.Groups[0].Allocs[0].NodeID; n != "n2" {
+			t.Fatalf("explain %v: q on %s, want n2 (w's GPUs)", explain, n)
+		}
+		store.DeleteJob("q")
+		mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
 	}
 }

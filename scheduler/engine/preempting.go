@@ -17,7 +17,10 @@ const maxPreemptAttemptsPerSuccess = 4
 
 // preempter is the preempt step: for a job that does not fit and whose
 // tier may preempt, it waits for gangs already stopping when they free
-// enough (waitForStopping), or searches the cheapest whole gangs to stop
+// enough (waitForStopping; a job of the top tier first only for those
+// stopping for itself, then preempts its own way in, and only when
+// it cannot waits for the others' too), or searches the cheapest whole
+// gangs to stop
 // (preempt.Search among the candidates its tier may take: preemptible,
 // of a tier it may preempt, past their min runtime; made minimal) and
 // orders their stops only if the gain exceeds the cost and the policy's
@@ -57,7 +60,9 @@ func (p *preempter) spent() bool {
 
 // tryPreempt looks for victims for a job that does not fit. It first
 // counts the GPUs of gangs already stopping (preemptions under way): if
-// they suffice, the job waits for them instead of preempting more.
+// they suffice, the job waits for them instead of preempting more (a
+// top-tier job only for gangs stopping for itself, before
+// searching, and for all of them only when it orders no preemption).
 // Otherwise it searches the cheapest minimal set of victims (preemptable)
 // and orders their stops if the gain beats the cost and the budgets allow
 // (orderPreemptions).
@@ -73,12 +78,29 @@ func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 		}
 		return req
 	}
-	if pe.waitForStopping(q, exp, request) {
+	// A job of the top tier waits first only for the gangs stopping for
+	// itself (its own earlier preemption), then preempts its own way in,
+	// and only when it cannot waits for gangs stopping for others.
+	ownFirst := pe.c.pol.Preemption.Enabled && pe.topTier(q)
+	if pe.waitForStopping(q, exp, request, ownFirst) {
 		return true
 	}
 	if !pe.c.pol.Preemption.Enabled {
 		return false
 	}
+	if pe.preemptOwnWay(q, exp, request) {
+		return true
+	}
+	return ownFirst && pe.waitForStopping(q, exp, request, false)
+}
+
+// topTier: q's tier has the highest weight of the policy's tiers (ties
+// included, see cycle.topTier).
+func (pe *preempter) topTier(q *queued) bool { return pe.c.topTier(q.f.tier) }
+
+// preemptOwnWay searches the cheapest victims for q and orders their
+// stops when the gain beats the cost and the budgets allow.
+func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() placement.Request) (preempting bool) {
 	if pe.c.explain && pe.c.why.hasYoung() {
 		defer func() {
 			if !preempting {
@@ -180,7 +202,12 @@ func (pe *preempter) victimsCost(victims []int) (cost, lost float64) {
 // similar or better tier-weighted JCT (12,431s against 12,231s; 26,763s
 // against 28,877s), at a longer critical p99 (90s against 62s; 101s
 // against 62s).
-func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func() placement.Request) bool {
+//
+// With ownOnly, only those stopping for q (stopsFor: it preempted them):
+// a top-tier job does not queue behind stops ordered for other jobs or
+// for none, whose graces may run long, when it can preempt its own way
+// in (tryPreempt); it still waits for those it preempted itself.
+func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func() placement.Request, ownOnly bool) bool {
 	holders := pe.c.st.Holders()
 	// Releasing the stopping gangs frees at most their GPUs: when that
 	// cannot make room, placing is not tried (most waiting jobs).
@@ -204,7 +231,8 @@ func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func()
 	cp := pe.c.st.Checkpoint()
 	var stopping []int
 	for _, h := range pe.stopping {
-		if !pe.c.claimed[h] && !pe.c.hr.shields(q, h) && !pe.c.holds.boundToOther(q, h) {
+		if !pe.c.claimed[h] && !pe.c.hr.shields(q, h) && !pe.c.holds.boundToOther(q, h) &&
+			(!ownOnly || pe.stopsFor(q, h)) {
 			stopping = append(stopping, h)
 			pe.c.st.ReleaseHolder(h)
 		}
@@ -239,6 +267,16 @@ func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func()
 		pe.c.defrag.explainMoves(q, exp)
 	}
 	return true
+}
+
+// stopsFor: holder h is stopping for q (a preemption q ordered).
+func (pe *preempter) stopsFor(q *queued, h int) bool {
+	for _, a := range pe.c.st.Holders()[h].Allocs {
+		if st, ok := pe.c.mem.stopOf(a.ID); ok && st.preemptor == q.job.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // unclaimedStoppingGPUs is what the gangs already stopping and not yet
@@ -331,7 +369,7 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		}
 		for _, a := range hd.Allocs {
 			p.Allocs = append(p.Allocs, a.ID)
-			pe.c.mem.orderStop(a.ID, inflightStop{job: hd.JobID, decided: pe.c.now, expires: pe.c.now.Add(v.Grace)})
+			pe.c.mem.orderStop(a.ID, inflightStop{job: hd.JobID, preemptor: q.job.ID, decided: pe.c.now, expires: pe.c.now.Add(v.Grace)})
 		}
 		pe.c.plan.Preemptions = append(pe.c.plan.Preemptions, p)
 		pe.c.e.logger.Debug("preempting gang", "victim", hd.JobID, "preemptor", q.job.ID, "gpus", hd.GPUs,

@@ -80,3 +80,19 @@ type tierSlot struct {
 
 // tierPool keys what the cycle works out once per tier and pool.
 type tierPool struct{ tier, pool string }
+
+// topTier: the tier has the highest weight of the policy's tiers (ties
+// included). A wait for another job's stops costs its jobs most (the
+// critical tier's p99 wait), and no tier outranks it.
+func (c *cycle) topTier(name string) bool {
+	t := c.tier(name)
+	if t == nil {
+		return false
+	}
+	for _, o := range c.pol.Tiers {
+		if o.Weight > t.Weight {
+			return false
+		}
+	}
+	return true
+}
