@@ -128,6 +128,29 @@ backfill {
   reservations = 1
 }
 
+# Learned walltimes (off by default): a job that declares no
+# impact_walltime leaves the engine blind to when it ends: waiting, it may
+# backfill reserved GPUs only if the reserving job may preempt it;
+# running, a reservation behind it has no time. With learn = true the
+# engine learns the run times of finished jobs (allocations that ran to
+# their end on their own; stopped, preempted, failed or lost ones teach
+# nothing), from the runs that ended within the last `window` of the
+# finest class with at least `min_samples` of them: the same project,
+# tier and GPUs per allocation, else project and tier, else tier. A
+# waiting job without a walltime is estimated to run the `quantile` of
+# them and backfills when that ends before the reservation is needed.
+# With `running = true` too, a running job without one is estimated to end
+# early, at the (1 - quantile) quantile of the runs of its class longer
+# than it has run so far, which times reservations behind it. Estimates
+# never stop a job; `impact explain` says "estimated" where one was used.
+walltime {
+  learn       = false
+  running     = false # default false; needs learn
+  quantile    = 0.9   # default 0.9, in (0, 1]
+  min_samples = 20    # default 20
+  window      = "72h" # default "72h"
+}
+
 # Defragmenting preemption (off by default): a waiting job for which the
 # pool has free GPUs enough, but not where it could use them (an 8-GPU job
 # beside nodes with 7 free GPUs whose 8th holds a small job), may stop

@@ -109,6 +109,7 @@ steps=(
 	"defrag defragger defrag.go"
 	"why explainer reasons.go"
 	"hr hrCycle headroom.go headroom_prefer.go"
+	"wall walltimes walltime.go"
 )
 for s in "${steps[@]}"; do
 	read -r field typ own <<<"$s"

@@ -304,6 +304,10 @@ func plannedStart(e agentapi.Explanation) string {
 		case engine.StatusPreempting:
 			return "As soon as the gangs stopping for it have stopped (their checkpoint grace)."
 		}
+		if !ex.ReservedUntil.IsZero() && ex.ReservedUntilEstimated {
+			return fmt.Sprintf("By about %s: GPUs are reserved for it, and the running jobs holding them are expected to end by then (estimated: some give no impact_walltime, and finished jobs like them ran that long).",
+				ex.ReservedUntil.UTC().Format(time.RFC3339))
+		}
 		if !ex.ReservedUntil.IsZero() {
 			return fmt.Sprintf("By %s: GPUs are reserved for it, and the running jobs holding them end by then (their impact_walltime).",
 				ex.ReservedUntil.UTC().Format(time.RFC3339))

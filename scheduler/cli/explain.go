@@ -92,7 +92,11 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 	x := e.Decided()
 	rows("Rejected", rejectedLines(x.Rejected))
 	if !x.ReservedUntil.IsZero() {
-		row("Reserved until", x.ReservedUntil.UTC().Format(time.RFC3339))
+		until := x.ReservedUntil.UTC().Format(time.RFC3339)
+		if x.ReservedUntilEstimated {
+			until += " (estimated: running work without a walltime, by learned run times)"
+		}
+		row("Reserved until", until)
 	}
 	if e.PreemptedBy != "" {
 		row("Preempted by", e.PreemptedBy)

@@ -26,9 +26,9 @@ type Store struct {
 	// byJob indexes allocation IDs per job ID; each value is replaced, never
 	// modified in place, so snapshots can share it.
 	byJob cowMap[[]string]
-	// finished is the log of allocations that stopped (FinishAlloc), for
-	// usage charging; finishedBase is the sequence number of its first
-	// record. Records are only appended, and trimming builds a new slice,
+	// finished is the log of allocations that stopped (FinishAlloc,
+	// CompleteAlloc), for usage charging and learned run times;
+	// finishedBase is the sequence number of its first record. Records are only appended, and trimming builds a new slice,
 	// so a snapshot can share the slice it was given.
 	finished     []Finished
 	finishedBase uint64
@@ -186,8 +186,21 @@ func (s *Store) removeAlloc(id string) *Alloc {
 // it even when it ran between two cycles. It reports whether the
 // allocation was known. Allocations without GPUs, or of jobs the store
 // does not hold or whose impact metadata is bad, are not charged (as in
-// the engine's per-cycle charge).
+// the engine's per-cycle charge). Use it for an allocation that was
+// stopped, failed or lost; CompleteAlloc for one that ran to its end.
 func (s *Store) FinishAlloc(id string, end time.Time) bool {
+	return s.finish(id, end, false)
+}
+
+// CompleteAlloc is FinishAlloc for an allocation that ran to its end on
+// its own (its tasks exited successfully, nobody stopped it): its record
+// is marked Completed, so its run time may teach the engine how long
+// such jobs run.
+func (s *Store) CompleteAlloc(id string, end time.Time) bool {
+	return s.finish(id, end, true)
+}
+
+func (s *Store) finish(id string, end time.Time, completed bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.removeAlloc(id)
@@ -206,8 +219,8 @@ func (s *Store) FinishAlloc(id string, end time.Time) bool {
 		s.finishedBase += uint64(drop)
 	}
 	s.finished = append(s.finished, Finished{
-		AllocID: old.ID, JobID: old.JobID, Project: j.Spec.Project,
-		GPUs: len(old.GPUs), Start: old.Start, End: end,
+		AllocID: old.ID, JobID: old.JobID, Project: j.Spec.Project, Tier: j.Spec.Tier,
+		GPUs: len(old.GPUs), Start: old.Start, End: end, Completed: completed,
 	})
 	return true
 }

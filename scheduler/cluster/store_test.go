@@ -124,6 +124,17 @@ func TestFinishAllocLog(t *testing.T) {
 	if recs, next := snap.FinishedSince(next); len(recs) != 0 || next != 1 {
 		t.Fatalf("FinishedSince(1) = %v, %d; want nothing new", recs, next)
 	}
+	// An allocation that ran to its end is recorded as completed.
+	if err := s.UpsertAlloc(&Alloc{ID: "c1", JobID: "j1", NodeID: "n1", GPUs: []string{"n1-g0"}, Start: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.CompleteAlloc("c1", t0.Add(2*time.Hour)) {
+		t.Fatal("CompleteAlloc = false for a known allocation")
+	}
+	recs, next = s.Snapshot().FinishedSince(next)
+	if want := (Finished{AllocID: "c1", JobID: "j1", GPUs: 1, Start: t0, End: t0.Add(2 * time.Hour), Completed: true}); len(recs) != 1 || recs[0] != want || next != 2 {
+		t.Fatalf("after CompleteAlloc: %+v, %d; want [%+v], 2", recs, next, want)
+	}
 	// Bounded: past MaxFinished the oldest records are dropped and a
 	// reader that fell behind gets what is left, in order.
 	for i := range MaxFinished + 10 {
@@ -132,7 +143,7 @@ func TestFinishAllocLog(t *testing.T) {
 		s.FinishAlloc(id, t0.Add(time.Duration(i)*time.Second))
 	}
 	recs, next = s.Snapshot().FinishedSince(0)
-	if next != MaxFinished+11 || len(recs) > MaxFinished || recs[len(recs)-1].AllocID != fmt.Sprintf("b%d", MaxFinished+9) {
+	if next != MaxFinished+12 || len(recs) > MaxFinished || recs[len(recs)-1].AllocID != fmt.Sprintf("b%d", MaxFinished+9) {
 		t.Fatalf("after overflow: %d records, next %d", len(recs), next)
 	}
 	for i := 1; i < len(recs); i++ {

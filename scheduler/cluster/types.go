@@ -340,11 +340,15 @@ type Alloc struct {
 type Finished struct {
 	AllocID string
 	JobID   string
-	// Project is the job's impact_project as written ("" = the policy's
-	// default project).
-	Project string
+	// Project and Tier are the job's impact_project and impact_tier as
+	// written ("" = the policy's default).
+	Project, Tier string
 	// GPUs the allocation held.
 	GPUs int
 	// Start and End of the allocation's run.
 	Start, End time.Time
+	// Completed: the allocation ran to its end on its own
+	// (Store.CompleteAlloc), rather than being stopped, failing or being
+	// lost: End - Start is a run time the engine may learn from.
+	Completed bool
 }

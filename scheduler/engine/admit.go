@@ -24,8 +24,9 @@ import (
 // will get when running work ends (reserve.go); a job that does not
 // place on its pool even empty (placement.State.Empty) is parked with
 // each node's reason instead and holds nothing; later jobs may use
-// reserved GPUs only if they end (by walltime) before the reservation is
-// needed, or are preemptible by the reserving job (mayBackfill).
+// reserved GPUs only if they end (by walltime, or by a learned estimate
+// without one: walltime.go) before the reservation is needed, or are
+// preemptible by the reserving job (mayBackfill).
 type placer struct {
 	c *cycle
 	// poolMax: per pool, what its largest node sets hold (tooBig).
@@ -115,7 +116,8 @@ func deviceConstraintReason(group string, d cluster.DeviceAsk, pool string, miss
 	return why
 }
 
-func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfilled bool) {
+// estimated: it backfills by an estimated walltime (mayBackfill).
+func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfilled, estimated bool) {
 	j := q.job
 	adm := Admission{JobID: j.ID, ModifyIndex: j.ModifyIndex, Pool: q.pool, Score: p.c.order.scoreOf(q), Backfilled: backfilled}
 	pools := map[string]bool{}
@@ -179,6 +181,9 @@ func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfi
 	}
 	if backfilled {
 		exp.Reason = "backfilled ahead of a reservation"
+		if estimated {
+			exp.Reason += " (it has no walltime: its estimate from finished jobs like it ends before the reservation is needed)"
+		}
 	}
 }
 
@@ -216,7 +221,7 @@ func blockWarnings(j *cluster.Job) []string {
 // tryAdmit admits the job where it fits on free GPUs (reserved ones too
 // when it may backfill); otherwise it says why not.
 func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
-	backfill := p.mayBackfill(q)
+	backfill, estimated := p.mayBackfill(q)
 	free := p.c.st.FreeGPUs(q.pool)
 	if backfill {
 		free += p.c.st.ReservedFreeGPUs(q.pool)
@@ -232,7 +237,7 @@ func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 		return false
 	}
 	if res, ok := p.c.hr.prefer(q, p.c.request(q, backfill)); ok {
-		p.admit(q, exp, res, backfill && len(p.reservations) > 0)
+		p.admit(q, exp, res, backfill && len(p.reservations) > 0, estimated)
 		return true
 	}
 	var rej placement.Rejections
@@ -240,7 +245,7 @@ func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 		rej = placement.Rejections{}
 	}
 	if res, ok := p.c.st.Place(p.c.request(q, backfill), rej); ok {
-		p.admit(q, exp, res, backfill && len(p.reservations) > 0)
+		p.admit(q, exp, res, backfill && len(p.reservations) > 0, estimated)
 		return true
 	}
 	if p.c.explain {

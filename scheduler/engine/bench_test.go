@@ -248,3 +248,39 @@ func BenchmarkDecideSteadyLongQueue(b *testing.B) {
 	}
 	ct.report()
 }
+
+// BenchmarkDecideLearnedWalltimes is BenchmarkDecide with learned
+// walltimes on and learned for every class: every running gang (none
+// declares a walltime) is timed by an estimate when a reservation is
+// made, and waiting jobs without one are asked theirs.
+func BenchmarkDecideLearnedWalltimes(b *testing.B) {
+	snap := bigCluster(b, 2000, 5000, 10000, 1)
+	snap.Nodes()
+	snap.Jobs()
+	snap.Allocs()
+	pol := mustPolicy(b, "walltime {\n  learn   = true\n  running = true\n}\n")
+	var runs []learnedRun
+	for p := range 10 {
+		for _, tier := range []string{"critical", "high", "normal", "scavenger"} {
+			for _, gpus := range []int32{1, 2, 4, 8} {
+				for i := range maxWallRuns {
+					runs = append(runs, learnedRun{project: fmt.Sprintf("p%d", p), tier: tier, gpus: gpus,
+						wallRun: wallRun{end: t0.Add(-time.Duration(i) * time.Minute).UnixNano(), run: time.Duration(1+i%48) * time.Hour}})
+				}
+			}
+		}
+	}
+	ct := startCycleTimes(b)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e := mustEngine(b, pol)
+		e.learnWalltimes(runs, t0)
+		b.StartTimer()
+		var p *Plan
+		ct.time(func() { p = e.Decide(snap, t0) })
+		if len(p.Explanations) != 10000 {
+			b.Fatalf("explanations: %d", len(p.Explanations))
+		}
+	}
+	ct.report()
+}

@@ -58,6 +58,8 @@ type changes struct {
 	// hrMem: the pools whose learned-headroom memory the cycle changed,
 	// with their new memory (hrCycle.memoryToChange).
 	hrMem map[string]*hrMemory
+	// wallRuns: the run times learned this cycle (walltimes.begin).
+	wallRuns []learnedRun
 }
 
 // cycleMemory is how a cycle sees the engine's memory: as it was when
@@ -313,4 +315,5 @@ func (e *Engine) apply(ch *changes, now time.Time) {
 		}
 		maps.Copy(e.hrMem, ch.hrMem)
 	}
+	e.learnWalltimes(ch.wallRuns, now)
 }

@@ -43,6 +43,7 @@ type cycle struct {
 
 	// The steps, in the order run calls them.
 	acc    accruer   // accrue.go: usage charged, stops expired
+	wall   walltimes // walltime.go: run times learned, walltimes estimated
 	holds  holdings  // held.go: GPUs held for earlier decisions
 	judge  judger    // victims.go, idle.go, gangwatch.go: running gangs
 	order  orderer   // queue.go, layout.go: the queue ordered
@@ -70,6 +71,7 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 	c.acc, c.holds, c.judge, c.order = accruer{c}, holdings{c: c}, judger{c: c}, orderer{c: c}
 	c.place = placer{c: c, poolMax: map[string][3]int{}}
 	c.pre, c.defrag, c.why = preempter{c: c}, defragger{c: c}, explainer{c: c}
+	c.wall = newWalltimes(c)
 	return c
 }
 
@@ -116,6 +118,7 @@ func (c *cycle) run() {
 	c.sideBySide(c.buildState, c.order.refreshQueue)
 	facts := c.judge.managedFacts()
 	c.acc.accrue(c.st.Holders(), facts)
+	c.wall.begin(facts)
 	c.holds.holdPending()
 	c.holds.holdBindings()
 	var lay *queueLayout

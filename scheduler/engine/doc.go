@@ -8,6 +8,8 @@
 // fixed order, each a type that owns its state and caches:
 //
 //	accruer    accrue.go      charge fair-share usage, expire old stops
+//	walltimes  walltime.go    learn run times of finished jobs (policy
+//	                          walltime block), estimate missing walltimes
 //	           cycle.go       build the capacity (placement.State)
 //	holdings   held.go        hold GPUs of admissions under way and of
 //	                          preemptors' and moved jobs' bindings

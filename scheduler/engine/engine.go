@@ -79,6 +79,9 @@ type Engine struct {
 	// hrMem: pool -> the recent arrivals a learned headroom is sized
 	// from (headroom.go).
 	hrMem map[string]*hrMemory
+	// walls: the run times learned for walltime estimates (walltime.go;
+	// nil until one is learned).
+	walls *wallMemory
 	// scratch is the cycles' reusable working memory (scratch.go).
 	scratch scratch
 }

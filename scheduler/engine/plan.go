@@ -232,6 +232,9 @@ type Explanation struct {
 	// ReservedUntil is when the reservation's GPUs are expected free (zero
 	// when none or unknown).
 	ReservedUntil time.Time `json:"reserved_until,omitzero"`
+	// ReservedUntilEstimated: ReservedUntil rests on the learned walltime
+	// of running work that declares none (policy walltime block).
+	ReservedUntilEstimated bool `json:"reserved_until_estimated,omitempty"`
 	// CouldPreempt is a gang the job may preempt once its min runtime has
 	// passed, at CouldPreemptFrom (empty when none: the job is not
 	// preempting, and nothing it may preempt is protected by its min

@@ -15,30 +15,38 @@ type reservation struct {
 	jobID string
 	tier  string
 	until time.Time // zero: unknown (running work without walltime)
+	// estimated: until rests on a learned walltime estimate (walltime.go).
+	estimated bool
 }
 
 // mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
-// Only if, for every reservation, it ends (by walltime) before the
-// reservation is needed, or the reserving job can take the GPUs back by
-// preempting it: the job is preemptible, the reserving job's tier may
-// preempt its tier, and preemption is enabled at all. With preemption off
-// a backfilled job would hold the reserved GPUs for as long as it runs,
-// and the reservation would hold nothing.
-func (p *placer) mayBackfill(q *queued) bool {
+// Only if, for every reservation, it ends (by walltime, or without one by
+// its learned estimate: walltime.go) before the reservation is needed, or
+// the reserving job can take the GPUs back by preempting it: the job is
+// preemptible, the reserving job's tier may preempt its tier, and
+// preemption is enabled at all. With preemption off a backfilled job would
+// hold the reserved GPUs for as long as it runs, and the reservation would
+// hold nothing. estimated: some reservation is passed by an estimated
+// walltime.
+func (p *placer) mayBackfill(q *queued) (ok, estimated bool) {
 	if len(p.reservations) == 0 || !p.c.pol.Backfill.Enabled {
-		return false
+		return false, false
 	}
-	wall := q.walltime
+	wall, est := q.walltime, false
+	if wall <= 0 {
+		wall, est = p.c.wall.ofQueued(q)
+	}
 	reclaimable := q.f.preemptible && p.c.pol.Preemption.Enabled
 	for _, r := range p.reservations {
 		if endsBefore := wall > 0 && !r.until.IsZero() && !p.c.now.Add(wall).After(r.until); endsBefore {
+			estimated = estimated || est
 			continue
 		}
 		if preemptibleByIt := reclaimable && p.c.mayPreempt(r.tier, q.f.tier); !preemptibleByIt {
-			return false
+			return false, false
 		}
 	}
-	return true
+	return true, estimated
 }
 
 func (p *placer) reserveSlots(res placement.Result) {
@@ -64,7 +72,7 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 	next := q.gpus
 	var found placement.Result
 	var until time.Time
-	ok := false
+	ok, estimated := false, false
 	for i := 0; ; i++ {
 		h, more := p.endOrder.at(i)
 		if !more {
@@ -74,13 +82,16 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 			continue
 		}
 		p.c.st.ReleaseHolder(h)
+		if p.endOrder.estimated(i) {
+			estimated = true
+		}
 		free := p.c.st.FreeGPUs(q.pool)
 		if free < next {
 			continue
 		}
 		if res, fit := p.c.st.Place(req, nil); fit {
 			found, ok = res, true
-			until = p.expectedEnd(&holders[h])
+			until, _ = p.expectedEnd(h, &holders[h])
 			break
 		}
 		// Fragmented: try again only once noticeably more is free, so the
@@ -106,18 +117,22 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 	}
 	p.c.st.Rollback(cp)
 	p.reserveSlots(found)
-	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until})
+	estimated = estimated && !until.IsZero()
+	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until, estimated: estimated})
 	if p.c.explain {
 		p.c.why.addReservationNote(p.reservationNote())
 	}
 	exp.Status = StatusReserved
-	exp.ReservedUntil = until
+	exp.ReservedUntil, exp.ReservedUntilEstimated = until, estimated
 	if !p.c.explain {
 		return
 	}
-	if until.IsZero() {
+	switch {
+	case until.IsZero():
 		exp.Reason += "; GPUs reserved (time unknown: running work has no walltime)"
-	} else {
+	case estimated:
+		exp.Reason += fmt.Sprintf("; GPUs reserved, expected free by %s (estimated: running work without a walltime is timed by the run times of finished jobs like it)", until.UTC().Format(time.RFC3339))
+	default:
 		exp.Reason += fmt.Sprintf("; GPUs reserved, expected free by %s", until.UTC().Format(time.RFC3339))
 	}
 }
@@ -167,35 +182,46 @@ func (p *placer) reservationNote() string {
 		}
 		b.WriteString(r.jobID)
 		if !r.until.IsZero() {
-			fmt.Fprintf(&b, " (needed by %s)", r.until.UTC().Format(time.RFC3339))
+			fmt.Fprintf(&b, " (needed by %s", r.until.UTC().Format(time.RFC3339))
+			if r.estimated {
+				b.WriteString(", estimated")
+			}
+			b.WriteString(")")
 		}
 	}
-	b.WriteString(": a job may use them only if its impact_walltime ends before they are needed, or it is preemptible by the reserving job")
+	if p.c.wall.notes() {
+		b.WriteString(": a job may use them only if its impact_walltime (or, without one, its walltime estimated from finished jobs like it) ends before they are needed, or it is preemptible by the reserving job")
+	} else {
+		b.WriteString(": a job may use them only if its impact_walltime ends before they are needed, or it is preemptible by the reserving job")
+	}
 	return b.String()
 }
 
-// expectedEnd of a gang: now when stopping, start + walltime when known
-// (never before now), zero when unknown.
-func (p *placer) expectedEnd(hd *placement.Holder) time.Time {
+// expectedEnd of holder h: now when stopping, start + walltime when
+// known (never before now), else start + its estimate when the policy
+// estimates running work (estimated: always after now, see
+// walltimes.ofHolder), zero when unknown.
+func (p *placer) expectedEnd(h int, hd *placement.Holder) (time.Time, bool) {
 	if hd.Stopping {
-		return p.c.now
+		return p.c.now, false
 	}
-	if hd.Job == nil || hd.Job.Spec.Walltime <= 0 {
-		return time.Time{}
+	wall, est := p.c.wall.ofHolder(h, hd)
+	if wall <= 0 {
+		return time.Time{}, false
 	}
-	end := earliestStart(hd.Allocs).Add(hd.Job.Spec.Walltime)
+	end := earliestStart(hd.Allocs).Add(wall)
 	if end.Before(p.c.now) {
-		return p.c.now
+		return p.c.now, false
 	}
-	return end
+	return end, est
 }
 
 // endKey is a holder's place in the order of expected ends.
 type endKey struct {
-	h     int
-	known bool
-	end   int64
-	start int64
+	h          int
+	known, est bool
+	end        int64
+	start      int64
 }
 
 // endOrder yields the holders by expected end (known ends first, earliest
@@ -207,14 +233,16 @@ type endOrder struct {
 	holders []placement.Holder
 	heap    []endKey
 	sorted  []int
+	// est: the i-th holder's end is estimated (walltimes).
+	est []bool
 }
 
 func (p *placer) holdersByEnd() *endOrder {
 	holders := p.c.st.Holders()
 	o := &endOrder{holders: holders, heap: buffer.Zeroed(&p.c.e.scratch.ends, len(holders))}
 	for i := range holders {
-		end := p.expectedEnd(&holders[i])
-		o.heap[i] = endKey{h: i, known: !end.IsZero(), end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
+		end, est := p.expectedEnd(i, &holders[i])
+		o.heap[i] = endKey{h: i, known: !end.IsZero(), est: est, end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
 	}
 	for i := len(o.heap)/2 - 1; i >= 0; i-- {
 		o.down(i)
@@ -230,12 +258,16 @@ func (o *endOrder) at(i int) (int, bool) {
 			return 0, false
 		}
 		o.sorted = append(o.sorted, o.heap[0].h)
+		o.est = append(o.est, o.heap[0].est)
 		o.heap[0] = o.heap[n-1]
 		o.heap = o.heap[:n-1]
 		o.down(0)
 	}
 	return o.sorted[i], true
 }
+
+// estimated: the i-th holder's end (at(i) read first) is estimated.
+func (o *endOrder) estimated(i int) bool { return o.est[i] }
 
 func (o *endOrder) less(a, b endKey) bool {
 	if a.known != b.known {

@@ -294,8 +294,15 @@ func (m *mirror) dropEnded(store *cluster.Store, key string) []*wireAlloc {
 // finishAlloc removes a terminal allocation from the model, recording when
 // it ended so that its GPU time since the last cycle is charged (see
 // cluster.Store.FinishAlloc); without an end time it is only deleted.
+// One that completed while Nomad still wanted it running (its tasks
+// exited successfully, nobody stopped it) is recorded as completed
+// (cluster.Store.CompleteAlloc), so the engine may learn its run time.
 func finishAlloc(store *cluster.Store, a *wireAlloc) {
 	if end := allocEnd(a); !end.IsZero() {
+		if a.ClientStatus == "complete" && a.DesiredStatus == "run" {
+			store.CompleteAlloc(a.ID, end)
+			return
+		}
 		store.FinishAlloc(a.ID, end)
 		return
 	}

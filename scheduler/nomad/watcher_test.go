@@ -239,6 +239,11 @@ func TestWatcherRecordsFinishedAllocations(t *testing.T) {
 		!r.Start.Equal(a.Start) || !r.End.Equal(t0.Add(90*time.Minute)) {
 		t.Errorf("record = %+v, want %s of default/pinned, project olmo, 2 GPUs, %v to %v", r, a.ID, a.Start, t0.Add(90*time.Minute))
 	}
+	// Its tasks exited successfully and nobody stopped it: a run time the
+	// engine may learn from.
+	if !r.Completed {
+		t.Errorf("record = %+v, want it completed", r)
+	}
 }
 
 // Only batches that change the model signal a change (each is worth a

@@ -33,6 +33,7 @@ type policyFile struct {
 	Headrooms      []headroomFile  `hcl:"headroom,block"`
 	Gangs          *gangsFile      `hcl:"gangs,block"`
 	Idle           *idleFile       `hcl:"idle,block"`
+	Walltime       *walltimeFile   `hcl:"walltime,block"`
 }
 
 type tierFile struct {
@@ -103,6 +104,14 @@ type headroomFile struct {
 
 type gangsFile struct {
 	MissingMemberGrace hcl.Expression `hcl:"missing_member_grace,optional"`
+}
+
+type walltimeFile struct {
+	Learn      *bool          `hcl:"learn,optional"`
+	Running    *bool          `hcl:"running,optional"`
+	Quantile   *float64       `hcl:"quantile,optional"`
+	MinSamples *int           `hcl:"min_samples,optional"`
+	Window     hcl.Expression `hcl:"window,optional"`
 }
 
 type idleFile struct {
@@ -249,6 +258,13 @@ func (o *overlay) apply(f *policyFile) {
 	}
 	if f.Idle != nil {
 		p.Idle = o.idle(f.Idle).apply(p.Idle)
+	}
+	if w := f.Walltime; w != nil {
+		set(&p.Walltime.Learn, w.Learn)
+		set(&p.Walltime.Running, w.Running)
+		set(&p.Walltime.Quantile, w.Quantile)
+		set(&p.Walltime.MinSamples, w.MinSamples)
+		o.dur(&p.Walltime.Window, w.Window)
 	}
 	for k, r := range o.at {
 		p.pos[k] = posOf(r)

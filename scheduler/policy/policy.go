@@ -39,6 +39,9 @@ type Policy struct {
 	Headrooms map[string]*Headroom
 	// Gangs governs running gangs that lose a member.
 	Gangs Gangs
+	// Walltime governs run times learned for jobs that declare no
+	// impact_walltime (see Walltime). Off by default.
+	Walltime Walltime
 	// Idle is the utilisation policy of every tier without its own idle
 	// block (see IdleOfTier): when a running job counts as idle or hung,
 	// and what is done about it.
@@ -196,6 +199,43 @@ type Gangs struct {
 	MissingMemberGrace time.Duration
 }
 
+// Walltime governs learned walltimes. A job that declares no
+// impact_walltime leaves the engine blind to when it ends: a waiting one
+// may not backfill reserved GPUs unless it is preemptible by the
+// reserving job, and a reservation behind a running one has no time. With
+// Learn, the engine learns the run times of finished jobs (allocations
+// that ran to their end on their own; stopped, failed, lost or preempted
+// ones teach nothing), from the runs that ended within the last Window of
+// the finest class of jobs with at least MinSamples of them: the same
+// project, tier and GPUs per allocation, else the same project and tier,
+// else the same tier. A waiting job without a walltime is estimated to
+// run the Quantile of them, and backfills reserved GPUs when that ends
+// before the reservation is needed. With Running too, a running job
+// without one is estimated to end at the (1 - Quantile) quantile of the
+// runs of its class longer than it has run so far (early: a reservation
+// timed late lets backfilled work delay it), which times reservations
+// behind it. Estimates never stop a job; explanations say when one was
+// used.
+type Walltime struct {
+	Learn bool
+	// Running: estimates also time the ends of running work (see above).
+	Running bool
+	// Quantile of the run times taken as a waiting job's estimate, in
+	// (0, 1]: high, so that most jobs end before it.
+	Quantile float64
+	// MinSamples: no estimate from fewer runs.
+	MinSamples int
+	// Window: how far back run times count (by their end).
+	Window time.Duration
+}
+
+// Defaults of a walltime block.
+const (
+	DefaultWalltimeQuantile   = 0.9
+	DefaultWalltimeMinSamples = 20
+	DefaultWalltimeWindow     = 72 * time.Hour
+)
+
 // Default returns the built-in policy: four tiers, a "default" project,
 // preemption on with conservative limits, backfill with one reservation.
 func Default() *Policy {
@@ -225,6 +265,7 @@ func Default() *Policy {
 		Backfill:   Backfill{Enabled: true, Reservations: 1},
 		Defragment: Defragment{MaxVictimGPUs: 2, MaxPerCycle: 2},
 		Gangs:      Gangs{MissingMemberGrace: 2 * time.Minute},
+		Walltime:   Walltime{Quantile: DefaultWalltimeQuantile, MinSamples: DefaultWalltimeMinSamples, Window: DefaultWalltimeWindow},
 		Idle:       defaultIdle(),
 		pos:        map[string]Pos{},
 	}

@@ -65,7 +65,24 @@ func (p *Policy) Validate() error {
 		bad("gangs missing_member_grace", "must not be negative (0 turns the watch off)")
 	}
 	p.validateIdle(bad)
+	p.validateWalltime(bad)
 	return errors.Join(errs...)
+}
+
+func (p *Policy) validateWalltime(bad func(field, format string, args ...any)) {
+	w := p.Walltime
+	if !finite(w.Quantile) || w.Quantile <= 0 || w.Quantile > 1 {
+		bad("walltime quantile", "must be a number in (0, 1], such as 0.9, got %v", w.Quantile)
+	}
+	if w.MinSamples < 1 {
+		bad("walltime min_samples", "must be >= 1, got %d", w.MinSamples)
+	}
+	if w.Window <= 0 {
+		bad("walltime window", "must be > 0, got %s", w.Window)
+	}
+	if w.Running && !w.Learn {
+		bad("walltime running", "needs learn = true (running work's ends are estimated from learned run times)")
+	}
 }
 
 // posOf is where a field was written, or where its enclosing block was

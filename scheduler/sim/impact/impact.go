@@ -206,9 +206,15 @@ func (s *Scheduler) upsertAllocs(as []*cluster.Alloc) error {
 // finishAllocs tells the store a run ended at end, as the live watcher
 // does: the engine charges the run's GPU time up to end to its project's
 // fair-share usage, even if no cycle saw it running.
-func (s *Scheduler) finishAllocs(ri *runInfo, end int64) {
+// completed: the run ended on its own (the job finished), not stopped
+// or requeued, so its run time is one the engine may learn from.
+func (s *Scheduler) finishAllocs(ri *runInfo, end int64, completed bool) {
 	for _, a := range ri.allocs {
-		s.store.FinishAlloc(a.ID, sim.At(end))
+		if completed {
+			s.store.CompleteAlloc(a.ID, sim.At(end))
+		} else {
+			s.store.FinishAlloc(a.ID, sim.At(end))
+		}
 	}
 }
 
@@ -243,7 +249,7 @@ func (s *Scheduler) applyChange(c sim.Change) error {
 		return s.upsertAllocs(ri.allocs)
 	case sim.Requeued:
 		if ri := s.running[j.Index]; ri != nil {
-			s.finishAllocs(ri, c.At)
+			s.finishAllocs(ri, c.At, false)
 			delete(s.running, j.Index)
 		}
 		return s.store.UpsertJob(c.Model)
@@ -254,7 +260,7 @@ func (s *Scheduler) applyChange(c sim.Change) error {
 		}
 	case sim.Finished:
 		if ri := s.running[j.Index]; ri != nil {
-			s.finishAllocs(ri, c.At)
+			s.finishAllocs(ri, c.At, true)
 			delete(s.running, j.Index)
 		}
 		s.store.DeleteJob(j.ID)
