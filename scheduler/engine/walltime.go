@@ -71,8 +71,8 @@ type learnedRun struct {
 // It is bounded: at most maxWallRuns recent runs per class are read (the
 // slice is cut back when twice that), at most maxWallClasses classes are
 // kept, and runs that ended before the window are dropped once per
-// window. It lives in the engine only (a new leader learns again, from
-// the finished allocations its store records).
+// window. It lives in the engine only, not in Memory: a new leader starts
+// learning again.
 type wallMemory struct {
 	classes map[wallKey][]wallRun
 	swept   time.Time
