@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
@@ -86,6 +88,41 @@ func TestCriticalPreemptsScavenger(t *testing.T) {
 	// the 120s restart, on 8 GPUs.
 	if want := (660.0 + 120) * 8 / 3600; res.LostGPUHours < want-1e-9 || res.LostGPUHours > want+1e-9 {
 		t.Fatalf("lost %v GPU-h, want %v", res.LostGPUHours, want)
+	}
+}
+
+// A run that ends on its own is recorded as completed, as the live
+// adapter records an allocation that completes while Nomad still wants it
+// running (its run time may teach learned walltimes); a preempted run is
+// recorded as stopped. The scenario is TestCriticalPreemptsScavenger's,
+// with a late job whose arrival makes the store take in the last finish.
+func TestFinishedRunsRecordedAsCompletedOrStopped(t *testing.T) {
+	jobs := []trace.Job{
+		tj("scav", 0, 7200, 8, "scavenger", true),
+		tj("crit", 2400, 600, 4, "critical", false),
+		tj("late", 20000, 60, 1, "normal", true),
+	}
+	s := newSched(t)
+	res, err := sim.Run(jobs, s, opts(t, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Preemptions != 1 || res.JobsCompleted != 3 {
+		t.Fatalf("preemptions %d completed %d", res.Preemptions, res.JobsCompleted)
+	}
+	recs, _ := s.store.Snapshot().FinishedSince(0)
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%s completed=%v", r.JobID, r.Completed))
+	}
+	// The scavenger's first run, stopped for the critical job; the
+	// critical job's run; the scavenger's second run.
+	want := []string{"scav completed=false", "crit completed=true", "scav completed=true"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("finished records %q, want %q", got, want)
+	}
+	if run := recs[1].End.Sub(recs[1].Start); run != 600*time.Second {
+		t.Fatalf("critical run recorded as %v, want 10m", run)
 	}
 }
 
