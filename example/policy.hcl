@@ -138,7 +138,8 @@ backfill {
 # finest class with at least `min_samples` of them: the same project,
 # tier and GPUs per allocation, else project and tier, else tier. A
 # waiting job without a walltime is estimated to run the `quantile` of
-# them and backfills when that ends before the reservation is needed.
+# them: it backfills when that ends before the reservation is needed, and
+# a learned headroom counts it for that long.
 # With `running = true` too, a running job without one is estimated to end
 # early, at the (1 - quantile) quantile of the runs of its class longer
 # than it has run so far, which times reservations behind it. Estimates
@@ -209,7 +210,8 @@ idle {
 # first when it fits, leaving the rest of the pool to what the headroom
 # keeps out. Size: `gpus = N`, `share = 0.1` of the pool, or
 # `learn = true`: the mean GPUs the tiers' jobs of the last `window` held
-# (GPUs x walltime, an hour when unknown) plus the largest of them, at
+# (GPUs x walltime; without one, its estimate when the walltime block
+# learns, else an hour) plus the largest of them, at
 # least `min_gpus`, at most `max_share` of the pool. Waiting jobs kept out
 # say so in `impact explain`; impact_headroom_gpus{pool} and
 # impact_headroom_held_gpus{pool,holder} show its size and what holds it.

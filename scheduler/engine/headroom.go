@@ -55,7 +55,7 @@ type hrArrival struct {
 	id     string
 	at     time.Time
 	gpus   int
-	gpuSec float64 // GPUs x walltime (an hour when unknown)
+	gpuSec float64 // GPUs x walltime (learned estimate without one; an hour when neither)
 }
 
 // hrMemory is a learned headroom's recent arrivals, oldest first. It lives
@@ -66,7 +66,8 @@ type hrMemory struct {
 }
 
 // unknownWalltime stands for the walltime of an urgent job that declares
-// none, in a learned headroom's size.
+// none and has no learned estimate (walltime.go), in a learned headroom's
+// size.
 const unknownWalltime = time.Hour
 
 // hrPool is one headroom pool's state in a cycle.
@@ -381,7 +382,7 @@ func (hr *hrCycle) observe(q *queued) {
 			continue
 		}
 		m := hr.memoryToChange(name)
-		wall := q.job.Spec.Walltime
+		wall, _ := hr.c.wall.ofQueued(q)
 		if wall <= 0 {
 			wall = unknownWalltime
 		}

@@ -18,7 +18,8 @@ import (
 // least min_samples of them: the same project, tier and GPUs per
 // allocation, else the same project and tier, else the same tier. A
 // waiting job without a walltime is estimated to run the policy's
-// quantile of them (ofQueued: may it backfill reserved GPUs?); with the
+// quantile of them (ofQueued: may it backfill reserved GPUs? how much
+// of a learned headroom does it take?); with the
 // policy's running, a running job without one to end early in what is
 // left of them (ofHolder: a reservation's time). Estimates never stop a
 // job. Without the policy's learn every method answers "none" at once.

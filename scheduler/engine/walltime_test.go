@@ -291,3 +291,42 @@ func TestLearnedWalltimeMemoryBounded(t *testing.T) {
 		t.Fatalf("%d classes kept after their runs left the window", n)
 	}
 }
+
+// A learned headroom sizes an urgent job without a walltime by its
+// learned estimate once there is one, by an hour before.
+func TestLearnedWalltimeSizesHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		taught   int
+		wantGPUs int
+	}{
+		// One 4-GPU critical job over a 4h window: 4 x 1h / 4h = 1, plus
+		// the largest arrival, 4.
+		{"no estimate", 2, 5},
+		// Its estimate, 2h: 4 x 2h / 4h = 2, plus 4.
+		{"estimated", 3, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWallWorld(t, mustPolicy(t, `
+walltime {
+  learn       = true
+  min_samples = 3
+}
+headroom "gpu" {
+  tiers     = ["critical"]
+  learn     = true
+  window    = "4h"
+  max_share = 1
+}
+`))
+			crit := []string{"impact_tier", "critical"}
+			w.teach(crit, 4, t0.Add(-time.Minute), true, repeat(2*time.Hour, tc.taught)...)
+			w.decide(t0)
+			mustDo(t, w.store.UpsertJob(mkJob("c1", group("main", 1, 4), meta(crit...), submitted(t0))))
+			p := w.decide(t0.Add(time.Minute))
+			if h := p.Headroom[0]; h.GPUs != tc.wantGPUs || h.Arrivals != 1 {
+				t.Fatalf("headroom %+v, want %d GPUs from 1 arrival", h, tc.wantGPUs)
+			}
+		})
+	}
+}

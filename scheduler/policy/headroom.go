@@ -18,7 +18,9 @@ import (
 // Its size is fixed (GPUs, or Share of the pool's healthy GPUs) or, with
 // Learn, learned from the recent arrivals of Tiers: the GPUs they held on
 // average over the last Window (sum of GPUs x walltime of the jobs that
-// arrived in it, over the window; by Little's law their mean occupancy)
+// arrived in it, over the window; by Little's law their mean occupancy;
+// a job without a walltime counts its learned estimate when Walltime
+// learns, else an hour)
 // plus the largest of those jobs, so that one more arrival of that size
 // finds room at once; at least MinGPUs, at most MaxShare of the pool.
 type Headroom struct {

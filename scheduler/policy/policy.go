@@ -209,8 +209,9 @@ type Gangs struct {
 // the finest class of jobs with at least MinSamples of them: the same
 // project, tier and GPUs per allocation, else the same project and tier,
 // else the same tier. A waiting job without a walltime is estimated to
-// run the Quantile of them, and backfills reserved GPUs when that ends
-// before the reservation is needed. With Running too, a running job
+// run the Quantile of them: it backfills reserved GPUs when that ends
+// before the reservation is needed, and a learned headroom counts it for
+// that long (instead of an hour). With Running too, a running job
 // without one is estimated to end at the (1 - Quantile) quantile of the
 // runs of its class longer than it has run so far (early: a reservation
 // timed late lets backfilled work delay it), which times reservations
