@@ -309,17 +309,24 @@ func TestMemoryRoundTrip(t *testing.T) {
 // and p preempts w. A defragmenting move's room is not claimed so
 // (TestDefragmentRoomNotClaimed); a top-tier job preempts its own way in
 // instead (TestTopTierPreemptsRatherThanWaitForOthersStops).
-func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
+// twoVictimsStore is two 8-GPU nodes, each held by a scavenger gang (v
+// with a 5m grace, checkpointed a minute ago: the cheaper victim; w with
+// wGrace), and p of pTier waiting for a whole node.
+func twoVictimsStore(t *testing.T, wGrace, pTier string) *cluster.Store {
+	t.Helper()
 	store := cluster.NewStore()
 	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
-	scav := meta("impact_tier", "scavenger", "impact_grace", "5m")
-	mustDo(t, store.UpsertJob(mkJob("v", running(), group("main", 1, 8), scav)))
-	mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), scav)))
-	// v checkpointed lately: the cheaper victim.
+	mustDo(t, store.UpsertJob(mkJob("v", running(), group("main", 1, 8), meta("impact_tier", "scavenger", "impact_grace", "5m"))))
+	mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), meta("impact_tier", "scavenger", "impact_grace", wGrace))))
 	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7), t0.Add(-time.Minute))))
 	mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
-	mustDo(t, store.UpsertJob(mkJob("p", group("main", 1, 8), meta("impact_tier", "normal"))))
+	mustDo(t, store.UpsertJob(mkJob("p", group("main", 1, 8), meta("impact_tier", pTier))))
+	return store
+}
+
+func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
+	store := twoVictimsStore(t, "5m", "normal")
 	for _, explain := range []bool{true, false} {
 		var opts []Option
 		if !explain {
@@ -351,16 +358,7 @@ func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 // victim stops, q waits for it rather than preempting twice, and starts
 // on its GPUs.
 func TestTopTierPreemptsRatherThanWaitForOthersStops(t *testing.T) {
-	store := cluster.NewStore()
-	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
-	mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
-	scav := meta("impact_tier", "scavenger", "impact_grace", "5m")
-	mustDo(t, store.UpsertJob(mkJob("v", running(), group("main", 1, 8), scav)))
-	mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), meta("impact_tier", "scavenger", "impact_grace", "30s"))))
-	// v checkpointed lately: the cheaper victim.
-	mustDo(t, store.UpsertAlloc(withCheckpoint(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7), t0.Add(-time.Minute))))
-	mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
-	mustDo(t, store.UpsertJob(mkJob("p", group("main", 1, 8), meta("impact_tier", "high"))))
+	store := twoVictimsStore(t, "30s", "high")
 	for _, explain := range []bool{true, false} {
 		var opts []Option
 		if !explain {
