@@ -325,18 +325,25 @@ func twoVictimsStore(t *testing.T, wGrace, pTier string) *cluster.Store {
 	return store
 }
 
+// afterPreemptingV is an engine (with explanations or without) that has
+// decided twoVictimsStore's first cycle: p preempts v, the cheaper victim.
+func afterPreemptingV(t *testing.T, store *cluster.Store, explain bool) *Engine {
+	t.Helper()
+	var opts []Option
+	if !explain {
+		opts = append(opts, WithoutExplanations())
+	}
+	e := mustEngine(t, nil, opts...)
+	if got := join(preemptedIDs(e.Decide(store.Snapshot(), t0))); got != "v" {
+		t.Fatalf("first cycle preempted %q, want v", got)
+	}
+	return e
+}
+
 func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 	store := twoVictimsStore(t, "5m", "normal")
 	for _, explain := range []bool{true, false} {
-		var opts []Option
-		if !explain {
-			opts = append(opts, WithoutExplanations())
-		}
-		e := mustEngine(t, nil, opts...)
-		p1 := e.Decide(store.Snapshot(), t0)
-		if got := join(preemptedIDs(p1)); got != "v" {
-			t.Fatalf("first cycle preempted %q, want v", got)
-		}
+		e := afterPreemptingV(t, store, explain)
 		mustDo(t, store.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "high"))))
 		p2 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
 		store.DeleteJob("q")
@@ -360,15 +367,7 @@ func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 func TestTopTierPreemptsRatherThanWaitForOthersStops(t *testing.T) {
 	store := twoVictimsStore(t, "30s", "high")
 	for _, explain := range []bool{true, false} {
-		var opts []Option
-		if !explain {
-			opts = append(opts, WithoutExplanations())
-		}
-		e := mustEngine(t, nil, opts...)
-		p1 := e.Decide(store.Snapshot(), t0)
-		if got := join(preemptedIDs(p1)); got != "v" {
-			t.Fatalf("first cycle preempted %q, want v", got)
-		}
+		e := afterPreemptingV(t, store, explain)
 		mustDo(t, store.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "critical"))))
 		p2 := e.Decide(store.Snapshot(), t0.Add(time.Minute))
 		if len(p2.Preemptions) != 1 || p2.Preemptions[0].JobID != "w" || p2.Preemptions[0].Preemptor != "q" {

@@ -189,11 +189,11 @@ func (p *placer) reservationNote() string {
 			b.WriteString(")")
 		}
 	}
+	b.WriteString(": a job may use them only if its impact_walltime ")
 	if p.c.wall.notes() {
-		b.WriteString(": a job may use them only if its impact_walltime (or, without one, its walltime estimated from finished jobs like it) ends before they are needed, or it is preemptible by the reserving job")
-	} else {
-		b.WriteString(": a job may use them only if its impact_walltime ends before they are needed, or it is preemptible by the reserving job")
+		b.WriteString("(or, without one, its walltime estimated from finished jobs like it) ")
 	}
+	b.WriteString("ends before they are needed, or it is preemptible by the reserving job")
 	return b.String()
 }
 

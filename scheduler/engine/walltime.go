@@ -54,6 +54,13 @@ type wallKey struct {
 	gpus          int32
 }
 
+// wallClassesOf are the classes a job's runs are learned in and its
+// estimates drawn from, finest first: its project, tier and GPUs per
+// allocation; its project and tier; its tier.
+func wallClassesOf(project, tier string, gpus int32) [3]wallKey {
+	return [3]wallKey{{project, tier, gpus}, {project, tier, 0}, {"", tier, 0}}
+}
+
 // wallRun is one run time learned: when it ended (Unix nanoseconds) and
 // how long it ran.
 type wallRun struct {
@@ -201,7 +208,7 @@ func (w *walltimes) runs(f *specFacts, gpus int32) []time.Duration {
 func (w *walltimes) window(project, tier string, gpus int32) []time.Duration {
 	pol := w.c.pol.Walltime
 	from := w.c.now.Add(-pol.Window).UnixNano()
-	for _, k := range [...]wallKey{{project, tier, gpus}, {project, tier, 0}, {"", tier, 0}} {
+	for _, k := range wallClassesOf(project, tier, gpus) {
 		runs := w.c.e.walls.classes[k]
 		runs = runs[max(0, len(runs)-maxWallRuns):]
 		if len(runs) < pol.MinSamples {
@@ -234,7 +241,7 @@ func (e *Engine) learnWalltimes(runs []learnedRun, now time.Time) {
 	}
 	m := e.walls
 	for _, r := range runs {
-		for _, k := range [...]wallKey{{r.project, r.tier, r.gpus}, {r.project, r.tier, 0}, {"", r.tier, 0}} {
+		for _, k := range wallClassesOf(r.project, r.tier, r.gpus) {
 			cls, ok := m.classes[k]
 			if !ok && len(m.classes) >= maxWallClasses {
 				continue
