@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
-	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/internal/simtest"
 )
 
 // BenchmarkPhillyWeek replays the first week of the standard scenario
@@ -13,19 +13,7 @@ import (
 // 10s).
 // Run with: go test -run '^$' -bench PhillyWeek ./scheduler/sim/impact/
 func BenchmarkPhillyWeek(b *testing.B) {
-	from, _ := trace.ParseTimeBound(trace.FormatPhilly, "2017-10-02", false)
-	to, _ := trace.ParseTimeBound(trace.FormatPhilly, "2017-10-08", true)
-	tr, err := trace.ReadFile("../../../example/traces/philly.csv.gz", trace.FormatPhilly, trace.ReadOptions{From: &from, To: &to})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := trace.Synthesize(tr.Jobs, tr.Source, 1); err != nil {
-		b.Fatal(err)
-	}
-	cl, err := sim.UniformCluster(64, 8, 2, 8)
-	if err != nil {
-		b.Fatal(err)
-	}
+	jobs, cl := simtest.PhillyWeek(b)
 	pol, err := DefaultPolicy()
 	if err != nil {
 		b.Fatal(err)
@@ -37,11 +25,11 @@ func BenchmarkPhillyWeek(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res, err = sim.Run(tr.Jobs, s, sim.Options{Cluster: cl, Model: agentModel()}); err != nil {
+		if res, err = sim.Run(jobs, s, sim.Options{Cluster: cl, Model: agentModel()}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(len(tr.Jobs))*float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(len(jobs))*float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric(res.DecisionLatencyMS.P50, "decision-p50-ms")
 	b.ReportMetric(res.DecisionLatencyMS.P99, "decision-p99-ms")
 }
