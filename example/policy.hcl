@@ -123,9 +123,18 @@ preemption {
 # if they end (impact_walltime) before it is needed, or are preemptible by
 # the reserving job (and preemption is enabled: otherwise it could never
 # take them back).
+#
+# gather (default false): a blocked gang of several allocations that gets
+# no reservation holds, in queue order, the free GPUs where its
+# allocations fit now, one allocation at a time, as plain Nomad places a
+# job's allocations; it starts once all of them fit. Without it such a
+# gang starts only when all of its nodes are free at once, which a busy
+# pool of smaller jobs never leaves. Held GPUs are reserved ones: only
+# work the gang may preempt backfills them (a gathering has no time).
 backfill {
   enabled      = true
   reservations = 1
+  gather       = false
 }
 
 # Learned walltimes (off by default): a job that declares no
@@ -161,7 +170,9 @@ walltime {
 # stopped, losing the work since its last checkpoint and its restart.
 # Gain (over gain_horizon), cost, minimum runtime and the hourly budget of
 # work lost are counted as for any preemption; plans and metrics show it as
-# a preemption whose victim has moved_to set.
+# a preemption whose victim has moved_to set. Moves are searched last, once
+# every waiting job was placed where it fits: a move only fills GPUs that
+# no job behind it could use this cycle.
 defragment {
   enabled         = false
   max_victim_gpus = 2    # a victim holds at most this many GPUs, in one allocation

@@ -312,6 +312,9 @@ func plannedStart(e agentapi.Explanation) string {
 			return fmt.Sprintf("By %s: GPUs are reserved for it, and the running jobs holding them end by then (their impact_walltime).",
 				ex.ReservedUntil.UTC().Format(time.RFC3339))
 		}
+		if ex.Gathered > 0 {
+			return fmt.Sprintf("Once the rest of its allocations fit: it holds the GPUs of %d of them, gathered as they freed (as Nomad places a job's allocations one by one).", ex.Gathered)
+		}
 		if ex.Status == engine.StatusReserved {
 			return "Unknown: GPUs are reserved for it, but the running jobs holding them give no impact_walltime."
 		}

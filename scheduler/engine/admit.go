@@ -37,11 +37,16 @@ type placer struct {
 	lastPoolMaxOK bool
 	// reservations: this cycle's, in queue order.
 	reservations []reservation
-	endOrder     *endOrder // holders by expected end, for reservations
+	// gathers counts the reservations of gangs gathering their nodes
+	// (gather.go): they do not count against the policy's reservations.
+	gathers  int
+	endOrder *endOrder // holders by expected end, for reservations
 }
 
 // full: every reservation the policy allows this cycle is made.
-func (p *placer) full() bool { return len(p.reservations) >= p.c.pol.Backfill.Reservations }
+func (p *placer) full() bool {
+	return len(p.reservations)-p.gathers >= p.c.pol.Backfill.Reservations
+}
 
 // count is the number of reservations made this cycle.
 func (p *placer) count() int { return len(p.reservations) }

@@ -163,7 +163,8 @@ func (c *cycle) buildState() {
 	c.claimed = buffer.Zeroed(&c.e.scratch.claimed, len(c.st.Holders()))
 }
 
-// decideAll decides the laid-out queue in order (decide.go).
+// decideAll decides the laid-out queue in order, then the moves left for
+// last (decide.go).
 func (c *cycle) decideAll(lay *queueLayout) {
 	for i := range lay.len() {
 		q := lay.at(i)
@@ -172,6 +173,7 @@ func (c *cycle) decideAll(lay *queueLayout) {
 		}
 		c.decide(q, i+1)
 	}
+	c.defrag.moveLast(lay)
 }
 
 // sideBySideFrom is the size of a snapshot (jobs plus allocations) from

@@ -1,7 +1,9 @@
 package engine
 
 // The per-job steps of a cycle, in queue order: held back, else placed,
-// else preempting, else moving small jobs out of its way, else reserving.
+// else preempting (or waiting for the jobs moved out of its way), else
+// reserving, else gathering its nodes; once the whole queue is decided,
+// moving small jobs out of the way of those left waiting (defrag.go).
 
 import (
 	"fmt"
@@ -45,8 +47,11 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 
 // decide settles one queued job, in queue order: held back (parked,
 // admitted already, deferred, too big, over quota, kept out of a
-// headroom), admitted where it fits, else preempting, else moving small
-// jobs out of its way (defrag.go), else reserving.
+// headroom), admitted where it fits, else preempting, else waiting for
+// the jobs moved out of its way, else reserving, else (every reservation
+// taken) gathering its allocations' nodes (gather.go). Left waiting or
+// reserving, it is noted for the moves searched once the whole queue is
+// decided (defragger.moveLast).
 func (c *cycle) decide(q *queued, pos int) {
 	exp := c.why.explanation(q, pos)
 	if c.heldBack(q, exp) {
@@ -65,18 +70,26 @@ func (c *cycle) decide(q *queued, pos int) {
 		return
 	}
 	exp.Status = StatusWaiting
-	if c.pre.tryPreempt(q, exp) || c.defrag.tryDefragment(q, exp) {
+	if c.pre.tryPreempt(q, exp) || c.defrag.waitsForMoves(q, exp) {
 		return
 	}
 	if !c.place.full() {
 		c.place.reserve(q, exp)
+	} else if c.pol.Backfill.Gather {
+		c.place.gather(q, exp)
+	}
+	switch exp.Status {
+	case StatusWaiting:
+		c.defrag.consider(pos, -1)
+	case StatusReserved:
+		c.defrag.consider(pos, c.place.count()-1)
 	}
 }
 
 // onlyWaits reports, for an engine without explanations, that deciding q
 // could only leave it waiting and change nothing: it needs more GPUs than
 // are free (reserved ones too) in all pools, no GPU is bound to it, every
-// reservation is taken, no headroom keeps it out (see below), and it may
+// reservation is taken, it would gather nothing (mayGather), no headroom keeps it out (see below), and it may
 // not preempt: its tier may preempt no one (and no job is idle), or no
 // preemption may be ordered or waited for any more this cycle. GPUs bound
 // to other preemptors are theirs alone, and only a job that may preempt
@@ -85,7 +98,7 @@ func (c *cycle) decide(q *queued, pos int) {
 // at each job beyond its size (its explanation is not kept anyway). The
 // one thing decide would still note, an expired deferral, is noted here.
 func (c *cycle) onlyWaits(q *queued) bool {
-	if c.holds.lent(q) || !c.place.full() {
+	if c.holds.lent(q) || !c.place.full() || c.place.mayGather(q) {
 		return false
 	}
 	if c.hr.keepsOut(q) {

@@ -12,8 +12,21 @@ import (
 // defragger is the defragment step: the policy's defragment block for a
 // job that neither fits nor may preempt its way in (tryDefragment). It
 // owns the cycle's move counts and its candidate lists by pool.
+//
+// Moves come last: a job left waiting is noted (consider) and its moves
+// searched only once the whole queue is decided (decideLast), on the GPUs
+// no job behind it took, so that a move only ever fills GPUs that would
+// otherwise idle. Moving small jobs for a wide one ahead of them, in
+// queue order, took the free GPUs the jobs behind it fitted on, and every
+// whole node a move made for a wide job passed, when that job ended, to
+// the next wide one (example/sim/README.md, "Fourth pass"). A job whose
+// moved jobs are still stopping waits for them in queue order
+// (waitsForMoves).
 type defragger struct {
 	c *cycle
+	// later: the jobs left waiting or reserving, whose moves decideLast
+	// searches.
+	later []laterMove
 	// defrags and defragAttempts count this cycle's defragmenting
 	// preemptions and their searches.
 	defrags, defragAttempts int
@@ -43,20 +56,8 @@ func (d *defragger) exclude(h int, gpus int) {
 // cost are weighed as a preemption's, and the work lost is charged to the
 // same hourly budget.
 func (df *defragger) tryDefragment(q *queued, exp *Explanation) bool {
-	d := df.c.pol.Defragment
-	if !d.Enabled || !df.c.pol.Preemption.Enabled || df.defrags >= d.MaxPerCycle ||
-		df.defragAttempts >= maxPreemptAttemptsPerSuccess*d.MaxPerCycle {
+	if !df.enabled() || df.spent() {
 		return false
-	}
-	if df.movesUnderWay(q) {
-		// The jobs moved for it are still stopping (a tier that may
-		// preempt no one has no waitForStopping to claim them): it waits
-		// for them rather than moving more.
-		exp.Status = StatusPreempting
-		if df.c.explain {
-			df.explainMoves(q, exp)
-		}
-		return true
 	}
 	free := df.c.st.FreeGPUs(q.pool)
 	if free < q.gpus {
@@ -92,6 +93,70 @@ func (df *defragger) tryDefragment(q *queued, exp *Explanation) bool {
 	}
 	df.orderMoves(q, exp, victims, res, dests, gain, cost, budget)
 	return true
+}
+
+func (df *defragger) enabled() bool {
+	return df.c.pol.Defragment.Enabled && df.c.pol.Preemption.Enabled
+}
+
+// spent: no more moves may be searched this cycle.
+func (df *defragger) spent() bool {
+	d := df.c.pol.Defragment
+	return df.defrags >= d.MaxPerCycle || df.defragAttempts >= maxPreemptAttemptsPerSuccess*d.MaxPerCycle
+}
+
+// waitsForMoves settles, in queue order, a job whose moved jobs are
+// still stopping (a tier that may preempt no one has no waitForStopping
+// to claim them): it waits for them rather than moving more.
+func (df *defragger) waitsForMoves(q *queued, exp *Explanation) bool {
+	if !df.enabled() || !df.movesUnderWay(q) {
+		return false
+	}
+	exp.Status = StatusPreempting
+	if df.c.explain {
+		df.explainMoves(q, exp)
+	}
+	return true
+}
+
+// laterMove is a job whose moves decideLast searches: its queue position
+// (1-based) and the index of its reservation (-1: none).
+type laterMove struct{ pos, reservation int }
+
+// consider notes a job left waiting or reserving at queue position pos
+// for the moves searched last.
+func (df *defragger) consider(pos, reservation int) {
+	if df.enabled() {
+		df.later = append(df.later, laterMove{pos, reservation})
+	}
+}
+
+// moveLast runs once the whole queue is decided: it searches the moves
+// of the jobs left waiting or reserving (consider), in queue order, each
+// with its own reservation's GPUs and the headroom's as decide gives
+// them (GPUs bound to a job were its own in decide: what is still free
+// of them stays withheld).
+func (df *defragger) moveLast(lay *queueLayout) {
+	for _, l := range df.later {
+		q := lay.at(l.pos - 1)
+		df.moveOne(q, df.c.why.explanation(q, l.pos), l.reservation)
+	}
+}
+
+// moveOne searches q's moves; reservation is the index of its own
+// reservation, -1 when it holds none.
+func (df *defragger) moveOne(q *queued, exp *Explanation, reservation int) {
+	if give := df.c.hr.protect(q); give != nil {
+		defer give()
+	}
+	if reservation < 0 {
+		df.tryDefragment(q, exp)
+		return
+	}
+	back := df.c.place.lendReservation(reservation)
+	if !df.tryDefragment(q, exp) {
+		back()
+	}
 }
 
 // defragCandidates lists the gangs a defragmenting preemption may move in

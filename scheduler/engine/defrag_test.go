@@ -316,3 +316,39 @@ func moveWorld(t *testing.T, hGPUs int) *cluster.Store {
 	mustDo(t, store.UpsertJob(mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"))))
 	return store
 }
+
+// Moves come last: the free GPUs a move would restart its victim on go
+// first to a job behind the mover that fits on them, and the mover then
+// moves nothing; without that job the same move is made.
+func TestDefragmentMovesOnlyWhatNoJobBehindUses(t *testing.T) {
+	h := func(d float64) time.Time { return t0.Add(-time.Duration(d * float64(time.Hour))) }
+	v := mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m"))
+	hj := mkJob("h", running(), group("main", 1, 4), meta("impact_tier", "high"))
+	big := mkJob("big", group("main", 1, 8), meta("impact_tier", "normal"), submitted(h(3)))
+	behind := mkJob("behind", group("main", 1, 4), meta("impact_tier", "normal"), submitted(h(1)))
+	allocs := []*cluster.Alloc{withCheckpoint(alloc("va", "v", "n1", h(2), 7), h(0.02)), alloc("ha", "h", "n2", h(2), 0, 1, 2, 3)}
+	nodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}
+	pol := mustPolicy(t, defragOn)
+	for _, tc := range []struct {
+		name                 string
+		jobs                 []*cluster.Job
+		wantMoved, wantAdmit string
+	}{
+		{"a job behind fits the free GPUs", []*cluster.Job{v, hj, big, behind}, "", "behind"},
+		{"nothing behind", []*cluster.Job{v, hj, big}, "v", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := mustSnap(t, nodes, tc.jobs, allocs)
+			plan := mustEngine(t, pol).Decide(snap, t0)
+			if err := ValidatePlan(pol, snap, plan); err != nil {
+				t.Fatal(err)
+			}
+			if got := join(preemptedIDs(plan)); got != tc.wantMoved {
+				t.Fatalf("moved %q, want %q; big: %+v", got, tc.wantMoved, plan.Explanations["big"])
+			}
+			if got := join(admittedIDs(plan)); got != tc.wantAdmit {
+				t.Fatalf("admitted %q, want %q", got, tc.wantAdmit)
+			}
+		})
+	}
+}

@@ -22,8 +22,12 @@
 //	deferred, over quota, kept out of a headroom), else
 //	placer     admit.go       placed on free GPUs,
 //	preempter  preempting.go  else preempting (victim rules: preempt),
-//	defragger  defrag.go      else moving small jobs out of its way,
-//	placer     reserve.go     else reserving GPUs running work frees
+//	defragger  defrag.go      or waiting for jobs moved out of its way,
+//	placer     reserve.go     else reserving GPUs running work frees,
+//	placer     gather.go      else gathering a gang's nodes as they free
+//	then, once the whole queue is decided:
+//	defragger  defrag.go      moving small jobs out of the way of the
+//	                          jobs left waiting, on GPUs none took
 //	explainer  reasons.go     why each job waits, the plan's queue
 //
 // The cycle (cycle.go) holds what the steps share: the snapshot, the

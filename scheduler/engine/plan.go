@@ -204,7 +204,8 @@ const (
 	StatusWaiting Status = "waiting"
 	// StatusPreempting: victims are being stopped for it.
 	StatusPreempting Status = "preempting"
-	// StatusReserved: holds a reservation (head of the queue, blocked).
+	// StatusReserved: holds a reservation (head of the queue, blocked),
+	// or GPUs gathered for some of its allocations (Gathered).
 	StatusReserved Status = "reserved"
 	// StatusParked: cannot be scheduled as written (bad metadata, unknown
 	// tier, a group larger than any node); only a change of the job helps.
@@ -235,6 +236,10 @@ type Explanation struct {
 	// ReservedUntilEstimated: ReservedUntil rests on the learned walltime
 	// of running work that declares none (policy walltime block).
 	ReservedUntilEstimated bool `json:"reserved_until_estimated,omitempty"`
+	// Gathered, for a reserved job gathering its nodes (the policy's
+	// backfill gather) rather than holding a reservation, is how many of
+	// its allocations' GPUs it holds now (at least one).
+	Gathered int `json:"gathered,omitempty"`
 	// CouldPreempt is a gang the job may preempt once its min runtime has
 	// passed, at CouldPreemptFrom (empty when none: the job is not
 	// preempting, and nothing it may preempt is protected by its min

@@ -29,6 +29,7 @@ func genWorld(t *rapid.T) (*cluster.Store, *policy.Policy) {
 	pol := policy.Default()
 	pol.Preemption.MaxGPUHoursLostPerHour = rapid.SampledFrom([]float64{0, 4, 64}).Draw(t, "lostcap")
 	pol.Backfill.Reservations = rapid.IntRange(0, 2).Draw(t, "reservations")
+	pol.Backfill.Gather = rapid.Bool().Draw(t, "gather")
 	pol.Preemption.MinRuntime = time.Duration(rapid.IntRange(0, 60).Draw(t, "minrt")) * time.Minute
 
 	type freeGPU struct {

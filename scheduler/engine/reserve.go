@@ -17,6 +17,8 @@ type reservation struct {
 	until time.Time // zero: unknown (running work without walltime)
 	// estimated: until rests on a learned walltime estimate (walltime.go).
 	estimated bool
+	// slots are the GPUs reserved (decideLast lends them to the job).
+	slots []placement.Slot
 }
 
 // mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
@@ -52,6 +54,30 @@ func (p *placer) mayBackfill(q *queued) (ok, estimated bool) {
 func (p *placer) reserveSlots(res placement.Result) {
 	for _, g := range res.Groups {
 		for _, sl := range g {
+			p.c.st.Reserve(sl)
+		}
+	}
+}
+
+// slotsOf lists a placement's slots.
+func slotsOf(res placement.Result) []placement.Slot {
+	var out []placement.Slot
+	for _, g := range res.Groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// lendReservation returns reservation i's GPUs to the free pool while its
+// job is decided again (decideLast); the function it returns reserves
+// again those the job did not take.
+func (p *placer) lendReservation(i int) func() {
+	r := &p.reservations[i]
+	for _, sl := range r.slots {
+		p.c.st.Unreserve(sl)
+	}
+	return func() {
+		for _, sl := range r.slots {
 			p.c.st.Reserve(sl)
 		}
 	}
@@ -118,7 +144,7 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 	p.c.st.Rollback(cp)
 	p.reserveSlots(found)
 	estimated = estimated && !until.IsZero()
-	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until, estimated: estimated})
+	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until, estimated: estimated, slots: slotsOf(found)})
 	if p.c.explain {
 		p.c.why.addReservationNote(p.reservationNote())
 	}

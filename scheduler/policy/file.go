@@ -81,6 +81,7 @@ type preemptionFile struct {
 type backfillFile struct {
 	Enabled      *bool `hcl:"enabled,optional"`
 	Reservations *int  `hcl:"reservations,optional"`
+	Gather       *bool `hcl:"gather,optional"`
 }
 
 type defragmentFile struct {
@@ -243,6 +244,7 @@ func (o *overlay) apply(f *policyFile) {
 	if b := f.Backfill; b != nil {
 		set(&p.Backfill.Enabled, b.Enabled)
 		set(&p.Backfill.Reservations, b.Reservations)
+		set(&p.Backfill.Gather, b.Gather)
 	}
 	if d := f.Defragment; d != nil {
 		set(&p.Defragment.Enabled, d.Enabled)

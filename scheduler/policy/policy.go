@@ -146,6 +146,16 @@ type Backfill struct {
 	// Reservations is the number of blocked jobs, from the head, that get a
 	// reservation.
 	Reservations int
+	// Gather lets a blocked job of several allocations that gets no
+	// reservation hold, in queue order, the free GPUs where its
+	// allocations fit now, one allocation at a time, as plain Nomad
+	// places a job's allocations: the nodes a gang needs are gathered
+	// as they free instead of only when all are free at once, which
+	// smaller jobs behind it would otherwise never leave. Held GPUs are
+	// reserved ones: later jobs use them only as they may backfill a
+	// reservation (preemptible by the gathering job; a gathering has no
+	// time). Nothing starts until the whole gang fits.
+	Gather bool
 }
 
 // Defragment governs defragmenting preemptions. A waiting job whose pool
@@ -158,7 +168,9 @@ type Backfill struct {
 // its last checkpoint and its restart. Gain, cost, minimum runtime and
 // the hourly budget of work lost are the preemption block's; a
 // defragmenting preemption is a preemption like any other in plans and
-// metrics.
+// metrics. Moves are searched once the whole queue is decided, on the
+// GPUs no waiting job took: a move fills GPUs that would otherwise idle,
+// never GPUs a job behind the mover fits on.
 type Defragment struct {
 	// Enabled switches it on (it needs preemption enabled). Off by
 	// default: it stops jobs that the tiers' may_preempt alone would
