@@ -50,8 +50,8 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 // headroom), admitted where it fits, else preempting, else waiting for
 // the jobs moved out of its way, else reserving, else (every reservation
 // taken) gathering its allocations' nodes (gather.go). Left waiting or
-// reserving, it is noted for the moves searched once the whole queue is
-// decided (defragger.moveLast).
+// holding a reservation (not gathering), it is noted for the moves
+// searched once the whole queue is decided (defragger.moveLast).
 func (c *cycle) decide(q *queued, pos int) {
 	exp := c.why.explanation(q, pos)
 	if c.heldBack(q, exp) {
@@ -78,10 +78,13 @@ func (c *cycle) decide(q *queued, pos int) {
 	} else if c.pol.Backfill.Gather {
 		c.place.gather(q, exp)
 	}
-	switch exp.Status {
-	case StatusWaiting:
+	switch {
+	case exp.Status == StatusWaiting:
 		c.defrag.consider(pos, -1)
-	case StatusReserved:
+	case exp.Status == StatusReserved && exp.Gathered == 0:
+		// A gang gathering its nodes is not moved for: moves would
+		// free it whole nodes sooner than they free by themselves,
+		// which the suite measured worse (example/sim/README.md).
 		c.defrag.consider(pos, c.place.count()-1)
 	}
 }

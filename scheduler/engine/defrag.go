@@ -13,19 +13,18 @@ import (
 // job that neither fits nor may preempt its way in (tryDefragment). It
 // owns the cycle's move counts and its candidate lists by pool.
 //
-// Moves come last: a job left waiting is noted (consider) and its moves
-// searched only once the whole queue is decided (decideLast), on the GPUs
-// no job behind it took, so that a move only ever fills GPUs that would
-// otherwise idle. Moving small jobs for a wide one ahead of them, in
-// queue order, took the free GPUs the jobs behind it fitted on, and every
-// whole node a move made for a wide job passed, when that job ended, to
-// the next wide one (example/sim/README.md, "Fourth pass"). A job whose
-// moved jobs are still stopping waits for them in queue order
-// (waitsForMoves).
+// Moves come last: a job left waiting, or holding a reservation (not a
+// gang gathering its nodes), is noted (consider) and its moves searched
+// only once the whole queue is decided (moveLast), on the GPUs no job
+// behind it took, so that a move only ever fills GPUs that would
+// otherwise idle. Searched in queue order, a wide job's moves took free
+// GPUs that smaller jobs behind it fitted on, which on the robustness
+// suite cost their waits more than it gained (example/sim/README.md,
+// "Fourth pass"). A job whose moved jobs are still stopping waits for
+// them in queue order (waitsForMoves).
 type defragger struct {
 	c *cycle
-	// later: the jobs left waiting or reserving, whose moves decideLast
-	// searches.
+	// later: the jobs noted by consider, whose moves moveLast searches.
 	later []laterMove
 	// defrags and defragAttempts count this cycle's defragmenting
 	// preemptions and their searches.
@@ -119,12 +118,12 @@ func (df *defragger) waitsForMoves(q *queued, exp *Explanation) bool {
 	return true
 }
 
-// laterMove is a job whose moves decideLast searches: its queue position
+// laterMove is a job whose moves moveLast searches: its queue position
 // (1-based) and the index of its reservation (-1: none).
 type laterMove struct{ pos, reservation int }
 
-// consider notes a job left waiting or reserving at queue position pos
-// for the moves searched last.
+// consider notes a job left waiting or holding a reservation at queue
+// position pos for the moves searched last.
 func (df *defragger) consider(pos, reservation int) {
 	if df.enabled() {
 		df.later = append(df.later, laterMove{pos, reservation})
@@ -132,7 +131,8 @@ func (df *defragger) consider(pos, reservation int) {
 }
 
 // moveLast runs once the whole queue is decided: it searches the moves
-// of the jobs left waiting or reserving (consider), in queue order, each
+// of the jobs left waiting or holding a reservation (consider; a gang
+// gathering its nodes is not moved for), in queue order, each
 // with its own reservation's GPUs and the headroom's as decide gives
 // them (GPUs bound to a job were its own in decide: what is still free
 // of them stays withheld).

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +101,47 @@ func TestGatherPolicy(t *testing.T) {
 	}
 	if !mustPolicy(t, `backfill { gather = true }`).Backfill.Gather {
 		t.Fatal("backfill { gather = true } not read")
+	}
+}
+
+// A gang gathering its nodes is not moved for: with gather on it holds
+// the free node n1 and no small job is moved off n2; with gather off the
+// same gang, waiting, moves v to n3's free GPU and is bound to n1 and n2.
+func TestGatheringGangIsNotMovedFor(t *testing.T) {
+	h := func(d float64) time.Time { return t0.Add(-time.Duration(d * float64(time.Hour))) }
+	jobs := []*cluster.Job{
+		mkJob("v", running(), meta("impact_tier", "normal", "impact_grace", "1m")),
+		mkJob("r", running(), group("main", 1, 7), meta("impact_tier", "high")),
+		mkJob("gang", group("w", 2, 8), submitted(h(5))),
+	}
+	nodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2), mkNode("n3", 8, 2)}
+	allocs := []*cluster.Alloc{
+		withCheckpoint(alloc("va", "v", "n2", h(2), 7), h(0.02)),
+		alloc("ra", "r", "n3", h(2), 0, 1, 2, 3, 4, 5, 6),
+	}
+	for _, tc := range []struct {
+		name      string
+		gather    bool
+		wantMoved string
+		gathered  int
+	}{
+		{"gather on", true, "", 1},
+		{"gather off", false, "v", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := mustPolicy(t, fmt.Sprintf("backfill {\n  reservations = 0\n  gather = %t\n}\n%s", tc.gather, defragOn))
+			snap := mustSnap(t, nodes, jobs, allocs)
+			plan := mustEngine(t, pol).Decide(snap, t0)
+			if err := ValidatePlan(pol, snap, plan); err != nil {
+				t.Fatal(err)
+			}
+			g := plan.Explanations["gang"]
+			if got := join(preemptedIDs(plan)); got != tc.wantMoved {
+				t.Fatalf("moved %q, want %q; gang: %+v", got, tc.wantMoved, g)
+			}
+			if g.Gathered != tc.gathered {
+				t.Fatalf("gang gathered %d, want %d: %+v", g.Gathered, tc.gathered, g)
+			}
+		})
 	}
 }

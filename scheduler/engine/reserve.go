@@ -17,7 +17,7 @@ type reservation struct {
 	until time.Time // zero: unknown (running work without walltime)
 	// estimated: until rests on a learned walltime estimate (walltime.go).
 	estimated bool
-	// slots are the GPUs reserved (decideLast lends them to the job).
+	// slots are the GPUs reserved (moveLast lends them to the job).
 	slots []placement.Slot
 }
 
@@ -69,7 +69,7 @@ func slotsOf(res placement.Result) []placement.Slot {
 }
 
 // lendReservation returns reservation i's GPUs to the free pool while its
-// job is decided again (decideLast); the function it returns reserves
+// job is decided again (moveLast); the function it returns reserves
 // again those the job did not take.
 func (p *placer) lendReservation(i int) func() {
 	r := &p.reservations[i]
