@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
@@ -36,11 +37,17 @@ func newSched(t *testing.T) *Scheduler {
 // critical work, which is not what these tests are about.
 func newSchedNoHeadroom(t *testing.T) *Scheduler {
 	t.Helper()
+	return newSchedWith(t, func(pol *policy.Policy) { pol.Headrooms = nil })
+}
+
+// newSchedWith is the built-in policy changed by change.
+func newSchedWith(t *testing.T, change func(*policy.Policy)) *Scheduler {
+	t.Helper()
 	pol, err := DefaultPolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol.Headrooms = nil
+	change(pol)
 	s, err := New(pol, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +179,11 @@ func TestMinRuntimeProtectsYoungJobs(t *testing.T) {
 }
 
 // TestGangsAreAllOrNothing: a 16-GPU gang on two nodes, one of them busy:
-// nomad-native holds the free node idle; impact places nothing until both
-// fit, and never leaves GPUs idle in a partial gang.
+// nomad-native places one allocation on the free node and holds it idle;
+// impact places nothing until both fit, and never leaves GPUs idle in a
+// partial gang. Gathering, it holds the free node as native does (a small
+// job behind it starts when native's does); without, the small job uses
+// it meanwhile.
 func TestGangsAreAllOrNothing(t *testing.T) {
 	jobs := []trace.Job{
 		tj("busy", 0, 3600, 8, "high", false),
@@ -195,14 +205,36 @@ func TestGangsAreAllOrNothing(t *testing.T) {
 	if nativeRes.PartialGangIdleGPUHours <= 0 {
 		t.Fatal("nomad-native placed no gang partially")
 	}
-	for _, j := range impactRes.Jobs {
-		// The small job uses the free node while the gang cannot start.
-		if j.ID == "small" && j.FirstStart != 120 {
-			t.Fatalf("impact started small at %d, want 120", j.FirstStart)
+	start := func(r *sim.Result, id string) int64 {
+		for _, j := range r.Jobs {
+			if j.ID == id {
+				return j.FirstStart
+			}
 		}
-		if j.ID == "gang" && j.FirstStart < 3600 {
-			t.Fatalf("impact started the gang at %d, before the busy node was free", j.FirstStart)
-		}
+		t.Fatalf("no job %s", id)
+		return 0
+	}
+	if g := start(impactRes, "gang"); g < 3600 {
+		t.Fatalf("impact started the gang at %d, before the busy node was free", g)
+	}
+	// The built-in policy gathers: the gang holds the free node from 60,
+	// as nomad-native's first allocation does, so small starts when the
+	// gang ends under both (impact a debounce or two later).
+	if s, n := start(impactRes, "small"), start(nativeRes, "small"); s < n || s > n+10 {
+		t.Fatalf("impact started small at %d, nomad-native at %d", s, n)
+	}
+	// Without gathering the small job uses the free node while the gang
+	// cannot start.
+	noGather := newSchedWith(t, func(pol *policy.Policy) { pol.Backfill.Gather = false })
+	res, err := sim.Run(jobs, noGather, opts(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := start(res, "small"); s != 120 {
+		t.Fatalf("without gather impact started small at %d, want 120", s)
+	}
+	if res.PartialGangIdleGPUHours != 0 {
+		t.Fatalf("impact without gather left %v GPU-h idle in partial gangs", res.PartialGangIdleGPUHours)
 	}
 }
 
@@ -390,12 +422,18 @@ func TestCheckpointWakesOnlyForAVictim(t *testing.T) {
 	run := func(aTier string, waiter trace.Job, ckpt int64) *sim.Result {
 		o := opts(t, 1)
 		o.Model.CheckpointInterval = ckpt
-		res, err := sim.Run([]trace.Job{tj("A", 0, 20000, 8, aTier, true), waiter}, newSchedNoHeadroom(t), o)
+		s := newSchedWith(t, func(pol *policy.Policy) {
+			pol.Headrooms = nil
+			pol.Tiers["normal"].MayPreempt = []string{"scavenger"}
+		})
+		res, err := sim.Run([]trace.Job{tj("A", 0, 20000, 8, aTier, true), waiter}, s, o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
+	// Normal work may preempt scavenger work here (the built-in policy
+	// lets only critical work preempt, and at once whatever A lost).
 	res := run("scavenger", tj("N", 100, 600, 8, "normal", true), 2500)
 	for _, j := range res.Jobs {
 		if j.ID == "N" && j.FirstStart != 2570 {
