@@ -154,7 +154,9 @@ type Backfill struct {
 	// smaller jobs behind it would otherwise never leave. Held GPUs are
 	// reserved ones: later jobs use them only as they may backfill a
 	// reservation (preemptible by the gathering job; a gathering has no
-	// time). Nothing starts until the whole gang fits.
+	// time). Nothing starts until the whole gang fits. A gang as wide as
+	// its pool holds each node as it frees until it starts, as Nomad's
+	// partial placement would; one wider than the pool is parked.
 	Gather bool
 }
 
