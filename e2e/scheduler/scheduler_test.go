@@ -36,8 +36,12 @@
 // moved with their checkpoint signal to the GPUs named in the plan, the
 // waiting job whole on the node they cleared; TestDefragmentFailover kills
 // the agent during the move and a second one finishes it;
-// TestDefragmentGang clears two nodes for a 2 x 8 gang), TestChaos, TestIdle,
-// TestParkingCandidates and TestOperatorUI in their files.
+// TestDefragmentGang clears two nodes for a 2 x 8 gang), TestGather
+// (gather_test.go: with backfill gather, a blocked 2 x 8 gang holds the
+// free node, a small job behind it waits, and the gang starts whole once
+// the other node frees; without gather the small job takes the node),
+// TestChaos, TestIdle, TestParkingCandidates and TestOperatorUI in their
+// files.
 package scheduler
 
 import (
