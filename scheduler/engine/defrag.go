@@ -125,9 +125,13 @@ type laterMove struct{ pos, reservation int }
 // consider notes a job left waiting or holding a reservation at queue
 // position pos for the moves searched last.
 func (df *defragger) consider(pos, reservation int) {
-	if df.enabled() {
-		df.later = append(df.later, laterMove{pos, reservation})
+	if !df.enabled() {
+		return
 	}
+	if df.later == nil {
+		df.later = df.c.e.scratch.later[:0]
+	}
+	df.later = append(df.later, laterMove{pos, reservation})
 }
 
 // moveLast runs once the whole queue is decided: it searches the moves
@@ -140,6 +144,9 @@ func (df *defragger) moveLast(lay *queueLayout) {
 	for _, l := range df.later {
 		q := lay.at(l.pos - 1)
 		df.moveOne(q, df.c.why.explanation(q, l.pos), l.reservation)
+	}
+	if df.later != nil {
+		df.c.e.scratch.later = df.later[:0] // reused by the next cycle
 	}
 }
 

@@ -68,16 +68,21 @@ func slotsOf(res placement.Result) []placement.Slot {
 	return out
 }
 
-// lendReservation returns reservation i's GPUs to the free pool while its
-// job is decided again (moveLast); the function it returns reserves
-// again those the job did not take.
+// lendReservation returns to the free pool the GPUs of reservation i
+// that are still reserved (a backfilled job may have taken some since)
+// while its job is decided again (moveLast); the function it returns
+// reserves exactly those again.
 func (p *placer) lendReservation(i int) func() {
 	r := &p.reservations[i]
+	lent := make([]placement.Slot, 0, len(r.slots))
 	for _, sl := range r.slots {
-		p.c.st.Unreserve(sl)
+		if m := sl.Mask & p.c.st.Reserved(sl.Node); m != 0 {
+			lent = append(lent, placement.Slot{Node: sl.Node, Mask: m})
+			p.c.st.Unreserve(lent[len(lent)-1])
+		}
 	}
 	return func() {
-		for _, sl := range r.slots {
+		for _, sl := range lent {
 			p.c.st.Reserve(sl)
 		}
 	}

@@ -26,4 +26,7 @@ type scratch struct {
 	holderProj []int32
 	// claimed: the cycle's claimed holders (cycle.claimed).
 	claimed []bool
+	// later: the jobs whose moves the defragment step searches last
+	// (defragger.later).
+	later []laterMove
 }
