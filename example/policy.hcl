@@ -129,11 +129,13 @@ preemption {
 # allocations fit now, one allocation at a time, as plain Nomad places a
 # job's allocations; it starts once all of them fit. Without it such a
 # gang starts only when all of its nodes are free at once, which a busy
-# pool of smaller jobs never leaves. Held GPUs are reserved ones: only
-# work the gang may preempt backfills them (a gathering has no time). A
-# gang as wide as its pool holds each node as it frees until it starts,
-# as plain Nomad's partial placement would (a gang wider than the pool is
-# parked and holds nothing).
+# pool of smaller jobs never leaves. Held GPUs idle, as the placed
+# allocations of Nomad's partial placement would: no later job backfills
+# them, not even work the gang may preempt (that work was then too young
+# or too costly to preempt when the gang needed it). A gang as wide as
+# its pool holds each node as it frees until it starts, as plain Nomad's
+# partial placement would (a gang wider than the pool is parked and holds
+# nothing).
 backfill {
   enabled      = true
   reservations = 1

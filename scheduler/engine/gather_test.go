@@ -13,7 +13,7 @@ import (
 // A blocked gang of two whole-node allocations, with no reservation left
 // for it, gathers the one node that is free now (as Nomad would place one
 // of its allocations there), so a non-preemptible job behind it does not
-// take that node; work the gang may preempt still backfills it; a job
+// take that node, nor does work the gang may preempt; a job
 // ahead of it takes what it needs first; a single allocation gathers
 // nothing; and once both nodes are free the gang starts.
 func TestGatherHoldsFreeNodesForABlockedGang(t *testing.T) {
@@ -47,8 +47,8 @@ func TestGatherHoldsFreeNodesForABlockedGang(t *testing.T) {
 			[]*cluster.Job{r1, r2, gang, small}, busy, "small", 0},
 		{"on: the free node is held for the gang", gather,
 			[]*cluster.Job{r1, r2, gang, small}, busy, "", 1},
-		{"on: work the gang may preempt backfills it", gather,
-			[]*cluster.Job{r1, r2, gang, small, scav}, busy, "scav", 1},
+		{"on: not even work the gang may preempt backfills it", gather,
+			[]*cluster.Job{r1, r2, gang, small, scav}, busy, "", 1},
 		// urgent takes a GPU of the free node: no allocation of the gang
 		// fits any more, so small takes two of the seven left.
 		{"on: a job ahead of the gang takes its GPU first", gather,

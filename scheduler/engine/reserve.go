@@ -19,17 +19,21 @@ type reservation struct {
 	estimated bool
 	// slots are the GPUs reserved (moveLast lends them to the job).
 	slots []placement.Slot
+	// gathering: a gang's gathered GPUs (gather.go), which no job
+	// backfills.
+	gathering bool
 }
 
 // mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
-// Only if, for every reservation, it ends (by walltime, or without one by
-// its learned estimate: walltime.go) before the reservation is needed, or
-// the reserving job can take the GPUs back by preempting it: the job is
-// preemptible, the reserving job's tier may preempt its tier, and
-// preemption is enabled at all. With preemption off a backfilled job would
-// hold the reserved GPUs for as long as it runs, and the reservation would
-// hold nothing. estimated: some reservation is passed by an estimated
-// walltime.
+// Only if no gang is gathering its nodes (gather.go: those GPUs idle until
+// the gang starts) and, for every reservation, it ends (by walltime, or
+// without one by its learned estimate: walltime.go) before the
+// reservation is needed, or the reserving job can take the GPUs back by
+// preempting it: the job is preemptible, the reserving job's tier may
+// preempt its tier, and preemption is enabled at all. With preemption off
+// a backfilled job would hold the reserved GPUs for as long as it runs,
+// and the reservation would hold nothing. estimated: some reservation is
+// passed by an estimated walltime.
 func (p *placer) mayBackfill(q *queued) (ok, estimated bool) {
 	if len(p.reservations) == 0 || !p.c.pol.Backfill.Enabled {
 		return false, false
@@ -40,6 +44,9 @@ func (p *placer) mayBackfill(q *queued) (ok, estimated bool) {
 	}
 	reclaimable := q.f.preemptible && p.c.pol.Preemption.Enabled
 	for _, r := range p.reservations {
+		if r.gathering {
+			return false, false
+		}
 		if endsBefore := wall > 0 && !r.until.IsZero() && !p.c.now.Add(wall).After(r.until); endsBefore {
 			estimated = estimated || est
 			continue

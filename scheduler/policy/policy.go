@@ -151,10 +151,11 @@ type Backfill struct {
 	// allocations fit now, one allocation at a time, as plain Nomad
 	// places a job's allocations: the nodes a gang needs are gathered
 	// as they free instead of only when all are free at once, which
-	// smaller jobs behind it would otherwise never leave. Held GPUs are
-	// reserved ones: later jobs use them only as they may backfill a
-	// reservation (preemptible by the gathering job; a gathering has no
-	// time). Nothing starts until the whole gang fits. A gang as wide as
+	// smaller jobs behind it would otherwise never leave. Held GPUs idle,
+	// as the placed allocations of Nomad's partial placement would: no
+	// later job backfills them (work the gang may preempt did, and was
+	// then too young or too costly to preempt when the gang needed it).
+	// Nothing starts until the whole gang fits. A gang as wide as
 	// its pool holds each node as it frees until it starts, as Nomad's
 	// partial placement would; one wider than the pool is parked.
 	Gather bool
