@@ -131,7 +131,7 @@ preemption {
 # gang starts only when all of its nodes are free at once, which a busy
 # pool of smaller jobs never leaves. Held GPUs idle, as the placed
 # allocations of Nomad's partial placement would: no later job backfills
-# them, not even work the gang may preempt (that work was then too young
+# them, not even work the gang may preempt (such work could be too young
 # or too costly to preempt when the gang needed it). A gang as wide as
 # its pool holds each node as it frees until it starts, as plain Nomad's
 # partial placement would (a gang wider than the pool is parked and holds

@@ -18,10 +18,10 @@ import (
 // allocations fit now, one allocation at a time, as reserved GPUs that
 // no later job backfills (mayBackfill): they idle as the placed
 // allocations of Nomad's partial placement would. Work the gang may
-// preempt used to backfill them; the gang then found them taken when the
-// rest of its nodes freed, by jobs its preemption could not take back
-// (younger than the minimum runtime, or costing more than the gain), and
-// the whole-node jobs behind it waited too (robustness suite, seeds 1-6:
+// preempt used to backfill them; the gang could then find them taken when
+// the rest of its nodes freed, by jobs its preemption could not take
+// back at once (younger than the minimum runtime, or costing more than
+// the gain), and the whole-node jobs behind it waited too (robustness suite, seeds 1-6:
 // tiers' p99 above nomad-native's 69 -> 47 times, all failed checks 340
 // -> 328; example/sim/README.md, "Fifth pass"). Nothing is remembered
 // between cycles: held GPUs stay free, so the next cycle finds them

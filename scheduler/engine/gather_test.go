@@ -85,8 +85,13 @@ func TestGatherHoldsFreeNodesForABlockedGang(t *testing.T) {
 				if g.Status != StatusReserved || !strings.Contains(g.Reason, "gathering its nodes: holds the GPUs of 1 of its 2 allocations") {
 					t.Fatalf("gang: %+v, want reserved and its gathering explained", g)
 				}
-				if r := plan.Explanations["small"].Reason; !strings.Contains(r, "reserved for gang") {
-					t.Fatalf("small's reason %q does not say the GPUs are held for the gang", r)
+				for _, id := range []string{"small", "scav"} {
+					if _, ok := plan.Explanations[id]; !ok {
+						continue
+					}
+					if r := plan.Explanations[id].Reason; !strings.Contains(r, "reserved for gang (gathering its nodes)") || !strings.Contains(r, "no job may use them while a gang gathers its nodes") {
+						t.Fatalf("%s's reason %q does not say the GPUs are held, unusable, for the gathering gang", id, r)
+					}
 				}
 			}
 		})

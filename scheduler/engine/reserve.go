@@ -214,11 +214,16 @@ func neverFitsReason(pool string, rej placement.Rejections) string {
 func (p *placer) reservationNote() string {
 	var b strings.Builder
 	b.WriteString("; some GPUs are reserved for ")
+	gathering := false
 	for i, r := range p.reservations {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(r.jobID)
+		if r.gathering {
+			b.WriteString(" (gathering its nodes)")
+			gathering = true
+		}
 		if !r.until.IsZero() {
 			fmt.Fprintf(&b, " (needed by %s", r.until.UTC().Format(time.RFC3339))
 			if r.estimated {
@@ -226,6 +231,10 @@ func (p *placer) reservationNote() string {
 			}
 			b.WriteString(")")
 		}
+	}
+	if gathering {
+		b.WriteString(": no job may use them while a gang gathers its nodes (they idle until it starts, as the placed allocations of a partially placed Nomad job would)")
+		return b.String()
 	}
 	b.WriteString(": a job may use them only if its impact_walltime ")
 	if p.c.wall.notes() {

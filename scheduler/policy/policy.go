@@ -153,8 +153,8 @@ type Backfill struct {
 	// as they free instead of only when all are free at once, which
 	// smaller jobs behind it would otherwise never leave. Held GPUs idle,
 	// as the placed allocations of Nomad's partial placement would: no
-	// later job backfills them (work the gang may preempt did, and was
-	// then too young or too costly to preempt when the gang needed it).
+	// later job backfills them (work the gang may preempt did, and could
+	// be too young or too costly to preempt when the gang needed it).
 	// Nothing starts until the whole gang fits. A gang as wide as
 	// its pool holds each node as it frees until it starts, as Nomad's
 	// partial placement would; one wider than the pool is parked.
