@@ -15,8 +15,11 @@ package scheduler
 // allocations fits on now): its explanation (/v1/explain, engine status
 // reserved, gathered 1, and `impact explain`) says it holds the GPUs of 1
 // of its 2 allocations; small stays waiting, told the GPUs are reserved
-// for pair, with no allocation in Nomad, over several cycles; pair has no
-// allocation either (nothing is placed partially). Once long is stopped,
+// for pair, with no allocation in Nomad, over several cycles, and so does
+// a scavenger job of 1 GPU ("scav") that pair may preempt, told that no
+// job may use GPUs a gang gathers (preemptible work used to backfill
+// them, and could then keep them from the gang); pair has no allocation
+// either (nothing is placed partially). Once long is stopped,
 // pair starts on both nodes, each allocation on all 8 GPUs of its node as
 // planned, both from one evaluation and no other allocation of it ever.
 //
@@ -131,9 +134,17 @@ backfill {
 				ex := explain("small")
 				return ex.Engine != nil && ex.Engine.Status == "waiting" && strings.Contains(ex.Reason, "reserved for default/pair"), ex.String()
 			})
+			runHCL(t, c.Agent, w.dir, "scav", dfJob{name: "scav", tier: "scavenger", gpus: 1}.hcl(envDir))
+			const unusable = "no job may use them while a gang gathers its nodes"
+			eventually(t, 60*time.Second, "scav waiting, though pair may preempt it", func() (bool, string) {
+				ex := explain("scav")
+				return ex.Engine != nil && ex.Engine.Status == "waiting" && strings.Contains(ex.Reason, unusable), ex.String()
+			})
 			waitCycles(t, w.apiURL, 3)
-			if as := w.allocsOf("small"); len(as) != 0 {
-				t.Errorf("small: allocations %+v, want none (client-1 is held for pair); explain %s", as, explain("small"))
+			for _, id := range []string{"small", "scav"} {
+				if as := w.allocsOf(id); len(as) != 0 {
+					t.Errorf("%s: allocations %+v, want none (client-1 is held for pair); explain %s", id, as, explain(id))
+				}
 			}
 			if as := w.allocsOf("pair"); len(as) != 0 {
 				t.Errorf("pair: allocations %+v while gathering, want none (a gang is placed whole)", as)
@@ -145,6 +156,7 @@ backfill {
 			}
 			t.Logf("pair while gathering: %s", ex)
 			t.Logf("small behind it: %s", explain("small"))
+			t.Logf("scav behind it: %s", explain("scav"))
 			out, err := exec.Command(w.impact, "explain", "-address", w.apiURL, "pair").CombinedOutput()
 			if err != nil || !strings.Contains(string(out), holds) {
 				t.Errorf("impact explain pair: %v; want it to say it %s:\n%s", err, holds, out)
@@ -170,8 +182,10 @@ backfill {
 			if len(as) != 2 || as[0].EvalID != as[1].EvalID {
 				t.Errorf("pair: allocations %+v, want exactly two, from one evaluation (admitted whole)", as)
 			}
-			if as := w.allocsOf("small"); len(as) != 0 {
-				t.Errorf("small: allocations %+v, want none (pair holds all 16 GPUs)", as)
+			for _, id := range []string{"small", "scav"} {
+				if as := w.allocsOf(id); len(as) != 0 {
+					t.Errorf("%s: allocations %+v, want none (pair holds all 16 GPUs)", id, as)
+				}
 			}
 			noRollbacks(t, w.apiURL)
 			if t.Failed() {
