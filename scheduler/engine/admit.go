@@ -245,6 +245,10 @@ func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 		p.admit(q, exp, res, backfill && len(p.reservations) > 0, estimated)
 		return true
 	}
+	if res, ok := p.c.hr.avoid(q, p.c.request(q, backfill)); ok {
+		p.admit(q, exp, res, backfill && len(p.reservations) > 0, estimated)
+		return true
+	}
 	var rej placement.Rejections
 	if p.c.explain {
 		rej = placement.Rejections{}

@@ -94,7 +94,7 @@ type hrPool struct {
 
 // hrCycle is the headroom step: the policy's headroom blocks in one
 // cycle (newHeadroom sizes them once the queue is ordered; blocks,
-// protect, keepsOut, shields, waives and prefer answer the other steps
+// protect, keepsOut, shields, waives, prefer and avoid answer the other steps
 // as each job is decided; status is the plan's view). nil without
 // headroom blocks: every method answers for none then.
 type hrCycle struct {

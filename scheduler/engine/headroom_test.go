@@ -245,6 +245,47 @@ func TestHeadroomFilledByPreemptibleWorkFirst(t *testing.T) {
 	}
 }
 
+// Non-preemptible work a headroom keeps out goes to the GPUs beside the
+// ones a headroom keeps on a node only when no other node fits it: a
+// 4-GPU high-tier job that best fit would put on n1 (4 GPUs beside the 4
+// kept) lands on n3 (5 free), so that n1 stays clearable by preemption
+// for an urgent job as wide as the node. With n3 full it takes n1's free
+// GPUs, as before.
+func TestHeadroomNodeKeptInPartAvoided(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n3Busy int // GPUs of n3 held by high-tier work
+		want   string
+	}{{"another node fits", 3, "n3"}, {"no other node fits", 8, "n1"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n")
+			store := cluster.NewStore()
+			for _, n := range []string{"n1", "n2", "n3"} {
+				_ = store.UpsertNode(mkNode(n, 8, 2))
+			}
+			_ = store.UpsertJob(mkJob("old2", group("main", 1, 6), meta("impact_tier", "high"), running()))
+			_ = store.UpsertAlloc(alloc("old2-a", "old2", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
+			gpus := make([]int, tc.n3Busy)
+			for i := range gpus {
+				gpus[i] = i
+			}
+			_ = store.UpsertJob(mkJob("old3", group("main", 1, tc.n3Busy), meta("impact_tier", "high"), running()))
+			_ = store.UpsertAlloc(alloc("old3-a", "old3", "n3", t0.Add(-time.Hour), gpus...))
+			_ = store.UpsertJob(mkJob("h", group("main", 1, 4), meta("impact_tier", "high"), submitted(t0)))
+			p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Minute))
+			if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+				t.Fatal(err)
+			}
+			if h := p.Headroom[0]; h.Nodes != 1 || h.KeptOnLastNode != 4 {
+				t.Fatalf("headroom %+v, want 4 GPUs kept on one node", h)
+			}
+			if a := admission(p, "h"); a == nil || join(nodesOf(a)) != tc.want {
+				t.Fatalf("h: %+v, want on %s: %+v", a, tc.want, p.Explanations["h"])
+			}
+		})
+	}
+}
+
 // Work a headroom keeps out does not wait for a gang stopping on the
 // node the headroom keeps whole: the GPUs it frees stay the headroom's.
 // A high-tier job that claimed them (as waitForStopping let any job
