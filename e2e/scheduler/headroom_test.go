@@ -1,0 +1,84 @@
+package scheduler
+
+// TestHeadroom: the policy's headroom on a real two-node Nomad cluster
+// (one server, two client processes, each 8 fake GPUs of its own), with
+// a headroom of 4 GPUs for the critical tier: half of one node ("the
+// headroom node") is kept free of non-preemptible work of other tiers,
+// and the node's other 4 GPUs take such work only when no other node
+// fits it, so that the node stays clearable for an urgent job as wide as
+// the node.
+//
+// Three high-tier jobs of 4 GPUs arrive one after another: the first two
+// start on the other node (best fit alone would have put the first on
+// the headroom node's 4 free GPUs beside the kept ones), the third on the
+// headroom node's unkept GPUs; a fourth waits, told the headroom keeps it
+// out, with no allocation over several cycles. A critical job of 4 GPUs
+// then starts at once on the headroom node's kept GPUs.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
+)
+
+func TestHeadroom(t *testing.T) {
+	c, impact := startGPUCluster(t, "impact-e2e-headroom-", 2)
+	w := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact,
+		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
+		policyExtra: `
+headroom "default" {
+  tiers = ["critical"]
+  gpus  = 4
+}
+`}}
+	w.impactProc = w.startImpact(t)
+	envDir := filepath.Join(w.dir, "env")
+	if err := os.MkdirAll(envDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodes(30*time.Second, 2, "both nodes", nil)
+	explain := func(name string) gatherExplain {
+		var ex gatherExplain
+		if err := getAPI(w.apiURL, "/v1/explain/"+name, &ex); err != nil {
+			ex.Reason = err.Error()
+		}
+		return ex
+	}
+
+	nodeOf := map[string]string{}
+	for _, name := range []string{"h1", "h2", "h3"} {
+		runHCL(t, c.Agent, w.dir, name, dfJob{name: name, tier: "high", gpus: 4}.hcl(envDir))
+		nodeOf[name] = w.waitRunningN(name, 1, 120*time.Second)[0].NodeID
+	}
+	t.Logf("high jobs by node: %v", nodeOf)
+	if nodeOf["h1"] != nodeOf["h2"] || nodeOf["h3"] == nodeOf["h1"] {
+		t.Errorf("h1, h2, h3 on %s, %s, %s: want h1 and h2 on the same node (not the headroom's) and h3 on the other (the headroom node's unkept GPUs, the only place left)",
+			nodeOf["h1"], nodeOf["h2"], nodeOf["h3"])
+	}
+	headroomNode := nodeOf["h3"]
+
+	runHCL(t, c.Agent, w.dir, "h4", dfJob{name: "h4", tier: "high", gpus: 4}.hcl(envDir))
+	eventually(t, 60*time.Second, "h4 kept out by the headroom", func() (bool, string) {
+		ex := explain("h4")
+		return ex.Engine != nil && ex.Engine.Status == "waiting" && strings.Contains(ex.Reason, "headroom"), ex.String()
+	})
+	waitCycles(t, w.apiURL, 3)
+	if as := w.allocsOf("h4"); len(as) != 0 {
+		t.Errorf("h4: allocations %+v, want none (the headroom keeps the last 4 free GPUs); explain %s", as, explain("h4"))
+	}
+	t.Logf("h4: %s", explain("h4"))
+
+	runHCL(t, c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(envDir))
+	if u := w.waitRunningN("urgent", 1, 120*time.Second)[0]; u.NodeID != headroomNode {
+		t.Errorf("urgent runs on %s, want the headroom node %s", u.NodeID, headroomNode)
+	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}
