@@ -35,26 +35,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
-
-// gatherExplain is the part of /v1/explain/<job> TestGather reads.
-type gatherExplain struct {
-	State, Decision, Summary, Reason string
-	Engine                           *struct {
-		Status   string
-		Reason   string
-		Gathered int
-	}
-}
-
-func (g gatherExplain) String() string {
-	if g.Engine == nil {
-		return fmt.Sprintf("%s/%s: %s (no engine explanation)", g.State, g.Decision, g.Reason)
-	}
-	return fmt.Sprintf("%s/%s engine %s gathered %d: %s [%s]", g.State, g.Decision, g.Engine.Status, g.Engine.Gathered, g.Reason, g.Summary)
-}
 
 func TestGather(t *testing.T) {
 	for _, tc := range []struct {
@@ -65,30 +46,21 @@ func TestGather(t *testing.T) {
 		{"no gather", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, impact := startGPUCluster(t, "impact-e2e-gather-", 2)
-			w := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact,
-				apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
-				policyExtra: fmt.Sprintf(`
+			w := setupGPUCluster(t, "impact-e2e-gather-", 2, fmt.Sprintf(`
 backfill {
   enabled      = true
   reservations = 0
   gather       = %t
 }
-`, tc.gather)}}
-			w.impactProc = w.startImpact(t)
+`, tc.gather), "")
+			c := w.c
 			envDir := filepath.Join(w.dir, "env")
 			if err := os.MkdirAll(envDir, 0o777); err != nil {
 				t.Fatal(err)
 			}
 			nodes := c.WaitNodes(30*time.Second, 2, "both nodes", nil)
 			node0, node1 := nodes[0], nodes[1] // sorted by name: client-0, client-1
-			explain := func(name string) gatherExplain {
-				var ex gatherExplain
-				if err := getAPI(w.apiURL, "/v1/explain/"+name, &ex); err != nil {
-					ex.Reason = err.Error()
-				}
-				return ex
-			}
+			explain := w.explainEngine
 
 			runHCL(t, c.Agent, w.dir, "long", dfJob{name: "long", tier: "high", gpus: 8, node: node0.Name}.hcl(envDir))
 			if l := w.waitRunningN("long", 1, 120*time.Second)[0]; l.NodeID != node0.ID {

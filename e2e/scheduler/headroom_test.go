@@ -16,39 +16,27 @@ package scheduler
 // then starts at once on the headroom node's kept GPUs.
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
 
 func TestHeadroom(t *testing.T) {
-	c, impact := startGPUCluster(t, "impact-e2e-headroom-", 2)
-	w := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact,
-		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0]),
-		policyExtra: `
+	w := setupGPUCluster(t, "impact-e2e-headroom-", 2, `
 headroom "default" {
   tiers = ["critical"]
   gpus  = 4
 }
-`}}
-	w.impactProc = w.startImpact(t)
+`, "")
+	c := w.c
 	envDir := filepath.Join(w.dir, "env")
 	if err := os.MkdirAll(envDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	c.WaitNodes(30*time.Second, 2, "both nodes", nil)
-	explain := func(name string) gatherExplain {
-		var ex gatherExplain
-		if err := getAPI(w.apiURL, "/v1/explain/"+name, &ex); err != nil {
-			ex.Reason = err.Error()
-		}
-		return ex
-	}
+	explain := w.explainEngine
 
 	nodeOf := map[string]string{}
 	for _, name := range []string{"h1", "h2", "h3"} {

@@ -95,6 +95,34 @@ func (e *lcEnv) waitRunningN(name string, n int, d time.Duration) []lcAlloc {
 	return rs
 }
 
+// engineExplain is the part of /v1/explain/<job> that tests reading the
+// engine's own explanation (status, reason, gathered allocations) use.
+type engineExplain struct {
+	State, Decision, Summary, Reason string
+	Engine                           *struct {
+		Status   string
+		Reason   string
+		Gathered int
+	}
+}
+
+func (g engineExplain) String() string {
+	if g.Engine == nil {
+		return fmt.Sprintf("%s/%s: %s (no engine explanation)", g.State, g.Decision, g.Reason)
+	}
+	return fmt.Sprintf("%s/%s engine %s gathered %d: %s [%s]", g.State, g.Decision, g.Engine.Status, g.Engine.Gathered, g.Reason, g.Summary)
+}
+
+// explainEngine reads the job's /v1/explain (a failed read leaves its
+// error as the reason).
+func (e *lcEnv) explainEngine(name string) engineExplain {
+	var ex engineExplain
+	if err := getAPI(e.apiURL, "/v1/explain/"+name, &ex); err != nil {
+		ex.Reason = err.Error()
+	}
+	return ex
+}
+
 func (e *lcEnv) explain(name string) string {
 	var ex struct {
 		State, Decision, Reason string
@@ -152,7 +180,12 @@ func setupCluster(t *testing.T, prefix, policyExtra string) *lcEnv {
 // setupClusterWith is setupCluster with serverExtra appended to the Nomad
 // server's config (a shorter heartbeat TTL...).
 func setupClusterWith(t *testing.T, prefix, policyExtra, serverExtra string) *lcEnv {
-	c, impact := startGPUClusterWith(t, prefix, 3, serverExtra)
+	return setupGPUCluster(t, prefix, 3, policyExtra, serverExtra)
+}
+
+// setupGPUCluster is setupClusterWith on n client nodes.
+func setupGPUCluster(t *testing.T, prefix string, n int, policyExtra, serverExtra string) *lcEnv {
+	c, impact := startGPUClusterWith(t, prefix, n, serverExtra)
 	e := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact, policyExtra: policyExtra,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])}}
 	e.impactProc = e.startImpact(t)

@@ -241,19 +241,21 @@ func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 		}
 		return false
 	}
-	if res, ok := p.c.hr.prefer(q, p.c.request(q, backfill)); ok {
-		p.admit(q, exp, res, backfill && len(p.reservations) > 0, estimated)
-		return true
-	}
-	if res, ok := p.c.hr.avoid(q, p.c.request(q, backfill)); ok {
-		p.admit(q, exp, res, backfill && len(p.reservations) > 0, estimated)
-		return true
+	// A headroom's placement preferences first (preemptible work onto its
+	// nodes, work it keeps out off them), else best fit.
+	req := p.c.request(q, backfill)
+	res, ok := p.c.hr.prefer(q, req)
+	if !ok {
+		res, ok = p.c.hr.avoid(q, req)
 	}
 	var rej placement.Rejections
-	if p.c.explain {
-		rej = placement.Rejections{}
+	if !ok {
+		if p.c.explain {
+			rej = placement.Rejections{}
+		}
+		res, ok = p.c.st.Place(req, rej)
 	}
-	if res, ok := p.c.st.Place(p.c.request(q, backfill), rej); ok {
+	if ok {
 		p.admit(q, exp, res, backfill && len(p.reservations) > 0, estimated)
 		return true
 	}

@@ -93,8 +93,9 @@ func (c *cycle) decide(q *queued, pos int) {
 // could only leave it waiting and change nothing: it needs more GPUs than
 // are free (reserved ones too) in all pools, no GPU is bound to it, every
 // reservation is taken, it would gather nothing (mayGather), no headroom
-// keeps it out (see below), and it may not preempt: its tier may preempt no one (and no job is idle), or no
-// preemption may be ordered or waited for any more this cycle. GPUs bound
+// keeps it out (see below), and it may not preempt: its tier may preempt
+// no one (and no job is idle), or no preemption may be ordered or waited
+// for any more this cycle. GPUs bound
 // to other preemptors are theirs alone, and only a job that may preempt
 // waits for gangs already stopping (tryPreempt), so neither matters to
 // it. A long queue behind a full cluster is then settled without a look

@@ -21,9 +21,10 @@ import (
 // preempt used to backfill them; the gang could then find them taken when
 // the rest of its nodes freed, by jobs its preemption could not take
 // back at once (younger than the minimum runtime, or costing more than
-// the gain), and the whole-node jobs behind it waited too (robustness suite, seeds 1-6:
-// tiers' p99 above nomad-native's 69 -> 47 times, all failed checks 340
-// -> 328; example/sim/README.md, "Fifth pass"). Nothing is remembered
+// the gain), and the whole-node jobs behind it waited too (robustness
+// suite, seeds 1-6: tiers' p99 above nomad-native's 69 -> 47 times, all
+// failed checks 340 -> 328; example/sim/README.md, "Fifth pass").
+// Nothing is remembered
 // between cycles: held GPUs stay free, so the next cycle finds them
 // again, with whatever freed since, and the gang is admitted once all of
 // its allocations fit. A job ahead of it in the queue may take them
