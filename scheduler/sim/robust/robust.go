@@ -1,8 +1,9 @@
 // Package robust is the simulator's robustness suite (`impact robustness`,
 // make robustness): the impact policy against nomad-native and backfill
 // on Philly windows at several offered loads and on the synthetic
-// workloads of package synth, with the top tier's bound and the
-// never-worse checks of each scenario.
+// workloads of package synth, with the top tier's bound, the
+// never-worse checks of each scenario and, with Config.TwinJitter, their
+// noise floor (the native twin, twin.go).
 //
 // The top-tier bound of a scenario is the waits its top-tier jobs get when
 // they are alone on the cluster, placed by backfill at the impact
@@ -60,6 +61,10 @@ type Config struct {
 	Refresh int64
 	// Parallel bounds the simulations run at once.
 	Parallel int
+	// TwinJitter, when above 0, also runs the native twin (twin.go):
+	// nomad-native with every submit moved later by up to that many
+	// seconds.
+	TwinJitter int64
 }
 
 // Outcome is a scenario's results.
@@ -79,6 +84,9 @@ type Outcome struct {
 	// sim has them all).
 	Summary map[string]Summary `json:"policies"`
 	Checks  []Check            `json:"checks"`
+	// TwinFailed names the checks the native twin fails against
+	// nomad-native (twin.go); nil without a twin.
+	TwinFailed []string `json:"native_twin_failed,omitempty"`
 }
 
 // Check is one never-worse target on one scenario.
@@ -90,6 +98,14 @@ type Check struct {
 	// cannot meet it without giving up occupancy (the exception: occupancy
 	// wins); a failed check with a bound does not fail the suite.
 	Bound string `json:"bound,omitempty"`
+	// Twin, on a failed check, is the native twin's result on the same
+	// check against nomad-native (twin.go): a failure no larger than it
+	// is within what chance moves on the scenario.
+	Twin string `json:"native_twin,omitempty"`
+	// WithinTwin: the twin is at least as bad on this check (Twin).
+	WithinTwin bool `json:"within_native_twin,omitempty"`
+	// worse is the checked value, larger worse (compare).
+	worse float64
 }
 
 // Waived reports whether c failed with the bound that proves it cannot be
@@ -100,6 +116,9 @@ func (c Check) Waived() bool { return !c.OK && c.Bound != "" }
 func Run(sc Scenario, cfg Config) (*Outcome, error) {
 	o := &Outcome{Scenario: sc, Results: map[string]*sim.Result{}, Debounce: cfg.ImpactModel.Debounce, Grace: cfg.ImpactModel.Grace}
 	names := append(append([]string(nil), Policies...), "bound")
+	if cfg.TwinJitter > 0 {
+		names = append(names, NativeTwin)
+	}
 	res := make([]*sim.Result, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
@@ -126,6 +145,7 @@ func Run(sc Scenario, cfg Config) (*Outcome, error) {
 		o.Results[n] = res[i]
 	}
 	o.Checks = NeverWorse(o)
+	twinChecks(o)
 	o.Summary = map[string]Summary{}
 	for n, r := range o.Results {
 		o.Summary[n] = Summary{Cadence: r.Cadence, Occupancy: r.Occupancy, OccupancyNet: netOccupancy(r), PartialGangIdleGPUHours: r.PartialGangIdleGPUHours,
@@ -134,8 +154,9 @@ func Run(sc Scenario, cfg Config) (*Outcome, error) {
 	return o, nil
 }
 
-// runOne simulates sc under the policy name, or, for "bound", its top
-// tier alone under backfill at the impact cadence.
+// runOne simulates sc under the policy name; for "bound", its top tier
+// alone under backfill at the impact cadence; for NativeTwin,
+// nomad-native on its jittered jobs.
 func runOne(sc Scenario, cfg Config, name string) (*sim.Result, error) {
 	o := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd}
 	jobs := sc.Jobs
@@ -153,6 +174,10 @@ func runOne(sc Scenario, cfg Config, name string) (*sim.Result, error) {
 		o.Model = cfg.ImpactModel
 		jobs = TopTier(sc.Jobs)
 		s, err = baseline.New(baseline.Backfill)
+	case NativeTwin:
+		o.Model = cfg.BaseModel
+		jobs = Jitter(sc.Jobs, cfg.TwinJitter, sc.WindowEnd)
+		s, err = baseline.New(baseline.NomadNative)
 	default:
 		o.Model = cfg.BaseModel
 		s, err = baseline.New(name)
@@ -223,36 +248,48 @@ const (
 	TopTierGain    = 10
 )
 
+// compare holds run a to nomad-native's run nat by the checks that
+// compare two runs of any policy: every tier's p50 and p99 wait, the
+// tier-weighted JCT (up to debounce seconds more: a run at the live
+// cadence waits that long for each decision) and occupancy.
+func compare(a, nat *sim.Result, debounce int64) []Check {
+	var cs []Check
+	add := func(name string, worse float64, ok bool, format string, args ...any) {
+		cs = append(cs, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...), worse: worse})
+	}
+	for _, t := range trace.Tiers {
+		if nat.JobsCompletedByTier[t] == 0 && a.JobsCompletedByTier[t] == 0 {
+			continue
+		}
+		aw, nw := a.WaitS[t], nat.WaitS[t]
+		for _, q := range []struct {
+			name   string
+			av, nv float64
+		}{{"p50", aw.P50, nw.P50}, {"p99", aw.P99, nw.P99}} {
+			limit := WaitFactor*q.nv + WaitSlackS
+			add(t+" wait "+q.name, q.av, q.av <= limit, "%s vs native %s (limit %s)", sim.FormatSeconds(q.av), sim.FormatSeconds(q.nv), sim.FormatSeconds(limit))
+		}
+	}
+	// The live cadence makes every job wait its debounce: a policy that
+	// decides as the agent does cannot beat that part.
+	add("weighted JCT", a.WeightedJCTS, a.WeightedJCTS <= nat.WeightedJCTS+float64(debounce), "%s vs native %s (limit: native + the %ds debounce)",
+		sim.FormatSeconds(a.WeightedJCTS), sim.FormatSeconds(nat.WeightedJCTS), debounce)
+	natNet := netOccupancy(nat)
+	add("occupancy", -a.Occupancy, a.Occupancy >= natNet-OccupancySlack, "%.1f%% vs native %.1f%% (%.1f%% counting GPUs idle in its partial gangs as occupied)",
+		100*a.Occupancy, 100*natNet, 100*nat.Occupancy)
+	return cs
+}
+
 // NeverWorse checks impact against nomad-native on o.
 func NeverWorse(o *Outcome) []Check {
 	imp, nat := o.Results[impact.Name], o.Results[baseline.NomadNative]
 	if imp == nil || nat == nil {
 		return nil
 	}
-	var cs []Check
+	cs := compare(imp, nat, o.Debounce)
 	add := func(name string, ok bool, format string, args ...any) {
 		cs = append(cs, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
-	for _, t := range trace.Tiers {
-		if nat.JobsCompletedByTier[t] == 0 && imp.JobsCompletedByTier[t] == 0 {
-			continue
-		}
-		iw, nw := imp.WaitS[t], nat.WaitS[t]
-		for _, q := range []struct {
-			name   string
-			iv, nv float64
-		}{{"p50", iw.P50, nw.P50}, {"p99", iw.P99, nw.P99}} {
-			limit := WaitFactor*q.nv + WaitSlackS
-			add(t+" wait "+q.name, q.iv <= limit, "%s vs native %s (limit %s)", sim.FormatSeconds(q.iv), sim.FormatSeconds(q.nv), sim.FormatSeconds(limit))
-		}
-	}
-	// The live cadence makes every job wait its debounce: a policy that
-	// decides as the agent does cannot beat that part.
-	add("weighted JCT", imp.WeightedJCTS <= nat.WeightedJCTS+float64(o.Debounce), "%s vs native %s (limit: native + the %ds debounce)",
-		sim.FormatSeconds(imp.WeightedJCTS), sim.FormatSeconds(nat.WeightedJCTS), o.Debounce)
-	natNet := netOccupancy(nat)
-	add("occupancy", imp.Occupancy >= natNet-OccupancySlack, "%.1f%% vs native %.1f%% (%.1f%% counting GPUs idle in its partial gangs as occupied)",
-		100*imp.Occupancy, 100*natNet, 100*nat.Occupancy)
 	add("partial-gang idle", imp.PartialGangIdleGPUHours == 0, "%.0f GPU-h", imp.PartialGangIdleGPUHours)
 	add("finished", imp.JobsUnfinished == 0, "%d jobs unfinished", imp.JobsUnfinished)
 	top := trace.Tiers[0]
@@ -364,11 +401,12 @@ func worstWait(o *Outcome) (float64, string) {
 // nomad-native and backfill (baseline / impact: above 1 is better for
 // impact; occupancy in points, impact minus baseline net of the
 // baseline's GPUs idle in partial gangs), the top tier's p99
-// of each policy against its bound, and the never-worse verdict.
+// of each policy against its bound, how many checks the native twin
+// fails against nomad-native ("-": no twin), and the never-worse verdict.
 func WriteTable(w io.Writer, outs []*Outcome) error {
 	top := trace.Tiers[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "scenario\tload\tjobs\t%s p99 bound\tnative\tbackfill\timpact\t%s p99 x vs native\tvs backfill\tJCT x vs native\tvs backfill\tocc pts vs native\tvs backfill\theadroom idle pts\tworst wait/limit\tnever-worse\t\n", top, top)
+	fmt.Fprintf(tw, "scenario\tload\tjobs\t%s p99 bound\tnative\tbackfill\timpact\t%s p99 x vs native\tvs backfill\tJCT x vs native\tvs backfill\tocc pts vs native\tvs backfill\theadroom idle pts\tworst wait/limit\tnative twin fails\tnever-worse\t\n", top, top)
 	for _, o := range outs {
 		imp, nat, bf := o.Results[impact.Name], o.Results[baseline.NomadNative], o.Results[baseline.Backfill]
 		ww, what := worstWait(o)
@@ -398,12 +436,16 @@ func WriteTable(w io.Writer, outs []*Outcome) error {
 		if o.BoundN > 0 {
 			bound = sim.FormatSeconds(o.Bound.P99)
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f\t%+.1f\t%s\t%.2f (%s)\t%s\t\n",
+		twin := "-"
+		if o.TwinFailed != nil {
+			twin = fmt.Sprint(len(o.TwinFailed))
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f\t%+.1f\t%s\t%.2f (%s)\t%s\t%s\t\n",
 			o.Scenario.Name, o.Scenario.Load, o.Scenario.NumJobs, bound,
 			sim.FormatSeconds(nat.WaitS[top].P99), sim.FormatSeconds(bf.WaitS[top].P99), sim.FormatSeconds(imp.WaitS[top].P99),
 			fmtRatio(ratio(nat.WaitS[top].P99, imp.WaitS[top].P99)), fmtRatio(ratio(bf.WaitS[top].P99, imp.WaitS[top].P99)),
 			ratio(nat.WeightedJCTS, imp.WeightedJCTS), ratio(bf.WeightedJCTS, imp.WeightedJCTS),
-			100*(imp.Occupancy-netOccupancy(nat)), 100*(imp.Occupancy-netOccupancy(bf)), hr, ww, what, verdict)
+			100*(imp.Occupancy-netOccupancy(nat)), 100*(imp.Occupancy-netOccupancy(bf)), hr, ww, what, twin, verdict)
 	}
 	return tw.Flush()
 }
@@ -424,18 +466,49 @@ func headroomPool(r *sim.Result) string {
 	return ""
 }
 
-// WriteFailures prints every failed check with its numbers, and for a
-// waived one the bound that proves it cannot be met.
+// WriteFailures prints every failed check with its numbers, for a
+// waived one the bound that proves it cannot be met, and with a native
+// twin the twin's result on the same check.
 func WriteFailures(w io.Writer, outs []*Outcome) {
 	for _, o := range outs {
 		for _, c := range o.Failed() {
+			line := fmt.Sprintf("%s: %s: %s", o.Scenario.Name, c.Name, c.Detail)
 			if c.Waived() {
-				fmt.Fprintf(w, "%s: %s: %s; exception, bound: %s\n", o.Scenario.Name, c.Name, c.Detail, c.Bound)
-				continue
+				line += "; exception, bound: " + c.Bound
 			}
-			fmt.Fprintf(w, "%s: %s: %s\n", o.Scenario.Name, c.Name, c.Detail)
+			if c.Twin != "" {
+				within := "worse than it"
+				if c.WithinTwin {
+					within = "within it"
+				}
+				line += fmt.Sprintf("; native twin: %s (%s)", c.Twin, within)
+			}
+			fmt.Fprintln(w, line)
 		}
 	}
+}
+
+// TwinTally counts, over outs, the checks the native twin fails against
+// nomad-native, impact's failed checks of the kinds the twin is held to,
+// and how many of those the twin is at least as bad on; ok is false when
+// no scenario ran a twin.
+func TwinTally(outs []*Outcome) (twinFailed, impactFailed, within int, ok bool) {
+	for _, o := range outs {
+		if o.TwinFailed == nil {
+			continue
+		}
+		ok = true
+		twinFailed += len(o.TwinFailed)
+		for _, c := range o.Checks {
+			if !c.OK && c.Twin != "" {
+				impactFailed++
+				if c.WithinTwin {
+					within++
+				}
+			}
+		}
+	}
+	return twinFailed, impactFailed, within, ok
 }
 
 // Synthetic returns the scenarios of every synth generator.
