@@ -225,7 +225,8 @@ idle {
 # when no other node fits it, so that the node stays clearable by
 # preemption), so an urgent job up to the headroom's size finds room in
 # one place; preemptible work of the other tiers goes there first when it
-# fits, leaving the rest of the pool to what the headroom keeps out. Size: `gpus = N`, `share = 0.1` of the pool, or
+# fits, leaving the rest of the pool to what the headroom keeps out.
+# Size: `gpus = N`, `share = 0.1` of the pool, or
 # `learn = true`: the mean GPUs the tiers' jobs of the last `window` held
 # (GPUs x walltime; without one, its estimate when the walltime block
 # learns, else an hour) plus the largest of them, at

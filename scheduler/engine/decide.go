@@ -95,12 +95,12 @@ func (c *cycle) decide(q *queued, pos int) {
 // reservation is taken, it would gather nothing (mayGather), no headroom
 // keeps it out (see below), and it may not preempt: its tier may preempt
 // no one (and no job is idle), or no preemption may be ordered or waited
-// for any more this cycle. GPUs bound
-// to other preemptors are theirs alone, and only a job that may preempt
-// waits for gangs already stopping (tryPreempt), so neither matters to
-// it. A long queue behind a full cluster is then settled without a look
-// at each job beyond its size (its explanation is not kept anyway). The
-// one thing decide would still note, an expired deferral, is noted here.
+// for any more this cycle. GPUs bound to other preemptors are theirs
+// alone, and only a job that may preempt waits for gangs already stopping
+// (tryPreempt), so neither matters to it. A long queue behind a full
+// cluster is then settled without a look at each job beyond its size (its
+// explanation is not kept anyway). The one thing decide would still note,
+// an expired deferral, is noted here.
 func (c *cycle) onlyWaits(q *queued) bool {
 	if c.holds.lent(q) || !c.place.full() || c.place.mayGather(q) {
 		return false

@@ -24,11 +24,10 @@ import (
 // the gain), and the whole-node jobs behind it waited too (robustness
 // suite, seeds 1-6: tiers' p99 above nomad-native's 69 -> 47 times, all
 // failed checks 340 -> 328; example/sim/README.md, "Fifth pass").
-// Nothing is remembered
-// between cycles: held GPUs stay free, so the next cycle finds them
-// again, with whatever freed since, and the gang is admitted once all of
-// its allocations fit. A job ahead of it in the queue may take them
-// first, as it may take any free GPU.
+// Nothing is remembered between cycles: held GPUs stay free, so the
+// next cycle finds them again, with whatever freed since, and the gang
+// is admitted once all of its allocations fit. A job ahead of it in the
+// queue may take them first, as it may take any free GPU.
 
 // mayGather: deciding q could gather GPUs for it: the policy gathers, q
 // has several allocations, and its pool has a free GPU.

@@ -118,15 +118,15 @@ type flags struct {
 
 func run(f flags, stdout, stderr io.Writer) (int, error) {
 	t0 := time.Now()
+	if f.twinJitter < 0 || f.twinJitter%time.Second != 0 {
+		return 2, fmt.Errorf("--twin-jitter %s: want whole seconds, 0 or more", f.twinJitter)
+	}
 	pol, err := suitePolicy(f.policyFile)
 	if err != nil {
 		return 1, err
 	}
 	cfg := DefaultConfig(pol)
 	cfg.Parallel = f.parallel
-	if f.twinJitter < 0 || f.twinJitter%time.Second != 0 {
-		return 2, fmt.Errorf("--twin-jitter %s: want whole seconds, 0 or more", f.twinJitter)
-	}
 	cfg.TwinJitter = int64(f.twinJitter / time.Second)
 	scs, code, err := selectScenarios(f)
 	if err != nil {

@@ -85,8 +85,9 @@ type Outcome struct {
 	Summary map[string]Summary `json:"policies"`
 	Checks  []Check            `json:"checks"`
 	// TwinFailed names the checks the native twin fails against
-	// nomad-native (twin.go); nil without a twin.
-	TwinFailed []string `json:"native_twin_failed,omitempty"`
+	// nomad-native (twin.go): empty when it fails none, nil (null in
+	// JSON) without a twin.
+	TwinFailed []string `json:"native_twin_failed"`
 }
 
 // Check is one never-worse target on one scenario.
@@ -486,29 +487,6 @@ func WriteFailures(w io.Writer, outs []*Outcome) {
 			fmt.Fprintln(w, line)
 		}
 	}
-}
-
-// TwinTally counts, over outs, the checks the native twin fails against
-// nomad-native, impact's failed checks of the kinds the twin is held to,
-// and how many of those the twin is at least as bad on; ok is false when
-// no scenario ran a twin.
-func TwinTally(outs []*Outcome) (twinFailed, impactFailed, within int, ok bool) {
-	for _, o := range outs {
-		if o.TwinFailed == nil {
-			continue
-		}
-		ok = true
-		twinFailed += len(o.TwinFailed)
-		for _, c := range o.Checks {
-			if !c.OK && c.Twin != "" {
-				impactFailed++
-				if c.WithinTwin {
-					within++
-				}
-			}
-		}
-	}
-	return twinFailed, impactFailed, within, ok
 }
 
 // Synthetic returns the scenarios of every synth generator.

@@ -34,7 +34,7 @@ func Jitter(jobs []trace.Job, upTo, windowEnd int64) []trace.Job {
 		if out[i].Submit < windowEnd {
 			moved = min(moved, windowEnd-1)
 		}
-		out[i].Submit = max(out[i].Submit, moved)
+		out[i].Submit = moved
 	}
 	slices.SortStableFunc(out, func(a, b trace.Job) int { return cmp.Compare(a.Submit, b.Submit) })
 	return out
@@ -75,4 +75,27 @@ func twinChecks(o *Outcome) {
 			c.Twin, c.WithinTwin = tc.Detail, tc.worse >= c.worse
 		}
 	}
+}
+
+// TwinTally counts, over outs, the checks the native twin fails against
+// nomad-native, impact's failed checks of the kinds the twin is held to,
+// and how many of those the twin is at least as bad on; ok is false when
+// no scenario ran a twin.
+func TwinTally(outs []*Outcome) (twinFailed, impactFailed, within int, ok bool) {
+	for _, o := range outs {
+		if o.TwinFailed == nil {
+			continue
+		}
+		ok = true
+		twinFailed += len(o.TwinFailed)
+		for _, c := range o.Checks {
+			if !c.OK && c.Twin != "" {
+				impactFailed++
+				if c.WithinTwin {
+					within++
+				}
+			}
+		}
+	}
+	return twinFailed, impactFailed, within, ok
 }

@@ -1,6 +1,7 @@
 package robust
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -116,6 +117,15 @@ func TestTwinChecks(t *testing.T) {
 	}
 	if _, _, _, ok := TwinTally([]*Outcome{o}); ok {
 		t.Error("no twin, yet a tally")
+	}
+	// The report tells a twin that failed nothing from no twin.
+	if b, _ := json.Marshal(o); !strings.Contains(string(b), `"native_twin_failed":null`) {
+		t.Errorf("no twin: report %s", b)
+	}
+	o.Results[NativeTwin] = o.Results[baseline.NomadNative]
+	twinChecks(o)
+	if b, _ := json.Marshal(o); !strings.Contains(string(b), `"native_twin_failed":[]`) {
+		t.Errorf("a twin equal to native: report %s", b)
 	}
 }
 
