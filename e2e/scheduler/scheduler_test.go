@@ -192,6 +192,9 @@ func (e *env) allocs(jobID string) []allocStub {
 type jobStub struct {
 	Status   string
 	NodePool string
+	// SubmitTime is Nomad's stamp of the job's last registration (Unix
+	// nanoseconds).
+	SubmitTime int64
 }
 
 func (e *env) job(jobID string) jobStub {
@@ -439,14 +442,16 @@ func (e *env) waitRunning(t *testing.T, jobID string, d time.Duration) {
 // preemptScavenger runs a scavenger job "victim" (admitted by the impact
 // agent), then a critical job "incident" that only fits by preempting it,
 // and checks the victim received its checkpoint signal (SIGUSR1, written
-// to victim.mark) before the critical job ran.
-func (e *env) preemptScavenger(t *testing.T) {
+// to victim.mark) before the critical job ran. It returns when the
+// critical job was submitted.
+func (e *env) preemptScavenger(t *testing.T) time.Time {
 	t.Helper()
 	marker := filepath.Join(e.dir, "victim.mark")
 	e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: marker})
 	e.waitRunning(t, "victim", 60*time.Second)
 	// Wall time must pass the policy's 1s min runtime of the victim.
 	time.Sleep(2 * time.Second)
+	submitted := time.Now()
 	e.run(job{name: "incident", tier: "critical", pool: "impact-queue", count: 1, gpus: 4, seconds: 600,
 		marker: filepath.Join(e.dir, "incident.mark")})
 	eventually(t, 90*time.Second, "critical job running", func() (bool, string) {
@@ -455,6 +460,7 @@ func (e *env) preemptScavenger(t *testing.T) {
 	if b, err := os.ReadFile(marker); err != nil || !strings.Contains(string(b), "checkpoint") {
 		t.Errorf("scavenger did not receive its checkpoint signal (marker %q: %v)", b, err)
 	}
+	return submitted
 }
 
 func (e *env) runningAllocs(jobID string) int {
@@ -565,18 +571,26 @@ func TestScheduler(t *testing.T) {
 	})
 
 	t.Run("critical preempts scavenger", func(t *testing.T) {
-		e.preemptScavenger(t)
+		incident := e.preemptScavenger(t)
+		var parked jobStub
 		eventually(t, 30*time.Second, "scavenger back to pending", func() (bool, string) {
-			st := e.job("victim")
+			parked = e.job("victim")
 			stopped := true
 			for _, a := range e.allocs("victim") {
 				if a.DesiredStatus != "stop" && a.ClientStatus == "running" {
 					stopped = false
 				}
 			}
-			return st.Status == "pending" && st.NodePool == "impact-queue" && stopped,
-				fmt.Sprintf("status %s pool %s allocs %+v", st.Status, st.NodePool, e.allocs("victim"))
+			return parked.Status == "pending" && parked.NodePool == "impact-queue" && stopped,
+				fmt.Sprintf("status %s pool %s allocs %+v", parked.Status, parked.NodePool, e.allocs("victim"))
 		})
+		// Parking re-registers the victim, and Nomad stamps the
+		// registration with a new submit time, which the engine orders
+		// by: the victim queues behind work submitted before it was
+		// preempted. The simulator models a requeue so (sim.Job.queued).
+		if got := time.Unix(0, parked.SubmitTime); !got.After(incident) {
+			t.Errorf("parked victim's SubmitTime %v is not after the critical job's submission %v", got, incident)
+		}
 	})
 
 	t.Run("explain variable", func(t *testing.T) {

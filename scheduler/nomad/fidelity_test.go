@@ -212,6 +212,11 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 		j, ok := w.Snapshot().Job(key)
 		return ok && j.State == cluster.JobQueued && len(w.Snapshot().JobAllocs(key)) == 0
 	})
+	// Parking re-registers the job and Nomad stamps a new SubmitTime:
+	// the engine queues it by then, behind what waited before (the
+	// simulator models a preemption's requeue so).
+	j, _ = w.Snapshot().Job(key)
+	o.add("preempt: queued again with a submit time after the preemption began %v", j.Submit.After(start))
 	recs, _ := st.Preemptions(ctx, time.Time{})
 	o.add("preempt: records %d", len(recs))
 

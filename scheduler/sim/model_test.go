@@ -94,9 +94,10 @@ func TestOneJobModel(t *testing.T) {
 	if stop.model != start.model || stop.at != 250 {
 		t.Errorf("L's stop requested at %d with model %+v, want at 250 the model at start", stop.at, *stop.model)
 	}
-	// Requeued at 260 with 200s checkpointed: 1500 - 200 + 20 of restart.
+	// Requeued at 260 with 200s checkpointed: 1500 - 200 + 20 of restart;
+	// submitted anew then, as parking re-registers it on Nomad.
 	if requeue.model == start.model || requeue.model.State != cl.JobQueued || requeue.model.Spec.Walltime != 1320*time.Second ||
-		requeue.model.Groups[0].Spec != requeue.model.Spec || !requeue.model.Submit.Equal(sim.At(0)) {
+		requeue.model.Groups[0].Spec != requeue.model.Spec || !requeue.model.Submit.Equal(sim.At(260)) {
 		t.Errorf("L's model at requeue: %+v", *requeue.model)
 	}
 	if restart.model.State != cl.JobRunning || restart.model.Spec != requeue.model.Spec {

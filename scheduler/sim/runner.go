@@ -377,7 +377,8 @@ func (r *runner) killHung(j *Job) { r.requeue(j, true) }
 
 // requeue stops the current run (a preemption or reclaim at the end of its
 // grace, or a hung run killed) and queues the job again with the work its
-// checkpoints saved.
+// checkpoints saved: submitted anew now after a preemption or reclaim, as
+// the executor's re-registration does on Nomad (Job.queued).
 func (r *runner) requeue(j *Job, killed bool) {
 	m := r.opts.Model
 	g := int64(j.TotalGPUs())
@@ -402,7 +403,11 @@ func (r *runner) requeue(j *Job, killed bool) {
 	j.reclaiming = false
 	held := j.Run
 	r.freeGPUs(j)
-	j.queued(m)
+	resubmit := r.now
+	if killed {
+		resubmit = -1
+	}
+	j.queued(m, resubmit)
 	j.Start = -1
 	j.State = Pending
 	j.queuedAt = r.now

@@ -98,6 +98,37 @@ func TestCriticalPreemptsScavenger(t *testing.T) {
 	}
 }
 
+// TestPreemptedJobQueuesBehindItsTier: a preempted job is queued again as
+// Nomad re-registers a parked job, with a new submit time, so the
+// scavenger job submitted while it ran starts before it. The scenario is
+// TestCriticalPreemptsScavenger's with a second 8-GPU scavenger job,
+// submitted at 600, waiting for the node; when the critical job ends
+// (3062) it starts, and the victim (queued again at 2461) runs after it.
+// A victim that kept its first submit time (0) would restart first and
+// finish first.
+func TestPreemptedJobQueuesBehindItsTier(t *testing.T) {
+	jobs := []trace.Job{
+		tj("scav", 0, 7200, 8, "scavenger", true),
+		tj("later", 600, 600, 8, "scavenger", true),
+		tj("crit", 2400, 600, 4, "critical", false),
+	}
+	res, err := sim.Run(jobs, newSched(t), opts(t, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Preemptions != 1 || res.JobsCompleted != 3 {
+		t.Fatalf("preemptions %d completed %d", res.Preemptions, res.JobsCompleted)
+	}
+	r := map[string]sim.JobResult{}
+	for _, j := range res.Jobs {
+		r[j.ID] = j
+	}
+	if r["later"].FirstStart < r["crit"].Finish || r["later"].Finish >= r["scav"].Finish {
+		t.Errorf("later ran %d-%d, the victim finished at %d (critical ended at %d): want later to run before the victim's restart",
+			r["later"].FirstStart, r["later"].Finish, r["scav"].Finish, r["crit"].Finish)
+	}
+}
+
 // A run that ends on its own is recorded as completed, as the live
 // adapter records an allocation that completes while Nomad still wants it
 // running (its run time may teach learned walltimes); a preempted run is
