@@ -17,9 +17,10 @@ import (
 // collective, a crashed data loader): from then on every member's GPUs
 // read 0% and the run makes no progress. Left alone, it holds its GPUs
 // until its walltime estimate ends, when the run is killed and the job
-// requeued from its last checkpoint before the hang, as Nomad reschedules
-// a failed batch allocation. The hang is transient: the rerun does not
-// hang. Jobs that do not hang read 90%.
+// requeued from its last checkpoint before the hang: Nomad reschedules
+// the failed allocation under the baselines, and under impact the gang
+// watch requeues the job whole (re-registering it: Job.queued). The hang
+// is transient: the rerun does not hang. Jobs that do not hang read 90%.
 //
 // What the model costs is counted for every policy alike: the GPU-hours
 // held by hung runs (from the hang to the stop), and the work lost. The

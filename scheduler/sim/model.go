@@ -97,21 +97,20 @@ func (j *Job) running() {
 	j.Cluster = &cj
 }
 
-// queued replaces j's model by a copy queued again, with the walltime left
-// after its checkpoints. A job the scheduler stopped itself (a preemption,
-// a reclaim) is registered again at resubmit, as on Nomad: the executor
-// parks such a job by re-registering it once its grace is over, and Nomad
-// stamps every registration with a new SubmitTime, which is the submit
-// time the engine orders (and ages) by. So it queues behind the jobs of
-// its score already waiting, not at its user's first submission. A run
-// Nomad itself replaces (a hung run killed at its walltime, rescheduled)
-// keeps it: resubmit < 0.
-func (j *Job) queued(m Model, resubmit int64) {
+// queued replaces j's model by a copy queued again at now, with the
+// walltime left after its checkpoints. Under the impact scheduler every
+// requeue is a new registration on Nomad: the executor parks a preempted
+// or reclaimed job by re-registering it once its grace is over, and the
+// gang watch requeues a run that lost a member (a hung run killed at its
+// walltime) the same way. Nomad stamps every registration with a new
+// SubmitTime, the submit time the engine orders equal scores by and ages
+// from, so the job queues behind the jobs of its score already waiting,
+// not at its user's first submission. (The baselines order their queue
+// by the trace, State.enqueue, and never read this model.)
+func (j *Job) queued(m Model, now int64) {
 	jm := &jobModel{job: *j.Cluster, group: [1]cluster.TaskGroup{j.Cluster.Groups[0]}}
 	jm.job.State = cluster.JobQueued
-	if resubmit >= 0 {
-		jm.job.Submit = At(resubmit)
-	}
+	jm.job.Submit = At(now)
 	jm.job.Spec = spec(&j.Job, j.Saved, j.Restarts, m)
 	jm.group[0].Spec = jm.job.Spec
 	jm.job.Groups = jm.group[:]

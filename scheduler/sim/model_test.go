@@ -209,3 +209,26 @@ func TestDuplicateJobIDsAreRejected(t *testing.T) {
 		t.Fatalf("error = %v", err)
 	}
 }
+
+// TestHungRunKilledQueuesAnew: a hung run killed at its walltime is
+// requeued as the gang watch requeues a run that lost a member on Nomad,
+// by re-registering it, so the engine's model carries the kill time as
+// its submit time.
+func TestHungRunKilledQueuesAnew(t *testing.T) {
+	rec := &recorder{scripted: scripted{noPreempt: true}, seen: map[string][]seen{}}
+	jobs := []trace.Job{job("L", 0, 1000, 1, "scavenger", 1500)}
+	opts := sim.Options{Cluster: cluster(t, 1, 1), Model: model(), Idle: sim.IdleModel{HangShare: 1, Seed: 1}}
+	if _, err := sim.Run(jobs, rec, opts); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rec.seen["L"] {
+		if s.kind != sim.Requeued {
+			continue
+		}
+		if s.at != 1500 || !s.model.Submit.Equal(sim.At(s.at)) || s.model.State != cl.JobQueued {
+			t.Fatalf("L requeued at %d with submit %v, state %v: want killed at its walltime (1500) and submitted anew then", s.at, s.model.Submit, s.model.State)
+		}
+		return
+	}
+	t.Fatalf("L was never requeued: %+v", rec.seen["L"])
+}

@@ -371,14 +371,12 @@ func (r *runner) finish(j *Job) {
 func (r *runner) release(j *Job) { r.requeue(j, false) }
 
 // killHung ends a hung run at its walltime estimate: killed and requeued
-// from its last checkpoint before the hang, as Nomad reschedules a failed
-// batch allocation (see IdleModel).
+// from its last checkpoint before the hang (see IdleModel).
 func (r *runner) killHung(j *Job) { r.requeue(j, true) }
 
 // requeue stops the current run (a preemption or reclaim at the end of its
 // grace, or a hung run killed) and queues the job again with the work its
-// checkpoints saved: submitted anew now after a preemption or reclaim, as
-// the executor's re-registration does on Nomad (Job.queued).
+// checkpoints saved, submitted anew now (Job.queued).
 func (r *runner) requeue(j *Job, killed bool) {
 	m := r.opts.Model
 	g := int64(j.TotalGPUs())
@@ -403,11 +401,7 @@ func (r *runner) requeue(j *Job, killed bool) {
 	j.reclaiming = false
 	held := j.Run
 	r.freeGPUs(j)
-	resubmit := r.now
-	if killed {
-		resubmit = -1
-	}
-	j.queued(m, resubmit)
+	j.queued(m, r.now)
 	j.Start = -1
 	j.State = Pending
 	j.queuedAt = r.now
