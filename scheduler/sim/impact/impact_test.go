@@ -55,6 +55,15 @@ func newSchedWith(t *testing.T, change func(*policy.Policy)) *Scheduler {
 	return s
 }
 
+// byID is each job's outcome in res, by job ID.
+func byID(res *sim.Result) map[string]sim.JobResult {
+	out := make(map[string]sim.JobResult, len(res.Jobs))
+	for _, j := range res.Jobs {
+		out[j.ID] = j
+	}
+	return out
+}
+
 func opts(t *testing.T, nodes int) sim.Options {
 	t.Helper()
 	cl, err := sim.UniformCluster(nodes, 8, 2, 0)
@@ -82,10 +91,7 @@ func TestCriticalPreemptsScavenger(t *testing.T) {
 	if res.Preemptions != 1 || res.JobsCompleted != 2 {
 		t.Fatalf("preemptions %d completed %d", res.Preemptions, res.JobsCompleted)
 	}
-	starts := map[string]sim.JobResult{}
-	for _, j := range res.Jobs {
-		starts[j.ID] = j
-	}
+	starts := byID(res)
 	// Submitted at 2400, decided 1s later (the debounce), stopped at
 	// 2461, admitted 1s after the release.
 	if got := starts["crit"].FirstStart; got != 2462 {
@@ -119,10 +125,7 @@ func TestPreemptedJobQueuesBehindItsTier(t *testing.T) {
 	if res.Preemptions != 1 || res.JobsCompleted != 3 {
 		t.Fatalf("preemptions %d completed %d", res.Preemptions, res.JobsCompleted)
 	}
-	r := map[string]sim.JobResult{}
-	for _, j := range res.Jobs {
-		r[j.ID] = j
-	}
+	r := byID(res)
 	if r["later"].FirstStart < r["crit"].Finish || r["later"].Finish >= r["scav"].Finish {
 		t.Errorf("later ran %d-%d, the victim finished at %d (critical ended at %d): want later to run before the victim's restart",
 			r["later"].FirstStart, r["later"].Finish, r["scav"].Finish, r["crit"].Finish)
@@ -356,10 +359,7 @@ func TestEngineSeesCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]sim.JobResult{}
-	for _, j := range res.Jobs {
-		got[j.ID] = j
-	}
+	got := byID(res)
 	// Decided at 3701, released at 3761, started 1s later.
 	if got["A"].Preempted != 1 || got["B"].Preempted != 0 || got["crit"].FirstStart != 3762 {
 		t.Fatalf("A preempted %d, B preempted %d, critical started at %d; want A once, B never, start 3762",
@@ -513,10 +513,7 @@ func TestDefragmentStartsWholeNodeJob(t *testing.T) {
 		if res.JobsCompleted != len(jobs) {
 			t.Fatalf("defragment %t: %d of %d jobs completed", on, res.JobsCompleted, len(jobs))
 		}
-		by := map[string]sim.JobResult{}
-		for _, j := range res.Jobs {
-			by[j.ID] = j
-		}
+		by := byID(res)
 		big, keep := by["big"], by["keep"]
 		t.Logf("defragment %t: big started at %d; keep preempted %d times, finished at %d", on, big.FirstStart, keep.Preempted, keep.Finish)
 		if on && (big.FirstStart > 2400+120 || keep.Preempted != 1 || keep.Finish > 36000+1200 || res.Preemptions != 1) {
