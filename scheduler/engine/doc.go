@@ -21,7 +21,8 @@
 //	then per job, in queue order (decide.go): held back (parked,
 //	deferred, over quota, kept out of a headroom), else
 //	placer     admit.go       placed on free GPUs,
-//	preempter  preempting.go  else preempting (victim rules: preempt),
+//	preempter  preempting.go  else preempting (victim rules: preempt;
+//	           victimsearch.go victims of its shape first),
 //	defragger  defrag.go      or waiting for jobs moved out of its way,
 //	placer     reserve.go     else reserving GPUs running work frees,
 //	placer     gather.go      else gathering a gang's nodes as they free

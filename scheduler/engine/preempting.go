@@ -20,9 +20,9 @@ const maxPreemptAttemptsPerSuccess = 4
 // enough (waitForStopping; a job of the top tier first only for those
 // stopping for itself, then preempts its own way in, and only when
 // it cannot waits for the others' too), or searches the cheapest whole
-// gangs to stop
-// (preempt.Search among the candidates its tier may take: preemptible,
-// of a tier it may preempt, past their min runtime; made minimal) and
+// gangs to stop (preempt.Search among the candidates its tier may take:
+// preemptible, of a tier it may preempt, past their min runtime; made
+// minimal), among those of its own shape first (searchShaped), and
 // orders their stops only if the gain exceeds the cost and the policy's
 // limits allow (the hourly budget of work lost is the preemptor tier's
 // own when the policy gives it one, else the shared one). A preemption
@@ -63,8 +63,8 @@ func (p *preempter) spent() bool {
 // they suffice, the job waits for them instead of preempting more (a
 // top-tier job only for gangs stopping for itself, before
 // searching, and for all of them only when it orders no preemption).
-// Otherwise it searches the cheapest minimal set of victims (preemptable)
-// and orders their stops if the gain beats the cost and the budgets allow
+// Otherwise it searches the cheapest minimal set of victims (preemptable;
+// among the gangs of its shape first, preemptOwnWay) and orders their stops if the gain beats the cost and the budgets allow
 // (orderPreemptions).
 func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	if !pe.mayTryPreempting(q) {
@@ -98,8 +98,9 @@ func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 // included, see cycle.topTier).
 func (pe *preempter) topTier(q *queued) bool { return pe.c.topTier(q.f.tier) }
 
-// preemptOwnWay searches the cheapest victims for q and orders their
-// stops when the gain beats the cost and the budgets allow.
+// preemptOwnWay searches victims for q (the cheapest of its shape first,
+// searchShaped, else the cheapest of all) and orders their stops when the
+// gain beats the cost and the budgets allow.
 func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() placement.Request) (preempting bool) {
 	if pe.c.explain && pe.c.why.hasYoung() {
 		defer func() {
@@ -114,14 +115,22 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	if !ok {
 		return false
 	}
-	victims, res, ok := pe.searchVictims(cl, request())
-	if !ok {
-		if pe.c.explain {
-			exp.Reason += "; preempting eligible gangs would not make room"
-		}
-		return false
-	}
+	// Victims of its shape first (searchShaped), when they cost less
+	// than the gain; else the cheapest of all.
+	victims, res, shaped := pe.searchShaped(cl, q, request())
 	cost, lost := pe.victimsCost(victims)
+	if shaped && gain <= cost {
+		shaped = false
+	}
+	if !shaped {
+		if victims, res, ok = pe.searchVictims(cl, request()); !ok {
+			if pe.c.explain {
+				exp.Reason += "; preempting eligible gangs would not make room"
+			}
+			return false
+		}
+		cost, lost = pe.victimsCost(victims)
+	}
 	if gain <= cost {
 		if pe.c.explain {
 			exp.Reason += fmt.Sprintf("; preemption would cost %.1f, more than its gain %.1f", cost, gain)
@@ -132,7 +141,7 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	if !ok {
 		return false
 	}
-	pe.orderPreemptions(q, exp, victims, res, gain, cost, budget)
+	pe.orderPreemptions(q, exp, victims, res, gain, cost, budget, shaped)
 	return true
 }
 
@@ -348,8 +357,10 @@ func (pe *preempter) preemptable(q *queued, exp *Explanation) (*candList, float6
 
 // orderPreemptions plans the victims' stops for the preemptor: claims
 // them, reserves and binds the GPUs its placement takes, and charges the
-// work they lose to the budget.
-func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int, res placement.Result, gain, cost float64, budget string) {
+// work they lose to the budget. shaped: the victims were chosen among the
+// gangs of the preemptor's shape (searchShaped), which each stop's reason
+// says.
+func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int, res placement.Result, gain, cost float64, budget string, shaped bool) {
 	holders := pe.c.st.Holders()
 	pe.preemptors++
 	pe.c.place.reserveSlots(res)
@@ -361,6 +372,9 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		p := victimStop(q, hd, v)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+		if shaped {
+			p.Reason += fmt.Sprintf("; chosen among the gangs of its shape (%d GPUs per allocation) first", q.maxAlloc)
+		}
 		if v.Idle {
 			p.Idle, p.IdleGPUHours, p.ReclaimedGPUHours = true, v.GPUHours, v.Reclaimed
 			p.Reason += fmt.Sprintf(" up to going idle; %s, preemptible by its tier's idle action", v.Note)
@@ -455,6 +469,9 @@ type candList struct {
 	// bound on what freeing n GPUs costs.
 	minPerGPU float64
 	index     *preempt.Index // built on first victim search
+	// shaped: per allocation size, the index of the candidates of that
+	// shape (searchShaped; nil: none), built on first search.
+	shaped map[int]*preempt.Index
 }
 
 // exclude drops holder h (of gpus GPUs) from the list, when a member.
@@ -464,6 +481,11 @@ func (cl *candList) exclude(h, gpus int) {
 		cl.gpus -= gpus
 		if cl.index != nil {
 			cl.index.Exclude(h)
+		}
+		for _, ix := range cl.shaped {
+			if ix != nil {
+				ix.Exclude(h)
+			}
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"math/bits"
+
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
@@ -11,6 +13,43 @@ import (
 func (pe *preempter) searchVictims(cl *candList, req placement.Request) ([]int, placement.Result, bool) {
 	pe.preemptAttempts++
 	return preempt.Search(pe.c.st, cl.indexOn(pe.c.st, req.Pool), req, pe.c.victims)
+}
+
+// searchShaped is searchVictims among the candidates of q's shape only:
+// gangs whose every allocation holds as many GPUs as each of q's does
+// (allocShape). Preempting those swaps which job runs on a block of GPUs
+// without cutting the pool's GPUs another way. A preemptor that takes one
+// GPU of each of two one-GPU jobs, or a free GPU and one job's, leaves a
+// two-GPU block where there were single GPUs; once it ends, that block
+// frees whole and goes whole to the next job of its size, and so on: on
+// a saturated pool each such preemption moves GPUs for good from the
+// single-GPU work the lower tiers get by skipping ahead of wider jobs to
+// the wider jobs ahead of them in the queue (example/sim/README.md,
+// "Eighth pass"). False when q's allocations differ in size or no
+// candidate has its shape; the caller then searches every candidate.
+func (pe *preempter) searchShaped(cl *candList, q *queued, req placement.Request) ([]int, placement.Result, bool) {
+	size, ok := allocShape(q)
+	if !ok {
+		return nil, placement.Result{}, false
+	}
+	ix := cl.shapedOn(pe.c.st, req.Pool, size)
+	if ix == nil {
+		return nil, placement.Result{}, false
+	}
+	pe.preemptAttempts++
+	return preempt.Search(pe.c.st, ix, req, pe.c.victims)
+}
+
+// allocShape is the GPUs each of q's allocations asks, when they all ask
+// the same (false otherwise).
+func allocShape(q *queued) (int, bool) {
+	for gi := range q.job.Groups {
+		g := &q.job.Groups[gi]
+		if g.Count > 0 && g.GPUs > 0 && g.GPUs != int(q.maxAlloc) {
+			return 0, false
+		}
+	}
+	return int(q.maxAlloc), q.maxAlloc > 0
 }
 
 // indexOn is the candidates' victim index, built on the first search.
@@ -24,4 +63,39 @@ func (cl *candList) indexOn(st *placement.State, pool string) *preempt.Index {
 		}
 	}
 	return cl.index
+}
+
+// shapedOn is the victim index of the candidates, still members, whose
+// every allocation holds size GPUs, built on the first search for that
+// size; nil when there are none.
+func (cl *candList) shapedOn(st *placement.State, pool string, size int) *preempt.Index {
+	if ix, ok := cl.shaped[size]; ok {
+		return ix
+	}
+	holders := st.Holders()
+	var cands []preempt.Candidate
+	for _, cd := range cl.cands {
+		if cl.member[cd.Holder] && hasShape(&holders[cd.Holder], size) {
+			cands = append(cands, cd)
+		}
+	}
+	var ix *preempt.Index
+	if len(cands) > 0 {
+		ix = preempt.NewIndex(st, pool, cands)
+	}
+	if cl.shaped == nil {
+		cl.shaped = map[int]*preempt.Index{}
+	}
+	cl.shaped[size] = ix
+	return ix
+}
+
+// hasShape: every allocation of hd holds size GPUs.
+func hasShape(hd *placement.Holder, size int) bool {
+	for _, sl := range hd.Slots {
+		if bits.OnesCount64(sl.Mask) != size {
+			return false
+		}
+	}
+	return len(hd.Slots) > 0
 }
