@@ -110,6 +110,7 @@ steps=(
 	"why explainer reasons.go"
 	"hr hrCycle headroom.go headroom_prefer.go"
 	"wall walltimes walltime.go"
+	"cuts cutter cuts.go"
 )
 for s in "${steps[@]}"; do
 	read -r field typ own <<<"$s"

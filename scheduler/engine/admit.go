@@ -164,6 +164,7 @@ func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfi
 		}
 	}
 	p.c.plan.Admissions = append(p.c.plan.Admissions, adm)
+	p.c.cuts.admitted(q)
 	var held []AllocPlacement
 	for _, g := range adm.Groups {
 		held = append(held, g.Allocs...)

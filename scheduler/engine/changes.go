@@ -60,6 +60,9 @@ type changes struct {
 	hrMem map[string]*hrMemory
 	// wallRuns: the run times learned this cycle (walltimes.begin).
 	wallRuns []learnedRun
+	// cuts is the whole new set of preemptions that cut the pool, by
+	// preemptor (cuts.go; nil: unchanged).
+	cuts map[string][]cut
 }
 
 // cycleMemory is how a cycle sees the engine's memory: as it was when
@@ -308,6 +311,9 @@ func (e *Engine) apply(ch *changes, now time.Time) {
 	}
 	for id, n := range ch.requeues {
 		e.requeues[id] = n
+	}
+	if ch.cuts != nil {
+		e.cuts = ch.cuts
 	}
 	if ch.hrMem != nil {
 		if e.hrMem == nil {

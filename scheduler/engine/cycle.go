@@ -48,6 +48,7 @@ type cycle struct {
 	judge  judger    // victims.go, idle.go, gangwatch.go: running gangs
 	order  orderer   // queue.go, layout.go: the queue ordered
 	hr     *hrCycle  // headroom*.go: nil without headroom blocks
+	cuts   cutter    // cuts.go: preemptions that cut the pool, undone
 	place  placer    // admit.go, reserve.go: placed, reserved
 	pre    preempter // preempting.go, victimsearch.go: preempting
 	defrag defragger // defrag.go: moving small jobs out of the way
@@ -71,6 +72,7 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 	c.acc, c.holds, c.judge, c.order = accruer{c}, holdings{c: c}, judger{c: c}, orderer{c: c}
 	c.place = placer{c: c, poolMax: map[string][3]int{}}
 	c.pre, c.defrag, c.why = preempter{c: c}, defragger{c: c}, explainer{c: c}
+	c.cuts = cutter{c: c}
 	c.wall = newWalltimes(c)
 	return c
 }
@@ -121,6 +123,7 @@ func (c *cycle) run() {
 	c.wall.begin(facts)
 	c.holds.holdPending()
 	c.holds.holdBindings()
+	c.cuts.begin()
 	var lay *queueLayout
 	order := func() { lay = c.order.run(facts) }
 	judge := func() { c.judge.run(facts) }
@@ -142,6 +145,7 @@ func (c *cycle) run() {
 	}
 	c.st.Commit()
 	c.plan.Headroom = c.hr.status()
+	c.plan.CutGPUsKept = c.cuts.keptGPUs()
 	if c.e.logger.IsDebug() {
 		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", lay.len(),
 			"admitted", len(c.plan.Admissions), "preempted", len(c.plan.Preemptions),
@@ -166,9 +170,10 @@ func (c *cycle) buildState() {
 // decideAll decides the laid-out queue in order, then the moves left for
 // last (decide.go).
 func (c *cycle) decideAll(lay *queueLayout) {
+	c.cuts.prepare(lay)
 	for i := range lay.len() {
 		q := lay.at(i)
-		if !c.explain && c.onlyWaits(q) {
+		if !c.explain && c.onlyWaits(q, i+1) {
 			continue
 		}
 		c.decide(q, i+1)

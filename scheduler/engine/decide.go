@@ -63,6 +63,9 @@ func (c *cycle) decide(q *queued, pos int) {
 	if give := c.hr.protect(q); give != nil {
 		defer give()
 	}
+	if give := c.cuts.protect(q, pos, exp); give != nil {
+		defer give()
+	}
 	if back := c.holds.lend(q, exp); back != nil {
 		defer back()
 	}
@@ -101,9 +104,12 @@ func (c *cycle) decide(q *queued, pos int) {
 // cluster is then settled without a look at each job beyond its size (its
 // explanation is not kept anyway). The one thing decide would still note,
 // an expired deferral, is noted here.
-func (c *cycle) onlyWaits(q *queued) bool {
+func (c *cycle) onlyWaits(q *queued, pos int) bool {
 	if c.holds.lent(q) || !c.place.full() || c.place.mayGather(q) {
 		return false
+	}
+	if c.cuts.withholds(q, pos) {
+		return false // as for a headroom below: protect takes and gives back
 	}
 	if c.hr.keepsOut(q) {
 		// hrCycle.protect would take the headroom's free GPUs and give

@@ -13,6 +13,8 @@
 //	           cycle.go       build the capacity (placement.State)
 //	holdings   held.go        hold GPUs of admissions under way and of
 //	                          preemptors' and moved jobs' bindings
+//	cutter     cuts.go        GPUs of ended preemptors that cut the pool,
+//	                          kept for jobs as narrow as their victims
 //	judger     victims.go     judge running gangs: victims and cost,
 //	           idle.go        idleness (reclaims, Plan.Running),
 //	           gangwatch.go   gangs missing members (Plan.Requeues)

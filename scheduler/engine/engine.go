@@ -76,6 +76,9 @@ type Engine struct {
 	cache *placement.Cache
 	// queue memoizes the queued jobs per shard of the job table.
 	queue queueCache
+	// cuts: preemptor job ID -> the preemptions of its that cut the
+	// pool, undone in shape when it ends (cuts.go).
+	cuts map[string][]cut
 	// hrMem: pool -> the recent arrivals a learned headroom is sized
 	// from (headroom.go).
 	hrMem map[string]*hrMemory

@@ -33,7 +33,8 @@ import (
 //   - free GPUs do not stay idle beyond one cycle while a waiting job fits
 //     them and nothing reserves them: once the plans of two cycles in a
 //     row are carried out, no job that waited in both, in cycles without
-//     reservations or stops, fits what is left free.
+//     reservations, stops or GPUs kept for narrower jobs (a cut undone,
+//     cuts.go), fits what is left free.
 //
 // The oracle for "fits" is a fresh engine deciding the job alone, so the
 // property holds the cycle's memory (holds, bindings, reservations)
@@ -289,7 +290,10 @@ func (w *liveWorld) check(rt *rapid.T, snap *cluster.Snapshot, plan *Plan) {
 			}
 		}
 	}
-	holding := false // some job reserves GPUs or waits for stops
+	// Some job reserves GPUs or waits for stops, or GPUs of an ended
+	// preemptor that cut the pool are kept this cycle for narrower jobs
+	// (cuts.go: for one cycle, then anyone's).
+	holding := plan.CutGPUsKept > 0
 	for _, ex := range plan.Explanations {
 		if ex.Status == StatusReserved || ex.Status == StatusPreempting {
 			holding = true

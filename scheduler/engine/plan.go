@@ -47,6 +47,12 @@ type Plan struct {
 	// this one, all else equal. The simulator skips such cycles. Not sent
 	// on the wire: it says how the plan was reached, not what it is.
 	CostsWeighed bool `json:"-"`
+	// CutGPUsKept is how many GPUs of preemptors that cut the pool and
+	// have ended this cycle kept for jobs no wider than those preemptors'
+	// victims (cuts.go). From the next cycle on any job may take them, so
+	// that plan may differ from this one though nothing else changed:
+	// the simulator does not skip it.
+	CutGPUsKept int `json:"cut_gpus_kept,omitempty"`
 }
 
 // Admission starts one job: every group with GPUs is fully placed.

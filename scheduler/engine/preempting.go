@@ -141,6 +141,9 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	if !ok {
 		return false
 	}
+	if !shaped {
+		pe.c.cuts.record(q, victims, res)
+	}
 	pe.orderPreemptions(q, exp, victims, res, gain, cost, budget, shaped)
 	return true
 }

@@ -413,9 +413,17 @@ func (s *State) Unreserve(sl Slot) {
 // admission whose allocations are not in the snapshot yet. Unknown nodes
 // and GPUs are ignored.
 func (s *State) Hold(nodeID string, gpuIDs []string) {
+	if ord, m, ok := s.Mask(nodeID, gpuIDs); ok {
+		s.Take(Slot{Node: ord, Mask: m})
+	}
+}
+
+// Mask is the ordinal of a node (by ID) and the mask of its GPUs with
+// these instance IDs (unknown ones left out); false for an unknown node.
+func (s *State) Mask(nodeID string, gpuIDs []string) (int, uint64, bool) {
 	ord, ok := s.byID[nodeID]
 	if !ok {
-		return
+		return 0, 0, false
 	}
 	n := s.nodes[ord].node
 	var m uint64
@@ -427,7 +435,7 @@ func (s *State) Hold(nodeID string, gpuIDs []string) {
 			}
 		}
 	}
-	s.Take(Slot{Node: ord, Mask: m})
+	return ord, m, true
 }
 
 // Empty frees every GPU of the pool's schedulable nodes ("" = every pool)

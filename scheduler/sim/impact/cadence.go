@@ -131,7 +131,8 @@ func (s *Scheduler) idle(st *sim.State) bool {
 // engine reads changed since (no submit, start, stop or finish, and no
 // checkpoint of a job some waiting job may preempt or move, see
 // victimTiers, while the last plan weighed victims' costs at all:
-// engine.Plan.CostsWeighed) and no time-dependent threshold that matters
+// engine.Plan.CostsWeighed; no GPUs kept by the last plan for narrower
+// jobs, engine.Plan.CutGPUsKept) and no time-dependent threshold that matters
 // passed (wakeMatters): a running gang's impact_min_runtime ending (it
 // becomes a victim) when some waiting job may preempt or move it, a
 // preemption leaving the lost-work budget's hour when the last plan
@@ -207,7 +208,9 @@ func (s *Scheduler) nextWake(now int64) int64 {
 // looked records a look at now (a decision with plan, or an idle check:
 // plan nil) and computes the next threshold.
 func (s *Scheduler) looked(now int64, plan *engine.Plan) {
-	s.lastLook, s.changed = now, false
+	// GPUs kept this look for narrower jobs (a cut undone) are anyone's
+	// at the next: that one is no repeat of this.
+	s.lastLook, s.changed = now, plan != nil && plan.CutGPUsKept > 0
 	s.weighed = plan != nil && plan.CostsWeighed
 	if plan != nil {
 		for range plan.Preemptions {
