@@ -64,7 +64,8 @@ func (p *preempter) spent() bool {
 // top-tier job only for gangs stopping for itself, before
 // searching, and for all of them only when it orders no preemption).
 // Otherwise it searches the cheapest minimal set of victims (preemptable;
-// among the gangs of its shape first, preemptOwnWay) and orders their stops if the gain beats the cost and the budgets allow
+// among the gangs of its shape first, preemptOwnWay) and orders their
+// stops if the gain beats the cost and the budgets allow
 // (orderPreemptions).
 func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 	if !pe.mayTryPreempting(q) {
