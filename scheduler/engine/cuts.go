@@ -266,9 +266,10 @@ func (ct *cutter) protect(q *queued, pos int, exp *Explanation) func() {
 			ct.c.st.Release(sl)
 		}
 		if ct.c.explain && exp.Status != StatusAdmitted {
-			for _, k := range why {
-				exp.Reason += fmt.Sprintf("; the GPUs %s held on %s, freed now, go first to jobs no wider than the %d-GPU allocations it preempted there",
-					k.preemptor, ct.c.st.Node(k.ord).Name, k.width)
+			// The free count earlier in the reason leaves these out.
+			for i, k := range why {
+				exp.Reason += fmt.Sprintf("; %d GPUs %s held on %s, freed now and not counted free for it, go first to jobs no wider than the %d-GPU allocations it preempted there",
+					bits.OnesCount64(taken[i].Mask), k.preemptor, ct.c.st.Node(k.ord).Name, k.width)
 			}
 		}
 	}
