@@ -12,14 +12,15 @@ package scheduler
 // normal-tier jobs of 1 GPU ("narrow1", "narrow2") arrive; none may
 // preempt, so they wait. Then urgent is stopped. With the cut, its 2 GPUs
 // go to the two narrow jobs, though wide is ahead of them in the queue,
-// and wide is told why (its /v1/explain in the cycle urgent's GPUs
-// freed); without it, wide takes them. Checked against Nomad's own
-// allocations.
+// and the agent counts the 2 GPUs it kept for them
+// (impact_preemption_cut_gpus_kept_total); without it, wide takes them
+// and nothing is counted. Checked against Nomad's own allocations.
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,13 +120,21 @@ backfill {
 					t.Errorf("%s: allocations %+v, want none (urgent's GPUs went to %v); explain %s", id, as, tc.gets, w.explainEngine(id))
 				}
 			}
+			// The cycle urgent's GPUs freed in kept them for the narrow
+			// jobs: /metrics counts them. wide's explanation said why
+			// for that one cycle, which the recorder may or may not
+			// catch (the next cycle follows within milliseconds).
+			kept := cutGPUsKept(t, w.apiURL)
+			if tc.name == "cut" && kept != 2 {
+				t.Errorf("impact_preemption_cut_gpus_kept_total = %v, want 2 (urgent's GPUs kept for the narrow jobs)", kept)
+			}
+			if tc.name == "shape" && kept != 0 {
+				t.Errorf("impact_preemption_cut_gpus_kept_total = %v, want 0: urgent cut nothing", kept)
+			}
 			const why = "go first to jobs no wider than the 1-GPU allocations it preempted"
 			seen, found := rec.find("wide", func(e recordedExplain) bool {
 				return strings.Contains(e.Reason, why) || e.Engine != nil && strings.Contains(e.Engine.Reason, why)
 			})
-			if tc.name == "cut" && !found {
-				t.Errorf("wide was never told why the freed GPUs went to narrower jobs; its explanations:%s", rec.dump("wide"))
-			}
 			if tc.name == "shape" && found {
 				t.Errorf("wide told %q, but urgent cut nothing", seen.Reason)
 			}
@@ -138,4 +147,24 @@ backfill {
 			}
 		})
 	}
+}
+
+// cutGPUsKept reads impact_preemption_cut_gpus_kept_total from the
+// agent's /metrics (0 when absent: nothing counted yet).
+func cutGPUsKept(t *testing.T, apiURL string) float64 {
+	t.Helper()
+	var text string
+	if err := getAPI(apiURL, "/metrics", &text); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, "impact_preemption_cut_gpus_kept_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("impact_preemption_cut_gpus_kept_total %q: %v", v, err)
+			}
+			return f
+		}
+	}
+	return 0
 }

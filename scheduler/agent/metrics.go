@@ -52,6 +52,7 @@ var (
 	mGangRequeues    = []string{"gangs", "requeued_total"}
 	mGangsFailed     = []string{"gangs", "failed_total"}
 	mPinMismatches   = []string{"gpu", "pin_mismatch_total"}
+	mCutGPUsKept     = []string{"preemption", "cut_gpus_kept_total"}
 	mHeadroom        = []string{"headroom", "gpus"}
 	mHeadroomHeld    = []string{"headroom", "held_gpus"}
 	mHeadroomIdle    = []string{"headroom", "idle_kept_gpus"}
@@ -177,6 +178,7 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mNomadRepairs, "What the agent wrote again in Nomad after finding it deleted or overwritten, by what: parking_pool, lease, or a durable-state Variable (usage, requeues, gang-requeues, timeline, preemptions)."),
 		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
+		counterDef(mCutGPUsKept, "GPUs of ended preemptors that had cut the pool (taken from jobs with narrower allocations than their own) kept, in the cycle each ended, for waiting jobs no wider than those victims, so that the cut does not outlive the preemption."),
 	}
 }
 
@@ -307,6 +309,14 @@ func (m *Metrics) RecordPinMismatches(n int) {
 
 // RecordRollback counts an admission rolled back.
 func (m *Metrics) RecordRollback() { m.m.IncrCounter(mRollbacks, 1) }
+
+// RecordCutGPUsKept counts the GPUs a cycle kept for narrower jobs
+// (engine.Plan.CutGPUsKept).
+func (m *Metrics) RecordCutGPUsKept(n int) {
+	if n > 0 {
+		m.m.IncrCounter(mCutGPUsKept, float32(n))
+	}
+}
 
 // RecordCycle records one cycle: how long deciding and the whole cycle
 // took, and whether it failed.

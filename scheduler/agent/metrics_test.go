@@ -20,6 +20,8 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 		Tiers: map[string]TierStats{"high": {Jobs: 2, GPUs: 8, MaxWait: 90 * time.Second}}, InvalidJobs: 1})
 	m.RecordAdmission("high", 30*time.Second)
 	m.RecordPreemption("scavenger", 1.5)
+	m.RecordCutGPUsKept(2)
+	m.RecordCutGPUsKept(0)
 	m.RecordCycle(3*time.Millisecond, 20*time.Millisecond, false)
 	m.RecordEvents(250*time.Millisecond, ModelStatus{Index: 1234, EventsApplied: 99, Resyncs: 2})
 	m.RecordLeader(true)
@@ -46,6 +48,7 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 		`impact_admissions_total{tier="high"} 1`,
 		`impact_preemptions_total{tier="scavenger"} 1`,
 		"impact_preemptions_lost_gpu_hours_total 1.5",
+		"impact_preemption_cut_gpus_kept_total 2",
 		"impact_cycle_decision_ms_count 1",
 		"impact_events_lag_seconds 0.25",
 		"impact_events_index 1234",

@@ -103,6 +103,7 @@ func (c *cycler) recordReclaims(plan *engine.Plan, reclaimed map[string]bool, no
 // recordReport logs and counts what did not go as planned.
 func (c *cycler) recordReport(plan *engine.Plan, rep nomad.ApplyReport) {
 	c.o.Metrics.RecordHeadroom(plan.Headroom)
+	c.o.Metrics.RecordCutGPUsKept(plan.CutGPUsKept)
 	for range rep.RolledBack {
 		c.o.Metrics.RecordRollback()
 	}
