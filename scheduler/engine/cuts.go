@@ -226,50 +226,57 @@ func (ct *cutter) keptGPUs() int {
 	return n
 }
 
-// withholds: protect would keep free GPUs from q at queue position pos.
+// withholds: protect would keep GPUs from q at queue position pos.
 func (ct *cutter) withholds(q *queued, pos int) bool {
+	st := ct.c.st
 	for i := range ct.kept {
-		if k := &ct.kept[i]; ct.keeps(k, q, pos) && k.mask&ct.c.st.Free(k.ord) != 0 {
+		k := &ct.kept[i]
+		if avail := st.Free(k.ord) | st.Reserved(k.ord)&^st.Used(k.ord); ct.keeps(k, q, pos) && k.mask&avail != 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// protect keeps the free GPUs of ended preemptors from q, decided at
-// queue position pos, while q is wider than their victims were and a job
-// as narrow comes after it (keeps); the function it returns gives them
-// back and, when q was left without a place, says why in its
-// explanation. nil when it keeps nothing.
+// protect keeps the free (or reserved but unused) GPUs of ended
+// preemptors from q, decided at queue position pos, while q is wider than
+// their victims were and a job as narrow comes after it (keeps); the
+// function it returns gives them back and, when q was left without a
+// place, says why in its explanation. nil when it keeps nothing.
 func (ct *cutter) protect(q *queued, pos int, exp *Explanation) func() {
-	if len(ct.kept) == 0 {
+	var keep []*keptCut
+	for i := range ct.kept {
+		if k := &ct.kept[i]; ct.keeps(k, q, pos) {
+			keep = append(keep, k)
+		}
+	}
+	if len(keep) == 0 {
 		return nil
 	}
-	var taken []placement.Slot
-	var why []keptCut
-	for _, k := range ct.kept {
-		if !ct.keeps(&k, q, pos) {
-			continue
+	kept := make([]int, len(keep)) // GPUs taken of each
+	give := withholdGPUs(ct.c.st, func(ord int, avail uint64) uint64 {
+		var m uint64
+		for i, k := range keep {
+			if k.ord == ord {
+				kept[i] = bits.OnesCount64(k.mask & avail)
+				m |= k.mask
+			}
 		}
-		if m := k.mask & ct.c.st.Free(k.ord); m != 0 {
-			sl := placement.Slot{Node: k.ord, Mask: m}
-			ct.c.st.Take(sl)
-			taken = append(taken, sl)
-			why = append(why, k)
-		}
-	}
-	if len(taken) == 0 {
+		return m
+	})
+	if give == nil {
 		return nil
 	}
 	return func() {
-		for _, sl := range taken {
-			ct.c.st.Release(sl)
+		give()
+		if !ct.c.explain || exp.Status == StatusAdmitted {
+			return
 		}
-		if ct.c.explain && exp.Status != StatusAdmitted {
-			// The free count earlier in the reason leaves these out.
-			for i, k := range why {
+		// The free count earlier in the reason leaves these out.
+		for i, k := range keep {
+			if kept[i] > 0 {
 				exp.Reason += fmt.Sprintf("; %d GPUs %s held on %s, freed now and not counted free for it, go first to jobs no wider than the %d-GPU allocations it preempted there",
-					bits.OnesCount64(taken[i].Mask), k.preemptor, ct.c.st.Node(k.ord).Name, k.width)
+					kept[i], k.preemptor, ct.c.st.Node(k.ord).Name, k.width)
 			}
 		}
 	}

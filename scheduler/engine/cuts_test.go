@@ -28,6 +28,15 @@ func TestCutUndoneInShapeWhenItsPreemptorEnds(t *testing.T) {
 		mkJob("narrow1", meta("impact_tier", "normal"), group("main", 1, 1)),
 		mkJob("narrow2", meta("impact_tier", "normal"), group("main", 1, 1)),
 	}
+	// Two one-GPU scavenger jobs on n1.
+	singles := []*cluster.Job{
+		mkJob("s1", running(), meta("impact_tier", "scavenger"), group("main", 1, 1)),
+		mkJob("s2", running(), meta("impact_tier", "scavenger"), group("main", 1, 1)),
+	}
+	singleAllocs := []*cluster.Alloc{
+		withCheckpoint(alloc("s1-0", "s1", "n1", long, 0), t0.Add(-time.Minute)),
+		withCheckpoint(alloc("s2-0", "s2", "n1", long, 1), t0.Add(-time.Minute)),
+	}
 	for _, tc := range []struct {
 		name    string
 		victims []*cluster.Job
@@ -36,16 +45,10 @@ func TestCutUndoneInShapeWhenItsPreemptorEnds(t *testing.T) {
 		want    string
 	}{
 		{
-			name: "two one-GPU victims: the narrow jobs",
-			victims: []*cluster.Job{
-				mkJob("s1", running(), meta("impact_tier", "scavenger"), group("main", 1, 1)),
-				mkJob("s2", running(), meta("impact_tier", "scavenger"), group("main", 1, 1)),
-			},
-			allocs: []*cluster.Alloc{
-				withCheckpoint(alloc("s1-0", "s1", "n1", long, 0), t0.Add(-time.Minute)),
-				withCheckpoint(alloc("s2-0", "s2", "n1", long, 1), t0.Add(-time.Minute)),
-			},
-			want: "narrow1,narrow2",
+			name:    "two one-GPU victims: the narrow jobs",
+			victims: singles,
+			allocs:  singleAllocs,
+			want:    "narrow1,narrow2",
 		},
 		{
 			name:    "one victim of its shape: the wide job",
@@ -54,17 +57,11 @@ func TestCutUndoneInShapeWhenItsPreemptorEnds(t *testing.T) {
 			want:    "wide",
 		},
 		{
-			name: "a new engine: the wide job",
-			victims: []*cluster.Job{
-				mkJob("s1", running(), meta("impact_tier", "scavenger"), group("main", 1, 1)),
-				mkJob("s2", running(), meta("impact_tier", "scavenger"), group("main", 1, 1)),
-			},
-			allocs: []*cluster.Alloc{
-				withCheckpoint(alloc("s1-0", "s1", "n1", long, 0), t0.Add(-time.Minute)),
-				withCheckpoint(alloc("s2-0", "s2", "n1", long, 1), t0.Add(-time.Minute)),
-			},
-			fresh: true,
-			want:  "wide",
+			name:    "a new engine: the wide job",
+			victims: singles,
+			allocs:  singleAllocs,
+			fresh:   true,
+			want:    "wide",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -533,38 +533,9 @@ func (hr *hrCycle) withhold(keep func(ord int) bool) func() {
 }
 
 // withholdMask is withhold of the GPUs pick selects among a node's free
-// and reserved-but-unused ones (avail).
+// and reserved-but-unused ones (withholdGPUs).
 func (hr *hrCycle) withholdMask(pick func(ord int, avail uint64) uint64) func() {
-	var taken, reserved []placement.Slot
-	for ord := range hr.c.st.NumNodes() {
-		res := hr.c.st.Reserved(ord) &^ hr.c.st.Used(ord)
-		avail := hr.c.st.Free(ord) | res
-		if avail == 0 {
-			continue
-		}
-		mask := pick(ord, avail) & avail
-		if mask == 0 {
-			continue
-		}
-		res &= mask
-		sl := placement.Slot{Node: ord, Mask: mask}
-		hr.c.st.Take(sl)
-		taken = append(taken, sl)
-		if res != 0 {
-			reserved = append(reserved, placement.Slot{Node: ord, Mask: res})
-		}
-	}
-	if len(taken) == 0 {
-		return nil
-	}
-	return func() {
-		for _, sl := range taken {
-			hr.c.st.Release(sl)
-		}
-		for _, sl := range reserved {
-			hr.c.st.Reserve(sl)
-		}
-	}
+	return withholdGPUs(hr.c.st, pick)
 }
 
 // keepsOut reports whether q is work some headroom keeps out:

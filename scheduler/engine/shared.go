@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/impact-sched/nomad-impact/scheduler/internal/buffer"
+	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
@@ -95,4 +96,43 @@ func (c *cycle) topTier(name string) bool {
 		}
 	}
 	return true
+}
+
+// withholdGPUs takes the GPUs pick selects among each node's free and
+// reserved-but-unused ones (avail), so that the next placement cannot use
+// them, and returns what gives them back as they were; nil when it took
+// nothing. A headroom keeps its GPUs from work it keeps out so
+// (hrCycle.protect), and an undone cut the GPUs of an ended preemptor
+// from wider jobs (cutter.protect).
+func withholdGPUs(st *placement.State, pick func(ord int, avail uint64) uint64) func() {
+	var taken, reserved []placement.Slot
+	for ord := range st.NumNodes() {
+		res := st.Reserved(ord) &^ st.Used(ord)
+		avail := st.Free(ord) | res
+		if avail == 0 {
+			continue
+		}
+		mask := pick(ord, avail) & avail
+		if mask == 0 {
+			continue
+		}
+		res &= mask
+		sl := placement.Slot{Node: ord, Mask: mask}
+		st.Take(sl)
+		taken = append(taken, sl)
+		if res != 0 {
+			reserved = append(reserved, placement.Slot{Node: ord, Mask: res})
+		}
+	}
+	if len(taken) == 0 {
+		return nil
+	}
+	return func() {
+		for _, sl := range taken {
+			st.Release(sl)
+		}
+		for _, sl := range reserved {
+			st.Reserve(sl)
+		}
+	}
 }
