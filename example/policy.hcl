@@ -230,14 +230,24 @@ idle {
 # `learn = true`: the mean GPUs the tiers' jobs of the last `window` held
 # (GPUs x walltime; without one, its estimate when the walltime block
 # learns, else an hour) plus the largest of them, at
-# least `min_gpus`, at most `max_share` of the pool. Waiting jobs kept out
-# say so in `impact explain`; impact_headroom_gpus{pool} and
-# impact_headroom_held_gpus{pool,holder} show its size and what holds it.
+# least `min_gpus`, at most `max_share` of the pool. `idle_budget` (a
+# share of the pool, default 0: none) bounds what the headroom costs in
+# occupancy: its kept GPUs may idle while work it keeps out waits (and
+# would fit them) at most that share of the pool's GPUs on average,
+# unspent allowance carried for at most a `window`; once it has idled
+# more, the headroom yields (keeps nothing, the kept-out work starts)
+# until the allowance catches up. Waiting jobs kept out say so in
+# `impact explain`; impact_headroom_gpus{pool} and
+# impact_headroom_held_gpus{pool,holder} show its size and what holds it,
+# impact_headroom_idle_kept_gpus{pool} what it idles,
+# impact_headroom_idle_credit_gpu_hours{pool} and
+# impact_headroom_yielded{pool} its idle budget.
 #
 # headroom "gpu" {
-#   tiers     = ["critical"]
-#   learn     = true
-#   window    = "24h"
-#   min_gpus  = 8
-#   max_share = 0.1
+#   tiers       = ["critical"]
+#   learn       = true
+#   window      = "24h"
+#   min_gpus    = 8
+#   max_share   = 0.1
+#   idle_budget = 0.004
 # }

@@ -108,7 +108,7 @@ steps=(
 	"pre preempter preempting.go victimsearch.go"
 	"defrag defragger defrag.go"
 	"why explainer reasons.go"
-	"hr hrCycle headroom.go headroom_prefer.go"
+	"hr hrCycle headroom.go headroom_prefer.go headroom_budget.go"
 	"wall walltimes walltime.go"
 	"cuts cutter cuts.go"
 )

@@ -153,18 +153,26 @@ backfill {
 // agent's /metrics (0 when absent: nothing counted yet).
 func cutGPUsKept(t *testing.T, apiURL string) float64 {
 	t.Helper()
+	v, _ := metricValue(t, apiURL, "impact_preemption_cut_gpus_kept_total")
+	return v
+}
+
+// metricValue reads one series (its name and labels as /metrics prints
+// them) from the agent's /metrics; false when it is absent.
+func metricValue(t *testing.T, apiURL, series string) (float64, bool) {
+	t.Helper()
 	var text string
 	if err := getAPI(apiURL, "/metrics", &text); err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, "impact_preemption_cut_gpus_kept_total "); ok {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				t.Fatalf("impact_preemption_cut_gpus_kept_total %q: %v", v, err)
+				t.Fatalf("%s %q: %v", series, v, err)
 			}
-			return f
+			return f, true
 		}
 	}
-	return 0
+	return 0, false
 }

@@ -14,6 +14,14 @@ package scheduler
 // headroom node's unkept GPUs; a fourth waits, told the headroom keeps it
 // out, with no allocation over several cycles. A critical job of 4 GPUs
 // then starts at once on the headroom node's kept GPUs.
+//
+// TestHeadroomIdleBudget: the same with an idle budget of a tenth of a
+// percent of the pool (0.016 GPU-seconds a second): h4, kept out, leaves
+// the headroom's 4 free GPUs idle, which overspends the allowance within
+// a cycle or two; the headroom yields and h4 starts on the headroom node,
+// with /metrics saying the headroom yielded and its allowance is below
+// zero (paid back at 0.016 GPU-seconds a second: a cycle's overspending
+// of a few GPU-seconds takes minutes).
 
 import (
 	"os"
@@ -24,11 +32,52 @@ import (
 )
 
 func TestHeadroom(t *testing.T) {
-	w := setupGPUCluster(t, "impact-e2e-headroom-", 2, `
+	w, headroomNode := startHeadroom(t, "impact-e2e-headroom-", "")
+	explain := w.explainEngine
+	waitCycles(t, w.apiURL, 3)
+	if as := w.allocsOf("h4"); len(as) != 0 {
+		t.Errorf("h4: allocations %+v, want none (the headroom keeps the last 4 free GPUs); explain %s", as, explain("h4"))
+	}
+	t.Logf("h4: %s", explain("h4"))
+
+	runHCL(t, w.c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(filepath.Join(w.dir, "env")))
+	if u := w.waitRunningN("urgent", 1, 120*time.Second)[0]; u.NodeID != headroomNode {
+		t.Errorf("urgent runs on %s, want the headroom node %s", u.NodeID, headroomNode)
+	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}
+
+func TestHeadroomIdleBudget(t *testing.T) {
+	w, headroomNode := startHeadroom(t, "impact-e2e-hrbudget-", "  idle_budget = 0.001\n")
+	if a := w.waitRunningN("h4", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
+		t.Errorf("h4 runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
+	}
+	yielded, ok := metricValue(t, w.apiURL, `impact_headroom_yielded{pool="default"}`)
+	credit, _ := metricValue(t, w.apiURL, `impact_headroom_idle_credit_gpu_hours{pool="default"}`)
+	t.Logf("once h4 runs: impact_headroom_yielded %v (present %v), impact_headroom_idle_credit_gpu_hours %v", yielded, ok, credit)
+	if !ok || yielded != 1 || credit >= 0 {
+		t.Errorf("impact_headroom_yielded %v (present %v), idle credit %v GPU-hours: want 1 and below zero (the headroom idled beyond its budget and yields)", yielded, ok, credit)
+	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}
+
+// startHeadroom starts the two-node cluster with a 4-GPU headroom for the
+// critical tier (budget: lines added to its block), runs h1, h2 and h3
+// (high, 4 GPUs each) and checks where they run, then submits h4 and
+// waits until the headroom keeps it out. It returns the headroom node.
+func startHeadroom(t *testing.T, prefix, budget string) (*lcEnv, string) {
+	t.Helper()
+	w := setupGPUCluster(t, prefix, 2, `
 headroom "default" {
   tiers = ["critical"]
   gpus  = 4
-}
+`+budget+`}
 `, "")
 	c := w.c
 	envDir := filepath.Join(w.dir, "env")
@@ -48,25 +97,10 @@ headroom "default" {
 		t.Errorf("h1, h2, h3 on %s, %s, %s: want h1 and h2 on the same node (not the headroom's) and h3 on the other (the headroom node's unkept GPUs, the only place left)",
 			nodeOf["h1"], nodeOf["h2"], nodeOf["h3"])
 	}
-	headroomNode := nodeOf["h3"]
-
 	runHCL(t, c.Agent, w.dir, "h4", dfJob{name: "h4", tier: "high", gpus: 4}.hcl(envDir))
-	eventually(t, 60*time.Second, "h4 kept out by the headroom", func() (bool, string) {
+	eventually(t, 60*time.Second, "h4 kept out by the headroom (or started: an idle budget may yield at once)", func() (bool, string) {
 		ex := explain("h4")
-		return ex.Engine != nil && ex.Engine.Status == "waiting" && strings.Contains(ex.Reason, "headroom"), ex.String()
+		return ex.Engine != nil && ex.Engine.Status == "waiting" && strings.Contains(ex.Reason, "headroom") || len(w.allocsOf("h4")) > 0, ex.String()
 	})
-	waitCycles(t, w.apiURL, 3)
-	if as := w.allocsOf("h4"); len(as) != 0 {
-		t.Errorf("h4: allocations %+v, want none (the headroom keeps the last 4 free GPUs); explain %s", as, explain("h4"))
-	}
-	t.Logf("h4: %s", explain("h4"))
-
-	runHCL(t, c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(envDir))
-	if u := w.waitRunningN("urgent", 1, 120*time.Second)[0]; u.NodeID != headroomNode {
-		t.Errorf("urgent runs on %s, want the headroom node %s", u.NodeID, headroomNode)
-	}
-	noRollbacks(t, w.apiURL)
-	if t.Failed() {
-		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
-	}
+	return w, nodeOf["h3"]
 }

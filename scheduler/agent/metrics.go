@@ -56,6 +56,8 @@ var (
 	mHeadroom        = []string{"headroom", "gpus"}
 	mHeadroomHeld    = []string{"headroom", "held_gpus"}
 	mHeadroomIdle    = []string{"headroom", "idle_kept_gpus"}
+	mHeadroomCredit  = []string{"headroom", "idle_credit_gpu_hours"}
+	mHeadroomYielded = []string{"headroom", "yielded"}
 	mIdleReclaimed   = []string{"idle", "reclaimed_gpu_hours_total"}
 	mConsulInSync    = []string{"consul", "registration_in_sync"}
 	mConsulRepairs   = []string{"consul", "registration_repairs_total"}
@@ -158,6 +160,8 @@ func gaugeDefinitions() []metricsprom.GaugeDefinition {
 		gaugeDef(mApplyLatency, "Time applying the last event batch took, milliseconds."),
 		gaugeDef(mHeadroom, "GPUs a pool's policy headroom keeps free of non-preemptible work of tiers that may not use it (learned or fixed), after the last cycle."),
 		gaugeDef(mHeadroomIdle, "The headroom's occupancy cost after the last cycle: GPUs it keeps that are idle while work it keeps out waits (and would fit the pool's free GPUs counting them). Integrated over time: GPU-hours urgency costs the pool."),
+		gaugeDef(mHeadroomCredit, "A headroom's idle allowance left after the last cycle (policy headroom idle_budget), in GPU-hours: it accrues at the budget's share of the pool and is spent by the kept GPUs idle while work the headroom keeps out waits; below zero the headroom yields. Absent without an idle budget."),
+		gaugeDef(mHeadroomYielded, "1 when a headroom kept nothing in the last cycle because it had idled more than its idle budget allows (its kept-out work may use the GPUs until the allowance catches up), else 0. Absent without an idle budget."),
 		gaugeDef(mHeadroomHeld, "GPUs of a pool with a headroom by what holds them after the last cycle: free, preemptible (work an urgent job may preempt), urgent (non-preemptible work of the headroom's tiers), other (non-preemptible work of the other tiers, at most the pool minus the headroom)."),
 	}
 }
@@ -252,6 +256,14 @@ func (m *Metrics) RecordHeadroom(hs []engine.HeadroomStatus) {
 		pool := metrics.Label{Name: "pool", Value: h.Pool}
 		m.m.SetGaugeWithLabels(mHeadroom, float32(h.GPUs), []metrics.Label{pool})
 		m.m.SetGaugeWithLabels(mHeadroomIdle, float32(h.IdleKeptGPUs), []metrics.Label{pool})
+		if b := h.IdleBudget; b != nil {
+			yielded := float32(0)
+			if b.Yielded {
+				yielded = 1
+			}
+			m.m.SetGaugeWithLabels(mHeadroomCredit, float32(b.CreditGPUHours), []metrics.Label{pool})
+			m.m.SetGaugeWithLabels(mHeadroomYielded, yielded, []metrics.Label{pool})
+		}
 		for _, k := range []struct {
 			holder string
 			gpus   int

@@ -25,7 +25,8 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	m.RecordCycle(3*time.Millisecond, 20*time.Millisecond, false)
 	m.RecordEvents(250*time.Millisecond, ModelStatus{Index: 1234, EventsApplied: 99, Resyncs: 2})
 	m.RecordLeader(true)
-	m.RecordHeadroom([]engine.HeadroomStatus{{Pool: "gpu", GPUs: 8, Capacity: 32, OtherNonPreemptibleGPUs: 24, PreemptibleGPUs: 6, FreeGPUs: 2}})
+	m.RecordHeadroom([]engine.HeadroomStatus{{Pool: "gpu", GPUs: 8, Capacity: 32, OtherNonPreemptibleGPUs: 24, PreemptibleGPUs: 6, FreeGPUs: 2},
+		{Pool: "a100", Capacity: 16, IdleBudget: &engine.HeadroomIdleBudget{Share: 0.004, CreditGPUHours: -0.25, Yielded: true}}})
 	// A tier that empties must read zero, not its last value.
 	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12,
 		Tiers: map[string]TierStats{"normal": {Jobs: 1, GPUs: 1}}})
@@ -59,12 +60,17 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 		`impact_headroom_held_gpus{holder="preemptible",pool="gpu"} 6`,
 		`impact_headroom_held_gpus{holder="free",pool="gpu"} 2`,
 		`impact_headroom_held_gpus{holder="other",pool="gpu"} 24`,
+		`impact_headroom_idle_credit_gpu_hours{pool="a100"} -0.25`,
+		`impact_headroom_yielded{pool="a100"} 1`,
 		"# HELP impact_gpus_healthy Healthy GPUs",
 		"go_goroutines",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	if strings.Contains(out, `impact_headroom_yielded{pool="gpu"}`) {
+		t.Error("a headroom without an idle budget reports one")
 	}
 	// Two metric instances must not collide (no global registry).
 	if _, err := NewMetrics(); err != nil {

@@ -58,6 +58,9 @@ type changes struct {
 	// hrMem: the pools whose learned-headroom memory the cycle changed,
 	// with their new memory (hrCycle.memoryToChange).
 	hrMem map[string]*hrMemory
+	// hrCredit is the whole new set of headroom idle accounts (nil:
+	// unchanged; headroom_budget.go).
+	hrCredit map[string]hrCredit
 	// wallRuns: the run times learned this cycle (walltimes.begin).
 	wallRuns []learnedRun
 	// cuts is the whole new set of preemptions that cut the pool, by
@@ -314,6 +317,9 @@ func (e *Engine) apply(ch *changes, now time.Time) {
 	}
 	if ch.cuts != nil {
 		e.cuts = ch.cuts
+	}
+	if ch.hrCredit != nil {
+		e.hrCredit = ch.hrCredit
 	}
 	if ch.hrMem != nil {
 		if e.hrMem == nil {

@@ -82,6 +82,8 @@ type Engine struct {
 	// hrMem: pool -> the recent arrivals a learned headroom is sized
 	// from (headroom.go).
 	hrMem map[string]*hrMemory
+	// hrCredit: pool -> its headroom's idle account (headroom_budget.go).
+	hrCredit map[string]hrCredit
 	// walls: the run times learned for walltime estimates (walltime.go;
 	// nil until one is learned).
 	walls *wallMemory

@@ -42,11 +42,19 @@ type HeadroomStatus struct {
 	// node keeps only that many; the node's other GPUs take any work).
 	Nodes          int `json:"nodes"`
 	KeptOnLastNode int `json:"kept_on_last_node_gpus"`
-	// IdleKeptGPUs is the headroom's occupancy cost after the cycle: GPUs
-	// of the kept part that are free (neither held nor reserved) while
-	// work it keeps out waits that would fit the pool's free GPUs counting
-	// them. Preemptible work fills the kept part first; what it leaves
-	// idle while the kept-out work waits is what urgency costs the pool.
+	// IdleBudget is the headroom's idle account (policy idle_budget; nil
+	// without one): while it is overspent the headroom yields, GPUs is 0.
+	IdleBudget *HeadroomIdleBudget `json:"idle_budget,omitempty"`
+	// IdleKeptGPUs is the headroom's occupancy cost after the cycle: the
+	// pool's free GPUs (neither held nor reserved), at most the
+	// headroom's size, while work it keeps out waits that would fit them.
+	// Preemptible work fills the kept part first; what it leaves idle
+	// while the kept-out work waits is what urgency costs the pool. Not
+	// only the kept part's GPUs: while no node is free enough of the
+	// kept-out work to hold the kept part (a pool full of long
+	// non-preemptible work), the headroom forms by holding that work back
+	// until enough of it has ended (blocks), and the GPUs freed meanwhile
+	// idle wherever they are.
 	IdleKeptGPUs int `json:"idle_kept_gpus"`
 }
 
@@ -90,6 +98,11 @@ type hrPool struct {
 	// waiting: some work the headroom keeps out waits this cycle though
 	// the pool's free GPUs, the kept ones counted, would fit it.
 	waiting bool
+	// The idle account (headroom_budget.go): budgeted when the policy
+	// gives one; credit its balance now (GPU-seconds); yielded: overspent,
+	// the headroom keeps nothing this cycle.
+	budgeted, yielded bool
+	credit            float64
 }
 
 // hrCycle is the headroom step: the policy's headroom blocks in one
@@ -215,6 +228,9 @@ func (hc *hrCycle) sizePools() {
 			p.size, p.arrivals = hc.learned(name, p.h, p.capacity)
 			p.learned = true
 		}
+		if hc.budgetNow(name, p); p.yielded {
+			p.size = 0
+		}
 		p.protect, p.lastKeep = hrNodes(p.size, p.nodeGPUs)
 	}
 }
@@ -282,6 +298,9 @@ func (p *hrPool) describe() string {
 		p.basis = p.h.Describe()
 		if p.learned {
 			p.basis = fmt.Sprintf("%s: %d arrivals", p.basis, p.arrivals)
+		}
+		if p.yielded {
+			p.basis = fmt.Sprintf("%s; yielded: it kept GPUs idle %.1f GPU-hours beyond its idle budget", p.basis, -p.credit/3600)
 		}
 	}
 	return p.basis
@@ -582,16 +601,17 @@ func (hr *hrCycle) status() []HeadroomStatus {
 		}
 	}
 	idle := map[string]int{}
-	for ord, k := range hr.keep {
-		if p := hr.nodePool[ord]; k > 0 && p.waiting {
-			idle[hr.c.st.PoolOf(ord)] += min(k, bits.OnesCount64(hr.c.st.Free(ord)))
+	for _, name := range hr.names {
+		if p := hr.pools[name]; p.waiting {
+			idle[name] = min(p.size, hr.c.st.FreeGPUs(name))
 		}
 	}
+	budgets := hr.recordBudgets(idle)
 	out := make([]HeadroomStatus, 0, len(hr.names))
 	for _, name := range hr.names {
 		p := hr.pools[name]
 		out = append(out, HeadroomStatus{
-			Nodes: p.protect, KeptOnLastNode: p.lastKeep, IdleKeptGPUs: idle[name],
+			Nodes: p.protect, KeptOnLastNode: p.lastKeep, IdleKeptGPUs: idle[name], IdleBudget: budgets[name],
 			Pool: name, GPUs: p.size, Tiers: append([]string(nil), p.h.Tiers...), Capacity: p.capacity,
 			OtherNonPreemptibleGPUs: p.other, PreemptibleGPUs: p.preemptible, UrgentGPUs: p.urgent,
 			FreeGPUs: max(0, p.capacity-p.other-p.preemptible-p.urgent), Arrivals: p.arrivals,

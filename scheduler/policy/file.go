@@ -92,15 +92,16 @@ type defragmentFile struct {
 }
 
 type headroomFile struct {
-	Pool     string         `hcl:"pool,label"`
-	Tiers    *[]string      `hcl:"tiers,optional"`
-	GPUs     *int           `hcl:"gpus,optional"`
-	Share    *float64       `hcl:"share,optional"`
-	Learn    *bool          `hcl:"learn,optional"`
-	Window   hcl.Expression `hcl:"window,optional"`
-	MaxShare *float64       `hcl:"max_share,optional"`
-	MinGPUs  *int           `hcl:"min_gpus,optional"`
-	Body     hcl.Body       `hcl:",body"`
+	Pool       string         `hcl:"pool,label"`
+	Tiers      *[]string      `hcl:"tiers,optional"`
+	GPUs       *int           `hcl:"gpus,optional"`
+	Share      *float64       `hcl:"share,optional"`
+	Learn      *bool          `hcl:"learn,optional"`
+	Window     hcl.Expression `hcl:"window,optional"`
+	MaxShare   *float64       `hcl:"max_share,optional"`
+	MinGPUs    *int           `hcl:"min_gpus,optional"`
+	IdleBudget *float64       `hcl:"idle_budget,optional"`
+	Body       hcl.Body       `hcl:",body"`
 }
 
 type gangsFile struct {
@@ -345,6 +346,7 @@ func (o *overlay) headroom(h *headroomFile, seen map[string]bool) {
 	o.dur(&ch.Window, h.Window)
 	set(&ch.MaxShare, h.MaxShare)
 	set(&ch.MinGPUs, h.MinGPUs)
+	set(&ch.IdleBudget, h.IdleBudget)
 }
 
 // idle is what an idle block writes, as an override.

@@ -23,6 +23,20 @@ import (
 // learns, else an hour)
 // plus the largest of those jobs, so that one more arrival of that size
 // finds room at once; at least MinGPUs, at most MaxShare of the pool.
+//
+// IdleBudget bounds what the headroom costs the pool in occupancy: the
+// GPU-seconds its kept GPUs idle while work it keeps out waits (and would
+// fit them) may average at most IdleBudget of the pool's healthy GPUs.
+// The engine counts them as it goes, against an allowance that accrues
+// at that rate (unspent allowance is carried for at most a Window);
+// while the headroom has spent more than its allowance it yields: it
+// keeps nothing, and the work it kept out starts on those GPUs, until
+// the allowance has caught up again. Urgent work then preempts what it
+// may, or waits, as without a headroom. A headroom whose tiers' work is
+// rare and whose pool is full of non-preemptible work is the one that
+// idles most for the least; the budget lets urgency cost the pool at
+// most that share of its occupancy. 0: no budget (the headroom keeps
+// its GPUs however long they idle).
 type Headroom struct {
 	// Pool is the node pool (the block's label).
 	Pool string
@@ -42,6 +56,9 @@ type Headroom struct {
 	Window   time.Duration
 	MaxShare float64
 	MinGPUs  int
+	// IdleBudget: the share of the pool's healthy GPUs the headroom may
+	// keep idle on average while work it keeps out waits (see Headroom).
+	IdleBudget float64
 }
 
 // Headroom defaults (a block sets what it needs).
@@ -84,8 +101,24 @@ func (h *Headroom) LearnedCap(capacity int) int {
 	return min(capacity, int(math.Ceil(h.MaxShare*float64(capacity)-1e-9)))
 }
 
+// IdleAllowance is the GPU-seconds per second a headroom on a pool of
+// capacity GPUs may keep idle (IdleBudget of the pool; 0: no budget), and
+// the most unspent allowance it carries (IdleBudget of the pool over a
+// Window).
+func (h *Headroom) IdleAllowance(capacity int) (rate, carry float64) {
+	rate = h.IdleBudget * float64(capacity)
+	return rate, rate * h.Window.Seconds()
+}
+
 // Describe says in words how h is sized, for explanations.
 func (h *Headroom) Describe() string {
+	if h.IdleBudget > 0 {
+		return fmt.Sprintf("%s, idle at most %.2g%% of the pool on average", h.describeSize(), 100*h.IdleBudget)
+	}
+	return h.describeSize()
+}
+
+func (h *Headroom) describeSize() string {
 	switch {
 	case h.Learn:
 		return fmt.Sprintf("learned from the arrivals of %v over the last %s, at least %d GPUs, at most %.0f%% of the pool", h.Tiers, h.Window, h.MinGPUs, 100*h.MaxShare)
@@ -135,6 +168,9 @@ func (p *Policy) validateHeadrooms(bad func(field, format string, args ...any)) 
 		}
 		if math.IsNaN(h.MaxShare) || h.MaxShare <= 0 || h.MaxShare > 1 {
 			bad(prefix+"max_share", "must be a share of the pool in (0, 1], got %v", h.MaxShare)
+		}
+		if math.IsNaN(h.IdleBudget) || h.IdleBudget < 0 || h.IdleBudget >= 1 {
+			bad(prefix+"idle_budget", "must be a share of the pool in [0, 1) (0: no budget), got %v", h.IdleBudget)
 		}
 	}
 }

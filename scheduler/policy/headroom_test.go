@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ headroom "h100" {
   learn     = true
   window    = "12h"
   max_share = 0.5
+  idle_budget = 0.004
 }
 `
 	p, err := LoadBytes([]byte(src), "p.hcl")
@@ -39,6 +41,13 @@ headroom "h100" {
 	h := p.HeadroomFor("h100")
 	if _, ok := h.Size(64); ok || !h.Learn || h.Window != 12*time.Hour || h.LearnedCap(64) != 32 {
 		t.Fatalf("h100 headroom %+v", h)
+	}
+	if rate, carry := h.IdleAllowance(1000); h.IdleBudget != 0.004 || math.Abs(rate-4) > 1e-9 || math.Abs(carry-4*12*3600) > 1e-6 ||
+		!strings.HasSuffix(h.Describe(), "at most 50% of the pool, idle at most 0.4% of the pool on average") {
+		t.Fatalf("h100 idle budget %v: allowance %v a second, %v carried; %q", h.IdleBudget, rate, carry, h.Describe())
+	}
+	if rate, _ := p.HeadroomFor("gpu").IdleAllowance(64); rate != 0 || strings.Contains(p.HeadroomFor("gpu").Describe(), "idle") {
+		t.Fatalf("a headroom without idle_budget has an allowance of %v", rate)
 	}
 	if !h.UsesHeadroom("critical") || h.UsesHeadroom("high") {
 		t.Fatal("UsesHeadroom")
@@ -75,6 +84,8 @@ func TestHeadroomErrors(t *testing.T) {
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = -1\n}\n", `p.hcl:3: headroom "gpu" gpus: must be >= 0, got -1`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  learn = true\n  window = \"0s\"\n}\n", `p.hcl:4: headroom "gpu" window: must be > 0`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  learn = true\n  max_share = 0\n}\n", `p.hcl:4: headroom "gpu" max_share: must be a share of the pool in (0, 1]`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  idle_budget = 1\n}\n", `p.hcl:4: headroom "gpu" idle_budget: must be a share of the pool in [0, 1) (0: no budget), got 1`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  idle_budget = -0.01\n}\n", `p.hcl:4: headroom "gpu" idle_budget: must be a share of the pool in [0, 1) (0: no budget), got -0.01`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpu = 4\n}\n", `p.hcl:3`},
 		{"headroom \"gpu\" {\n  tiers = \"critical\"\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: Unsuitable value type; Unsuitable value: list of string required`},
 		{"headroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\nheadroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\n", `p.hcl:5: headroom "g": defined twice (first at line 1)`},

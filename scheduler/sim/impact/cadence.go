@@ -136,11 +136,12 @@ func (s *Scheduler) idle(st *sim.State) bool {
 // passed (wakeMatters): a running gang's impact_min_runtime ending (it
 // becomes a victim) when some waiting job may preempt or move it, a
 // preemption leaving the lost-work budget's hour when the last plan
-// weighed costs (the budget is consulted only then). While a run hangs
-// (the idleness model) no tick is quiet: the engine reads a new
-// utilisation sample of it at every one, and skipping them was measured
-// to change the run (week 1 with 5% of jobs hanging: normal p99 7.0h
-// skipping against 10.9h at every tick). The inputs that move
+// weighed costs (the budget is consulted only then), a headroom's idle
+// budget running out or paid back (engine.HeadroomIdleBudget.TurnsAt).
+// While a run hangs (the idleness model) no tick is quiet: the engine
+// reads a new utilisation sample of it at every one, and skipping them
+// was measured to change the run (week 1 with 5% of jobs hanging: normal
+// p99 7.0h skipping against 10.9h at every tick). The inputs that move
 // continuously, aging and fair-share decay, move slowly (points per
 // hour), so they are re-read at least every Refresh seconds rather than
 // at every tick. The live agent decides at every tick; this lets the
@@ -164,11 +165,15 @@ const budgetWindow = 3600
 
 // wakeMatters reports whether a threshold that passed by now (see quiet)
 // can change the plan: a run passing its minimum runtime that some
-// waiting job may preempt or move (victimTiers), or a preemption leaving
-// the budget's hour when the last plan weighed costs. The runs passed
+// waiting job may preempt or move (victimTiers), a preemption leaving
+// the budget's hour when the last plan weighed costs, or a headroom's
+// idle budget turning (hrTurnAt). The runs passed
 // are dropped from youngUntil either way: the next decision reads them
 // as they are.
 func (s *Scheduler) wakeMatters(st *sim.State, now int64) bool {
+	if s.hrTurnAt > 0 && s.hrTurnAt <= now {
+		return true
+	}
 	if s.weighed && len(s.preempts) > 0 && s.preempts[0]+budgetWindow <= now {
 		return true
 	}
@@ -185,7 +190,8 @@ func (s *Scheduler) wakeMatters(st *sim.State, now int64) bool {
 // nextWake is the first time after now at which a threshold quiet
 // watches passes: a run in youngUntil passing its minimum runtime, a
 // preemption leaving the budget's hour (only when the last plan weighed
-// costs). Hung runs need no wake: while one hangs no tick is quiet.
+// costs), a headroom's idle budget turning (hrTurnAt). Hung runs need no
+// wake: while one hangs no tick is quiet.
 func (s *Scheduler) nextWake(now int64) int64 {
 	k := 0
 	for k < len(s.preempts) && s.preempts[k]+budgetWindow <= now {
@@ -195,6 +201,9 @@ func (s *Scheduler) nextWake(now int64) int64 {
 	wake := int64(1<<62 - 1)
 	if s.weighed && len(s.preempts) > 0 {
 		wake = min(wake, s.preempts[0]+budgetWindow)
+	}
+	if s.hrTurnAt > now {
+		wake = min(wake, s.hrTurnAt)
 	}
 	for len(s.youngUntil) > 0 && s.youngUntil[0].t <= now {
 		heap.Pop(&s.youngUntil)
@@ -216,6 +225,19 @@ func (s *Scheduler) looked(now int64, plan *engine.Plan) {
 		for range plan.Preemptions {
 			s.preempts = append(s.preempts, now)
 		}
+		s.hrTurnAt = 0
+		for _, h := range plan.Headroom {
+			if b := h.IdleBudget; b != nil && !b.TurnsAt.IsZero() {
+				if t := b.TurnsAt.Unix(); s.hrTurnAt == 0 || t < s.hrTurnAt {
+					s.hrTurnAt = t
+				}
+			}
+		}
+	} else if s.hrTurnAt <= now {
+		// An idle check proved that nothing may start or preempt: a
+		// headroom yielding or coming back changes no plan until the
+		// model does (and then the engine decides anyway).
+		s.hrTurnAt = 0
 	}
 	s.wakeAt = s.nextWake(now)
 	if plan != nil {

@@ -78,6 +78,10 @@ type Scheduler struct {
 	// runtime (preemptible ones, with preemption on), earliest first. A
 	// run that ended before is left in: wakeMatters skips it.
 	youngUntil runHeap
+	// hrTurnAt: when the last plan's first headroom would yield or be
+	// kept again by its idle budget (engine.HeadroomIdleBudget.TurnsAt;
+	// 0: none).
+	hrTurnAt int64
 	// Refresh bounds how long ticks with nothing changed are skipped
 	// (seconds; 0: never skipped), see quiet.
 	Refresh int64

@@ -547,6 +547,7 @@ func impactCadence(f simFlags, m *sim.Model) (string, error) {
 	// idle), so that the report says how often it really decides.
 	skip := fmt.Sprintf("; it skips the ticks on which nothing the engine reads changed: no event, no checkpoint of a job some waiting job may preempt or move out of its way "+
 		"while the last decision weighed victims' costs, no minimum runtime running out for such a job, no lost-work budget hour running out while the last decision weighed costs, "+
+		"no GPUs kept by the last decision for jobs as narrow as a preemption's victims, no headroom's idle budget running out or paid back, "+
 		"no run hanging (the idleness model), re-reading aging and fair share at least every %s; "+
 		"and the decisions while no waiting job fits a node's free GPUs, none may preempt or move small jobs out of its way (the policy's defragment block) and nothing ended", f.recheck)
 	return fmt.Sprintf("interval %s, debounce %s, from %s%s", cyc.Interval, cyc.Debounce, note, skip), nil
