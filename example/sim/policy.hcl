@@ -177,9 +177,9 @@ idle {
 # (203), 221 at 0.002 (199), 216 at 0.01 (199); held-out seeds 7-9: 149
 # (87) without, 144 (87), 131 (89), 147 (88). Failed occupancy checks 14
 # -> 9, critical p99 gains 27 -> 35: where urgency idles the pool,
-# occupancy wins. The standard scenario does not move (its headroom
-# never idles while kept-out work waits). example/sim/README.md, "Ninth
-# pass".
+# occupancy wins. The standard scenario does not move: its headroom
+# idles 11 GPU-hours in three weeks by the new count, 0.004% of the
+# pool, far inside the budget. example/sim/README.md, "Ninth pass".
 headroom "gpu" {
   tiers       = ["critical"]
   learn       = true
