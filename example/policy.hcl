@@ -232,10 +232,10 @@ idle {
 # learns, else an hour) plus the largest of them, at
 # least `min_gpus`, at most `max_share` of the pool. `idle_budget` (a
 # share of the pool, default 0: none) bounds what the headroom costs in
-# occupancy: its kept GPUs may idle while work it keeps out waits (and
-# would fit them) at most that share of the pool's GPUs on average,
-# unspent allowance carried for at most a `window`; once it has idled
-# more, the headroom yields (keeps nothing, the kept-out work starts)
+# occupancy: the pool's free GPUs, up to the headroom's size, may idle
+# while work it keeps out waits (and would fit them) at most that share
+# of the pool's GPUs on average, unspent allowance carried for at most
+# a `window`; once it has idled more, the headroom yields (keeps nothing, the kept-out work starts)
 # until the allowance catches up. Waiting jobs kept out say so in
 # `impact explain`; impact_headroom_gpus{pool} and
 # impact_headroom_held_gpus{pool,holder} show its size and what holds it,

@@ -159,8 +159,8 @@ func gaugeDefinitions() []metricsprom.GaugeDefinition {
 		gaugeDef(mReconnects, "Event stream reconnects since start."),
 		gaugeDef(mApplyLatency, "Time applying the last event batch took, milliseconds."),
 		gaugeDef(mHeadroom, "GPUs a pool's policy headroom keeps free of non-preemptible work of tiers that may not use it (learned or fixed), after the last cycle."),
-		gaugeDef(mHeadroomIdle, "The headroom's occupancy cost after the last cycle: GPUs it keeps that are idle while work it keeps out waits (and would fit the pool's free GPUs counting them). Integrated over time: GPU-hours urgency costs the pool."),
-		gaugeDef(mHeadroomCredit, "A headroom's idle allowance left after the last cycle (policy headroom idle_budget), in GPU-hours: it accrues at the budget's share of the pool and is spent by the kept GPUs idle while work the headroom keeps out waits; below zero the headroom yields. Absent without an idle budget."),
+		gaugeDef(mHeadroomIdle, "The headroom's occupancy cost after the last cycle: the pool's free GPUs, up to the headroom's size, while work it keeps out waits and would fit them (the kept part's idle GPUs, and those freed elsewhere while it holds that work back to form). Integrated over time: GPU-hours urgency costs the pool."),
+		gaugeDef(mHeadroomCredit, "A headroom's idle allowance left after the last cycle (policy headroom idle_budget), in GPU-hours: it accrues at the budget's share of the pool and is spent by the GPUs idle on the headroom's account (impact_headroom_idle_kept_gpus); below zero the headroom yields. Absent without an idle budget."),
 		gaugeDef(mHeadroomYielded, "1 when a headroom kept nothing in the last cycle because it had idled more than its idle budget allows (its kept-out work may use the GPUs until the allowance catches up), else 0. Absent without an idle budget."),
 		gaugeDef(mHeadroomHeld, "GPUs of a pool with a headroom by what holds them after the last cycle: free, preemptible (work an urgent job may preempt), urgent (non-preemptible work of the headroom's tiers), other (non-preemptible work of the other tiers, at most the pool minus the headroom)."),
 	}

@@ -6,11 +6,12 @@ import (
 )
 
 // A headroom's idle budget (policy.Headroom.IdleBudget): an account of the
-// GPU-seconds its kept GPUs may still idle. The allowance accrues at the
-// budget's rate (its share of the pool's GPUs, GPU-seconds per second),
-// carried for at most a window; the GPUs the last cycle left idle in the
-// kept part while work it keeps out waited (HeadroomStatus.IdleKeptGPUs)
-// are spent from it until the next cycle. While the account is overspent
+// GPU-seconds the headroom may still leave idle. The allowance accrues at
+// the budget's rate (its share of the pool's GPUs, GPU-seconds per
+// second), carried for at most a window; the GPUs the last cycle left
+// idle on the headroom's account (HeadroomStatus.IdleKeptGPUs: the pool's
+// free GPUs, up to its size, while work it keeps out waits and would fit
+// them) are spent from it until the next cycle. While the account is overspent
 // the headroom yields: it keeps no GPU, so the work it kept out starts on
 // them, and nothing is spent, until the allowance has caught up.
 //
@@ -30,8 +31,9 @@ type hrCredit struct {
 	// gpuSec is the unspent allowance in GPU-seconds (below zero:
 	// overspent, the headroom yields).
 	gpuSec float64
-	// idle is the kept GPUs the cycle left idle while kept-out work
-	// waited: spent each second until the next cycle.
+	// idle is the GPUs the cycle left idle on the headroom's account
+	// (HeadroomStatus.IdleKeptGPUs): spent each second until the next
+	// cycle.
 	idle int
 	at   time.Time
 }
@@ -61,8 +63,8 @@ func (hc *hrCycle) budgetNow(name string, p *hrPool) {
 }
 
 // recordBudgets writes every budgeted pool's account after the cycle
-// (idle: the kept GPUs it leaves idle, per pool) and returns each one's
-// view for the plan.
+// (idle: each pool's idle count, HeadroomStatus.IdleKeptGPUs) and returns
+// each one's view for the plan.
 func (hc *hrCycle) recordBudgets(idle map[string]int) map[string]*HeadroomIdleBudget {
 	var out map[string]*HeadroomIdleBudget
 	for _, name := range hc.names {

@@ -25,8 +25,9 @@ import (
 // finds room at once; at least MinGPUs, at most MaxShare of the pool.
 //
 // IdleBudget bounds what the headroom costs the pool in occupancy: the
-// GPU-seconds its kept GPUs idle while work it keeps out waits (and would
-// fit them) may average at most IdleBudget of the pool's healthy GPUs.
+// GPU-seconds it leaves idle (the pool's free GPUs, up to its size, while
+// work it keeps out waits and would fit them) may average at most
+// IdleBudget of the pool's healthy GPUs.
 // The engine counts them as it goes, against an allowance that accrues
 // at that rate (unspent allowance is carried for at most a Window);
 // while the headroom has spent more than its allowance it yields: it
