@@ -60,9 +60,6 @@ type cutter struct {
 	c *cycle
 	// kept: this cycle's GPUs of ended preemptors, by node ordinal.
 	kept []keptCut
-	// narrowest[i]: the narrowest allocation of the jobs from queue
-	// index i on (prepare; only with kept GPUs).
-	narrowest []int32
 }
 
 // keptCut is the GPUs of an ended preemptor on one node, kept this cycle
@@ -72,6 +69,10 @@ type keptCut struct {
 	mask      uint64
 	width     int
 	preemptor string
+	// pool is the node's; narrowest[i] the narrowest allocation of the
+	// jobs from queue index i on that may use it (prepare).
+	pool      string
+	narrowest []int32
 }
 
 // begin works out which cuts' preemptors have ended: admitted since the
@@ -88,31 +89,23 @@ func (ct *cutter) begin() {
 		return
 	}
 	st := ct.c.st
-	held := map[string]map[int]uint64{} // preemptor -> node -> GPUs it holds
-	for _, hd := range st.Holders() {
-		if _, ok := cuts[hd.JobID]; !ok {
-			continue
-		}
-		if held[hd.JobID] == nil {
-			held[hd.JobID] = map[int]uint64{}
-		}
-		for _, sl := range hd.Slots {
-			held[hd.JobID][sl.Node] |= sl.Mask
-		}
-	}
 	next := make(map[string][]cut, len(cuts))
 	for _, id := range slices.Sorted(maps.Keys(cuts)) {
 		_, admitting := ct.c.mem.pendingOf(id)
+		var held []placement.Slot // the preemptor's GPUs, while it runs
+		if h, ok := ct.c.holderOf(id); ok {
+			held = st.Holders()[h].Slots
+		}
 		var keep []cut
 		for _, cu := range cuts[id] {
 			ord, mask, ok := st.Mask(cu.node, cu.gpus)
 			switch {
 			case !ok:
 				// The node left the snapshot: nothing to give back.
-			case held[id][ord]&mask != 0 || admitting:
+			case holds(held, ord, mask) || admitting:
 				keep = append(keep, cu)
 			case cu.running:
-				ct.kept = append(ct.kept, keptCut{ord: ord, mask: mask, width: cu.width, preemptor: id})
+				ct.kept = append(ct.kept, keptCut{ord: ord, mask: mask, width: cu.width, preemptor: id, pool: st.PoolOf(ord)})
 			case ct.c.now.Sub(cu.at) < cutStartLimit:
 				keep = append(keep, cu)
 			}
@@ -123,6 +116,16 @@ func (ct *cutter) begin() {
 	}
 	slices.SortFunc(ct.kept, func(a, b keptCut) int { return a.ord - b.ord })
 	ct.c.mem.cuts = next
+}
+
+// holds: one of slots holds some of mask's GPUs on node ord.
+func holds(slots []placement.Slot, ord int, mask uint64) bool {
+	for _, sl := range slots {
+		if sl.Node == ord && sl.Mask&mask != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // admitted notes that q, admitted now, starts on the GPUs of its cuts
@@ -190,30 +193,38 @@ func (ct *cutter) record(q *queued, victims []int, res placement.Result) {
 	next[q.job.ID] = append(slices.Clip(next[q.job.ID]), add...)
 }
 
-// prepare notes, for each place in the queue, the narrowest allocation
-// of the jobs after it: GPUs are kept from a job only for a narrower one
-// still to be decided, never idle for nobody.
+// prepare notes, for each place in the queue and each pool with kept
+// GPUs, the narrowest allocation of the jobs after it that may use the
+// pool: GPUs are kept from a job only for a narrower one still to be
+// decided that could take them, never idle for nobody.
 func (ct *cutter) prepare(lay *queueLayout) {
-	if len(ct.kept) == 0 {
-		return
-	}
-	n := lay.len()
-	ct.narrowest = make([]int32, n+1)
-	ct.narrowest[n] = math.MaxInt32
-	for i := n - 1; i >= 0; i-- {
-		w := int32(math.MaxInt32)
-		if q := lay.at(i); !q.parked && q.maxAlloc > 0 {
-			w = q.maxAlloc
+	byPool := map[string][]int32{}
+	for i := range ct.kept {
+		k := &ct.kept[i]
+		if nw, ok := byPool[k.pool]; ok {
+			k.narrowest = nw
+			continue
 		}
-		ct.narrowest[i] = min(w, ct.narrowest[i+1])
+		n := lay.len()
+		nw := make([]int32, n+1)
+		nw[n] = math.MaxInt32
+		for j := n - 1; j >= 0; j-- {
+			w := int32(math.MaxInt32)
+			if q := lay.at(j); !q.parked && q.maxAlloc > 0 && (q.pool == "" || q.pool == k.pool) {
+				w = q.maxAlloc
+			}
+			nw[j] = min(w, nw[j+1])
+		}
+		byPool[k.pool], k.narrowest = nw, nw
 	}
 }
 
 // keeps: the kept GPUs k are kept from q, decided at queue position pos
-// (1-based): q is wider than k's victims were, and a job as narrow as
-// they were comes after it.
+// (1-based): q may use k's pool and is wider than k's victims were, and a
+// job as narrow as they were that may use the pool comes after it.
 func (ct *cutter) keeps(k *keptCut, q *queued, pos int) bool {
-	return int(q.maxAlloc) > k.width && pos < len(ct.narrowest) && int(ct.narrowest[pos]) <= k.width
+	return int(q.maxAlloc) > k.width && (q.pool == "" || q.pool == k.pool) &&
+		pos < len(k.narrowest) && int(k.narrowest[pos]) <= k.width
 }
 
 // keptGPUs is how many GPUs of ended preemptors this cycle kept for
@@ -231,7 +242,7 @@ func (ct *cutter) withholds(q *queued, pos int) bool {
 	st := ct.c.st
 	for i := range ct.kept {
 		k := &ct.kept[i]
-		if avail := st.Free(k.ord) | st.Reserved(k.ord)&^st.Used(k.ord); ct.keeps(k, q, pos) && k.mask&avail != 0 {
+		if ct.keeps(k, q, pos) && k.mask&withholdable(st, k.ord) != 0 {
 			return true
 		}
 	}

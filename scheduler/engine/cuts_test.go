@@ -111,6 +111,53 @@ func TestCutUndoneInShapeWhenItsPreemptorEnds(t *testing.T) {
 	}
 }
 
+// The kept GPUs wait only for a narrower job that may use their pool: a
+// narrow job of another pool (its own node busy) keeps nothing from the
+// wide job, which takes them in the cycle urgent ended.
+func TestCutKeptOnlyForJobsOfItsPool(t *testing.T) {
+	long := t0.Add(-3 * time.Hour)
+	nodes := []*cluster.Node{mkNode("n1", 2, 1), mkNode("o1", 1, 1, inPool("other"))}
+	urgent := func(opts ...jobOpt) *cluster.Job {
+		return mkJob("urgent", append([]jobOpt{meta("impact_tier", "critical", "impact_pool", "gpu"), group("w", 1, 2)}, opts...)...)
+	}
+	busy := mkJob("busy", running(), meta("impact_tier", "high", "impact_pool", "other"), group("main", 1, 1))
+	busyAlloc := alloc("busy-0", "busy", "o1", long, 0)
+	pol := policy.Default()
+	e := mustEngine(t, pol)
+	snap := mustSnap(t, nodes, []*cluster.Job{
+		mkJob("s1", running(), meta("impact_tier", "scavenger", "impact_pool", "gpu"), group("main", 1, 1)),
+		mkJob("s2", running(), meta("impact_tier", "scavenger", "impact_pool", "gpu"), group("main", 1, 1)),
+		busy, urgent(),
+	}, []*cluster.Alloc{
+		withCheckpoint(alloc("s1-0", "s1", "n1", long, 0), t0.Add(-time.Minute)),
+		withCheckpoint(alloc("s2-0", "s2", "n1", long, 1), t0.Add(-time.Minute)),
+		busyAlloc,
+	})
+	if plan := e.Decide(snap, t0); len(plan.Preemptions) != 2 {
+		t.Fatalf("preempted %v, want s1 and s2", preemptedIDs(plan))
+	}
+	snap = mustSnap(t, nodes, []*cluster.Job{busy, urgent()}, []*cluster.Alloc{busyAlloc})
+	if plan := e.Decide(snap, t0.Add(time.Minute)); join(admittedIDs(plan)) != "urgent" {
+		t.Fatalf("admitted %v, want urgent", admittedIDs(plan))
+	}
+	snap = mustSnap(t, nodes, []*cluster.Job{busy, urgent(running())}, []*cluster.Alloc{busyAlloc, alloc("u-0", "urgent", "n1", t0.Add(2*time.Minute), 0, 1)})
+	e.Decide(snap, t0.Add(3*time.Minute))
+	// urgent has ended; a wide job of its pool waits ahead of a narrow
+	// one of the other pool, whose only node is busy.
+	snap = mustSnap(t, nodes, []*cluster.Job{
+		busy,
+		mkJob("wide", meta("impact_tier", "high", "impact_pool", "gpu"), group("main", 1, 2)),
+		mkJob("narrow", meta("impact_tier", "normal", "impact_pool", "other"), group("main", 1, 1)),
+	}, []*cluster.Alloc{busyAlloc})
+	plan := e.Decide(snap, t0.Add(time.Hour))
+	if err := ValidatePlan(pol, snap, plan); err != nil {
+		t.Fatalf("invalid plan: %v", err)
+	}
+	if got := join(admittedIDs(plan)); got != "wide" || plan.CutGPUsKept != 2 {
+		t.Fatalf("admitted %q (cut GPUs kept %d) once urgent ended, want wide (2 GPUs of an ended cut, kept from no one); wide: %+v", got, plan.CutGPUsKept, plan.Explanations["wide"])
+	}
+}
+
 // A cut whose preemptor was never admitted is forgotten after
 // cutStartLimit: nothing ran there to undo.
 func TestCutForgottenWhenItsPreemptorNeverStarts(t *testing.T) {

@@ -98,6 +98,12 @@ func (c *cycle) topTier(name string) bool {
 	return true
 }
 
+// withholdable is what withholdGPUs may take on node ord: its free GPUs
+// and its reserved ones no allocation uses.
+func withholdable(st *placement.State, ord int) uint64 {
+	return st.Free(ord) | st.Reserved(ord)&^st.Used(ord)
+}
+
 // withholdGPUs takes the GPUs pick selects among each node's free and
 // reserved-but-unused ones (avail), so that the next placement cannot use
 // them, and returns what gives them back as they were; nil when it took
@@ -107,8 +113,7 @@ func (c *cycle) topTier(name string) bool {
 func withholdGPUs(st *placement.State, pick func(ord int, avail uint64) uint64) func() {
 	var taken, reserved []placement.Slot
 	for ord := range st.NumNodes() {
-		res := st.Reserved(ord) &^ st.Used(ord)
-		avail := st.Free(ord) | res
+		avail := withholdable(st, ord)
 		if avail == 0 {
 			continue
 		}
@@ -116,7 +121,7 @@ func withholdGPUs(st *placement.State, pick func(ord int, avail uint64) uint64) 
 		if mask == 0 {
 			continue
 		}
-		res &= mask
+		res := st.Reserved(ord) &^ st.Used(ord) & mask
 		sl := placement.Slot{Node: ord, Mask: mask}
 		st.Take(sl)
 		taken = append(taken, sl)
