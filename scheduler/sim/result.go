@@ -121,13 +121,20 @@ type Result struct {
 }
 
 // JobResult is one job's outcome; FirstStart and Finish are -1 if never.
+// FreeAtSubmit and WidestFreeAtSubmit are the GPUs free in the cluster
+// and on its emptiest node when the job arrived: with them a job that
+// waited under one policy and not another can be told apart as one that
+// found the cluster full (its GPUs went to earlier work) or one that
+// found room it was not given.
 type JobResult struct {
-	ID         string
-	Tier       string
-	Submit     int64
-	FirstStart int64
-	Finish     int64
-	Preempted  int
+	ID                 string
+	Tier               string
+	Submit             int64
+	FirstStart         int64
+	Finish             int64
+	Preempted          int
+	FreeAtSubmit       int
+	WidestFreeAtSubmit int
 }
 
 func percentile(sorted []float64, p float64) float64 {
@@ -247,7 +254,8 @@ func (r *runner) jobTimes(res *Result) {
 	floor := map[string]float64{}
 	var wsum, wjct, wfloor float64
 	for _, j := range r.st.Jobs {
-		res.Jobs = append(res.Jobs, JobResult{ID: j.ID, Tier: j.Tier, Submit: j.Submit, FirstStart: j.FirstStart, Finish: j.Finish, Preempted: j.Preempted})
+		res.Jobs = append(res.Jobs, JobResult{ID: j.ID, Tier: j.Tier, Submit: j.Submit, FirstStart: j.FirstStart, Finish: j.Finish, Preempted: j.Preempted,
+			FreeAtSubmit: j.FreeAtSubmit, WidestFreeAtSubmit: j.WidestFreeAtSubmit})
 		if j.State != Done {
 			continue
 		}

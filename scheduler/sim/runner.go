@@ -196,6 +196,8 @@ func (r *runner) markDirty() {
 func (r *runner) submit(j *Job) {
 	j.State = Pending
 	j.queuedAt = r.now
+	r.st.refreshFree()
+	j.FreeAtSubmit, j.WidestFreeAtSubmit = r.st.FreeGPUs, r.st.MaxNodeFree
 	j.Cluster = clusterJob(&j.Job, j.count, j.each, r.opts.Model)
 	r.st.pending = append(r.st.Queue(), j) // submit order: always the tail
 	r.st.changes = append(r.st.changes, Change{Kind: Submitted, Job: j, Model: j.Cluster, At: r.now})

@@ -545,3 +545,29 @@ func TestCheckpointDuringGrace(t *testing.T) {
 		t.Fatalf("weighted JCT %v", res.WeightedJCTS)
 	}
 }
+
+// TestFreeAtSubmit: each job's result keeps the GPUs free in the cluster
+// and on its emptiest node when it arrived, before any decision on it:
+// what tells a job that found the cluster full from one that found room.
+func TestFreeAtSubmit(t *testing.T) {
+	jobs := []trace.Job{
+		job("A", 0, 100, 4, "normal", 0),
+		job("B", 10, 100, 3, "normal", 0),
+		job("C", 20, 100, 1, "normal", 0),
+		job("D", 30, 100, 1, "normal", 0),
+		job("E", 500, 10, 2, "normal", 0),
+	}
+	res, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 2, 4), Model: model()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]int{"A": {8, 4}, "B": {4, 4}, "C": {1, 1}, "D": {0, 0}, "E": {8, 4}}
+	for _, j := range res.Jobs {
+		if got := [2]int{j.FreeAtSubmit, j.WidestFreeAtSubmit}; got != want[j.ID] {
+			t.Errorf("%s found %d free, %d on its emptiest node; want %v", j.ID, got[0], got[1], want[j.ID])
+		}
+	}
+	if d := res.Jobs[3]; d.FirstStart <= d.Submit {
+		t.Errorf("D started at %d on a full cluster at %d", d.FirstStart, d.Submit)
+	}
+}

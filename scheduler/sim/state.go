@@ -83,6 +83,10 @@ type Job struct {
 	Finish int64
 	// Preempted counts preemptions of this job.
 	Preempted int
+	// FreeAtSubmit and WidestFreeAtSubmit are the cluster's free GPUs and
+	// the most free on one node when the job arrived, before any policy
+	// decided on it (JobResult).
+	FreeAtSubmit, WidestFreeAtSubmit int
 
 	// hangAt is when the current run hangs (-1: it does not; see
 	// IdleModel); hangDone once the job has hung (hangs are transient);

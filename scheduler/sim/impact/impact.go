@@ -89,6 +89,8 @@ type Scheduler struct {
 	hung map[int]*hungRun
 	// tierNames: a trace tier -> the policy's tier it resolves to.
 	tierNames map[string]string
+	// reasons traces the waiting reasons (WithReasons; nil: off).
+	reasons *reasonTrace
 }
 
 type runInfo struct {
@@ -146,17 +148,28 @@ func (s *Scheduler) watchCkpt(ri *runInfo) {
 const DefaultRefresh = 300
 
 // New builds the scheduler for a validated policy.
-func New(pol *policy.Policy, logger hclog.Logger) (*Scheduler, error) {
+func New(pol *policy.Policy, logger hclog.Logger, opts ...Option) (*Scheduler, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	eng, err := engine.New(pol, engine.WithLogger(logger.Named("sim")), engine.WithLocalityLabels(sim.RackLabel),
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	engOpts := []engine.Option{engine.WithLogger(logger.Named("sim")), engine.WithLocalityLabels(sim.RackLabel)}
+	var reasons *reasonTrace
+	if o.reasons != nil {
+		reasons = newReasonTrace(o.reasons)
+	} else {
 		// Nobody reads waiting reasons in a replay: skip formatting them.
-		engine.WithoutExplanations())
+		engOpts = append(engOpts, engine.WithoutExplanations())
+	}
+	eng, err := engine.New(pol, engOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("impact scheduler: %w", err)
 	}
 	return &Scheduler{
+		reasons:   reasons,
 		pol:       pol,
 		eng:       eng,
 		store:     cluster.NewStore(),
@@ -342,6 +355,11 @@ func (s *Scheduler) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
 	}
 	plan := s.eng.Decide(s.store.Snapshot(), sim.At(now))
 	s.looked(now, plan)
+	if s.reasons != nil {
+		if err := s.reasons.record(now, plan); err != nil {
+			return nil, err
+		}
+	}
 	return plan, checkAdmissions(st, plan)
 }
 

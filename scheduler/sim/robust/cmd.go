@@ -56,6 +56,12 @@ and each failed check of impact shows the twin's result on it, to tell a
 failure of the size chance gives from a systematic one. The twin waives
 nothing.
 
+To see why a check failed, --jobs writes each run's jobs (DIR/jobs/
+SCENARIO.POLICY.tsv: tier, GPUs, submit, first start, finish,
+preemptions, and the GPUs free in the cluster and on its emptiest node
+when the job arrived) and --reasons what impact told each waiting job at
+every change (DIR/jobs/SCENARIO.impact.reasons.tsv). Use them with --only.
+
 Options (one dash or two, --name=value or --name value):
 
 `
@@ -74,6 +80,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.policyFile, "impact-policy", "", "a policy HCL `file` for impact (default: the built-in simulation policy)")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.DurationVar(&f.twinJitter, "twin-jitter", time.Second, "run the native twin, nomad-native with every submit moved later by up to this `duration` (whole seconds), as the noise floor of the checks (0: no twin)")
+	fs.BoolVar(&f.jobs, "jobs", false, "also write every run's per-job outcomes to DIR/jobs/SCENARIO.POLICY.tsv (DIR: --out)")
+	fs.BoolVar(&f.reasons, "reasons", false, "also write impact's waiting reasons, each change of a queued job's status or reason, to DIR/jobs/SCENARIO.impact.reasons.tsv (slower; decides the same)")
 	fs.BoolVar(&f.strict, "strict", true, "exit 1 when a never-worse check fails that no bound waives (--strict=false: report only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -112,7 +120,7 @@ type flags struct {
 	seed                             int64
 	scale                            float64
 	parallel, random                 int
-	strict                           bool
+	strict, jobs, reasons            bool
 	twinJitter                       time.Duration
 }
 
@@ -128,6 +136,13 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	cfg := DefaultConfig(pol)
 	cfg.Parallel = f.parallel
 	cfg.TwinJitter = int64(f.twinJitter / time.Second)
+	if f.jobs || f.reasons {
+		cfg.JobsDir = filepath.Join(f.out, "jobs")
+		cfg.Reasons = f.reasons
+		if err := os.MkdirAll(cfg.JobsDir, 0o755); err != nil {
+			return 1, fmt.Errorf("--jobs: %w", err)
+		}
+	}
 	scs, code, err := selectScenarios(f)
 	if err != nil {
 		return code, err

@@ -12,6 +12,7 @@
 package robust
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -65,6 +66,12 @@ type Config struct {
 	// nomad-native with every submit moved later by up to that many
 	// seconds.
 	TwinJitter int64
+	// JobsDir, when set, receives each run's per-job outcomes
+	// (SCENARIO.POLICY.tsv, writeJobs); with Reasons also impact's
+	// waiting reasons (SCENARIO.impact.reasons.tsv, impact.WithReasons).
+	// The directory must exist.
+	JobsDir string
+	Reasons bool
 }
 
 // Outcome is a scenario's results.
@@ -158,16 +165,24 @@ func Run(sc Scenario, cfg Config) (*Outcome, error) {
 // runOne simulates sc under the policy name; for "bound", its top tier
 // alone under backfill at the impact cadence; for NativeTwin,
 // nomad-native on its jittered jobs.
-func runOne(sc Scenario, cfg Config, name string) (*sim.Result, error) {
+func runOne(sc Scenario, cfg Config, name string) (res *sim.Result, err error) {
 	o := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd}
 	jobs := sc.Jobs
 	var s sim.Scheduler
-	var err error
 	switch name {
 	case impact.Name:
 		o.Model = cfg.ImpactModel
+		var opts []impact.Option
+		if cfg.Reasons && cfg.JobsDir != "" {
+			rf, err := createReasons(reasonsPath(cfg.JobsDir, sc.Name))
+			if err != nil {
+				return nil, err
+			}
+			defer func() { err = errors.Join(err, rf.close()) }()
+			opts = append(opts, impact.WithReasons(rf.w))
+		}
 		var is *impact.Scheduler
-		if is, err = impact.New(cfg.Policy, nil); err == nil {
+		if is, err = impact.New(cfg.Policy, nil, opts...); err == nil {
 			is.Refresh = cfg.Refresh
 			s = is
 		}
@@ -189,7 +204,10 @@ func runOne(sc Scenario, cfg Config, name string) (*sim.Result, error) {
 	if len(jobs) == 0 {
 		return &sim.Result{}, nil
 	}
-	return sim.Run(jobs, s, o)
+	if res, err = sim.Run(jobs, s, o); err == nil && cfg.JobsDir != "" {
+		err = writeJobs(jobsPath(cfg.JobsDir, sc.Name, name), jobs, res)
+	}
+	return res, err
 }
 
 // Summary is one policy's headline metrics on a scenario.

@@ -2,7 +2,9 @@ package robust
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -162,5 +164,52 @@ func TestRunWithTwin(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "native twin fails") {
 		t.Errorf("table lacks the twin's column:\n%s", b.String())
+	}
+}
+
+// TestRunWritesJobs: with JobsDir every run writes its jobs, one row each
+// after the header, and with Reasons impact's waiting reasons too; the
+// rows hold what the results say (a first start no earlier than the
+// submit, free GPUs within the cluster's).
+func TestRunWritesJobs(t *testing.T) {
+	cfg := config(t)
+	cfg.TwinJitter = 1
+	cfg.JobsDir, cfg.Reasons = t.TempDir(), true
+	sc := scenario(t, synth.Bursty(1, 0.05))
+	o, err := Run(sc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range append(append([]string(nil), Policies...), NativeTwin, "bound") {
+		b, err := os.ReadFile(jobsPath(cfg.JobsDir, sc.Name, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		if rows[0]+"\n" != JobsHeader {
+			t.Fatalf("%s: header %q", name, rows[0])
+		}
+		if r := o.Results[name]; r != nil && len(rows)-1 != len(r.Jobs) {
+			t.Fatalf("%s: %d rows for %d jobs", name, len(rows)-1, len(r.Jobs))
+		}
+		for _, row := range rows[1:] {
+			f := strings.Split(row, "\t")
+			if len(f) != 12 {
+				t.Fatalf("%s: row %q has %d fields", name, row, len(f))
+			}
+			submit, _ := strconv.Atoi(f[6])
+			start, _ := strconv.Atoi(f[7])
+			free, _ := strconv.Atoi(f[10])
+			if start < submit || free < 0 || free > sc.GPUs {
+				t.Fatalf("%s: row %q", name, row)
+			}
+		}
+	}
+	b, err := os.ReadFile(reasonsPath(cfg.JobsDir, sc.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), impact.ReasonsHeader) || !strings.Contains(string(b), "\twaiting\t") {
+		t.Fatalf("waiting reasons lack the header or any waiting job:\n%.500s", b)
 	}
 }
