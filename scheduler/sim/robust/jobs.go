@@ -25,10 +25,11 @@ func reasonsPath(dir, scenario string) string {
 }
 
 // writeJobs writes one row per job of a run: the trace's facts (its
-// preemptibility and walltime as the scenario labels them; empty when
-// unlabelled, 0 when unknown) beside what the policy made of it (-1 for
-// a start or finish that never came) and the free GPUs it found on
-// arrival. With a second policy's file for the same scenario, each
+// preemptibility and walltime as the scenario labels them: empty when
+// unlabelled, trace.UnknownWalltime, a week, for a walltime the user
+// gave none) beside what the policy made of it (-1 for a start or finish
+// that never came) and the free GPUs it found on arrival (its first
+// submit: a requeue is not an arrival). With a second policy's file for the same scenario, each
 // job's wait can be compared and told apart by what it found.
 func writeJobs(path string, jobs []trace.Job, res *sim.Result) error {
 	facts := make(map[string]*trace.Job, len(jobs))

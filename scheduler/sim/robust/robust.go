@@ -174,10 +174,11 @@ func runOne(sc Scenario, cfg Config, name string) (res *sim.Result, err error) {
 		o.Model = cfg.ImpactModel
 		var opts []impact.Option
 		if cfg.Reasons && cfg.JobsDir != "" {
-			rf, err := createReasons(reasonsPath(cfg.JobsDir, sc.Name))
-			if err != nil {
+			var rf *reasonsFile
+			if rf, err = createReasons(reasonsPath(cfg.JobsDir, sc.Name)); err != nil {
 				return nil, err
 			}
+			// The named err: a failed flush or close fails the run.
 			defer func() { err = errors.Join(err, rf.close()) }()
 			opts = append(opts, impact.WithReasons(rf.w))
 		}
