@@ -1,6 +1,8 @@
 package robust
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -174,6 +176,17 @@ func TestMainHelp(t *testing.T) {
 		if code := Main([]string{"--twin-jitter=" + bad}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--twin-jitter") || out.Len() != 0 {
 			t.Errorf("--twin-jitter=%s: exit %d, stdout %q, stderr %q", bad, code, out.String(), errb.String())
 		}
+	}
+	// --jobs under an --out that cannot be a directory fails at once,
+	// naming the option, before any scenario is simulated.
+	file := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := Main([]string{"--jobs", "--out", file, "--trace", "/nonexistent"}, &out, &errb); code != 1 || !strings.HasPrefix(errb.String(), "impact robustness: --jobs: mkdir "+file) || out.Len() != 0 {
+		t.Errorf("--jobs under a file: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
 
