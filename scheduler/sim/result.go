@@ -123,7 +123,8 @@ type Result struct {
 // JobResult is one job's outcome; FirstStart and Finish are -1 if never.
 // FreeAtSubmit and WidestFreeAtSubmit are the GPUs free in the cluster
 // and the most free on one node when the job arrived (its submit, not a
-// requeue's), before any policy decided on it: with them a job that
+// requeue's), before any policy decided on it (-1 unless
+// Options.FreeAtSubmit): with them a job that
 // waited under one policy and not another can be told apart as one that
 // found the cluster full (its GPUs went to earlier work) or one that
 // found room it was not given.

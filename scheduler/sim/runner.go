@@ -57,7 +57,7 @@ func newRunner(jobs []trace.Job, sched Scheduler, opts Options) (*runner, error)
 		}
 	}
 	for i := range jobs {
-		j := &Job{Job: jobs[i], Index: i, Start: -1, FirstStart: -1, Finish: -1, hangAt: -1}
+		j := &Job{Job: jobs[i], Index: i, Start: -1, FirstStart: -1, Finish: -1, hangAt: -1, FreeAtSubmit: -1, WidestFreeAtSubmit: -1}
 		if st.jobByID[j.ID] != nil {
 			return nil, fmt.Errorf("job ID %q is given twice (jobs %d and %d of the trace)", j.ID, st.jobByID[j.ID].Index, i)
 		}
@@ -196,8 +196,10 @@ func (r *runner) markDirty() {
 func (r *runner) submit(j *Job) {
 	j.State = Pending
 	j.queuedAt = r.now
-	r.st.refreshFree()
-	j.FreeAtSubmit, j.WidestFreeAtSubmit = r.st.FreeGPUs, r.st.MaxNodeFree
+	if r.opts.FreeAtSubmit {
+		r.st.refreshFree()
+		j.FreeAtSubmit, j.WidestFreeAtSubmit = r.st.FreeGPUs, r.st.MaxNodeFree
+	}
 	j.Cluster = clusterJob(&j.Job, j.count, j.each, r.opts.Model)
 	r.st.pending = append(r.st.Queue(), j) // submit order: always the tail
 	r.st.changes = append(r.st.changes, Change{Kind: Submitted, Job: j, Model: j.Cluster, At: r.now})

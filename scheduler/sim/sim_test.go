@@ -546,9 +546,10 @@ func TestCheckpointDuringGrace(t *testing.T) {
 	}
 }
 
-// TestFreeAtSubmit: each job's result keeps the GPUs free in the cluster
-// and on its emptiest node when it arrived, before any decision on it:
-// what tells a job that found the cluster full from one that found room.
+// TestFreeAtSubmit: with Options.FreeAtSubmit each job's result keeps the
+// GPUs free in the cluster and on its emptiest node when it arrived,
+// before any decision on it: what tells a job that found the cluster full
+// from one that found room. Without it they read -1.
 func TestFreeAtSubmit(t *testing.T) {
 	jobs := []trace.Job{
 		job("A", 0, 100, 4, "normal", 0),
@@ -557,7 +558,7 @@ func TestFreeAtSubmit(t *testing.T) {
 		job("D", 30, 100, 1, "normal", 0),
 		job("E", 500, 10, 2, "normal", 0),
 	}
-	res, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 2, 4), Model: model()})
+	res, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 2, 4), Model: model(), FreeAtSubmit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,6 +567,13 @@ func TestFreeAtSubmit(t *testing.T) {
 		if got := [2]int{j.FreeAtSubmit, j.WidestFreeAtSubmit}; got != want[j.ID] {
 			t.Errorf("%s found %d free, %d on its emptiest node; want %v", j.ID, got[0], got[1], want[j.ID])
 		}
+	}
+	off, err := sim.Run(jobs, mustBaseline(t, baseline.FIFOGang), sim.Options{Cluster: cluster(t, 2, 4), Model: model()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := off.Jobs[0]; j.FreeAtSubmit != -1 || j.WidestFreeAtSubmit != -1 {
+		t.Errorf("not recording, A found %d / %d free, want -1 / -1", j.FreeAtSubmit, j.WidestFreeAtSubmit)
 	}
 	if d := res.Jobs[3]; d.FirstStart <= d.Submit {
 		t.Errorf("D started at %d on a full cluster at %d", d.FirstStart, d.Submit)

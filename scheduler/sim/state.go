@@ -85,7 +85,7 @@ type Job struct {
 	Preempted int
 	// FreeAtSubmit and WidestFreeAtSubmit are the cluster's free GPUs and
 	// the most free on one node when the job arrived, before any policy
-	// decided on it (JobResult).
+	// decided on it (JobResult; -1 unless Options.FreeAtSubmit).
 	FreeAtSubmit, WidestFreeAtSubmit int
 
 	// hangAt is when the current run hangs (-1: it does not; see

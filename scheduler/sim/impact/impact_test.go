@@ -40,15 +40,15 @@ func newSchedNoHeadroom(t *testing.T) *Scheduler {
 	return newSchedWith(t, func(pol *policy.Policy) { pol.Headrooms = nil })
 }
 
-// newSchedWith is the built-in policy changed by change.
-func newSchedWith(t *testing.T, change func(*policy.Policy)) *Scheduler {
+// newSchedWith is the built-in policy changed by change, with opts.
+func newSchedWith(t *testing.T, change func(*policy.Policy), opts ...Option) *Scheduler {
 	t.Helper()
 	pol, err := DefaultPolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	change(pol)
-	s, err := New(pol, nil)
+	s, err := New(pol, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
@@ -27,16 +28,8 @@ func TestReasonsTraceWaitsAndDecidesTheSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := DefaultPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol.Headrooms = nil
 	var buf strings.Builder
-	s, err := New(pol, nil, WithReasons(&buf))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSchedWith(t, func(pol *policy.Policy) { pol.Headrooms = nil }, WithReasons(&buf))
 	traced, err := sim.Run(jobs, s, opts(t, 2))
 	if err != nil {
 		t.Fatal(err)
@@ -76,15 +69,8 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk ful
 // TestReasonsWriteErrorStopsTheRun: a trace that cannot be written fails
 // the replay with the cause, rather than leaving a silently short file.
 func TestReasonsWriteErrorStopsTheRun(t *testing.T) {
-	pol, err := DefaultPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(pol, nil, WithReasons(failingWriter{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = sim.Run([]trace.Job{tj("a", 0, 60, 1, "normal", false)}, s, opts(t, 1))
+	s := newSchedWith(t, func(*policy.Policy) {}, WithReasons(failingWriter{}))
+	_, err := sim.Run([]trace.Job{tj("a", 0, 60, 1, "normal", false)}, s, opts(t, 1))
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("err %v, want the write's", err)
 	}

@@ -59,8 +59,9 @@ nothing.
 To see why a check failed, --jobs writes each run's jobs (DIR/jobs/
 SCENARIO.POLICY.tsv: tier, GPUs, submit, first start, finish,
 preemptions, and the GPUs free in the cluster and on its emptiest node
-when the job arrived) and --reasons what impact told each waiting job at
-every change (DIR/jobs/SCENARIO.impact.reasons.tsv). Use them with --only.
+when the job arrived) and --reasons, with them, what impact told each
+waiting job at every change (DIR/jobs/SCENARIO.impact.reasons.tsv). Use
+them with --only.
 
 Options (one dash or two, --name=value or --name value):
 
@@ -81,7 +82,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.DurationVar(&f.twinJitter, "twin-jitter", time.Second, "run the native twin, nomad-native with every submit moved later by up to this `duration` (whole seconds), as the noise floor of the checks (0: no twin)")
 	fs.BoolVar(&f.jobs, "jobs", false, "also write every run's per-job outcomes to DIR/jobs/SCENARIO.POLICY.tsv (DIR: --out)")
-	fs.BoolVar(&f.reasons, "reasons", false, "also write impact's waiting reasons, each change of a queued job's status or reason, to DIR/jobs/SCENARIO.impact.reasons.tsv (slower; decides the same)")
+	fs.BoolVar(&f.reasons, "reasons", false, "also write impact's waiting reasons, each change of a queued job's status or reason, to DIR/jobs/SCENARIO.impact.reasons.tsv (implies --jobs; slower; decides the same)")
 	fs.BoolVar(&f.strict, "strict", true, "exit 1 when a never-worse check fails that no bound waives (--strict=false: report only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -166,7 +166,7 @@ func Run(sc Scenario, cfg Config) (*Outcome, error) {
 // alone under backfill at the impact cadence; for NativeTwin,
 // nomad-native on its jittered jobs.
 func runOne(sc Scenario, cfg Config, name string) (res *sim.Result, err error) {
-	o := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd}
+	o := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd, FreeAtSubmit: cfg.JobsDir != ""}
 	jobs := sc.Jobs
 	var s sim.Scheduler
 	switch name {
