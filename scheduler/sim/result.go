@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
@@ -57,8 +58,12 @@ type Result struct {
 
 	// WaitS is, per tier, first start - submit of each job, in seconds.
 	WaitS map[string]Percentiles `json:"wait_s"`
-	// WeightedJCTS is sum(w_tier * (finish - submit)) / sum(w_tier).
+	// WeightedJCTS is sum(w_tier * (finish - submit)) / sum(w_tier) over
+	// the jobs that finished, w_tier from TierWeights (TierWeight).
 	WeightedJCTS float64 `json:"weighted_jct_s"`
+	// TierWeights are the weights WeightedJCTS was taken with, in the order
+	// of trace.Tiers (Options.TierWeights).
+	TierWeights []float64 `json:"tier_weights"`
 	// WeightedJCTFloorS is the same mean if every job started at once
 	// and ran uninterrupted: its duration. No policy can go below it.
 	WeightedJCTFloorS float64 `json:"weighted_jct_floor_s"`
@@ -139,6 +144,17 @@ type JobResult struct {
 	WidestFreeAtSubmit int
 }
 
+// TierWeight is the weight a job of tier had in r's WeightedJCTS.
+func (r *Result) TierWeight(tier string) float64 { return weightAt(r.TierWeights, tierRank(tier)) }
+
+// weightAt is the weight of the tier of rank in weights: 1 past their end.
+func weightAt(weights []float64, rank int) float64 {
+	if rank < len(weights) {
+		return weights[rank]
+	}
+	return 1
+}
+
 func percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
@@ -156,6 +172,7 @@ func (r *runner) result() *Result {
 		Capacity:            a.capacity,
 		WindowStart:         r.opts.WindowStart,
 		WindowEnd:           r.opts.WindowEnd,
+		TierWeights:         slices.Clone(r.opts.TierWeights),
 		Preemptions:         a.preemptions,
 		PreemptionsIssued:   r.issued,
 		LostGPUHours:        a.lost / 3600,
@@ -265,10 +282,7 @@ func (r *runner) jobTimes(res *Result) {
 		res.Waits[j.Tier] = append(res.Waits[j.Tier], j.FirstStart-j.Submit)
 		c := float64(j.Finish - j.Submit)
 		jct[j.Tier] = append(jct[j.Tier], c)
-		w := 1.0
-		if j.TierRank < len(r.opts.TierWeights) {
-			w = r.opts.TierWeights[j.TierRank]
-		}
+		w := weightAt(r.opts.TierWeights, j.TierRank)
 		wsum += w
 		wjct += w * c
 		wfloor += w * float64(j.Duration)

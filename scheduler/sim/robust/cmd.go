@@ -54,7 +54,10 @@ long, each job by its own fixed amount. The table counts the checks it
 fails against nomad-native itself (tier waits, weighted JCT, occupancy),
 and each failed check of impact shows the twin's result on it, to tell a
 failure of the size chance gives from a systematic one. The twin waives
-nothing.
+nothing. A failed weighted-JCT check says, per tier, how much of the
+difference its jobs' waits to their first start make and how much their
+time from first start to finish (work lost to preemptions, waits to
+start again), with their preemptions under each policy.
 
 To see why a check failed, --jobs writes each run's jobs (DIR/jobs/
 SCENARIO.POLICY.tsv: tier, GPUs, submit, first start, finish,

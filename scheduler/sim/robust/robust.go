@@ -112,6 +112,9 @@ type Check struct {
 	Twin string `json:"native_twin,omitempty"`
 	// WithinTwin: the twin is at least as bad on this check (Twin).
 	WithinTwin bool `json:"within_native_twin,omitempty"`
+	// JCTByTier, on impact's failed weighted-JCT check, is where the
+	// difference comes from (jct.go).
+	JCTByTier *JCTBreakdown `json:"jct_by_tier,omitempty"`
 	// worse is the checked value, larger worse (compare).
 	worse float64
 }
@@ -268,6 +271,9 @@ const (
 	TopTierGain    = 10
 )
 
+// WeightedJCTCheck names the tier-weighted JCT check.
+const WeightedJCTCheck = "weighted JCT"
+
 // compare holds run a to nomad-native's run nat by the checks that
 // compare two runs of any policy: every tier's p50 and p99 wait, the
 // tier-weighted JCT (up to debounce seconds more: a run at the live
@@ -292,7 +298,7 @@ func compare(a, nat *sim.Result, debounce int64) []Check {
 	}
 	// The live cadence makes every job wait its debounce: a policy that
 	// decides as the agent does cannot beat that part.
-	add("weighted JCT", a.WeightedJCTS, a.WeightedJCTS <= nat.WeightedJCTS+float64(debounce), "%s vs native %s (limit: native + the %ds debounce)",
+	add(WeightedJCTCheck, a.WeightedJCTS, a.WeightedJCTS <= nat.WeightedJCTS+float64(debounce), "%s vs native %s (limit: native + the %ds debounce)",
 		sim.FormatSeconds(a.WeightedJCTS), sim.FormatSeconds(nat.WeightedJCTS), debounce)
 	natNet := netOccupancy(nat)
 	add("occupancy", -a.Occupancy, a.Occupancy >= natNet-OccupancySlack, "%.1f%% vs native %.1f%% (%.1f%% counting GPUs idle in its partial gangs as occupied)",
@@ -307,6 +313,11 @@ func NeverWorse(o *Outcome) []Check {
 		return nil
 	}
 	cs := compare(imp, nat, o.Debounce)
+	for i := range cs {
+		if cs[i].Name == WeightedJCTCheck && !cs[i].OK {
+			cs[i].JCTByTier = breakJCT(imp, nat)
+		}
+	}
 	add := func(name string, ok bool, format string, args ...any) {
 		cs = append(cs, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -502,6 +513,9 @@ func WriteFailures(w io.Writer, outs []*Outcome) {
 					within = "within it"
 				}
 				line += fmt.Sprintf("; native twin: %s (%s)", c.Twin, within)
+			}
+			if c.JCTByTier != nil {
+				line += "; " + c.JCTByTier.String()
 			}
 			fmt.Fprintln(w, line)
 		}
