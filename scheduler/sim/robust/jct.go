@@ -14,10 +14,10 @@ import (
 // nomad-native's, so that a failed weighted-JCT check shows what it pays
 // for: per tier, the seconds of the weighted mean that its jobs' waits
 // to their first start add, and those their time from first start to
-// finish adds. A job runs the same time under both policies, so the
-// second is the work preemptions cost it and its waits to start again
-// (a preempted job queues anew, behind the jobs of its tier that waited
-// while it ran: scheduler/nomad/park.go).
+// finish adds. A job runs the same time under both policies (the suite
+// replays no hung runs), so the second is the work preemptions cost it
+// and its waits to start again (a preempted job queues anew, behind the
+// jobs of its tier that waited while it ran: scheduler/nomad/park.go).
 type JCTBreakdown struct {
 	// Tiers, largest share first.
 	Tiers []JCTPart `json:"tiers"`
