@@ -62,8 +62,9 @@ type Result struct {
 	// the jobs that finished, w_tier from TierWeights (TierWeight).
 	WeightedJCTS float64 `json:"weighted_jct_s"`
 	// TierWeights are the weights WeightedJCTS was taken with, in the order
-	// of trace.Tiers (Options.TierWeights).
-	TierWeights []float64 `json:"tier_weights"`
+	// of trace.Tiers (Options.TierWeights). Not in JSON: a report gives
+	// them once for all its policies (report.Scenario.TierWeights).
+	TierWeights []float64 `json:"-"`
 	// WeightedJCTFloorS is the same mean if every job started at once
 	// and ran uninterrupted: its duration. No policy can go below it.
 	WeightedJCTFloorS float64 `json:"weighted_jct_floor_s"`
