@@ -3,6 +3,7 @@ package impact
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
@@ -26,11 +27,14 @@ func WithReasons(w io.Writer) Option { return func(o *options) { o.reasons = w }
 const ReasonsHeader = "time_s\tjob\tstatus\treason\n"
 
 // reasonTrace writes the changes of the queued jobs' explanations, one
-// row per job whose status or reason differs from the last it wrote.
+// row per job whose status or reason differs from the last it wrote; the
+// rows of one decision in job ID order, so that a replay writes the same
+// file every time (the plan keeps explanations in a map).
 type reasonTrace struct {
-	w    io.Writer
-	last map[string]string
-	err  error
+	w       io.Writer
+	last    map[string]string
+	err     error
+	changed []string // scratch: the job IDs that changed at a decision
 }
 
 func newReasonTrace(w io.Writer) *reasonTrace {
@@ -45,12 +49,17 @@ func (t *reasonTrace) record(now int64, plan *engine.Plan) error {
 	if t.err != nil {
 		return t.err
 	}
+	t.changed = t.changed[:0]
 	for id, e := range plan.Explanations {
 		key := string(e.Status) + "\x00" + e.Reason
-		if t.last[id] == key {
-			continue
+		if t.last[id] != key {
+			t.last[id] = key
+			t.changed = append(t.changed, id)
 		}
-		t.last[id] = key
+	}
+	slices.Sort(t.changed)
+	for _, id := range t.changed {
+		e := plan.Explanations[id]
 		if _, err := fmt.Fprintf(t.w, "%d\t%s\t%s\t%s\n", now, id, e.Status, oneLine(e.Reason)); err != nil {
 			t.err = fmt.Errorf("write waiting reasons: %w", err)
 			return t.err

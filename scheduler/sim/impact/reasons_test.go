@@ -15,8 +15,8 @@ import (
 // waits (4 GPUs free, 2 on each node) gets a row saying why at the first
 // decision that sees it, one row per change rather than per decision (the
 // 1-GPU job's admission while it waits changes nothing for it),
-// and its admission another; and the replay decides exactly as without
-// explanations.
+// and its admission another; one decision's rows in job ID order; and the
+// replay decides exactly as without explanations.
 func TestReasonsTraceWaitsAndDecidesTheSame(t *testing.T) {
 	jobs := []trace.Job{
 		tj("a", 0, 3600, 6, "normal", false),
@@ -44,11 +44,18 @@ func TestReasonsTraceWaitsAndDecidesTheSame(t *testing.T) {
 		t.Fatalf("first row %q, want the header", lines[0])
 	}
 	var rows []string
+	prev := []string{"", ""}
 	for _, l := range lines[1:] {
 		f := strings.Split(l, "\t")
 		if len(f) != 4 {
 			t.Fatalf("row %q: want 4 fields", l)
 		}
+		// One decision's rows come in job ID order ("a" and "b" both
+		// change at the first): the file is the same every replay.
+		if f[0] == prev[0] && f[1] <= prev[1] {
+			t.Fatalf("row %q after job %q at the same time: want job ID order", l, prev[1])
+		}
+		prev = f[:2]
 		if f[1] == "waits" {
 			rows = append(rows, f[0]+" "+f[2]+" "+f[3])
 		}
