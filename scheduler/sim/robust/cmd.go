@@ -41,6 +41,14 @@ counting native's GPUs idle in partially placed gangs as occupied), no
 GPU-hours idle in partial gangs, every job finished, and a critical p99 at
 least 10x lower wherever native's exceeds 10x the bound.
 
+Each policy runs --replicas times on every scenario (3 by default): once
+on its jobs as given, then on copies with every submit moved later by up
+to --replica-jitter (1s), each job by its own amount, the same copy for
+every policy. A second's change moves some scenarios' tier medians by
+hours, so one run cannot tell a policy's effect from chance: the checks
+compare the policies' means over their replicas, and a failed check says
+on how many replicas impact fails it against native on the same copy.
+
 Prints one table (ratios are baseline / impact: above 1 is better for
 impact; occupancy in points, impact minus baseline; the headroom's idle
 kept GPUs in points of occupancy) and every failed check; writes
@@ -50,7 +58,8 @@ the bound that proves the scenario cannot meet it without idle capacity
 
 The native twin (--twin-jitter, 1s by default) is the checks' noise
 floor: nomad-native run again with every submit moved later by up to that
-long, each job by its own fixed amount. The table counts the checks it
+long, each job by its own fixed amount, as many times as there are
+replicas, on jitters of its own. The table counts the checks it
 fails against nomad-native itself (tier waits, weighted JCT, occupancy),
 and each failed check of impact shows the twin's result on it, to tell a
 failure of the size chance gives from a systematic one. The twin waives
@@ -59,8 +68,9 @@ difference its jobs' waits to their first start make and how much their
 time from first start to finish (work lost to preemptions, waits to
 start again), with their preemptions under each policy.
 
-To see why a check failed, --jobs writes each run's jobs (DIR/jobs/
-SCENARIO.POLICY.tsv: tier, GPUs, submit, first start, finish,
+To see why a check failed, --jobs writes the jobs of each policy's
+first replica, the jobs as given (DIR/jobs/SCENARIO.POLICY.tsv: tier,
+GPUs, submit, first start, finish,
 preemptions, and the GPUs free in the cluster and on its emptiest node
 when the job arrived) and --reasons, with them, what impact told each
 waiting job at every change (DIR/jobs/SCENARIO.impact.reasons.tsv). Use
@@ -84,7 +94,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.policyFile, "impact-policy", "", "a policy HCL `file` for impact (default: the built-in simulation policy)")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.DurationVar(&f.twinJitter, "twin-jitter", time.Second, "run the native twin, nomad-native with every submit moved later by up to this `duration` (whole seconds), as the noise floor of the checks (0: no twin)")
-	fs.BoolVar(&f.jobs, "jobs", false, "also write every run's per-job outcomes to DIR/jobs/SCENARIO.POLICY.tsv (DIR: --out)")
+	fs.IntVar(&f.replicas, "replicas", DefaultReplicas, "runs of each policy per scenario whose means the checks compare: the jobs as given, then copies with submits moved by up to --replica-jitter")
+	fs.DurationVar(&f.replicaJitter, "replica-jitter", time.Second, "the most a replica's submits move, each job by its own amount (whole seconds, at least 1s)")
+	fs.BoolVar(&f.jobs, "jobs", false, "also write the per-job outcomes of each policy's first replica (the jobs as given) to DIR/jobs/SCENARIO.POLICY.tsv (DIR: --out)")
 	fs.BoolVar(&f.reasons, "reasons", false, "also write impact's waiting reasons, each change of a queued job's status or reason, to DIR/jobs/SCENARIO.impact.reasons.tsv (implies --jobs; slower; decides the same)")
 	fs.BoolVar(&f.strict, "strict", true, "exit 1 when a never-worse check fails that no bound waives (--strict=false: report only)")
 	if err := fs.Parse(args); err != nil {
@@ -100,7 +112,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	code, err := run(f, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "impact robustness: %v\n", err)
-		// run says 2 for bad usage (--only, --twin-jitter), else 1.
+		// run says 2 for bad usage (--only, --twin-jitter, --replicas), else 1.
 		return max(code, 1)
 	}
 	return code
@@ -123,15 +135,26 @@ type flags struct {
 	tracePath, only, out, policyFile string
 	seed                             int64
 	scale                            float64
-	parallel, random                 int
+	parallel, random, replicas       int
 	strict, jobs, reasons            bool
-	twinJitter                       time.Duration
+	twinJitter, replicaJitter        time.Duration
 }
+
+// DefaultReplicas is how many runs of each policy the suite averages by
+// default: three narrow what chance moves by about the square root of
+// three, for about twice the one run's time.
+const DefaultReplicas = 3
 
 func run(f flags, stdout, stderr io.Writer) (int, error) {
 	t0 := time.Now()
 	if f.twinJitter < 0 || f.twinJitter%time.Second != 0 {
 		return 2, fmt.Errorf("--twin-jitter %s: want whole seconds, 0 or more", f.twinJitter)
+	}
+	if f.replicas < 1 {
+		return 2, fmt.Errorf("--replicas %d: want 1 or more", f.replicas)
+	}
+	if f.replicaJitter < time.Second || f.replicaJitter%time.Second != 0 {
+		return 2, fmt.Errorf("--replica-jitter %s: want whole seconds, 1s or more", f.replicaJitter)
 	}
 	pol, err := suitePolicy(f.policyFile)
 	if err != nil {
@@ -140,6 +163,7 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	cfg := DefaultConfig(pol)
 	cfg.Parallel = f.parallel
 	cfg.TwinJitter = int64(f.twinJitter / time.Second)
+	cfg.Replicas, cfg.ReplicaJitter = f.replicas, int64(f.replicaJitter/time.Second)
 	if f.jobs || f.reasons {
 		cfg.JobsDir = filepath.Join(f.out, "jobs")
 		cfg.Reasons = f.reasons
@@ -169,9 +193,8 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	if tf, imf, within, ok := TwinTally(outs); ok {
-		fmt.Fprintf(stdout, "\nnative twin (submits moved later by up to %s): it fails %d checks against nomad-native itself; impact fails %d of those kinds, %d of them no worse than the twin does\n",
-			f.twinJitter, tf, imf, within)
+	if n, ok := TwinTally(outs); ok {
+		fmt.Fprintf(stdout, "\nnative twin (submits moved later by up to %s): %s\n", f.twinJitter, n.describe(cfg.Replicas))
 	}
 	fmt.Fprintf(stdout, "\n%d scenarios, %d failed checks, %d exceptions with their bound; report: %s; wall time %s\n",
 		len(outs), failing, waived, path, time.Since(t0).Round(100*time.Millisecond))
@@ -252,6 +275,10 @@ func printOutcomes(stdout io.Writer, outs []*Outcome, cfg Config) (failing, waiv
 		fmt.Fprintf(stdout, "%s: %s\n", o.Scenario.Name, o.Scenario.Desc)
 	}
 	fmt.Fprintf(stdout, "impact decides %s; the baselines %s.\n", cfg.ImpactModel.Cadence(), cfg.BaseModel.Cadence())
+	if r := max(1, cfg.Replicas); r > 1 {
+		fmt.Fprintf(stdout, "each policy ran %d times on each scenario, on its jobs as given and on %d copies with submits moved later by up to %ds; the checks compare the means.\n",
+			r, r-1, cfg.ReplicaJitter)
+	}
 	for _, o := range outs {
 		failing += len(o.Failing())
 		waived += len(o.Failed()) - len(o.Failing())

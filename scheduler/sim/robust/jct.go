@@ -27,10 +27,11 @@ type JCTBreakdown struct {
 }
 
 // JCTPart is one tier's share of the difference, over the jobs both
-// policies finished.
+// policies finished. Over several replicas, every number is the mean of
+// the replicas' (meanJCT).
 type JCTPart struct {
-	Tier string `json:"tier"`
-	Jobs int    `json:"jobs"`
+	Tier string  `json:"tier"`
+	Jobs float64 `json:"jobs"`
 	// FirstStartS and AfterStartS are impact's minus native's, in seconds
 	// of the weighted mean: w x (first start - submit), and w x (finish -
 	// first start), summed over the tier's jobs and divided by the weights
@@ -38,8 +39,8 @@ type JCTPart struct {
 	FirstStartS float64 `json:"first_start_s"`
 	AfterStartS float64 `json:"after_first_start_s"`
 	// Preemptions of its jobs under each policy.
-	Preemptions       int `json:"preemptions"`
-	NativePreemptions int `json:"native_preemptions"`
+	Preemptions       float64 `json:"preemptions"`
+	NativePreemptions float64 `json:"native_preemptions"`
 }
 
 // TotalS is the tier's share: FirstStartS + AfterStartS.
@@ -78,17 +79,56 @@ func breakJCT(imp, nat *sim.Result) *JCTBreakdown {
 		p.Jobs++
 		p.FirstStartS += w * float64((a.FirstStart-a.Submit)-(n.FirstStart-n.Submit))
 		p.AfterStartS += w * float64((a.Finish-a.FirstStart)-(n.Finish-n.FirstStart))
-		p.Preemptions += a.Preempted
-		p.NativePreemptions += n.Preempted
+		p.Preemptions += float64(a.Preempted)
+		p.NativePreemptions += float64(n.Preempted)
 	}
 	for _, p := range byTier {
 		b.Tiers = append(b.Tiers, *p)
 		b.OtherS -= p.TotalS()
 	}
+	b.sort()
+	return b
+}
+
+// sort orders b's tiers largest share first.
+func (b *JCTBreakdown) sort() {
 	slices.SortFunc(b.Tiers, func(x, y JCTPart) int {
 		return cmp.Or(cmp.Compare(math.Abs(y.TotalS()), math.Abs(x.TotalS())), cmp.Compare(x.Tier, y.Tier))
 	})
-	return b
+}
+
+// meanJCT is the mean of breakJCT over the replicas, impRuns[k] against
+// natRuns[k] (the same jobs): the parts and OtherS sum to the difference
+// of the means, the weighted JCTs the check compares.
+func meanJCT(impRuns, natRuns []*sim.Result) *JCTBreakdown {
+	n := min(len(impRuns), len(natRuns))
+	if n == 1 {
+		return breakJCT(impRuns[0], natRuns[0])
+	}
+	f := 1 / float64(n)
+	m := &JCTBreakdown{}
+	byTier := map[string]*JCTPart{}
+	for k := range n {
+		b := breakJCT(impRuns[k], natRuns[k])
+		m.OtherS += f * b.OtherS
+		for _, p := range b.Tiers {
+			q := byTier[p.Tier]
+			if q == nil {
+				q = &JCTPart{Tier: p.Tier}
+				byTier[p.Tier] = q
+			}
+			q.Jobs += f * p.Jobs
+			q.FirstStartS += f * p.FirstStartS
+			q.AfterStartS += f * p.AfterStartS
+			q.Preemptions += f * p.Preemptions
+			q.NativePreemptions += f * p.NativePreemptions
+		}
+	}
+	for _, q := range byTier {
+		m.Tiers = append(m.Tiers, *q)
+	}
+	m.sort()
+	return m
 }
 
 // String is the breakdown in a line, for the suite's list of failures: the
@@ -102,7 +142,7 @@ func (b *JCTBreakdown) String() string {
 		if math.Abs(p.TotalS()) < 0.05 && p.Preemptions == 0 && p.NativePreemptions == 0 {
 			continue // nothing to tell (the JSON keeps it)
 		}
-		parts = append(parts, fmt.Sprintf("%s %+.1fs (first starts %+.1fs, first start to finish %+.1fs; preemptions %d, native %d)",
+		parts = append(parts, fmt.Sprintf("%s %+.1fs (first starts %+.1fs, first start to finish %+.1fs; preemptions %.4g, native %.4g)",
 			p.Tier, p.TotalS(), p.FirstStartS, p.AfterStartS, p.Preemptions, p.NativePreemptions))
 	}
 	s := "by tier, impact minus native in the weighted mean: " + strings.Join(parts, ", ")

@@ -2,8 +2,9 @@
 // make robustness): the impact policy against nomad-native and backfill
 // on Philly windows at several offered loads and on the synthetic
 // workloads of package synth, with the top tier's bound, the
-// never-worse checks of each scenario and, with Config.TwinJitter, their
-// noise floor (the native twin, twin.go).
+// never-worse checks of each scenario, averaged over its replicas
+// (replicas.go), and, with Config.TwinJitter, their noise floor (the
+// native twin, twin.go).
 //
 // The top-tier bound of a scenario is the waits its top-tier jobs get when
 // they are alone on the cluster, placed by backfill at the impact
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -66,9 +68,15 @@ type Config struct {
 	// nomad-native with every submit moved later by up to that many
 	// seconds.
 	TwinJitter int64
-	// JobsDir, when set, receives each run's per-job outcomes
-	// (SCENARIO.POLICY.tsv, writeJobs); with Reasons also impact's
-	// waiting reasons (SCENARIO.impact.reasons.tsv, impact.WithReasons).
+	// Replicas is how many times each policy runs on a scenario (at least
+	// 1), ReplicaJitter the most seconds a replica's submits move
+	// (replicas.go): the checks compare the policies' means.
+	Replicas      int
+	ReplicaJitter int64
+	// JobsDir, when set, receives the per-job outcomes of each policy's
+	// replica 0 (SCENARIO.POLICY.tsv, writeJobs); with Reasons also
+	// impact's waiting reasons (SCENARIO.impact.reasons.tsv,
+	// impact.WithReasons).
 	// The directory must exist.
 	JobsDir string
 	Reasons bool
@@ -85,16 +93,25 @@ type Outcome struct {
 	// Grace is the time a preempted job takes to stop: a top-tier job
 	// that finds no idle GPU starts at the earliest that long after the
 	// decision that preempts for it.
-	Grace   int64                  `json:"grace_s"`
-	Results map[string]*sim.Result `json:"-"`
-	// Summary is each policy's headline metrics (report.json of impact
-	// sim has them all).
+	Grace int64 `json:"grace_s"`
+	// Results is each policy's replica 0, its run on the scenario's jobs
+	// as given; Replicas its runs on the jittered copies, replicas 1 to
+	// NumReplicas-1 (replicas.go).
+	Results     map[string]*sim.Result   `json:"-"`
+	Replicas    map[string][]*sim.Result `json:"-"`
+	NumReplicas int                      `json:"replicas"`
+	// Summary is each policy's headline metrics, means over its replicas
+	// (report.json of impact sim has them all for one run).
 	Summary map[string]Summary `json:"policies"`
 	Checks  []Check            `json:"checks"`
 	// TwinFailed names the checks the native twin fails against
 	// nomad-native (twin.go): empty when it fails none, nil (null in
 	// JSON) without a twin.
 	TwinFailed []string `json:"native_twin_failed"`
+	// TwinReplicasFailed, with more than one replica, is on how many
+	// replicas the twin fails each check of TwinFailed against the
+	// native run of the same replica.
+	TwinReplicasFailed map[string]int `json:"native_twin_replicas_failed,omitempty"`
 }
 
 // Check is one never-worse target on one scenario.
@@ -112,8 +129,13 @@ type Check struct {
 	Twin string `json:"native_twin,omitempty"`
 	// WithinTwin: the twin is at least as bad on this check (Twin).
 	WithinTwin bool `json:"within_native_twin,omitempty"`
+	// ReplicasFailed, on a failed check of impact with more than one
+	// replica, is on how many replicas impact fails it against the native
+	// run on the same jobs: on every one, the failure is no accident of
+	// the submit times.
+	ReplicasFailed int `json:"replicas_failed,omitempty"`
 	// JCTByTier, on impact's failed weighted-JCT check, is where the
-	// difference comes from (jct.go).
+	// difference comes from (jct.go), averaged over the replicas.
 	JCTByTier *JCTBreakdown `json:"jct_by_tier,omitempty"`
 	// worse is the checked value, larger worse (compare).
 	worse float64
@@ -123,60 +145,80 @@ type Check struct {
 // met.
 func (c Check) Waived() bool { return !c.OK && c.Bound != "" }
 
-// Run simulates sc under every policy and its top tier alone, in parallel.
+// Run simulates sc under every policy, each on its replicas, and its top
+// tier alone, in parallel.
 func Run(sc Scenario, cfg Config) (*Outcome, error) {
-	o := &Outcome{Scenario: sc, Results: map[string]*sim.Result{}, Debounce: cfg.ImpactModel.Debounce, Grace: cfg.ImpactModel.Grace}
-	names := append(append([]string(nil), Policies...), "bound")
+	reps := max(1, cfg.Replicas)
+	o := &Outcome{Scenario: sc, Results: map[string]*sim.Result{}, Replicas: map[string][]*sim.Result{}, NumReplicas: reps,
+		Debounce: cfg.ImpactModel.Debounce, Grace: cfg.ImpactModel.Grace}
+	type spec struct {
+		name    string
+		replica int
+	}
+	specs := []spec{{"bound", 0}}
+	names := slices.Clone(Policies)
 	if cfg.TwinJitter > 0 {
 		names = append(names, NativeTwin)
 	}
-	res := make([]*sim.Result, len(names))
-	errs := make([]error, len(names))
+	for k := range reps {
+		for _, n := range names {
+			specs = append(specs, spec{n, k})
+		}
+	}
+	res := make([]*sim.Result, len(specs))
+	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, cfg.Parallel))
-	for i, n := range names {
+	for i, sp := range specs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			res[i], errs[i] = runOne(sc, cfg, n)
+			res[i], errs[i] = runOne(sc, cfg, sp.name, sp.replica)
 		}()
 	}
 	wg.Wait()
-	for i, n := range names {
+	for i, sp := range specs {
 		if errs[i] != nil {
-			return nil, fmt.Errorf("scenario %s: %s: %w", sc.Name, n, errs[i])
+			return nil, fmt.Errorf("scenario %s: %s, replica %d: %w", sc.Name, sp.name, sp.replica, errs[i])
 		}
-		if n == "bound" {
+		switch {
+		case sp.name == "bound":
 			o.Bound = res[i].WaitS[trace.Tiers[0]]
 			o.BoundN = res[i].JobsCompleted
-			continue
+		case sp.replica == 0:
+			o.Results[sp.name] = res[i]
+		default:
+			o.Replicas[sp.name] = append(o.Replicas[sp.name], res[i])
 		}
-		o.Results[n] = res[i]
 	}
 	o.Checks = NeverWorse(o)
 	twinChecks(o)
 	o.Summary = map[string]Summary{}
-	for n, r := range o.Results {
-		o.Summary[n] = Summary{Cadence: r.Cadence, Occupancy: r.Occupancy, OccupancyNet: netOccupancy(r), PartialGangIdleGPUHours: r.PartialGangIdleGPUHours,
-			WaitS: r.WaitS, WeightedJCTS: r.WeightedJCTS, Preemptions: r.Preemptions, LostFraction: r.LostFraction, JobsUnfinished: r.JobsUnfinished}
+	for n := range o.Results {
+		o.Summary[n] = o.mean(n)
 	}
 	return o, nil
 }
 
-// runOne simulates sc under the policy name; for "bound", its top tier
-// alone under backfill at the impact cadence; for NativeTwin,
-// nomad-native on its jittered jobs.
-func runOne(sc Scenario, cfg Config, name string) (res *sim.Result, err error) {
-	o := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd, FreeAtSubmit: cfg.JobsDir != ""}
+// runOne simulates sc's replica under the policy name (replicas.go); for
+// "bound", its top tier alone under backfill at the impact cadence; for
+// NativeTwin, nomad-native on the twin's jittered copy of the replica.
+// Only replica 0 writes its jobs to Config.JobsDir.
+func runOne(sc Scenario, cfg Config, name string, replica int) (res *sim.Result, err error) {
+	write := cfg.JobsDir != "" && replica == 0
+	o := sim.Options{Cluster: sc.Cluster, WindowStart: sc.WindowStart, WindowEnd: sc.WindowEnd, FreeAtSubmit: write}
 	jobs := sc.Jobs
+	if replica > 0 {
+		jobs = Jitter(sc.Jobs, cfg.ReplicaJitter, sc.WindowEnd, replicaStream(replica))
+	}
 	var s sim.Scheduler
 	switch name {
 	case impact.Name:
 		o.Model = cfg.ImpactModel
 		var opts []impact.Option
-		if cfg.Reasons && cfg.JobsDir != "" {
+		if cfg.Reasons && write {
 			var rf *reasonsFile
 			if rf, err = createReasons(reasonsPath(cfg.JobsDir, sc.Name)); err != nil {
 				return nil, err
@@ -196,7 +238,7 @@ func runOne(sc Scenario, cfg Config, name string) (res *sim.Result, err error) {
 		s, err = baseline.New(baseline.Backfill)
 	case NativeTwin:
 		o.Model = cfg.BaseModel
-		jobs = Jitter(sc.Jobs, cfg.TwinJitter, sc.WindowEnd)
+		jobs = Jitter(sc.Jobs, cfg.TwinJitter, sc.WindowEnd, twinStream(replica))
 		s, err = baseline.New(baseline.NomadNative)
 	default:
 		o.Model = cfg.BaseModel
@@ -208,13 +250,14 @@ func runOne(sc Scenario, cfg Config, name string) (res *sim.Result, err error) {
 	if len(jobs) == 0 {
 		return &sim.Result{}, nil
 	}
-	if res, err = sim.Run(jobs, s, o); err == nil && cfg.JobsDir != "" {
+	if res, err = sim.Run(jobs, s, o); err == nil && write {
 		err = writeJobs(jobsPath(cfg.JobsDir, sc.Name, name), jobs, res)
 	}
 	return res, err
 }
 
-// Summary is one policy's headline metrics on a scenario.
+// Summary is one policy's headline metrics on a scenario, each the mean
+// over its replicas (summarize): what the checks compare.
 type Summary struct {
 	Cadence   string  `json:"cadence"`
 	Occupancy float64 `json:"occupancy"`
@@ -222,10 +265,16 @@ type Summary struct {
 	OccupancyNet            float64                    `json:"occupancy_net_of_partial_gang_idle"`
 	PartialGangIdleGPUHours float64                    `json:"partial_gang_idle_gpu_hours"`
 	WaitS                   map[string]sim.Percentiles `json:"wait_s"`
+	JobsCompletedByTier     map[string]float64         `json:"jobs_completed_by_tier"`
 	WeightedJCTS            float64                    `json:"weighted_jct_s"`
-	Preemptions             int                        `json:"preemptions"`
+	Preemptions             float64                    `json:"preemptions"`
 	LostFraction            float64                    `json:"lost_fraction"`
-	JobsUnfinished          int                        `json:"jobs_unfinished"`
+	JobsUnfinished          float64                    `json:"jobs_unfinished"`
+	// HeadroomIdleShare is the share of the pool its headroom's kept GPUs
+	// sat idle while work it keeps out waited (sim.HeadroomCost), when
+	// Headroom: the policy keeps one.
+	HeadroomIdleShare float64 `json:"headroom_idle_share,omitempty"`
+	Headroom          bool    `json:"headroom,omitempty"`
 }
 
 // TopTierBound is the waits of the top tier's jobs alone on the cluster of
@@ -278,7 +327,7 @@ const WeightedJCTCheck = "weighted JCT"
 // compare two runs of any policy: every tier's p50 and p99 wait, the
 // tier-weighted JCT (up to debounce seconds more: a run at the live
 // cadence waits that long for each decision) and occupancy.
-func compare(a, nat *sim.Result, debounce int64) []Check {
+func compare(a, nat Summary, debounce int64) []Check {
 	var cs []Check
 	add := func(name string, worse float64, ok bool, format string, args ...any) {
 		cs = append(cs, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...), worse: worse})
@@ -300,41 +349,63 @@ func compare(a, nat *sim.Result, debounce int64) []Check {
 	// decides as the agent does cannot beat that part.
 	add(WeightedJCTCheck, a.WeightedJCTS, a.WeightedJCTS <= nat.WeightedJCTS+float64(debounce), "%s vs native %s (limit: native + the %ds debounce)",
 		sim.FormatSeconds(a.WeightedJCTS), sim.FormatSeconds(nat.WeightedJCTS), debounce)
-	natNet := netOccupancy(nat)
-	add("occupancy", -a.Occupancy, a.Occupancy >= natNet-OccupancySlack, "%.1f%% vs native %.1f%% (%.1f%% counting GPUs idle in its partial gangs as occupied)",
-		100*a.Occupancy, 100*natNet, 100*nat.Occupancy)
+	add("occupancy", -a.Occupancy, a.Occupancy >= nat.OccupancyNet-OccupancySlack, "%.1f%% vs native %.1f%% (%.1f%% counting GPUs idle in its partial gangs as occupied)",
+		100*a.Occupancy, 100*nat.OccupancyNet, 100*nat.Occupancy)
 	return cs
 }
 
-// NeverWorse checks impact against nomad-native on o.
+// NeverWorse checks impact against nomad-native on o: their means over
+// the replicas; a failed check says on how many replicas impact fails it
+// against the native run on the same jobs, a failed top-tier gain the
+// bound that proves it when there is one, a failed weighted JCT where
+// the difference comes from.
 func NeverWorse(o *Outcome) []Check {
-	imp, nat := o.Results[impact.Name], o.Results[baseline.NomadNative]
-	if imp == nil || nat == nil {
+	impRuns, natRuns := o.runs(impact.Name), o.runs(baseline.NomadNative)
+	if impRuns == nil || natRuns == nil {
 		return nil
 	}
-	cs := compare(imp, nat, o.Debounce)
+	nat := summarize(natRuns)
+	cs := checkPair(o, summarize(impRuns), nat)
+	failed := replicaFailures(impRuns, natRuns, func(a, b Summary) []Check { return checkPair(o, a, b) })
 	for i := range cs {
-		if cs[i].Name == WeightedJCTCheck && !cs[i].OK {
-			cs[i].JCTByTier = breakJCT(imp, nat)
+		c := &cs[i]
+		if c.OK {
+			continue
+		}
+		c.ReplicasFailed = failed[c.Name]
+		switch c.Name {
+		case WeightedJCTCheck:
+			c.JCTByTier = meanJCT(impRuns, natRuns)
+		case TopTierGainCheck:
+			c.Bound = preemptionBound(o, nat.WaitS[trace.Tiers[0]].P99/TopTierGain)
 		}
 	}
+	return cs
+}
+
+// TopTierGainCheck names the check of the top tier's p99 against
+// native's.
+var TopTierGainCheck = trace.Tiers[0] + " p99 gain"
+
+// checkPair is every never-worse check of impact's metrics imp against
+// nomad-native's nat on o.
+func checkPair(o *Outcome, imp, nat Summary) []Check {
+	cs := compare(imp, nat, o.Debounce)
 	add := func(name string, ok bool, format string, args ...any) {
 		cs = append(cs, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
 	add("partial-gang idle", imp.PartialGangIdleGPUHours == 0, "%.0f GPU-h", imp.PartialGangIdleGPUHours)
-	add("finished", imp.JobsUnfinished == 0, "%d jobs unfinished", imp.JobsUnfinished)
+	add("finished", imp.JobsUnfinished == 0, "%.3g jobs unfinished", imp.JobsUnfinished)
+	if o.BoundN == 0 {
+		return cs
+	}
 	top := trace.Tiers[0]
-	if o.BoundN > 0 {
-		np, ip := nat.WaitS[top].P99, imp.WaitS[top].P99
-		if np > TopTierGain*o.Bound.P99 {
-			add(top+" p99 gain", ip*TopTierGain <= np, "%s vs native %s: %.1fx (native exceeds %dx the bound %s)",
-				sim.FormatSeconds(ip), sim.FormatSeconds(np), ratio(np, ip), TopTierGain, sim.FormatSeconds(o.Bound.P99))
-			if c := &cs[len(cs)-1]; !c.OK {
-				c.Bound = preemptionBound(o, np/TopTierGain)
-			}
-		} else {
-			add(top+" p99 gain", true, "not required: native %s is within %dx the bound %s", sim.FormatSeconds(np), TopTierGain, sim.FormatSeconds(o.Bound.P99))
-		}
+	np, ip := nat.WaitS[top].P99, imp.WaitS[top].P99
+	if np > TopTierGain*o.Bound.P99 {
+		add(TopTierGainCheck, ip*TopTierGain <= np, "%s vs native %s: %.1fx (native exceeds %dx the bound %s)",
+			sim.FormatSeconds(ip), sim.FormatSeconds(np), ratio(np, ip), TopTierGain, sim.FormatSeconds(o.Bound.P99))
+	} else {
+		add(TopTierGainCheck, true, "not required: native %s is within %dx the bound %s", sim.FormatSeconds(np), TopTierGain, sim.FormatSeconds(o.Bound.P99))
 	}
 	return cs
 }
@@ -410,7 +481,7 @@ func (o *Outcome) Failing() []Check {
 // worstWait is the largest ratio, over tiers and p50/p99, of impact's
 // wait to its never-worse limit (at most 1 passes).
 func worstWait(o *Outcome) (float64, string) {
-	imp, nat := o.Results[impact.Name], o.Results[baseline.NomadNative]
+	imp, nat := o.mean(impact.Name), o.mean(baseline.NomadNative)
 	worst, what := 0.0, ""
 	for _, t := range trace.Tiers {
 		if nat.JobsCompletedByTier[t] == 0 {
@@ -428,7 +499,8 @@ func worstWait(o *Outcome) (float64, string) {
 	return worst, what
 }
 
-// WriteTable prints one row per scenario: impact's ratios against
+// WriteTable prints one row per scenario, on the policies' means over the
+// replicas: impact's ratios against
 // nomad-native and backfill (baseline / impact: above 1 is better for
 // impact; occupancy in points, impact minus baseline net of the
 // baseline's GPUs idle in partial gangs), the top tier's p99
@@ -439,7 +511,7 @@ func WriteTable(w io.Writer, outs []*Outcome) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "scenario\tload\tjobs\t%s p99 bound\tnative\tbackfill\timpact\t%s p99 x vs native\tvs backfill\tJCT x vs native\tvs backfill\tocc pts vs native\tvs backfill\theadroom idle pts\tworst wait/limit\tnative twin fails\tnever-worse\t\n", top, top)
 	for _, o := range outs {
-		imp, nat, bf := o.Results[impact.Name], o.Results[baseline.NomadNative], o.Results[baseline.Backfill]
+		imp, nat, bf := o.mean(impact.Name), o.mean(baseline.NomadNative), o.mean(baseline.Backfill)
 		ww, what := worstWait(o)
 		verdict := "yes"
 		var names, waived []string
@@ -460,8 +532,8 @@ func WriteTable(w io.Writer, outs []*Outcome) error {
 			verdict = "yes but bound: " + strings.Join(waived, ", ")
 		}
 		hr := "-"
-		if c, ok := imp.HeadroomCost[headroomPool(imp)]; ok {
-			hr = fmt.Sprintf("%.2f", 100*c.Share)
+		if imp.Headroom {
+			hr = fmt.Sprintf("%.2f", 100*imp.HeadroomIdleShare)
 		}
 		bound := "-"
 		if o.BoundN > 0 {
@@ -476,7 +548,7 @@ func WriteTable(w io.Writer, outs []*Outcome) error {
 			sim.FormatSeconds(nat.WaitS[top].P99), sim.FormatSeconds(bf.WaitS[top].P99), sim.FormatSeconds(imp.WaitS[top].P99),
 			fmtRatio(ratio(nat.WaitS[top].P99, imp.WaitS[top].P99)), fmtRatio(ratio(bf.WaitS[top].P99, imp.WaitS[top].P99)),
 			ratio(nat.WeightedJCTS, imp.WeightedJCTS), ratio(bf.WeightedJCTS, imp.WeightedJCTS),
-			100*(imp.Occupancy-netOccupancy(nat)), 100*(imp.Occupancy-netOccupancy(bf)), hr, ww, what, twin, verdict)
+			100*(imp.Occupancy-nat.OccupancyNet), 100*(imp.Occupancy-bf.OccupancyNet), hr, ww, what, twin, verdict)
 	}
 	return tw.Flush()
 }
@@ -497,13 +569,17 @@ func headroomPool(r *sim.Result) string {
 	return ""
 }
 
-// WriteFailures prints every failed check with its numbers, for a
+// WriteFailures prints every failed check with its numbers (over several
+// replicas, on how many of them it fails), for a
 // waived one the bound that proves it cannot be met, and with a native
 // twin the twin's result on the same check.
 func WriteFailures(w io.Writer, outs []*Outcome) {
 	for _, o := range outs {
 		for _, c := range o.Failed() {
 			line := fmt.Sprintf("%s: %s: %s", o.Scenario.Name, c.Name, c.Detail)
+			if o.NumReplicas > 1 {
+				line += fmt.Sprintf(" (fails on %d of %d replicas)", c.ReplicasFailed, o.NumReplicas)
+			}
 			if c.Waived() {
 				line += "; exception, bound: " + c.Bound
 			}

@@ -158,8 +158,9 @@ func TestSynthDeterministic(t *testing.T) {
 }
 
 // TestMainHelp: -h prints the suite's description and its options on
-// stdout and exits 0; a bad flag, or a --twin-jitter that is not whole
-// seconds from 0 up, says so on stderr and exits 2.
+// stdout and exits 0; a bad flag, a --twin-jitter that is not whole
+// seconds from 0 up, fewer than 1 replica or a --replica-jitter that is
+// not whole seconds from 1s up, says so on stderr and exits 2.
 func TestMainHelp(t *testing.T) {
 	var out, errb strings.Builder
 	if code := Main([]string{"-h"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "is never worse than nomad-native") ||
@@ -170,11 +171,12 @@ func TestMainHelp(t *testing.T) {
 	if code := Main([]string{"--bogus"}, &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "impact robustness: flag provided but not defined: -bogus") {
 		t.Fatalf("--bogus: exit %d, %q", code, errb.String())
 	}
-	for _, bad := range []string{"1500ms", "-1s"} {
+	for _, bad := range []string{"--twin-jitter=1500ms", "--twin-jitter=-1s", "--replicas=0", "--replica-jitter=0s", "--replica-jitter=2500ms"} {
 		out.Reset()
 		errb.Reset()
-		if code := Main([]string{"--twin-jitter=" + bad}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--twin-jitter") || out.Len() != 0 {
-			t.Errorf("--twin-jitter=%s: exit %d, stdout %q, stderr %q", bad, code, out.String(), errb.String())
+		flag, _, _ := strings.Cut(bad, "=")
+		if code := Main([]string{bad}, &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "impact robustness: "+flag+" ") || out.Len() != 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", bad, code, out.String(), errb.String())
 		}
 	}
 	// --jobs under an --out that cannot be a directory fails at once,

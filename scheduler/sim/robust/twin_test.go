@@ -24,11 +24,11 @@ func TestJitter(t *testing.T) {
 		jobs = append(jobs, trace.Job{ID: string(rune('a' + i%26)), Submit: int64(i / 4), Duration: 60, GPUs: 1})
 	}
 	const end = 100 // the last jobs sit at 99, the window's last second
-	if got := Jitter(jobs, 0, end); !slices.Equal(got, jobs) {
+	if got := Jitter(jobs, 0, end, 0); !slices.Equal(got, jobs) {
 		t.Fatal("jitter 0 moved jobs")
 	}
 	for _, upTo := range []int64{1, 5} {
-		a, b := Jitter(jobs, upTo, end), Jitter(jobs, upTo, end)
+		a, b := Jitter(jobs, upTo, end, 0), Jitter(jobs, upTo, end, 0)
 		if !slices.Equal(a, b) {
 			t.Fatalf("jitter %d: two runs differ", upTo)
 		}
@@ -105,9 +105,8 @@ func TestTwinChecks(t *testing.T) {
 	if c := byName["normal wait p99"]; !c.OK || c.Twin != "" {
 		t.Errorf("a passed check carries the twin: %+v", c)
 	}
-	tf, imf, within, ok := TwinTally([]*Outcome{o})
-	if !ok || tf != 3 || imf != 4 || within != 2 {
-		t.Errorf("tally: twin %d impact %d within %d ok %v, want 3 4 2 true", tf, imf, within, ok)
+	if n, ok := TwinTally([]*Outcome{o}); !ok || n != (TwinCount{TwinFailed: 3, ImpactFailed: 4, Within: 2}) {
+		t.Errorf("tally: %+v ok %v, want twin 3 impact 4 within 2", n, ok)
 	}
 
 	delete(o.Results, NativeTwin)
@@ -117,7 +116,7 @@ func TestTwinChecks(t *testing.T) {
 	if o.TwinFailed != nil {
 		t.Errorf("no twin, yet twin failures %v", o.TwinFailed)
 	}
-	if _, _, _, ok := TwinTally([]*Outcome{o}); ok {
+	if _, ok := TwinTally([]*Outcome{o}); ok {
 		t.Error("no twin, yet a tally")
 	}
 	// The report tells a twin that failed nothing from no twin.
