@@ -93,10 +93,12 @@ func summarizeWaiting(e agentapi.Explanation) string {
 		return "Held back after a start that failed; it is retried later."
 	case strings.HasPrefix(r, "project ") && strings.Contains(r, " quota:"):
 		return fmt.Sprintf("Waiting for its project's GPU quota (%s).", place)
+	case strings.HasPrefix(r, "headroom: "):
+		return fmt.Sprintf("Waiting: its pool keeps room free for urgent work, which non-preemptible work of its tier may not take (%s).", place)
 	case strings.HasPrefix(r, "needs "):
-		return fmt.Sprintf("Waiting for %d free GPUs (%s).", e.GPUs, place)
+		return fmt.Sprintf("Waiting for %d free GPUs (%s).%s", e.GPUs, place, keptNote(r))
 	case strings.HasPrefix(r, "no placement for the whole gang"):
-		return fmt.Sprintf("Waiting for room for the whole gang of %d GPUs together (%s).", e.GPUs, place)
+		return fmt.Sprintf("Waiting for room for the whole gang of %d GPUs together (%s).%s", e.GPUs, place, keptNote(r))
 	case strings.HasPrefix(r, "not yet considered"):
 		return "Not yet considered by a scheduling cycle."
 	case e.PreemptedBy != "" && strings.HasPrefix(r, "moved out of the way of "):
@@ -123,4 +125,14 @@ func ordinal(n int) string {
 		}
 	}
 	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// keptNote is what the summary adds when the engine's reason says a
+// headroom withheld free GPUs from the job (engine hrCycle.withheldNote):
+// without it a reader sees free GPUs the job was not given.
+func keptNote(reason string) string {
+	if strings.Contains(reason, "; the headroom keeps ") {
+		return " Some free GPUs are kept for urgent work, which non-preemptible work of its tier may not take."
+	}
+	return ""
 }

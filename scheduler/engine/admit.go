@@ -234,7 +234,7 @@ func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 	}
 	if q.gpus > free {
 		if p.c.explain {
-			exp.Reason = p.c.why.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, note: p.c.why.noteFor(backfill)})
+			exp.Reason = p.c.why.reason(reasonKey{kind: reasonNeeds, gpus: q.gpus, free: free, pool: q.pool, kept: p.c.hr.withheldNote(), note: p.c.why.noteFor(backfill)})
 			if pos <= explainRejectionsUpTo {
 				exp.Rejected = placement.Rejections{}
 				p.c.st.Explain(p.c.request(q, backfill), exp.Rejected)
@@ -262,7 +262,7 @@ func (p *placer) tryAdmit(q *queued, exp *Explanation, pos int) bool {
 	}
 	if p.c.explain {
 		exp.Rejected = rej
-		exp.Reason = p.c.why.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, note: p.c.why.noteFor(backfill)})
+		exp.Reason = p.c.why.reason(reasonKey{kind: reasonNoPlacement, gpus: q.gpus, kept: p.c.hr.withheldNote(), note: p.c.why.noteFor(backfill)})
 	}
 	return false
 }

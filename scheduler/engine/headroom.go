@@ -132,6 +132,11 @@ type hrCycle struct {
 	// withheld from its GPUs) and not admitted since -> their pool ("" for
 	// every headroom pool).
 	keptOut map[string]string
+	// withheld: the free GPUs protect withholds from the job being
+	// decided, and the headroom of the first of them (nil: none), for
+	// its reason should it not start (withheldNote).
+	withheld     int
+	withheldFrom *policy.Headroom
 }
 
 // newHeadroom learns from the queue's jobs of headroom tiers, sizes
@@ -513,7 +518,7 @@ func (hr *hrCycle) protect(q *queued) func() {
 		return nil
 	}
 	hr.noteKeptOut(q)
-	return hr.withholdMask(func(ord int, avail uint64) uint64 {
+	give := hr.withholdMask(func(ord int, avail uint64) uint64 {
 		p := hr.nodePool[ord]
 		// A job too wide for the rest of the pool is not kept off: it
 		// would never start.
@@ -524,8 +529,34 @@ func (hr *hrCycle) protect(q *queued) func() {
 		// as work like it does not hold them already; the kept ones are
 		// the highest free ones, so that they stay together.
 		allowed := max(0, hr.healthy[ord]-hr.keep[ord]-hr.nodeOther[ord])
-		return highBits(avail, bits.OnesCount64(avail)-allowed)
+		kept := highBits(avail, bits.OnesCount64(avail)-allowed)
+		if kept != 0 && hr.withheldFrom == nil {
+			hr.withheldFrom = p.h
+		}
+		// Counted for the reason: the kept GPUs that are free, not those
+		// reserved for another job.
+		hr.withheld += bits.OnesCount64(kept &^ hr.c.st.Reserved(ord))
+		return kept
 	})
+	if give == nil {
+		hr.withheld, hr.withheldFrom = 0, nil
+		return nil
+	}
+	return func() {
+		give()
+		hr.withheld, hr.withheldFrom = 0, nil
+	}
+}
+
+// withheldNote is what a job that protect withheld free GPUs from, and
+// that then did not start, is told of them: the free GPUs its reason
+// counts leave them out, and a placement that failed did so without
+// them. "" when nothing was withheld.
+func (hr *hrCycle) withheldNote() string {
+	if hr == nil || hr.withheld == 0 || hr.withheldFrom == nil {
+		return ""
+	}
+	return fmt.Sprintf("; the headroom keeps %d more free GPUs from it (free of non-preemptible work but that of %v)", hr.withheld, hr.withheldFrom.Tiers)
 }
 
 // highBits is the n highest set bits of m (none when n <= 0).

@@ -445,3 +445,42 @@ func TestHeadroomIdleCost(t *testing.T) {
 		t.Fatalf("a 6-GPU job beside 4 free GPUs: %+v, want no cost", h)
 	}
 }
+
+// A job the headroom withholds free GPUs from is told so when it does not
+// start: a 4-GPU high-tier job finds 6 GPUs free, 4 of them on n1, but 2
+// of those are the headroom's, so no node has 4 it may take. Its reason
+// counts the GPUs it was refused; a preemptible job of the same shape,
+// which the headroom does not keep out, starts on n1.
+func TestHeadroomWithheldGPUsInReason(t *testing.T) {
+	for _, tc := range []struct {
+		tier, preemptible string
+		started           bool
+	}{{"high", "false", false}, {"scavenger", "true", true}} {
+		t.Run(tc.tier, func(t *testing.T) {
+			pol := mustPolicy(t, "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 2\n}\n")
+			store := cluster.NewStore()
+			_ = store.UpsertNode(mkNode("n1", 8, 2))
+			_ = store.UpsertNode(mkNode("n2", 8, 2))
+			_ = store.UpsertJob(mkJob("old1", group("main", 1, 4), meta("impact_tier", "high"), running()))
+			_ = store.UpsertAlloc(alloc("old1-a", "old1", "n1", t0.Add(-time.Hour), 0, 1, 2, 3))
+			_ = store.UpsertJob(mkJob("old2", group("main", 1, 6), meta("impact_tier", "high"), running()))
+			_ = store.UpsertAlloc(alloc("old2-a", "old2", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5))
+			_ = store.UpsertJob(mkJob("j", group("main", 1, 4), meta("impact_tier", tc.tier), meta("impact_preemptible", tc.preemptible), submitted(t0)))
+			p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Minute))
+			if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+				t.Fatal(err)
+			}
+			exp := p.Explanations["j"]
+			if tc.started {
+				if a := admission(p, "j"); a == nil || join(nodesOf(a)) != "n1" {
+					t.Fatalf("j: %+v, want admitted on n1: %s %q", a, exp.Status, exp.Reason)
+				}
+				return
+			}
+			want := "no placement for the whole gang (4 GPUs) on free GPUs; the headroom keeps 2 more free GPUs from it (free of non-preemptible work but that of [critical])"
+			if admission(p, "j") != nil || !strings.HasPrefix(exp.Reason, want) {
+				t.Fatalf("j: %s %q, want not started: %q", exp.Status, exp.Reason, want)
+			}
+		})
+	}
+}

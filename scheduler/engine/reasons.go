@@ -219,6 +219,7 @@ func (w *explainer) reason(k reasonKey) string {
 	default:
 		r = fmt.Sprintf("no placement for the whole gang (%d GPUs) on free GPUs", k.gpus)
 	}
+	r += k.kept
 	if k.note >= 0 {
 		r += w.resNotes[k.note]
 	}
@@ -293,7 +294,9 @@ type reasonKey struct {
 	kind       int
 	gpus, free int
 	pool       string
-	note       int
+	// kept: the headroom's note on GPUs it withheld (hrCycle.withheldNote).
+	kept string
+	note int
 }
 
 func poolSuffix(pool string) string {
