@@ -54,6 +54,19 @@ func (x *Executor) countOutcome(o string) {
 // (running again under the default restart policy, failed under
 // `restart { attempts = 0 }`). Allocations Nomad no longer lists count as
 // ended, not done.
+//
+// Done also needs the job to run nothing else: an allocation the plan did
+// not name that Nomad still wants running (desired status run, not
+// terminal) keeps it from being done. Nomad places such an allocation
+// after the decision, e.g. the replacement of a gang member lost with its
+// node, placed on the GPUs the named members free as they complete. The
+// job is then not complete: taking it for done would leave that
+// allocation running unmanaged, and a stop the engine orders for it
+// meanwhile (a whole-gang requeue) would be skipped as already under way
+// (Apply) and never carried out, so a preemptor claiming its GPUs would
+// wait on a stop nobody makes (until the engine's in-flight TTL, 15
+// minutes past the grace). Not done, the preemption parks the job and
+// stops everything (settle, stopAll): the gang is requeued whole.
 type outcome struct{ ended, done, requeued bool }
 
 func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, error) {
@@ -104,6 +117,18 @@ func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, erro
 		}
 		if !terminalStatus(a.ClientStatus) {
 			o.ended = false
+		}
+	}
+	if o.done && len(in.Allocs) > 0 {
+		named := make(map[string]bool, len(ids))
+		for _, aid := range ids {
+			named[aid] = true
+		}
+		for _, a := range as {
+			if !named[a.ID] && a.DesiredStatus == "run" && !terminalStatus(a.ClientStatus) {
+				o.done = false
+				break
+			}
 		}
 	}
 	return o, nil

@@ -167,6 +167,105 @@ func TestPreemptedJobThatExitsZeroCompletes(t *testing.T) {
 	}
 }
 
+// A gang whose named members complete during the grace is not done while
+// Nomad runs another allocation of it: the replacement of a member lost
+// with its node, blocked on the pins until the members' completion frees
+// their GPUs, then placed. Taken for done (the contract's "every task
+// exited 0" read off the named allocations only), the job was left with
+// that replacement running and nobody stopping it; a whole-gang requeue
+// the engine ordered for it meanwhile was skipped as already under way,
+// and the next preemptor that claimed its GPUs waited on it for good
+// (TestPropertyAdapterLiveness: "says it stops default/j04, which Nomad
+// runs on and nobody stops"). It is requeued whole instead: parked, the
+// replacement stopped. The fake clock keeps the grace from running out,
+// so only the members' completion ends the wait.
+func TestPreemptedGangWithLiveReplacementIsRequeued(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	x := e.executor(clk)
+	admitAndRun(t, e, x, "victim")
+	key := cluster.JobKey("default", "victim")
+
+	// node-0 goes down: its member is lost, and its replacement is
+	// blocked (pinned to node-0 and to GPUs node-1's member holds).
+	if err := e.fake.SetNodeStatus("node-0", "down", false); err != nil {
+		t.Fatal(err)
+	}
+	s := e.waitFor("the member on node-0 lost", func(s *cluster.Snapshot) bool {
+		as := s.JobAllocs(key)
+		return len(as) == 1 && as[0].NodeID == "node-1"
+	})
+	member := s.JobAllocs(key)[0].ID
+	if live := liveAllocIDs(e, "victim"); len(live) != 1 || live[0] != member {
+		t.Fatalf("live allocations %v, want only the member %s (the replacement blocked)", live, member)
+	}
+
+	// The engine preempts what its snapshot holds: the one member.
+	p := engine.Preemption{Stop: engine.Stop{JobID: key, Allocs: []string{member}, GPUs: 4, Grace: time.Minute,
+		CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "critical job needs 4 GPUs"}
+	if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempted) != 1 {
+		t.Fatalf("apply = %+v", res)
+	}
+	waitPhase(t, x, key, PhaseSignalled)
+
+	// The member completes within the grace; Nomad places the replacement
+	// on the GPUs it freed (the fake does so before FinishAlloc returns).
+	if err := e.fake.FinishAlloc(member, false); err != nil {
+		t.Fatal(err)
+	}
+	live := liveAllocIDs(e, "victim")
+	if len(live) != 1 || live[0] == member {
+		t.Fatalf("live allocations %v, want Nomad's replacement of the lost member", live)
+	}
+	x.Wait()
+
+	if got := liveAllocIDs(e, "victim"); len(got) != 0 {
+		t.Errorf("allocations %v of the victim still run, not stopped: nobody manages them", got)
+	}
+	if job := e.fake.Job("victim"); *job.NodePool != parking || pinnedAPI(job) {
+		t.Errorf("victim in pool %s (pinned %v), want parked: requeued whole", *job.NodePool, pinnedAPI(job))
+	}
+	if got := x.PreemptionOutcomes(); got[OutcomeCompleted] != 0 || got[OutcomeStopped] != 1 {
+		t.Errorf("outcomes = %v, want one %s and none %s", got, OutcomeStopped, OutcomeCompleted)
+	}
+	if o := x.Outcome(key); !strings.Contains(o, "preempted for default/urgent") {
+		t.Errorf("outcome note = %q, want a preemption", o)
+	}
+	if in, _ := x.st.Intent(context.Background(), key); in != nil {
+		t.Errorf("intent left: %+v", in)
+	}
+}
+
+// liveAllocIDs lists the allocations of a job the fake still wants
+// running (desired status run, not terminal).
+func liveAllocIDs(e *env, job string) []string {
+	var out []string
+	for _, a := range e.fake.Allocations(job) {
+		if a.DesiredStatus == "run" && !terminalStatus(a.ClientStatus) {
+			out = append(out, a.ID)
+		}
+	}
+	return out
+}
+
+// waitPhase waits (5s at most) until the job's intent reaches phase.
+func waitPhase(t *testing.T, x *Executor, jobID, phase string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		in, err := x.st.Intent(context.Background(), jobID)
+		if err == nil && in != nil && in.Phase == phase {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("intent of %s = %+v (%v), want phase %s", jobID, in, err, phase)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // A task that exits with a requeue code other than the default is not
 // taken for a requeue unless the job's code says so; one exiting with the
 // job's own impact_requeue_exit_code ends the wait at once.
