@@ -60,6 +60,10 @@ type Executor struct {
 	// underway: preemptions being carried out (ordered here or resumed
 	// from a previous leader's intent), by victim job.
 	underway map[string]*Intent
+	// deferred: a stop of a plan that found the job's stop (preemption,
+	// requeue or reclaim) under way, by job; runPreemption carries it out
+	// once that one ends (nextDeferred).
+	deferred map[string]deferredStop
 	pending  map[string]*Intent // admissions waiting to be fully running
 	outcomes *bounded[string]   // last rollback/conflict/preemption note per job
 	// outcomeCounts counts finished preemptions by outcome.
@@ -101,7 +105,7 @@ func NewExecutor(c *Client, st *StateStore, cfg ExecutorConfig, logger hclog.Log
 	}
 	return &Executor{
 		c: c, st: st, cfg: cfg, log: logger.Named("executor"),
-		busy: map[string]bool{}, pending: map[string]*Intent{}, underway: map[string]*Intent{}, outcomes: newBounded[string](maxOutcomes),
+		busy: map[string]bool{}, pending: map[string]*Intent{}, underway: map[string]*Intent{}, deferred: map[string]deferredStop{}, outcomes: newBounded[string](maxOutcomes),
 	}
 }
 
@@ -113,6 +117,37 @@ func (x *Executor) claim(jobID string) bool {
 	}
 	x.busy[jobID] = true
 	return true
+}
+
+// deferredStop is a stop of a plan deferred behind the job's stop under
+// way (startStop), with the context of the Apply that ordered it and what
+// it is (preemption, requeue, reclaim).
+type deferredStop struct {
+	ctx  context.Context
+	in   *Intent
+	kind string
+}
+
+// claimStop claims the job for a stop (claimed), or, when the job's stop
+// is under way and no other stop waits behind it, defers this one behind
+// it (deferred). Both are decided under one lock with the release of the
+// stop under way (nextDeferred), so a stop is either deferred before that
+// one lets the job go, and then seen by it, or finds the job free.
+func (x *Executor) claimStop(ctx context.Context, in *Intent, kind string) (claimed, deferred bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.underway[in.JobID] != nil {
+		if _, ok := x.deferred[in.JobID]; ok {
+			return false, false
+		}
+		x.deferred[in.JobID] = deferredStop{ctx: ctx, in: in, kind: kind}
+		return false, true
+	}
+	if x.busy[in.JobID] || x.pending[in.JobID] != nil {
+		return false, false
+	}
+	x.busy[in.JobID] = true
+	return true, false
 }
 
 func (x *Executor) release(jobID string) {
@@ -160,11 +195,29 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 
 // startStop starts one stop of a plan (a preemption, a whole-gang requeue
 // or a reclaim): it claims the job, records the intent and carries it out
-// in the background, adding the job to started. A job with an action
-// under way is skipped; an intent that cannot be recorded fails the
-// action (nothing was done).
+// in the background, adding the job to started. A job with an admission
+// under way, or with a stop already deferred, is skipped (SkipUnderway);
+// an intent that cannot be recorded fails the action (nothing was done).
+//
+// A job whose stop is under way is skipped too, but the stop is not lost:
+// it is deferred (SkipDeferred) until that one ends, and then carried out
+// if the job still runs an allocation (nextDeferred). The stop under way
+// can end with the job complete and left alone ("done", settle) while
+// Nomad places another allocation of it, such as the replacement of a
+// gang member lost with its node, after the outcome was read; the engine
+// decides to stop that allocation (a whole-gang requeue, or a preemption)
+// and counts the stop in flight until its TTL, 15 minutes past the grace.
+// Dropped, nobody would stop that allocation, and a preemptor waiting for
+// its GPUs would wait that long. Apply cannot report such a stop as not
+// carried out instead: the agent would then have the engine forget the
+// job's stops, the one under way included, and the engine would take
+// GPUs still being freed for busy (engine.Engine.Forget).
 func (x *Executor) startStop(ctx context.Context, in *Intent, kind string, res *ApplyReport, started *[]string) bool {
-	if !x.claim(in.JobID) {
+	switch claimed, deferred := x.claimStop(ctx, in, kind); {
+	case deferred:
+		res.Skipped[in.JobID] = SkipDeferred
+		return false
+	case !claimed:
 		res.Skipped[in.JobID] = SkipUnderway
 		return false
 	}

@@ -60,13 +60,13 @@ func (x *Executor) countOutcome(o string) {
 // terminal) keeps it from being done. Nomad places such an allocation
 // after the decision, e.g. the replacement of a gang member lost with its
 // node, placed on the GPUs the named members free as they complete. The
-// job is then not complete: taking it for done would leave that
-// allocation running unmanaged, and a stop the engine orders for it
-// meanwhile (a whole-gang requeue) would be skipped as already under way
-// (Apply) and never carried out, so a preemptor claiming its GPUs would
-// wait on a stop nobody makes (until the engine's in-flight TTL, 15
-// minutes past the grace). Not done, the preemption parks the job and
-// stops everything (settle, stopAll): the gang is requeued whole.
+// job is then not complete: taking it for done would note a completion
+// that did not happen and leave that allocation running until the engine
+// orders it stopped (a whole-gang requeue). Not done, the preemption
+// parks the job and stops everything (settle, stopAll): the gang is
+// requeued whole at once (a stop the engine ordered meanwhile, deferred
+// behind this one, is then dropped). An allocation Nomad places after
+// this read is left to that deferred stop (startStop, nextDeferred).
 type outcome struct{ ended, done, requeued bool }
 
 func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, error) {

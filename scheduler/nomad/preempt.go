@@ -15,7 +15,8 @@ import (
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
-// runPreemption carries out a claimed preemption in the background.
+// runPreemption carries out a claimed preemption in the background, then
+// the stop deferred behind it, if any (nextDeferred), and releases the job.
 func (x *Executor) runPreemption(ctx context.Context, in *Intent, what string) {
 	x.mu.Lock()
 	x.underway[in.JobID] = in
@@ -23,13 +24,67 @@ func (x *Executor) runPreemption(ctx context.Context, in *Intent, what string) {
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()
-		defer x.release(in.JobID)
-		// ctx is the leader's: losing leadership stops the preemption
-		// where it is, and its intent lets the next leader finish it.
-		if err := x.preempt(ctx, in); err != nil {
-			x.log.Error(what+" interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
+		jobID := in.JobID
+		for in != nil {
+			// ctx is the leader's: losing leadership stops the preemption
+			// where it is, and its intent lets the next leader finish it.
+			err := x.preempt(ctx, in)
+			if err != nil {
+				x.log.Error(what+" interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
+			}
+			ctx, in, what = x.nextDeferred(jobID, err == nil)
 		}
 	}()
+}
+
+// nextDeferred, once the job's stop under way has ended (ended: finished,
+// its intent gone), returns the stop a later plan deferred behind it
+// (startStop), recorded and claimed, for runPreemption to carry out; with
+// none left it releases the job and returns a nil intent. The plan
+// decided it; this only checks that it still has something to do: it is
+// carried out if Nomad runs an allocation of the job (desired status run,
+// not terminal), or if that cannot be read, and dropped if not (the stop
+// that ended parked and stopped the job, or it is gone: the engine's
+// in-flight stop ends as its allocations do). Carried out on a job with
+// nothing left, it would record a second preemption of the same stop and
+// replace the note of the one that happened. A stop that ended
+// interrupted keeps its intent for recovery, and the job can hold one
+// intent only: the deferred stop is then dropped (the next leader's
+// engine decides afresh; this one's holds it in flight until its TTL, as
+// it does the interrupted stop).
+func (x *Executor) nextDeferred(jobID string, ended bool) (context.Context, *Intent, string) {
+	for {
+		x.mu.Lock()
+		d, ok := x.deferred[jobID]
+		delete(x.deferred, jobID)
+		if !ok {
+			delete(x.busy, jobID)
+			delete(x.underway, jobID)
+			x.mu.Unlock()
+			return nil, nil, ""
+		}
+		x.mu.Unlock()
+		if !ended {
+			x.log.Warn("dropping a "+d.kind+" deferred behind an interrupted stop of the job", "job", jobID, "reason", d.in.Reason)
+			continue
+		}
+		live, err := x.liveAllocs(d.ctx, jobID)
+		if err != nil {
+			x.log.Warn("cannot tell whether the job still runs; carrying out the "+d.kind+" deferred behind its stop", "job", jobID, "error", err)
+		} else if !slices.ContainsFunc(live, func(a *api.AllocationListStub) bool { return a.DesiredStatus == "run" }) {
+			x.log.Debug("dropping a "+d.kind+" deferred behind the job's stop: nothing of the job runs", "job", jobID)
+			continue
+		}
+		if err := x.st.PutIntent(d.ctx, d.in); err != nil {
+			x.log.Error("could not record the "+d.kind+" intent deferred behind the job's stop; not carried out", "job", jobID, "error", err)
+			continue
+		}
+		x.mu.Lock()
+		x.underway[jobID] = d.in
+		x.mu.Unlock()
+		x.log.Info("carrying out a "+d.kind+" deferred behind the job's stop: the job still runs", "job", jobID, "reason", d.in.Reason)
+		return d.ctx, d.in, d.kind
+	}
 }
 
 // PreemptionsUnderway lists the preemptions being carried out, by victim:

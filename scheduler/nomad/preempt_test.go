@@ -53,9 +53,12 @@ func TestPreemptSignalsWaitsGraceParksAndStops(t *testing.T) {
 			if len(res.Preempted) != 1 {
 				t.Fatalf("apply = %+v", res)
 			}
-			// A second plan naming the same victim does not start twice.
-			if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", grace)}}); len(res.Skipped) != 1 {
-				t.Errorf("second preemption = %+v, want skipped", res)
+			// A second plan naming the same victim does not start twice:
+			// it waits behind the first (SkipDeferred), which leaves
+			// nothing of the job running, so it is dropped (one record
+			// below, not two).
+			if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", grace)}}); len(res.Skipped) != 1 || res.Skipped[cluster.JobKey("default", "victim")] != SkipDeferred {
+				t.Errorf("second preemption = %+v, want deferred", res)
 			}
 			x.Wait()
 			took := time.Since(start)
@@ -235,6 +238,102 @@ func TestPreemptedGangWithLiveReplacementIsRequeued(t *testing.T) {
 	}
 	if in, _ := x.st.Intent(context.Background(), key); in != nil {
 		t.Errorf("intent left: %+v", in)
+	}
+}
+
+// A stop the engine orders for a job while the job's preemption is
+// ending is not lost. The preemption read its victim done (its one
+// running member completed in the grace, the replacement of the member
+// lost with node-0 still blocked) and is deleting its intent when node-0
+// comes back and Nomad places that replacement; a cycle then orders the
+// gang requeued whole (the replacement stopped first). Apply skipped that
+// requeue as already under way behind the preemption, which then ended
+// with the job taken for complete: the replacement ran on, unmanaged,
+// while the engine held the requeue in flight for its TTL (15 minutes
+// past the grace), so a preemptor claiming those GPUs waited that long.
+// The requeue is deferred instead and carried out once the preemption
+// ends, the job still running the replacement: stopped, parked, requeued
+// whole. The fake runs the cycle inside the intent's deletion (AfterNext:
+// done, the answer not yet back to the executor), and its clock never
+// moves, so no grace runs out.
+func TestStopDeferredBehindAnEndingPreemptionIsCarriedOut(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	x := e.executor(clk)
+	admitAndRun(t, e, x, "victim")
+	key := cluster.JobKey("default", "victim")
+
+	// node-0 goes down: its member is lost, its replacement blocked
+	// (pinned to node-0 and to the GPUs node-1's member holds). node-1
+	// is made ineligible, so that the member's completion there does not
+	// let Nomad place the replacement at once.
+	if err := e.fake.SetNodeStatus("node-0", "down", false); err != nil {
+		t.Fatal(err)
+	}
+	s := e.waitFor("the member on node-0 lost", func(s *cluster.Snapshot) bool {
+		as := s.JobAllocs(key)
+		return len(as) == 1 && as[0].NodeID == "node-1"
+	})
+	member := s.JobAllocs(key)[0].ID
+	if err := e.fake.SetNodeStatus("node-1", "ready", false); err != nil {
+		t.Fatal(err)
+	}
+
+	p := engine.Preemption{Stop: engine.Stop{JobID: key, Allocs: []string{member}, GPUs: 4, Grace: time.Minute,
+		CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "critical job needs 4 GPUs"}
+	if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempted) != 1 {
+		t.Fatalf("apply = %+v", res)
+	}
+	waitPhase(t, x, key, PhaseSignalled)
+
+	// The window: the preemption has read the job done and deletes its
+	// intent; node-0 comes back, Nomad places the replacement, and the
+	// next cycle orders the gang requeued whole.
+	var replacement string
+	var res ApplyReport
+	e.fake.AfterNext("DELETE", intentsPath, "", func() {
+		if err := e.fake.SetNodeStatus("node-0", "ready", true); err != nil {
+			t.Error(err)
+			return
+		}
+		live := liveAllocIDs(e, "victim")
+		if len(live) != 1 || live[0] == member {
+			t.Errorf("live allocations %v, want Nomad's replacement of the lost member", live)
+			return
+		}
+		replacement = live[0]
+		r := engine.Preemption{Stop: engine.Stop{JobID: key, Allocs: []string{replacement}, GPUs: 4, Grace: time.Minute,
+			CheckpointSignal: "SIGUSR1"}, Replacements: []string{replacement},
+			Reason: "gang incomplete: a replacement runs; stopped whole and requeued"}
+		res = x.Apply(context.Background(), &engine.Plan{Requeues: []engine.Preemption{r}})
+	})
+	if err := e.fake.FinishAlloc(member, false); err != nil {
+		t.Fatal(err)
+	}
+	x.Wait()
+	if t.Failed() {
+		return
+	}
+
+	if res.Skipped[key] != SkipDeferred || len(res.Requeued) != 0 {
+		t.Errorf("requeue ordered during the preemption: report %+v, want it deferred (%q)", res, SkipDeferred)
+	}
+	if got := liveAllocIDs(e, "victim"); len(got) != 0 {
+		t.Errorf("allocations %v of the victim still run (the replacement was %s): the deferred requeue was not carried out", got, replacement)
+	}
+	if job := e.fake.Job("victim"); *job.NodePool != parking || pinnedAPI(job) {
+		t.Errorf("victim in pool %s (pinned %v), want parked: requeued whole", *job.NodePool, pinnedAPI(job))
+	}
+	if o := x.Outcome(key); !strings.Contains(o, "requeued whole") {
+		t.Errorf("outcome note = %q, want the requeue's", o)
+	}
+	if in, _ := x.st.Intent(context.Background(), key); in != nil {
+		t.Errorf("intent left: %+v", in)
+	}
+	if x.Busy(key) {
+		t.Errorf("%s still claimed after its stops ended", key)
 	}
 }
 

@@ -37,4 +37,10 @@ const (
 	SkipConflict = "the job changed since the plan was decided (EnforceIndex conflict); re-deciding"
 	// SkipUnderway: an action for the job is already under way.
 	SkipUnderway = "an action for the job is already under way"
+	// SkipDeferred: a stop (preemption, requeue, reclaim) of a job whose
+	// stop is under way waits for that one to end; it is then carried out
+	// if the job still runs an allocation, dropped if not (its
+	// allocations are gone). Like SkipUnderway it is not to be forgotten
+	// (the agent's forgetUnapplied): both are under way.
+	SkipDeferred = "deferred behind the job's stop under way; carried out after it if the job still runs an allocation"
 )
