@@ -10,11 +10,11 @@ import (
 // the same scenario with every submit moved later by at most
 // Config.TwinJitter seconds (each job by its own fixed amount), a change
 // no user or policy could control, as many times as the scenario has
-// replicas (replicas.go), on jitters of its own. The never-worse checks that this twin
-// fails against nomad-native itself measure how far a scenario's waits,
-// JCT and occupancy move on chance alone, so that a reader can tell an
-// impact failure of that size from a systematic one (it stays in the
-// report: the twin waives nothing).
+// replicas (replicas.go), on jitters of its own. The never-worse checks
+// that this twin fails against nomad-native itself measure how far a
+// scenario's waits, JCT and occupancy move on chance alone, so that a
+// reader can tell an impact failure of that size from a systematic one
+// (it stays in the report: the twin waives nothing).
 
 // NativeTwin names the twin's results (Outcome.Results).
 const NativeTwin = "nomad-native-twin"
