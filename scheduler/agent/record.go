@@ -123,9 +123,9 @@ func (c *cycler) recordReport(plan *engine.Plan, rep nomad.ApplyReport) {
 // holding them for its admission TTL, and so a preemption that never
 // started is planned afresh (and its lost-work budget given back) rather
 // than waited on. rep is nil when nothing was applied. Preemptions that
-// started, or were skipped because a stop of the job is under way (the
-// executor carries them out after it if the job still runs:
-// nomad.SkipDeferred), are under way and must not be forgotten.
+// started, or were skipped because a stop or admission of the job is
+// under way (the executor carries them out after it if the job still
+// runs: nomad.SkipDeferred), are under way and must not be forgotten.
 func (c *cycler) forgetUnapplied(plan *engine.Plan, rep *nomad.ApplyReport) {
 	var admitted, underway, reclaimed map[string]bool
 	if rep != nil {

@@ -13,7 +13,8 @@ import (
 // group has its allocations running (or already complete) are done; those
 // past their deadline, or with a failed allocation, are rolled back (the
 // job is parked again and its allocations stopped), so a gang never stays
-// half-placed. It returns the jobs rolled back.
+// half-placed. Either way a stop a plan deferred behind the admission
+// follows (endAdmission). It returns the jobs rolled back.
 func (x *Executor) CheckDeadlines(ctx context.Context) []string {
 	x.mu.Lock()
 	pend := make([]*Intent, 0, len(x.pending))
@@ -37,9 +38,7 @@ func (x *Executor) CheckDeadlines(ctx context.Context) []string {
 				x.log.Warn("cannot delete a finished admission intent", "job", in.JobID, "error", err)
 				continue
 			}
-			x.mu.Lock()
-			delete(x.pending, in.JobID)
-			x.mu.Unlock()
+			x.endAdmission(in.JobID)
 		case failed != "" || x.cfg.Clock().After(in.Deadline):
 			reason := failed
 			if reason == "" {
@@ -176,9 +175,38 @@ func (x *Executor) rollback(ctx context.Context, in *Intent, reason string) erro
 	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
 		return err
 	}
-	x.mu.Lock()
-	delete(x.pending, in.JobID)
-	x.outcomes.set(in.JobID, "admission rolled back: "+reason)
-	x.mu.Unlock()
+	x.setOutcome(in.JobID, "admission rolled back: "+reason)
+	x.endAdmission(in.JobID)
 	return nil
+}
+
+// endAdmission forgets the job's admission, which has ended (done or
+// rolled back, its intent gone), and carries out in the background the
+// stop a plan deferred behind it (startStop), if any, unless nothing of
+// the job runs any more (nextDeferred): an admission that ends done
+// leaves the gang running, and the engine, which ordered the stop and
+// counts it in flight, waits for it (a preemptor for the victim's GPUs);
+// one rolled back has parked the job and stopped its allocations, which
+// is what the stop would have done. The job is claimed, and the stop
+// taken for under way, in the same lock that ends the admission, so a
+// stop ordered meanwhile is deferred behind this one (claimStop), not
+// started beside it.
+func (x *Executor) endAdmission(jobID string) {
+	x.mu.Lock()
+	delete(x.pending, jobID)
+	d, ok := x.deferred[jobID]
+	if ok {
+		x.busy[jobID] = true
+		x.underway[jobID] = d.in
+	}
+	x.mu.Unlock()
+	if !ok {
+		return
+	}
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		ctx, in, what := x.nextDeferred(jobID, true)
+		x.runStops(ctx, jobID, in, what)
+	}()
 }

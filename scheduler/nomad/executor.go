@@ -61,8 +61,9 @@ type Executor struct {
 	// from a previous leader's intent), by victim job.
 	underway map[string]*Intent
 	// deferred: a stop of a plan that found the job's stop (preemption,
-	// requeue or reclaim) under way, by job; runPreemption carries it out
-	// once that one ends (nextDeferred).
+	// requeue or reclaim) or admission under way, by job; runPreemption
+	// carries it out once that stop ends, endAdmission once that
+	// admission ends (nextDeferred).
 	deferred map[string]deferredStop
 	pending  map[string]*Intent // admissions waiting to be fully running
 	outcomes *bounded[string]   // last rollback/conflict/preemption note per job
@@ -119,9 +120,9 @@ func (x *Executor) claim(jobID string) bool {
 	return true
 }
 
-// deferredStop is a stop of a plan deferred behind the job's stop under
-// way (startStop), with the context of the Apply that ordered it and what
-// it is (preemption, requeue, reclaim).
+// deferredStop is a stop of a plan deferred behind the job's stop or
+// admission under way (startStop), with the context of the Apply that
+// ordered it and what it is (preemption, requeue, reclaim).
 type deferredStop struct {
 	ctx  context.Context
 	in   *Intent
@@ -129,21 +130,22 @@ type deferredStop struct {
 }
 
 // claimStop claims the job for a stop (claimed), or, when the job's stop
-// is under way and no other stop waits behind it, defers this one behind
-// it (deferred). Both are decided under one lock with the release of the
-// stop under way (nextDeferred), so a stop is either deferred before that
-// one lets the job go, and then seen by it, or finds the job free.
+// or admission is under way and no other stop waits behind it, defers
+// this one behind it (deferred). Both are decided under one lock with
+// the end of what is under way (nextDeferred for a stop, endAdmission for
+// an admission), so a stop is either deferred before that one lets the
+// job go, and then seen by it, or finds the job free.
 func (x *Executor) claimStop(ctx context.Context, in *Intent, kind string) (claimed, deferred bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.underway[in.JobID] != nil {
+	if x.underway[in.JobID] != nil || x.pending[in.JobID] != nil {
 		if _, ok := x.deferred[in.JobID]; ok {
 			return false, false
 		}
 		x.deferred[in.JobID] = deferredStop{ctx: ctx, in: in, kind: kind}
 		return false, true
 	}
-	if x.busy[in.JobID] || x.pending[in.JobID] != nil {
+	if x.busy[in.JobID] {
 		return false, false
 	}
 	x.busy[in.JobID] = true
@@ -195,8 +197,8 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 
 // startStop starts one stop of a plan (a preemption, a whole-gang requeue
 // or a reclaim): it claims the job, records the intent and carries it out
-// in the background, adding the job to started. A job with an admission
-// under way, or with a stop already deferred, is skipped (SkipUnderway);
+// in the background, adding the job to started. A job with a stop already
+// deferred, or an admission being registered, is skipped (SkipUnderway);
 // an intent that cannot be recorded fails the action (nothing was done).
 //
 // A job whose stop is under way is skipped too, but the stop is not lost:
@@ -212,6 +214,17 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 // carried out instead: the agent would then have the engine forget the
 // job's stops, the one under way included, and the engine would take
 // GPUs still being freed for busy (engine.Engine.Forget).
+//
+// A stop of a job whose admission still waits for its gang to run
+// (pending, until CheckDeadlines sees every allocation running) is
+// deferred behind it the same way. The engine sees an admitted job's
+// allocations as Nomad places them, a member its client has not started
+// yet (an image still pulling) among them, and may choose the job as a
+// victim (past its min runtime, young for a headroom's tiers, or idle).
+// Once the admission ends (endAdmission) the stop is carried out if the
+// gang runs on (done), and dropped if the rollback parked the job and
+// stopped its allocations. Skipped and dropped instead, it was lost as
+// above: the gang ran on and the preemptor waited out the TTL.
 func (x *Executor) startStop(ctx context.Context, in *Intent, kind string, res *ApplyReport, started *[]string) bool {
 	switch claimed, deferred := x.claimStop(ctx, in, kind); {
 	case deferred:

@@ -24,28 +24,35 @@ func (x *Executor) runPreemption(ctx context.Context, in *Intent, what string) {
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()
-		jobID := in.JobID
-		for in != nil {
-			// ctx is the leader's: losing leadership stops the preemption
-			// where it is, and its intent lets the next leader finish it.
-			err := x.preempt(ctx, in)
-			if err != nil {
-				x.log.Error(what+" interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
-			}
-			ctx, in, what = x.nextDeferred(jobID, err == nil)
-		}
+		x.runStops(ctx, in.JobID, in, what)
 	}()
 }
 
-// nextDeferred, once the job's stop under way has ended (ended: finished,
-// its intent gone), returns the stop a later plan deferred behind it
-// (startStop), recorded and claimed, for runPreemption to carry out; with
-// none left it releases the job and returns a nil intent. The plan
-// decided it; this only checks that it still has something to do: it is
-// carried out if Nomad runs an allocation of the job (desired status run,
-// not terminal), or if that cannot be read, and dropped if not (the stop
-// that ended parked and stopped the job, or it is gone: the engine's
-// in-flight stop ends as its allocations do). Carried out on a job with
+// runStops carries out the job's stop in (none when nil), then each stop
+// deferred behind it (nextDeferred), until none is left and the job is
+// released.
+func (x *Executor) runStops(ctx context.Context, jobID string, in *Intent, what string) {
+	for in != nil {
+		// ctx is the leader's: losing leadership stops the preemption
+		// where it is, and its intent lets the next leader finish it.
+		err := x.preempt(ctx, in)
+		if err != nil {
+			x.log.Error(what+" interrupted; the intent stays for recovery", "job", in.JobID, "error", err)
+		}
+		ctx, in, what = x.nextDeferred(jobID, err == nil)
+	}
+}
+
+// nextDeferred, once the job's stop or admission under way has ended
+// (ended: finished, its intent gone), returns the stop a later plan
+// deferred behind it (startStop), recorded and claimed, for runStops to
+// carry out; with none left it releases the job and returns a nil intent.
+// The plan decided it; this only checks that it still has something to
+// do: it is carried out if Nomad runs an allocation of the job (desired
+// status run, not terminal), or if that cannot be read, and dropped if
+// not (the stop that ended, or the admission's rollback, parked and
+// stopped the job, or it is gone: the engine's in-flight stop ends as its
+// allocations do). Carried out on a job with
 // nothing left, it would record a second preemption of the same stop and
 // replace the note of the one that happened. A stop that ended
 // interrupted keeps its intent for recovery, and the job can hold one

@@ -9,6 +9,7 @@ import (
 	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
+	"github.com/impact-sched/nomad-impact/scheduler/internal/nomadfake"
 )
 
 func admitAndRun(t *testing.T, e *env, x *Executor, job string) {
@@ -334,6 +335,118 @@ func TestStopDeferredBehindAnEndingPreemptionIsCarriedOut(t *testing.T) {
 	}
 	if x.Busy(key) {
 		t.Errorf("%s still claimed after its stops ended", key)
+	}
+}
+
+// A stop ordered while the job's admission still waits for its gang to
+// run (CheckDeadlines has not seen every member running: here node-1's
+// client holds its member pending, as one still pulling its image) is
+// deferred behind the admission, not dropped. The engine sees the gang's
+// allocations as Nomad places them and may choose it as a victim (past
+// its min runtime, young for a headroom's tiers). When the admission
+// ends done the gang runs on, and the stop is carried out (signalled,
+// parked, stopped, recorded); when it is rolled back, parked and stopped,
+// the stop is dropped (no record). Before, the stop was skipped as under
+// way and lost: the gang ran on while the engine held the stop in flight
+// until its TTL and the preemptor waited. The fake clock moves only when
+// the test moves it (no deadline passes unless told), and the tasks exit
+// on the signal with the requeue code, so no grace is waited out.
+func TestStopDeferredBehindAPendingAdmission(t *testing.T) {
+	for _, done := range []bool{true, false} {
+		t.Run(map[bool]string{true: "admission done: carried out", false: "admission rolled back: dropped"}[done], func(t *testing.T) {
+			e := newEnv(t, 2)
+			e.fake.SetExitOnSignal(true)
+			e.fake.SetSignalExitCode(jobspec.DefaultRequeueExitCode)
+			e.fake.SetClientBehavior("node-1", nomadfake.ClientHold)
+			e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+			e.startWatcher(WatcherConfig{})
+			// One clock for both: the requeue code's exit is read from
+			// events the fake stamps, against the preemption's decision.
+			clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+			e.fake.SetClock(clk.Now)
+			x := e.executor(clk)
+			admitAndRun(t, e, x, "victim")
+			key := cluster.JobKey("default", "victim")
+			if !x.Busy(key) {
+				t.Fatal("test setup: the admission is not waiting for its gang")
+			}
+			e.waitFor("both members placed", func(s *cluster.Snapshot) bool { return len(s.JobAllocs(key)) == 2 })
+
+			ctx := context.Background()
+			res := x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", time.Minute)}})
+			if res.Skipped[key] != SkipDeferred || len(res.Preempted) != 0 {
+				t.Errorf("preemption ordered during the admission: report %+v, want it deferred (%q)", res, SkipDeferred)
+			}
+			// One stop waits per job: a later one is skipped.
+			if res := x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", time.Minute)}}); res.Skipped[key] != SkipUnderway {
+				t.Errorf("second preemption = %+v, want skipped (%q)", res, SkipUnderway)
+			}
+			if done {
+				e.fake.StartPending("node-1")
+				if rolled := x.CheckDeadlines(ctx); len(rolled) != 0 {
+					t.Fatalf("rolled back %v, want the admission done", rolled)
+				}
+			} else {
+				clk.Add(2 * time.Minute)
+				if rolled := x.CheckDeadlines(ctx); len(rolled) != 1 || rolled[0] != key {
+					t.Fatalf("rolled back %v, want %s", rolled, key)
+				}
+			}
+			waitStops(t, x)
+
+			if got := liveAllocIDs(e, "victim"); len(got) != 0 {
+				t.Errorf("allocations %v of the victim still run: the deferred preemption was not carried out", got)
+			}
+			if job := e.fake.Job("victim"); *job.NodePool != parking || pinnedAPI(job) {
+				t.Errorf("victim in pool %s (pinned %v), want parked", *job.NodePool, pinnedAPI(job))
+			}
+			recs, err := x.st.Preemptions(ctx, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := x.Outcome(key)
+			if done {
+				if len(recs) != 1 || recs[0].Preemptor != "default/urgent" {
+					t.Errorf("preemption records = %+v, want one for default/urgent", recs)
+				}
+				if sig := e.fake.Signals(); len(sig) != 2 {
+					t.Errorf("signals = %+v, want the checkpoint signal to both members", sig)
+				}
+				if !strings.Contains(o, "preempted for default/urgent") {
+					t.Errorf("outcome note = %q, want the preemption's", o)
+				}
+			} else {
+				if len(recs) != 0 || len(e.fake.Signals()) != 0 {
+					t.Errorf("preemption records %+v, signals %+v: want the stop dropped after the rollback", recs, e.fake.Signals())
+				}
+				if !strings.Contains(o, "admission rolled back") {
+					t.Errorf("outcome note = %q, want the rollback's", o)
+				}
+			}
+			if in, _ := x.st.Intent(ctx, key); in != nil {
+				t.Errorf("intent left: %+v", in)
+			}
+			if x.Busy(key) {
+				t.Errorf("%s still claimed after its admission and stop ended", key)
+			}
+		})
+	}
+}
+
+// waitStops waits (10s at most) for the executor's background stops to
+// end: with a fake clock a stop that is not told its victim ended would
+// wait out its grace for ever.
+func waitStops(t *testing.T, x *Executor) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		x.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the executor's stops did not end within 10s")
 	}
 }
 

@@ -21,7 +21,7 @@ type ApplyReport struct {
 	// fully start by its deadline.
 	RolledBack []string
 	// Skipped maps job IDs to why an action was not taken: SkipConflict,
-	// SkipUnderway or SkipGone.
+	// SkipUnderway, SkipDeferred or SkipGone.
 	Skipped map[string]string
 	// Failed maps job IDs to errors.
 	Failed map[string]error
@@ -38,9 +38,10 @@ const (
 	// SkipUnderway: an action for the job is already under way.
 	SkipUnderway = "an action for the job is already under way"
 	// SkipDeferred: a stop (preemption, requeue, reclaim) of a job whose
-	// stop is under way waits for that one to end; it is then carried out
-	// if the job still runs an allocation, dropped if not (its
-	// allocations are gone). Like SkipUnderway it is not to be forgotten
-	// (the agent's forgetUnapplied): both are under way.
-	SkipDeferred = "deferred behind the job's stop under way; carried out after it if the job still runs an allocation"
+	// stop, or admission (its gang not yet all running), is under way
+	// waits for that one to end; it is then carried out if the job still
+	// runs an allocation, dropped if not (its allocations are gone). Like
+	// SkipUnderway it is not to be forgotten (the agent's
+	// forgetUnapplied): both are under way.
+	SkipDeferred = "deferred behind the job's stop or admission under way; carried out after it if the job still runs an allocation"
 )
