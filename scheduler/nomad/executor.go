@@ -154,9 +154,14 @@ func (x *Executor) claimStop(ctx context.Context, in *Intent, kind string) (clai
 
 func (x *Executor) release(jobID string) {
 	x.mu.Lock()
+	x.releaseLocked(jobID)
+	x.mu.Unlock()
+}
+
+// releaseLocked is release with x.mu held.
+func (x *Executor) releaseLocked(jobID string) {
 	delete(x.busy, jobID)
 	delete(x.underway, jobID)
-	x.mu.Unlock()
 }
 
 func (x *Executor) setOutcome(jobID, s string) {

@@ -125,7 +125,7 @@ func (x *Executor) victimOutcome(ctx context.Context, in *Intent) (outcome, erro
 			named[aid] = true
 		}
 		for _, a := range as {
-			if !named[a.ID] && a.DesiredStatus == "run" && !terminalStatus(a.ClientStatus) {
+			if !named[a.ID] && wantedRunning(a) {
 				o.done = false
 				break
 			}
@@ -149,4 +149,12 @@ func exitedWith(a *api.AllocationListStub, code string, since int64) bool {
 		}
 	}
 	return false
+}
+
+// wantedRunning reports whether Nomad still wants a running: desired
+// status run, and not ended on its client. Such an allocation keeps a
+// preempted job from being done (victimOutcome) and a deferred stop
+// from being dropped (nextDeferred).
+func wantedRunning(a *api.AllocationListStub) bool {
+	return a.DesiredStatus == "run" && !terminalStatus(a.ClientStatus)
 }

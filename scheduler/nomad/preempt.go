@@ -48,13 +48,13 @@ func (x *Executor) runStops(ctx context.Context, jobID string, in *Intent, what 
 // deferred behind it (startStop), recorded and claimed, for runStops to
 // carry out; with none left it releases the job and returns a nil intent.
 // The plan decided it; this only checks that it still has something to
-// do: it is carried out if Nomad runs an allocation of the job (desired
-// status run, not terminal), or if that cannot be read, and dropped if
-// not (the stop that ended, or the admission's rollback, parked and
-// stopped the job, or it is gone: the engine's in-flight stop ends as its
-// allocations do). Carried out on a job with
-// nothing left, it would record a second preemption of the same stop and
-// replace the note of the one that happened. A stop that ended
+// do: it is carried out if Nomad runs an allocation of the job
+// (wantedRunning), or if that cannot be read, and dropped if not (the
+// stop that ended, or the admission's rollback, parked and stopped the
+// job, or it is gone: the engine's in-flight stop ends as its allocations
+// do). Carried out on a job with nothing left, it would record a second
+// preemption of the same stop and replace the note of the one that
+// happened. A stop that ended
 // interrupted keeps its intent for recovery, and the job can hold one
 // intent only: the deferred stop is then dropped (the next leader's
 // engine decides afresh; this one's holds it in flight until its TTL, as
@@ -65,8 +65,7 @@ func (x *Executor) nextDeferred(jobID string, ended bool) (context.Context, *Int
 		d, ok := x.deferred[jobID]
 		delete(x.deferred, jobID)
 		if !ok {
-			delete(x.busy, jobID)
-			delete(x.underway, jobID)
+			x.releaseLocked(jobID)
 			x.mu.Unlock()
 			return nil, nil, ""
 		}
@@ -78,7 +77,7 @@ func (x *Executor) nextDeferred(jobID string, ended bool) (context.Context, *Int
 		live, err := x.liveAllocs(d.ctx, jobID)
 		if err != nil {
 			x.log.Warn("cannot tell whether the job still runs; carrying out the "+d.kind+" deferred behind its stop", "job", jobID, "error", err)
-		} else if !slices.ContainsFunc(live, func(a *api.AllocationListStub) bool { return a.DesiredStatus == "run" }) {
+		} else if !slices.ContainsFunc(live, wantedRunning) {
 			x.log.Debug("dropping a "+d.kind+" deferred behind the job's stop: nothing of the job runs", "job", jobID)
 			continue
 		}

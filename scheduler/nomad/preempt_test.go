@@ -184,35 +184,13 @@ func TestPreemptedJobThatExitsZeroCompletes(t *testing.T) {
 // replacement stopped. The fake clock keeps the grace from running out,
 // so only the members' completion ends the wait.
 func TestPreemptedGangWithLiveReplacementIsRequeued(t *testing.T) {
-	e := newEnv(t, 2)
-	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
-	e.startWatcher(WatcherConfig{})
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	x := e.executor(clk)
-	admitAndRun(t, e, x, "victim")
-	key := cluster.JobKey("default", "victim")
-
-	// node-0 goes down: its member is lost, and its replacement is
-	// blocked (pinned to node-0 and to GPUs node-1's member holds).
-	if err := e.fake.SetNodeStatus("node-0", "down", false); err != nil {
-		t.Fatal(err)
-	}
-	s := e.waitFor("the member on node-0 lost", func(s *cluster.Snapshot) bool {
-		as := s.JobAllocs(key)
-		return len(as) == 1 && as[0].NodeID == "node-1"
-	})
-	member := s.JobAllocs(key)[0].ID
+	e, x, key, member := gangWithLostMember(t)
 	if live := liveAllocIDs(e, "victim"); len(live) != 1 || live[0] != member {
 		t.Fatalf("live allocations %v, want only the member %s (the replacement blocked)", live, member)
 	}
 
 	// The engine preempts what its snapshot holds: the one member.
-	p := engine.Preemption{Stop: engine.Stop{JobID: key, Allocs: []string{member}, GPUs: 4, Grace: time.Minute,
-		CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "critical job needs 4 GPUs"}
-	if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempted) != 1 {
-		t.Fatalf("apply = %+v", res)
-	}
-	waitPhase(t, x, key, PhaseSignalled)
+	preemptMember(t, x, key, member)
 
 	// The member completes within the grace; Nomad places the replacement
 	// on the GPUs it freed (the fake does so before FinishAlloc returns).
@@ -225,20 +203,12 @@ func TestPreemptedGangWithLiveReplacementIsRequeued(t *testing.T) {
 	}
 	x.Wait()
 
-	if got := liveAllocIDs(e, "victim"); len(got) != 0 {
-		t.Errorf("allocations %v of the victim still run, not stopped: nobody manages them", got)
-	}
-	if job := e.fake.Job("victim"); *job.NodePool != parking || pinnedAPI(job) {
-		t.Errorf("victim in pool %s (pinned %v), want parked: requeued whole", *job.NodePool, pinnedAPI(job))
-	}
+	assertRequeuedWhole(t, e, x, key)
 	if got := x.PreemptionOutcomes(); got[OutcomeCompleted] != 0 || got[OutcomeStopped] != 1 {
 		t.Errorf("outcomes = %v, want one %s and none %s", got, OutcomeStopped, OutcomeCompleted)
 	}
 	if o := x.Outcome(key); !strings.Contains(o, "preempted for default/urgent") {
 		t.Errorf("outcome note = %q, want a preemption", o)
-	}
-	if in, _ := x.st.Intent(context.Background(), key); in != nil {
-		t.Errorf("intent left: %+v", in)
 	}
 }
 
@@ -258,36 +228,13 @@ func TestPreemptedGangWithLiveReplacementIsRequeued(t *testing.T) {
 // done, the answer not yet back to the executor), and its clock never
 // moves, so no grace runs out.
 func TestStopDeferredBehindAnEndingPreemptionIsCarriedOut(t *testing.T) {
-	e := newEnv(t, 2)
-	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
-	e.startWatcher(WatcherConfig{})
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	x := e.executor(clk)
-	admitAndRun(t, e, x, "victim")
-	key := cluster.JobKey("default", "victim")
-
-	// node-0 goes down: its member is lost, its replacement blocked
-	// (pinned to node-0 and to the GPUs node-1's member holds). node-1
-	// is made ineligible, so that the member's completion there does not
-	// let Nomad place the replacement at once.
-	if err := e.fake.SetNodeStatus("node-0", "down", false); err != nil {
-		t.Fatal(err)
-	}
-	s := e.waitFor("the member on node-0 lost", func(s *cluster.Snapshot) bool {
-		as := s.JobAllocs(key)
-		return len(as) == 1 && as[0].NodeID == "node-1"
-	})
-	member := s.JobAllocs(key)[0].ID
+	e, x, key, member := gangWithLostMember(t)
+	// node-1 is made ineligible, so that the member's completion there
+	// does not let Nomad place the replacement at once.
 	if err := e.fake.SetNodeStatus("node-1", "ready", false); err != nil {
 		t.Fatal(err)
 	}
-
-	p := engine.Preemption{Stop: engine.Stop{JobID: key, Allocs: []string{member}, GPUs: 4, Grace: time.Minute,
-		CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "critical job needs 4 GPUs"}
-	if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempted) != 1 {
-		t.Fatalf("apply = %+v", res)
-	}
-	waitPhase(t, x, key, PhaseSignalled)
+	preemptMember(t, x, key, member)
 
 	// The window: the preemption has read the job done and deletes its
 	// intent; node-0 comes back, Nomad places the replacement, and the
@@ -321,20 +268,10 @@ func TestStopDeferredBehindAnEndingPreemptionIsCarriedOut(t *testing.T) {
 	if res.Skipped[key] != SkipDeferred || len(res.Requeued) != 0 {
 		t.Errorf("requeue ordered during the preemption: report %+v, want it deferred (%q)", res, SkipDeferred)
 	}
-	if got := liveAllocIDs(e, "victim"); len(got) != 0 {
-		t.Errorf("allocations %v of the victim still run (the replacement was %s): the deferred requeue was not carried out", got, replacement)
-	}
-	if job := e.fake.Job("victim"); *job.NodePool != parking || pinnedAPI(job) {
-		t.Errorf("victim in pool %s (pinned %v), want parked: requeued whole", *job.NodePool, pinnedAPI(job))
-	}
+	t.Logf("the replacement was %s", replacement)
+	assertRequeuedWhole(t, e, x, key)
 	if o := x.Outcome(key); !strings.Contains(o, "requeued whole") {
 		t.Errorf("outcome note = %q, want the requeue's", o)
-	}
-	if in, _ := x.st.Intent(context.Background(), key); in != nil {
-		t.Errorf("intent left: %+v", in)
-	}
-	if x.Busy(key) {
-		t.Errorf("%s still claimed after its stops ended", key)
 	}
 }
 
@@ -394,12 +331,7 @@ func TestStopDeferredBehindAPendingAdmission(t *testing.T) {
 			}
 			waitStops(t, x)
 
-			if got := liveAllocIDs(e, "victim"); len(got) != 0 {
-				t.Errorf("allocations %v of the victim still run: the deferred preemption was not carried out", got)
-			}
-			if job := e.fake.Job("victim"); *job.NodePool != parking || pinnedAPI(job) {
-				t.Errorf("victim in pool %s (pinned %v), want parked", *job.NodePool, pinnedAPI(job))
-			}
+			assertRequeuedWhole(t, e, x, key)
 			recs, err := x.st.Preemptions(ctx, time.Time{})
 			if err != nil {
 				t.Fatal(err)
@@ -423,12 +355,6 @@ func TestStopDeferredBehindAPendingAdmission(t *testing.T) {
 					t.Errorf("outcome note = %q, want the rollback's", o)
 				}
 			}
-			if in, _ := x.st.Intent(ctx, key); in != nil {
-				t.Errorf("intent left: %+v", in)
-			}
-			if x.Busy(key) {
-				t.Errorf("%s still claimed after its admission and stop ended", key)
-			}
 		})
 	}
 }
@@ -447,6 +373,61 @@ func waitStops(t *testing.T, x *Executor) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the executor's stops did not end within 10s")
+	}
+}
+
+// gangWithLostMember admits and runs a scavenger gang of two 4-GPU
+// members on two nodes, then takes node-0 down: its member is lost and
+// its replacement blocked (pinned to node-0 and to the GPUs node-1's
+// member holds). It returns the member left on node-1. The executor's
+// clock never moves, so no grace runs out.
+func gangWithLostMember(t *testing.T) (e *env, x *Executor, key, member string) {
+	t.Helper()
+	e = newEnv(t, 2)
+	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	x = e.executor(&fakeClock{t: time.Unix(1_800_000_000, 0)})
+	admitAndRun(t, e, x, "victim")
+	key = cluster.JobKey("default", "victim")
+	if err := e.fake.SetNodeStatus("node-0", "down", false); err != nil {
+		t.Fatal(err)
+	}
+	s := e.waitFor("the member on node-0 lost", func(s *cluster.Snapshot) bool {
+		as := s.JobAllocs(key)
+		return len(as) == 1 && as[0].NodeID == "node-1"
+	})
+	return e, x, key, s.JobAllocs(key)[0].ID
+}
+
+// preemptMember applies the engine's preemption of the gang's one
+// running member for a critical job, and waits until it is signalled.
+func preemptMember(t *testing.T, x *Executor, key, member string) {
+	t.Helper()
+	p := engine.Preemption{Stop: engine.Stop{JobID: key, Allocs: []string{member}, GPUs: 4, Grace: time.Minute,
+		CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "critical job needs 4 GPUs"}
+	if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}}); len(res.Preempted) != 1 {
+		t.Fatalf("apply = %+v", res)
+	}
+	waitPhase(t, x, key, PhaseSignalled)
+}
+
+// assertRequeuedWhole checks, once the executor's stops of the victim
+// have ended, that nothing of it runs, that it is parked and unpinned
+// (requeued whole), and that the executor holds neither its intent nor
+// its claim.
+func assertRequeuedWhole(t *testing.T, e *env, x *Executor, key string) {
+	t.Helper()
+	if got := liveAllocIDs(e, "victim"); len(got) != 0 {
+		t.Errorf("allocations %v of the victim still run, not stopped: nobody manages them", got)
+	}
+	if job := e.fake.Job("victim"); *job.NodePool != parking || pinnedAPI(job) {
+		t.Errorf("victim in pool %s (pinned %v), want parked: requeued whole", *job.NodePool, pinnedAPI(job))
+	}
+	if in, _ := x.st.Intent(context.Background(), key); in != nil {
+		t.Errorf("intent left: %+v", in)
+	}
+	if x.Busy(key) {
+		t.Errorf("%s still claimed after its stops ended", key)
 	}
 }
 
