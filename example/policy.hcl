@@ -101,6 +101,20 @@ deadline {
   horizon = "24h" # default "24h"
 }
 
+# Shortest first: + weight x 1h / (1h + impact_walltime) (a job without a
+# walltime counts as one of an hour), the whole weight once the job is
+# overdue: waited more than overdue_share of what the oldest job of its
+# tier waiting in its pool has. Within a tier the short jobs go first and
+# the overdue ones before them, first come, first served, so the median
+# wait falls and the longest stay near first come, first served. Off
+# here (weight 0); a weight under the smallest gap between tier weights
+# keeps it within a tier. The simulator's policy runs it at 0.9
+# (example/sim/policy.hcl, measured there).
+shortest_first {
+  weight        = 0    # default 0 (off)
+  overdue_share = 0.75 # default 0.75
+}
+
 # Preemption: victims are whole gangs of preemptible jobs, past their minimum
 # runtime, of tiers the preemptor may preempt; a preemption happens only when
 # its gain (preemptor impact x GPUs x gain_horizon) exceeds its cost

@@ -97,6 +97,7 @@ var termMeaning = map[string]string{
 	"fair_share": "its project's entitled share of GPU-hours minus the share it used lately (positive: under its share)",
 	"deadline":   "urgency: grows as impact_deadline comes near",
 	"age":        "time waited, so that nothing waits forever",
+	"short":      "shorter walltimes first within a tier; the whole weight once the job has waited long against the oldest of its tier in its pool",
 }
 
 type uiHandler struct {

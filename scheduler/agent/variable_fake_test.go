@@ -157,7 +157,7 @@ func checkField(key string, e agentapi.Explanation, items map[string]string) str
 		return eq(key, strconv.Itoa(e.Allocations))
 	case "score", "engine.score":
 		return eq("score", points(e.Score)) + eq("score_tier", points(x.Score.Tier)) + eq("score_fair_share", points(x.Score.FairShare)) +
-			eq("score_deadline", points(x.Score.Deadline)) + eq("score_age", points(x.Score.Age))
+			eq("score_deadline", points(x.Score.Deadline)) + eq("score_age", points(x.Score.Age)) + eq("score_short", points(x.Score.Short))
 	case "since":
 		return eq(key, e.Since.UTC().Format(time.RFC3339))
 	case "submitted":

@@ -31,7 +31,7 @@ func TestVariableItems(t *testing.T) {
 	want := map[string]string{
 		"state": "waiting", "decision": "wait", "position": "2", "summary": "Waiting for 8 free GPUs (2nd in line).",
 		"reason": "needs 8 GPUs, 0 free", "tier": "high", "project": "olmo", "gpus": "8", "allocations": "2",
-		"score": "1050", "score_tier": "1000", "score_fair_share": "50", "score_deadline": "0", "score_age": "0",
+		"score": "1050", "score_tier": "1000", "score_fair_share": "50", "score_deadline": "0", "score_age": "0", "score_short": "0",
 		"since": "2027-01-15T07:43:20Z", "page": "http://impact:4680/ui/job/default/train", "status": "waiting",
 	}
 	for k, v := range want {

@@ -204,7 +204,7 @@ func TestExplainJSONAndErrors(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	var e agentapi.Explanation
-	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Job != "train-a" || e.Decision != "wait" || len(e.Terms()) != 4 ||
+	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Job != "train-a" || e.Decision != "wait" || len(e.Terms()) != 5 ||
 		e.Engine.Score.FairShare != 2.5 || e.Engine.Rejected["fewer than 8 free GPUs"] != 2 || e.Engine.ReservedUntil.IsZero() {
 		t.Errorf("json: %v %+v", err, e)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
 // bigCluster builds the benchmark scenario of issue 4: nodes x 8 GPUs (two
@@ -218,7 +219,16 @@ func BenchmarkDecideSmallQueueBusyCluster(b *testing.B) {
 // engine, 10,000 jobs waiting on a busy cluster, a few updates between
 // cycles (here: 8 waiting jobs re-submitted), time moving on. What a cycle
 // derives from unchanged parts of the snapshot is kept from the last one.
-func BenchmarkDecideSteadyLongQueue(b *testing.B) {
+func BenchmarkDecideSteadyLongQueue(b *testing.B) { steadyLongQueue(b, nil) }
+
+// BenchmarkDecideSteadyLongQueueShortestFirst is that cycle under a
+// policy ordering each tier shortest first: the oldest job of every pool
+// and tier is found, and each job's overdue line read, every cycle.
+func BenchmarkDecideSteadyLongQueueShortestFirst(b *testing.B) {
+	steadyLongQueue(b, mustPolicy(b, "shortest_first {\n  weight = 0.9\n}\n"))
+}
+
+func steadyLongQueue(b *testing.B, pol *policy.Policy) {
 	snap := bigCluster(b, 2000, 5000, 10000, 1)
 	store := cluster.NewStore()
 	for _, n := range snap.Nodes() {
@@ -234,7 +244,7 @@ func BenchmarkDecideSteadyLongQueue(b *testing.B) {
 	for _, a := range snap.Allocs() {
 		_ = store.UpsertAlloc(a)
 	}
-	e := mustEngine(b, nil)
+	e := mustEngine(b, pol)
 	e.Decide(store.Snapshot(), t0)
 	ct := startCycleTimes(b)
 	for i := 0; i < b.N; i++ {

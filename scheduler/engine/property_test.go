@@ -31,6 +31,9 @@ func genWorld(t *rapid.T) (*cluster.Store, *policy.Policy) {
 	pol.Backfill.Reservations = rapid.IntRange(0, 2).Draw(t, "reservations")
 	pol.Backfill.Gather = rapid.Bool().Draw(t, "gather")
 	pol.Preemption.MinRuntime = time.Duration(rapid.IntRange(0, 60).Draw(t, "minrt")) * time.Minute
+	if rapid.Bool().Draw(t, "shortest") {
+		pol.ShortestFirst = policy.ShortestFirst{Weight: 0.9, OverdueShare: rapid.SampledFrom([]float64{0, 0.5, 0.75, 1}).Draw(t, "overdue")}
+	}
 
 	type freeGPU struct {
 		node string

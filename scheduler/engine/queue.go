@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -245,6 +246,32 @@ type orderer struct {
 	// deficit by project index (buildQueue).
 	scorer   *policy.Scorer
 	deficits []float64
+	// oldest is, per pool and tier, the submit time of the oldest valid
+	// job waiting: where the shortest-first term's overdue line lies
+	// (buildQueue; nil while the policy's shortest_first is off).
+	oldest map[poolTier]time.Time
+}
+
+// poolTier is a tier's queue in one pool.
+type poolTier struct{ pool, tier string }
+
+// oldestWaiting finds, per pool and tier, the submit time of the oldest
+// valid job among the queue cache's entries.
+func oldestWaiting(shards [][]queued) map[poolTier]time.Time {
+	out := map[poolTier]time.Time{}
+	for _, sh := range shards {
+		for k := range sh {
+			q := &sh[k]
+			if q.parked {
+				continue
+			}
+			key, t := poolTier{q.pool, q.f.tier}, q.submitTime()
+			if old, ok := out[key]; !ok || t.Before(old) {
+				out[key] = t
+			}
+		}
+	}
+	return out
 }
 
 // run orders the queue and lays it out for deciding, the headroom step
@@ -360,6 +387,10 @@ func (o *orderer) buildQueue() []*queued {
 	for _, name := range names {
 		o.deficits[qc.projIdx[name]] = o.scorer.Deficit(name)
 	}
+	o.oldest = nil
+	if o.c.pol.ShortestFirst.Weight > 0 {
+		o.oldest = oldestWaiting(qc.queued)
+	}
 	// Scores move little between cycles, so the jobs are laid out in the
 	// previous cycle's order (new ones last) before sorting: a short queue's
 	// insertion sort then mostly confirms runs already in order (a long
@@ -409,5 +440,9 @@ func (o *orderer) buildQueue() []*queued {
 // again, exactly so, for the few readers of them: the explanations and
 // admissions).
 func (o *orderer) scoreOf(q *queued) policy.Score {
-	return o.scorer.ScoreAt(q.deadlineTime(), q.submitTime(), q.f.impact, o.deficits[q.f.proj])
+	w := policy.Waiting{Submit: q.submitTime(), Deadline: q.deadlineTime(), Walltime: q.walltime}
+	if o.oldest != nil {
+		w.Oldest = o.oldest[poolTier{q.pool, q.f.tier}]
+	}
+	return o.scorer.ScoreAt(w, q.f.impact, o.deficits[q.f.proj])
 }

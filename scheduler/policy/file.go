@@ -27,6 +27,7 @@ type policyFile struct {
 	Aging          *agingFile      `hcl:"aging,block"`
 	FairShare      *fairShareFile  `hcl:"fair_share,block"`
 	Deadline       *deadlineFile   `hcl:"deadline,block"`
+	ShortestFirst  *shortestFile   `hcl:"shortest_first,block"`
 	Preemption     *preemptionFile `hcl:"preemption,block"`
 	Backfill       *backfillFile   `hcl:"backfill,block"`
 	Defragment     *defragmentFile `hcl:"defragment,block"`
@@ -67,6 +68,11 @@ type fairShareFile struct {
 type deadlineFile struct {
 	Weight  *float64       `hcl:"weight,optional"`
 	Horizon hcl.Expression `hcl:"horizon,optional"`
+}
+
+type shortestFile struct {
+	Weight       *float64 `hcl:"weight,optional"`
+	OverdueShare *float64 `hcl:"overdue_share,optional"`
 }
 
 type preemptionFile struct {
@@ -233,6 +239,10 @@ func (o *overlay) apply(f *policyFile) {
 	if d := f.Deadline; d != nil {
 		set(&p.Deadline.Weight, d.Weight)
 		o.dur(&p.Deadline.Horizon, d.Horizon)
+	}
+	if sf := f.ShortestFirst; sf != nil {
+		set(&p.ShortestFirst.Weight, sf.Weight)
+		set(&p.ShortestFirst.OverdueShare, sf.OverdueShare)
 	}
 	if pr := f.Preemption; pr != nil {
 		set(&p.Preemption.Enabled, pr.Enabled)

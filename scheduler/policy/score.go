@@ -22,6 +22,10 @@ type Score struct {
 	Deadline float64 `json:"deadline"`
 	// Age is the aging term.
 	Age float64 `json:"age"`
+	// Short is the shortest-first term (ShortestFirst); Overdue says the
+	// job has waited long enough to get its whole weight.
+	Short   float64 `json:"short"`
+	Overdue bool    `json:"overdue,omitempty"`
 }
 
 // Scorer scores waiting jobs at one instant. Build one per cycle with
@@ -76,37 +80,71 @@ func (p *Policy) projectShare(name string) float64 {
 // project the scorer was not told about.
 func (s *Scorer) Deficit(project string) float64 { return s.deficits[project] }
 
-// Score computes the impact score of a job waiting since submit.
+// Waiting is what a score reads of a waiting job besides its tier and
+// project.
+type Waiting struct {
+	Submit, Deadline time.Time
+	// Walltime is the job's impact_walltime (0: none).
+	Walltime time.Duration
+	// Oldest is the submit time of the oldest job of the same tier waiting
+	// in the same pool (zero: the job's own), which says whether the job
+	// is overdue (ShortestFirst).
+	Oldest time.Time
+}
+
+// Score computes the impact score of a job waiting since submit, the
+// oldest of its tier in its pool.
 func (s *Scorer) Score(spec jobspec.Spec, submit time.Time) Score {
-	return s.ScoreWith(spec, submit, s.p.Impact(spec), s.deficits[s.p.ProjectName(spec)])
+	w := Waiting{Submit: submit, Deadline: spec.Deadline, Walltime: spec.Walltime}
+	return s.ScoreAt(w, s.p.Impact(spec), s.deficits[s.p.ProjectName(spec)])
 }
 
-// ScoreWith is Score for a caller that already knows the spec's
+// ScoreAt is Score for a caller that already knows the spec's
 // Impact(spec) and its project's Deficit (the engine keeps both per job
-// and per project across a cycle's thousands of waiting jobs); equal
-// inputs give Score's exact result.
-func (s *Scorer) ScoreWith(spec jobspec.Spec, submit time.Time, impact, deficit float64) Score {
-	return s.ScoreAt(spec.Deadline, submit, impact, deficit)
-}
-
-// ScoreAt is ScoreWith given the spec's Deadline alone (the one field of
-// the spec a score reads), for a caller that keeps it beside the other
-// inputs instead of reading each job's spec.
-func (s *Scorer) ScoreAt(deadline, submit time.Time, impact, deficit float64) Score {
+// and per project across a cycle's thousands of waiting jobs) and the
+// oldest job of its tier in its pool.
+func (s *Scorer) ScoreAt(w Waiting, impact, deficit float64) Score {
 	p := s.p
 	var sc Score
 	sc.Tier = impact
 	sc.FairShare = p.FairShare.Weight * deficit
-	if !deadline.IsZero() && p.Deadline.Horizon > 0 {
-		left := deadline.Sub(s.now)
+	if !w.Deadline.IsZero() && p.Deadline.Horizon > 0 {
+		left := w.Deadline.Sub(s.now)
 		u := 1 - float64(left)/float64(p.Deadline.Horizon)
 		sc.Deadline = p.Deadline.Weight * math.Max(0, math.Min(1, u))
 	}
-	if waited := s.now.Sub(submit); waited > 0 {
+	waited := s.now.Sub(w.Submit)
+	if waited > 0 {
 		sc.Age = math.Min(p.Aging.Max, p.Aging.WeightPerHour*waited.Hours())
 	}
-	sc.Total = sc.Tier + sc.FairShare + sc.Deadline + sc.Age
+	if sf := p.ShortestFirst; sf.Weight > 0 {
+		sc.Overdue = w.overdue(s.now, sf.OverdueShare)
+		sc.Short = sf.Weight
+		if !sc.Overdue {
+			wall := w.Walltime
+			if wall <= 0 {
+				wall = ShortestFirstReference
+			}
+			sc.Short *= float64(ShortestFirstReference) / float64(ShortestFirstReference+wall)
+		}
+	}
+	sc.Total = sc.Tier + sc.FairShare + sc.Deadline + sc.Age + sc.Short
 	return sc
+}
+
+// overdue reports whether the job has waited more than share of what the
+// oldest job of its tier in its pool has (ShortestFirst). A job that has
+// not waited is never overdue.
+func (w Waiting) overdue(now time.Time, share float64) bool {
+	waited := now.Sub(w.Submit)
+	if waited <= 0 {
+		return false
+	}
+	oldest := w.Oldest
+	if oldest.IsZero() || oldest.After(w.Submit) {
+		oldest = w.Submit
+	}
+	return float64(waited) > share*float64(now.Sub(oldest))
 }
 
 // Usage is per-project GPU-hour usage decayed with a half-life: a GPU-hour

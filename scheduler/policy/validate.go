@@ -142,7 +142,8 @@ func (p *Policy) validateProjects(bad func(field, format string, args ...any)) {
 	}
 }
 
-// validateScoring checks the aging, fair-share and deadline terms.
+// validateScoring checks the aging, fair-share, deadline and
+// shortest-first terms.
 func (p *Policy) validateScoring(bad func(field, format string, args ...any)) {
 	if !nonNegative(p.Aging.WeightPerHour) {
 		bad("aging weight_per_hour", "must be >= 0, got %v", p.Aging.WeightPerHour)
@@ -161,6 +162,12 @@ func (p *Policy) validateScoring(bad func(field, format string, args ...any)) {
 	}
 	if p.Deadline.Horizon <= 0 {
 		bad("deadline horizon", "must be > 0, got %s", p.Deadline.Horizon)
+	}
+	if !nonNegative(p.ShortestFirst.Weight) {
+		bad("shortest_first weight", "must be >= 0 (0 = off), got %v", p.ShortestFirst.Weight)
+	}
+	if s := p.ShortestFirst.OverdueShare; !(s >= 0 && s <= 1) {
+		bad("shortest_first overdue_share", "must be between 0 and 1, got %v", s)
 	}
 }
 

@@ -203,7 +203,16 @@ func (e Explanation) Terms() []Term {
 		{Name: "fair_share", Value: s.FairShare, Detail: "project's entitled minus used share of GPU-hours"},
 		{Name: "deadline", Value: s.Deadline, Detail: "urgency as impact_deadline nears"},
 		{Name: "age", Value: s.Age, Detail: "time waited, so nothing starves"},
+		{Name: "short", Value: s.Short, Detail: shortDetail(s.Overdue)},
 	}
+}
+
+// shortDetail says what the shortest-first term of a job is.
+func shortDetail(overdue bool) string {
+	if overdue {
+		return "shortest walltime first within the tier; overdue (waited long against the oldest of its tier), so its whole weight"
+	}
+	return "shortest walltime first within the tier"
 }
 
 // MaxHistory bounds Explanation.History.
