@@ -56,8 +56,8 @@ type dfJob struct {
 	node        string
 	stopSeconds int
 	// grace is its impact_grace ("" is 5s); deadline its impact_deadline
-	// ("" none).
-	grace, deadline string
+	// and walltime its impact_walltime ("" none).
+	grace, deadline, walltime string
 }
 
 func (j dfJob) hcl(envDir string) string {
@@ -67,6 +67,9 @@ func (j dfJob) hcl(envDir string) string {
 	meta := map[string]string{"impact_tier": j.tier, "impact_checkpoint_signal": "SIGUSR1", "impact_grace": cmp.Or(j.grace, "5s")}
 	if j.deadline != "" {
 		meta["impact_deadline"] = j.deadline
+	}
+	if j.walltime != "" {
+		meta["impact_walltime"] = j.walltime
 	}
 	return parkedJob{name: j.name, meta: meta, count: max(1, j.count), gpus: j.gpus, script: script, node: j.node,
 		killSignal: "SIGTERM", killTimeout: time.Duration(j.stopSeconds+10) * time.Second}.hcl()
