@@ -104,9 +104,12 @@ deadline {
 # Shortest first: + weight x 1h / (1h + impact_walltime) (a job without a
 # walltime counts as one of an hour), the whole weight once the job is
 # overdue: waited more than overdue_share of what the oldest job of its
-# tier waiting in its pool has. Within a tier the short jobs go first and
-# the overdue ones before them, first come, first served, so the median
-# wait falls and the longest stay near first come, first served. Off
+# tier waiting in its pool has. Within a tier the overdue jobs go first,
+# first come, first served (the oldest is always overdue, so the head of
+# a tier's queue is first come, first served), then the rest shortest
+# first: they decide which jobs go past a head that cannot start yet and
+# which of several start when many GPUs free at once. The median wait
+# falls and the longest stay near first come, first served. Off
 # here (weight 0); a weight under the smallest gap between tier weights
 # keeps it within a tier. The simulator's policy runs it at 0.9
 # (example/sim/policy.hcl, measured there).

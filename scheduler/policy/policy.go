@@ -128,7 +128,13 @@ type Deadline struct {
 // arrives after it. The overdue jobs, the oldest of the tier's queue,
 // are served before the rest and first come, first served among
 // themselves (equal scores break ties on submit time), so that the
-// longest waits stay near those of first come, first served.
+// longest waits stay near those of first come, first served. Below a
+// share of 1 the oldest waiting job is always overdue, so a tier's
+// queue is first come, first served at its head; shortest first orders
+// the jobs behind it: which go past a head that cannot start yet (a
+// gang waiting for nodes, a job the headroom keeps out) and which of
+// several start when many GPUs free at once. At 1 no job is overdue:
+// shortest first throughout.
 //
 // A Weight below the smallest gap between tier weights orders jobs only
 // within their tier. 0 switches the term off.

@@ -92,8 +92,9 @@ type Waiting struct {
 	Oldest time.Time
 }
 
-// Score computes the impact score of a job waiting since submit, the
-// oldest of its tier in its pool.
+// Score computes the impact score of a job waiting since submit, taken
+// as the oldest of its tier in its pool (below an overdue share of 1,
+// overdue once it has waited at all).
 func (s *Scorer) Score(spec jobspec.Spec, submit time.Time) Score {
 	w := Waiting{Submit: submit, Deadline: spec.Deadline, Walltime: spec.Walltime}
 	return s.ScoreAt(w, s.p.Impact(spec), s.deficits[s.p.ProjectName(spec)])

@@ -90,7 +90,9 @@ fair_share {
 # Within a tier, shortest walltime first; a job that has waited more
 # than three quarters of what the oldest job of its tier waiting in its
 # pool has is overdue, and the overdue jobs come first, first come, first
-# served (a job without a walltime counts as one of an hour). The weight,
+# served (a job without a walltime counts as one of an hour); the oldest
+# is always overdue, so the head of a tier's queue is first come, first
+# served, and shortest first orders the jobs behind it. The weight,
 # under the smallest gap between tier weights (9), orders jobs only
 # within their tier. Under saturation a queue served first come, first
 # served makes its short jobs wait as long as its long ones: the lower
