@@ -54,11 +54,10 @@ func (x *Executor) runStops(ctx context.Context, jobID string, in *Intent, what 
 // job, or it is gone: the engine's in-flight stop ends as its allocations
 // do). Carried out on a job with nothing left, it would record a second
 // preemption of the same stop and replace the note of the one that
-// happened. A stop that ended
-// interrupted keeps its intent for recovery, and the job can hold one
-// intent only: the deferred stop is then dropped (the next leader's
-// engine decides afresh; this one's holds it in flight until its TTL, as
-// it does the interrupted stop).
+// happened. A stop that ended interrupted keeps its intent for recovery,
+// and the job can hold one intent only: the deferred stop is then
+// dropped (the next leader's engine decides afresh; this one's holds it
+// in flight until its TTL, as it does the interrupted stop).
 func (x *Executor) nextDeferred(jobID string, ended bool) (context.Context, *Intent, string) {
 	for {
 		x.mu.Lock()
