@@ -242,7 +242,11 @@ idle {
 # when no other node fits it, so that the node stays clearable by
 # preemption), so an urgent job up to the headroom's size finds room in
 # one place; preemptible work of the other tiers goes there first when it
-# fits, leaving the rest of the pool to what the headroom keeps out.
+# fits, leaving the rest of the pool to what the headroom keeps out. A
+# headroom smaller than a node does not keep out a job that needs a whole
+# node (no node could hold it beside the kept part): it may take the
+# headroom's node, and the headroom forms again on the next one free
+# enough of other work.
 # Size: `gpus = N`, `share = 0.1` of the pool, or
 # `learn = true`: the mean GPUs the tiers' jobs of the last `window` held
 # (GPUs x walltime; without one, its estimate when the walltime block

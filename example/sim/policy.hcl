@@ -184,7 +184,10 @@ idle {
 # from the critical jobs of the last day (their mean occupancy plus the
 # largest one), at least one node, at most a tenth of the pool (the cap
 # wins); it is kept on whole nodes, the last one only in part when the
-# size is not a multiple of a node.
+# size is not a multiple of a node. Smaller than a node (pools under ten
+# nodes), it does not keep out jobs as wide as a node: kept out, the
+# 8-GPU high-tier jobs of `saturated` waited 3.4 days at the p99
+# (example/sim/README.md, "Fourteenth pass").
 #
 # Its idle budget: while work it keeps out waits, the pool's free GPUs
 # (up to the headroom's size) idle on its account, at most 0.4% of the

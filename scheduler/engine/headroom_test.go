@@ -214,6 +214,46 @@ func TestHeadroomLetsAWideJobStart(t *testing.T) {
 	}
 }
 
+// A headroom smaller than a node does not keep out a job that needs a
+// whole node: no node could hold it beside the kept part. With n1 full of
+// high-tier work and n2 free, an 8-GPU high job takes n2 past a 4-GPU
+// headroom, and the 4-GPU job behind it waits (the headroom forms again
+// once other work ends). A headroom of a whole node keeps the 8-GPU job
+// out like any other.
+func TestHeadroomSmallerThanANodeLetsWholeNodeJobsIn(t *testing.T) {
+	for _, tc := range []struct {
+		gpus     int
+		admitted string
+		waiting  []string // kept out by the headroom
+	}{
+		{gpus: 4, admitted: "w8", waiting: []string{"w4"}},
+		{gpus: 8, admitted: "", waiting: []string{"w8", "w4"}},
+	} {
+		t.Run(fmt.Sprintf("headroom %d GPUs", tc.gpus), func(t *testing.T) {
+			pol := mustPolicy(t, fmt.Sprintf("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = %d\n}\n", tc.gpus))
+			store := cluster.NewStore()
+			_ = store.UpsertNode(mkNode("n1", 8, 2))
+			_ = store.UpsertNode(mkNode("n2", 8, 2))
+			_ = store.UpsertJob(mkJob("h0", group("main", 1, 8), meta("impact_tier", "high"), running()))
+			_ = store.UpsertAlloc(alloc("a0", "h0", "n1", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))
+			_ = store.UpsertJob(mkJob("w8", group("main", 1, 8), meta("impact_tier", "high"), submitted(t0)))
+			_ = store.UpsertJob(mkJob("w4", group("main", 1, 4), meta("impact_tier", "high"), submitted(t0.Add(time.Second))))
+			p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Minute))
+			if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+				t.Fatal(err)
+			}
+			if got := join(admittedIDs(p)); got != tc.admitted {
+				t.Fatalf("admitted %q, want %q; w8: %+v", got, tc.admitted, p.Explanations["w8"])
+			}
+			for _, id := range tc.waiting {
+				if exp := p.Explanations[id]; exp.Status != StatusWaiting || !strings.HasPrefix(exp.Reason, "headroom: ") {
+					t.Fatalf("%s: %s %q, want kept out by the headroom", id, exp.Status, exp.Reason)
+				}
+			}
+		})
+	}
+}
+
 // Preemptible work of a tier that does not use the headroom goes to the
 // headroom's whole nodes first when it fits there: a scavenger job that
 // best fit would put on n2 (2 GPUs left beside high-tier work) lands on

@@ -13,7 +13,11 @@ import (
 // for long-running work to end. Backfill reservations protect the queue
 // head only after it arrives, and preemption helps only where running
 // work is preemptible: a pool filled by long non-preemptible jobs has no
-// room for urgent work for as long as they run.
+// room for urgent work for as long as they run. A headroom smaller than a
+// node does not keep out a job with an allocation as wide as a node: no
+// node could hold it beside the kept part, and kept out it would wait
+// for a whole node to free outside the headroom, which narrower work
+// refilling every freed GPU never leaves.
 //
 // Its size is fixed (GPUs, or Share of the pool's healthy GPUs) or, with
 // Learn, learned from the recent arrivals of Tiers: the GPUs they held on
