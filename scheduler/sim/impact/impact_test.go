@@ -3,7 +3,6 @@ package impact
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -269,18 +268,6 @@ func TestGangsAreAllOrNothing(t *testing.T) {
 	}
 	if res.PartialGangIdleGPUHours != 0 {
 		t.Fatalf("impact without gather left %v GPU-h idle in partial gangs", res.PartialGangIdleGPUHours)
-	}
-}
-
-// TestExamplePolicyMatchesBuiltin keeps example/sim/policy.hcl, the file
-// people read, equal to the policy the simulator runs by default.
-func TestExamplePolicyMatchesBuiltin(t *testing.T) {
-	b, err := os.ReadFile("../../../example/sim/policy.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != string(DefaultPolicyHCL) {
-		t.Fatal("example/sim/policy.hcl differs from scheduler/sim/impact/policy.hcl")
 	}
 }
 
