@@ -67,11 +67,11 @@ func TestHeadroomIdleBudget(t *testing.T) {
 	}
 }
 
-// startHeadroom starts the two-node cluster with a 4-GPU headroom for the
-// critical tier (budget: lines added to its block), runs h1, h2 and h3
-// (high, 4 GPUs each) and checks where they run, then submits h4 and
-// waits until the headroom keeps it out. It returns the headroom node.
-func startHeadroom(t *testing.T, prefix, budget string) (*lcEnv, string) {
+// headroomCluster starts the two-node cluster (8 fake GPUs each) with a
+// 4-GPU headroom for the critical tier (budget: lines added to its
+// block) and waits for both nodes; it returns the cluster and the folder
+// the jobs write their environment to.
+func headroomCluster(t *testing.T, prefix, budget string) (*lcEnv, string) {
 	t.Helper()
 	w := setupGPUCluster(t, prefix, 2, `
 headroom "default" {
@@ -79,12 +79,22 @@ headroom "default" {
   gpus  = 4
 `+budget+`}
 `, "")
-	c := w.c
 	envDir := filepath.Join(w.dir, "env")
 	if err := os.MkdirAll(envDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitNodes(30*time.Second, 2, "both nodes", nil)
+	w.c.WaitNodes(30*time.Second, 2, "both nodes", nil)
+	return w, envDir
+}
+
+// startHeadroom starts the two-node cluster with a 4-GPU headroom for the
+// critical tier (budget: lines added to its block), runs h1, h2 and h3
+// (high, 4 GPUs each) and checks where they run, then submits h4 and
+// waits until the headroom keeps it out. It returns the headroom node.
+func startHeadroom(t *testing.T, prefix, budget string) (*lcEnv, string) {
+	t.Helper()
+	w, envDir := headroomCluster(t, prefix, budget)
+	c := w.c
 	explain := w.explainEngine
 
 	nodeOf := map[string]string{}

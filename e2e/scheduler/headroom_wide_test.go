@@ -19,26 +19,14 @@ package scheduler
 // the pool is full besides).
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestHeadroomLetsWholeNodeJobsIn(t *testing.T) {
-	w := setupGPUCluster(t, "impact-e2e-hrwide-", 2, `
-headroom "default" {
-  tiers = ["critical"]
-  gpus  = 4
-}
-`, "")
+	w, envDir := headroomCluster(t, "impact-e2e-hrwide-", "")
 	c := w.c
-	envDir := filepath.Join(w.dir, "env")
-	if err := os.MkdirAll(envDir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitNodes(30*time.Second, 2, "both nodes", nil)
 	explain := w.explainEngine
 	// On failure the cluster's cleanup logs the impact agent's output.
 
