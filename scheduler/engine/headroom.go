@@ -426,9 +426,9 @@ func (hr *hrCycle) observe(q *queued) {
 // blocks says why q may not start now ("" when it may): q is
 // non-preemptible work of a tier that may not use the headroom of its pool
 // (and not a whole-node job, wholeNode) and would take GPUs the headroom
-// keeps. A job without a pool is checked
-// against every headroom pool together. Such a job neither preempts nor
-// reserves: it waits for non-preemptible work to end.
+// keeps. A job without a pool is checked against every headroom pool
+// together. Such a job neither preempts nor reserves: it waits for
+// non-preemptible work to end.
 func (hr *hrCycle) blocks(q *queued) string {
 	if hr == nil || q.f.preemptible || hr.wholeNode(q) {
 		return ""
@@ -619,15 +619,24 @@ func (hr *hrCycle) keepsOut(q *queued) bool {
 // work too); the headroom forms again on the next node free enough of
 // other work, the count in blocks holding narrower work back meanwhile.
 // A headroom of whole nodes keeps whole-node jobs out like any other
-// (example/sim/README.md, "Fourteenth pass").
+// (example/sim/README.md, "Fourteenth pass"). A job without a pool is a
+// whole-node job only for every headroom pool that keeps GPUs this cycle.
 func (hr *hrCycle) wholeNode(q *queued) bool {
+	found := false
 	for _, name := range hr.names {
-		p := hr.pools[name]
-		if (q.pool == "" || q.pool == name) && p.size > 0 && p.size < p.nodeGPUs && int(q.maxAlloc) >= p.nodeGPUs {
-			return true
+		if q.pool != "" && q.pool != name {
+			continue
 		}
+		p := hr.pools[name]
+		if p.size <= 0 {
+			continue // keeps nothing this cycle
+		}
+		if p.size >= p.nodeGPUs || int(q.maxAlloc) < p.nodeGPUs {
+			return false
+		}
+		found = true
 	}
-	return false
+	return found
 }
 
 // shields reports whether holder h may not be preempted, moved

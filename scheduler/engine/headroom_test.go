@@ -254,6 +254,51 @@ func TestHeadroomSmallerThanANodeLetsWholeNodeJobsIn(t *testing.T) {
 	}
 }
 
+// A job without a pool is a whole-node job only for every headroom pool
+// it may run in: beside a 4-GPU headroom in pool a and an 8-GPU one in
+// pool b (8-GPU nodes, each pool's first node full of high-tier work), an
+// 8-GPU high job without a pool is kept out; with 4-GPU headrooms in
+// both it starts.
+func TestHeadroomWholeNodeJobWithoutAPool(t *testing.T) {
+	for _, tc := range []struct {
+		bGPUs  int
+		starts bool
+	}{{bGPUs: 8, starts: false}, {bGPUs: 4, starts: true}} {
+		t.Run(fmt.Sprintf("pool b's headroom %d GPUs", tc.bGPUs), func(t *testing.T) {
+			pol := mustPolicy(t, fmt.Sprintf(`
+headroom "a" {
+  tiers = ["critical"]
+  gpus  = 4
+}
+headroom "b" {
+  tiers = ["critical"]
+  gpus  = %d
+}
+`, tc.bGPUs))
+			store := cluster.NewStore()
+			for _, n := range []*cluster.Node{mkNode("a1", 8, 2, inPool("a")), mkNode("a2", 8, 2, inPool("a")), mkNode("b1", 8, 2, inPool("b")), mkNode("b2", 8, 2, inPool("b"))} {
+				_ = store.UpsertNode(n)
+			}
+			for _, r := range []struct{ job, pool, node string }{{"ha", "a", "a1"}, {"hb", "b", "b1"}} {
+				_ = store.UpsertJob(mkJob(r.job, group("main", 1, 8), meta("impact_tier", "high", "impact_pool", r.pool), running()))
+				_ = store.UpsertAlloc(alloc(r.job+"-a", r.job, r.node, t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))
+			}
+			_ = store.UpsertJob(mkJob("w8", group("main", 1, 8), meta("impact_tier", "high"), submitted(t0)))
+			p := mustEngine(t, pol).Decide(store.Snapshot(), t0.Add(time.Minute))
+			if err := ValidatePlan(pol, store.Snapshot(), p); err != nil {
+				t.Fatal(err)
+			}
+			exp := p.Explanations["w8"]
+			if started := admission(p, "w8") != nil; started != tc.starts {
+				t.Fatalf("w8 admitted %v, want %v: %s %q", started, tc.starts, exp.Status, exp.Reason)
+			}
+			if !tc.starts && !strings.HasPrefix(exp.Reason, "headroom: ") {
+				t.Fatalf("w8: %s %q, want kept out by the headroom", exp.Status, exp.Reason)
+			}
+		})
+	}
+}
+
 // Preemptible work of a tier that does not use the headroom goes to the
 // headroom's whole nodes first when it fits there: a scavenger job that
 // best fit would put on n2 (2 GPUs left beside high-tier work) lands on
