@@ -615,12 +615,13 @@ func (hr *hrCycle) keepsOut(q *queued) bool {
 // suite's saturated scenario (seed 1) its 8-GPU high-tier jobs waited 3.4
 // days at the p99 against nomad-native's 1.1, beside a 7-GPU headroom,
 // and their backlog ran on a draining pool at the end (occupancy 1.4
-// points below nomad-native's; 0.7 with the rule). Such a job may take the headroom's node (its preemptible
-// work too); the headroom forms again on the next node free enough of
-// other work, the count in blocks holding narrower work back meanwhile.
-// A headroom of whole nodes keeps whole-node jobs out like any other
-// (example/sim/README.md, "Fourteenth pass"). A job without a pool is a
-// whole-node job only for every headroom pool that keeps GPUs this cycle.
+// points below nomad-native's; 0.7 with the rule). Such a job may take
+// the headroom's node (its preemptible work too); the headroom forms
+// again on the next node free enough of other work, the count in blocks
+// holding narrower work back meanwhile. A headroom of whole nodes keeps
+// whole-node jobs out like any other (example/sim/README.md, "Fourteenth
+// pass"). A job without a pool is a whole-node job only for every
+// headroom pool that keeps GPUs this cycle.
 func (hr *hrCycle) wholeNode(q *queued) bool {
 	found := false
 	for _, name := range hr.names {
