@@ -260,7 +260,7 @@ func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res 
 			to = append(to, AllocPlacement{NodeID: df.c.st.Node(sl.Node).ID, GPUs: df.c.st.GPUIDs(sl)})
 		}
 		where := placesText(to)
-		df.c.mem.setBinding(hd.JobID, binding{gpus: to, expires: df.c.now.Add(v.Grace + df.c.e.opts.admissionTTL), moved: true})
+		df.c.mem.setBinding(hd.JobID, binding{gpus: to, expires: df.c.now.Add(v.Grace + df.c.e.opts.admissionTTL), made: df.c.now, moved: true})
 		p := victimStop(q, hd, v)
 		p.MovedTo, p.PreemptorGPUs = to, b.gpus
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",

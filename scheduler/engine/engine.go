@@ -162,6 +162,13 @@ func WithAdmissionTTL(d time.Duration) Option { return func(o *options) { o.admi
 type binding struct {
 	gpus    []AllocPlacement
 	expires time.Time
+	// made: the cycle that last bound gpus. Two bindings can name the
+	// same GPUs: a job scoring higher claims gangs stopping for another
+	// preemptor, or a job is admitted on GPUs bound to one that waited
+	// elsewhere and is then preempted for a third. The newer binding is
+	// the one the GPUs were last decided for, so it is served first
+	// (holdBindings); the older one's job preempts again or waits.
+	made time.Time
 	// moved: the binding of a job a defragmenting preemption moves
 	// (defrag.go), kept while it still runs (stopping) as well as once
 	// it is queued again.
@@ -208,12 +215,12 @@ func (e *Engine) Preempting(p Preemption, decided time.Time) {
 	}
 	expires := decided.Add(p.Grace + e.opts.admissionTTL)
 	if _, ok := e.bindings[p.JobID]; !ok {
-		e.bindings[p.JobID] = binding{gpus: slices.Clone(p.MovedTo), expires: expires, moved: true}
+		e.bindings[p.JobID] = binding{gpus: slices.Clone(p.MovedTo), expires: expires, made: decided, moved: true}
 	}
 	if p.Preemptor != "" {
 		b, ok := e.bindings[p.Preemptor]
 		if !ok {
-			b.expires, b.gpus = expires, slices.Clone(p.PreemptorGPUs)
+			b.expires, b.made, b.gpus = expires, decided, slices.Clone(p.PreemptorGPUs)
 		}
 		if !slices.Contains(b.movedOut, p.JobID) {
 			b.movedOut = append(slices.Clone(b.movedOut), p.JobID)

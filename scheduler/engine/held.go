@@ -3,6 +3,7 @@ package engine
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
@@ -130,7 +131,8 @@ func (hb *holdings) holdPending() {
 }
 
 // holdBindings withholds the GPUs bound to preemptors (Engine.bindings)
-// that are free now from every job but their preemptor, and drops the
+// that are free now from every job but their preemptor (the newest
+// binding's where two name the same GPUs: newestFirst), and drops the
 // bindings whose preemptor was admitted or left the queue, or that
 // expired. A job moved by a defragmenting preemption keeps its binding
 // while it is still running (stopping) too.
@@ -138,7 +140,7 @@ func (hb *holdings) holdBindings() {
 	if len(hb.c.e.bindings) == 0 {
 		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(hb.c.e.bindings)) {
+	for _, id := range hb.newestFirst() {
 		b := hb.c.e.bindings[id]
 		j, ok := hb.c.snap.Job(id)
 		_, pending := hb.c.mem.pendingOf(id)
@@ -167,6 +169,19 @@ func (hb *holdings) holdBindings() {
 		}
 	}
 	hb.c.st.Commit()
+}
+
+// newestFirst is the bound jobs, the newest binding first (then by job
+// ID): where two bindings name the same GPUs, the newer takes them
+// (binding.made).
+func (hb *holdings) newestFirst() []string {
+	bs := hb.c.e.bindings
+	return slices.SortedFunc(maps.Keys(bs), func(a, b string) int {
+		if c := bs[b].made.Compare(bs[a].made); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
 }
 
 // boundOffNode: some GPUs of the binding are on a node that is gone or
@@ -234,7 +249,7 @@ func (hb *holdings) bind(q *queued, res placement.Result, victims []int) {
 		}
 		b.expires = hb.c.now.Add(maxGrace + hb.c.e.opts.admissionTTL)
 	}
-	b.gpus = gpus
+	b.gpus, b.made = gpus, hb.c.now
 	hb.c.mem.setBinding(q.job.ID, b)
 }
 

@@ -358,6 +358,54 @@ func TestHigherScoreMayClaimAPreemptionsVictim(t *testing.T) {
 	}
 }
 
+// The GPUs of a gang claimed from its preemptor go to the claimer once the
+// gang stops, not back to the preemptor, whichever job ID sorts first. p
+// (normal) preempts v; q (high) claims v from it, while p finds nothing
+// else to preempt (w is not preemptible) and keeps its binding on n1,
+// now stale. Served in job ID order, that binding took n1 when v stopped:
+// p started there and q, the job the GPUs were last decided for,
+// preempted again or waited. In the simulator a critical job preempted
+// twice that way (rand-22, seed 1).
+func TestNewestBindingTakesTheGPUs(t *testing.T) {
+	for _, explain := range []bool{true, false} {
+		store := cluster.NewStore()
+		mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+		mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+		mustDo(t, store.UpsertJob(mkJob("v", running(), group("main", 1, 8), meta("impact_tier", "scavenger", "impact_grace", "30s"))))
+		mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), meta("impact_tier", "scavenger", "impact_preemptible", "false"))))
+		mustDo(t, store.UpsertAlloc(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
+		mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
+		mustDo(t, store.UpsertJob(mkJob("p", group("main", 1, 8), meta("impact_tier", "normal"))))
+		var opts []Option
+		if !explain {
+			opts = append(opts, WithoutExplanations())
+		}
+		e := mustEngine(t, nil, opts...)
+		if got := join(preemptedIDs(e.Decide(store.Snapshot(), t0))); got != "v" {
+			t.Fatalf("explain %v: first cycle preempted %q, want v", explain, got)
+		}
+		mustDo(t, store.UpsertAlloc(stopping(alloc("va", "v", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))))
+		mustDo(t, store.UpsertJob(mkJob("q", group("main", 1, 8), meta("impact_tier", "high"))))
+		p2 := e.Decide(store.Snapshot(), t0.Add(10*time.Second))
+		if len(p2.Preemptions) != 0 || len(p2.Admissions) != 0 {
+			t.Fatalf("explain %v: second cycle preempts %v, admits %v, want nothing (q claims v)", explain, preemptedIDs(p2), admittedIDs(p2))
+		}
+		if explain {
+			if exp := p2.Explanations["q"]; exp.Status != StatusPreempting || join(exp.Victims) != "v" {
+				t.Fatalf("q: %+v, want waiting for v", exp)
+			}
+		}
+		store.DeleteAlloc("va")
+		p3 := e.Decide(store.Snapshot(), t0.Add(40*time.Second))
+		if got := join(admittedIDs(p3)); got != "q" {
+			t.Fatalf("explain %v: once v stopped admitted %q, want q (the GPUs were last bound to it)", explain, got)
+		}
+		if len(p3.Preemptions) != 0 {
+			t.Fatalf("explain %v: once v stopped preempts %v, want nothing", explain, preemptedIDs(p3))
+		}
+	}
+}
+
 // A job of the top tier does not wait for a gang stopping for another job
 // when it can preempt its own way in: the other job's grace may run long
 // (v's is 5m), and that job would preempt again anyway. q (critical)
