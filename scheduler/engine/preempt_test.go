@@ -452,3 +452,19 @@ func TestTopTierPreemptsRatherThanWaitForOthersStops(t *testing.T) {
 		mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n2", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
 	}
 }
+
+// A job that may preempt but finds too little preemptible work to make
+// room says so, rather than only how many GPUs are free: here the one
+// running job is not preemptible.
+func TestReasonSaysPreemptionCannotMakeRoom(t *testing.T) {
+	store := cluster.NewStore()
+	mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+	mustDo(t, store.UpsertJob(mkJob("w", running(), group("main", 1, 8), meta("impact_tier", "scavenger", "impact_preemptible", "false"))))
+	mustDo(t, store.UpsertAlloc(alloc("wa", "w", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
+	mustDo(t, store.UpsertJob(mkJob("c", group("main", 1, 1), meta("impact_tier", "critical"))))
+	p := mustEngine(t, nil).Decide(store.Snapshot(), t0)
+	exp := p.Explanations["c"]
+	if want := "needs 1 GPUs, 0 free; the running work it may preempt holds too few GPUs to make room;"; !strings.HasPrefix(exp.Reason, want) {
+		t.Fatalf("c: %s %q, want it to start with %q", exp.Status, exp.Reason, want)
+	}
+}

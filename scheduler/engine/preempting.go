@@ -346,6 +346,12 @@ func (pe *preempter) preemptable(q *queued, exp *Explanation) (*candList, float6
 	}
 	cl := pe.candidates(q)
 	if pe.c.st.FreeGPUs(q.pool)+cl.gpus < q.gpus {
+		if pe.c.explain {
+			// Without it a top-tier job in a pool of non-preemptible
+			// (or young, said after this) work read only "needs N
+			// GPUs, M free", as if preemption had not been thought of.
+			exp.Reason = pe.c.why.cat(exp.Reason, "; the running work it may preempt holds too few GPUs to make room")
+		}
 		return nil, 0, false
 	}
 	pe.c.plan.CostsWeighed = true // from here on the victims' costs decide
