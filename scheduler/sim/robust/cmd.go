@@ -54,6 +54,7 @@ impact; occupancy in points, impact minus baseline; the headroom's idle
 kept GPUs in points of occupancy) and every failed check; writes
 DIR/robustness.json. Exits 1 when a check fails, except one failed with
 the bound that proves the scenario cannot meet it without idle capacity
+costing more occupancy than impact has above the occupancy check's floor
 (listed as an exception with its bound: occupancy wins).
 
 The native twin (--twin-jitter, 1s by default) is the checks' noise

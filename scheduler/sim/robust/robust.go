@@ -364,8 +364,8 @@ func NeverWorse(o *Outcome) []Check {
 	if impRuns == nil || natRuns == nil {
 		return nil
 	}
-	nat := summarize(natRuns)
-	cs := checkPair(o, summarize(impRuns), nat)
+	imp, nat := summarize(impRuns), summarize(natRuns)
+	cs := checkPair(o, imp, nat)
 	failed := replicaFailures(impRuns, natRuns, func(a, b Summary) []Check { return checkPair(o, a, b) })
 	for i := range cs {
 		c := &cs[i]
@@ -377,7 +377,9 @@ func NeverWorse(o *Outcome) []Check {
 		case WeightedJCTCheck:
 			c.JCTByTier = meanJCT(impRuns, natRuns)
 		case TopTierGainCheck:
-			c.Bound = preemptionBound(o, nat.WaitS[trace.Tiers[0]].P99/TopTierGain)
+			var short string
+			c.Bound, short = preemptionBound(o, nat.WaitS[trace.Tiers[0]].P99/TopTierGain, imp.Occupancy-(nat.OccupancyNet-OccupancySlack))
+			c.Detail += short
 		}
 	}
 	return cs
@@ -411,17 +413,22 @@ func checkPair(o *Outcome, imp, nat Summary) []Check {
 }
 
 // preemptionBound is the bound that proves a top-tier p99 of need
-// seconds cannot be met without idle capacity, or "" when it does not:
-// a top-tier job that finds its GPUs held starts at the earliest one
+// seconds cannot be met without giving up occupancy, or "" when it does
+// not: a top-tier job that finds its GPUs held starts at the earliest one
 // debounce (the decision) plus one grace (the victim's stop) after it
 // arrives, or when running work happens to end. A p99 below that needs
 // 99% of the top tier's jobs to find idle GPUs on arrival, at unforeseen
-// instants: GPUs kept idle at all times for the widest of them, which a
-// full pool pays in occupancy (the never-worse order: occupancy wins).
-func preemptionBound(o *Outcome, need float64) string {
+// instants: GPUs kept idle at all times, at least as many as the widest
+// of them asks (bursts of them ask more), which a full pool pays in
+// occupancy. That proves the conflict only when it costs more than room,
+// the points of occupancy impact has above the floor of the occupancy
+// check (native's less OccupancySlack): with less, impact could keep them
+// idle and pass both, and the failure is impact's. short then says why
+// there is no bound, for the check's detail.
+func preemptionBound(o *Outcome, need, room float64) (bound, short string) {
 	floor := float64(o.Debounce + o.Grace)
 	if need >= floor {
-		return ""
+		return "", ""
 	}
 	widest := 0
 	for _, j := range o.Scenario.Jobs {
@@ -429,8 +436,13 @@ func preemptionBound(o *Outcome, need float64) string {
 			widest = max(widest, j.GPUs)
 		}
 	}
-	return fmt.Sprintf("10x below native needs p99 <= %s, under the %s a job waits to start by preemption (debounce %ds + grace %ds): only %d GPUs kept idle at all times (%.1f points of occupancy) would meet it",
-		sim.FormatSeconds(need), sim.FormatSeconds(floor), o.Debounce, o.Grace, widest, 100*float64(widest)/float64(max(1, o.Scenario.GPUs)))
+	cost := float64(widest) / float64(max(1, o.Scenario.GPUs))
+	idle := fmt.Sprintf("10x below native needs p99 <= %s, under the %s a job waits to start by preemption (debounce %ds + grace %ds): it needs at least %d GPUs kept idle at all times, %.1f points of occupancy",
+		sim.FormatSeconds(need), sim.FormatSeconds(floor), o.Debounce, o.Grace, widest, 100*cost)
+	if cost <= room {
+		return "", fmt.Sprintf("; no bound: %s, within the %.1f points impact has above the occupancy check's floor", idle, 100*room)
+	}
+	return fmt.Sprintf("%s, more than the %.1f points impact has above the occupancy check's floor (native's less %.1f)", idle, 100*max(0, room), 100*OccupancySlack), ""
 }
 
 // netOccupancy is r's occupancy without the GPU-hours its partially

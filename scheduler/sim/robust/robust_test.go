@@ -194,26 +194,39 @@ func TestMainHelp(t *testing.T) {
 
 // TestTopTierBoundWaives: a top-tier gain that would need a p99 below
 // debounce + grace (a preemption's earliest start) fails with the bound
-// that proves it (an exception, not failing the suite); one above it
-// fails without a bound. The exit code is 1 only for checks no bound
-// waives.
+// that proves it (an exception, not failing the suite) when the GPUs it
+// would keep idle cost more occupancy than impact has above the
+// occupancy check's floor; on a pool large enough that they cost less,
+// or above that p99, it fails without a bound. The exit code is 1 only
+// for checks no bound waives.
 func TestTopTierBoundWaives(t *testing.T) {
-	res := func(p99 float64) *sim.Result {
+	res := func(p99, occupancy float64) *sim.Result {
 		w := map[string]sim.Percentiles{"critical": {P50: 1, P99: p99}}
-		return &sim.Result{WaitS: w, WeightedJCTS: 100, Occupancy: 0.9, JobsCompletedByTier: map[string]int{"critical": 1},
+		return &sim.Result{WaitS: w, WeightedJCTS: 100, Occupancy: occupancy, JobsCompletedByTier: map[string]int{"critical": 1},
 			Capacity: 16, WindowStart: 0, WindowEnd: 3600}
 	}
-	sc := Scenario{Name: "x", GPUs: 16, Jobs: []trace.Job{{ID: "c", Tier: "critical", GPUs: 2}, {ID: "n", Tier: "normal", GPUs: 8}}}
+	jobs := []trace.Job{{ID: "c", Tier: "critical", GPUs: 2}, {ID: "n", Tier: "normal", GPUs: 8}}
+	small, large := Scenario{Name: "x", GPUs: 16, Jobs: jobs}, Scenario{Name: "y", GPUs: 1000, Jobs: jobs}
 	for _, tc := range []struct {
+		sc             Scenario
 		native, impact float64
+		occupancy      float64 // impact's; native's is 0.9
 		waived         bool
 		failing        int
+		detail         string
 	}{
-		{300, 90, true, 0},   // needs 30s < 61s: bound
-		{3000, 90, false, 0}, // needs 300s: met
-		{3000, 400, false, 1},
+		{small, 300, 90, 0.9, true, 0, ""},   // needs 30s < 61s: 2 GPUs of 16 idle cost 12.5 points
+		{small, 3000, 90, 0.9, false, 0, ""}, // needs 300s: met
+		{small, 3000, 400, 0.9, false, 1, ""},
+		// 2 GPUs of 1000 cost 0.2 points, within the 0.5 the check allows.
+		{large, 300, 90, 0.9, false, 1, "no bound: 10x below native needs p99 <= 30s, under the 1m a job waits to start by preemption (debounce 1s + grace 60s): it needs at least 2 GPUs kept idle at all times, 0.2 points of occupancy, within the 0.5 points impact has above the occupancy check's floor"},
+		// Impact 0.2 points below native: 0.3 of room left, more than
+		// the idle GPUs cost.
+		{large, 300, 90, 0.898, false, 1, "within the 0.3 points"},
+		// 0.4 points below: 0.1 of room, less than the 0.2 they cost.
+		{large, 300, 90, 0.896, true, 0, ""},
 	} {
-		o := &Outcome{Scenario: sc, Results: map[string]*sim.Result{baseline.NomadNative: res(tc.native), impact.Name: res(tc.impact)},
+		o := &Outcome{Scenario: tc.sc, Results: map[string]*sim.Result{baseline.NomadNative: res(tc.native, 0.9), impact.Name: res(tc.impact, tc.occupancy)},
 			Bound: sim.Percentiles{P99: 1}, BoundN: 1, Debounce: 1, Grace: 60}
 		o.Checks = NeverWorse(o)
 		var gain Check
@@ -225,8 +238,11 @@ func TestTopTierBoundWaives(t *testing.T) {
 		if gain.Waived() != tc.waived || len(o.Failing()) != tc.failing {
 			t.Errorf("native %v impact %v: %+v, failing %v; want waived %v, %d failing", tc.native, tc.impact, gain, o.Failing(), tc.waived, tc.failing)
 		}
-		if tc.waived && !strings.Contains(gain.Bound, "2 GPUs kept idle at all times (12.5 points of occupancy)") {
+		if tc.waived && tc.sc.GPUs == 16 && !strings.Contains(gain.Bound, "at least 2 GPUs kept idle at all times, 12.5 points of occupancy, more than the 0.5 points impact has above the occupancy check's floor (native's less 0.5)") {
 			t.Errorf("bound %q", gain.Bound)
+		}
+		if !strings.Contains(gain.Detail, tc.detail) {
+			t.Errorf("native %v impact %v occupancy %v: detail %q, want it to contain %q", tc.native, tc.impact, tc.occupancy, gain.Detail, tc.detail)
 		}
 		var b strings.Builder
 		if err := WriteTable(&b, []*Outcome{withBackfill(o)}); err != nil {
