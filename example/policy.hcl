@@ -136,10 +136,20 @@ preemption {
 }
 
 # Backfill: the first `reservations` blocked jobs of the queue hold a
-# reservation on the GPUs they will get; later jobs use reserved GPUs only
-# if they end (impact_walltime) before it is needed, or are preemptible by
-# the reserving job (and preemption is enabled: otherwise it could never
-# take them back).
+# reservation on the GPUs they will get, once running work ends (by its
+# impact_walltime) or once the reserving job may preempt it (it counts
+# such work as freed then); later jobs use reserved GPUs only if they end
+# (impact_walltime) before it is needed, or are preemptible by the
+# reserving job (and preemption is enabled: otherwise it could never take
+# them back).
+#
+# reserve_tiers (default none): a blocked job of these tiers that can
+# neither start nor preempt its way in holds a reservation wherever it
+# stands in the queue, not counted against `reservations`. A critical job
+# as wide as a node, in a pool where every node holds work it may not
+# preempt, then drains the node whose unpreemptible work ends soonest
+# instead of waiting for a node to free by chance while each freed GPU
+# goes to narrower jobs behind it.
 #
 # gather (default false): a blocked gang of several allocations that gets
 # no reservation holds, in queue order, the free GPUs where its
@@ -154,9 +164,10 @@ preemption {
 # partial placement would (a gang wider than the pool is parked and holds
 # nothing).
 backfill {
-  enabled      = true
-  reservations = 1
-  gather       = false
+  enabled       = true
+  reservations  = 1
+  gather        = false
+  reserve_tiers = []
 }
 
 # Learned walltimes (off by default): a job that declares no

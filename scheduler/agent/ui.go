@@ -305,13 +305,17 @@ func plannedStart(e agentapi.Explanation) string {
 		case engine.StatusPreempting:
 			return "As soon as the gangs stopping for it have stopped (their checkpoint grace)."
 		}
+		preempts := ""
+		if ex.ReservedPreempts {
+			preempts = " or may be preempted by it"
+		}
 		if !ex.ReservedUntil.IsZero() && ex.ReservedUntilEstimated {
-			return fmt.Sprintf("By about %s: GPUs are reserved for it, and the running jobs holding them are expected to end by then (estimated: some give no impact_walltime, and finished jobs like them ran that long).",
-				ex.ReservedUntil.UTC().Format(time.RFC3339))
+			return fmt.Sprintf("By about %s: GPUs are reserved for it, and the running jobs holding them are expected to end%s by then (estimated: some give no impact_walltime, and finished jobs like them ran that long).",
+				ex.ReservedUntil.UTC().Format(time.RFC3339), preempts)
 		}
 		if !ex.ReservedUntil.IsZero() {
-			return fmt.Sprintf("By %s: GPUs are reserved for it, and the running jobs holding them end by then (their impact_walltime).",
-				ex.ReservedUntil.UTC().Format(time.RFC3339))
+			return fmt.Sprintf("By %s: GPUs are reserved for it, and the running jobs holding them end (their impact_walltime)%s by then.",
+				ex.ReservedUntil.UTC().Format(time.RFC3339), preempts)
 		}
 		if ex.Gathered > 0 {
 			return fmt.Sprintf("Once the rest of its allocations fit: it holds the GPUs of %d of them, gathered as they freed (as Nomad places a job's allocations one by one).", ex.Gathered)

@@ -96,6 +96,9 @@ func printExplanation(w io.Writer, e agentapi.Explanation) {
 		if x.ReservedUntilEstimated {
 			until += " (estimated: running work without a walltime, by learned run times)"
 		}
+		if x.ReservedPreempts {
+			until += " (running work it may preempt counted as freed once it may)"
+		}
 		row("Reserved until", until)
 	}
 	if e.PreemptedBy != "" {

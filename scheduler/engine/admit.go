@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 
 	"github.com/impact-sched/nomad-impact/jobspec"
@@ -20,13 +21,14 @@ import (
 // with several GPU blocks whose driver is not impact-exec. It parks a
 // job no node set of its pool can ever hold (tooBig: a block no device
 // group can hold gets a reason naming group_by). The first blocked jobs
-// (Backfill.Reservations of them) get a reservation on the GPUs they
-// will get when running work ends (reserve.go); a job that does not
-// place on its pool even empty (placement.State.Empty) is parked with
-// each node's reason instead and holds nothing; later jobs may use
-// reserved GPUs only if they end (by walltime, or by a learned estimate
-// without one: walltime.go) before the reservation is needed, or are
-// preemptible by the reserving job (mayBackfill).
+// (Backfill.Reservations of them), and every blocked job of the
+// Backfill.ReserveTiers besides, get a reservation on the GPUs they will
+// get when running work ends or may be preempted by them (reserve.go); a
+// job that does not place on its pool even empty (placement.State.Empty)
+// is parked with each node's reason instead and holds nothing; later
+// jobs may use reserved GPUs only if they end (by walltime, or by a
+// learned estimate without one: walltime.go) before the reservation is
+// needed, or are preemptible by the reserving job (mayBackfill).
 type placer struct {
 	c *cycle
 	// poolMax: per pool, what its largest node sets hold (tooBig).
@@ -39,13 +41,25 @@ type placer struct {
 	reservations []reservation
 	// gathers counts the reservations of gangs gathering their nodes
 	// (gather.go): they do not count against the policy's reservations.
-	gathers  int
-	endOrder *endOrder // holders by expected end, for reservations
+	gathers int
+	// always counts the reservations of the policy's reserve tiers
+	// (reservesAlways): they do not count against the policy's either.
+	always int
+	// endOrders: holders by expected end, for reservations, by the tier
+	// reserving ("" for a tier that may preempt no one: endOrderFor).
+	endOrders map[string]*endOrder
 }
 
-// full: every reservation the policy allows this cycle is made.
+// full: every reservation the policy allows this cycle is made (those of
+// the policy's reserve tiers do not count).
 func (p *placer) full() bool {
-	return len(p.reservations)-p.gathers >= p.c.pol.Backfill.Reservations
+	return len(p.reservations)-p.gathers-p.always >= p.c.pol.Backfill.Reservations
+}
+
+// reservesAlways: q is of one of the policy's reserve tiers, so blocked
+// it gets a reservation whatever the count (policy.Backfill.ReserveTiers).
+func (p *placer) reservesAlways(q *queued) bool {
+	return slices.Contains(p.c.pol.Backfill.ReserveTiers, q.f.tier)
 }
 
 // count is the number of reservations made this cycle.

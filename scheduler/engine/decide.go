@@ -76,7 +76,7 @@ func (c *cycle) decide(q *queued, pos int) {
 	if c.pre.tryPreempt(q, exp) || c.defrag.waitsForMoves(q, exp) {
 		return
 	}
-	if !c.place.full() {
+	if !c.place.full() || c.place.reservesAlways(q) {
 		c.place.reserve(q, exp)
 	} else if c.pol.Backfill.Gather {
 		c.place.gather(q, exp)
@@ -95,17 +95,17 @@ func (c *cycle) decide(q *queued, pos int) {
 // onlyWaits reports, for an engine without explanations, that deciding q
 // could only leave it waiting and change nothing: it needs more GPUs than
 // are free (reserved ones too) in all pools, no GPU is bound to it, every
-// reservation is taken, it would gather nothing (mayGather), no headroom
-// keeps it out (see below), and it may not preempt: its tier may preempt
-// no one (and no job is idle), or no preemption may be ordered or waited
-// for any more this cycle. GPUs bound to other preemptors are theirs
-// alone, and only a job that may preempt waits for gangs already stopping
-// (tryPreempt), so neither matters to it. A long queue behind a full
-// cluster is then settled without a look at each job beyond its size (its
-// explanation is not kept anyway). The one thing decide would still note,
-// an expired deferral, is noted here.
+// reservation is taken and its tier is no reserve tier, it would gather
+// nothing (mayGather), no headroom keeps it out (see below), and it may
+// not preempt: its tier may preempt no one (and no job is idle), or no
+// preemption may be ordered or waited for any more this cycle. GPUs bound
+// to other preemptors are theirs alone, and only a job that may preempt
+// waits for gangs already stopping (tryPreempt), so neither matters to
+// it. A long queue behind a full cluster is then settled without a look
+// at each job beyond its size (its explanation is not kept anyway). The
+// one thing decide would still note, an expired deferral, is noted here.
 func (c *cycle) onlyWaits(q *queued, pos int) bool {
-	if c.holds.lent(q) || !c.place.full() || c.place.mayGather(q) {
+	if c.holds.lent(q) || !c.place.full() || c.place.reservesAlways(q) || c.place.mayGather(q) {
 		return false
 	}
 	if c.cuts.withholds(q, pos) {

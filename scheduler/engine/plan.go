@@ -242,6 +242,11 @@ type Explanation struct {
 	// ReservedUntilEstimated: ReservedUntil rests on the learned walltime
 	// of running work that declares none (policy walltime block).
 	ReservedUntilEstimated bool `json:"reserved_until_estimated,omitempty"`
+	// ReservedPreempts: ReservedUntil counts running work on the reserved
+	// GPUs that the job may preempt as freed once it may preempt it (not
+	// when that work ends): by then the job preempts what is left there,
+	// as far as the policy's preemption limits allow.
+	ReservedPreempts bool `json:"reserved_preempts,omitempty"`
 	// Gathered, for a reserved job gathering its nodes (the policy's
 	// backfill gather) rather than holding a reservation, is how many of
 	// its allocations' GPUs it holds now (at least one).

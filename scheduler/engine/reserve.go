@@ -96,23 +96,21 @@ func (p *placer) lendReservation(i int) func() {
 }
 
 // reserve gives a blocked job a reservation: the GPUs it would get at the
-// earliest time running work is expected to end (by walltime). It releases
-// running gangs in order of expected end in a scratch transaction until the
-// job fits; the GPUs of that placement are withheld from later jobs unless
-// they may backfill.
+// earliest time running work is expected to end (by walltime) or may be
+// preempted by it (endOrderFor). It releases running gangs in that order
+// in a scratch transaction until the job fits; the GPUs of that placement
+// are withheld from later jobs unless they may backfill.
 func (p *placer) reserve(q *queued, exp *Explanation) {
-	if p.endOrder == nil {
-		p.endOrder = p.holdersByEnd()
-	}
-	holders := p.c.st.Holders()
+	order := p.endOrderFor(q.f.tier)
 	req := p.c.request(q, false)
 	cp := p.c.st.Checkpoint()
 	next := q.gpus
 	var found placement.Result
 	var until time.Time
 	ok, estimated := false, false
+	var reclaims []int // holders released as preemptible by q
 	for i := 0; ; i++ {
-		h, more := p.endOrder.at(i)
+		h, more := order.at(i)
 		if !more {
 			break
 		}
@@ -120,8 +118,10 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 			continue
 		}
 		p.c.st.ReleaseHolder(h)
-		if p.endOrder.estimated(i) {
-			estimated = true
+		e := order.entry(i)
+		estimated = estimated || e.est
+		if e.reclaim {
+			reclaims = append(reclaims, h)
 		}
 		free := p.c.st.FreeGPUs(q.pool)
 		if free < next {
@@ -129,7 +129,7 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 		}
 		if res, fit := p.c.st.Place(req, nil); fit {
 			found, ok = res, true
-			until, _ = p.expectedEnd(h, &holders[h])
+			until = e.endTime()
 			break
 		}
 		// Fragmented: try again only once noticeably more is free, so the
@@ -157,11 +157,15 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 	p.reserveSlots(found)
 	estimated = estimated && !until.IsZero()
 	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until, estimated: estimated, slots: slotsOf(found)})
+	if p.reservesAlways(q) {
+		p.always++
+	}
 	if p.c.explain {
 		p.c.why.addReservationNote(p.reservationNote())
 	}
 	exp.Status = StatusReserved
 	exp.ReservedUntil, exp.ReservedUntilEstimated = until, estimated
+	exp.ReservedPreempts = !until.IsZero() && p.holdsAny(reclaims, found)
 	if !p.c.explain {
 		return
 	}
@@ -173,6 +177,27 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 	default:
 		exp.Reason += fmt.Sprintf("; GPUs reserved, expected free by %s", until.UTC().Format(time.RFC3339))
 	}
+	if exp.ReservedPreempts {
+		exp.Reason += " (counting the running work it may preempt as freed once it may preempt it)"
+	}
+}
+
+// holdsAny: one of holders hs holds a GPU of placement res (a
+// reservation counts on preempting it).
+func (p *placer) holdsAny(hs []int, res placement.Result) bool {
+	holders := p.c.st.Holders()
+	for _, h := range hs {
+		for _, own := range holders[h].Slots {
+			for _, g := range res.Groups {
+				for _, sl := range g {
+					if sl.Node == own.Node && sl.Mask&own.Mask != 0 {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // emptyPoolRejections places the request on its pool as if the pool were
@@ -267,8 +292,19 @@ func (p *placer) expectedEnd(h int, hd *placement.Holder) (time.Time, bool) {
 type endKey struct {
 	h          int
 	known, est bool
-	end        int64
-	start      int64
+	// reclaim: the end is when the reserving job may preempt the holder
+	// (endOrderFor), before its own expected end.
+	reclaim bool
+	end     int64
+	start   int64
+}
+
+// endTime is the expected end; zero when unknown.
+func (k endKey) endTime() time.Time {
+	if !k.known {
+		return time.Time{}
+	}
+	return time.Unix(0, k.end)
 }
 
 // endOrder yields the holders by expected end (known ends first, earliest
@@ -279,22 +315,79 @@ type endKey struct {
 type endOrder struct {
 	holders []placement.Holder
 	heap    []endKey
-	sorted  []int
-	// est: the i-th holder's end is estimated (walltimes).
-	est []bool
+	sorted  []endKey
 }
 
-func (p *placer) holdersByEnd() *endOrder {
+// endOrderFor is the order of expected ends for a reservation of tier's
+// job, built once per cycle and tier. A holder the job may preempt (its
+// tier may preempt the holder's, preemption is enabled, and the holder is
+// a victim or will be once past its minimum runtime) counts as ending
+// when the job may preempt it, if that is sooner: urgent work that needs
+// a whole node then drains the node whose unpreemptible work ends
+// soonest, not the one whose work of any kind does, and preempts what is
+// left there when it is the last of it. Tiers that may preempt no one
+// share one order ("").
+func (p *placer) endOrderFor(tier string) *endOrder {
+	key := tier
+	if !p.c.pol.Preemption.Enabled || p.c.tier(tier) == nil || len(p.c.tier(tier).MayPreempt) == 0 {
+		key = ""
+	}
+	if o, ok := p.endOrders[key]; ok {
+		return o
+	}
+	if p.endOrders == nil {
+		p.endOrders = map[string]*endOrder{}
+	}
 	holders := p.c.st.Holders()
-	o := &endOrder{holders: holders, heap: buffer.Zeroed(&p.c.e.scratch.ends, len(holders))}
+	var heap []endKey
+	if key == "" {
+		heap = buffer.Zeroed(&p.c.e.scratch.ends, len(holders))
+	} else {
+		sc := &p.c.e.scratch
+		if sc.tierEnds == nil {
+			sc.tierEnds = map[string][]endKey{}
+		}
+		buf := sc.tierEnds[key]
+		heap = buffer.Zeroed(&buf, len(holders))
+		sc.tierEnds[key] = buf
+	}
+	o := &endOrder{holders: holders, heap: heap}
 	for i := range holders {
 		end, est := p.expectedEnd(i, &holders[i])
-		o.heap[i] = endKey{h: i, known: !end.IsZero(), est: est, end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
+		k := endKey{h: i, known: !end.IsZero(), est: est, end: end.UnixNano(), start: earliestStart(holders[i].Allocs).UnixNano()}
+		if at, ok := p.reclaimableAt(key, i); ok && (!k.known || at.Before(end)) {
+			k.known, k.est, k.reclaim, k.end = true, false, true, at.UnixNano()
+		}
+		o.heap[i] = k
 	}
 	for i := len(o.heap)/2 - 1; i >= 0; i-- {
 		o.down(i)
 	}
+	p.endOrders[key] = o
 	return o
+}
+
+// reclaimableAt: when tier's job may preempt holder h (now for a victim,
+// the end of its minimum runtime for a young one); false when it may
+// never (not its tier's to preempt, not preemptible, stopping, claimed,
+// or idle: an idle victim is judged by weight, not tier).
+func (p *placer) reclaimableAt(tier string, h int) (time.Time, bool) {
+	if tier == "" || h >= len(p.c.victims) {
+		return time.Time{}, false
+	}
+	v := &p.c.victims[h]
+	if !(v.OK || v.Young) || v.Idle || !p.c.mayPreempt(tier, v.Tier) {
+		return time.Time{}, false
+	}
+	if !v.Young {
+		return p.c.now, true
+	}
+	hd := &p.c.st.Holders()[h]
+	at := earliestStart(hd.Allocs).Add(p.c.pol.MinRuntime(hd.Job.Spec))
+	if at.Before(p.c.now) {
+		at = p.c.now
+	}
+	return at, true
 }
 
 // at returns the i-th holder by expected end; false past the last.
@@ -304,17 +397,16 @@ func (o *endOrder) at(i int) (int, bool) {
 		if n == 0 {
 			return 0, false
 		}
-		o.sorted = append(o.sorted, o.heap[0].h)
-		o.est = append(o.est, o.heap[0].est)
+		o.sorted = append(o.sorted, o.heap[0])
 		o.heap[0] = o.heap[n-1]
 		o.heap = o.heap[:n-1]
 		o.down(0)
 	}
-	return o.sorted[i], true
+	return o.sorted[i].h, true
 }
 
-// estimated: the i-th holder's end (at(i) read first) is estimated.
-func (o *endOrder) estimated(i int) bool { return o.est[i] }
+// entry is the i-th holder's key (at(i) read first).
+func (o *endOrder) entry(i int) endKey { return o.sorted[i] }
 
 func (o *endOrder) less(a, b endKey) bool {
 	if a.known != b.known {

@@ -20,6 +20,8 @@ type scratch struct {
 	// ordered: the cycle's queue, entries copied in order (queueLayout).
 	ordered []queued
 	ends    []endKey
+	// tierEnds: the end orders of tiers that may preempt (endOrderFor).
+	tierEnds map[string][]endKey
 	// whole: accrue's GPUs per project index.
 	whole      []int
 	projGPUs   []int

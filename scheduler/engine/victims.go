@@ -81,8 +81,9 @@ func (jd *judger) assessHolders(facts []*specFacts) {
 		g := preempt.Gang{Allocs: hd.Allocs, GPUs: hd.GPUs, Start: earliestStart(hd.Allocs), Tier: f.tier, Impact: f.impact, Spec: &j.Spec}
 		minRT := jd.c.pol.MinRuntime(j.Spec)
 		// A young gang is a victim only for a headroom's tiers
-		// (hrCycle.waives).
-		v, young := preempt.Running(g, jd.c.now, minRT, jd.c.pol.Preemption.RestartCost, len(jd.c.pol.Headrooms) > 0)
+		// (hrCycle.waives); a reservation counts on it once past its
+		// minimum runtime (placer.reclaimableAt).
+		v, young := preempt.Running(g, jd.c.now, minRT, jd.c.pol.Preemption.RestartCost)
 		if young && jd.c.explain {
 			jd.c.why.addYoung(youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
 		}

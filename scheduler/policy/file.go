@@ -85,9 +85,10 @@ type preemptionFile struct {
 }
 
 type backfillFile struct {
-	Enabled      *bool `hcl:"enabled,optional"`
-	Reservations *int  `hcl:"reservations,optional"`
-	Gather       *bool `hcl:"gather,optional"`
+	Enabled      *bool     `hcl:"enabled,optional"`
+	Reservations *int      `hcl:"reservations,optional"`
+	Gather       *bool     `hcl:"gather,optional"`
+	ReserveTiers *[]string `hcl:"reserve_tiers,optional"`
 }
 
 type defragmentFile struct {
@@ -256,6 +257,9 @@ func (o *overlay) apply(f *policyFile) {
 		set(&p.Backfill.Enabled, b.Enabled)
 		set(&p.Backfill.Reservations, b.Reservations)
 		set(&p.Backfill.Gather, b.Gather)
+		if b.ReserveTiers != nil {
+			p.Backfill.ReserveTiers = append([]string{}, *b.ReserveTiers...)
+		}
 	}
 	if d := f.Defragment; d != nil {
 		set(&p.Defragment.Enabled, d.Enabled)

@@ -101,6 +101,7 @@ func TestPolicyFileErrors(t *testing.T) {
 		{"self preempt", "tier \"normal\" {\n  may_preempt = [\"normal\"]\n}\n", []string{"bad.hcl:2", "may not preempt itself"}},
 		{"default tier undefined", "\ndefault_tier = \"gold\"\n", []string{"bad.hcl:2", "default_tier", "gold"}},
 		{"fractional int", "backfill {\n  reservations = 1.5\n}\n", []string{"bad.hcl:2", "backfill reservations", "whole number"}},
+		{"unknown reserve tier", "backfill {\n\n  reserve_tiers = [\"critical\", \"urgent\"]\n}\n", []string{"bad.hcl:3", "backfill reserve_tiers", `"urgent"`, "not defined"}},
 		{"negative quota", "project \"p\" {\n  gpu_quota = -4\n}\n", []string{"bad.hcl:2", `project "p" gpu_quota`}},
 		{"duplicate block", "tier \"a\" { weight = 1 }\ntier \"a\" {}\n", []string{"bad.hcl:2", "defined twice"}},
 		{"negative tier budget", "tier \"normal\" {\n\n  max_gpu_hours_lost_per_hour = -2\n}\n", []string{"bad.hcl:3", `tier "normal" max_gpu_hours_lost_per_hour`, ">= 0"}},
@@ -155,5 +156,24 @@ func TestMinRuntimeSource(t *testing.T) {
 		if got := p.MinRuntimeSource(jobspec.Spec{MinRuntime: tc.own}); got != tc.want {
 			t.Errorf("own %s: %q, want %q", tc.own, got, tc.want)
 		}
+	}
+}
+
+// backfill reserve_tiers names the tiers whose blocked jobs always get a
+// reservation; unset, none do.
+func TestReserveTiersParse(t *testing.T) {
+	p, err := LoadBytes([]byte("backfill {\n  reserve_tiers = [\"critical\", \"high\"]\n}\n"), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(p.Backfill.ReserveTiers, ","); got != "critical,high" || p.Backfill.Reservations != 1 {
+		t.Fatalf("reserve_tiers %q, reservations %d; want critical,high beside the default 1", got, p.Backfill.Reservations)
+	}
+	p, err = LoadBytes([]byte("backfill {\n  reservations = 0\n}\n"), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Backfill.ReserveTiers) != 0 {
+		t.Fatalf("reserve_tiers %q unset, want none", p.Backfill.ReserveTiers)
 	}
 }

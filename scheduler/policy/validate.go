@@ -59,6 +59,11 @@ func (p *Policy) Validate() error {
 	if p.Backfill.Reservations < 0 {
 		bad("backfill reservations", "must be >= 0, got %d", p.Backfill.Reservations)
 	}
+	for _, t := range p.Backfill.ReserveTiers {
+		if _, ok := p.Tiers[t]; !ok {
+			bad("backfill reserve_tiers", "names tier %q, which is not defined (tiers: %s)", t, joinKeys(p.Tiers))
+		}
+	}
 	p.validateDefragment(bad)
 	p.validateHeadrooms(bad)
 	if p.Gangs.MissingMemberGrace < 0 {

@@ -19,7 +19,8 @@ type Victim struct {
 	// past its min runtime, not stopping).
 	OK bool
 	// Young: preemptible but within its minimum runtime, a victim only
-	// for the tiers a headroom of its pool waives that for (Eligible).
+	// for the tiers a headroom of its pool waives that for (Eligible);
+	// a reservation counts it as freed once past the minimum runtime.
 	Young bool
 	// Idle: a victim by its tier's preemptible idle action (see Idle).
 	Idle bool
@@ -58,13 +59,11 @@ type Gang struct {
 // Running judges a running preemptible gang at now: past its minimum
 // runtime it is a victim (OK) at the cost of its impact x (the work it
 // loses since its last checkpoint + restartCost per GPU). Within it
-// (young, true) it is a victim only when youngVictims (a headroom may
-// waive the min runtime: Young), else the zero Victim.
-func Running(g Gang, now time.Time, minRuntime, restartCost time.Duration, youngVictims bool) (v Victim, young bool) {
+// (young, true) it is a young victim (Young, at the same cost): a victim
+// only where a headroom waives the minimum runtime, and one a
+// reservation may count on once the minimum runtime is over.
+func Running(g Gang, now time.Time, minRuntime, restartCost time.Duration) (v Victim, young bool) {
 	young = now.Sub(g.Start) < minRuntime
-	if young && !youngVictims {
-		return Victim{}, true
-	}
 	lost := WorkLost(g.Allocs, g.Spec.CheckpointInterval, now)
 	restart := float64(g.GPUs) * restartCost.Hours()
 	return Victim{

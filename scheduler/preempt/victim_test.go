@@ -13,15 +13,14 @@ import (
 )
 
 // Running: past its min runtime a gang is a victim at impact x (work lost
-// + restart); within it, a young victim only when young victims are
-// asked for, else none.
+// + restart); within it, a young victim at the same cost.
 func TestRunningVictim(t *testing.T) {
 	spec := &jobspec.Spec{Grace: 30 * time.Second}
 	g := Gang{
 		Allocs: []*cluster.Alloc{{GPUs: []string{"a", "b"}, Start: t0.Add(-2 * time.Hour)}},
 		GPUs:   2, Start: t0.Add(-2 * time.Hour), Tier: "normal", Impact: 3, Spec: spec,
 	}
-	v, young := Running(g, t0, time.Hour, 30*time.Minute, false)
+	v, young := Running(g, t0, time.Hour, 30*time.Minute)
 	if young || !v.OK || v.Young || v.Tier != "normal" || v.Grace != 30*time.Second {
 		t.Fatalf("past min runtime: %+v young %v", v, young)
 	}
@@ -29,13 +28,9 @@ func TestRunningVictim(t *testing.T) {
 	if math.Abs(v.Lost-4) > 1e-9 || math.Abs(v.Cost-3*(4+1)) > 1e-9 {
 		t.Fatalf("lost %v cost %v, want 4 and 15", v.Lost, v.Cost)
 	}
-	v, young = Running(g, t0, 3*time.Hour, 30*time.Minute, false)
-	if !young || v != (Victim{}) {
-		t.Fatalf("young without headrooms: %+v young %v, want no victim", v, young)
-	}
-	v, young = Running(g, t0, 3*time.Hour, 30*time.Minute, true)
-	if !young || v.OK || !v.Young || v.Cost != 15 {
-		t.Fatalf("young with headrooms: %+v young %v, want a young victim at cost 15", v, young)
+	v, young = Running(g, t0, 3*time.Hour, 30*time.Minute)
+	if !young || v.OK || !v.Young || v.Tier != "normal" || v.Cost != 15 {
+		t.Fatalf("young: %+v young %v, want a young victim at cost 15", v, young)
 	}
 }
 
