@@ -75,3 +75,41 @@ func TestWaitingBehindReservationIsExplained(t *testing.T) {
 		t.Fatalf("reason %q does not explain the reservation", r)
 	}
 }
+
+// A preemptor's free GPUs are its own for the rest of the cycle, even to a
+// job that may backfill a reservation. c (critical, 8 GPUs) preempts s on
+// n1 and will take n1's 4 free GPUs with s's 4; w (high, 8 GPUs) holds a
+// reservation on n2 behind h; b (scavenger, 1 GPU) may backfill w's
+// reservation (w may preempt it). It used to be admitted on one of c's
+// free GPUs, which were only reserved: the next cycle c's placement was
+// broken, and on a two-node pool the preemptor and the backfilled jobs
+// preempted each other for ever (robustness seed 2, rand-06).
+func TestPreemptorsFreeGPUsAreNotBackfilled(t *testing.T) {
+	jobs := []*cluster.Job{
+		mkJob("s", running(), meta("impact_tier", "scavenger"), group("main", 1, 4)),
+		mkJob("h", running(), meta("impact_tier", "high", "impact_walltime", "2h"), group("main", 1, 8)),
+		mkJob("c", meta("impact_tier", "critical"), group("main", 1, 8), submitted(t0.Add(-2*time.Minute))),
+		mkJob("w", meta("impact_tier", "high"), group("main", 1, 8), submitted(t0.Add(-time.Minute))),
+		mkJob("b", meta("impact_tier", "scavenger"), submitted(t0)),
+	}
+	nodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}
+	allocs := []*cluster.Alloc{
+		alloc("a-s", "s", "n1", t0.Add(-2*time.Hour), 0, 1, 2, 3),
+		alloc("a-h", "h", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7),
+	}
+	pol := mustPolicy(t, "backfill {\n  reservations = 1\n}\n")
+	snap := mustSnap(t, nodes, jobs, allocs)
+	plan := mustEngine(t, pol).Decide(snap, t0)
+	if err := ValidatePlan(pol, snap, plan); err != nil {
+		t.Fatal(err)
+	}
+	if got := join(preemptedIDs(plan)); got != "s" {
+		t.Fatalf("preempted %q, want s (for c)", got)
+	}
+	if w := plan.Explanations["w"]; w.Status != StatusReserved || !w.ReservedUntil.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("w: %+v, want reserved until h ends (t0+1h)", w)
+	}
+	if got := join(admittedIDs(plan)); got != "" {
+		t.Fatalf("admitted %q, want none (b on one of c's GPUs); b: %+v", got, plan.Explanations["b"])
+	}
+}

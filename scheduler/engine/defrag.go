@@ -234,14 +234,7 @@ func (df *defragger) defragSearch(cl *candList, req placement.Request) (victims 
 func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res placement.Result, dests [][]placement.Slot, gain, cost float64, budget string) {
 	holders := df.c.st.Holders()
 	df.defrags++
-	df.c.place.reserveSlots(res)
-	for _, g := range res.Groups {
-		for _, sl := range g {
-			if m := sl.Mask & df.c.st.Free(sl.Node); m != 0 {
-				df.c.st.Take(placement.Slot{Node: sl.Node, Mask: m})
-			}
-		}
-	}
+	df.c.place.takeSlots(res)
 	df.c.holds.bind(q, res, victims)
 	b, _ := df.c.mem.bindingOf(q.id)
 	b.movedOut = make([]string, 0, len(victims))

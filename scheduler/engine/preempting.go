@@ -264,7 +264,7 @@ func (pe *preempter) waitForStopping(q *queued, exp *Explanation, request func()
 		// would hold GPUs for a stop that frees nothing it needs.
 		return false
 	}
-	pe.c.place.reserveSlots(res)
+	pe.c.place.takeSlots(res)
 	for _, h := range used {
 		pe.claim(h)
 		exp.Victims = append(exp.Victims, holders[h].JobID)
@@ -373,7 +373,7 @@ func (pe *preempter) preemptable(q *queued, exp *Explanation) (*candList, float6
 func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int, res placement.Result, gain, cost float64, budget string, shaped bool) {
 	holders := pe.c.st.Holders()
 	pe.preemptors++
-	pe.c.place.reserveSlots(res)
+	pe.c.place.takeSlots(res)
 	pe.c.holds.bind(q, res, victims)
 	for _, h := range victims {
 		pe.claim(h)

@@ -58,6 +58,28 @@ func (p *placer) mayBackfill(q *queued) (ok, estimated bool) {
 	return true, estimated
 }
 
+// takeSlots takes a preemptor's or mover's placement from the rest of
+// the cycle: its free GPUs as used (no later job may have them, not even
+// one that may backfill reserved GPUs) and the GPUs still held by the
+// gangs it stops as reserved (covered once freed). Later cycles withhold
+// them through the job's binding (holdings). Reserved alone, the free
+// ones went to a later job that could backfill a reservation: the
+// preemptor's placement then broke, it preempted elsewhere, and the
+// backfilled job was preempted in turn (a loop of preemptions on a
+// two-node pool under a reservation, robustness seed 2, rand-06).
+func (p *placer) takeSlots(res placement.Result) {
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			if free := sl.Mask &^ p.c.st.Used(sl.Node); free != 0 {
+				p.c.st.Take(placement.Slot{Node: sl.Node, Mask: free})
+			}
+			if held := sl.Mask & p.c.st.Used(sl.Node); held != 0 {
+				p.c.st.Reserve(placement.Slot{Node: sl.Node, Mask: held})
+			}
+		}
+	}
+}
+
 func (p *placer) reserveSlots(res placement.Result) {
 	for _, g := range res.Groups {
 		for _, sl := range g {
