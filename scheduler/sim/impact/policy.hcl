@@ -133,7 +133,14 @@ preemption {
 # the queue (reservations = 1) held its GPUs idle behind running work of
 # unknown length, which normal work cannot take back by preemption any
 # more (measured with only critical work preempting: 233 failed checks
-# over seeds 1-3 against 184).
+# over seeds 1-3 against 184). reserve_tiers = ["critical"] (a blocked
+# critical job always gets a reservation, draining the node whose
+# unpreemptible work ends first) was measured and left off: over seeds
+# 1-3 and 7-9, 170 -> 169 failed checks, 218 -> 223 scenarios passing,
+# six critical gains met that failed, but occupancy failing on two
+# scenarios that passed it, against one fixed (one of 2 nodes, 1.4
+# points below nomad-native: the drained node is half its pool): urgency
+# paid for with occupancy (example/sim/README.md, "Sixteenth pass").
 backfill {
   enabled      = true
   reservations = 0
