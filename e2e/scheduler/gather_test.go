@@ -29,9 +29,7 @@ package scheduler
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,20 +44,15 @@ func TestGather(t *testing.T) {
 		{"no gather", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := setupGPUCluster(t, "impact-e2e-gather-", 2, fmt.Sprintf(`
+			w, envDir, nodes := twoNodes(t, "impact-e2e-gather-", fmt.Sprintf(`
 backfill {
   enabled      = true
   reservations = 0
   gather       = %t
 }
-`, tc.gather), "")
+`, tc.gather))
 			c := w.c
-			envDir := filepath.Join(w.dir, "env")
-			if err := os.MkdirAll(envDir, 0o777); err != nil {
-				t.Fatal(err)
-			}
-			nodes := c.WaitNodes(30*time.Second, 2, "both nodes", nil)
-			node0, node1 := nodes[0], nodes[1] // sorted by name: client-0, client-1
+			node0, node1 := nodes[0], nodes[1]
 			explain := w.explainEngine
 
 			runHCL(t, c.Agent, w.dir, "long", dfJob{name: "long", tier: "high", gpus: 8, node: node0.Name}.hcl(envDir))

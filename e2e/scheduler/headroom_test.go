@@ -24,7 +24,6 @@ package scheduler
 // of a few GPU-seconds takes minutes).
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,17 +72,12 @@ func TestHeadroomIdleBudget(t *testing.T) {
 // the jobs write their environment to.
 func headroomCluster(t *testing.T, prefix, budget string) (*lcEnv, string) {
 	t.Helper()
-	w := setupGPUCluster(t, prefix, 2, `
+	w, envDir, _ := twoNodes(t, prefix, `
 headroom "default" {
   tiers = ["critical"]
   gpus  = 4
 `+budget+`}
-`, "")
-	envDir := filepath.Join(w.dir, "env")
-	if err := os.MkdirAll(envDir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	w.c.WaitNodes(30*time.Second, 2, "both nodes", nil)
+`)
 	return w, envDir
 }
 

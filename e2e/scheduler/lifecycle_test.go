@@ -192,6 +192,20 @@ func setupGPUCluster(t *testing.T, prefix string, n int, policyExtra, serverExtr
 	return e
 }
 
+// twoNodes is setupGPUCluster on two client nodes (8 fake GPUs each)
+// with policyExtra: it waits for both nodes and returns the cluster, the
+// folder the jobs write their environment to, and the nodes sorted by
+// name (client-0, client-1).
+func twoNodes(t *testing.T, prefix, policyExtra string) (*lcEnv, string, []nomadagent.Node) {
+	t.Helper()
+	w := setupGPUCluster(t, prefix, 2, policyExtra, "")
+	envDir := filepath.Join(w.dir, "env")
+	if err := os.MkdirAll(envDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return w, envDir, w.c.WaitNodes(30*time.Second, 2, "both nodes", nil)
+}
+
 // startGPUCluster starts one Nomad server and n client processes, each
 // with raw_exec and impact-gpu's fake backend on its own copy of the
 // two-island 8-GPU topology (distinct GPU UUIDs), and waits until every

@@ -27,8 +27,6 @@ package scheduler
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,19 +45,14 @@ func TestReserveTiers(t *testing.T) {
 			if tc.reserve {
 				tiers = `  reserve_tiers = ["critical"]` + "\n"
 			}
-			w := setupGPUCluster(t, "impact-e2e-rsvtiers-", 2, fmt.Sprintf(`
+			w, envDir, nodes := twoNodes(t, "impact-e2e-rsvtiers-", fmt.Sprintf(`
 backfill {
   enabled      = true
   reservations = 0
 %s}
-`, tiers), "")
+`, tiers))
 			c := w.c
-			envDir := filepath.Join(w.dir, "env")
-			if err := os.MkdirAll(envDir, 0o777); err != nil {
-				t.Fatal(err)
-			}
-			nodes := c.WaitNodes(30*time.Second, 2, "both nodes", nil)
-			node0, node1 := nodes[0], nodes[1] // sorted by name: client-0, client-1
+			node0, node1 := nodes[0], nodes[1]
 			explain := w.explainEngine
 
 			for _, j := range []dfJob{
