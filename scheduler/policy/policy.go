@@ -186,11 +186,12 @@ type Backfill struct {
 	Reservations int
 	// ReserveTiers: a blocked job of these tiers that can neither start
 	// nor preempt its way in gets a reservation whatever Reservations
-	// says; these reservations do not count against Reservations. Urgent work that needs a whole node in a pool
-	// where every node holds work it may not preempt otherwise waits
-	// until a node happens to free at once, while every GPU that frees
-	// goes to narrower jobs behind it; its reservation drains the node
-	// whose unpreemptible work ends soonest instead (reserve.go).
+	// says; these reservations do not count against Reservations. Urgent
+	// work that needs a whole node, in a pool where every node holds work
+	// it may not preempt, otherwise waits until a node happens to free at
+	// once, while every GPU that frees goes to narrower jobs behind it;
+	// its reservation drains the node whose unpreemptible work ends
+	// soonest instead (engine/reserve.go).
 	ReserveTiers []string
 	// Gather lets a blocked job of several allocations that gets no
 	// reservation hold, in queue order, the free GPUs where its
