@@ -401,15 +401,10 @@ func (p *placer) reclaimableAt(tier string, h int) (time.Time, bool) {
 	if !(v.OK || v.Young) || v.Idle || !p.c.mayPreempt(tier, v.Tier) {
 		return time.Time{}, false
 	}
-	if !v.Young {
+	if !v.Young || v.Grown.Before(p.c.now) {
 		return p.c.now, true
 	}
-	hd := &p.c.st.Holders()[h]
-	at := earliestStart(hd.Allocs).Add(p.c.pol.MinRuntime(hd.Job.Spec))
-	if at.Before(p.c.now) {
-		at = p.c.now
-	}
-	return at, true
+	return v.Grown, true
 }
 
 // at returns the i-th holder by expected end; false past the last.

@@ -20,8 +20,11 @@ type Victim struct {
 	OK bool
 	// Young: preemptible but within its minimum runtime, a victim only
 	// for the tiers a headroom of its pool waives that for (Eligible);
-	// a reservation counts it as freed once past the minimum runtime.
+	// a reservation counts it as freed from Grown on.
 	Young bool
+	// Grown: when a young victim's minimum runtime ends (zero for the
+	// others).
+	Grown time.Time
 	// Idle: a victim by its tier's preemptible idle action (see Idle).
 	Idle bool
 	Tier string
@@ -66,9 +69,14 @@ func Running(g Gang, now time.Time, minRuntime, restartCost time.Duration) (v Vi
 	young = now.Sub(g.Start) < minRuntime
 	lost := WorkLost(g.Allocs, g.Spec.CheckpointInterval, now)
 	restart := float64(g.GPUs) * restartCost.Hours()
+	var grown time.Time
+	if young {
+		grown = g.Start.Add(minRuntime)
+	}
 	return Victim{
 		OK:    !young,
 		Young: young,
+		Grown: grown,
 		Tier:  g.Tier,
 		Cost:  g.Impact * (lost + restart),
 		Lost:  lost,

@@ -29,8 +29,8 @@ func TestRunningVictim(t *testing.T) {
 		t.Fatalf("lost %v cost %v, want 4 and 15", v.Lost, v.Cost)
 	}
 	v, young = Running(g, t0, 3*time.Hour, 30*time.Minute)
-	if !young || v.OK || !v.Young || v.Tier != "normal" || v.Cost != 15 {
-		t.Fatalf("young: %+v young %v, want a young victim at cost 15", v, young)
+	if !young || v.OK || !v.Young || v.Tier != "normal" || v.Cost != 15 || !v.Grown.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("young: %+v young %v, want a young victim at cost 15, grown an hour from now", v, young)
 	}
 }
 
