@@ -133,6 +133,12 @@ preemption {
   restart_cost                = "5m"  # per GPU, added to the work lost
   gain_horizon                = "1h"
   max_per_cycle               = 8     # jobs that may preempt in one cycle
+  # The top tier's preemption is worth the wait it saves: its victims free
+  # their GPUs only after their grace, and it starts on whatever frees
+  # first. So its gain is weighed by the chance that running work ending
+  # on its own (at the pace of the last hour's ends in the pool) frees
+  # room for it before then; once it has waited a grace, it preempts.
+  weigh_ends = true
 }
 
 # Backfill: the first `reservations` blocked jobs of the queue hold a

@@ -110,6 +110,7 @@ steps=(
 	"why explainer reasons.go"
 	"hr hrCycle headroom.go headroom_prefer.go headroom_budget.go"
 	"wall walltimes walltime.go"
+	"pace endPace endpace.go"
 	"cuts cutter cuts.go"
 )
 for s in "${steps[@]}"; do

@@ -55,9 +55,10 @@ type dfJob struct {
 	count, gpus int
 	node        string
 	stopSeconds int
-	// grace is its impact_grace ("" is 5s); deadline its impact_deadline
-	// and walltime its impact_walltime ("" none).
-	grace, deadline, walltime string
+	// grace is its impact_grace ("" is 5s); deadline its impact_deadline,
+	// walltime its impact_walltime, project its impact_project and
+	// checkpoint its impact_checkpoint_interval ("" none).
+	grace, deadline, walltime, project, checkpoint string
 }
 
 func (j dfJob) hcl(envDir string) string {
@@ -68,8 +69,10 @@ func (j dfJob) hcl(envDir string) string {
 	if j.deadline != "" {
 		meta["impact_deadline"] = j.deadline
 	}
-	if j.walltime != "" {
-		meta["impact_walltime"] = j.walltime
+	for k, v := range map[string]string{"impact_walltime": j.walltime, "impact_project": j.project, "impact_checkpoint_interval": j.checkpoint} {
+		if v != "" {
+			meta[k] = v
+		}
 	}
 	return parkedJob{name: j.name, meta: meta, count: max(1, j.count), gpus: j.gpus, script: script, node: j.node,
 		killSignal: "SIGTERM", killTimeout: time.Duration(j.stopSeconds+10) * time.Second}.hcl()

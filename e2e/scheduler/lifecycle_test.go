@@ -183,22 +183,26 @@ func setupClusterWith(t *testing.T, prefix, policyExtra, serverExtra string) *lc
 	return setupGPUCluster(t, prefix, 3, policyExtra, serverExtra)
 }
 
-// setupGPUCluster is setupClusterWith on n client nodes.
-func setupGPUCluster(t *testing.T, prefix string, n int, policyExtra, serverExtra string) *lcEnv {
+// setupGPUCluster is setupClusterWith on n client nodes; opts change the
+// impact agent's env before it starts.
+func setupGPUCluster(t *testing.T, prefix string, n int, policyExtra, serverExtra string, opts ...func(*env)) *lcEnv {
 	c, impact := startGPUClusterWith(t, prefix, n, serverExtra)
 	e := &lcEnv{c: c, env: &env{t: t, a: c.Agent, dir: c.Dir, impact: impact, policyExtra: policyExtra,
 		apiURL: fmt.Sprintf("http://127.0.0.1:%d", nomadagent.FreePorts(t, 1)[0])}}
+	for _, o := range opts {
+		o(e.env)
+	}
 	e.impactProc = e.startImpact(t)
 	return e
 }
 
 // twoNodes is setupGPUCluster on two client nodes (8 fake GPUs each)
-// with policyExtra: it waits for both nodes and returns the cluster, the
-// folder the jobs write their environment to, and the nodes sorted by
-// name (client-0, client-1).
-func twoNodes(t *testing.T, prefix, policyExtra string) (*lcEnv, string, []nomadagent.Node) {
+// with policyExtra (and opts): it waits for both nodes and returns the
+// cluster, the folder the jobs write their environment to, and the nodes
+// sorted by name (client-0, client-1).
+func twoNodes(t *testing.T, prefix, policyExtra string, opts ...func(*env)) (*lcEnv, string, []nomadagent.Node) {
 	t.Helper()
-	w := setupGPUCluster(t, prefix, 2, policyExtra, "")
+	w := setupGPUCluster(t, prefix, 2, policyExtra, "", opts...)
 	envDir := filepath.Join(w.dir, "env")
 	if err := os.MkdirAll(envDir, 0o777); err != nil {
 		t.Fatal(err)

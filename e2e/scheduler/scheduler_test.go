@@ -73,8 +73,9 @@ type env struct {
 	apiURL string // impact agent API
 	// ctl is the fake GPU backend's control file (stats, XIDs).
 	ctl string
-	// policyExtra is appended to the impact agent's policy file.
-	policyExtra string
+	// policyExtra is appended to the impact agent's policy file, and
+	// preemptionExtra to its preemption block.
+	policyExtra, preemptionExtra string
 	// extra is added to the impact agent's config.
 	extra string
 	// logLevel of the impact agent (default "debug").
@@ -292,7 +293,7 @@ preemption {
   gain_horizon                = "1h"
   max_gpu_hours_lost_per_hour = 0
   max_per_cycle               = 4
-}
+` + e.preemptionExtra + `}
 ` + e.policyExtra
 	if err := os.WriteFile(filepath.Join(e.dir, "policy.hcl"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)

@@ -117,7 +117,7 @@ func TestFinishAllocLog(t *testing.T) {
 		t.Fatalf("finished allocations still in the model: %d", snap.NumAllocs())
 	}
 	recs, next := snap.FinishedSince(0)
-	want := Finished{AllocID: "a1", JobID: "j1", GPUs: 2, Start: t0, End: t0.Add(time.Hour)}
+	want := Finished{AllocID: "a1", JobID: "j1", GPUs: 2, NodeID: "n1", Start: t0, End: t0.Add(time.Hour)}
 	if len(recs) != 1 || recs[0] != want || next != 1 {
 		t.Fatalf("FinishedSince(0) = %+v, %d; want [%+v], 1", recs, next, want)
 	}
@@ -132,7 +132,7 @@ func TestFinishAllocLog(t *testing.T) {
 		t.Fatal("CompleteAlloc = false for a known allocation")
 	}
 	recs, next = s.Snapshot().FinishedSince(next)
-	if want := (Finished{AllocID: "c1", JobID: "j1", GPUs: 1, Start: t0, End: t0.Add(2 * time.Hour), Completed: true}); len(recs) != 1 || recs[0] != want || next != 2 {
+	if want := (Finished{AllocID: "c1", JobID: "j1", GPUs: 1, NodeID: "n1", Start: t0, End: t0.Add(2 * time.Hour), Completed: true}); len(recs) != 1 || recs[0] != want || next != 2 {
 		t.Fatalf("after CompleteAlloc: %+v, %d; want [%+v], 2", recs, next, want)
 	}
 	// Bounded: past MaxFinished the oldest records are dropped and a

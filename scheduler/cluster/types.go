@@ -343,8 +343,9 @@ type Finished struct {
 	// Project and Tier are the job's impact_project and impact_tier as
 	// written ("" = the policy's default).
 	Project, Tier string
-	// GPUs the allocation held.
-	GPUs int
+	// GPUs the allocation held, on node NodeID.
+	GPUs   int
+	NodeID string
 	// Start and End of the allocation's run.
 	Start, End time.Time
 	// Completed: the allocation ran to its end on its own

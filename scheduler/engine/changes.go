@@ -63,6 +63,8 @@ type changes struct {
 	hrCredit map[string]hrCredit
 	// wallRuns: the run times learned this cycle (walltimes.begin).
 	wallRuns []learnedRun
+	// ends: the natural ends seen this cycle (endPace.learn).
+	ends []naturalEnd
 	// cuts is the whole new set of preemptions that cut the pool, by
 	// preemptor (cuts.go; nil: unchanged).
 	cuts map[string][]cut
@@ -328,4 +330,5 @@ func (e *Engine) apply(ch *changes, now time.Time) {
 		maps.Copy(e.hrMem, ch.hrMem)
 	}
 	e.learnWalltimes(ch.wallRuns, now)
+	e.rememberEnds(ch.ends, now)
 }

@@ -44,6 +44,7 @@ type cycle struct {
 	// The steps, in the order run calls them.
 	acc    accruer   // accrue.go: usage charged, stops expired
 	wall   walltimes // walltime.go: run times learned, walltimes estimated
+	pace   endPace   // endpace.go: natural ends learned, their chance to come first
 	holds  holdings  // held.go: GPUs held for earlier decisions
 	judge  judger    // victims.go, idle.go, gangwatch.go: running gangs
 	order  orderer   // queue.go, layout.go: the queue ordered
@@ -73,6 +74,7 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 	c.place = placer{c: c, poolMax: map[string][3]int{}}
 	c.pre, c.defrag, c.why = preempter{c: c}, defragger{c: c}, explainer{c: c}
 	c.cuts = cutter{c: c}
+	c.pace = endPace{c: c}
 	c.wall = newWalltimes(c)
 	return c
 }
@@ -121,6 +123,7 @@ func (c *cycle) run() {
 	facts := c.judge.managedFacts()
 	c.acc.accrue(c.st.Holders(), facts)
 	c.wall.begin(facts)
+	c.pace.learn()
 	c.holds.holdPending()
 	c.holds.holdBindings()
 	c.cuts.begin()
@@ -168,15 +171,23 @@ func (c *cycle) buildState() {
 }
 
 // decideAll decides the laid-out queue in order, then the moves left for
-// last (decide.go).
+// last (decide.go). Each job that still waits for GPUs once decided
+// (neither admitted, now or by an earlier cycle, nor preempting) is
+// counted ahead of the jobs behind it (endPace.waits): they get GPUs that
+// free only after it.
 func (c *cycle) decideAll(lay *queueLayout) {
 	c.cuts.prepare(lay)
 	for i := range lay.len() {
 		q := lay.at(i)
 		if !c.explain && c.onlyWaits(q, i+1) {
+			if _, pending := c.mem.pendingJob(q.job); !pending {
+				c.pace.waits(q)
+			}
 			continue
 		}
-		c.decide(q, i+1)
+		if s := c.decide(q, i+1); s != StatusAdmitted && s != StatusPreempting {
+			c.pace.waits(q)
+		}
 	}
 	c.defrag.moveLast(lay)
 }

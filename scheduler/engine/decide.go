@@ -51,14 +51,15 @@ func (c *cycle) request(q *queued, allowReserved bool) placement.Request {
 // the jobs moved out of its way, else reserving, else (every reservation
 // taken) gathering its allocations' nodes (gather.go). Left waiting or
 // holding a reservation (not gathering), it is noted for the moves
-// searched once the whole queue is decided (defragger.moveLast).
-func (c *cycle) decide(q *queued, pos int) {
+// searched once the whole queue is decided (defragger.moveLast). It
+// returns where the job stands (its explanation's status).
+func (c *cycle) decide(q *queued, pos int) Status {
 	exp := c.why.explanation(q, pos)
 	if c.heldBack(q, exp) {
 		if exp.Status == StatusParked {
 			c.holds.dropSpent(q, exp)
 		}
-		return
+		return exp.Status
 	}
 	if give := c.hr.protect(q); give != nil {
 		defer give()
@@ -70,11 +71,11 @@ func (c *cycle) decide(q *queued, pos int) {
 		defer back()
 	}
 	if c.place.tryAdmit(q, exp, pos) {
-		return
+		return exp.Status
 	}
 	exp.Status = StatusWaiting
 	if c.pre.tryPreempt(q, exp) || c.defrag.waitsForMoves(q, exp) {
-		return
+		return exp.Status
 	}
 	if !c.place.full() || c.place.reservesAlways(q) {
 		c.place.reserve(q, exp)
@@ -90,6 +91,7 @@ func (c *cycle) decide(q *queued, pos int) {
 		// which the suite measured worse (example/sim/README.md).
 		c.defrag.consider(pos, c.place.count()-1)
 	}
+	return exp.Status
 }
 
 // onlyWaits reports, for an engine without explanations, that deciding q

@@ -10,6 +10,9 @@
 //	accruer    accrue.go      charge fair-share usage, expire old stops
 //	walltimes  walltime.go    learn run times of finished jobs (policy
 //	                          walltime block), estimate missing walltimes
+//	endPace    endpace.go     learn how fast running work ends on its own
+//	                          (a top-tier preemption weighs the chance
+//	                          that an end frees room first)
 //	           cycle.go       build the capacity (placement.State)
 //	holdings   held.go        hold GPUs of admissions under way and of
 //	                          preemptors' and moved jobs' bindings

@@ -87,6 +87,9 @@ type Engine struct {
 	// walls: the run times learned for walltime estimates (walltime.go;
 	// nil until one is learned).
 	walls *wallMemory
+	// ends: the natural ends of the last endWindow, oldest first
+	// (endpace.go).
+	ends []naturalEnd
 	// scratch is the cycles' reusable working memory (scratch.go).
 	scratch scratch
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
 	"github.com/impact-sched/nomad-impact/scheduler/preempt"
@@ -138,6 +139,9 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 		}
 		return false
 	}
+	if pe.endsFirst(q, victims, gain, cost, exp) {
+		return false
+	}
 	budget, ok := pe.budgetAllows(q, exp, lost)
 	if !ok {
 		return false
@@ -147,6 +151,43 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	}
 	pe.orderPreemptions(q, exp, victims, res, gain, cost, budget, shaped)
 	return true
+}
+
+// endsFirst: a top-tier job does not preempt victims (worth gain, at
+// cost) when running work ending on its own is likely enough to free
+// room for it before they would stop that the wait the preemption saves
+// is worth no more than its cost (policy preemption weigh_ends,
+// endpace.go). Only until the job has waited as long as their grace: a
+// pace learned over the last hour may be faster than the present one, and
+// after that long the preemption would have started it.
+func (pe *preempter) endsFirst(q *queued, victims []int, gain, cost float64, exp *Explanation) bool {
+	if !pe.c.pol.Preemption.WeighEnds || !pe.topTier(q) {
+		return false
+	}
+	grace := pe.maxGrace(victims)
+	if pe.c.now.Sub(q.submitTime()) >= grace {
+		return false
+	}
+	chance := pe.c.pace.firstChance(q, grace)
+	saved := gain * (1 - chance)
+	if chance <= 0 || saved > cost {
+		return false
+	}
+	if pe.c.explain {
+		exp.Reason += fmt.Sprintf("; running work ending on its own is likely (%.0f%%, at the pace of the last hour's ends) to free room for it before its victims' grace of %s is over: preempting would save a wait worth %.1f of its gain %.1f, no more than its cost %.1f",
+			100*chance, grace, saved, gain, cost)
+	}
+	return true
+}
+
+// maxGrace is the longest grace among the victims: how long until the
+// last of them has stopped.
+func (pe *preempter) maxGrace(victims []int) time.Duration {
+	var g time.Duration
+	for _, h := range victims {
+		g = max(g, pe.c.victims[h].Grace)
+	}
+	return g
 }
 
 // mayTryPreempting: q's tier may preempt some tier, or some running job

@@ -82,6 +82,7 @@ type preemptionFile struct {
 	RestartCost            hcl.Expression `hcl:"restart_cost,optional"`
 	GainHorizon            hcl.Expression `hcl:"gain_horizon,optional"`
 	MaxPerCycle            *int           `hcl:"max_per_cycle,optional"`
+	WeighEnds              *bool          `hcl:"weigh_ends,optional"`
 }
 
 type backfillFile struct {
@@ -252,6 +253,7 @@ func (o *overlay) apply(f *policyFile) {
 		o.dur(&p.Preemption.RestartCost, pr.RestartCost)
 		o.dur(&p.Preemption.GainHorizon, pr.GainHorizon)
 		set(&p.Preemption.MaxPerCycle, pr.MaxPerCycle)
+		set(&p.Preemption.WeighEnds, pr.WeighEnds)
 	}
 	if b := f.Backfill; b != nil {
 		set(&p.Backfill.Enabled, b.Enabled)

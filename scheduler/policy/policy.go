@@ -172,6 +172,17 @@ type Preemption struct {
 	// MaxPerCycle bounds the number of jobs that may preempt in one cycle,
 	// so one cycle never tears down the cluster.
 	MaxPerCycle int
+	// WeighEnds: a top-tier job values a preemption by the wait it saves.
+	// Its victims free their GPUs only once their grace is over, and it
+	// takes whatever frees first: where running work ends on its own
+	// every few seconds it starts on such GPUs, and the victims lose their
+	// work for nothing. So the gain is weighed by the chance that no such
+	// end frees room for it before the victims would stop, from the pace
+	// of the ends of the last hour (engine/endpace.go), until it has
+	// waited as long as a preemption takes. Not below the top tier: there
+	// the victims' GPUs pass to the next job of the preemptor's tier, and
+	// the suite measured the tier-weighted JCT worse for it.
+	WeighEnds bool
 }
 
 // Backfill governs the reservation for blocked jobs at the head of the
@@ -325,6 +336,7 @@ func Default() *Policy {
 			RestartCost:            5 * time.Minute,
 			GainHorizon:            time.Hour,
 			MaxPerCycle:            8,
+			WeighEnds:              true,
 		},
 		Backfill:   Backfill{Enabled: true, Reservations: 1},
 		Defragment: Defragment{MaxVictimGPUs: 2, MaxPerCycle: 2},

@@ -1,0 +1,135 @@
+package scheduler
+
+// TestTopTierWeighsNaturalEnds: the policy's preemption weigh_ends on a
+// real two-node Nomad cluster (one server, two client processes, each 8
+// fake GPUs of its own).
+//
+// A batch job of 16 one-GPU allocations ("done") runs to its end: 16
+// GPUs freed by work ending on its own in the last hour, which the agent
+// learns from Nomad's allocation updates. Then a scavenger job of 8 GPUs
+// fills each node ("s0", "s1"; a 5 minute grace, a checkpoint every 10
+// seconds, so preempting one loses little), and a critical job of 1 GPU
+// ("crit") arrives, in a project of so small a weight that preempting
+// is worth about twice what it costs.
+//
+// With weigh_ends (the default), 16 ends in the last hour make it likely
+// (about 74%) that another end frees a GPU before a victim's 5 minute
+// grace is over, so the preemption would save a wait worth less than its
+// cost: crit waits (holding the reservation the agent's default policy
+// gives the queue's blocked head), says so, and preempts nothing: neither
+// is told to checkpoint; when s0 ends (stopped here), crit starts on its
+// node. With weigh_ends = false (the control) crit preempts one of them
+// at once: it is told to checkpoint (its 5 minute grace then runs).
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTopTierWeighsNaturalEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		weigh bool
+	}{
+		{"weigh_ends", true},
+		{"weigh_ends off", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, envDir, nodes := twoNodes(t, "impact-e2e-ends-", `
+project "lab" {
+  weight = 0.0003
+}
+`, func(e *env) {
+				if !tc.weigh {
+					e.preemptionExtra = "  weigh_ends = false\n"
+				}
+			})
+			c := w.c
+			explain := w.explainEngine
+
+			runHCL(t, c.Agent, w.dir, "done", parkedJob{name: "done", meta: map[string]string{"impact_tier": "normal"},
+				count: 16, gpus: 1, script: "exit 0"}.hcl())
+			eventually(t, 120*time.Second, "done: 16 allocations complete", func() (bool, string) {
+				n := 0
+				for _, a := range w.allocsOf("done") {
+					if a.ClientStatus == "complete" {
+						n++
+					}
+				}
+				return n == 16, explain("done").String()
+			})
+			for i, j := range []dfJob{
+				{name: "s0", tier: "scavenger", gpus: 8, node: nodes[0].Name, grace: "5m", checkpoint: "10s"},
+				{name: "s1", tier: "scavenger", gpus: 8, node: nodes[1].Name, grace: "5m", checkpoint: "10s"},
+			} {
+				runHCL(t, c.Agent, w.dir, j.name, j.hcl(envDir))
+				if r := w.waitRunningN(j.name, 1, 120*time.Second)[0]; r.NodeID != nodes[i].ID {
+					t.Fatalf("%s runs on %s, want %s", j.name, r.NodeID, nodes[i].ID)
+				}
+			}
+			runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 1, project: "lab"}.hcl(envDir))
+			// signalled lists the scavenger jobs told to checkpoint: a
+			// preemption's first step (their grace follows).
+			signalled := func() []string {
+				var out []string
+				for _, id := range []string{"s0", "s1"} {
+					for _, a := range w.allocsOf(id) {
+						if b, err := os.ReadFile(filepath.Join(envDir, id+"-"+a.ID+".ckpt")); err == nil && len(b) > 0 {
+							out = append(out, id)
+						}
+					}
+				}
+				return out
+			}
+			if !tc.weigh {
+				eventually(t, 60*time.Second, "crit preempting one scavenger job, which is told to checkpoint", func() (bool, string) {
+					ex := explain("crit")
+					return ex.Engine != nil && ex.Engine.Status == "preempting" && len(signalled()) == 1, fmt.Sprintf("%s; signalled %v", ex, signalled())
+				})
+				t.Logf("crit: %s", explain("crit"))
+				noRollbacks(t, w.apiURL)
+				return
+			}
+			eventually(t, 60*time.Second, "crit waiting for running work to end", func() (bool, string) {
+				ex := explain("crit")
+				// Waiting, or holding the reservation the agent's default
+				// policy gives the queue's blocked head.
+				return ex.Engine != nil && (ex.Engine.Status == "waiting" || ex.Engine.Status == "reserved") &&
+					strings.Contains(ex.Reason, "ending on its own is likely"), ex.String()
+			})
+			t.Logf("crit: %s", explain("crit"))
+			waitCycles(t, w.apiURL, 3)
+			for _, id := range []string{"s0", "s1"} {
+				if rs := w.running(id); len(rs) != 1 {
+					t.Fatalf("%s: running %+v, want it left running (crit waits for an end instead)", id, rs)
+				}
+			}
+			if as := w.allocsOf("crit"); len(as) != 0 {
+				t.Fatalf("crit: allocations %+v before anything ended", as)
+			}
+			if s := signalled(); len(s) != 0 {
+				t.Fatalf("%v told to checkpoint: crit preempted", s)
+			}
+			ended := time.Now()
+			if out, err := w.nomad("job", "stop", "-detach", "s0"); err != nil {
+				t.Fatalf("stop s0: %v\n%s", err, out)
+			}
+			r := w.waitRunningN("crit", 1, 120*time.Second)[0]
+			t.Logf("crit running on %s %s after s0 was stopped", r.NodeID, time.Since(ended).Round(100*time.Millisecond))
+			if r.NodeID != nodes[0].ID {
+				t.Errorf("crit runs on %s, want %s (s0's node)", r.NodeID, nodes[0].ID)
+			}
+			if rs := w.running("s1"); len(rs) != 1 {
+				t.Errorf("s1: running %+v, want it never preempted", rs)
+			}
+			noRollbacks(t, w.apiURL)
+			if t.Failed() {
+				t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+			}
+		})
+	}
+}
