@@ -3,19 +3,22 @@ package engine
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
-// paceWorld: two nodes of 8 GPUs full of 1-GPU scavenger jobs that have
-// run an hour (no checkpoint: each would lose a GPU-hour), jobs of gpus
-// GPUs of tier waiting, submitted waited ago, the first longest; critical work
-// (the top tier) and high work preempt scavenger work, whose grace is a
-// minute. weighEnds sets the policy's weigh_ends.
-func paceWorld(t *testing.T, tier string, gpus, waiting int, waited time.Duration, weighEnds bool) *wallWorld {
-	t.Helper()
-	w := newWallWorld(t, mustPolicy(t, fmt.Sprintf(`
+// pacePolicy: critical work (the top tier) and high work preempt
+// scavenger work; a preemption is valued over a minute; weighEnds sets
+// weigh_ends, perCycle max_per_cycle; extra is appended.
+func pacePolicy(t tb, weighEnds bool, perCycle int, extra string) *policy.Policy {
+	return mustPolicy(t, fmt.Sprintf(`
 default_tier = "scavenger"
 tier "critical" {
   weight      = 1000
@@ -34,29 +37,48 @@ preemption {
   min_runtime   = "0s"
   restart_cost  = "2m"
   gain_horizon  = "1m"
-  max_per_cycle = 4
+  max_per_cycle = %d
   weigh_ends    = %v
 }
-`, weighEnds)))
+`, perCycle, weighEnds)+extra)
+}
+
+// paceStore: two nodes of 8 GPUs full of 1-GPU scavenger jobs that have
+// run an hour (no checkpoint: each would lose a GPU-hour; a minute's
+// grace), and jobs of gpus GPUs of tier waiting, submitted waited ago,
+// the first longest.
+func paceStore(t tb, tier string, gpus, waiting int, waited time.Duration) *cluster.Store {
+	t.Helper()
+	store := cluster.NewStore()
 	for _, n := range []string{"n1", "n2"} {
+		mustDo(t, store.UpsertNode(mkNode(n, 8, 2)))
 		for g := range 8 {
 			id := fmt.Sprintf("s-%s-%d", n, g)
-			mustDo(t, w.store.UpsertJob(mkJob(id, running(), meta("impact_tier", "scavenger", "impact_grace", "60s"))))
-			mustDo(t, w.store.UpsertAlloc(alloc(id+"-a", id, n, t0.Add(-time.Hour), g)))
+			mustDo(t, store.UpsertJob(mkJob(id, running(), meta("impact_tier", "scavenger", "impact_grace", "60s"))))
+			mustDo(t, store.UpsertAlloc(alloc(id+"-a", id, n, t0.Add(-time.Hour), g)))
 		}
 	}
 	for i := range waiting {
-		mustDo(t, w.store.UpsertJob(mkJob(fmt.Sprintf("w-%d", i), group("main", 1, gpus), meta("impact_tier", tier), submitted(t0.Add(-waited+time.Duration(i)*time.Second)))))
+		mustDo(t, store.UpsertJob(mkJob(fmt.Sprintf("w-%d", i), group("main", 1, gpus), meta("impact_tier", tier), submitted(t0.Add(-waited+time.Duration(i)*time.Second)))))
 	}
-	return w
+	return store
 }
 
-// endsTaught records n allocations of 1 GPU that ran to their end (or
-// were stopped, when completed is false) at the given instants.
-func (w *wallWorld) endsTaught(n int, end time.Time, completed bool) {
-	w.t.Helper()
-	for range n {
-		w.teach(nil, 1, end, completed, 10*time.Minute)
+// teachEnds records n allocations of 1 GPU on node "gone" that ran 10
+// minutes to end, at end: to their end on their own (completed), or
+// stopped.
+func teachEnds(t tb, store *cluster.Store, n int, end time.Time, completed bool) {
+	t.Helper()
+	for i := range n {
+		id := fmt.Sprintf("done-%d-%d", end.Unix(), i)
+		mustDo(t, store.UpsertJob(mkJob(id, running())))
+		mustDo(t, store.UpsertAlloc(alloc(id+"-a", id, "gone", end.Add(-10*time.Minute), 0)))
+		if completed {
+			store.CompleteAlloc(id+"-a", end)
+		} else {
+			store.FinishAlloc(id+"-a", end)
+		}
+		store.DeleteJob(id)
 	}
 }
 
@@ -98,9 +120,14 @@ func TestPreemptionWeighsNaturalEnds(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := paceWorld(t, tc.tier, tc.gpus, tc.waiting, tc.waited, !tc.off)
-			w.endsTaught(tc.ends, t0.Add(-tc.endsAt), tc.completed)
-			p := w.decide(t0)
+			store := paceStore(t, tc.tier, tc.gpus, tc.waiting, tc.waited)
+			teachEnds(t, store, tc.ends, t0.Add(-tc.endsAt), tc.completed)
+			pol := pacePolicy(t, !tc.off, 4, "")
+			snap := store.Snapshot()
+			p := mustEngine(t, pol).Decide(snap, t0)
+			if err := ValidatePlan(pol, snap, p); err != nil {
+				t.Fatal(err)
+			}
 			var got []string
 			for i := range tc.waiting {
 				id := fmt.Sprintf("w-%d", i)
@@ -139,4 +166,36 @@ func TestPoissonBelow(t *testing.T) {
 			t.Errorf("poissonBelow(%g, %d) = %g, want %g", tc.mu, tc.m, got, tc.want)
 		}
 	}
+}
+
+// The count of jobs waiting ahead of a top-tier job decides how likely
+// the ends come first for it; an engine without explanations skips
+// deciding most waiting jobs (onlyWaits) and must count them the same:
+// over random bursts, paces and budgets, with old scavenger jobs that
+// aging ranks ahead of the critical ones (they may preempt no one, so
+// the lean engine skips them), both engines decide the same.
+func TestPropertyPaceSameWithoutExplanations(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		store := paceStore(t, "critical", rapid.SampledFrom([]int{1, 2, 4}).Draw(t, "gpus"), rapid.IntRange(1, 8).Draw(t, "waiting"),
+			time.Duration(rapid.IntRange(0, 90).Draw(t, "waited"))*time.Second)
+		for i := range rapid.IntRange(0, 6).Draw(t, "high") {
+			mustDo(t, store.UpsertJob(mkJob(fmt.Sprintf("h-%d", i), meta("impact_tier", "high"), submitted(t0.Add(-time.Duration(i)*time.Second)))))
+		}
+		for i := range rapid.IntRange(0, 4).Draw(t, "old") {
+			mustDo(t, store.UpsertJob(mkJob(fmt.Sprintf("old-%d", i), meta("impact_tier", "scavenger"), submitted(t0.Add(-3*time.Hour)))))
+		}
+		teachEnds(t, store, rapid.IntRange(0, 600).Draw(t, "ends"), t0.Add(-time.Duration(rapid.IntRange(1, 50).Draw(t, "ago"))*time.Minute), true)
+		pol := pacePolicy(t, true, rapid.IntRange(1, 4).Draw(t, "perCycle"), `
+aging {
+  weight_per_hour = 1000
+  max             = 5000
+}
+`)
+		snap := store.Snapshot()
+		a := mustEngine(t, pol).Decide(snap, t0)
+		b := mustEngine(t, pol, WithoutExplanations()).Decide(snap, t0)
+		if !reflect.DeepEqual(a.Preemptions, b.Preemptions) || !reflect.DeepEqual(a.Admissions, b.Admissions) {
+			t.Fatalf("decisions differ:\n%+v\n%+v", a.Preemptions, b.Preemptions)
+		}
+	})
 }
