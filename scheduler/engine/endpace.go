@@ -94,8 +94,13 @@ func (p *endPace) rate(pool string) float64 {
 	return r
 }
 
-// waits notes that q, decided, still waits for GPUs.
+// waits notes that q, decided, still waits for GPUs. Only top-tier
+// preemptions under the policy's weigh_ends read it, so without it
+// nothing is counted (a long queue's every job would hash its pool).
 func (p *endPace) waits(q *queued) {
+	if !p.c.pol.Preemption.WeighEnds {
+		return
+	}
 	if p.ahead == nil {
 		p.ahead = map[string]int{}
 	}

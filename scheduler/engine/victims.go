@@ -83,9 +83,9 @@ func (jd *judger) assessHolders(facts []*specFacts) {
 		// A young gang is a victim only for a headroom's tiers
 		// (hrCycle.waives); a reservation counts on it once past its
 		// minimum runtime (placer.reclaimableAt).
-		v, young := preempt.Running(g, jd.c.now, minRT, jd.c.pol.Preemption.RestartCost)
-		if young && jd.c.explain {
-			jd.c.why.addYoung(youngHolder{h: h, tier: f.tier, from: g.Start.Add(minRT), own: j.Spec.MinRuntime})
+		v := preempt.Running(g, jd.c.now, minRT, jd.c.pol.Preemption.RestartCost)
+		if v.Young && jd.c.explain {
+			jd.c.why.addYoung(youngHolder{h: h, tier: f.tier, from: v.Grown, own: j.Spec.MinRuntime})
 		}
 		jd.c.victims[h] = v
 	}

@@ -61,12 +61,12 @@ type Gang struct {
 
 // Running judges a running preemptible gang at now: past its minimum
 // runtime it is a victim (OK) at the cost of its impact x (the work it
-// loses since its last checkpoint + restartCost per GPU). Within it
-// (young, true) it is a young victim (Young, at the same cost): a victim
-// only where a headroom waives the minimum runtime, and one a
-// reservation may count on once the minimum runtime is over.
-func Running(g Gang, now time.Time, minRuntime, restartCost time.Duration) (v Victim, young bool) {
-	young = now.Sub(g.Start) < minRuntime
+// loses since its last checkpoint + restartCost per GPU). Within it it is
+// a young victim (Young, at the same cost, Grown when the minimum runtime
+// ends): a victim only where a headroom waives the minimum runtime, and
+// one a reservation may count on once it has grown.
+func Running(g Gang, now time.Time, minRuntime, restartCost time.Duration) Victim {
+	young := now.Sub(g.Start) < minRuntime
 	lost := WorkLost(g.Allocs, g.Spec.CheckpointInterval, now)
 	restart := float64(g.GPUs) * restartCost.Hours()
 	var grown time.Time
@@ -81,7 +81,7 @@ func Running(g Gang, now time.Time, minRuntime, restartCost time.Duration) (v Vi
 		Cost:  g.Impact * (lost + restart),
 		Lost:  lost,
 		Grace: g.Spec.Grace,
-	}, young
+	}
 }
 
 // Idle makes a gang idle since `since` on its tier's preemptible idle

@@ -20,17 +20,17 @@ func TestRunningVictim(t *testing.T) {
 		Allocs: []*cluster.Alloc{{GPUs: []string{"a", "b"}, Start: t0.Add(-2 * time.Hour)}},
 		GPUs:   2, Start: t0.Add(-2 * time.Hour), Tier: "normal", Impact: 3, Spec: spec,
 	}
-	v, young := Running(g, t0, time.Hour, 30*time.Minute)
-	if young || !v.OK || v.Young || v.Tier != "normal" || v.Grace != 30*time.Second {
-		t.Fatalf("past min runtime: %+v young %v", v, young)
+	v := Running(g, t0, time.Hour, 30*time.Minute)
+	if !v.OK || v.Young || v.Tier != "normal" || v.Grace != 30*time.Second {
+		t.Fatalf("past min runtime: %+v", v)
 	}
 	// 2 GPUs x 2h lost, 2 GPUs x 0.5h restart, impact 3.
 	if math.Abs(v.Lost-4) > 1e-9 || math.Abs(v.Cost-3*(4+1)) > 1e-9 {
 		t.Fatalf("lost %v cost %v, want 4 and 15", v.Lost, v.Cost)
 	}
-	v, young = Running(g, t0, 3*time.Hour, 30*time.Minute)
-	if !young || v.OK || !v.Young || v.Tier != "normal" || v.Cost != 15 || !v.Grown.Equal(t0.Add(time.Hour)) {
-		t.Fatalf("young: %+v young %v, want a young victim at cost 15, grown an hour from now", v, young)
+	v = Running(g, t0, 3*time.Hour, 30*time.Minute)
+	if v.OK || !v.Young || v.Tier != "normal" || v.Cost != 15 || !v.Grown.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("young: %+v, want a young victim at cost 15, grown an hour from now", v)
 	}
 }
 
