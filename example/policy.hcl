@@ -139,6 +139,12 @@ preemption {
   # on its own (at the pace of the last hour's ends in the pool) frees
   # room for it before then; once it has waited a grace, it preempts.
   weigh_ends = true
+  # A preemption whose preemptor no longer waits (it started on GPUs that
+  # freed meanwhile, or left the queue) is withdrawn while its victims'
+  # grace lasts: they run on. A job that keeps working after its checkpoint
+  # signal loses nothing; one that exits on it (impact_requeue_exit_code)
+  # is requeued as before.
+  withdraw = true
 }
 
 # Backfill: the first `reservations` blocked jobs of the queue hold a

@@ -133,3 +133,89 @@ project "lab" {
 		})
 	}
 }
+
+// TestPreemptionWithdrawn: a preemption whose preemptor started on GPUs
+// that freed meanwhile is withdrawn within its victim's grace, on a real
+// two-node Nomad cluster (one server, two client processes, each 8 fake
+// GPUs of its own).
+//
+// A scavenger job of 8 GPUs fills each node ("s0", "s1"; a minute's
+// grace; its tasks note the checkpoint signal and run on), and a
+// critical job of 1 GPU ("crit") arrives with weigh_ends off: it
+// preempts one of them at once, which is told to checkpoint. Then the
+// other ends (stopped here, as work ending on its own): crit starts on
+// its node, and the engine withdraws the preemption it no longer needs.
+// The victim runs on past the grace it would have had, never parked or
+// stopped; impact explain says why, and the agent counts the outcome
+// withdrawn.
+func TestPreemptionWithdrawn(t *testing.T) {
+	w, envDir, nodes := twoNodes(t, "impact-e2e-withdraw-", "", func(e *env) {
+		e.preemptionExtra = "  weigh_ends = false\n"
+	})
+	c := w.c
+	explain := w.explainEngine
+	for i, j := range []dfJob{
+		{name: "s0", tier: "scavenger", gpus: 8, node: nodes[0].Name, grace: "1m", checkpoint: "10s"},
+		{name: "s1", tier: "scavenger", gpus: 8, node: nodes[1].Name, grace: "1m", checkpoint: "10s"},
+	} {
+		runHCL(t, c.Agent, w.dir, j.name, j.hcl(envDir))
+		if r := w.waitRunningN(j.name, 1, 120*time.Second)[0]; r.NodeID != nodes[i].ID {
+			t.Fatalf("%s runs on %s, want %s", j.name, r.NodeID, nodes[i].ID)
+		}
+	}
+	runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 1}.hcl(envDir))
+	// signalled lists the scavenger jobs told to checkpoint: a
+	// preemption's first step (its grace follows).
+	signalled := func() []string {
+		var out []string
+		for _, id := range []string{"s0", "s1"} {
+			for _, a := range w.allocsOf(id) {
+				if b, err := os.ReadFile(filepath.Join(envDir, id+"-"+a.ID+".ckpt")); err == nil && len(b) > 0 {
+					out = append(out, id)
+				}
+			}
+		}
+		return out
+	}
+	eventually(t, 60*time.Second, "crit preempting one scavenger job, which is told to checkpoint", func() (bool, string) {
+		ex := explain("crit")
+		return ex.Engine != nil && ex.Engine.Status == "preempting" && len(signalled()) == 1, fmt.Sprintf("%s; signalled %v", ex, signalled())
+	})
+	signalledAt := time.Now()
+	victim, other, otherNode := "s0", "s1", nodes[1].ID
+	if signalled()[0] == "s1" {
+		victim, other, otherNode = "s1", "s0", nodes[0].ID
+	}
+	victimAlloc := w.running(victim)[0].ID
+	if out, err := w.nomad("job", "stop", "-detach", other); err != nil {
+		t.Fatalf("stop %s: %v\n%s", other, err, out)
+	}
+	r := w.waitRunningN("crit", 1, 120*time.Second)[0]
+	t.Logf("crit running on %s %s after the preemption of %s", r.NodeID, time.Since(signalledAt).Round(100*time.Millisecond), victim)
+	if r.NodeID != otherNode {
+		t.Fatalf("crit runs on %s, want %s (%s's node)", r.NodeID, otherNode, other)
+	}
+	eventually(t, 60*time.Second, "the preemption of "+victim+" withdrawn", func() (bool, string) {
+		v := w.metric(`impact_preemption_outcomes_total{outcome="withdrawn"}`)
+		return v == "1", "impact_preemption_outcomes_total{outcome=\"withdrawn\"} = " + v
+	})
+	// Past the grace it had (the wait is for that instant, not for a
+	// condition): still the same allocation, running, not requeued.
+	time.Sleep(time.Until(signalledAt.Add(time.Minute + 15*time.Second)))
+	rs := w.running(victim)
+	if len(rs) != 1 || rs[0].ID != victimAlloc {
+		t.Errorf("%s: running %+v, want its allocation %s running on past its grace", victim, rs, victimAlloc)
+	}
+	if ex := explain(victim); ex.State != "running" || !strings.Contains(ex.Reason, "withdrawn") {
+		t.Errorf("%s: %s, want running, its reason saying its preemption was withdrawn", victim, ex)
+	}
+	for _, v := range []string{"stopped", "requeued", "completed"} {
+		if n := w.metric(`impact_preemption_outcomes_total{outcome="` + v + `"}`); n != "" && n != "0" {
+			t.Errorf("impact_preemption_outcomes_total{outcome=%q} = %s, want none", v, n)
+		}
+	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}

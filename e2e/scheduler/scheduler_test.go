@@ -40,8 +40,11 @@
 // (gather_test.go: with backfill gather, a blocked 2 x 8 gang holds the
 // free node, a small job behind it waits, and the gang starts whole once
 // the other node frees; without gather the small job takes the node),
-// TestChaos, TestIdle, TestParkingCandidates and TestOperatorUI in their
-// files.
+// TestTopTierWeighsNaturalEnds and TestPreemptionWithdrawn (ends_test.go:
+// a critical job waits for work ending on its own rather than preempt; a
+// preemption whose preemptor started on GPUs freed meanwhile is withdrawn
+// and its victim runs on), TestChaos, TestIdle, TestParkingCandidates and
+// TestOperatorUI in their files.
 package scheduler
 
 import (

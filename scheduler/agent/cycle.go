@@ -69,6 +69,12 @@ type jobHistory struct {
 	Admitted    *engine.Explanation
 	PreemptedBy string
 	Reason      string
+	// Before is the history a preemption replaced, restored if the
+	// preemption is withdrawn (recordWithdrawals).
+	Before *jobHistory
+	// Withdrawn is why its last preemption was withdrawn within its
+	// grace: it runs on (shown as its reason while it runs).
+	Withdrawn string
 }
 
 // cycleResult summarises one cycle.
@@ -161,7 +167,7 @@ func (c *cycler) run(ctx context.Context) (cost time.Duration) {
 		// What the executor did is saved at once; usage alone only every
 		// SaveEvery.
 		r := res.Report
-		acted := len(r.Admitted)+len(r.Preempted)+len(r.Requeued)+len(r.RolledBack)+len(r.Reclaimed) > 0
+		acted := len(r.Admitted)+len(r.Preempted)+len(r.Withdrawing)+len(r.Requeued)+len(r.RolledBack)+len(r.Reclaimed) > 0
 		_ = c.state.save(lctx, res.At, acted, c.engine)
 	}
 	c.nomad.reconcile(ctx, lctx, snap, res.At,

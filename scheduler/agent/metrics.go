@@ -300,7 +300,8 @@ func (m *Metrics) RecordPreemption(tier string, lostGPUHours float64) {
 }
 
 // RecordPreemptionOutcome counts a finished preemption by its outcome
-// (nomad.OutcomeCompleted, OutcomeRequeued, OutcomeStopped).
+// (nomad.OutcomeCompleted, OutcomeRequeued, OutcomeStopped,
+// OutcomeWithdrawn).
 func (m *Metrics) RecordPreemptionOutcome(outcome string) {
 	m.m.IncrCounterWithLabels(mOutcomes, 1, []metrics.Label{{Name: "outcome", Value: outcome}})
 }

@@ -19,6 +19,7 @@ import (
 func (c *cycler) record(plan *engine.Plan, snap *cluster.Snapshot, rep nomad.ApplyReport, now time.Time) {
 	c.recordAdmissions(plan, snap, setOf(rep.Admitted), now)
 	c.recordRequeues(plan, setOf(rep.Requeued), now)
+	c.recordWithdrawals(plan, setOf(rep.Withdrawing))
 	c.recordPreemptions(plan, snap, setOf(rep.Preempted), now)
 	c.recordReclaims(plan, setOf(rep.Reclaimed), now)
 	c.recordReport(plan, rep)
@@ -76,7 +77,9 @@ func (c *cycler) recordPreemptions(plan *engine.Plan, snap *cluster.Snapshot, pr
 		if !preempted[p.JobID] {
 			continue
 		}
-		c.history[p.JobID] = jobHistory{Decision: DecisionPreempted, At: now, PreemptedBy: p.Preemptor, Reason: p.Reason}
+		before := c.history[p.JobID]
+		before.Before, before.Withdrawn = nil, ""
+		c.history[p.JobID] = jobHistory{Decision: DecisionPreempted, At: now, PreemptedBy: p.Preemptor, Reason: p.Reason, Before: &before}
 		c.state.recordPreemption(p, now)
 		tier := ""
 		if j, ok := snap.Job(p.JobID); ok {
@@ -86,6 +89,23 @@ func (c *cycler) recordPreemptions(plan *engine.Plan, snap *cluster.Snapshot, pr
 		if p.Idle {
 			c.o.Metrics.RecordReclaimed(p.ReclaimedGPUHours)
 		}
+	}
+}
+
+// recordWithdrawals gives a job whose preemption was withdrawn (it runs
+// on) back the history the preemption replaced, with why.
+func (c *cycler) recordWithdrawals(plan *engine.Plan, withdrawing map[string]bool) {
+	for _, w := range plan.Withdrawals {
+		if !withdrawing[w.JobID] {
+			continue
+		}
+		var h jobHistory
+		if b := c.history[w.JobID].Before; b != nil {
+			h = *b
+		}
+		h.Withdrawn = w.Reason
+		c.history[w.JobID] = h
+		c.log.Info("withdrawing a preemption: its preemptor no longer waits", "job", w.JobID, "for", w.Preemptor)
 	}
 }
 

@@ -122,3 +122,34 @@ func TestBackoffCountsFollowTheModel(t *testing.T) {
 		t.Errorf("counts of jobs that left kept: %v %v", c.rollbacks, c.state.gangs)
 	}
 }
+
+// A preemption the executor withdraws gives the job back the history it
+// had (its admission, where it runs) with why it runs on; one the
+// executor did not withdraw (too late) leaves it preempted.
+func TestRecordWithdrawalRestoresTheAdmission(t *testing.T) {
+	clk := newTestClock()
+	c := testCycler(t, clk.Now)
+	admitted := clk.Now()
+	adm := &engine.Explanation{JobID: "default/v", Status: engine.StatusAdmitted}
+	for _, id := range []string{"default/v", "default/late"} {
+		c.history[id] = jobHistory{Decision: DecisionAdmit, At: admitted, Nodes: map[string][]string{"g": {"n1"}}, Admitted: adm}
+	}
+	snap := snapOf(t, "v", "late", "urgent")
+	preempt := &engine.Plan{Preemptions: []engine.Preemption{
+		{Stop: engine.Stop{JobID: "default/v"}, Preemptor: "default/urgent", Reason: "room for urgent"},
+		{Stop: engine.Stop{JobID: "default/late"}, Preemptor: "default/urgent", Reason: "room for urgent"},
+	}}
+	c.record(preempt, snap, nomad.ApplyReport{Preempted: []string{"default/v", "default/late"}}, clk.Now())
+	withdraw := &engine.Plan{Withdrawals: []engine.Withdrawal{
+		{JobID: "default/v", Preemptor: "default/urgent", Reason: "preemption withdrawn within its grace"},
+		{JobID: "default/late", Preemptor: "default/urgent", Reason: "preemption withdrawn within its grace"},
+	}}
+	c.record(withdraw, snap, nomad.ApplyReport{Withdrawing: []string{"default/v"}}, clk.Now().Add(10*time.Second))
+	h := c.history["default/v"]
+	if h.Decision != DecisionAdmit || !h.At.Equal(admitted) || h.Admitted != adm || len(h.Nodes["g"]) != 1 || h.Withdrawn != "preemption withdrawn within its grace" {
+		t.Errorf("withdrawn: history %+v, want its admission back with why it runs on", h)
+	}
+	if h := c.history["default/late"]; h.Decision != DecisionPreempted || h.Withdrawn != "" {
+		t.Errorf("not withdrawn: history %+v, want it preempted", h)
+	}
+}

@@ -300,6 +300,8 @@ func (in viewInput) explainRunning(e *agentapi.Explanation, j *cluster.Job, ex *
 		// in its grace, or stopping. Said so until it is parked, not
 		// only in the cycle that decided it.
 		e.Decision, e.PreemptedBy, e.Reason = h.Decision, h.PreemptedBy, h.Reason
+	} else if h.Withdrawn != "" && e.State == agentapi.StateRunning {
+		e.Reason = h.Withdrawn + "; it runs on"
 	}
 	if e.State == agentapi.StateAdmitting && e.Decision != DecisionAdmit {
 		// Members gone because the job is being stopped: it runs until

@@ -117,6 +117,7 @@ func newCycle(e *Engine, snap *cluster.Snapshot, now time.Time) *cycle {
 // large snapshot (sideBySide); the decisions stay in queue order.
 func (c *cycle) run() {
 	c.acc.expireInflight()
+	c.withdrawStops()
 	// The placement state is the longer of the two on a new engine too
 	// (BenchmarkDecide: 3.8 against 3.1 ms at the median).
 	c.sideBySide(c.buildState, c.order.refreshQueue)

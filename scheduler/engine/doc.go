@@ -8,6 +8,8 @@
 // fixed order, each a type that owns its state and caches:
 //
 //	accruer    accrue.go      charge fair-share usage, expire old stops
+//	           withdraw.go    withdraw stops whose preemptor no longer
+//	                          waits, within their grace (Plan.Withdrawals)
 //	walltimes  walltime.go    learn run times of finished jobs (policy
 //	                          walltime block), estimate missing walltimes
 //	endPace    endpace.go     learn how fast running work ends on its own

@@ -25,6 +25,10 @@ type Plan struct {
 	// whole, like a preemption without a preemptor (Preemptor is empty;
 	// Reason says which members are missing and why).
 	Requeues []Preemption `json:"requeues,omitempty"`
+	// Withdrawals: preemptions under way, still within their grace,
+	// whose preemptor no longer waits (withdraw.go): their victims keep
+	// running. Carried out before the Preemptions.
+	Withdrawals []Withdrawal `json:"withdrawals,omitempty"`
 	// Explanations of every queued job (admitted ones included), by job ID.
 	Explanations map[string]*Explanation `json:"explanations"`
 	// Queue is the queued job IDs in decision order (highest score first).

@@ -17,7 +17,8 @@ import (
 // right pool, NVLink islands respected where required, no GPU given twice
 // or given while held; every preemption a whole gang of a preemptible job
 // of a tier its preemptor may preempt, or a defragmenting move (validateMove)
-// to GPUs free and given to no one else.
+// to GPUs free and given to no one else; every withdrawal a running
+// job's own allocations.
 // The engine's tests run it on their plans; it is test code (neither the
 // agent nor the simulator calls it).
 func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error {
@@ -61,6 +62,23 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 			}
 		} else {
 			bad("preemption of %s for unknown job %s", p.JobID, p.Preemptor)
+		}
+	}
+	for _, w := range plan.Withdrawals {
+		j, ok := snap.Job(w.JobID)
+		if !ok || j.State != cluster.JobRunning {
+			bad("withdrawal of %s, which is not a running job", w.JobID)
+		}
+		if preempted[w.JobID] {
+			bad("job %s both preempted and its preemption withdrawn", w.JobID)
+		}
+		if w.Preemptor == "" || len(w.Allocs) == 0 {
+			bad("withdrawal of %s names no preemptor or allocation", w.JobID)
+		}
+		for _, id := range w.Allocs {
+			if a, ok := snap.Alloc(id); !ok || a.JobID != w.JobID {
+				bad("withdrawal of %s names allocation %s, not one of its own", w.JobID, id)
+			}
 		}
 	}
 	for _, p := range plan.Preemptions {

@@ -44,7 +44,7 @@ type ExecutorConfig struct {
 	PageURL func(jobKey string) string
 	// OnPreemptionOutcome, when set, is called once per finished
 	// preemption with its outcome (OutcomeCompleted, OutcomeRequeued,
-	// OutcomeStopped), for metrics. It must not block.
+	// OutcomeStopped, OutcomeWithdrawn), for metrics. It must not block.
 	OnPreemptionOutcome func(outcome string)
 }
 
@@ -181,6 +181,7 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 	if plan == nil {
 		return res
 	}
+	x.applyWithdrawals(plan.Withdrawals, &res)
 	for _, p := range plan.Preemptions {
 		x.startStop(ctx, &Intent{
 			Kind: IntentPreempt, JobID: p.JobID, Phase: PhaseDecided, Allocs: p.Allocs,

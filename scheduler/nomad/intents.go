@@ -85,6 +85,10 @@ type Intent struct {
 	modifyIndex uint64
 	// outcome of a preemption as this executor saw it (not persisted).
 	outcome string
+	// withdraw: why the engine withdrew the preemption while it was
+	// under way (Executor.applyWithdrawals; under Executor.mu; not
+	// persisted: a new leader's engine decides again).
+	withdraw string
 }
 
 func (s *StateStore) intentPath(jobID string) string {

@@ -20,6 +20,10 @@ const (
 	// OutcomeStopped: the tasks were still running at the end of the grace
 	// (or no signal was sent); they were stopped and the job parked.
 	OutcomeStopped = "stopped"
+	// OutcomeWithdrawn: the engine withdrew the preemption within the
+	// grace (its preemptor no longer waited) while every task still ran;
+	// the job runs on, neither parked nor stopped.
+	OutcomeWithdrawn = "withdrawn"
 )
 
 // PreemptionOutcomes counts finished preemptions by outcome.

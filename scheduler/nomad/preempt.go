@@ -115,6 +115,9 @@ func (x *Executor) PreemptionsUnderway() []engine.Preemption {
 // written to the intent before the next starts.
 func (x *Executor) preempt(ctx context.Context, in *Intent) error {
 	if in.Phase == PhaseDecided {
+		if reason := x.withdrawal(in); reason != "" {
+			return x.withdrawn(ctx, in, reason) // before its signal went out
+		}
 		if err := x.signal(ctx, in); err != nil {
 			return err
 		}
@@ -175,6 +178,9 @@ func (x *Executor) awaitGrace(ctx context.Context, in *Intent) error {
 	}
 	deadline := in.SignalledAt.Add(in.Grace)
 	for x.cfg.Clock().Before(deadline) {
+		if x.withdrawal(in) != "" {
+			return nil
+		}
 		if out, err := x.victimOutcome(ctx, in); err == nil && out.ended {
 			return nil
 		}
@@ -198,6 +204,12 @@ func (x *Executor) settle(ctx context.Context, in *Intent) (done bool, err error
 	out, err := x.victimOutcome(ctx, in)
 	if err != nil {
 		return false, fmt.Errorf("preempt %s: %w", in.JobID, err)
+	}
+	if reason := x.withdrawal(in); reason != "" {
+		if !out.ended && !out.requeued {
+			return true, x.withdrawn(ctx, in, reason)
+		}
+		x.log.Info("preemption withdrawn too late: a task of the job has already ended; carrying it out", "job", in.JobID, "for", in.Preemptor)
 	}
 	if out.done {
 		return true, x.finishedInGrace(ctx, in)
@@ -310,4 +322,50 @@ func requeueCode(in *Intent) int {
 		return in.RequeueExitCode
 	}
 	return jobspec.DefaultRequeueExitCode
+}
+
+// applyWithdrawals marks the preemptions the plan withdraws (its
+// preemptor no longer waits: engine.Withdrawal). The background run of
+// each (preempt) notices it: before the signal it ends at once; during
+// the grace it stops waiting and, with every task of the victim still
+// running, ends with the job running on (withdrawn). Past the grace, or
+// once a task has ended (it may have exited to be requeued), the
+// preemption goes on: too late to withdraw. Only a preemption for that
+// preemptor: a whole-gang requeue, a reclaim or a move is never
+// withdrawn.
+func (x *Executor) applyWithdrawals(ws []engine.Withdrawal, res *ApplyReport) {
+	for _, w := range ws {
+		x.mu.Lock()
+		in := x.underway[w.JobID]
+		ok := in != nil && in.Preemptor != "" && in.Preemptor == w.Preemptor && in.Idle == "" && len(in.MovedTo) == 0
+		if ok && in.withdraw == "" {
+			in.withdraw = w.Reason
+		}
+		x.mu.Unlock()
+		if !ok {
+			res.Skipped[w.JobID] = SkipNotUnderway
+			continue
+		}
+		res.Withdrawing = append(res.Withdrawing, w.JobID)
+	}
+}
+
+// withdrawal is why the preemption in was withdrawn ("" while it was not).
+func (x *Executor) withdrawal(in *Intent) string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return in.withdraw
+}
+
+// withdrawn ends a preemption the engine withdrew while the victim's
+// tasks all still run: the intent goes, nothing is parked or stopped, no
+// preemption is recorded, and the job's note says so.
+func (x *Executor) withdrawn(ctx context.Context, in *Intent, reason string) error {
+	if err := x.st.DeleteIntent(ctx, in.JobID); err != nil {
+		return err
+	}
+	x.countOutcome(OutcomeWithdrawn)
+	x.setOutcome(in.JobID, fmt.Sprintf("%s; it runs on, neither stopped nor requeued (preempted: %s)", reason, in.Reason))
+	x.log.Info("preemption withdrawn; the job runs on", "job", in.JobID, "for", in.Preemptor, "reason", reason)
+	return nil
 }

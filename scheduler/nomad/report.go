@@ -17,6 +17,11 @@ type ApplyReport struct {
 	// Reclaimed lists the hung jobs whose reclaim (the idle requeue
 	// action) started, in the background like a preemption.
 	Reclaimed []string
+	// Withdrawing lists the victims whose preemption the plan withdrew
+	// while it was under way (engine.Withdrawal): it ends, in the
+	// background, with the job running on (OutcomeWithdrawn), unless a
+	// task had already ended (then it goes on as before).
+	Withdrawing []string
 	// RolledBack lists admissions parked again because the gang did not
 	// fully start by its deadline.
 	RolledBack []string
@@ -32,6 +37,9 @@ type ApplyReport struct {
 
 // Why an action of a plan was skipped (ApplyReport.Skipped).
 const (
+	// SkipNotUnderway: a withdrawal found no preemption of the job under
+	// way here for that preemptor (it ended, or another leader runs it).
+	SkipNotUnderway = "no preemption of the job for that preemptor is under way here"
 	// SkipConflict: the job changed since the plan was decided (a user
 	// update won the EnforceIndex race); the next cycle re-decides.
 	SkipConflict = "the job changed since the plan was decided (EnforceIndex conflict); re-deciding"

@@ -83,6 +83,7 @@ type preemptionFile struct {
 	GainHorizon            hcl.Expression `hcl:"gain_horizon,optional"`
 	MaxPerCycle            *int           `hcl:"max_per_cycle,optional"`
 	WeighEnds              *bool          `hcl:"weigh_ends,optional"`
+	Withdraw               *bool          `hcl:"withdraw,optional"`
 }
 
 type backfillFile struct {
@@ -254,6 +255,7 @@ func (o *overlay) apply(f *policyFile) {
 		o.dur(&p.Preemption.GainHorizon, pr.GainHorizon)
 		set(&p.Preemption.MaxPerCycle, pr.MaxPerCycle)
 		set(&p.Preemption.WeighEnds, pr.WeighEnds)
+		set(&p.Preemption.Withdraw, pr.Withdraw)
 	}
 	if b := f.Backfill; b != nil {
 		set(&p.Backfill.Enabled, b.Enabled)

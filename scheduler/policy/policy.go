@@ -183,6 +183,13 @@ type Preemption struct {
 	// the victims' GPUs pass to the next job of the preemptor's tier, and
 	// the suite measured the tier-weighted JCT worse for it.
 	WeighEnds bool
+	// Withdraw: a preemption whose preemptor no longer waits (it started
+	// on GPUs that freed meanwhile, or left the queue) is withdrawn while
+	// its victims' grace lasts, and they run on (engine/withdraw.go). A
+	// victim that keeps working after its checkpoint signal loses
+	// nothing; one that exits on it (with its requeue code) is requeued
+	// as before.
+	Withdraw bool
 }
 
 // Backfill governs the reservation for blocked jobs at the head of the
@@ -337,6 +344,7 @@ func Default() *Policy {
 			GainHorizon:            time.Hour,
 			MaxPerCycle:            8,
 			WeighEnds:              true,
+			Withdraw:               true,
 		},
 		Backfill:   Backfill{Enabled: true, Reservations: 1},
 		Defragment: Defragment{MaxVictimGPUs: 2, MaxPerCycle: 2},

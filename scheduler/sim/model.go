@@ -176,6 +176,11 @@ func (r *runner) apply(plan *engine.Plan) (bool, error) {
 		// the scheduler read is wrong.
 		return false, fmt.Errorf("plan requeues incomplete gang %q (%s)", plan.Requeues[0].JobID, plan.Requeues[0].Reason)
 	}
+	for _, w := range plan.Withdrawals {
+		if err := r.withdraw(w); err != nil {
+			return false, fmt.Errorf("withdrawal: %w", err)
+		}
+	}
 	for _, rc := range plan.Reclaims {
 		if !rc.Requeue {
 			// The model's hangs are transient (a rerun never hangs), so a
@@ -196,7 +201,7 @@ func (r *runner) apply(plan *engine.Plan) (bool, error) {
 			return false, err
 		}
 	}
-	return len(plan.Reclaims)+len(plan.Preemptions)+len(plan.Admissions) > 0, nil
+	return len(plan.Withdrawals)+len(plan.Reclaims)+len(plan.Preemptions)+len(plan.Admissions) > 0, nil
 }
 
 // admit places the allocations of one admission on j's next unplaced

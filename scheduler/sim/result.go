@@ -76,9 +76,12 @@ type Result struct {
 	MeanJCTFloorS       map[string]float64 `json:"mean_jct_floor_s"`
 	JobsCompletedByTier map[string]int     `json:"jobs_completed_by_tier"`
 
-	Preemptions       int     `json:"preemptions"`
-	PreemptionsIssued int     `json:"preemptions_issued"`
-	LostGPUHours      float64 `json:"lost_gpu_hours"`
+	Preemptions       int `json:"preemptions"`
+	PreemptionsIssued int `json:"preemptions_issued"`
+	// PreemptionsWithdrawn of those issued were withdrawn within their
+	// grace (engine.Withdrawal): their victims ran on.
+	PreemptionsWithdrawn int     `json:"preemptions_withdrawn,omitempty"`
+	LostGPUHours         float64 `json:"lost_gpu_hours"`
 	// DeliveredGPUHours is useful work: GPU-hours of progress that counted.
 	DeliveredGPUHours float64 `json:"delivered_gpu_hours"`
 	// LostFraction is LostGPUHours / DeliveredGPUHours.
@@ -168,32 +171,33 @@ func percentile(sorted []float64, p float64) float64 {
 func (r *runner) result() *Result {
 	a := &r.acc
 	res := &Result{
-		Policy:              r.sched.Name(),
-		Cadence:             r.opts.Model.Cadence(),
-		Capacity:            a.capacity,
-		WindowStart:         r.opts.WindowStart,
-		WindowEnd:           r.opts.WindowEnd,
-		TierWeights:         slices.Clone(r.opts.TierWeights),
-		Preemptions:         a.preemptions,
-		PreemptionsIssued:   r.issued,
-		LostGPUHours:        a.lost / 3600,
-		DeliveredGPUHours:   a.delivered / 3600,
-		IdleHeldGPUHours:    a.idleHeld / 3600,
-		HungRuns:            a.hungRuns,
-		Reclaims:            a.reclaims,
-		HungKilled:          a.hangKills,
-		Cycles:              len(r.lat),
-		CyclesSkipped:       r.calls - len(r.lat),
-		JobsTotal:           len(r.st.Jobs),
-		JobsUnschedulable:   len(r.unsch),
-		Unschedulable:       r.unsch,
-		WaitS:               map[string]Percentiles{},
-		MeanJCTS:            map[string]float64{},
-		MeanJCTFloorS:       map[string]float64{},
-		JobsCompletedByTier: map[string]int{},
-		Waits:               map[string][]int64{},
-		FairShare:           map[string]FairShare{},
-		Series:              a.series,
+		Policy:               r.sched.Name(),
+		Cadence:              r.opts.Model.Cadence(),
+		Capacity:             a.capacity,
+		WindowStart:          r.opts.WindowStart,
+		WindowEnd:            r.opts.WindowEnd,
+		TierWeights:          slices.Clone(r.opts.TierWeights),
+		Preemptions:          a.preemptions,
+		PreemptionsIssued:    r.issued,
+		PreemptionsWithdrawn: r.withdrawn,
+		LostGPUHours:         a.lost / 3600,
+		DeliveredGPUHours:    a.delivered / 3600,
+		IdleHeldGPUHours:     a.idleHeld / 3600,
+		HungRuns:             a.hungRuns,
+		Reclaims:             a.reclaims,
+		HungKilled:           a.hangKills,
+		Cycles:               len(r.lat),
+		CyclesSkipped:        r.calls - len(r.lat),
+		JobsTotal:            len(r.st.Jobs),
+		JobsUnschedulable:    len(r.unsch),
+		Unschedulable:        r.unsch,
+		WaitS:                map[string]Percentiles{},
+		MeanJCTS:             map[string]float64{},
+		MeanJCTFloorS:        map[string]float64{},
+		JobsCompletedByTier:  map[string]int{},
+		Waits:                map[string][]int64{},
+		FairShare:            map[string]FairShare{},
+		Series:               a.series,
 	}
 	if a.delivered > 0 {
 		res.LostFraction = a.lost / a.delivered

@@ -23,6 +23,7 @@ type runner struct {
 	acc         accounting
 	lat         []float64 // decision latencies, ms
 	issued      int       // preemptions asked for
+	withdrawn   int       // preemptions withdrawn within their grace
 	calls       int       // scheduler calls, skipped ones included
 	unsch       []string  // jobs that can never fit the cluster
 	wall        time.Time
@@ -157,8 +158,8 @@ func (r *runner) loop() error {
 			r.hang(j)
 		case evRelease:
 			j := r.st.Jobs[e.job]
-			if j.epoch != e.epoch || j.State != Stopping {
-				continue
+			if j.epoch != e.epoch || j.State != Stopping || e.t != j.StopAt {
+				continue // finished, or its stop withdrawn (and maybe ordered again since)
 			}
 			r.release(j)
 		case evCycle:
@@ -330,6 +331,23 @@ func (r *runner) stop(s engine.Stop, reclaim bool) error {
 		return nil // it finishes inside its grace period: the finish event ends it
 	}
 	r.push(event{t: j.StopAt, kind: evRelease, job: j.Index, epoch: j.epoch})
+	return nil
+}
+
+// withdraw cancels the preemption of the job w names within its grace:
+// it runs on as if never stopped (its release event is ignored).
+func (r *runner) withdraw(w engine.Withdrawal) error {
+	j := r.st.jobByID[w.JobID]
+	if j == nil {
+		return fmt.Errorf("unknown job %q", w.JobID)
+	}
+	if j.State != Stopping || j.reclaiming || r.now >= j.StopAt {
+		return fmt.Errorf("job %s: stop withdrawn while %s (stop at %d, now %d)", j.ID, j.State, j.StopAt, r.now)
+	}
+	j.State = Running
+	j.StopAt = -1
+	r.withdrawn++
+	r.st.changes = append(r.st.changes, Change{Kind: StopWithdrawn, Job: j, Model: j.Cluster, At: r.now})
 	return nil
 }
 

@@ -256,6 +256,59 @@ func TestPreemptionAccounting(t *testing.T) {
 	}
 }
 
+// withdrawing is scripted that also withdraws every stop under way once
+// no job waits after its placements (their preemptor started on GPUs
+// freed meanwhile).
+type withdrawing struct{ scripted }
+
+func (w withdrawing) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
+	plan, err := w.scripted.Schedule(st, now)
+	if err != nil || len(plan.Preemptions) > 0 {
+		return plan, err
+	}
+	placed := 0
+	for _, a := range plan.Admissions {
+		placed += len(a.Groups)
+	}
+	if placed < len(st.Queue()) {
+		return plan, nil
+	}
+	for _, j := range st.Active() {
+		if j.State == sim.Stopping {
+			plan.Withdrawals = append(plan.Withdrawals, engine.Withdrawal{JobID: j.ID, Preemptor: "H"})
+		}
+	}
+	return plan, nil
+}
+
+// TestWithdrawnPreemption: two GPUs; checkpoint every 100s, grace 30s.
+// L (1000s) and E (260s) run from 0; H arrives at 250 and preempts L (its
+// stop due at 280), but E ends at 260 and H starts there: L's stop is
+// withdrawn and L loses nothing. H2 arrives at 265 and preempts L again:
+// its stop is due at 295, not at 280, the first stop's end, and H2
+// starts then. L keeps 200s of checkpointed work and loses 95s and its
+// 20s restart: it starts again when H ends, done at 310 + 20 + 800, 1130.
+func TestWithdrawnPreemption(t *testing.T) {
+	m := model()
+	m.CheckpointInterval, m.RestartCost, m.Grace = 100, 20, 30
+	jobs := []trace.Job{
+		job("L", 0, 1000, 1, "scavenger", 0),
+		job("E", 0, 260, 1, "scavenger", 0),
+		job("H", 250, 50, 1, "critical", 0),
+		job("H2", 265, 50, 1, "critical", 0),
+	}
+	res, st := starts(t, jobs, withdrawing{}, sim.Options{Cluster: cluster(t, 1, 2), Model: m})
+	if res.PreemptionsIssued != 2 || res.PreemptionsWithdrawn != 1 || res.Preemptions != 1 {
+		t.Fatalf("preemptions issued %d, withdrawn %d, carried out %d; want 2, 1, 1", res.PreemptionsIssued, res.PreemptionsWithdrawn, res.Preemptions)
+	}
+	if st["H"] != 260 || st["H2"] != 295 {
+		t.Errorf("H started at %d, H2 at %d; want 260 and 295", st["H"], st["H2"])
+	}
+	if !near(res.LostGPUHours, 115.0/3600) || res.MakespanS != 1130 {
+		t.Errorf("lost %v GPU-s, makespan %d; want 115 and 1130", res.LostGPUHours*3600, res.MakespanS)
+	}
+}
+
 // TestFinishInsideGrace: a victim that ends inside its grace period is not
 // stopped and loses nothing.
 func TestFinishInsideGrace(t *testing.T) {

@@ -286,6 +286,9 @@ const (
 	Requeued
 	// Finished: the job completed.
 	Finished
+	// StopWithdrawn: the scheduler withdrew the job's preemption within
+	// its grace; it runs on as before.
+	StopWithdrawn
 	// Hung: the job's current run hung (its GPUs read 0% from now on;
 	// see IdleModel).
 	Hung

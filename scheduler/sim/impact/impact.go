@@ -98,6 +98,9 @@ type runInfo struct {
 	spec   *jobspec.Spec // the run's contract (its job's model's)
 	allocs []*cluster.Alloc
 	ckpt   int64 // last checkpoint time told to the store
+	// watched: the run has an entry in the checkpoint heap (watchCkpt);
+	// a stopping run's is dropped, and a withdrawn stop watches again.
+	watched bool
 }
 
 // nextCkpt is when the run of ri takes its next checkpoint: the first
@@ -138,7 +141,8 @@ func (h *runHeap) Pop() any {
 // watchCkpt schedules the next checkpoint of a running preemptible job.
 // Only those: the engine reads a checkpoint only to price a job as a victim.
 func (s *Scheduler) watchCkpt(ri *runInfo) {
-	if s.model.CheckpointInterval > 0 && ri.spec.Preemptible {
+	if s.model.CheckpointInterval > 0 && ri.spec.Preemptible && !ri.watched {
+		ri.watched = true
 		heap.Push(&s.ckpts, runAt{t: s.nextCkpt(ri), ri: ri})
 	}
 }
@@ -264,6 +268,14 @@ func (s *Scheduler) applyChange(c sim.Change) error {
 		}
 		ri.allocs = restamp(ri.allocs, ri.ckpt, true)
 		return s.upsertAllocs(ri.allocs)
+	case sim.StopWithdrawn:
+		ri := s.running[j.Index]
+		if ri == nil || j.State != sim.Running {
+			return nil // stopped again or finished since: the next change says which
+		}
+		ri.allocs = restamp(ri.allocs, ri.ckpt, false)
+		s.watchCkpt(ri)
+		return s.upsertAllocs(ri.allocs)
 	case sim.Requeued:
 		if ri := s.running[j.Index]; ri != nil {
 			s.finishAllocs(ri, c.At, false)
@@ -314,6 +326,7 @@ func (s *Scheduler) applyCheckpoints(st *sim.State, now int64) error {
 		ri := heap.Pop(&s.ckpts).(runAt).ri
 		j := ri.job
 		if s.running[j.Index] != ri || j.State != sim.Running {
+			ri.watched = false
 			continue
 		}
 		if ck := j.LastCheckpoint(now, s.model); ck > ri.ckpt {

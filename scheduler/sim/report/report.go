@@ -283,7 +283,8 @@ func (r *Report) writeUtilization(w io.Writer) error {
 	return tw.Flush()
 }
 
-// writeNotes names the jobs that never finished or could never fit.
+// writeNotes names the jobs that never finished or could never fit, and
+// the preemptions withdrawn.
 func (r *Report) writeNotes(w io.Writer) {
 	for _, p := range r.Policies {
 		if p.JobsUnfinished > 0 {
@@ -291,6 +292,10 @@ func (r *Report) writeNotes(w io.Writer) {
 		}
 		if p.JobsUnschedulable > 0 {
 			fmt.Fprintf(w, "note: %s: %d jobs can never fit the cluster and were not run\n", p.Policy, p.JobsUnschedulable)
+		}
+		if p.PreemptionsWithdrawn > 0 {
+			fmt.Fprintf(w, "note: %s: %d of its %d preemptions were withdrawn within their grace (their preemptor started on GPUs freed meanwhile): their victims ran on\n",
+				p.Policy, p.PreemptionsWithdrawn, p.PreemptionsIssued)
 		}
 	}
 }

@@ -1,0 +1,104 @@
+package nomad
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/engine"
+)
+
+// A preemption the engine withdraws within its grace (its preemptor no
+// longer waits) ends with the victim running on: not parked, not
+// stopped, not recorded as preempted, and its note says so. A withdrawal
+// for another preemptor, or one that comes after the preemption ended,
+// changes nothing.
+func TestWithdrawnPreemptionLeavesTheVictimRunning(t *testing.T) {
+	victim := cluster.JobKey("default", "victim")
+	cases := []struct {
+		name string
+		// grace of the preemption; preemptor the withdrawal names;
+		// afterEnd: withdraw once the preemption has ended.
+		grace     time.Duration
+		preemptor string
+		afterEnd  bool
+		runsOn    bool
+	}{
+		{"within the grace", 30 * time.Second, "default/urgent", false, true},
+		{"for another preemptor", 300 * time.Millisecond, "default/other", false, false},
+		{"after the preemption ended", 300 * time.Millisecond, "default/urgent", true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+			e.startWatcher(WatcherConfig{})
+			x := e.executor(nil)
+			admitAndRun(t, e, x, "victim")
+			start := time.Now()
+			if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", tc.grace)}}); len(res.Preempted) != 1 {
+				t.Fatalf("apply = %+v", res)
+			}
+			if tc.afterEnd {
+				x.Wait()
+			} else {
+				waitUntil(t, "the checkpoint signal", func() bool { return len(e.fake.Signals()) == 2 })
+			}
+			w := engine.Withdrawal{JobID: victim, Preemptor: tc.preemptor, Reason: "preemption withdrawn within its grace: " + tc.preemptor + ", preempted for, no longer waits"}
+			res := x.Apply(context.Background(), &engine.Plan{Withdrawals: []engine.Withdrawal{w}})
+			x.Wait()
+			if tc.runsOn {
+				if len(res.Withdrawing) != 1 || len(res.Skipped) != 0 {
+					t.Errorf("withdrawal = %+v", res)
+				}
+				if took := time.Since(start); took >= tc.grace {
+					t.Errorf("the withdrawn preemption ended after %v, not before its grace of %v", took, tc.grace)
+				}
+			} else if res.Skipped[victim] != SkipNotUnderway {
+				t.Errorf("withdrawal = %+v, want skipped: %s", res, SkipNotUnderway)
+			}
+			running := 0
+			for _, a := range e.fake.Allocations("victim") {
+				if a.ClientStatus == "running" && a.DesiredStatus == "run" {
+					running++
+				}
+			}
+			job := e.fake.Job("victim")
+			parked := *job.NodePool == parking
+			recs, err := x.st.Preemptions(context.Background(), time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.runsOn {
+				if running != 2 || parked || len(recs) != 0 {
+					t.Errorf("withdrawn: %d allocations running, parked %v, %d preemptions recorded; want 2, false, 0", running, parked, len(recs))
+				}
+				if o := x.Outcome(victim); !strings.Contains(o, "withdrawn within its grace") || !strings.Contains(o, "runs on") {
+					t.Errorf("outcome = %q", o)
+				}
+				if n := x.PreemptionOutcomes()[OutcomeWithdrawn]; n != 1 {
+					t.Errorf("withdrawn outcomes = %d, want 1", n)
+				}
+			} else if running != 0 || !parked || len(recs) != 1 {
+				t.Errorf("not withdrawn: %d allocations running, parked %v, %d preemptions recorded; want 0, true, 1", running, parked, len(recs))
+			}
+			if in, _ := x.st.Intent(context.Background(), victim); in != nil {
+				t.Errorf("intent left: %+v", in)
+			}
+		})
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
