@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
@@ -88,6 +89,45 @@ func TestWithdrawnPreemptionLeavesTheVictimRunning(t *testing.T) {
 				t.Errorf("intent left: %+v", in)
 			}
 		})
+	}
+}
+
+// A withdrawal that comes once a task of the victim has exited with its
+// requeue code (it saved its work on the signal and asked to be
+// requeued) is too late: the preemption goes on, the job is parked and
+// the preemption recorded, as if never withdrawn. The executor's lock is
+// held while the tasks exit and the withdrawal is marked, so that its
+// preemption sees both at once, whichever it looks at first.
+func TestWithdrawalAfterTheVictimExitedIsTooLate(t *testing.T) {
+	victim := cluster.JobKey("default", "victim")
+	e := newEnv(t, 2)
+	e.fake.SetSignalExitCode(jobspec.DefaultRequeueExitCode)
+	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	x := e.executor(nil)
+	admitAndRun(t, e, x, "victim")
+	if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", 30*time.Second)}}); len(res.Preempted) != 1 {
+		t.Fatalf("apply = %+v", res)
+	}
+	waitUntil(t, "the checkpoint signal", func() bool { return len(e.fake.Signals()) == 2 })
+	x.mu.Lock()
+	for _, a := range e.fake.Allocations("victim") {
+		if err := e.fake.ExitTasks(a.ID, jobspec.DefaultRequeueExitCode); err != nil {
+			x.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	x.underway[victim].withdraw = "preemption withdrawn within its grace"
+	x.mu.Unlock()
+	x.Wait()
+	if job := e.fake.Job("victim"); *job.NodePool != parking {
+		t.Errorf("victim in pool %s, want parked in %s", *job.NodePool, parking)
+	}
+	if recs, err := x.st.Preemptions(context.Background(), time.Time{}); err != nil || len(recs) != 1 {
+		t.Errorf("preemption records %+v, %v; want one", recs, err)
+	}
+	if o := x.PreemptionOutcomes(); o[OutcomeRequeued] != 1 || o[OutcomeWithdrawn] != 0 {
+		t.Errorf("outcomes %v, want one requeued, none withdrawn", o)
 	}
 }
 
