@@ -69,8 +69,12 @@ func ValidatePlan(pol *policy.Policy, snap *cluster.Snapshot, plan *Plan) error 
 		if !ok || j.State != cluster.JobRunning {
 			bad("withdrawal of %s, which is not a running job", w.JobID)
 		}
-		if preempted[w.JobID] {
-			bad("job %s both preempted and its preemption withdrawn", w.JobID)
+		for _, p := range plan.Preemptions {
+			// Withdrawn at the start of the cycle, a gang is running work
+			// again, and another job may preempt it anew in the same plan.
+			if p.JobID == w.JobID && p.Preemptor == w.Preemptor {
+				bad("job %s preempted for %s and that preemption withdrawn in one plan", w.JobID, w.Preemptor)
+			}
 		}
 		if w.Preemptor == "" || len(w.Allocs) == 0 {
 			bad("withdrawal of %s names no preemptor or allocation", w.JobID)
