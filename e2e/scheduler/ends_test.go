@@ -72,19 +72,7 @@ project "lab" {
 				}
 			}
 			runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 1, project: "lab"}.hcl(envDir))
-			// signalled lists the scavenger jobs told to checkpoint: a
-			// preemption's first step (their grace follows).
-			signalled := func() []string {
-				var out []string
-				for _, id := range []string{"s0", "s1"} {
-					for _, a := range w.allocsOf(id) {
-						if b, err := os.ReadFile(filepath.Join(envDir, id+"-"+a.ID+".ckpt")); err == nil && len(b) > 0 {
-							out = append(out, id)
-						}
-					}
-				}
-				return out
-			}
+			signalled := func() []string { return w.signalled(envDir, "s0", "s1") }
 			if !tc.weigh {
 				eventually(t, 60*time.Second, "crit preempting one scavenger job, which is told to checkpoint", func() (bool, string) {
 					ex := explain("crit")
@@ -164,19 +152,7 @@ func TestPreemptionWithdrawn(t *testing.T) {
 		}
 	}
 	runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 1}.hcl(envDir))
-	// signalled lists the scavenger jobs told to checkpoint: a
-	// preemption's first step (its grace follows).
-	signalled := func() []string {
-		var out []string
-		for _, id := range []string{"s0", "s1"} {
-			for _, a := range w.allocsOf(id) {
-				if b, err := os.ReadFile(filepath.Join(envDir, id+"-"+a.ID+".ckpt")); err == nil && len(b) > 0 {
-					out = append(out, id)
-				}
-			}
-		}
-		return out
-	}
+	signalled := func() []string { return w.signalled(envDir, "s0", "s1") }
 	eventually(t, 60*time.Second, "crit preempting one scavenger job, which is told to checkpoint", func() (bool, string) {
 		ex := explain("crit")
 		return ex.Engine != nil && ex.Engine.Status == "preempting" && len(signalled()) == 1, fmt.Sprintf("%s; signalled %v", ex, signalled())
@@ -218,4 +194,18 @@ func TestPreemptionWithdrawn(t *testing.T) {
 	if t.Failed() {
 		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
 	}
+}
+
+// signalled lists the jobs of ids (dfJob's, writing to envDir) told to
+// checkpoint: a preemption's first step (their grace follows).
+func (e *lcEnv) signalled(envDir string, ids ...string) []string {
+	var out []string
+	for _, id := range ids {
+		for _, a := range e.allocsOf(id) {
+			if b, err := os.ReadFile(filepath.Join(envDir, id+"-"+a.ID+".ckpt")); err == nil && len(b) > 0 {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }

@@ -169,11 +169,7 @@ func defragmentFollowThrough(t *testing.T, newLeader bool) {
 	e := mustEngine(t, pol)
 	decide := func(at time.Time) *Plan {
 		t.Helper()
-		snap := store.Snapshot()
-		p := e.Decide(snap, at)
-		if err := ValidatePlan(pol, snap, p); err != nil {
-			t.Fatalf("invalid plan at %s: %v", at, err)
-		}
+		p, _ := decideValid(t, e, pol, store, at)
 		return p
 	}
 	p1 := decide(t0)

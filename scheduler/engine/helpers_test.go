@@ -203,3 +203,16 @@ func nodesOf(a *Admission) []string {
 }
 
 func join(s []string) string { return strings.Join(s, ",") }
+
+// decideValid runs one cycle of e on store's snapshot at at, failing the
+// test on an invalid plan; it returns the plan and the snapshot it was
+// decided on.
+func decideValid(t tb, e *Engine, pol *policy.Policy, store *cluster.Store, at time.Time) (*Plan, *cluster.Snapshot) {
+	t.Helper()
+	snap := store.Snapshot()
+	p := e.Decide(snap, at)
+	if err := ValidatePlan(pol, snap, p); err != nil {
+		t.Fatalf("invalid plan at %s: %v", at, err)
+	}
+	return p, snap
+}

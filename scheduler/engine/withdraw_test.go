@@ -42,11 +42,7 @@ func TestPreemptionWithdrawnOnceItsPreemptorNoLongerWaits(t *testing.T) {
 			e := mustEngine(t, pol)
 			decide := func(at time.Time) *Plan {
 				t.Helper()
-				snap := store.Snapshot()
-				p := e.Decide(snap, at)
-				if err := ValidatePlan(pol, snap, p); err != nil {
-					t.Fatal(err)
-				}
+				p, snap := decideValid(t, e, pol, store, at)
 				// Admissions take effect at once; stops only after their
 				// grace, which no case reaches with the victim still there.
 				mustDo(t, Apply(store, snap, &Plan{Admissions: p.Admissions}, at))

@@ -45,7 +45,7 @@ func TestWithdrawnPreemptionLeavesTheVictimRunning(t *testing.T) {
 			if tc.afterEnd {
 				x.Wait()
 			} else {
-				waitUntil(t, "the checkpoint signal", func() bool { return len(e.fake.Signals()) == 2 })
+				waitTrue(t, "the checkpoint signal", 10*time.Second, func() bool { return len(e.fake.Signals()) == 2 })
 			}
 			w := engine.Withdrawal{JobID: victim, Preemptor: tc.preemptor, Reason: "preemption withdrawn within its grace: " + tc.preemptor + ", preempted for, no longer waits"}
 			res := x.Apply(context.Background(), &engine.Plan{Withdrawals: []engine.Withdrawal{w}})
@@ -109,7 +109,7 @@ func TestWithdrawalAfterTheVictimExitedIsTooLate(t *testing.T) {
 	if res := x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{preemption(e, "victim", 30*time.Second)}}); len(res.Preempted) != 1 {
 		t.Fatalf("apply = %+v", res)
 	}
-	waitUntil(t, "the checkpoint signal", func() bool { return len(e.fake.Signals()) == 2 })
+	waitTrue(t, "the checkpoint signal", 10*time.Second, func() bool { return len(e.fake.Signals()) == 2 })
 	x.mu.Lock()
 	for _, a := range e.fake.Allocations("victim") {
 		if err := e.fake.ExitTasks(a.ID, jobspec.DefaultRequeueExitCode); err != nil {
@@ -128,17 +128,5 @@ func TestWithdrawalAfterTheVictimExitedIsTooLate(t *testing.T) {
 	}
 	if o := x.PreemptionOutcomes(); o[OutcomeRequeued] != 1 || o[OutcomeWithdrawn] != 0 {
 		t.Errorf("outcomes %v, want one requeued, none withdrawn", o)
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after 10s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
