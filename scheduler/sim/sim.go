@@ -105,9 +105,10 @@ func (m Model) Validate() error {
 // by Node.Cluster.ID and GPUs by their instance IDs in Node.Cluster, as the
 // engine's plans always do. Schedule must not modify the state.
 //
-// The simulator reads, in this order: Reclaims (each must requeue: the
-// simulator models no stop for good), Preemptions (whole gangs, with their
-// Grace), then Admissions (one group, GroupName; each allocation places
+// The simulator reads, in this order: Withdrawals (a stop under way,
+// within its grace, cancelled: the job runs on), Reclaims (each must
+// requeue: the simulator models no stop for good), Preemptions (whole
+// gangs, with their Grace), then Admissions (one group, GroupName; each allocation places
 // the job's next unplaced member, so an admission with fewer allocations
 // than the job has unplaced members places it partially, as nomad-native
 // does). Requeues are an error: simulated gangs never lose a member. The
