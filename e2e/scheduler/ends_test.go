@@ -28,6 +28,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/impact-sched/nomad-impact/e2e/internal/nomadagent"
 )
 
 func TestTopTierWeighsNaturalEnds(t *testing.T) {
@@ -62,15 +64,7 @@ project "lab" {
 				}
 				return n == 16, explain("done").String()
 			})
-			for i, j := range []dfJob{
-				{name: "s0", tier: "scavenger", gpus: 8, node: nodes[0].Name, grace: "5m", checkpoint: "10s"},
-				{name: "s1", tier: "scavenger", gpus: 8, node: nodes[1].Name, grace: "5m", checkpoint: "10s"},
-			} {
-				runHCL(t, c.Agent, w.dir, j.name, j.hcl(envDir))
-				if r := w.waitRunningN(j.name, 1, 120*time.Second)[0]; r.NodeID != nodes[i].ID {
-					t.Fatalf("%s runs on %s, want %s", j.name, r.NodeID, nodes[i].ID)
-				}
-			}
+			w.fillWithScavengers(envDir, nodes, "5m")
 			runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 1, project: "lab"}.hcl(envDir))
 			signalled := func() []string { return w.signalled(envDir, "s0", "s1") }
 			if !tc.weigh {
@@ -142,15 +136,7 @@ func TestPreemptionWithdrawn(t *testing.T) {
 	})
 	c := w.c
 	explain := w.explainEngine
-	for i, j := range []dfJob{
-		{name: "s0", tier: "scavenger", gpus: 8, node: nodes[0].Name, grace: "1m", checkpoint: "10s"},
-		{name: "s1", tier: "scavenger", gpus: 8, node: nodes[1].Name, grace: "1m", checkpoint: "10s"},
-	} {
-		runHCL(t, c.Agent, w.dir, j.name, j.hcl(envDir))
-		if r := w.waitRunningN(j.name, 1, 120*time.Second)[0]; r.NodeID != nodes[i].ID {
-			t.Fatalf("%s runs on %s, want %s", j.name, r.NodeID, nodes[i].ID)
-		}
-	}
+	w.fillWithScavengers(envDir, nodes, "1m")
 	runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 1}.hcl(envDir))
 	signalled := func() []string { return w.signalled(envDir, "s0", "s1") }
 	eventually(t, 60*time.Second, "crit preempting one scavenger job, which is told to checkpoint", func() (bool, string) {
@@ -208,4 +194,18 @@ func (e *lcEnv) signalled(envDir string, ids ...string) []string {
 		}
 	}
 	return out
+}
+
+// fillWithScavengers runs a scavenger dfJob of 8 GPUs on each of the two
+// nodes ("s0", "s1"; a checkpoint every 10 seconds, the grace given) and
+// waits until each runs on its node.
+func (e *lcEnv) fillWithScavengers(envDir string, nodes []nomadagent.Node, grace string) {
+	e.t.Helper()
+	for i, n := range nodes[:2] {
+		j := dfJob{name: fmt.Sprint("s", i), tier: "scavenger", gpus: 8, node: n.Name, grace: grace, checkpoint: "10s"}
+		runHCL(e.t, e.c.Agent, e.dir, j.name, j.hcl(envDir))
+		if r := e.waitRunningN(j.name, 1, 120*time.Second)[0]; r.NodeID != n.ID {
+			e.t.Fatalf("%s runs on %s, want %s", j.name, r.NodeID, n.ID)
+		}
+	}
 }

@@ -125,10 +125,7 @@ func growTo(buf *[]int, s []int, n int) []int {
 func (ac *accruer) expireInflight() {
 	for id, st := range ac.c.e.inflight {
 		if _, ok := ac.c.snap.Alloc(id); !ok || ac.c.now.Sub(st.expires) > ac.c.e.opts.inflightTTL {
-			if ac.c.mem.expired == nil {
-				ac.c.mem.expired = map[string]bool{}
-			}
-			ac.c.mem.expired[id] = true
+			ac.c.mem.endStop(id)
 		}
 	}
 }

@@ -27,7 +27,8 @@ type changes struct {
 	lastCycle   time.Time
 	finishedSeq uint64
 	// expired: preemptions in flight that are over (their allocations
-	// are gone, or the adapter did not act within the TTL).
+	// are gone, the adapter did not act within the TTL, or they were
+	// withdrawn: withdraw.go), by allocation ID (endStop).
 	expired map[string]bool
 	// stops: the stops this cycle ordered (preemptions, requeues,
 	// reclaims), by allocation ID; losses the work its preemptions lose.
@@ -201,6 +202,14 @@ func (m *cycleMemory) stopOf(allocID string) (inflightStop, bool) {
 	}
 	st, ok := m.e.inflight[allocID]
 	return st, ok
+}
+
+// endStop records that the stop in flight for an allocation is over.
+func (m *cycleMemory) endStop(allocID string) {
+	if m.expired == nil {
+		m.expired = map[string]bool{}
+	}
+	m.expired[allocID] = true
 }
 
 // orderStop records a stop ordered for an allocation.

@@ -36,7 +36,7 @@ type Withdrawal struct {
 
 // withdrawStops finds the stops to withdraw, before the cycle counts
 // stopping gangs (buildState): they are running work again from this
-// cycle on, and leave the engine's memory (marked expired). A gang is
+// cycle on, and leave the engine's memory (endStop). A gang is
 // withdrawn whole or not at all: the adapter withdraws a job's stop.
 func (c *cycle) withdrawStops() {
 	if !c.pol.Preemption.Withdraw || len(c.e.inflight) == 0 {
@@ -58,10 +58,7 @@ func (c *cycle) withdrawStops() {
 	}
 	for _, w := range out {
 		for _, id := range w.Allocs {
-			if c.mem.expired == nil {
-				c.mem.expired = map[string]bool{}
-			}
-			c.mem.expired[id] = true
+			c.mem.endStop(id)
 		}
 	}
 	c.plan.Withdrawals = out
@@ -86,7 +83,7 @@ func (c *cycle) withdrawal(job string, ids []string) (Withdrawal, bool) {
 		}
 		if w.Preemptor == "" {
 			w.Preemptor = st.preemptor
-			if why = c.preemptorGone(st.preemptor); why == "" {
+			if why = c.noLongerWaits(st.preemptor); why == "" {
 				return w, false
 			}
 		}
@@ -99,10 +96,11 @@ func (c *cycle) withdrawal(job string, ids []string) (Withdrawal, bool) {
 	return w, true
 }
 
-// preemptorGone says how the job id no longer waits: "left the queue",
-// "started on GPUs freed meanwhile" (running, or admitted by an earlier
-// cycle); "" while it waits.
-func (c *cycle) preemptorGone(id string) string {
+// noLongerWaits says how the job id (a preemptor, or a job bound to
+// GPUs) no longer waits: "left the queue", "started on GPUs freed
+// meanwhile" (running, or admitted by an earlier cycle); "" while it
+// waits.
+func (c *cycle) noLongerWaits(id string) string {
 	j, ok := c.snap.Job(id)
 	switch {
 	case !ok:
@@ -120,7 +118,7 @@ func (c *cycle) preemptorGone(id string) string {
 // naming one of gpus on node.
 func (c *cycle) boundToWaiting(preemptor, node string, gpus []string) bool {
 	for id, b := range c.e.bindings {
-		if id == preemptor || !c.now.Before(b.expires) || c.preemptorGone(id) != "" {
+		if id == preemptor || !c.now.Before(b.expires) || c.noLongerWaits(id) != "" {
 			continue
 		}
 		for _, ap := range b.gpus {
