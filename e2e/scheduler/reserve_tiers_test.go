@@ -140,3 +140,68 @@ backfill {
 		})
 	}
 }
+
+// TestReserveTiersIdleBudget: the reserve tiers' reservations are paid
+// from the headroom's idle budget, on the same two-node cluster, with
+// reserve_tiers = ["critical"] and a headroom of 8 GPUs for the
+// critical tier whose idle budget is a tenth of a percent of the pool
+// (0.016 GPU-seconds a second).
+//
+// h1 (high, 7 GPUs, 30 minutes) runs on client-0; h2 (high, 7 GPUs, 2
+// hours) on client-1 once the headroom, which keeps it out while its 8
+// GPUs are free, has idled past its allowance and yields. crit
+// (critical, 8 GPUs) then fits no node and may preempt nothing: with the
+// account overspent it gets no reservation, and says so, and long1 and
+// long2 (high, 1 GPU each) take the free GPU of each node. In
+// TestReserveTiers, without a headroom, crit's reservation keeps long2
+// off client-0.
+func TestReserveTiersIdleBudget(t *testing.T) {
+	w, envDir, nodes := twoNodes(t, "impact-e2e-rsvbudget-", `
+backfill {
+  enabled       = true
+  reservations  = 0
+  reserve_tiers = ["critical"]
+}
+headroom "default" {
+  tiers       = ["critical"]
+  gpus        = 8
+  idle_budget = 0.001
+}
+`)
+	c := w.c
+	explain := w.explainEngine
+	for _, j := range []dfJob{
+		{name: "h1", tier: "high", gpus: 7, node: nodes[0].Name, walltime: "30m"},
+		{name: "h2", tier: "high", gpus: 7, node: nodes[1].Name, walltime: "2h"},
+	} {
+		runHCL(t, c.Agent, w.dir, j.name, j.hcl(envDir))
+		w.waitRunningN(j.name, 1, 120*time.Second)
+	}
+	runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 8}.hcl(envDir))
+	eventually(t, 60*time.Second, "crit waiting without a reservation, the idle budget spent", func() (bool, string) {
+		ex := explain("crit")
+		return ex.Engine != nil && ex.Engine.Status == "waiting" && strings.Contains(ex.Reason, "no reservation for its tier: the headroom's idle budget is spent"), ex.String()
+	})
+	t.Logf("crit: %s", explain("crit"))
+	on := map[string]bool{}
+	for _, j := range []dfJob{
+		{name: "long1", tier: "high", gpus: 1, walltime: "5h"},
+		{name: "long2", tier: "high", gpus: 1, walltime: "5h"},
+	} {
+		runHCL(t, c.Agent, w.dir, j.name, j.hcl(envDir))
+		on[w.waitRunningN(j.name, 1, 120*time.Second)[0].NodeID] = true
+	}
+	if !on[nodes[0].ID] || !on[nodes[1].ID] {
+		t.Errorf("long1 and long2 run on %v, want one on each node (no GPU reserved for crit)", on)
+	}
+	yielded, ok := metricValue(t, w.apiURL, `impact_headroom_yielded{pool="default"}`)
+	reserved, rok := metricValue(t, w.apiURL, `impact_headroom_idle_reserved_gpus{pool="default"}`)
+	t.Logf("impact_headroom_yielded %v (present %v), impact_headroom_idle_reserved_gpus %v (present %v)", yielded, ok, reserved, rok)
+	if !ok || yielded != 1 || !rok || reserved != 0 {
+		t.Errorf("impact_headroom_yielded %v (present %v), impact_headroom_idle_reserved_gpus %v (present %v): want 1 and 0", yielded, ok, reserved, rok)
+	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}

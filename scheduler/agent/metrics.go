@@ -56,6 +56,7 @@ var (
 	mHeadroom        = []string{"headroom", "gpus"}
 	mHeadroomHeld    = []string{"headroom", "held_gpus"}
 	mHeadroomIdle    = []string{"headroom", "idle_kept_gpus"}
+	mHeadroomIdleRsv = []string{"headroom", "idle_reserved_gpus"}
 	mHeadroomCredit  = []string{"headroom", "idle_credit_gpu_hours"}
 	mHeadroomYielded = []string{"headroom", "yielded"}
 	mIdleReclaimed   = []string{"idle", "reclaimed_gpu_hours_total"}
@@ -160,7 +161,8 @@ func gaugeDefinitions() []metricsprom.GaugeDefinition {
 		gaugeDef(mApplyLatency, "Time applying the last event batch took, milliseconds."),
 		gaugeDef(mHeadroom, "GPUs a pool's policy headroom keeps free of non-preemptible work of tiers that may not use it (learned or fixed), after the last cycle."),
 		gaugeDef(mHeadroomIdle, "The headroom's occupancy cost after the last cycle: the pool's free GPUs, up to the headroom's size, while work it keeps out waits and would fit them (the kept part's idle GPUs, and those freed elsewhere while it holds that work back to form). Integrated over time: GPU-hours urgency costs the pool."),
-		gaugeDef(mHeadroomCredit, "A headroom's idle allowance left after the last cycle (policy headroom idle_budget), in GPU-hours: it accrues at the budget's share of the pool and is spent by the GPUs idle on the headroom's account (impact_headroom_idle_kept_gpus); below zero the headroom yields. Absent without an idle budget."),
+		gaugeDef(mHeadroomIdleRsv, "GPUs reserved for blocked jobs of the policy's reserve tiers (backfill reserve_tiers) that use the pool's headroom, free and not backfilled after the last cycle: the other half of urgency's occupancy cost, paid from the headroom's idle budget. 0 without an idle budget."),
+		gaugeDef(mHeadroomCredit, "A headroom's idle allowance left after the last cycle (policy headroom idle_budget), in GPU-hours: it accrues at the budget's share of the pool and is spent by the GPUs idle on the headroom's account (impact_headroom_idle_kept_gpus) and by the reserve tiers' idle reserved GPUs (impact_headroom_idle_reserved_gpus); below zero the headroom yields, and so do the reserve tiers' reservations. Absent without an idle budget."),
 		gaugeDef(mHeadroomYielded, "1 when a headroom kept nothing in the last cycle because it had idled more than its idle budget allows (its kept-out work may use the GPUs until the allowance catches up), else 0. Absent without an idle budget."),
 		gaugeDef(mHeadroomHeld, "GPUs of a pool with a headroom by what holds them after the last cycle: free, preemptible (work an urgent job may preempt), urgent (non-preemptible work of the headroom's tiers), other (non-preemptible work of the other tiers, at most the pool minus the headroom)."),
 	}
@@ -256,6 +258,7 @@ func (m *Metrics) RecordHeadroom(hs []engine.HeadroomStatus) {
 		pool := metrics.Label{Name: "pool", Value: h.Pool}
 		m.m.SetGaugeWithLabels(mHeadroom, float32(h.GPUs), []metrics.Label{pool})
 		m.m.SetGaugeWithLabels(mHeadroomIdle, float32(h.IdleKeptGPUs), []metrics.Label{pool})
+		m.m.SetGaugeWithLabels(mHeadroomIdleRsv, float32(h.IdleReservedGPUs), []metrics.Label{pool})
 		if b := h.IdleBudget; b != nil {
 			yielded := float32(0)
 			if b.Yielded {

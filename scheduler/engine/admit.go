@@ -57,9 +57,41 @@ func (p *placer) full() bool {
 }
 
 // reservesAlways: q is of one of the policy's reserve tiers, so blocked
-// it gets a reservation whatever the count (policy.Backfill.ReserveTiers).
+// it gets a reservation whatever the count (policy.Backfill.ReserveTiers),
+// unless the idle budget of the headroom it would use is spent
+// (hrCycle.yields): such a reservation idles GPUs on that account, and
+// where urgency has cost the pool its allowance, occupancy wins.
 func (p *placer) reservesAlways(q *queued) bool {
-	return slices.Contains(p.c.pol.Backfill.ReserveTiers, q.f.tier)
+	return slices.Contains(p.c.pol.Backfill.ReserveTiers, q.f.tier) && !p.c.hr.yields(q)
+}
+
+// yieldsReservation: q is of a reserve tier but gets no reservation
+// because the headroom's idle budget is spent (reservesAlways).
+func (p *placer) yieldsReservation(q *queued) bool {
+	return slices.Contains(p.c.pol.Backfill.ReserveTiers, q.f.tier) && p.c.hr.yields(q)
+}
+
+// idleReserved is, per pool whose headroom's idle budget pays for them
+// (hrCycle.pays), the GPUs of reserve tiers' reservations that are free
+// after the cycle: no job backfilled them, and they idle until the next.
+func (p *placer) idleReserved() map[string]int {
+	var out map[string]int
+	for _, r := range p.reservations {
+		if !r.always {
+			continue
+		}
+		for _, sl := range r.slots {
+			n := bits.OnesCount64(sl.Mask & p.c.st.Reserved(sl.Node) &^ p.c.st.Used(sl.Node))
+			if n == 0 || !p.c.hr.pays(p.c.st.PoolOf(sl.Node), r.tier) {
+				continue
+			}
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[p.c.st.PoolOf(sl.Node)] += n
+		}
+	}
+	return out
 }
 
 // count is the number of reservations made this cycle.

@@ -148,7 +148,7 @@ func (c *cycle) run() {
 		c.decideAll(lay)
 	}
 	c.st.Commit()
-	c.plan.Headroom = c.hr.status()
+	c.plan.Headroom = c.hr.status(c.place.idleReserved())
 	c.plan.CutGPUsKept = c.cuts.keptGPUs()
 	if c.e.logger.IsDebug() {
 		c.e.logger.Debug("cycle decided", "snapshot", c.snap.Version(), "queued", lay.len(),

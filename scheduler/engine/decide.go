@@ -82,6 +82,9 @@ func (c *cycle) decide(q *queued, pos int) Status {
 	} else if c.pol.Backfill.Gather {
 		c.place.gather(q, exp)
 	}
+	if c.explain && exp.Status == StatusWaiting && c.place.yieldsReservation(q) {
+		exp.Reason += "; no reservation for its tier: the headroom's idle budget is spent (it pays for the GPUs such reservations hold idle), until the allowance has caught up"
+	}
 	switch {
 	case exp.Status == StatusWaiting:
 		c.defrag.consider(pos, -1)

@@ -56,6 +56,13 @@ type HeadroomStatus struct {
 	// until enough of it has ended (blocks), and the GPUs freed meanwhile
 	// idle wherever they are.
 	IdleKeptGPUs int `json:"idle_kept_gpus"`
+	// IdleReservedGPUs is the other half of urgency's cost after the
+	// cycle: GPUs reserved for blocked jobs of a reserve tier (policy
+	// backfill reserve_tiers) that are free and that no job backfilled.
+	// Counted only for a headroom with an idle budget, which pays for
+	// both: while it is overspent neither the headroom nor a reserve
+	// tier's reservation keeps GPUs in the pool.
+	IdleReservedGPUs int `json:"idle_reserved_gpus,omitempty"`
 }
 
 // hrArrival is a job of a headroom's tiers seen by the engine.
@@ -640,6 +647,40 @@ func (hr *hrCycle) wholeNode(q *queued) bool {
 	return found
 }
 
+// yields reports whether the idle budget of every headroom q may use
+// (its tier's, in a pool q may run in) is spent (headroom_budget.go):
+// the reservation a reserve tier's job would make there idles GPUs on
+// the same account, so it waits for the allowance as the headroom does.
+// False where no such headroom has a budget.
+func (hr *hrCycle) yields(q *queued) bool {
+	if hr == nil {
+		return false
+	}
+	found := false
+	for _, name := range hr.names {
+		p := hr.pools[name]
+		if (q.pool != "" && q.pool != name) || !p.h.UsesHeadroom(q.f.tier) {
+			continue
+		}
+		if !p.budgeted || !p.yielded {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// pays reports whether the idle budget of pool's headroom pays for the
+// idle GPUs of a reservation for tier there: the headroom has a budget
+// and tier may use it.
+func (hr *hrCycle) pays(pool, tier string) bool {
+	if hr == nil {
+		return false
+	}
+	p := hr.pools[pool]
+	return p != nil && p.budgeted && p.h.UsesHeadroom(tier)
+}
+
 // shields reports whether holder h may not be preempted, moved
 // or waited for (a stopping one) for q: it runs on a node kept whole for
 // a headroom that keeps q out (q would take the node's GPUs).
@@ -655,12 +696,17 @@ func (hr *hrCycle) shields(q *queued, h int) bool {
 	return false
 }
 
-// status is the plan's view of every headroom after the cycle.
+// status is the plan's view of every headroom after the cycle, reserved
+// the idle GPUs of reserve tiers' reservations each pool's idle budget
+// pays for (placer.idleReserved), spent from it with the headroom's own.
 // Preempted gangs still count where they are (they stop after their
 // grace).
-func (hr *hrCycle) status() []HeadroomStatus {
+func (hr *hrCycle) status(reserved map[string]int) []HeadroomStatus {
 	if hr == nil {
 		return nil
+	}
+	if reserved == nil {
+		reserved = map[string]int{}
 	}
 	for _, pool := range hr.keptOut {
 		for _, name := range hr.names {
@@ -669,18 +715,20 @@ func (hr *hrCycle) status() []HeadroomStatus {
 			}
 		}
 	}
-	idle := map[string]int{}
+	idle, spent := map[string]int{}, map[string]int{}
 	for _, name := range hr.names {
-		if p := hr.pools[name]; p.waiting {
+		p := hr.pools[name]
+		if p.waiting {
 			idle[name] = min(p.size, hr.c.st.FreeGPUs(name))
 		}
+		spent[name] = idle[name] + reserved[name]
 	}
-	budgets := hr.recordBudgets(idle)
+	budgets := hr.recordBudgets(spent)
 	out := make([]HeadroomStatus, 0, len(hr.names))
 	for _, name := range hr.names {
 		p := hr.pools[name]
 		out = append(out, HeadroomStatus{
-			Nodes: p.protect, KeptOnLastNode: p.lastKeep, IdleKeptGPUs: idle[name], IdleBudget: budgets[name],
+			Nodes: p.protect, KeptOnLastNode: p.lastKeep, IdleKeptGPUs: idle[name], IdleReservedGPUs: reserved[name], IdleBudget: budgets[name],
 			Pool: name, GPUs: p.size, Tiers: append([]string(nil), p.h.Tiers...), Capacity: p.capacity,
 			OtherNonPreemptibleGPUs: p.other, PreemptibleGPUs: p.preemptible, UrgentGPUs: p.urgent,
 			FreeGPUs: max(0, p.capacity-p.other-p.preemptible-p.urgent), Arrivals: p.arrivals,

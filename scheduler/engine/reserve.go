@@ -22,6 +22,9 @@ type reservation struct {
 	// gathering: a gang's gathered GPUs (gather.go), which no job
 	// backfills.
 	gathering bool
+	// always: made for a reserve tier (policy backfill reserve_tiers);
+	// a headroom's idle budget pays for its idle GPUs (idleReserved).
+	always bool
 }
 
 // mayBackfill: may the job use GPUs reserved for blocked jobs ahead of it?
@@ -178,8 +181,9 @@ func (p *placer) reserve(q *queued, exp *Explanation) {
 	p.c.st.Rollback(cp)
 	p.reserveSlots(found)
 	estimated = estimated && !until.IsZero()
-	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until, estimated: estimated, slots: slotsOf(found)})
-	if p.reservesAlways(q) {
+	always := p.reservesAlways(q)
+	p.reservations = append(p.reservations, reservation{jobID: q.job.ID, tier: q.f.tier, until: until, estimated: estimated, slots: slotsOf(found), always: always})
+	if always {
 		p.always++
 	}
 	if p.c.explain {

@@ -131,3 +131,85 @@ func TestReserveTiersDoNotCountAgainstReservations(t *testing.T) {
 		})
 	}
 }
+
+// A reserve tier's reservation idles GPUs for urgent work as the
+// headroom does, so the headroom's idle budget pays for it: the
+// reserved GPU no job backfills is spent from the account
+// (IdleReservedGPUs), and once the account is overspent the critical job
+// gets no reservation and the high job behind it takes the GPU, until
+// the allowance has caught up. Without a budget the reservation holds
+// however long it idles.
+func TestReserveTiersSpendTheHeadroomsIdleBudget(t *testing.T) {
+	store := cluster.NewStore()
+	for _, n := range []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)} {
+		_ = store.UpsertNode(n)
+	}
+	for _, j := range []*cluster.Job{
+		// n1: 7 high GPUs ending at t0+30m, 1 free; n2: 8 high GPUs
+		// ending at t0+2h.
+		mkJob("h1", running(), meta("impact_tier", "high", "impact_walltime", "1h30m"), group("main", 1, 7)),
+		mkJob("h2", running(), meta("impact_tier", "high", "impact_walltime", "3h"), group("main", 1, 8)),
+		mkJob("crit", meta("impact_tier", "critical"), group("main", 1, 8), submitted(t0.Add(-time.Minute))),
+		mkJob("long", meta("impact_tier", "high", "impact_walltime", "5h"), submitted(t0)),
+	} {
+		_ = store.UpsertJob(j)
+	}
+	_ = store.UpsertAlloc(alloc("a-h1", "h1", "n1", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6))
+	_ = store.UpsertAlloc(alloc("a-h2", "h2", "n2", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7))
+	type step struct {
+		at       time.Duration
+		reserved bool // crit holds n1's free GPU, idle; else long takes it
+	}
+	cases := []struct {
+		name, budget string
+		steps        []step
+	}{
+		// 16 GPUs at 1/32: half a GPU-second a second against one GPU
+		// idle. The account opens at zero, so a second later it is
+		// overspent; two seconds without spending pay it back.
+		{"budget", "idle_budget = 0.03125", []step{{0, true}, {time.Second, false}}},
+		{"no budget", "", []step{{0, true}, {time.Second, true}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := mustPolicy(t, `
+backfill {
+  reservations  = 0
+  reserve_tiers = ["critical"]
+}
+headroom "gpu" {
+  tiers = ["critical"]
+  gpus  = 8
+  `+tc.budget+`
+}
+`)
+			e := mustEngine(t, pol)
+			for i, s := range tc.steps {
+				snap := store.Snapshot()
+				p := e.Decide(snap, t0.Add(s.at))
+				if err := ValidatePlan(pol, snap, p); err != nil {
+					t.Fatal(err)
+				}
+				crit, h := p.Explanations["crit"], p.Headroom[0]
+				if s.reserved {
+					if crit.Status != StatusReserved || admission(p, "long") != nil {
+						t.Fatalf("step %d: crit %s (%s), long admitted %v; want crit reserved on n1, long waiting", i, crit.Status, crit.Reason, admission(p, "long") != nil)
+					}
+					if want := map[bool]int{true: 1, false: 0}[tc.budget != ""]; h.IdleReservedGPUs != want {
+						t.Fatalf("step %d: %d idle reserved GPUs, want %d", i, h.IdleReservedGPUs, want)
+					}
+					continue
+				}
+				if crit.Status != StatusWaiting || h.IdleReservedGPUs != 0 || h.IdleBudget == nil || !h.IdleBudget.Yielded {
+					t.Fatalf("step %d: crit %s (%s), headroom %+v; want crit waiting without a reservation, the budget yielded", i, crit.Status, crit.Reason, h)
+				}
+				if a := admission(p, "long"); a == nil || join(nodesOf(a)) != "n1" {
+					t.Fatalf("step %d: long %+v, want it on n1's free GPU", i, a)
+				}
+				if !strings.Contains(crit.Reason, "no reservation for its tier: the headroom's idle budget is spent") {
+					t.Fatalf("step %d: crit's reason %q does not say why it holds no reservation", i, crit.Reason)
+				}
+			}
+		})
+	}
+}

@@ -114,7 +114,7 @@ func nodes1x8() []*cluster.Node { return []*cluster.Node{mkNode("n1", 8, 2)} }
 func TestHeadroomNilAnswersNone(t *testing.T) {
 	var hr *hrCycle
 	q := &queued{id: "j", pool: "gpu", gpus: 8, f: &specFacts{tier: "normal"}}
-	if hr.blocks(q) != "" || hr.keepsOut(q) || hr.shields(q, 0) || hr.waives(q, 0) || hr.protect(q) != nil || hr.status() != nil {
+	if hr.blocks(q) != "" || hr.keepsOut(q) || hr.shields(q, 0) || hr.waives(q, 0) || hr.protect(q) != nil || hr.status(nil) != nil {
 		t.Fatal("a nil headroom step kept a job out, shielded or waived a gang, or reported a status")
 	}
 	if _, ok := hr.prefer(q, placement.Request{}); ok {

@@ -258,11 +258,11 @@ type hrStep struct {
 func (s *Scheduler) recordHeadroom(now int64, hs []engine.HeadroomStatus) {
 	var idle map[string]int
 	for _, h := range hs {
-		if h.IdleKeptGPUs > 0 {
+		if n := h.IdleKeptGPUs + h.IdleReservedGPUs; n > 0 {
 			if idle == nil {
 				idle = map[string]int{}
 			}
-			idle[h.Pool] = h.IdleKeptGPUs
+			idle[h.Pool] = n
 		}
 		if s.hrPools == nil {
 			s.hrPools = map[string]bool{}
