@@ -161,7 +161,11 @@ preemption {
 # as wide as a node, in a pool where every node holds work it may not
 # preempt, then drains the node whose unpreemptible work ends soonest
 # instead of waiting for a node to free by chance while each freed GPU
-# goes to narrower jobs behind it.
+# goes to narrower jobs behind it. Where the tier uses a pool's headroom
+# with an idle_budget (below), the budget pays for the reserved GPUs no
+# job backfills as for the headroom's own idle ones
+# (impact_headroom_idle_reserved_gpus{pool}), and while it is spent the
+# tier gets no reservation there, and `impact explain` says so.
 #
 # gather (default false): a blocked gang of several allocations that gets
 # no reservation holds, in queue order, the free GPUs where its
@@ -280,10 +284,14 @@ idle {
 # while work it keeps out waits (and would fit them) at most that share
 # of the pool's GPUs on average, unspent allowance carried for at most
 # a `window`; once it has idled more, the headroom yields (keeps nothing, the kept-out work starts)
-# until the allowance catches up. Waiting jobs kept out say so in
+# until the allowance catches up. The same account pays for the GPUs the
+# reserve tiers' reservations hold idle (backfill reserve_tiers, for the
+# tiers that use the headroom), which yield with it. Waiting jobs kept out say so in
 # `impact explain`; impact_headroom_gpus{pool} and
 # impact_headroom_held_gpus{pool,holder} show its size and what holds it,
 # impact_headroom_idle_kept_gpus{pool} what it idles,
+# impact_headroom_idle_reserved_gpus{pool} what the reserve tiers'
+# reservations idle on its account,
 # impact_headroom_idle_credit_gpu_hours{pool} and
 # impact_headroom_yielded{pool} its idle budget.
 #

@@ -40,8 +40,10 @@ import (
 // may, or waits, as without a headroom. A headroom whose tiers' work is
 // rare and whose pool is full of non-preemptible work is the one that
 // idles most for the least; the budget lets urgency cost the pool at
-// most that share of its occupancy. 0: no budget (the headroom keeps
-// its GPUs however long they idle).
+// most that share of its occupancy. The same allowance pays for the
+// GPUs that reservations of the headroom's tiers hold idle when they are
+// reserve tiers (Backfill.ReserveTiers), which yield with it. 0: no
+// budget (the headroom keeps its GPUs however long they idle).
 type Headroom struct {
 	// Pool is the node pool (the block's label).
 	Pool string

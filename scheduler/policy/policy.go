@@ -209,7 +209,11 @@ type Backfill struct {
 	// it may not preempt, otherwise waits until a node happens to free at
 	// once, while every GPU that frees goes to narrower jobs behind it;
 	// its reservation drains the node whose unpreemptible work ends
-	// soonest instead (engine/reserve.go).
+	// soonest instead (engine/reserve.go). Such a reservation idles
+	// GPUs for urgent work as a headroom does: where the tier uses a
+	// pool's headroom with an IdleBudget, that budget pays for the
+	// reserved GPUs no job backfills, and while it is spent the tier gets
+	// no reservation there.
 	ReserveTiers []string
 	// Gather lets a blocked job of several allocations that gets no
 	// reservation hold, in queue order, the free GPUs where its
