@@ -58,7 +58,8 @@ type HeadroomStatus struct {
 	IdleKeptGPUs int `json:"idle_kept_gpus"`
 	// IdleReservedGPUs is the other half of urgency's cost after the
 	// cycle: GPUs reserved for blocked jobs of a reserve tier (policy
-	// backfill reserve_tiers) that are free and that no job backfilled.
+	// backfill reserve_tiers) that uses the headroom, free and not
+	// backfilled by any job.
 	// Counted only for a headroom with an idle budget, which pays for
 	// both: while it is overspent neither the headroom nor a reserve
 	// tier's reservation keeps GPUs in the pool.

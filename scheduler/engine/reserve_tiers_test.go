@@ -136,9 +136,8 @@ func TestReserveTiersDoNotCountAgainstReservations(t *testing.T) {
 // headroom does, so the headroom's idle budget pays for it: the
 // reserved GPU no job backfills is spent from the account
 // (IdleReservedGPUs), and once the account is overspent the critical job
-// gets no reservation and the high job behind it takes the GPU, until
-// the allowance has caught up. Without a budget the reservation holds
-// however long it idles.
+// gets no reservation, is told why, and the high job behind it takes the
+// GPU. Without a budget the reservation holds however long it idles.
 func TestReserveTiersSpendTheHeadroomsIdleBudget(t *testing.T) {
 	store := cluster.NewStore()
 	for _, n := range []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)} {
@@ -166,7 +165,7 @@ func TestReserveTiersSpendTheHeadroomsIdleBudget(t *testing.T) {
 	}{
 		// 16 GPUs at 1/32: half a GPU-second a second against one GPU
 		// idle. The account opens at zero, so a second later it is
-		// overspent; two seconds without spending pay it back.
+		// overspent.
 		{"budget", "idle_budget = 0.03125", []step{{0, true}, {time.Second, false}}},
 		{"no budget", "", []step{{0, true}, {time.Second, true}}},
 	}

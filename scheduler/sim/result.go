@@ -52,8 +52,10 @@ type Result struct {
 	PartialGangIdleGPUHoursWindow float64 `json:"partial_gang_idle_gpu_hours_window"`
 	// HeadroomCost is, per pool with a policy headroom (schedulers that
 	// keep one: HeadroomCoster), the GPU-hours in the window its kept GPUs
-	// sat idle while work it keeps out waited, and that as a share of the
-	// pool's GPU-hours in the window: the occupancy urgency cost.
+	// sat idle while work it keeps out waited, with the reserve tiers'
+	// reserved GPUs idle on its idle budget's account, and that as a
+	// share of the pool's GPU-hours in the window: the occupancy urgency
+	// cost.
 	HeadroomCost map[string]HeadroomCost `json:"headroom_cost,omitempty"`
 
 	// WaitS is, per tier, first start - submit of each job, in seconds.
@@ -223,7 +225,8 @@ type HeadroomCost struct {
 
 // HeadroomCoster is a scheduler that keeps headroom for urgent work and
 // reports its cost: per pool, the GPU-seconds in [from, to) its kept GPUs
-// sat idle while work it keeps out waited.
+// sat idle while work it keeps out waited (and the reserve tiers'
+// reserved GPUs idle on its idle budget's account).
 type HeadroomCoster interface {
 	HeadroomIdleGPUSeconds(from, to int64) map[string]float64
 }

@@ -245,14 +245,16 @@ func (s *Scheduler) looked(now int64, plan *engine.Plan) {
 	}
 }
 
-// hrStep is a change in the headroom's idle kept GPUs: from at on, idle
-// per pool (engine.HeadroomStatus.IdleKeptGPUs), until the next step.
+// hrStep is a change in the GPUs idle for urgent work: from at on, idle
+// per pool (engine.HeadroomStatus.IdleKeptGPUs plus IdleReservedGPUs: the
+// headroom's and the reserve tiers' reservations', which its idle budget
+// pays for), until the next step.
 type hrStep struct {
 	at   int64
 	idle map[string]int
 }
 
-// recordHeadroom notes the headroom's idle kept GPUs after a decision
+// recordHeadroom notes the GPUs idle for urgent work after a decision
 // (a skipped decision would have decided the same: they hold until the
 // next one).
 func (s *Scheduler) recordHeadroom(now int64, hs []engine.HeadroomStatus) {
@@ -277,7 +279,8 @@ func (s *Scheduler) recordHeadroom(now int64, hs []engine.HeadroomStatus) {
 
 // HeadroomIdleGPUSeconds implements sim.HeadroomCoster: per pool with a
 // headroom, the GPU-seconds in [from, to) its kept GPUs sat idle while
-// work it keeps out waited.
+// work it keeps out waited, and the reserve tiers' reserved GPUs sat idle
+// on its idle budget's account.
 func (s *Scheduler) HeadroomIdleGPUSeconds(from, to int64) map[string]float64 {
 	if len(s.hrPools) == 0 {
 		return nil

@@ -50,8 +50,10 @@ compare the policies' means over their replicas, and a failed check says
 on how many replicas impact fails it against native on the same copy.
 
 Prints one table (ratios are baseline / impact: above 1 is better for
-impact; occupancy in points, impact minus baseline; the headroom's idle
-kept GPUs in points of occupancy) and every failed check; writes
+impact; occupancy in points, impact minus baseline; the GPUs idle for
+urgent work in points of occupancy: the headroom's kept GPUs and the
+reserve tiers' reserved ones, which its idle budget pays for) and every
+failed check; writes
 DIR/robustness.json. Exits 1 when a check fails, except one failed with
 the bound that proves the scenario cannot meet it without idle capacity
 costing more occupancy than impact has above the occupancy check's floor
