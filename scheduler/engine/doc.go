@@ -33,7 +33,8 @@
 //	defragger  defrag.go      or waiting for jobs moved out of its way,
 //	placer     reserve.go     else reserving GPUs running work frees
 //	                          (or it may preempt), for the first
-//	                          blocked jobs and every reserve tier's,
+//	                          blocked jobs and every reserve tier's
+//	                          (on the headroom's idle budget),
 //	placer     gather.go      else gathering a gang's nodes as they free
 //	then, once the whole queue is decided:
 //	defragger  defrag.go      moving small jobs out of the way of the
