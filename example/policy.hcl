@@ -165,7 +165,8 @@ preemption {
 # with an idle_budget (below), the budget pays for the reserved GPUs no
 # job backfills as for the headroom's own idle ones
 # (impact_headroom_idle_reserved_gpus{pool}), and while it is spent the
-# tier gets no reservation there, and `impact explain` says so.
+# tier's jobs reserve there only within `reservations`, like any job
+# (`impact explain` says why one holds none).
 #
 # gather (default false): a blocked gang of several allocations that gets
 # no reservation holds, in queue order, the free GPUs where its

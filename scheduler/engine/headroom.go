@@ -61,8 +61,10 @@ type HeadroomStatus struct {
 	// backfill reserve_tiers) that uses the headroom, free and not
 	// backfilled by any job.
 	// Counted only for a headroom with an idle budget, which pays for
-	// both: while it is overspent neither the headroom nor a reserve
-	// tier's reservation keeps GPUs in the pool.
+	// both: while it is overspent the headroom keeps nothing, and a
+	// reserve tier's job gets a reservation only as one of the first
+	// blocked jobs the policy's reservations count gives one, like any
+	// other job (placer.reservesAlways).
 	IdleReservedGPUs int `json:"idle_reserved_gpus,omitempty"`
 }
 

@@ -42,7 +42,8 @@ import (
 // idles most for the least; the budget lets urgency cost the pool at
 // most that share of its occupancy. The same allowance pays for the
 // GPUs that reservations of the headroom's tiers hold idle when they are
-// reserve tiers (Backfill.ReserveTiers), which yield with it. 0: no
+// reserve tiers (Backfill.ReserveTiers), which yield with it (their jobs
+// then reserve only within Backfill.Reservations, like any job). 0: no
 // budget (the headroom keeps its GPUs however long they idle).
 type Headroom struct {
 	// Pool is the node pool (the block's label).

@@ -212,8 +212,8 @@ type Backfill struct {
 	// soonest instead (engine/reserve.go). Such a reservation idles
 	// GPUs for urgent work as a headroom does: where the tier uses a
 	// pool's headroom with an IdleBudget, that budget pays for the
-	// reserved GPUs no job backfills, and while it is spent the tier gets
-	// no reservation there.
+	// reserved GPUs no job backfills, and while it is spent the tier's
+	// jobs reserve there only within Reservations, like any job.
 	ReserveTiers []string
 	// Gather lets a blocked job of several allocations that gets no
 	// reservation hold, in queue order, the free GPUs where its
