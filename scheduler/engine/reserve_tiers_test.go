@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,7 +138,9 @@ func TestReserveTiersDoNotCountAgainstReservations(t *testing.T) {
 // reserved GPU no job backfills is spent from the account
 // (IdleReservedGPUs), and once the account is overspent the critical job
 // gets no reservation, is told why, and the high job behind it takes the
-// GPU. Without a budget the reservation holds however long it idles.
+// GPU. Without a budget the reservation holds however long it idles;
+// with one reservation for the head of the queue it holds as that one,
+// as any job's would, and is not charged.
 func TestReserveTiersSpendTheHeadroomsIdleBudget(t *testing.T) {
 	store := cluster.NewStore()
 	for _, n := range []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)} {
@@ -158,22 +161,27 @@ func TestReserveTiersSpendTheHeadroomsIdleBudget(t *testing.T) {
 	type step struct {
 		at       time.Duration
 		reserved bool // crit holds n1's free GPU, idle; else long takes it
+		charged  int  // the idle reserved GPUs spent from the account
 	}
 	cases := []struct {
 		name, budget string
+		reservations int
 		steps        []step
 	}{
 		// 16 GPUs at 1/32: half a GPU-second a second against one GPU
 		// idle. The account opens at zero, so a second later it is
 		// overspent.
-		{"budget", "idle_budget = 0.03125", []step{{0, true}, {time.Second, false}}},
-		{"no budget", "", []step{{0, true}, {time.Second, true}}},
+		{"budget", "idle_budget = 0.03125", 0, []step{{0, true, 1}, {time.Second, false, 0}}},
+		{"no budget", "", 0, []step{{0, true, 0}, {time.Second, true, 0}}},
+		// Overspent, crit still holds the reservation the policy gives
+		// the first blocked job, as any job would, not charged.
+		{"budget, one reservation", "idle_budget = 0.03125", 1, []step{{0, true, 1}, {time.Second, true, 0}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := mustPolicy(t, `
 backfill {
-  reservations  = 0
+  reservations  = `+strconv.Itoa(tc.reservations)+`
   reserve_tiers = ["critical"]
 }
 headroom "gpu" {
@@ -194,8 +202,8 @@ headroom "gpu" {
 					if crit.Status != StatusReserved || admission(p, "long") != nil {
 						t.Fatalf("step %d: crit %s (%s), long admitted %v; want crit reserved on n1, long waiting", i, crit.Status, crit.Reason, admission(p, "long") != nil)
 					}
-					if want := map[bool]int{true: 1, false: 0}[tc.budget != ""]; h.IdleReservedGPUs != want {
-						t.Fatalf("step %d: %d idle reserved GPUs, want %d", i, h.IdleReservedGPUs, want)
+					if h.IdleReservedGPUs != s.charged {
+						t.Fatalf("step %d: %d idle reserved GPUs, want %d", i, h.IdleReservedGPUs, s.charged)
 					}
 					continue
 				}
