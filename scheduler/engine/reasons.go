@@ -142,8 +142,9 @@ func (w *explainer) addReservationNote(note string) { w.resNotes = append(w.resN
 // min_runtime):
 // otherwise an operator sees a critical job wait beside preemptible work
 // and cannot tell why. It names the earliest such gang of a tier the job
-// may preempt, in its pool; the zero chance when there is none.
-// Explanations only.
+// may preempt, in its pool, and whose min runtime holds it from q (not
+// one that the pool's headroom lets q preempt young); the zero chance
+// when there is none. Explanations only.
 func (w *explainer) youngNote(q *queued) youngChance {
 	key := tierPool{q.f.tier, q.pool}
 	if w.lastYoungOK && key == w.lastYoung {
@@ -158,7 +159,10 @@ func (w *explainer) youngNote(q *queued) youngChance {
 	}
 	var chance youngChance
 	for _, y := range w.young {
-		if w.c.claimed[y.h] || !w.c.mayPreempt(q.f.tier, y.tier) {
+		// A gang q's tier may preempt young (its pool's headroom
+		// waives the min runtime, hrCycle.waives) is no chance for
+		// later: the search already weighed it.
+		if w.c.claimed[y.h] || !w.c.mayPreempt(q.f.tier, y.tier) || w.c.hr.waives(q, y.h) {
 			continue
 		}
 		if q.pool != "" && !w.c.holderInPool(y.h, q.pool) {

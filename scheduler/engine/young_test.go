@@ -84,3 +84,37 @@ func TestExplainWaitingForMinRuntime(t *testing.T) {
 		t.Fatalf("normal job may not preempt normal work, yet reason says %q", r)
 	}
 }
+
+// A gang that the pool's headroom lets its tiers preempt young
+// (TestHeadroomTiersPreemptYoungWork) is not named as a chance for later:
+// its min runtime does not hold it from the critical job. Here preempting
+// the young scavenger would not make room beside the high job, so the
+// critical job waits, and only without the headroom does its reason say
+// it could preempt the scavenger once its min runtime has passed.
+func TestExplainNoMinRuntimeChanceWhereTheHeadroomWaivesIt(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		note      bool
+	}{
+		{name: "headroom", src: "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 4\n}\n", note: false},
+		{name: "no headroom", src: "", note: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := cluster.NewStore()
+			_ = store.UpsertNode(mkNode("n1", 8, 2))
+			_ = store.UpsertJob(mkJob("s", group("main", 1, 4), meta("impact_tier", "scavenger"), running()))
+			_ = store.UpsertAlloc(alloc("s-a", "s", "n1", t0.Add(-time.Minute), 0, 1, 2, 3))
+			_ = store.UpsertJob(mkJob("h", group("main", 1, 4), meta("impact_tier", "high"), running()))
+			_ = store.UpsertAlloc(alloc("h-a", "h", "n1", t0.Add(-time.Hour), 4, 5, 6, 7))
+			_ = store.UpsertJob(mkJob("c", group("main", 1, 8), meta("impact_tier", "critical"), submitted(t0)))
+			p := mustEngine(t, mustPolicy(t, tc.src)).Decide(store.Snapshot(), t0.Add(time.Second))
+			if got := join(preemptedIDs(p)); got != "" {
+				t.Fatalf("preempted %q, though that makes no room beside the high job", got)
+			}
+			exp := p.Explanations["c"]
+			if got := strings.Contains(exp.Reason, "could preempt s from"); got != tc.note || (exp.CouldPreempt == "s") != tc.note {
+				t.Fatalf("reason %q (structured chance %q): note %v, want %v", exp.Reason, exp.CouldPreempt, got, tc.note)
+			}
+		})
+	}
+}
