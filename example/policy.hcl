@@ -136,8 +136,10 @@ preemption {
   # The top tier's preemption is worth the wait it saves: its victims free
   # their GPUs only after their grace, and it starts on whatever frees
   # first. So its gain is weighed by the chance that running work ending
-  # on its own (at the pace of the last hour's ends in the pool) frees
-  # room for it before then; once it has waited a grace, it preempts.
+  # on its own (at the pace of the last hour's ends in the pool, a job's
+  # allocations ending together counting as one end of all their GPUs)
+  # frees room for it before then; once it has waited a grace, it
+  # preempts.
   weigh_ends = true
   # A preemption whose preemptor no longer waits (it started on GPUs that
   # freed meanwhile, or left the queue) is withdrawn while its victims'

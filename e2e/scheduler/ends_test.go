@@ -4,13 +4,13 @@ package scheduler
 // real two-node Nomad cluster (one server, two client processes, each 8
 // fake GPUs of its own).
 //
-// A batch job of 16 one-GPU allocations ("done") runs to its end: 16
-// GPUs freed by work ending on its own in the last hour, which the agent
-// learns from Nomad's allocation updates. Then a scavenger job of 8 GPUs
-// fills each node ("s0", "s1"; a 5 minute grace, a checkpoint every 10
-// seconds, so preempting one loses little), and a critical job of 1 GPU
-// ("crit") arrives, in a project of so small a weight that preempting
-// is worth about twice what it costs.
+// Sixteen batch jobs of one 1-GPU allocation each ("done-0".."done-15")
+// run to their end: 16 ends of work ending on its own in the last hour,
+// which the agent learns from Nomad's allocation updates. Then a
+// scavenger job of 8 GPUs fills each node ("s0", "s1"; a 5 minute grace,
+// a checkpoint every 10 seconds, so preempting one loses little), and a
+// critical job of 1 GPU ("crit") arrives, in a project of so small a
+// weight that preempting is worth about twice what it costs.
 //
 // With weigh_ends (the default), 16 ends in the last hour make it likely
 // (about 74%) that another end frees a GPU before a victim's 5 minute
@@ -19,7 +19,10 @@ package scheduler
 // gives the queue's blocked head), says so, and preempts nothing: neither
 // is told to checkpoint; when s0 ends (stopped here), crit starts on its
 // node. With weigh_ends = false (the control) crit preempts one of them
-// at once: it is told to checkpoint (its 5 minute grace then runs).
+// at once: it is told to checkpoint (its 5 minute grace then runs). So
+// it does with weigh_ends when the 16 GPUs were freed by one job of 16
+// allocations ending together ("done", count 16): one end in the hour,
+// an 8% chance of another within the grace.
 
 import (
 	"fmt"
@@ -36,9 +39,12 @@ func TestTopTierWeighsNaturalEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		weigh bool
+		// gang: the 16 ends are one job's, not 16 jobs'.
+		gang bool
 	}{
-		{"weigh_ends", true},
-		{"weigh_ends off", false},
+		{"weigh_ends", true, false},
+		{"weigh_ends, the ends one job's", true, true},
+		{"weigh_ends off", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, envDir, nodes := twoNodes(t, "impact-e2e-ends-", `
@@ -53,21 +59,34 @@ project "lab" {
 			c := w.c
 			explain := w.explainEngine
 
-			runHCL(t, c.Agent, w.dir, "done", parkedJob{name: "done", meta: map[string]string{"impact_tier": "normal"},
-				count: 16, gpus: 1, script: "exit 0"}.hcl())
-			eventually(t, 120*time.Second, "done: 16 allocations complete", func() (bool, string) {
+			done := []string{"done"}
+			if tc.gang {
+				runHCL(t, c.Agent, w.dir, "done", parkedJob{name: "done", meta: map[string]string{"impact_tier": "normal"},
+					count: 16, gpus: 1, script: "exit 0"}.hcl())
+			} else {
+				done = done[:0]
+				for i := range 16 {
+					name := fmt.Sprintf("done-%d", i)
+					done = append(done, name)
+					runHCL(t, c.Agent, w.dir, name, parkedJob{name: name, meta: map[string]string{"impact_tier": "normal"},
+						count: 1, gpus: 1, script: "exit 0"}.hcl())
+				}
+			}
+			eventually(t, 120*time.Second, "16 allocations complete", func() (bool, string) {
 				n := 0
-				for _, a := range w.allocsOf("done") {
-					if a.ClientStatus == "complete" {
-						n++
+				for _, name := range done {
+					for _, a := range w.allocsOf(name) {
+						if a.ClientStatus == "complete" {
+							n++
+						}
 					}
 				}
-				return n == 16, explain("done").String()
+				return n == 16, explain(done[0]).String()
 			})
 			w.fillWithScavengers(envDir, nodes, "5m")
 			runHCL(t, c.Agent, w.dir, "crit", dfJob{name: "crit", tier: "critical", gpus: 1, project: "lab"}.hcl(envDir))
 			signalled := func() []string { return w.signalled(envDir, "s0", "s1") }
-			if !tc.weigh {
+			if !tc.weigh || tc.gang {
 				eventually(t, 60*time.Second, "crit preempting one scavenger job, which is told to checkpoint", func() (bool, string) {
 					ex := explain("crit")
 					return ex.Engine != nil && ex.Engine.Status == "preempting" && len(signalled()) == 1, fmt.Sprintf("%s; signalled %v", ex, signalled())

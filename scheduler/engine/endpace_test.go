@@ -82,6 +82,28 @@ func teachEnds(t tb, store *cluster.Store, n int, end time.Time, completed bool)
 	}
 }
 
+// teachGangEnds records n gangs of allocs allocations of gpus GPUs each
+// on node "gone" that ran to their end, each allocation a second after
+// the one before, the gangs 15 seconds apart up to end.
+func teachGangEnds(t tb, store *cluster.Store, n, allocs, gpus int, end time.Time) {
+	t.Helper()
+	idx := make([]int, gpus)
+	for i := range idx {
+		idx[i] = i
+	}
+	for i := range n {
+		id := fmt.Sprintf("gang-%d-%d", end.Unix(), i)
+		at := end.Add(-time.Duration(i) * 15 * time.Second)
+		mustDo(t, store.UpsertJob(mkJob(id, running())))
+		for a := range allocs {
+			aid := fmt.Sprintf("%s-a%d", id, a)
+			mustDo(t, store.UpsertAlloc(alloc(aid, id, "gone", at.Add(-10*time.Minute), idx...)))
+			store.CompleteAlloc(aid, at.Add(time.Duration(a)*time.Second))
+		}
+		store.DeleteJob(id)
+	}
+}
+
 // A top-tier job's preemption pays only for the wait it saves: where
 // running work has ended every few seconds over the last hour, it waits
 // for the next end instead (its victims would stop only after their
@@ -90,7 +112,9 @@ func teachEnds(t tb, store *cluster.Store, n int, end time.Time, completed bool)
 // than runs to their end, it preempts, and so it does once it has waited
 // as long as the grace, below the top tier, and with weigh_ends off. A
 // job of several GPUs needs the ends on one node. In a burst the jobs
-// behind the first need more ends to come first, and preempt.
+// behind the first need more ends to come first, and preempt. Ends that
+// free many GPUs at once are as rare as they are, not as many as their
+// GPUs.
 func TestPreemptionWeighsNaturalEnds(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -104,24 +128,38 @@ func TestPreemptionWeighsNaturalEnds(t *testing.T) {
 		completed bool
 		// preempting: which waiting jobs preempt.
 		preempting []string
+		// gang: the ends are gangs of gang[0] allocations of gang[1]
+		// GPUs each (teachGangEnds), not 1-GPU jobs.
+		gang [2]int
 	}{
-		{"no ends seen", "critical", 1, 1, 5 * time.Second, false, 0, 0, true, []string{"w-0"}},
-		{"an end every 15 seconds", "critical", 1, 1, 5 * time.Second, false, 240, 10 * time.Minute, true, nil},
-		{"an end every 2 minutes", "critical", 1, 1, 5 * time.Second, false, 30, 10 * time.Minute, true, []string{"w-0"}},
-		{"frequent, but stops, not ends", "critical", 1, 1, 5 * time.Second, false, 240, 10 * time.Minute, false, []string{"w-0"}},
-		{"frequent, but over an hour ago", "critical", 1, 1, 5 * time.Second, false, 240, 70 * time.Minute, true, []string{"w-0"}},
-		{"frequent, but it has waited a grace already", "critical", 1, 1, time.Minute, false, 240, 10 * time.Minute, true, []string{"w-0"}},
-		{"frequent, below the top tier", "high", 1, 1, 5 * time.Second, false, 240, 10 * time.Minute, true, []string{"w-0"}},
-		{"frequent, weigh_ends off", "critical", 1, 1, 5 * time.Second, true, 240, 10 * time.Minute, true, []string{"w-0"}},
+		{"no ends seen", "critical", 1, 1, 5 * time.Second, false, 0, 0, true, []string{"w-0"}, [2]int{}},
+		{"an end every 15 seconds", "critical", 1, 1, 5 * time.Second, false, 240, 10 * time.Minute, true, nil, [2]int{}},
+		{"an end every 2 minutes", "critical", 1, 1, 5 * time.Second, false, 30, 10 * time.Minute, true, []string{"w-0"}, [2]int{}},
+		{"frequent, but stops, not ends", "critical", 1, 1, 5 * time.Second, false, 240, 10 * time.Minute, false, []string{"w-0"}, [2]int{}},
+		{"frequent, but over an hour ago", "critical", 1, 1, 5 * time.Second, false, 240, 70 * time.Minute, true, []string{"w-0"}, [2]int{}},
+		{"frequent, but it has waited a grace already", "critical", 1, 1, time.Minute, false, 240, 10 * time.Minute, true, []string{"w-0"}, [2]int{}},
+		{"frequent, below the top tier", "high", 1, 1, 5 * time.Second, false, 240, 10 * time.Minute, true, []string{"w-0"}, [2]int{}},
+		{"frequent, weigh_ends off", "critical", 1, 1, 5 * time.Second, true, 240, 10 * time.Minute, true, []string{"w-0"}, [2]int{}},
 		// The pace would free 4 GPUs in a grace, but the job needs them on
 		// one node, and each frees half of them.
-		{"frequent, but the job needs 4 GPUs on one node", "critical", 4, 1, 5 * time.Second, false, 480, 10 * time.Minute, true, []string{"w-0"}},
-		{"a burst: the first waits, the others preempt", "critical", 1, 3, 5 * time.Second, false, 240, 10 * time.Minute, true, []string{"w-1", "w-2"}},
+		{"frequent, but the job needs 4 GPUs on one node", "critical", 4, 1, 5 * time.Second, false, 480, 10 * time.Minute, true, []string{"w-0"}, [2]int{}},
+		{"a burst: the first waits, the others preempt", "critical", 1, 3, 5 * time.Second, false, 240, 10 * time.Minute, true, []string{"w-1", "w-2"}, [2]int{}},
+		// As many GPUs freed as an end every 15 seconds, but 16 at once
+		// (a gang of two 8-GPU allocations) every 4 minutes: an end
+		// within the grace is a chance of about 1 in 5.
+		{"as many GPUs, but in lumps of 16 every 4 minutes", "critical", 1, 1, 5 * time.Second, false, 15, 10 * time.Minute, true, []string{"w-0"}, [2]int{2, 8}},
+		// As many allocations as an end every 15 seconds, but a gang's
+		// four end together, once a minute: about 2 in 3.
+		{"as many allocations, but four ending together every minute", "critical", 1, 1, 5 * time.Second, false, 60, 10 * time.Minute, true, []string{"w-0"}, [2]int{4, 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			store := paceStore(t, tc.tier, tc.gpus, tc.waiting, tc.waited)
-			teachEnds(t, store, tc.ends, t0.Add(-tc.endsAt), tc.completed)
+			if tc.gang[0] > 0 {
+				teachGangEnds(t, store, tc.ends, tc.gang[0], tc.gang[1], t0.Add(-tc.endsAt))
+			} else {
+				teachEnds(t, store, tc.ends, t0.Add(-tc.endsAt), tc.completed)
+			}
 			pol := pacePolicy(t, !tc.off, 4, "")
 			snap := store.Snapshot()
 			p := mustEngine(t, pol).Decide(snap, t0)
@@ -146,7 +184,7 @@ func TestPreemptionWeighsNaturalEnds(t *testing.T) {
 	}
 }
 
-func TestPoissonBelow(t *testing.T) {
+func TestCompoundBelow(t *testing.T) {
 	cases := []struct {
 		mu   float64
 		m    int
@@ -156,14 +194,36 @@ func TestPoissonBelow(t *testing.T) {
 		{1, 1, math.Exp(-1)},
 		{2, 3, math.Exp(-2) * (1 + 2 + 2)},
 		{0.5, 2, math.Exp(-0.5) * 1.5},
-		{1000, 900, 0.00062260}, // e^-1000 underflows: computed in logs
+		{1000, 900, 0.00062260}, // e^-1000 underflows: computed rescaled
 		{1000, 1000, 0.49579},
 		{4, 100, 1},
 	}
 	for _, tc := range cases {
-		got := poissonBelow(tc.mu, tc.m)
+		got := compoundBelow(tc.mu, []lump{{gpus: 1, events: 3}}, tc.m)
 		if math.Abs(got-tc.want) > 1e-3*max(tc.want, 1e-3) && math.Abs(got-tc.want) > 1e-6 {
-			t.Errorf("poissonBelow(%g, %d) = %g, want %g", tc.mu, tc.m, got, tc.want)
+			t.Errorf("events of one GPU: compoundBelow(%g, %d) = %g, want Poisson's %g", tc.mu, tc.m, got, tc.want)
+		}
+	}
+	// Lumps: fewer GPUs than m freed means fewer events than it takes.
+	lumpy := []struct {
+		name  string
+		mu    float64
+		sizes []lump
+		m     int
+		want  float64
+	}{
+		{"events of 2 GPUs, fewer than 2 freed: none came", 1, []lump{{2, 5}}, 2, math.Exp(-1)},
+		{"events of 2 GPUs, fewer than 3 freed: at most one came", 1, []lump{{2, 5}}, 3, math.Exp(-1) * 2},
+		{"half of 1 GPU, half of 3: fewer than 2 freed", 1, []lump{{1, 4}, {3, 4}}, 2, math.Exp(-1) * 1.5},
+		{"half of 1 GPU, half of 3: fewer than 4 freed", 2, []lump{{1, 4}, {3, 4}}, 4,
+			// S = 0; 1 (one event of 1); 2 (two of 1); 3 (three of 1, or one of 3).
+			math.Exp(-2) * (1 + 2*0.5 + 2*0.25 + (8.0/6)*0.125 + 2*0.5)},
+		{"events of 2 GPUs at a large pace: rescaled", 1000, []lump{{2, 1}}, 1800, 0.00062260},
+	}
+	for _, tc := range lumpy {
+		got := compoundBelow(tc.mu, tc.sizes, tc.m)
+		if math.Abs(got-tc.want) > 1e-3*max(tc.want, 1e-3) && math.Abs(got-tc.want) > 1e-6 {
+			t.Errorf("%s: compoundBelow(%g, %v, %d) = %g, want %g", tc.name, tc.mu, tc.sizes, tc.m, got, tc.want)
 		}
 	}
 }

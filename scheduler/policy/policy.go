@@ -178,10 +178,12 @@ type Preemption struct {
 	// every few seconds it starts on such GPUs, and the victims lose their
 	// work for nothing. So the gain is weighed by the chance that no such
 	// end frees room for it before the victims would stop, from the pace
-	// of the ends of the last hour (engine/endpace.go), until it has
-	// waited as long as a preemption takes. Not below the top tier: there
-	// the victims' GPUs pass to the next job of the preemptor's tier, and
-	// the suite measured the tier-weighted JCT worse for it.
+	// of the ends of the last hour and the GPUs each freed (a job's
+	// allocations ending together are one end; engine/endpace.go), until
+	// it has waited as long as a preemption takes. Not below the top
+	// tier: there the victims' GPUs pass to the next job of the
+	// preemptor's tier, and the suite measured the tier-weighted JCT
+	// worse for it.
 	WeighEnds bool
 	// Withdraw: a preemption whose preemptor no longer waits (it started
 	// on GPUs that freed meanwhile, or left the queue) is withdrawn while
