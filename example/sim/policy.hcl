@@ -133,8 +133,9 @@ shortest_first {
 # victims' GPUs to the next job of the preemptor's tier, which that JCT
 # values; not measured further). example/sim/README.md, "Seventeenth
 # pass". The pace counts ends, not GPUs: a job's allocations ending
-# together are one end of all their GPUs (counted GPU by GPU, 26 gangs
-# ending in an hour read as a 99% chance of an end within a minute).
+# together are one end of all their GPUs (counted GPU by GPU, 26 jobs
+# freeing 274 GPUs in an hour read as a 99% chance of an end within a
+# minute).
 # Robustness suite, three replicas: seeds 1-3 74 (55 on every replica)
 # -> 70 (53) failed checks, 117 -> 122 scenarios passing; held-out seeds
 # 7-9 86 (52) -> 88 (52), 107 -> 105; critical gains 63 -> 60 over the
