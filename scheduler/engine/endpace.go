@@ -22,11 +22,11 @@ import (
 //
 // Ends come in lumps: an allocation frees all its GPUs at once, and a
 // gang's allocations end together. Counted GPU by GPU, as if each ended
-// alone, a pool where a 16-GPU gang ends every few minutes looks as if
-// a GPU freed every few seconds, and a critical job would wait a grace
-// for an end that comes in one minute out of four (robustness seed 3,
-// rand-45: 274 GPUs in 26 job ends over the hour, taken for a 99%
-// chance). So the pace is a compound Poisson process (endModel): events
+// alone, a pool where gangs of many GPUs end every few minutes looks as
+// if a GPU freed every few seconds, and a critical job would wait a
+// grace for an end that comes within a minute about one time in three
+// (robustness seed 3, rand-45: 274 GPUs in 26 job ends over the hour,
+// taken for a 99% chance). So the pace is a compound Poisson process (endModel): events
 // at the rate ends were seen, each freeing the GPUs one of them freed,
 // drawn from those seen.
 
