@@ -62,13 +62,18 @@ func (p *placer) full() bool {
 // (hrCycle.yields): such a reservation idles GPUs on that account, and
 // where urgency has cost the pool its allowance, occupancy wins.
 func (p *placer) reservesAlways(q *queued) bool {
-	return slices.Contains(p.c.pol.Backfill.ReserveTiers, q.f.tier) && !p.c.hr.yields(q)
+	return p.reserveTier(q) && !p.c.hr.yields(q)
 }
 
 // yieldsReservation: q is of a reserve tier but gets no reservation
 // because the headroom's idle budget is spent (reservesAlways).
 func (p *placer) yieldsReservation(q *queued) bool {
-	return slices.Contains(p.c.pol.Backfill.ReserveTiers, q.f.tier) && p.c.hr.yields(q)
+	return p.reserveTier(q) && p.c.hr.yields(q)
+}
+
+// reserveTier: q is of one of the policy's reserve tiers.
+func (p *placer) reserveTier(q *queued) bool {
+	return slices.Contains(p.c.pol.Backfill.ReserveTiers, q.f.tier)
 }
 
 // idleReserved is, per pool whose headroom's idle budget pays for them
@@ -82,13 +87,14 @@ func (p *placer) idleReserved() map[string]int {
 		}
 		for _, sl := range r.slots {
 			n := bits.OnesCount64(sl.Mask & p.c.st.Reserved(sl.Node) &^ p.c.st.Used(sl.Node))
-			if n == 0 || !p.c.hr.pays(p.c.st.PoolOf(sl.Node), r.tier) {
+			pool := p.c.st.PoolOf(sl.Node)
+			if n == 0 || !p.c.hr.pays(pool, r.tier) {
 				continue
 			}
 			if out == nil {
 				out = map[string]int{}
 			}
-			out[p.c.st.PoolOf(sl.Node)] += n
+			out[pool] += n
 		}
 	}
 	return out

@@ -67,11 +67,12 @@ type endModel struct {
 	jobs, allocs lumps
 }
 
-// lumps is one such process: events a second, and how many events freed
-// each count of GPUs.
+// lumps is one such process over the window: how many events freed each
+// count of GPUs, and how many events in all (their pace is events over
+// endWindow).
 type lumps struct {
-	rate  float64
-	sizes []lump
+	sizes  []lump
+	events int
 }
 
 // lump is a count of GPUs freed at once, and how many events freed it.
@@ -79,6 +80,7 @@ type lump struct{ gpus, events int }
 
 // add counts an event of gpus GPUs.
 func (l *lumps) add(gpus int) {
+	l.events++
 	for i := range l.sizes {
 		if l.sizes[i].gpus == gpus {
 			l.sizes[i].events++
@@ -91,7 +93,7 @@ func (l *lumps) add(gpus int) {
 // below is the chance that events over wait seconds free fewer than m
 // GPUs.
 func (l *lumps) below(wait float64, m int) float64 {
-	return compoundBelow(l.rate*wait, l.sizes, m)
+	return compoundBelow(float64(l.events)/endWindow.Seconds()*wait, l.sizes, m)
 }
 
 // learn records the natural ends since the last cycle: the cycle counts
@@ -160,12 +162,6 @@ func (p *endPace) model(pool string) *endModel {
 	for _, o := range order {
 		m.jobs.add(o.gpus)
 	}
-	m.jobs.rate = float64(len(order)) / endWindow.Seconds()
-	allocs := 0
-	for _, s := range m.allocs.sizes {
-		allocs += s.events
-	}
-	m.allocs.rate = float64(allocs) / endWindow.Seconds()
 	if p.models == nil {
 		p.models = map[string]*endModel{}
 	}
@@ -213,7 +209,7 @@ func (p *endPace) firstChance(q *queued, wait time.Duration) float64 {
 		return 0
 	}
 	m := p.model(q.pool)
-	if m.jobs.rate <= 0 {
+	if m.jobs.events == 0 {
 		return 0
 	}
 	ahead := p.aheadOf(q)
@@ -227,6 +223,9 @@ func (p *endPace) firstChance(q *queued, wait time.Duration) float64 {
 			capacity += len(st.Node(ord).GPUs)
 		}
 	}
+	// Nodes of one size short of as many GPUs have the same chance: a
+	// pool of thousands has a few such kinds.
+	var seen map[[2]int]float64
 	none := 1.0
 	for ord := range st.NumNodes() {
 		if !p.inPool(ord, q.pool) {
@@ -240,7 +239,16 @@ func (p *endPace) firstChance(q *queued, wait time.Duration) float64 {
 		if short <= 0 {
 			continue // it fits the count there and was refused for another reason
 		}
-		none *= m.allocs.below(wait.Seconds()*float64(n)/float64(capacity), short+ahead)
+		k := [2]int{n, short}
+		below, ok := seen[k]
+		if !ok {
+			below = m.allocs.below(wait.Seconds()*float64(n)/float64(capacity), short+ahead)
+			if seen == nil {
+				seen = map[[2]int]float64{}
+			}
+			seen[k] = below
+		}
+		none *= below
 	}
 	return 1 - none
 }

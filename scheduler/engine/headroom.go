@@ -708,9 +708,6 @@ func (hr *hrCycle) status(reserved map[string]int) []HeadroomStatus {
 	if hr == nil {
 		return nil
 	}
-	if reserved == nil {
-		reserved = map[string]int{}
-	}
 	for _, pool := range hr.keptOut {
 		for _, name := range hr.names {
 			if pool == "" || pool == name {

@@ -53,11 +53,11 @@ Prints one table (ratios are baseline / impact: above 1 is better for
 impact; occupancy in points, impact minus baseline; the GPUs idle for
 urgent work in points of occupancy: the headroom's kept GPUs and the
 reserve tiers' reserved ones, which its idle budget pays for) and every
-failed check; writes
-DIR/robustness.json. Exits 1 when a check fails, except one failed with
-the bound that proves the scenario cannot meet it without idle capacity
-costing more occupancy than impact has above the occupancy check's floor
-(listed as an exception with its bound: occupancy wins).
+failed check; writes DIR/robustness.json. Exits 1 when a check fails,
+except one failed with the bound that proves the scenario cannot meet it
+without idle capacity costing more occupancy than impact has above the
+occupancy check's floor (listed as an exception with its bound:
+occupancy wins).
 
 The native twin (--twin-jitter, 1s by default) is the checks' noise
 floor: nomad-native run again with every submit moved later by up to that
