@@ -79,6 +79,13 @@ when the job arrived) and --reasons, with them, what impact told each
 waiting job at every change (DIR/jobs/SCENARIO.impact.reasons.tsv). Use
 them with --only.
 
+To judge a change, --against FILE compares this run with an earlier one
+(the robustness.json another binary or policy wrote, same --seed and
+--scale): both runs' totals over the scenarios they share (failed checks,
+those failing on every replica, scenarios passing, exceptions, impact's
+preemptions), then every check fixed and every check newly failing, with
+the replicas each fails on.
+
 Options (one dash or two, --name=value or --name value):
 
 `
@@ -101,6 +108,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.replicaJitter, "replica-jitter", time.Second, "the most a replica's submits move, each job by its own amount (whole seconds, at least 1s)")
 	fs.BoolVar(&f.jobs, "jobs", false, "also write the per-job outcomes of each policy's first replica (the jobs as given) to DIR/jobs/SCENARIO.POLICY.tsv (DIR: --out)")
 	fs.BoolVar(&f.reasons, "reasons", false, "also write impact's waiting reasons, each change of a queued job's status or reason, to DIR/jobs/SCENARIO.impact.reasons.tsv (implies --jobs; slower; decides the same)")
+	fs.StringVar(&f.against, "against", "", "also compare this run with an earlier one, the robustness.json `file` it wrote (another binary's or policy's, same --seed and --scale): both runs' totals, the checks fixed and those newly failing")
 	fs.BoolVar(&f.strict, "strict", true, "exit 1 when a never-worse check fails that no bound waives (--strict=false: report only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -136,6 +144,7 @@ func DefaultConfig(pol *policy.Policy) Config {
 // flags are impact robustness's options.
 type flags struct {
 	tracePath, only, out, policyFile string
+	against                          string
 	seed                             int64
 	scale                            float64
 	parallel, random, replicas       int
@@ -163,6 +172,13 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	var before []*Outcome
+	if f.against != "" {
+		// Read first: a missing or bad file is found before the runs.
+		if before, err = ReadReport(f.against); err != nil {
+			return 2, fmt.Errorf("--against: %w", err)
+		}
+	}
 	cfg := DefaultConfig(pol)
 	cfg.Parallel = f.parallel
 	cfg.TwinJitter = int64(f.twinJitter / time.Second)
@@ -177,6 +193,9 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	scs, code, err := selectScenarios(f)
 	if err != nil {
 		return code, err
+	}
+	if err := sameSuite(before, scs); err != nil {
+		return 2, fmt.Errorf("--against %s: %w", f.against, err)
 	}
 	var outs []*Outcome
 	for _, s := range scs {
@@ -198,6 +217,13 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	}
 	if n, ok := TwinTally(outs); ok {
 		fmt.Fprintf(stdout, "\nnative twin (submits moved later by up to %s): %s\n", f.twinJitter, n.describe(cfg.Replicas))
+	}
+	if before != nil {
+		cmp, err := Compare(before, outs)
+		if err != nil {
+			return 1, fmt.Errorf("--against %s: %w", f.against, err)
+		}
+		cmp.Write(stdout, f.against)
 	}
 	fmt.Fprintf(stdout, "\n%d scenarios, %d failed checks, %d exceptions with their bound; report: %s; wall time %s\n",
 		len(outs), failing, waived, path, time.Since(t0).Round(100*time.Millisecond))
