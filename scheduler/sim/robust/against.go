@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
@@ -200,9 +200,7 @@ func (c Comparison) Write(w io.Writer, against string) {
 		case n > maxNamed:
 			fmt.Fprintf(w, "  not compared: %d scenarios in %s\n", n, only.which)
 		case n > 0:
-			sorted := append([]string(nil), only.names...)
-			sort.Strings(sorted)
-			fmt.Fprintf(w, "  not compared, in %s: %s\n", only.which, strings.Join(sorted, ", "))
+			fmt.Fprintf(w, "  not compared, in %s: %s\n", only.which, strings.Join(slices.Sorted(slices.Values(only.names)), ", "))
 		}
 	}
 }
