@@ -51,7 +51,7 @@ type jobModel struct {
 // clusterJob builds the engine's model of a trace row, queued: one group
 // of count members of each GPUs.
 func clusterJob(tj *trace.Job, count, each int, m Model) *cluster.Job {
-	sp := spec(tj, 0, 0, m)
+	sp := spec(tj, m)
 	jm := &jobModel{
 		job: cluster.Job{
 			ID:        tj.ID,
@@ -68,17 +68,17 @@ func clusterJob(tj *trace.Job, count, each int, m Model) *cluster.Job {
 	return &jm.job
 }
 
-// spec is the impact contract a job carries after saved seconds of its work
-// are checkpointed and restarts restarts: its walltime is what is left of
-// the estimate, plus the restart cost once it restarts.
-func spec(tj *trace.Job, saved int64, restarts int, m Model) jobspec.Spec {
+// spec is the impact contract a job carries: its jobspec's, the same at
+// every registration. The executor parks a preempted job by
+// re-registering the job as it is (park.go in scheduler/nomad): its
+// impact_walltime still says the whole run, not what is left after its
+// checkpoints, and the engine reads only that. (Until the twenty-first
+// pass the simulator told the engine the walltime left, plus the restart
+// cost: knowledge the live agent does not have.)
+func spec(tj *trace.Job, m Model) jobspec.Spec {
 	var walltime time.Duration
 	if tj.Walltime != trace.UnknownWalltime {
-		wall := tj.Walltime - saved
-		if restarts > 0 {
-			wall += m.RestartCost
-		}
-		walltime = time.Duration(max(wall, 1)) * time.Second
+		walltime = time.Duration(tj.Walltime) * time.Second
 	}
 	return jobspec.Spec{
 		Tier:           tj.Tier,
@@ -98,7 +98,7 @@ func (j *Job) running() {
 }
 
 // queued replaces j's model by a copy queued again at now, with the
-// walltime left after its checkpoints. Under the impact scheduler every
+// contract it was submitted with (spec). Under the impact scheduler every
 // requeue is a new registration on Nomad: the executor parks a preempted
 // or reclaimed job by re-registering it once its grace is over, and the
 // gang watch requeues a run that lost a member (a hung run killed at its
@@ -107,12 +107,10 @@ func (j *Job) running() {
 // from, so the job queues behind the jobs of its score already waiting,
 // not at its user's first submission. (The baselines order their queue
 // by the trace, State.enqueue, and never read this model.)
-func (j *Job) queued(m Model, now int64) {
+func (j *Job) queued(now int64) {
 	jm := &jobModel{job: *j.Cluster, group: [1]cluster.TaskGroup{j.Cluster.Groups[0]}}
 	jm.job.State = cluster.JobQueued
 	jm.job.Submit = At(now)
-	jm.job.Spec = spec(&j.Job, j.Saved, j.Restarts, m)
-	jm.group[0].Spec = jm.job.Spec
 	jm.job.Groups = jm.group[:]
 	j.Cluster = &jm.job
 }

@@ -423,7 +423,7 @@ func (r *runner) requeue(j *Job, killed bool) {
 	j.reclaiming = false
 	held := j.Run
 	r.freeGPUs(j)
-	j.queued(m, r.now)
+	j.queued(r.now)
 	j.Start = -1
 	j.State = Pending
 	j.queuedAt = r.now

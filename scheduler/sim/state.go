@@ -56,7 +56,7 @@ type Job struct {
 	// jobspec.Spec): built once when the job is submitted, one task group
 	// GroupName of Count() members of MemberGPUs() GPUs each; nil before
 	// and once it is done. Values handed out are never modified: a start
-	// (State running) and a requeue (State queued, the walltime left)
+	// (State running) and a requeue (State queued, submitted anew)
 	// replace it with an updated copy, so it can go to the engine's store
 	// as it is.
 	Cluster *cluster.Job
