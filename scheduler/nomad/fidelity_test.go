@@ -26,7 +26,7 @@ func scenarioJob(id string) *api.Job {
 	j := api.NewBatchJob(id, id, "global", 50)
 	pool := parking
 	j.NodePool = &pool
-	j.Meta = map[string]string{"impact_tier": "high", "impact_project": "olmo", "impact_grace": "2s"}
+	j.Meta = map[string]string{"impact_tier": "high", "impact_project": "olmo", "impact_grace": "2s", "impact_walltime": "6h"}
 	tg := api.NewTaskGroup("workers", 2)
 	task := api.NewTask("trainer", "raw_exec")
 	task.Config = map[string]any{"command": "/bin/sh", "args": []string{"-c",
@@ -217,6 +217,13 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 	// simulator models a preemption's requeue so).
 	j, _ = w.Snapshot().Job(key)
 	o.add("preempt: queued again with a submit time after the preemption began %v", j.Submit.After(start))
+	// ... and with the contract it was submitted with: parking writes no
+	// walltime, so the engine reads the whole run's again, not what is
+	// left after the checkpoints (the simulator's requeue, sim.spec).
+	o.add("preempt: queued again with the walltime it was submitted with %v", j.Spec.Walltime == 6*time.Hour)
+	if j.Spec.Walltime != 6*time.Hour {
+		t.Errorf("the parked job's walltime is %v, want the 6h it was submitted with", j.Spec.Walltime)
+	}
 	recs, _ := st.Preemptions(ctx, time.Time{})
 	o.add("preempt: records %d", len(recs))
 
