@@ -33,9 +33,9 @@ import (
 // endWindow is how far back natural ends are counted.
 const endWindow = time.Hour
 
-// sameEnd is how close in time the allocations of one job must end to
-// count as one end: a gang's members finish within moments of each
-// other, not at one instant.
+// sameEnd is how soon after the first of them the allocations of one
+// job must end to count as one end with it: a gang's members finish
+// within moments of each other, not at one instant.
 const sameEnd = 5 * time.Second
 
 // naturalEnd is an allocation that ran to its end: when, how many GPUs,
@@ -59,7 +59,7 @@ type endPace struct {
 
 // endModel is a pool's natural ends over the last endWindow, as two
 // compound Poisson processes: jobs' ends (a job's allocations ending
-// within sameEnd of each other are one end, freeing their GPUs
+// within sameEnd of the first of them are one end, freeing their GPUs
 // together), for a job that may take GPUs anywhere in the pool, and
 // allocations' ends (each frees its GPUs on its node), for a job that
 // needs them on one node.
