@@ -169,6 +169,7 @@ var metaParsers = map[string]metaParser{
 	},
 	MetaCheckpointInterval: durationKey(func(s *Spec) *time.Duration { return &s.CheckpointInterval },
 		"must be greater than zero (omit the key when the job does not checkpoint)"),
+	MetaProgress: durationKey(func(s *Spec) *time.Duration { return &s.Progress }, ""),
 	MetaRequeueExitCode: func(s *Spec, v string) string {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 || n > 255 {

@@ -19,6 +19,13 @@ const (
 	// scheduler then counts a victim's work lost from its last expected
 	// checkpoint instead of from its start.
 	MetaCheckpointInterval = "impact_checkpoint_interval"
+	// MetaProgress is the work the job has done and saved, as a duration
+	// of its run: the scheduler expects it to need impact_walltime less
+	// this from its next start. The executor writes it when it parks a
+	// preempted or requeued job (what the run saved, by the preemption's
+	// outcome); a user may set it when re-submitting a job that resumes
+	// from a checkpoint.
+	MetaProgress = "impact_progress"
 	// MetaRequeueExitCode is the exit code with which a preempted job's
 	// task says "I saved a checkpoint; put me back in the queue" (see
 	// DefaultRequeueExitCode and the preemption outcome contract in
@@ -110,6 +117,9 @@ type Spec struct {
 	// CheckpointInterval is how often the job saves its work (0: unknown;
 	// work lost to a preemption then counts from the allocation's start).
 	CheckpointInterval time.Duration
+	// Progress is the work the job has saved from earlier runs
+	// (impact_progress; 0: none known). Left subtracts it from Walltime.
+	Progress time.Duration
 	// RequeueExitCode is the exit code meaning "checkpointed, requeue me"
 	// (0: not given; RequeueCode resolves it to DefaultRequeueExitCode).
 	RequeueExitCode int
@@ -122,6 +132,22 @@ type Spec struct {
 	// MaxFailures is impact_max_failures (0: not given; MaxFailedRuns
 	// resolves it to DefaultMaxFailures).
 	MaxFailures int
+}
+
+// Left is the run time the job is expected to need from its next start:
+// its walltime less the work its earlier runs saved (Progress). 0 means
+// unknown: no walltime, or progress at or past it (the job has outrun
+// the walltime it gave, so what is left cannot be told). The restart
+// cost of reloading a checkpoint is not known here and not added.
+//
+// Orders and reservations read Left, not Walltime: a 6h job parked after
+// 5h with its work saved needs an hour, and is ordered, backfilled and
+// expected to end as a one-hour job.
+func (s Spec) Left() time.Duration {
+	if s.Walltime <= s.Progress {
+		return 0
+	}
+	return s.Walltime - s.Progress
 }
 
 // DefaultMaxFailures is how many runs in a row of a job that sets no

@@ -272,3 +272,25 @@ func TestIdleMeta(t *testing.T) {
 		t.Fatalf("want a group MetaError on %s, got %v", MetaIdle, err)
 	}
 }
+
+// A job's expected run from its next start is its walltime less the work
+// saved; past its walltime what is left is unknown, never negative or a
+// guess.
+func TestLeftSubtractsSavedWork(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		walltime, progress time.Duration
+		want               time.Duration
+	}{
+		{"nothing saved", 6 * time.Hour, 0, 6 * time.Hour},
+		{"five hours saved", 6 * time.Hour, 5 * time.Hour, time.Hour},
+		{"saved all it said it needs", 6 * time.Hour, 6 * time.Hour, 0},
+		{"outran its walltime", 6 * time.Hour, 7 * time.Hour, 0},
+		{"no walltime", 0, 2 * time.Hour, 0},
+	} {
+		s := Spec{Walltime: c.walltime, Progress: c.progress}
+		if got := s.Left(); got != c.want {
+			t.Errorf("%s: Left() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

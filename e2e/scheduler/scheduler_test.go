@@ -112,22 +112,28 @@ var eventually = nomadagent.Eventually
 
 // job is a batch job of one group: count allocations of gpus GPUs each,
 // running a shell that appends "checkpoint" to marker on SIGUSR1 and exits
-// on SIGTERM, for seconds seconds.
+// on SIGTERM, for seconds seconds. With a tier it opts in, with
+// checkpointEvery as its impact_checkpoint_interval if set.
 type job struct {
 	name, pool, tier string
 	count, gpus      int
 	seconds          int
 	marker           string
+	checkpointEvery  string
 }
 
 func (j job) hcl() string {
 	meta := ""
 	if j.tier != "" {
+		interval := ""
+		if j.checkpointEvery != "" {
+			interval = fmt.Sprintf("\n    impact_checkpoint_interval = %q", j.checkpointEvery)
+		}
 		meta = fmt.Sprintf(`meta {
     impact_tier              = %q
     impact_checkpoint_signal = "SIGUSR1"
-    impact_grace             = "3s"
-  }`, j.tier)
+    impact_grace             = "3s"%s
+  }`, j.tier, interval)
 	}
 	script := fmt.Sprintf(`trap 'echo checkpoint >> %s' USR1; trap 'echo stopping; exit 0' TERM; echo started; i=0; while [ $i -lt %d ]; do sleep 1; i=$((i+1)); done`,
 		j.marker, j.seconds)
@@ -199,6 +205,7 @@ type jobStub struct {
 	// SubmitTime is Nomad's stamp of the job's last registration (Unix
 	// nanoseconds).
 	SubmitTime int64
+	Meta       map[string]string
 }
 
 func (e *env) job(jobID string) jobStub {
@@ -451,7 +458,7 @@ func (e *env) waitRunning(t *testing.T, jobID string, d time.Duration) {
 func (e *env) preemptScavenger(t *testing.T) time.Time {
 	t.Helper()
 	marker := filepath.Join(e.dir, "victim.mark")
-	e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: marker})
+	e.run(job{name: "victim", tier: "scavenger", pool: "impact-queue", count: 1, gpus: 4, seconds: 600, marker: marker, checkpointEvery: "1s"})
 	e.waitRunning(t, "victim", 60*time.Second)
 	// Wall time must pass the policy's 1s min runtime of the victim.
 	time.Sleep(2 * time.Second)
@@ -595,6 +602,17 @@ func TestScheduler(t *testing.T) {
 		if got := time.Unix(0, parked.SubmitTime); !got.After(incident) {
 			t.Errorf("parked victim's SubmitTime %v is not after the critical job's submission %v", got, incident)
 		}
+		// Parking writes the work the victim saved: it checkpoints every
+		// second (impact_checkpoint_interval) and ran at least 2s before
+		// the critical job came, and its shell runs on through the grace
+		// (no requeue exit code), so whole seconds up to the decision,
+		// never more than it ran.
+		ran := time.Since(time.Unix(0, e.firstStart("victim")))
+		saved, err := time.ParseDuration(parked.Meta["impact_progress"])
+		if err != nil || saved < 2*time.Second || saved > ran || saved%time.Second != 0 {
+			t.Errorf("parked victim's impact_progress %q (%v): want whole seconds from 2s to the %v it ran", parked.Meta["impact_progress"], err, ran)
+		}
+		t.Logf("parked victim's impact_progress %s (ran %v in all)", saved, ran.Round(time.Second))
 	})
 
 	t.Run("explain variable", func(t *testing.T) {

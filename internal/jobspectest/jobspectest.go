@@ -103,6 +103,8 @@ func Meaning(s jobspec.Spec, key string) string {
 		return s.Pool
 	case jobspec.MetaCheckpointInterval:
 		return s.CheckpointInterval.String()
+	case jobspec.MetaProgress:
+		return s.Progress.String()
 	case jobspec.MetaRequeueExitCode:
 		return strconv.Itoa(s.RequeueCode())
 	case jobspec.MetaOnFailure:

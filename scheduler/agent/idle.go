@@ -169,7 +169,7 @@ func (m *Metrics) RecordIdle(running []engine.RunningJob, leader bool) {
 
 // RecordReclaimed counts GPU-hours freed from idle jobs (a reclaim or an
 // idle preemption carried out): their GPUs x the rest of their
-// impact_walltime.
+// impact_walltime less their impact_progress.
 func (m *Metrics) RecordReclaimed(gpuHours float64) {
 	m.m.IncrCounter(mIdleReclaimed, float32(gpuHours))
 }

@@ -254,7 +254,7 @@ func (df *defragger) orderMoves(q *queued, exp *Explanation, victims []int, res 
 		}
 		where := placesText(to)
 		df.c.mem.setBinding(hd.JobID, binding{gpus: to, expires: df.c.now.Add(v.Grace + df.c.e.opts.admissionTTL), made: df.c.now, moved: true})
-		p := victimStop(q, hd, v)
+		p := victimStop(q, hd, v, df.c.now)
 		p.MovedTo, p.PreemptorGPUs = to, b.gpus
 		p.Reason = fmt.Sprintf("moved out of the way of %s (tier %s, score %.1f), for which the pool has GPUs enough but not where it could use them: restarts at once on %s, on GPUs bound to it; gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, where, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))

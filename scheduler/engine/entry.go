@@ -36,7 +36,10 @@ type queued struct {
 	// devCons); clamped to int32.
 	maxAlloc, maxNVLink, maxBlock int32
 	// rank is the job's position in the previous cycle's order (-1: new).
-	rank     int32
+	rank int32
+	// walltime is the run the job is expected to need from its next
+	// start (jobspec.Spec.Left: its impact_walltime less the work it
+	// saved; 0: none).
 	walltime time.Duration
 	// tie is the job's priority and submit second packed (tieOf; tieOK:
 	// they fit).

@@ -391,10 +391,11 @@ func (jd *judger) reclaim(h int, hd *placement.Holder, st idleState) string {
 
 // idleHours is what an idle gang has held idle (its GPUs x its idle run)
 // and what stopping it now reclaims: its GPUs x the rest of its
-// impact_walltime, 0 when it declares none (unknown is not guessed).
+// impact_walltime less the work earlier runs saved (jobspec.Spec.Left),
+// 0 when it declares none (unknown is not guessed).
 func (jd *judger) idleHours(hd *placement.Holder, st idleState) (idle, reclaimed float64) {
 	idle = float64(hd.GPUs) * st.idleFor.Hours()
-	if w := hd.Job.Spec.Walltime; w > 0 {
+	if w := hd.Job.Spec.Left(); w > 0 {
 		if left := earliestStart(hd.Allocs).Add(w).Sub(jd.c.now); left > 0 {
 			reclaimed = float64(hd.GPUs) * left.Hours()
 		}

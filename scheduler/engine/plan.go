@@ -1,10 +1,11 @@
 package engine
 
 import (
-	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
+	"github.com/impact-sched/nomad-impact/scheduler/preempt"
 )
 
 // Plan is the outcome of one cycle: what to start, what to stop, and why
@@ -149,13 +150,58 @@ type Stop struct {
 	// with this code -> requeued at once; still running at the end of the
 	// grace -> stopped and requeued.
 	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+	// Progress is the work the job will have saved when it is queued
+	// again if its tasks are still running at the end of the grace: what
+	// its earlier runs saved (impact_progress) and, for a preemption, this
+	// run up to its last expected checkpoint (impact_checkpoint_interval,
+	// or the checkpoint the model knows). ProgressOnSignal is the same
+	// when a task exits with RequeueExitCode: it saved its work at the
+	// signal, so a preemption's run counts up to the decision. The
+	// adapter writes the one the outcome says into the parked job's
+	// impact_progress (scheduler/nomad/park.go), and the engine then
+	// expects the job to need its walltime less it (jobspec.Spec.Left),
+	// as the simulator does with the same numbers. Reclaims and gang
+	// requeues carry the earlier runs' work only: a hung run or one
+	// missing a member is not known to have progressed. Both 0: nothing
+	// saved is known, and the parked job's meta is left as it is.
+	Progress         time.Duration `json:"progress,omitempty"`
+	ProgressOnSignal time.Duration `json:"progress_on_signal,omitempty"`
 }
 
 // stopOf is the stop of a job by its contract (grace, checkpoint signal,
-// requeue code), without its allocations: the one place a stop's fields
-// are read from the job's spec.
+// requeue code, the work its earlier runs saved), without its
+// allocations: the one place a stop's fields are read from the job's
+// spec.
 func stopOf(j *cluster.Job, gpus int) Stop {
-	return Stop{JobID: j.ID, GPUs: gpus, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal, RequeueExitCode: j.Spec.RequeueCode()}
+	return Stop{JobID: j.ID, GPUs: gpus, Grace: j.Spec.Grace, CheckpointSignal: j.Spec.CheckpointSignal, RequeueExitCode: j.Spec.RequeueCode(),
+		Progress: j.Spec.Progress, ProgressOnSignal: j.Spec.Progress}
+}
+
+// addRun adds to the stop what the run of allocs has saved by now: up to
+// its last expected checkpoint (preempt.LastCheckpoint, the earliest of
+// its members'), and up to now for a stop whose tasks checkpoint on the
+// signal. A gang makes progress only once every member runs, so the run
+// counts from its latest start.
+func (s *Stop) addRun(allocs []*cluster.Alloc, interval time.Duration, now time.Time) {
+	var start time.Time
+	for _, a := range allocs {
+		if a.Start.After(start) {
+			start = a.Start
+		}
+	}
+	if start.IsZero() || !now.After(start) {
+		return
+	}
+	ckpt := now
+	for _, a := range allocs {
+		if c := preempt.LastCheckpoint(a, interval, now); c.Before(ckpt) {
+			ckpt = c
+		}
+	}
+	if ckpt.After(start) {
+		s.Progress += ckpt.Sub(start)
+	}
+	s.ProgressOnSignal += now.Sub(start)
 }
 
 // Preemption stops one whole gang (every allocation of the victim job).

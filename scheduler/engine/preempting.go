@@ -219,14 +219,16 @@ func (pe *preempter) budgetAllows(q *queued, exp *Explanation, lost float64) (st
 }
 
 // victimStop is the stop of victim hd (what the cycle knows of it: v) for
-// preemptor q, without its reason.
-func victimStop(q *queued, hd placement.Holder, v preempt.Victim) Preemption {
-	return Preemption{
+// preemptor q, decided at now, without its reason.
+func victimStop(q *queued, hd placement.Holder, v preempt.Victim, now time.Time) Preemption {
+	p := Preemption{
 		Stop:         stopOf(hd.Job, hd.GPUs), // v.grace is the job's impact_grace too
 		Preemptor:    q.job.ID,
 		Cost:         v.Cost,
 		LostGPUHours: v.Lost,
 	}
+	p.addRun(hd.Allocs, hd.Job.Spec.CheckpointInterval, now)
+	return p
 }
 
 // victimsCost is what stopping the victims costs (the preemption's cost
@@ -420,7 +422,7 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		pe.claim(h)
 		hd := holders[h]
 		v := pe.c.victims[h]
-		p := victimStop(q, hd, v)
+		p := victimStop(q, hd, v, pe.c.now)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		if shaped {

@@ -132,7 +132,7 @@ func (o *orderer) refreshShard(i int, key cluster.ShardKey, jobs []*cluster.Job,
 		q = append(q, queued{job: j, f: f, gpus: j.GPUs(), rank: -1})
 		e := &q[len(q)-1]
 		e.tie, e.tieOK = tieOf(j)
-		e.id, e.prio, e.walltime = j.ID, int32(j.Priority), j.Spec.Walltime
+		e.id, e.prio, e.walltime = j.ID, int32(j.Priority), j.Spec.Left()
 		e.setTimes(j)
 		switch {
 		case j.SpecErr != nil:

@@ -123,8 +123,8 @@ func (w *walltimes) begin(facts []*specFacts) {
 	}
 }
 
-// ofHolder is the walltime of running holder h: its impact_walltime
-// (estimated false), else, when the policy times running work by
+// ofHolder is the walltime of running holder h: its impact_walltime less
+// the work its earlier runs saved (jobspec.Spec.Left; estimated false), else, when the policy times running work by
 // estimates (walltime running), its estimated end (true): the
 // (1 - quantile) quantile of the runs of its class that ran longer than
 // it has so far, an early end, since a reservation timed too late lets
@@ -134,7 +134,7 @@ func (w *walltimes) ofHolder(h int, hd *placement.Holder) (time.Duration, bool) 
 	if hd.Job == nil {
 		return 0, false
 	}
-	if wall := hd.Job.Spec.Walltime; wall > 0 || !w.running {
+	if wall := hd.Job.Spec.Left(); wall > 0 || !w.running {
 		return wall, false
 	}
 	if h >= len(w.holderFacts) {
@@ -167,8 +167,8 @@ func rank(q float64, n int) int {
 	return min(max(int(math.Ceil(q*float64(n)))-1, 0), n-1)
 }
 
-// ofQueued is the walltime of a waiting job: its impact_walltime
-// (estimated false), else the policy's quantile of its class's runs
+// ofQueued is the walltime of a waiting job: its impact_walltime less
+// the work its earlier runs saved (jobspec.Spec.Left; estimated false), else the policy's quantile of its class's runs
 // (true); 0 when it has neither.
 func (w *walltimes) ofQueued(q *queued) (time.Duration, bool) {
 	if q.walltime > 0 || !w.on {

@@ -166,7 +166,7 @@ func describeMetric(m *api.AllocationMetric) string {
 
 func (x *Executor) rollback(ctx context.Context, in *Intent, reason string) error {
 	x.log.Warn("admission did not fully start; parking the job again", "job", in.JobID, "reason", reason)
-	if err := x.park(ctx, in.JobID, "its admission did not start whole ("+firstClause(reason)+"); the scheduler retries it later"); err != nil {
+	if err := x.park(ctx, in.JobID, "its admission did not start whole ("+firstClause(reason)+"); the scheduler retries it later", 0); err != nil {
 		return err
 	}
 	if err := x.stopAll(ctx, in.JobID); err != nil {

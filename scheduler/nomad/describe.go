@@ -72,10 +72,15 @@ func admittedStatus(pinned map[string][]string) string {
 }
 
 // parkedStatus says why a job is back in the queue, for its description:
-// it is queued, not complete, whatever badge Nomad draws.
-func parkedStatus(why string) string {
-	return "back in the queue (not complete): " + why + ". It holds no GPUs while it waits " +
+// it is queued, not complete, whatever badge Nomad draws; with progress,
+// the work it has saved (impact_progress).
+func parkedStatus(why string, progress time.Duration) string {
+	s := "back in the queue (not complete): " + why + ". It holds no GPUs while it waits " +
 		"(Nomad shows it as not placed) and runs again when the scheduler admits it."
+	if progress > 0 {
+		s += fmt.Sprintf(" Work saved so far: %s of its run (impact_progress); the scheduler expects it to need its impact_walltime less this.", progress.Round(time.Second))
+	}
+	return s
 }
 
 // parkReason is the why of parkedStatus for a stop the executor carried

@@ -29,7 +29,7 @@ func TestDescribeKeepsTheUsersText(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			job := &api.Job{UI: tc.ui}
-			describe(job, parkedStatus("preempted for default/urgent with its checkpoint signal"), at, "http://a/ui/job/default/j")
+			describe(job, parkedStatus("preempted for default/urgent with its checkpoint signal", 0), at, "http://a/ui/job/default/j")
 			d := job.UI.Description
 			want := descMarker + "back in the queue (not complete): preempted for default/urgent"
 			if !strings.HasPrefix(d, want) || !strings.Contains(d, "2026-12-04 16:00:00 UTC") || !strings.Contains(d, "(http://a/ui/job/default/j)") {

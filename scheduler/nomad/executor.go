@@ -183,22 +183,30 @@ func (x *Executor) Apply(ctx context.Context, plan *engine.Plan) ApplyReport {
 	}
 	x.applyWithdrawals(plan.Withdrawals, &res)
 	for _, p := range plan.Preemptions {
-		x.startStop(ctx, &Intent{
-			Kind: IntentPreempt, JobID: p.JobID, Phase: PhaseDecided, Allocs: p.Allocs,
-			Signal: p.CheckpointSignal, Grace: p.Grace, Preemptor: p.Preemptor, Reason: p.Reason,
-			GPUs: p.GPUs, LostGPUH: p.LostGPUHours, RequeueExitCode: p.RequeueExitCode, MovedTo: p.MovedTo, PreemptorGPUs: p.PreemptorGPUs, Created: x.cfg.Clock(),
-		}, "preemption", &res, &res.Preempted)
+		in := x.stopIntent(p.Stop, p.Reason)
+		in.Preemptor, in.LostGPUH, in.MovedTo, in.PreemptorGPUs = p.Preemptor, p.LostGPUHours, p.MovedTo, p.PreemptorGPUs
+		x.startStop(ctx, in, "preemption", &res, &res.Preempted)
 	}
 	for _, r := range plan.Requeues {
-		x.startStop(ctx, &Intent{
-			Kind: IntentPreempt, JobID: r.JobID, Phase: PhaseDecided, Allocs: r.Allocs,
-			Signal: r.CheckpointSignal, Grace: r.Grace, Reason: r.Reason, GPUs: r.GPUs,
-			RequeueExitCode: r.RequeueExitCode, Replacements: r.Replacements, EndFailed: r.EndFailed, Created: x.cfg.Clock(),
-		}, "requeue", &res, &res.Requeued)
+		in := x.stopIntent(r.Stop, r.Reason)
+		in.Replacements, in.EndFailed = r.Replacements, r.EndFailed
+		x.startStop(ctx, in, "requeue", &res, &res.Requeued)
 	}
 	x.applyReclaims(ctx, plan, &res)
 	x.applyAdmissions(ctx, plan.Admissions, &res)
 	return res
+}
+
+// stopIntent is the intent of one stop of a plan (a preemption, a
+// whole-gang requeue or a reclaim), with what every kind of stop carries;
+// the caller adds what its kind adds.
+func (x *Executor) stopIntent(s engine.Stop, reason string) *Intent {
+	return &Intent{
+		Kind: IntentPreempt, JobID: s.JobID, Phase: PhaseDecided, Allocs: s.Allocs,
+		Signal: s.CheckpointSignal, Grace: s.Grace, Reason: reason, GPUs: s.GPUs,
+		RequeueExitCode: s.RequeueExitCode, Progress: s.Progress, ProgressOnSignal: s.ProgressOnSignal,
+		Created: x.cfg.Clock(),
+	}
 }
 
 // startStop starts one stop of a plan (a preemption, a whole-gang requeue

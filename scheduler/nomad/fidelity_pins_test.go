@@ -243,7 +243,7 @@ func runDeviceScenario(t *testing.T, c *Client) []string {
 	add("nine (9 GPUs, group of 8): %s", blocked("nine"))
 
 	// 4. Parking the admitted job removes exactly the admission's pins.
-	if err := x.park(ctx, key, "a test parks it"); err != nil {
+	if err := x.park(ctx, key, "a test parks it", 0); err != nil {
 		t.Fatal(err)
 	}
 	pj, _, err := c.api.Jobs().Info("pin-a", nil)

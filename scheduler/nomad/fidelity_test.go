@@ -174,7 +174,8 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 		ids = append(ids, a.ID)
 	}
 	start := time.Now()
-	res = x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{{Stop: engine.Stop{JobID: key, Allocs: ids, GPUs: 0, Grace: 2 * time.Second, CheckpointSignal: "SIGUSR1"}, Preemptor: "default/urgent", Reason: "test"}}})
+	res = x.Apply(ctx, &engine.Plan{Preemptions: []engine.Preemption{{Stop: engine.Stop{JobID: key, Allocs: ids, GPUs: 0, Grace: 2 * time.Second, CheckpointSignal: "SIGUSR1",
+		Progress: 4 * time.Hour, ProgressOnSignal: 270 * time.Minute}, Preemptor: "default/urgent", Reason: "test"}}})
 	o.add("preempt: started %d", len(res.Preempted))
 	x.Wait()
 	o.add("preempt: waited the grace %v", time.Since(start) >= 2*time.Second)
@@ -217,12 +218,16 @@ func runScenario(t *testing.T, c *Client) ([]string, []string) {
 	// simulator models a preemption's requeue so).
 	j, _ = w.Snapshot().Job(key)
 	o.add("preempt: queued again with a submit time after the preemption began %v", j.Submit.After(start))
-	// ... and with the contract it was submitted with: parking writes no
-	// walltime, so the engine reads the whole run's again, not what is
-	// left after the checkpoints (the simulator's requeue, sim.spec).
-	o.add("preempt: queued again with the walltime it was submitted with %v", j.Spec.Walltime == 6*time.Hour)
-	if j.Spec.Walltime != 6*time.Hour {
-		t.Errorf("the parked job's walltime is %v, want the 6h it was submitted with", j.Spec.Walltime)
+	// ... with the walltime it was submitted with, and the work the plan
+	// said it saved: its tasks ran on through the grace (no requeue exit
+	// code), so its checkpoints' 4h, not the 4h30m it would have saved at
+	// the signal. The engine expects it to need the 2h left (the
+	// simulator's requeue, sim.spec).
+	o.add("preempt: queued again with the walltime it was submitted with %v, progress %v, left %v",
+		j.Spec.Walltime == 6*time.Hour, j.Spec.Progress, j.Spec.Left())
+	if j.Spec.Walltime != 6*time.Hour || j.Spec.Progress != 4*time.Hour || j.Spec.Left() != 2*time.Hour {
+		t.Errorf("the parked job's walltime is %v and progress %v (left %v), want the 6h it was submitted with, 4h saved and 2h left",
+			j.Spec.Walltime, j.Spec.Progress, j.Spec.Left())
 	}
 	recs, _ := st.Preemptions(ctx, time.Time{})
 	o.add("preempt: records %d", len(recs))

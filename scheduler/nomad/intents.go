@@ -61,6 +61,12 @@ type Intent struct {
 	// RequeueExitCode is the victim's "checkpointed, requeue me" exit
 	// code (0: jobspec.DefaultRequeueExitCode).
 	RequeueExitCode int `json:"requeue_exit_code,omitempty"`
+	// Progress and ProgressOnSignal: the work the job will have saved
+	// when it is parked, if its tasks are still running at the end of
+	// the grace and if one exits with the requeue code (saved at the
+	// signal) (engine.Stop.Progress); savedProgress picks by the outcome.
+	Progress         time.Duration `json:"progress,omitempty"`
+	ProgressOnSignal time.Duration `json:"progress_on_signal,omitempty"`
 	// MovedTo: for a defragmenting preemption, the GPUs the victim
 	// restarts on (engine.Preemption.MovedTo), so that a new leader binds
 	// them to it again (engine.Engine.Preempting).

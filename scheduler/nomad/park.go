@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // park re-registers the job into the parking pool without pins, retrying
 // when a concurrent update moves the JobModifyIndex, and says why in its
-// description (describe.go). A job already parked (e.g. re-submitted by its
-// user) is left alone.
-func (x *Executor) park(ctx context.Context, jobID, why string) error {
+// description (describe.go). With progress (the work the job has saved,
+// Intent.savedProgress) it writes it as the job's impact_progress, which
+// the engine subtracts from its walltime (jobspec.Spec.Left); 0 leaves
+// the meta as it is. A job already parked (e.g. re-submitted by its user)
+// is left alone.
+func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Duration) error {
 	ns, id := splitJobKey(jobID)
 	for attempt := 0; attempt < 5; attempt++ {
 		job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
@@ -30,7 +36,10 @@ func (x *Executor) park(ctx context.Context, jobID, why string) error {
 		}
 		idx := derefU(job.JobModifyIndex)
 		x.unpin(job)
-		describe(job, parkedStatus(why), x.cfg.Clock(), x.page(jobID))
+		if progress > 0 {
+			setProgress(job, progress)
+		}
+		describe(job, parkedStatus(why, progress), x.cfg.Clock(), x.page(jobID))
 		_, _, err = x.c.api.Jobs().EnforceRegister(job, idx, x.c.wns(ctx, ns))
 		if err == nil {
 			return nil
@@ -41,6 +50,26 @@ func (x *Executor) park(ctx context.Context, jobID, why string) error {
 		x.log.Info("job changed while parking it; re-reading", "job", jobID)
 	}
 	return fmt.Errorf("park %s: %w (5 attempts)", jobID, ErrConflict)
+}
+
+// setProgress writes the work the job has saved into its meta, to the
+// second.
+func setProgress(job *api.Job, progress time.Duration) {
+	if job.Meta == nil {
+		job.Meta = map[string]string{}
+	}
+	job.Meta[jobspec.MetaProgress] = progress.Round(time.Second).String()
+}
+
+// savedProgress is the work the stopped job has saved, by its outcome: a
+// task that exited with the requeue code saved its work at the signal
+// (ProgressOnSignal); otherwise only its checkpoints up to the decision
+// count (Progress).
+func (in *Intent) savedProgress() time.Duration {
+	if in.outcome == OutcomeRequeued {
+		return in.ProgressOnSignal
+	}
+	return in.Progress
 }
 
 // liveAllocs lists the job's allocations that are not terminal.

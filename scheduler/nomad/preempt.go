@@ -221,7 +221,7 @@ func (x *Executor) settle(ctx context.Context, in *Intent) (done bool, err error
 	if in.Idle == IdleStop || in.EndFailed {
 		err = x.stopForGood(ctx, in)
 	} else {
-		err = x.park(ctx, in.JobID, parkReason(in))
+		err = x.park(ctx, in.JobID, parkReason(in), in.savedProgress())
 	}
 	if err != nil {
 		return false, err

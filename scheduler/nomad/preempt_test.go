@@ -487,6 +487,7 @@ func TestPreemptRequeueExitCode(t *testing.T) {
 			}
 			p := preemption(e, "victim", grace)
 			p.RequeueExitCode = tc.code
+			p.Progress, p.ProgressOnSignal = time.Hour, 90*time.Minute
 			start := time.Now()
 			x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}})
 			x.Wait()
@@ -507,6 +508,41 @@ func TestPreemptRequeueExitCode(t *testing.T) {
 			if got := x.PreemptionOutcomes(); got[want] != 1 {
 				t.Errorf("outcomes = %v, want one %s", got, want)
 			}
+			// The work saved, by the outcome: at the signal when a task
+			// exited with the requeue code, else to the last checkpoint.
+			wantProgress := "1h30m0s"
+			if tc.wantWait {
+				wantProgress = "1h0m0s"
+			}
+			if got := e.fake.Job("victim").Meta[jobspec.MetaProgress]; got != wantProgress {
+				t.Errorf("parked job's %s = %q, want %q", jobspec.MetaProgress, got, wantProgress)
+			}
+			if d := e.fake.Job("victim").UI.Description; !strings.Contains(d, "Work saved so far: "+wantProgress) {
+				t.Errorf("description %q does not say the work saved", d)
+			}
 		})
+	}
+}
+
+// A stop that knows of no work saved leaves the job's impact_progress as
+// it is: a value its user gave, or an earlier park wrote, is not lost.
+func TestParkWithoutProgressKeepsTheJobsOwn(t *testing.T) {
+	e := newEnv(t, 2)
+	e.register(gpuJob("victim", map[string]string{"impact_tier": "scavenger", "impact_progress": "20m"}, [2]int{2, 4}))
+	e.startWatcher(WatcherConfig{})
+	x := e.executor(nil)
+	admitAndRun(t, e, x, "victim")
+	p := preemption(e, "victim", 50*time.Millisecond)
+	x.Apply(context.Background(), &engine.Plan{Preemptions: []engine.Preemption{p}})
+	x.Wait()
+	job := e.fake.Job("victim")
+	if *job.NodePool != parking {
+		t.Fatalf("victim in pool %s, want parked", *job.NodePool)
+	}
+	if got := job.Meta[jobspec.MetaProgress]; got != "20m" {
+		t.Fatalf("parked job's %s = %q, want the job's own 20m", jobspec.MetaProgress, got)
+	}
+	if d := job.UI.Description; strings.Contains(d, "Work saved") {
+		t.Fatalf("description %q speaks of work saved it does not know", d)
 	}
 }

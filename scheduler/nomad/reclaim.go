@@ -27,11 +27,8 @@ func (x *Executor) applyReclaims(ctx context.Context, plan *engine.Plan, res *Ap
 		if !r.Requeue {
 			idle = IdleStop
 		}
-		in := &Intent{
-			Kind: IntentPreempt, JobID: r.JobID, Phase: PhaseDecided, Allocs: r.Allocs,
-			Signal: r.CheckpointSignal, Grace: r.Grace, Reason: r.Reason, GPUs: r.GPUs,
-			RequeueExitCode: r.RequeueExitCode, Idle: idle, Created: x.cfg.Clock(),
-		}
+		in := x.stopIntent(r.Stop, r.Reason)
+		in.Idle = idle
 		if x.startStop(ctx, in, "reclaim", res, &res.Reclaimed) {
 			x.log.Info("reclaiming hung job", "job", r.JobID, "requeue", r.Requeue, "requeues", r.Requeues, "gpus", r.GPUs,
 				"idle_gpu_hours", r.IdleGPUHours, "signal", r.CheckpointSignal, "grace", r.Grace, "reason", r.Reason)

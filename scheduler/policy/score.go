@@ -84,7 +84,9 @@ func (s *Scorer) Deficit(project string) float64 { return s.deficits[project] }
 // project.
 type Waiting struct {
 	Submit, Deadline time.Time
-	// Walltime is the job's impact_walltime (0: none).
+	// Walltime is the run the job is expected to need from its next
+	// start: its impact_walltime less the work it saved
+	// (jobspec.Spec.Left; 0: none).
 	Walltime time.Duration
 	// Oldest is the submit time of the oldest job of the same tier waiting
 	// in the same pool (zero: the job's own), which says whether the job
@@ -96,7 +98,7 @@ type Waiting struct {
 // as the oldest of its tier in its pool (below an overdue share of 1,
 // overdue once it has waited at all).
 func (s *Scorer) Score(spec jobspec.Spec, submit time.Time) Score {
-	w := Waiting{Submit: submit, Deadline: spec.Deadline, Walltime: spec.Walltime}
+	w := Waiting{Submit: submit, Deadline: spec.Deadline, Walltime: spec.Left()}
 	return s.ScoreAt(w, s.p.Impact(spec), s.deficits[s.p.ProjectName(spec)])
 }
 

@@ -68,13 +68,16 @@ func clusterJob(tj *trace.Job, count, each int, m Model) *cluster.Job {
 	return &jm.job
 }
 
-// spec is the impact contract a job carries: its jobspec's, the same at
-// every registration. The executor parks a preempted job by
-// re-registering the job as it is (park.go in scheduler/nomad): its
-// impact_walltime still says the whole run, not what is left after its
-// checkpoints, and the engine reads only that. (Until the twenty-first
-// pass the simulator told the engine the walltime left, plus the restart
-// cost: knowledge the live agent does not have.)
+// spec is the impact contract a job is submitted with: its jobspec's.
+// The executor parks a preempted job by re-registering the job as it is
+// (park.go in scheduler/nomad), its impact_walltime still the whole run,
+// adding only impact_progress, the work the preemption's plan said the
+// run saved (engine.Stop.Progress); queued does the same. The engine
+// expects it to need the walltime less that (jobspec.Spec.Left): what
+// the plan could tell, not the simulator's own count of the work saved
+// (until the twenty-first pass the simulator told the engine the walltime
+// left after that count, plus the restart cost: knowledge the live agent
+// does not have).
 func spec(tj *trace.Job, m Model) jobspec.Spec {
 	var walltime time.Duration
 	if tj.Walltime != trace.UnknownWalltime {
@@ -98,7 +101,8 @@ func (j *Job) running() {
 }
 
 // queued replaces j's model by a copy queued again at now, with the
-// contract it was submitted with (spec). Under the impact scheduler every
+// contract it was submitted with (spec) and the work saved, progress, as
+// its impact_progress. Under the impact scheduler every
 // requeue is a new registration on Nomad: the executor parks a preempted
 // or reclaimed job by re-registering it once its grace is over, and the
 // gang watch requeues a run that lost a member (a hung run killed at its
@@ -107,10 +111,12 @@ func (j *Job) running() {
 // from, so the job queues behind the jobs of its score already waiting,
 // not at its user's first submission. (The baselines order their queue
 // by the trace, State.enqueue, and never read this model.)
-func (j *Job) queued(now int64) {
+func (j *Job) queued(now int64, progress time.Duration) {
 	jm := &jobModel{job: *j.Cluster, group: [1]cluster.TaskGroup{j.Cluster.Groups[0]}}
 	jm.job.State = cluster.JobQueued
 	jm.job.Submit = At(now)
+	jm.job.Spec.Progress = progress
+	jm.group[0].Spec.Progress = progress
 	jm.job.Groups = jm.group[:]
 	j.Cluster = &jm.job
 }

@@ -95,11 +95,14 @@ func TestOneJobModel(t *testing.T) {
 		t.Errorf("L's stop requested at %d with model %+v, want at 250 the model at start", stop.at, *stop.model)
 	}
 	// Requeued at 260 with 200s checkpointed, submitted anew then, with
-	// the contract it was submitted with: parking re-registers the job as
-	// it is on Nomad, its impact_walltime the whole run's 1500s (not the
-	// 1320s left after its checkpoint and restart, which the live engine
-	// is never told).
-	if requeue.model == start.model || requeue.model.State != cl.JobQueued || requeue.model.Spec != sub.model.Spec ||
+	// the contract it was submitted with and the work its preemption's
+	// plan said it saved (scriptedProgress) as its impact_progress:
+	// parking re-registers the job as it is on Nomad with that key added,
+	// its impact_walltime the whole run's 1500s. The simulator's own count
+	// of the work saved (200s, and the restart's 20s) is not told.
+	want := sub.model.Spec
+	want.Progress = scriptedProgress
+	if requeue.model == start.model || requeue.model.State != cl.JobQueued || requeue.model.Spec != want ||
 		requeue.model.Groups[0].Spec != requeue.model.Spec || !requeue.model.Submit.Equal(sim.At(260)) {
 		t.Errorf("L's model at requeue: %+v", *requeue.model)
 	}

@@ -326,6 +326,7 @@ func (r *runner) stop(s engine.Stop, reclaim bool) error {
 	}
 	j.State = Stopping
 	j.StopAt = r.now + int64(s.Grace/time.Second)
+	j.saved = s.Progress
 	r.st.changes = append(r.st.changes, Change{Kind: StopRequested, Job: j, Model: j.Cluster, At: r.now})
 	if j.ExpectedEnd(r.opts.Model) <= j.StopAt {
 		return nil // it finishes inside its grace period: the finish event ends it
@@ -423,7 +424,11 @@ func (r *runner) requeue(j *Job, killed bool) {
 	j.reclaiming = false
 	held := j.Run
 	r.freeGPUs(j)
-	j.queued(r.now)
+	progress := j.Cluster.Spec.Progress // a hung run killed: no stop says more
+	if !killed {
+		progress = j.saved
+	}
+	j.queued(r.now, progress)
 	j.Start = -1
 	j.State = Pending
 	j.queuedAt = r.now

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
@@ -196,6 +197,10 @@ func TestBackfillKeepsReservation(t *testing.T) {
 // lowest-tier running job when the top waiting job does not fit.
 type scripted struct{ noPreempt bool }
 
+// scriptedProgress is the work each of scripted's preemptions says its
+// victim saved.
+const scriptedProgress = 3 * time.Minute
+
 func (scripted) Name() string { return "scripted" }
 
 func (s scripted) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
@@ -214,7 +219,12 @@ func (s scripted) Schedule(st *sim.State, now int64) (*engine.Plan, error) {
 		}
 		for _, v := range st.Active() {
 			if v.State == sim.Running && v.TierRank > j.TierRank {
-				plan.Preemptions = append(plan.Preemptions, engine.Preemption{Stop: engine.Stop{JobID: v.ID, Grace: v.Cluster.Spec.Grace}})
+				// Progress: what the plan says the victim will have saved
+				// (scriptedProgress more than its contract said before),
+				// which the simulator writes into the contract it queues
+				// again with; its own accounting counts the work saved.
+				stop := engine.Stop{JobID: v.ID, Grace: v.Cluster.Spec.Grace, Progress: v.Cluster.Spec.Progress + scriptedProgress}
+				plan.Preemptions = append(plan.Preemptions, engine.Preemption{Stop: stop})
 				break
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
@@ -94,6 +95,12 @@ type Job struct {
 	hangAt     int64
 	hangDone   bool
 	reclaiming bool
+	// saved is what the stop under way says the job will have saved
+	// (engine.Stop.Progress: its tasks run on to the end of the grace, as
+	// simulated tasks do); requeue writes it into the contract it queues
+	// again with, as the executor writes impact_progress when it parks
+	// the job.
+	saved time.Duration
 
 	epoch     int   // invalidates finish / release events of older runs
 	queuedAt  int64 // last time it entered the queue
