@@ -386,6 +386,7 @@ type taskEvent struct {
 type alloc struct {
 	ID, NodeID, ClientStatus, DesiredStatus string
 	CreateIndex                             uint64
+	CreateTime                              int64
 	TaskStates                              map[string]struct {
 		State  string
 		Events []taskEvent
@@ -692,6 +693,26 @@ func TestPyTorch(t *testing.T) {
 		if parked.IsZero() {
 			t.Fatalf("%s: never seen parked in impact-queue after its preemption: %s", job, w.explain(job))
 		}
+		// Parking wrote the work the trainer saved as its impact_progress:
+		// its members exited with the requeue code (saved at the signal),
+		// so its run up to the preemption's decision, which came before
+		// the signal.
+		var cur struct{ Meta map[string]string }
+		if err := w.c.Get("/v1/job/"+job, &cur); err != nil {
+			t.Fatalf("%s: reading the job: %v", job, err)
+		}
+		first := time.Unix(0, as[0].CreateTime)
+		for _, a := range as {
+			if ct := time.Unix(0, a.CreateTime); ct.Before(first) {
+				first = ct
+			}
+		}
+		ran := time.Unix(0, sig.Time).Sub(first)
+		saved, err := time.ParseDuration(cur.Meta["impact_progress"])
+		if err != nil || saved <= 0 || saved > ran {
+			t.Errorf("%s: impact_progress %q (%v), want the run saved at the signal, above 0 and at most the %v from its first allocation to the signal",
+				job, cur.Meta["impact_progress"], err, ran)
+		}
 		// The critical job ends (stopped, not purged: its task events stay
 		// readable); the room is back when its last task has ended.
 		if out, err := w.c.CLI("job", "stop", "-detach", critical); err != nil {
@@ -714,7 +735,8 @@ func TestPyTorch(t *testing.T) {
 			return len(as) == 2 && !ended.IsZero(), fmt.Sprintf("%d allocations", len(as))
 		})
 		r.parked, r.roomBack = parked, ended
-		r.note = fmt.Sprintf("parked %s after its last exit, the critical job ran %s", parked.Sub(lastExit).Round(time.Millisecond), ended.Sub(time.Unix(0, started.Time)).Round(time.Millisecond))
+		r.note = fmt.Sprintf("parked %s after its last exit with impact_progress %s (%s from its first allocation to the signal), the critical job ran %s",
+			parked.Sub(lastExit).Round(time.Millisecond), saved, ran.Round(time.Millisecond), ended.Sub(time.Unix(0, started.Time)).Round(time.Millisecond))
 		return r
 	}
 

@@ -71,7 +71,8 @@ func ModelOf(m, base sim.Model, cadenceNote string) Model {
 		SampleS:             m.Sample,
 		Description: fmt.Sprintf("Jobs checkpoint every %ds of progress. A preempted job gets the checkpoint signal, keeps its GPUs "+
 			"and keeps running for the %ds grace period, then stops, loses the work done since its last checkpoint and queues again "+
-			"as if submitted then (the executor parks it by re-registering it, and Nomad stamps a new submit time); "+
+			"as if submitted then (the executor parks it by re-registering it, and Nomad stamps a new submit time), "+
+			"its walltime unchanged and the work its preemption's plan said it saved as its impact_progress; "+
 			"each restart spends %ds holding its GPUs before progress resumes. A gang makes progress only when every member is placed; "+
 			"placed members of a partially placed gang hold their GPUs idle. The impact scheduler decides as the live agent does: %s (%s); "+
 			"the baselines decide %s (as Nomad evaluates at once). Nodes never fail: every GPU is healthy for the whole run. "+
