@@ -78,7 +78,7 @@ func parkedStatus(why string, progress time.Duration) string {
 	s := "back in the queue (not complete): " + why + ". It holds no GPUs while it waits " +
 		"(Nomad shows it as not placed) and runs again when the scheduler admits it."
 	if progress > 0 {
-		s += fmt.Sprintf(" Work saved so far: %s of its run (impact_progress); the scheduler expects it to need its impact_walltime less this.", progress.Round(time.Second))
+		s += fmt.Sprintf(" Work saved so far: %s of its run (impact_progress); the scheduler expects it to need its impact_walltime less this.", progress)
 	}
 	return s
 }

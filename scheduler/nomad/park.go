@@ -36,6 +36,7 @@ func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Du
 		}
 		idx := derefU(job.JobModifyIndex)
 		x.unpin(job)
+		progress = progress.Truncate(time.Second)
 		if progress > 0 {
 			setProgress(job, progress)
 		}
@@ -52,13 +53,13 @@ func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Du
 	return fmt.Errorf("park %s: %w (5 attempts)", jobID, ErrConflict)
 }
 
-// setProgress writes the work the job has saved into its meta, to the
-// second.
+// setProgress writes the work the job has saved into its meta, in whole
+// seconds cut down, never more than it saved.
 func setProgress(job *api.Job, progress time.Duration) {
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta[jobspec.MetaProgress] = progress.Round(time.Second).String()
+	job.Meta[jobspec.MetaProgress] = progress.Truncate(time.Second).String()
 }
 
 // savedProgress is the work the stopped job has saved, by its outcome: a
