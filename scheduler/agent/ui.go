@@ -314,7 +314,7 @@ func plannedStart(e agentapi.Explanation) string {
 				ex.ReservedUntil.UTC().Format(time.RFC3339), preempts)
 		}
 		if !ex.ReservedUntil.IsZero() {
-			return fmt.Sprintf("By %s: GPUs are reserved for it, and the running jobs holding them end (their impact_walltime)%s by then.",
+			return fmt.Sprintf("By %s: GPUs are reserved for it, and the running jobs holding them end (their impact_walltime, less any impact_progress)%s by then.",
 				ex.ReservedUntil.UTC().Format(time.RFC3339), preempts)
 		}
 		if ex.Gathered > 0 {

@@ -175,7 +175,7 @@ func TestPlannedStart(t *testing.T) {
 			e := w(engine.StatusReserved, "needs 8 GPUs, 0 free", at)
 			e.Engine.ReservedPreempts = true
 			return e
-		}(), "By 2026-12-04T18:00:00Z: GPUs are reserved for it, and the running jobs holding them end (their impact_walltime) or may be preempted by it by then."},
+		}(), "By 2026-12-04T18:00:00Z: GPUs are reserved for it, and the running jobs holding them end (their impact_walltime, less any impact_progress) or may be preempted by it by then."},
 		{"reserved without", w(engine.StatusReserved, "needs 8 GPUs, 0 free", time.Time{}), "Unknown: GPUs are reserved for it, but the running jobs holding them give no impact_walltime."},
 		{"preempting", w(engine.StatusPreempting, "preempting 1 gang(s): default/sweep", time.Time{}), "As soon as the gangs stopping for it have stopped"},
 		{"may preempt later", func() agentapi.Explanation {
