@@ -66,21 +66,7 @@ func TestPreemptionCarriesTheVictimsProgress(t *testing.T) {
 // ahead of a 30m one. (The oldest job of the tier is overdue and first
 // whatever its walltime.)
 func TestSavedWorkShortensTheExpectedRun(t *testing.T) {
-	pol := mustPolicy(t, `
-aging {
-  weight_per_hour = 0
-}
-fair_share {
-  weight = 0
-}
-preemption {
-  enabled = false
-}
-shortest_first {
-  weight        = 0.9
-  overdue_share = 0.75
-}
-`)
+	pol := shortestFirstOnly(t)
 	now := t0
 	ago := func(h float64) jobOpt { return submitted(now.Add(-time.Duration(h * float64(time.Hour)))) }
 	for _, c := range []struct {

@@ -5,15 +5,14 @@ import (
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 )
 
-// shortest_first orders a tier's waiting jobs: the overdue ones first
-// (waited more than overdue_share of the oldest of their tier in their
-// pool), first come, first served, then the rest shortest walltime
-// first, a job without one counted as an hour's. Each pool's queue has
-// its own oldest job. The term is in the explanation.
-func TestShortestFirstOrdersATier(t *testing.T) {
-	pol := mustPolicy(t, `
+// shortestFirstOnly is a policy whose only order within a tier is
+// shortest_first (weight 0.9, overdue at 0.75 of the oldest's wait): no
+// aging, no fair share, no preemption.
+func shortestFirstOnly(t tb) *policy.Policy {
+	return mustPolicy(t, `
 aging {
   weight_per_hour = 0
 }
@@ -28,6 +27,15 @@ shortest_first {
   overdue_share = 0.75
 }
 `)
+}
+
+// shortest_first orders a tier's waiting jobs: the overdue ones first
+// (waited more than overdue_share of the oldest of their tier in their
+// pool), first come, first served, then the rest shortest walltime
+// first, a job without one counted as an hour's. Each pool's queue has
+// its own oldest job. The term is in the explanation.
+func TestShortestFirstOrdersATier(t *testing.T) {
+	pol := shortestFirstOnly(t)
 	now := t0
 	ago := func(h float64) jobOpt { return submitted(now.Add(-time.Duration(h * float64(time.Hour)))) }
 	busy := mkJob("busy", running())
