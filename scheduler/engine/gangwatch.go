@@ -110,6 +110,10 @@ func (jd *judger) watchGangs() {
 					jd.c.now.Sub(since).Round(time.Second), grace, m.why, what)
 			}
 			if hasHolder {
+				// Its checkpoints up to the loss, both ways (Stop.Progress).
+				saved, _ := runSaved(allocs, j.Spec.CheckpointInterval, since)
+				r.Progress += saved
+				r.ProgressOnSignal += saved
 				r.GPUs = holders[h].GPUs
 				for _, a := range allocs {
 					r.Allocs = append(r.Allocs, a.ID)

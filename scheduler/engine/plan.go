@@ -160,10 +160,13 @@ type Stop struct {
 	// adapter writes the one the outcome says into the parked job's
 	// impact_progress (scheduler/nomad/park.go), and the engine then
 	// expects the job to need its walltime less it (jobspec.Spec.Left),
-	// as the simulator does with the same numbers. Reclaims and gang
-	// requeues carry the earlier runs' work only: a hung run or one
-	// missing a member is not known to have progressed. Both 0: nothing
-	// saved is known, and the parked job's meta is left as it is.
+	// as the simulator does with the same numbers. A gang requeued for a
+	// lost member adds its checkpoints up to the loss, both ways: a
+	// broken gang stalls at the loss, and what its survivors save at the
+	// signal is not known to be newer than their last checkpoint. A
+	// reclaim carries the earlier runs' work only: a hung run is not
+	// known to have progressed. Both 0: nothing saved is known, and the
+	// parked job's meta is left as it is.
 	Progress         time.Duration `json:"progress,omitempty"`
 	ProgressOnSignal time.Duration `json:"progress_on_signal,omitempty"`
 }
@@ -177,31 +180,40 @@ func stopOf(j *cluster.Job, gpus int) Stop {
 		Progress: j.Spec.Progress, ProgressOnSignal: j.Spec.Progress}
 }
 
-// addRun adds to the stop what the run of allocs has saved by now: up to
-// its last expected checkpoint (preempt.LastCheckpoint, the earliest of
-// its members'), and up to now for a stop whose tasks checkpoint on the
-// signal. A gang makes progress only once every member runs, so the run
-// counts from its latest start.
+// addRun adds to a preemption's stop what the victim's run of allocs has
+// saved by now (runSaved): to its last checkpoint, and to now for a
+// stop whose tasks checkpoint on the signal.
 func (s *Stop) addRun(allocs []*cluster.Alloc, interval time.Duration, now time.Time) {
+	ckpt, run := runSaved(allocs, interval, now)
+	s.Progress += ckpt
+	s.ProgressOnSignal += run
+}
+
+// runSaved is what the run of allocs has saved by at: its progress to its
+// last expected checkpoint (preempt.LastCheckpoint, the earliest of its
+// members'), and its whole run to at. A gang makes progress only once
+// every member runs, so the run counts from its latest start; a
+// replacement Nomad placed for a lost member is not of the run.
+func runSaved(allocs []*cluster.Alloc, interval time.Duration, at time.Time) (toCheckpoint, toAt time.Duration) {
 	var start time.Time
 	for _, a := range allocs {
-		if a.Start.After(start) {
+		if !a.Replacement && a.Start.After(start) {
 			start = a.Start
 		}
 	}
-	if start.IsZero() || !now.After(start) {
-		return
+	if start.IsZero() || !at.After(start) {
+		return 0, 0
 	}
-	ckpt := now
+	ckpt := at
 	for _, a := range allocs {
-		if c := preempt.LastCheckpoint(a, interval, now); c.Before(ckpt) {
+		if c := preempt.LastCheckpoint(a, interval, at); !a.Replacement && c.Before(ckpt) {
 			ckpt = c
 		}
 	}
 	if ckpt.After(start) {
-		s.Progress += ckpt.Sub(start)
+		toCheckpoint = ckpt.Sub(start)
 	}
-	s.ProgressOnSignal += now.Sub(start)
+	return toCheckpoint, at.Sub(start)
 }
 
 // Preemption stops one whole gang (every allocation of the victim job).

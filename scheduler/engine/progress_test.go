@@ -95,3 +95,45 @@ func TestSavedWorkShortensTheExpectedRun(t *testing.T) {
 		}
 	}
 }
+
+// A gang requeued for a lost member carries its checkpoints up to the
+// loss (when the engine first saw it missing), not the minutes it
+// stalled through the grace after it, and the same either way its
+// survivors end: what they save at the signal is not known to be newer.
+// A replacement Nomad placed is not of the run.
+func TestGangRequeueCarriesItsCheckpointsToTheLoss(t *testing.T) {
+	// Checkpoints at +20m, +40m, +60m: 1h saved at t0, when it is first
+	// seen missing; the next, at +80m, falls within the grace.
+	start := t0.Add(-79 * time.Minute)
+	gang := mkJob("g", running(), group("main", 2, 4),
+		meta("impact_tier", "normal", "impact_checkpoint_interval", "20m", "impact_progress", "30m"))
+	replacement := alloc("a3", "g", "n2", t0, 0, 1, 2, 3)
+	replacement.Replacement = true
+	nodes := []*cluster.Node{mkNode("n1", 8, 2), mkNode("n2", 8, 2)}
+	for _, c := range []struct {
+		name   string
+		allocs []*cluster.Alloc
+	}{
+		{"member lost: requeued after the grace", []*cluster.Alloc{alloc("a1", "g", "n1", start, 0, 1, 2, 3)}},
+		{"a replacement: requeued at once", []*cluster.Alloc{alloc("a1", "g", "n1", start, 0, 1, 2, 3), replacement}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pol := policy.Default()
+			e := mustEngine(t, pol)
+			snap := mustSnap(t, nodes, []*cluster.Job{gang}, c.allocs)
+			var req []Preemption
+			for _, at := range []time.Time{t0, t0.Add(pol.Gangs.MissingMemberGrace)} {
+				if req = e.Decide(snap, at).Requeues; len(req) > 0 {
+					break
+				}
+			}
+			if len(req) != 1 {
+				t.Fatalf("requeues %+v, want the gang's", req)
+			}
+			want := 90 * time.Minute // 30m carried + 1h to the loss
+			if req[0].Progress != want || req[0].ProgressOnSignal != want {
+				t.Fatalf("progress %v, on signal %v; want %v both ways", req[0].Progress, req[0].ProgressOnSignal, want)
+			}
+		})
+	}
+}
