@@ -124,8 +124,9 @@ func (w *walltimes) begin(facts []*specFacts) {
 }
 
 // ofHolder is the walltime of running holder h: its impact_walltime less
-// the work its earlier runs saved (jobspec.Spec.Left; estimated false), else, when the policy times running work by
-// estimates (walltime running), its estimated end (true): the
+// the work its earlier runs saved (jobspec.Spec.Left; estimated false),
+// else, when the policy times running work by estimates (walltime
+// running), its estimated end (true): the
 // (1 - quantile) quantile of the runs of its class that ran longer than
 // it has so far, an early end, since a reservation timed too late lets
 // backfilled work delay it; 0 when it has neither (no such run: it has
@@ -168,8 +169,9 @@ func rank(q float64, n int) int {
 }
 
 // ofQueued is the walltime of a waiting job: its impact_walltime less
-// the work its earlier runs saved (jobspec.Spec.Left; estimated false), else the policy's quantile of its class's runs
-// (true); 0 when it has neither.
+// the work its earlier runs saved (jobspec.Spec.Left; estimated false),
+// else the policy's quantile of its class's runs (true); 0 when it has
+// neither.
 func (w *walltimes) ofQueued(q *queued) (time.Duration, bool) {
 	if q.walltime > 0 || !w.on {
 		return q.walltime, false

@@ -14,9 +14,9 @@ import (
 // park re-registers the job into the parking pool without pins, retrying
 // when a concurrent update moves the JobModifyIndex, and says why in its
 // description (describe.go). With progress (the work the job has saved,
-// Intent.savedProgress) it writes it as the job's impact_progress, which
-// the engine subtracts from its walltime (jobspec.Spec.Left); 0 leaves
-// the meta as it is. A job already parked (e.g. re-submitted by its user)
+// Intent.savedProgress) it writes it, in whole seconds cut down, as the
+// job's impact_progress, which the engine subtracts from its walltime
+// (jobspec.Spec.Left); under a second leaves the meta as it is. A job already parked (e.g. re-submitted by its user)
 // is left alone.
 func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Duration) error {
 	ns, id := splitJobKey(jobID)
@@ -36,7 +36,7 @@ func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Du
 		}
 		idx := derefU(job.JobModifyIndex)
 		x.unpin(job)
-		progress = progress.Truncate(time.Second)
+		progress = progress.Truncate(time.Second) // never more than it saved
 		if progress > 0 {
 			setProgress(job, progress)
 		}
@@ -53,13 +53,12 @@ func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Du
 	return fmt.Errorf("park %s: %w (5 attempts)", jobID, ErrConflict)
 }
 
-// setProgress writes the work the job has saved into its meta, in whole
-// seconds cut down, never more than it saved.
+// setProgress writes the work the job has saved into its meta.
 func setProgress(job *api.Job, progress time.Duration) {
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
-	job.Meta[jobspec.MetaProgress] = progress.Truncate(time.Second).String()
+	job.Meta[jobspec.MetaProgress] = progress.String()
 }
 
 // savedProgress is the work the stopped job has saved, by its outcome: a
