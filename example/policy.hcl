@@ -197,7 +197,10 @@ backfill {
 # their end on their own; stopped, preempted, failed or lost ones teach
 # nothing), from the runs that ended within the last `window` of the
 # finest class with at least `min_samples` of them: the same project,
-# tier and GPUs per allocation, else project and tier, else tier. A
+# tier and GPUs per allocation, else project and tier, else tier. A run
+# time is the whole job's: a job resumed from a checkpoint counts the work
+# its earlier runs saved (impact_progress) with its last run, and a job
+# with saved work is estimated to need the estimate less it. A
 # waiting job without a walltime is estimated to run the `quantile` of
 # them: it backfills when that ends before the reservation is needed, and
 # a learned headroom counts it for that long.

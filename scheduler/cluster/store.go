@@ -220,7 +220,7 @@ func (s *Store) finish(id string, end time.Time, completed bool) bool {
 	}
 	s.finished = append(s.finished, Finished{
 		AllocID: old.ID, JobID: old.JobID, Project: j.Spec.Project, Tier: j.Spec.Tier,
-		GPUs: len(old.GPUs), NodeID: old.NodeID, Start: old.Start, End: end, Completed: completed,
+		GPUs: len(old.GPUs), NodeID: old.NodeID, Start: old.Start, End: end, Completed: completed, Progress: j.Spec.Progress,
 	})
 	return true
 }

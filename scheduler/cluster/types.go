@@ -348,6 +348,10 @@ type Finished struct {
 	NodeID string
 	// Start and End of the allocation's run.
 	Start, End time.Time
+	// Progress is the work the job's earlier runs had saved when this one
+	// started (its impact_progress): the run finished the job from there,
+	// so the job ran Progress + End - Start in all.
+	Progress time.Duration
 	// Completed: the allocation ran to its end on its own
 	// (Store.CompleteAlloc), rather than being stopped, failing or being
 	// lost: End - Start is a run time the engine may learn from.

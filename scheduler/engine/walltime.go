@@ -97,7 +97,10 @@ func newWalltimes(c *cycle) walltimes {
 
 // begin is told the running holders' spec facts (managedFacts) and learns
 // the run times of the allocations that ran to their end since the last
-// cycle. Consecutive records of one job (a gang's members) count once.
+// cycle. Consecutive records of one job (a gang's members) count once. A
+// run time is the whole job's, as impact_walltime is: the run's own and
+// the work earlier runs had saved (Finished.Progress), so a job resumed
+// from a checkpoint does not teach the short run that finished it.
 func (w *walltimes) begin(facts []*specFacts) {
 	if !w.on {
 		return
@@ -119,7 +122,7 @@ func (w *walltimes) begin(facts []*specFacts) {
 			continue
 		}
 		w.c.mem.wallRuns = append(w.c.mem.wallRuns, learnedRun{project: f.project, tier: f.tier, gpus: clamp32(r.GPUs),
-			wallRun: wallRun{end: r.End.UnixNano(), run: r.End.Sub(r.Start)}})
+			wallRun: wallRun{end: r.End.UnixNano(), run: r.Progress + r.End.Sub(r.Start)}})
 	}
 }
 
@@ -130,7 +133,9 @@ func (w *walltimes) begin(facts []*specFacts) {
 // (1 - quantile) quantile of the runs of its class that ran longer than
 // it has so far, an early end, since a reservation timed too late lets
 // backfilled work delay it; 0 when it has neither (no such run: it has
-// outlived its class).
+// outlived its class). Learned run times are whole jobs': a holder that
+// earlier runs saved work for has run that much longer, and needs that
+// much less of the estimate.
 func (w *walltimes) ofHolder(h int, hd *placement.Holder) (time.Duration, bool) {
 	if hd.Job == nil {
 		return 0, false
@@ -146,12 +151,13 @@ func (w *walltimes) ofHolder(h int, hd *placement.Holder) (time.Duration, bool) 
 		gpus = max(gpus, len(a.GPUs))
 	}
 	runs := w.runs(w.holderFacts[h], clamp32(gpus))
-	age := w.c.now.Sub(earliestStart(hd.Allocs))
+	saved := hd.Job.Spec.Progress
+	age := saved + w.c.now.Sub(earliestStart(hd.Allocs))
 	longer := runs[sortedAfter(runs, age):]
 	if len(longer) == 0 {
 		return 0, false
 	}
-	return longer[rank(1-w.c.pol.Walltime.Quantile, len(longer))], true
+	return longer[rank(1-w.c.pol.Walltime.Quantile, len(longer))] - saved, true
 }
 
 // sortedAfter is the index of the first of sorted runs longer than d.
@@ -170,17 +176,20 @@ func rank(q float64, n int) int {
 
 // ofQueued is the walltime of a waiting job: its impact_walltime less
 // the work its earlier runs saved (jobspec.Spec.Left; estimated false),
-// else the policy's quantile of its class's runs (true); 0 when it has
-// neither.
+// else the policy's quantile of its class's runs (true), of those longer
+// than the work it saved, less that work (learned run times are whole
+// jobs'); 0 when it has neither.
 func (w *walltimes) ofQueued(q *queued) (time.Duration, bool) {
 	if q.walltime > 0 || !w.on {
 		return q.walltime, false
 	}
+	saved := q.job.Spec.Progress
 	runs := w.runs(q.f, q.maxAlloc)
-	if len(runs) == 0 {
+	longer := runs[sortedAfter(runs, saved):]
+	if len(longer) == 0 {
 		return 0, false
 	}
-	return runs[rank(w.c.pol.Walltime.Quantile, len(runs))], true
+	return longer[rank(w.c.pol.Walltime.Quantile, len(longer))] - saved, true
 }
 
 // notes: estimates are on, so reasons that speak of walltimes say that

@@ -330,3 +330,63 @@ headroom "gpu" {
 		})
 	}
 }
+
+// Learned run times are whole jobs', as impact_walltime is: a job resumed
+// from a checkpoint (impact_progress) teaches its saved work and its last
+// run together, and a running job with saved work has run that much
+// longer and needs that much less of the estimate.
+func TestLearnedWalltimeCountsSavedWork(t *testing.T) {
+	start := t0.Add(-time.Hour)
+	reserveBehind := func(w *wallWorld, kv ...string) {
+		mustDo(t, w.store.UpsertJob(mkJob("r1", running(), group("main", 1, 8), meta(kv...))))
+		mustDo(t, w.store.UpsertAlloc(alloc("a1", "r1", "n1", start, 0, 1, 2, 3, 4, 5, 6, 7)))
+		mustDo(t, w.store.UpsertJob(mkJob("head", group("w", 2, 8), submitted(t0.Add(-5*time.Hour)))))
+	}
+	for _, c := range []struct {
+		name    string
+		taught  []string // meta of the finished jobs
+		runs    []time.Duration
+		holder  []string // meta of the running job
+		wantEnd time.Duration
+	}{
+		// Ten jobs resumed with 2h saved that ran 1h more: 3h jobs. r1
+		// has run 1h of such a job; counted by their last runs it would
+		// have outlived them all (no estimate).
+		{"resumed jobs teach their whole run", []string{"impact_progress", "2h"}, repeat(time.Hour, 10), nil, 3 * time.Hour},
+		// r1 saved 30m before this run: it has run 1h30m of its job, the
+		// jobs longer than that ran 2h..10h, their p10 is 2h, and 30m of
+		// it is done (counted from this run alone: 2h from its start).
+		{"a resumed holder needs less", nil, hours(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), []string{"impact_progress", "30m"}, 90 * time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWallWorld(t, wallPolicy(t, 10, true))
+			reserveBehind(w, c.holder...)
+			w.teach(c.taught, 8, t0.Add(-time.Minute), true, c.runs...)
+			w.decide(t0)
+			head := w.decide(t0.Add(time.Minute)).Explanations["head"]
+			if want := start.Add(c.wantEnd); head.Status != StatusReserved || !head.ReservedUntil.Equal(want) || !head.ReservedUntilEstimated {
+				t.Fatalf("head %s until %v (estimated %v), want reserved until %v estimated", head.Status, head.ReservedUntil, head.ReservedUntilEstimated, want)
+			}
+		})
+	}
+	// A waiting job of a class that runs 3h, with 2h50m saved, needs 10m:
+	// it backfills GPUs reserved for an hour from now; with nothing saved
+	// it does not.
+	for _, saved := range []string{"", "2h50m"} {
+		t.Run("a resumed waiting job backfills by what is left: saved "+saved, func(t *testing.T) {
+			w := newWallWorld(t, wallPolicy(t, 10, false))
+			reserveBehind(w, "impact_walltime", "2h")
+			w.teach([]string{"impact_preemptible", "false"}, 4, t0.Add(-time.Minute), true, repeat(3*time.Hour, 10)...)
+			w.decide(t0)
+			kv := []string{"impact_preemptible", "false"}
+			if saved != "" {
+				kv = append(kv, "impact_progress", saved)
+			}
+			mustDo(t, w.store.UpsertJob(mkJob("resumed", group("main", 1, 4), meta(kv...), submitted(t0))))
+			p := w.decide(t0.Add(time.Minute))
+			if a := admission(p, "resumed"); (a != nil) != (saved != "") {
+				t.Fatalf("resumed admitted=%v with %q saved; %+v", a != nil, saved, p.Explanations["resumed"])
+			}
+		})
+	}
+}

@@ -294,8 +294,11 @@ type Gangs struct {
 // ones teach nothing), from the runs that ended within the last Window of
 // the finest class of jobs with at least MinSamples of them: the same
 // project, tier and GPUs per allocation, else the same project and tier,
-// else the same tier. A waiting job without a walltime is estimated to
-// run the Quantile of them: it backfills reserved GPUs when that ends
+// else the same tier. A run time is the whole job's: a job resumed from a
+// checkpoint counts the work its earlier runs saved (impact_progress)
+// with its last run, and a job with saved work needs the estimate less
+// it. A waiting job without a walltime is estimated to run the Quantile
+// of them: it backfills reserved GPUs when that ends
 // before the reservation is needed, and a learned headroom counts it for
 // that long (instead of an hour). With Running too, a running job
 // without one is estimated to end at the (1 - Quantile) quantile of the
