@@ -52,6 +52,30 @@ type Tally struct {
 	// Preemptions is impact's, each scenario's mean over its replicas,
 	// summed.
 	Preemptions float64
+	// ByKind counts Failed by kind of check, in checkKinds' order.
+	ByKind [len(checkKinds)]int
+}
+
+// checkKinds are the kinds of never-worse check, in the order Write
+// prints them: the tiers' median and p99 waits (every tier's counted
+// together), the weighted JCT, occupancy, the top tier's gain, GPUs idle
+// in partial gangs, jobs left unfinished, and any other.
+var checkKinds = [...]string{"tier wait p50", "tier wait p99", WeightedJCTCheck, "occupancy", "top-tier p99 gain", "partial-gang idle", "finished", "other"}
+
+// kindOf is the index in checkKinds of the kind of check name is.
+func kindOf(name string) int {
+	switch {
+	case strings.HasSuffix(name, " wait p50"):
+		return 0
+	case strings.HasSuffix(name, " wait p99"):
+		return 1
+	case name == TopTierGainCheck:
+		return 4
+	}
+	if i := slices.Index(checkKinds[:], name); i >= 0 {
+		return i
+	}
+	return len(checkKinds) - 1
 }
 
 // Shift is one check that fails the suite in one run and not in the
@@ -150,6 +174,7 @@ func (t *Tally) add(o *Outcome) {
 		if o.NumReplicas <= 1 || ch.ReplicasFailed >= o.NumReplicas {
 			t.EveryReplica++
 		}
+		t.ByKind[kindOf(ch.Name)]++
 	}
 	t.Exceptions += len(o.Failed()) - len(failing)
 	t.Preemptions += o.Summary[impact.Name].Preemptions
@@ -187,6 +212,15 @@ func checkNamed(o *Outcome, name string) (Check, bool) {
 func (c Comparison) Write(w io.Writer, against string) {
 	fmt.Fprintf(w, "\nagainst %s (%d scenarios in both):\n", against, c.After.Scenarios)
 	fmt.Fprintf(w, "  failed checks: %d (%d on every replica), before %d (%d)\n", c.After.Failed, c.After.EveryReplica, c.Before.Failed, c.Before.EveryReplica)
+	var kinds []string
+	for k, name := range checkKinds {
+		if a, b := c.After.ByKind[k], c.Before.ByKind[k]; a > 0 || b > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d (before %d)", name, a, b))
+		}
+	}
+	if len(kinds) > 0 {
+		fmt.Fprintf(w, "  failed checks by kind: %s\n", strings.Join(kinds, ", "))
+	}
 	fmt.Fprintf(w, "  scenarios passing: %d, before %d\n", c.After.Passing, c.Before.Passing)
 	fmt.Fprintf(w, "  exceptions with their bound: %d, before %d\n", c.After.Exceptions, c.Before.Exceptions)
 	fmt.Fprintf(w, "  impact's preemptions (each scenario's mean over its replicas, summed): %.0f, before %.0f\n", c.After.Preemptions, c.Before.Preemptions)

@@ -48,10 +48,14 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Tally{Scenarios: 3, Passing: 1, Failed: 3, EveryReplica: 1, Exceptions: 1, Preemptions: 13}); c.Before != want {
+	// By kind: the tiers' p99 waits, weighted JCT, occupancy, the top
+	// tier's gain (checkKinds).
+	if want := (Tally{Scenarios: 3, Passing: 1, Failed: 3, EveryReplica: 1, Exceptions: 1, Preemptions: 13,
+		ByKind: [len(checkKinds)]int{0, 1, 1, 1, 0, 0, 0, 0}}); c.Before != want {
 		t.Errorf("before %+v, want %+v", c.Before, want)
 	}
-	if want := (Tally{Scenarios: 3, Passing: 1, Failed: 3, EveryReplica: 2, Exceptions: 1, Preemptions: 14}); c.After != want {
+	if want := (Tally{Scenarios: 3, Passing: 1, Failed: 3, EveryReplica: 2, Exceptions: 1, Preemptions: 14,
+		ByKind: [len(checkKinds)]int{0, 1, 0, 1, 1, 0, 0, 0}}); c.After != want {
 		t.Errorf("after %+v, want %+v", c.After, want)
 	}
 	shifts := func(ss []Shift) []string {
@@ -88,6 +92,7 @@ func TestCompare(t *testing.T) {
 		"against old/robustness.json (3 scenarios in both):",
 		"failed checks: 3 (2 on every replica), before 3 (1)",
 		"scenarios passing: 1, before 1",
+		"failed checks by kind: tier wait p99 1 (before 1), weighted JCT 0 (before 1), occupancy 1 (before 1), top-tier p99 gain 1 (before 0)",
 		"fixed (2):",
 		"    a: weighted JCT: weighted JCT worse (fails on 2 of 3 replicas); now an exception, bound: idle GPUs cost too much",
 		"    c: occupancy: occupancy worse (fails on 1 of 3 replicas); now passes",
@@ -157,5 +162,18 @@ func TestMainAgainst(t *testing.T) {
 		"--trace", filepath.Join("..", "..", "..", "example", "traces", "philly.csv.gz")}, &out, &errb)
 	if code != 2 || !strings.Contains(errb.String(), "scenario saturated has 1 jobs on 16 GPUs in the earlier run") || out.Len() != 0 {
 		t.Errorf("another suite: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// Every check the suite makes has its kind; an unknown name is "other".
+func TestKindOf(t *testing.T) {
+	for name, want := range map[string]string{
+		"critical wait p50": "tier wait p50", "scavenger wait p99": "tier wait p99",
+		WeightedJCTCheck: WeightedJCTCheck, "occupancy": "occupancy", TopTierGainCheck: "top-tier p99 gain",
+		"partial-gang idle": "partial-gang idle", "finished": "finished", "something new": "other",
+	} {
+		if got := checkKinds[kindOf(name)]; got != want {
+			t.Errorf("kindOf(%q) = %q, want %q", name, got, want)
+		}
 	}
 }

@@ -82,9 +82,9 @@ them with --only.
 To judge a change, --against FILE compares this run with an earlier one
 (the robustness.json another binary or policy wrote, same --seed and
 --scale): both runs' totals over the scenarios they share (failed checks,
-those failing on every replica, scenarios passing, exceptions, impact's
-preemptions), then every check fixed and every check newly failing, with
-the replicas each fails on.
+those failing on every replica, failed checks by kind, scenarios
+passing, exceptions, impact's preemptions), then every check fixed and
+every check newly failing, with the replicas each fails on.
 
 Options (one dash or two, --name=value or --name value):
 
