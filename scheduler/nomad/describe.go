@@ -73,11 +73,17 @@ func admittedStatus(pinned map[string][]string) string {
 
 // parkedStatus says why a job is back in the queue, for its description:
 // it is queued, not complete, whatever badge Nomad draws; with progress,
-// the work it has saved (impact_progress).
-func parkedStatus(why string, progress time.Duration) string {
+// the work it has saved (impact_progress), and whether that has used up
+// its walltime (impact_walltime; 0: none), after which the scheduler no
+// longer knows how long it needs (jobspec.Spec.Left).
+func parkedStatus(why string, progress, walltime time.Duration) string {
 	s := "back in the queue (not complete): " + why + ". It holds no GPUs while it waits " +
 		"(Nomad shows it as not placed) and runs again when the scheduler admits it."
-	if progress > 0 {
+	switch {
+	case progress <= 0:
+	case walltime > 0 && progress >= walltime:
+		s += fmt.Sprintf(" Work saved so far: %s of its run (impact_progress), all of its impact_walltime %s: the scheduler no longer knows how long it needs; raise impact_walltime if it will run longer.", progress, walltime)
+	default:
 		s += fmt.Sprintf(" Work saved so far: %s of its run (impact_progress); the scheduler expects it to need its impact_walltime less this.", progress)
 	}
 	return s

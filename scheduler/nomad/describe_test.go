@@ -29,7 +29,7 @@ func TestDescribeKeepsTheUsersText(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			job := &api.Job{UI: tc.ui}
-			describe(job, parkedStatus("preempted for default/urgent with its checkpoint signal", 0), at, "http://a/ui/job/default/j")
+			describe(job, parkedStatus("preempted for default/urgent with its checkpoint signal", 0, 0), at, "http://a/ui/job/default/j")
 			d := job.UI.Description
 			want := descMarker + "back in the queue (not complete): preempted for default/urgent"
 			if !strings.HasPrefix(d, want) || !strings.Contains(d, "2026-12-04 16:00:00 UTC") || !strings.Contains(d, "(http://a/ui/job/default/j)") {
@@ -83,4 +83,25 @@ func TestDescriptionFollowsAdmissionAndPreemption(t *testing.T) {
 		j, ok := s.Job(cluster.JobKey("default", "victim"))
 		return ok && j.State == cluster.JobQueued
 	})
+}
+
+// A parked job's description says the work it saved, and when that has
+// used up its walltime, that the scheduler no longer knows how long it
+// needs.
+func TestParkedStatusSaysTheWorkSaved(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		progress, walltime time.Duration
+		want, not          string
+	}{
+		{"nothing saved", 0, 6 * time.Hour, "", "Work saved"},
+		{"some saved", 4 * time.Hour, 6 * time.Hour, "Work saved so far: 4h0m0s of its run (impact_progress); the scheduler expects it to need its impact_walltime less this.", "no longer knows"},
+		{"no walltime", 4 * time.Hour, 0, "Work saved so far: 4h0m0s", "no longer knows"},
+		{"walltime used up", 6 * time.Hour, 6 * time.Hour, "all of its impact_walltime 6h0m0s: the scheduler no longer knows how long it needs", "expects it to need"},
+	} {
+		got := parkedStatus("preempted", c.progress, c.walltime)
+		if (c.want != "" && !strings.Contains(got, c.want)) || strings.Contains(got, c.not) {
+			t.Errorf("%s: %q, want %q and not %q", c.name, got, c.want, c.not)
+		}
+	}
 }

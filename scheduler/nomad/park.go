@@ -40,7 +40,7 @@ func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Du
 		if progress > 0 {
 			setProgress(job, progress)
 		}
-		describe(job, parkedStatus(why, progress), x.cfg.Clock(), x.page(jobID))
+		describe(job, parkedStatus(why, progress, metaWalltime(job)), x.cfg.Clock(), x.page(jobID))
 		_, _, err = x.c.api.Jobs().EnforceRegister(job, idx, x.c.wns(ctx, ns))
 		if err == nil {
 			return nil
@@ -59,6 +59,16 @@ func setProgress(job *api.Job, progress time.Duration) {
 		job.Meta = map[string]string{}
 	}
 	job.Meta[jobspec.MetaProgress] = progress.String()
+}
+
+// metaWalltime is the job's impact_walltime, 0 when it has none or it does
+// not parse (the engine reports bad meta; a description need not).
+func metaWalltime(job *api.Job) time.Duration {
+	d, err := jobspec.ParseDuration(job.Meta[jobspec.MetaWalltime])
+	if err != nil {
+		return 0
+	}
+	return d
 }
 
 // savedProgress is the work the stopped job has saved, by its outcome: a
