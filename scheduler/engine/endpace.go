@@ -26,9 +26,9 @@ import (
 // if a GPU freed every few seconds, and a critical job would wait a
 // grace for an end that comes within a minute about one time in three
 // (robustness seed 3, rand-45: 274 GPUs in 26 job ends over the hour,
-// taken for a 99% chance). So the pace is a compound Poisson process (endModel): events
-// at the rate ends were seen, each freeing the GPUs one of them freed,
-// drawn from those seen.
+// taken for a 99% chance). So the pace is a compound Poisson process
+// (endModel): events at the rate ends were seen, each freeing the GPUs
+// one of them freed, drawn from those seen.
 
 // endWindow is how far back natural ends are counted.
 const endWindow = time.Hour

@@ -20,6 +20,7 @@ import (
 // is left alone.
 func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Duration) error {
 	ns, id := splitJobKey(jobID)
+	progress = progress.Truncate(time.Second) // never more than it saved
 	for attempt := 0; attempt < 5; attempt++ {
 		job, _, err := x.c.api.Jobs().Info(id, x.c.qns(ctx, ns))
 		if err != nil {
@@ -36,7 +37,6 @@ func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Du
 		}
 		idx := derefU(job.JobModifyIndex)
 		x.unpin(job)
-		progress = progress.Truncate(time.Second) // never more than it saved
 		if progress > 0 {
 			setProgress(job, progress)
 		}

@@ -326,7 +326,7 @@ func (r *runner) stop(s engine.Stop, reclaim bool) error {
 	}
 	j.State = Stopping
 	j.StopAt = r.now + int64(s.Grace/time.Second)
-	j.saved = s.Progress
+	j.stopProgress = s.Progress
 	r.st.changes = append(r.st.changes, Change{Kind: StopRequested, Job: j, Model: j.Cluster, At: r.now})
 	if j.ExpectedEnd(r.opts.Model) <= j.StopAt {
 		return nil // it finishes inside its grace period: the finish event ends it
@@ -426,7 +426,7 @@ func (r *runner) requeue(j *Job, killed bool) {
 	r.freeGPUs(j)
 	progress := j.Cluster.Spec.Progress // a hung run killed: no stop says more
 	if !killed {
-		progress = j.saved
+		progress = j.stopProgress
 	}
 	j.queued(r.now, progress)
 	j.Start = -1

@@ -95,12 +95,13 @@ type Job struct {
 	hangAt     int64
 	hangDone   bool
 	reclaiming bool
-	// saved is what the stop under way says the job will have saved
-	// (engine.Stop.Progress: its tasks run on to the end of the grace, as
-	// simulated tasks do); requeue writes it into the contract it queues
-	// again with, as the executor writes impact_progress when it parks
-	// the job.
-	saved time.Duration
+	// stopProgress is what the stop under way says the job will have
+	// saved (engine.Stop.Progress: its tasks run on to the end of the
+	// grace, as simulated tasks do); requeue writes it into the contract
+	// it queues again with, as the executor writes impact_progress when
+	// it parks the job. Saved is the simulator's own count, which the
+	// engine is not told.
+	stopProgress time.Duration
 
 	epoch     int   // invalidates finish / release events of older runs
 	queuedAt  int64 // last time it entered the queue
