@@ -620,16 +620,18 @@ func TestScheduler(t *testing.T) {
 			Path  string
 			Items map[string]string
 		}
-		eventually(t, 30*time.Second, "nomad/jobs/victim/impact written", func() (bool, string) {
+		// Once parked, the victim's run says the work it saved
+		// (impact_progress, read back from the job Nomad holds).
+		eventually(t, 30*time.Second, "nomad/jobs/victim/impact written with the work saved", func() (bool, string) {
 			err := e.a.Get("/v1/var/nomad/jobs/victim/impact", &v)
-			return err == nil && len(v.Items) > 0, fmt.Sprint(err)
+			return err == nil && strings.Contains(v.Items["run"], "saved by earlier runs (impact_progress)"), fmt.Sprint(err, v.Items)
 		})
 		t.Logf("explain Variable of the preempted job: %v", v.Items)
 		// The CLI reads the same through the agent's API.
 		cmd := exec.Command(e.impact, "explain", "-address", e.apiURL, "victim")
 		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "victim") {
-			t.Errorf("impact explain victim: %v\n%s", err, out)
+		if err != nil || !strings.Contains(string(out), "victim") || !strings.Contains(string(out), v.Items["run"]) {
+			t.Errorf("impact explain victim: %v, want the Variable's run %q\n%s", err, v.Items["run"], out)
 		}
 		t.Logf("impact explain victim:\n%s", out)
 		cmd = exec.Command(e.impact, "queue", "-address", e.apiURL)

@@ -36,6 +36,7 @@ func TestUIPages(t *testing.T) {
 	ex.ReservedUntil = a.GeneratedAt.Add(time.Hour)
 	ex.Victims = []string{"default/sweep"}
 	a.Engine = &ex
+	a.WalltimeSeconds, a.ProgressSeconds = 6*3600, 4*3600
 	v.explain["default/train-a"] = a
 	v.queue.Jobs[0].Summary = a.Summary
 	v.queue.Cluster.WaitingJobs = 1
@@ -84,6 +85,7 @@ func TestUIPages(t *testing.T) {
 		`data-test="reserved-until">2026-11-30T09:00:00Z<`,
 		`<td>fewer than 8 free GPUs</td><td class="num">2</td>`,
 		`data-test="victims">default/sweep<`,
+		`data-test="run">6h00m (impact_walltime), 4h00m of it saved by earlier runs (impact_progress): expected to need 2h00m more<`,
 		`href="/v1/explain/train-a?namespace=default"`,
 		`href="http://127.0.0.1:4646/ui/jobs/train-a@default"`,
 		`data-test="planned">Planned start: By 2026-11-30T09:00:00Z: GPUs are reserved for it`,
@@ -100,6 +102,9 @@ func TestUIPages(t *testing.T) {
 	}
 	if !strings.Contains(body, `data-test="gpus"`) || !strings.Contains(body, "<td>g</td><td>n1</td><td>GPU-a, GPU-b</td><td>0, 1</td>") {
 		t.Errorf("running job page lacks its pinned GPUs and islands:\n%s", body)
+	}
+	if strings.Contains(body, `data-test="run"`) {
+		t.Errorf("a job that gives no walltime and saved nothing has a Run row")
 	}
 	code, _, body = fetch(t, "GET", srv.URL+JobPagePath("ml team", x.Job))
 	if code != 200 || !strings.Contains(body, `data-test="errors"`) || strings.Contains(body, "<script>") {

@@ -19,7 +19,9 @@ import (
 // Variable (nomad/jobs/<job>/impact): everything /v1/explain/<job> shows
 // but what grows every cycle, in the same words as `impact queue` and the
 // job's page (the summary sentence first, the full reason after it).
-// Left out, so a stable queue costs no writes: the wait time (since is
+// The run (RunLine) changes only when the job is registered again, as
+// a parked job is with the work it saved. Left out, so a stable queue
+// costs no writes: the wait time (since is
 // the moment it started), the utilisation percentage and idle time (idle,
 // idle_since and idle_note say what matters), and generated_at and leader
 // (the writer adds decided_at; only the leader writes). The score and its
@@ -40,6 +42,7 @@ func VariableItems(e agentapi.Explanation, pageURL string) map[string]string {
 		"project":      e.Project,
 		"gpus":         strconv.Itoa(e.GPUs),
 		"allocations":  strconv.Itoa(e.Allocations),
+		"run":          e.RunLine(),
 		"preempted_by": e.PreemptedBy,
 		"errors":       strings.Join(e.Errors, "; "),
 		"nodes":        strings.Join(agentapi.NodeLines(e.Nodes, ","), "; "),

@@ -44,6 +44,12 @@ func TestVariableItems(t *testing.T) {
 			t.Errorf("unexpected item %s = %q", k, got[k])
 		}
 	}
+	// A job registered again with the work it saved says so, once.
+	e.WalltimeSeconds, e.ProgressSeconds = 6*3600, 5*3600
+	if got := VariableItems(e, "")["run"]; got != e.RunLine() || !strings.Contains(got, "expected to need 1h00m more") {
+		t.Errorf("item run = %q, want the run line %q", got, e.RunLine())
+	}
+	e.WalltimeSeconds, e.ProgressSeconds = 0, 0
 	e.State, e.Position, e.Decision = agentapi.StateRunning, 0, DecisionAdmit
 	e.Nodes = map[string][]string{"workers": {"n2", "n1"}, "ps": {"n3"}}
 	got = VariableItems(e, "")

@@ -233,6 +233,7 @@ func jobExplanation(j *cluster.Job, pol *policy.Policy, now time.Time, leader bo
 	if t := pol.TierOf(j.Spec); t != nil {
 		e.Tier = t.Name
 	}
+	e.WalltimeSeconds, e.ProgressSeconds = j.Spec.Walltime.Seconds(), j.Spec.Progress.Seconds()
 	e.Project = pol.ProjectName(j.Spec)
 	if err := pol.CheckSpec(j.Spec); err != nil {
 		e.Errors = metaErrors(err)

@@ -240,3 +240,55 @@ func TestExplainCases(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainCarriesTheRun: a parked job registered again with the work
+// it saved (impact_progress) shows its walltime and that work, in the
+// queue and in its explanation, waiting and once running again; a job
+// whose meta is bad shows none.
+func TestExplainCarriesTheRun(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	spec, err := jobspec.ParseMeta(map[string]string{"impact_tier": "high", "impact_walltime": "6h", "impact_progress": "4h"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, bad := jobspec.ParseMeta(map[string]string{"impact_walltime": "6h", "impact_progress": "soon"}, nil)
+	node := &cluster.Node{ID: "n1", Name: "n1", Pool: "default", Eligible: true, Ready: true,
+		GPUs: []cluster.GPU{{ID: "g0", Healthy: true}}}
+	for _, tc := range []struct {
+		name        string
+		state       cluster.JobState
+		allocs      int
+		specErr     error
+		wall, saved float64
+	}{
+		{"waiting", cluster.JobQueued, 0, nil, 6 * 3600, 4 * 3600},
+		{"running again", cluster.JobRunning, 1, nil, 6 * 3600, 4 * 3600},
+		{"bad meta", cluster.JobQueued, 0, bad, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := &cluster.Job{ID: "default/r", Namespace: "default", Name: "r", Submit: now.Add(-time.Minute), State: tc.state,
+				Groups: []cluster.TaskGroup{{Name: "g", Count: 1, GPUs: 1}}}
+			if tc.specErr != nil {
+				j.SpecErr = tc.specErr
+			} else {
+				j.Spec, j.Groups[0].Spec = spec, spec
+			}
+			var allocs []*cluster.Alloc
+			for i := range tc.allocs {
+				allocs = append(allocs, &cluster.Alloc{ID: fmt.Sprint("a", i), JobID: j.ID, Group: "g", NodeID: "n1", GPUs: []string{"g0"}, Start: now})
+			}
+			snap, err := cluster.Build([]*cluster.Node{node}, []*cluster.Job{j}, allocs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := buildView(snap, &engine.Plan{Explanations: map[string]*engine.Explanation{}}, nil, now, true, policy.Default())
+			e := v.explain[j.ID]
+			if e.WalltimeSeconds != tc.wall || e.ProgressSeconds != tc.saved {
+				t.Errorf("explanation: walltime %vs saved %vs, want %vs and %vs", e.WalltimeSeconds, e.ProgressSeconds, tc.wall, tc.saved)
+			}
+			if len(v.queue.Jobs) != 1 || v.queue.Jobs[0].WalltimeSeconds != tc.wall || v.queue.Jobs[0].ProgressSeconds != tc.saved {
+				t.Errorf("queue entries %+v, want one with walltime %vs and %vs saved", v.queue.Jobs, tc.wall, tc.saved)
+			}
+		})
+	}
+}

@@ -144,6 +144,9 @@ func printFacts(row func(k, v string), e agentapi.Explanation) {
 	row("Tier", dash(e.Tier))
 	row("Project", dash(e.Project))
 	row("GPUs", fmt.Sprintf("%d in %d allocation(s)", e.GPUs, e.Allocations))
+	if run := e.RunLine(); run != "" {
+		row("Run", run)
+	}
 	since := "-"
 	if !e.Since.IsZero() {
 		since = e.Since.UTC().Format(time.RFC3339)

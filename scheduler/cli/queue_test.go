@@ -36,7 +36,8 @@ func testAgent(t *testing.T) string {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	a := agentapi.Entry{Namespace: "default", Job: "train-a", Position: 1, State: agentapi.StateWaiting,
 		Tier: "high", Project: "olmo", GPUs: 8, Allocations: 2, Score: 12.5, Since: now.Add(-750 * time.Second),
-		WaitSeconds: 750, Reason: "needs 8 GPUs, 4 free", Summary: "Waiting for 8 free GPUs (first in line)."}
+		WaitSeconds: 750, Reason: "needs 8 GPUs, 4 free", Summary: "Waiting for 8 free GPUs (first in line).",
+		WalltimeSeconds: 6 * 3600, ProgressSeconds: 4*3600 + 30*60}
 	bad := agentapi.Entry{Namespace: "research", Job: "bad-meta", Position: 0, State: agentapi.StateInvalid,
 		Since: now.Add(-time.Minute), WaitSeconds: 60, Errors: []string{`impact_tier "urgent" is not a tier of the policy`}}
 	run := agentapi.Entry{Namespace: "default", Job: "eval", State: agentapi.StateRunning, Tier: "normal", Project: "tulu",
@@ -155,6 +156,7 @@ func TestExplainTable(t *testing.T) {
 		"Job       default/train-a",
 		"State     waiting (position 1 in the queue)",
 		"GPUs      8 in 2 allocation(s)",
+		"Run       6h00m (impact_walltime), 4h30m of it saved by earlier runs (impact_progress): expected to need 1h30m more",
 		"(waiting 12m30s)",
 		"Summary   Waiting for 8 free GPUs (first in line).",
 		"Reason    needs 8 GPUs, 4 free",
@@ -181,6 +183,9 @@ func TestExplainTable(t *testing.T) {
 	code, out, _ = run(explainCmd(noEnv), "-address", addr, "eval")
 	if code != 0 || !strings.Contains(out, "Placement  w: node-1, node-2") || !strings.Contains(out, "by the standby") {
 		t.Errorf("placement explanation: %d\n%s", code, out)
+	}
+	if strings.Contains(out, "Run ") {
+		t.Errorf("a job that gives no walltime and saved nothing has a Run row:\n%s", out)
 	}
 	if !strings.Contains(out, "Pinned     w on node-1: GPU-a, GPU-b (island 0), GPU-c (island 1)") || !strings.Contains(out, `Warning    group "w" task "t" has 2 GPU device blocks`) ||
 		!strings.Contains(out, "Preempts   default/sweep") {

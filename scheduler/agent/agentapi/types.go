@@ -6,7 +6,8 @@
 // carries the engine's explanation (engine.Explanation) as the engine
 // produced it, so the API, the CLI, the job's page and its Nomad Variable
 // all render that one value and nothing is copied into a second shape.
-// It imports only the pure core (engine, policy), never the agent.
+// It imports only the pure core (engine, policy, jobspec), never the
+// agent.
 package agentapi
 
 import (
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/jobspec"
 	"github.com/impact-sched/nomad-impact/scheduler/engine"
 )
 
@@ -120,6 +122,12 @@ type Entry struct {
 	// Errors lists problems with the job's impact_* meta; a job with errors
 	// stays parked until they are fixed.
 	Errors []string `json:"errors,omitempty"`
+	// WalltimeSeconds is the job's impact_walltime and ProgressSeconds
+	// its impact_progress, the work its earlier runs saved (a parked job
+	// carries it to its next run): the scheduler expects the next run to
+	// need the walltime less the progress (RunLine). 0: not given.
+	WalltimeSeconds float64 `json:"walltime_seconds,omitempty"`
+	ProgressSeconds float64 `json:"progress_seconds,omitempty"`
 
 	// The utilisation layer, for running jobs: Utilization is the latest
 	// mean utilisation of the job's GPUs in percent (nil: unknown);
@@ -246,6 +254,30 @@ func FormatDuration(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
+}
+
+// RunLine renders the run a job declares and has saved, as `impact
+// explain`, the job's page and its Nomad Variable show it: its
+// impact_walltime, the work its earlier runs saved (impact_progress), and
+// what the scheduler expects its next run to need (jobspec.Spec.Left),
+// which orders it (shortest first), lets it backfill a reservation and
+// tells when it ends. "" when the job gives neither.
+func (e Entry) RunLine() string {
+	wall := time.Duration(e.WalltimeSeconds * float64(time.Second))
+	saved := time.Duration(e.ProgressSeconds * float64(time.Second))
+	switch {
+	case wall <= 0 && saved <= 0:
+		return ""
+	case saved <= 0:
+		return FormatDuration(wall) + " (impact_walltime)"
+	case wall <= 0:
+		return fmt.Sprintf("none given; %s saved by earlier runs (impact_progress)", FormatDuration(saved))
+	}
+	left := jobspec.Spec{Walltime: wall, Progress: saved}.Left()
+	if left <= 0 {
+		return fmt.Sprintf("%s (impact_walltime), all of it saved by earlier runs (impact_progress %s): how long it still needs is unknown", FormatDuration(wall), FormatDuration(saved))
+	}
+	return fmt.Sprintf("%s (impact_walltime), %s of it saved by earlier runs (impact_progress): expected to need %s more", FormatDuration(wall), FormatDuration(saved), FormatDuration(left))
 }
 
 // NodeLines renders Explanation.Nodes one line per task group, groups
