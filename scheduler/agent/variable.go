@@ -21,10 +21,10 @@ import (
 // job's page (the summary sentence first, the full reason after it).
 // The run (RunLine) changes only when the job is registered again, as
 // a parked job is with the work it saved. Left out, so a stable queue
-// costs no writes: the wait time (since is
-// the moment it started), the utilisation percentage and idle time (idle,
-// idle_since and idle_note say what matters), and generated_at and leader
-// (the writer adds decided_at; only the leader writes). The score and its
+// costs no writes: the wait time (since is the moment it started), the
+// utilisation percentage and idle time (idle, idle_since and idle_note
+// say what matters), and generated_at and leader (the writer adds
+// decided_at; only the leader writes). The score and its
 // terms are rounded to whole points, so a score moves the Variable only
 // when it moves by a point. The engine's explanation is in it as well:
 // its status, its reason where the agent's says more, the nodes that

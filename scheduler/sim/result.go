@@ -165,9 +165,16 @@ func percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
-	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	k = max(0, min(k, len(sorted)-1))
-	return sorted[k]
+	return sorted[NearestRank(len(sorted), p)]
+}
+
+// NearestRank is the index, in n sorted values (n > 0), of their p-th
+// percentile as the simulator reports every percentile: the value with
+// at least p% of them at or below it. A check that asks how many values
+// may lie above a bound reads the same rank (robust's preemption bound).
+func NearestRank(n int, p float64) int {
+	k := int(math.Ceil(p/100*float64(n))) - 1
+	return max(0, min(k, n-1))
 }
 
 func (r *runner) result() *Result {

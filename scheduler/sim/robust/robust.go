@@ -419,8 +419,8 @@ func checkPair(o *Outcome, imp, nat Summary) []Check {
 // arrives, or when running work happens to end. A p99 below that needs
 // 99% of the top tier's jobs to find idle GPUs on arrival, at unforeseen
 // instants: GPUs kept idle at all times, at least as many as the widest
-// of them asks (bursts of them ask more), which a full pool pays in
-// occupancy. That proves the conflict only when it costs more than room,
+// of them asks that the p99 does not let wait (bursts of them ask more),
+// which a full pool pays in occupancy. That proves the conflict only when it costs more than room,
 // the occupancy impact has above the floor of the occupancy check
 // (native's less OccupancySlack): with less, keeping them idle would not
 // fail the occupancy check, so the bound proves nothing and the failure
@@ -430,12 +430,7 @@ func preemptionBound(o *Outcome, need, room float64) (bound, short string) {
 	if need >= floor {
 		return "", ""
 	}
-	widest := 0
-	for _, j := range o.Scenario.Jobs {
-		if j.Tier == trace.Tiers[0] {
-			widest = max(widest, j.GPUs)
-		}
-	}
+	widest := widestThatMustStart(o.Scenario.Jobs)
 	cost := float64(widest) / float64(max(1, o.Scenario.GPUs))
 	idle := fmt.Sprintf("10x below native needs p99 <= %s, under the %s a job waits to start by preemption (debounce %ds + grace %ds): it needs at least %d GPUs kept idle at all times, %.1f points of occupancy",
 		sim.FormatSeconds(need), sim.FormatSeconds(floor), o.Debounce, o.Grace, widest, 100*cost)
@@ -443,6 +438,24 @@ func preemptionBound(o *Outcome, need, room float64) (bound, short string) {
 		return "", fmt.Sprintf("; no bound: %s, within the %.1f points impact has above the occupancy check's floor", idle, 100*room)
 	}
 	return fmt.Sprintf("%s, more than the %.1f points impact has above the occupancy check's floor (native's less %.1f)", idle, 100*max(0, room), 100*OccupancySlack), ""
+}
+
+// widestThatMustStart is the most GPUs a top-tier job of jobs asks once
+// the widest ones that its p99 lets wait are set aside: of n jobs, the
+// nearest-rank p99 (sim.NearestRank) lets n - 1 - its rank wait past it,
+// and those may be the widest. 0 without top-tier jobs.
+func widestThatMustStart(jobs []trace.Job) int {
+	var asks []int
+	for _, j := range jobs {
+		if j.Tier == trace.Tiers[0] {
+			asks = append(asks, j.GPUs)
+		}
+	}
+	if len(asks) == 0 {
+		return 0
+	}
+	slices.Sort(asks)
+	return asks[sim.NearestRank(len(asks), 99)]
 }
 
 // netOccupancy is r's occupancy without the GPU-hours its partially
