@@ -85,7 +85,7 @@ func TestUIPages(t *testing.T) {
 		`data-test="reserved-until">2026-11-30T09:00:00Z<`,
 		`<td>fewer than 8 free GPUs</td><td class="num">2</td>`,
 		`data-test="victims">default/sweep<`,
-		`data-test="run">6h00m (impact_walltime), 4h00m of it saved by earlier runs (impact_progress): expected to need 2h00m more<`,
+		`data-test="run">6h00m (impact_walltime), 4h00m of it saved by earlier runs (impact_progress): expected to need 2h00m from its next start<`,
 		`href="/v1/explain/train-a?namespace=default"`,
 		`href="http://127.0.0.1:4646/ui/jobs/train-a@default"`,
 		`data-test="planned">Planned start: By 2026-11-30T09:00:00Z: GPUs are reserved for it`,

@@ -46,7 +46,7 @@ func TestVariableItems(t *testing.T) {
 	}
 	// A job registered again with the work it saved says so, once.
 	e.WalltimeSeconds, e.ProgressSeconds = 6*3600, 5*3600
-	if got := VariableItems(e, "")["run"]; got != e.RunLine() || !strings.Contains(got, "expected to need 1h00m more") {
+	if got := VariableItems(e, "")["run"]; got != e.RunLine() || !strings.Contains(got, "expected to need 1h00m from its next start") {
 		t.Errorf("item run = %q, want the run line %q", got, e.RunLine())
 	}
 	e.WalltimeSeconds, e.ProgressSeconds = 0, 0

@@ -156,7 +156,7 @@ func TestExplainTable(t *testing.T) {
 		"Job       default/train-a",
 		"State     waiting (position 1 in the queue)",
 		"GPUs      8 in 2 allocation(s)",
-		"Run       6h00m (impact_walltime), 4h30m of it saved by earlier runs (impact_progress): expected to need 1h30m more",
+		"Run       6h00m (impact_walltime), 4h30m of it saved by earlier runs (impact_progress): expected to need 1h30m from its next start",
 		"(waiting 12m30s)",
 		"Summary   Waiting for 8 free GPUs (first in line).",
 		"Reason    needs 8 GPUs, 4 free",

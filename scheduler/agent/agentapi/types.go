@@ -261,7 +261,9 @@ func FormatDuration(d time.Duration) string {
 // impact_walltime, the work its earlier runs saved (impact_progress), and
 // what the scheduler expects its next run to need (jobspec.Spec.Left),
 // which orders it (shortest first), lets it backfill a reservation and
-// tells when it ends. "" when the job gives neither.
+// tells when it ends: counted from the start of the run, this one for a
+// job admitted or running, the next one for a job waiting. "" when the
+// job gives neither.
 func (e Entry) RunLine() string {
 	wall := time.Duration(e.WalltimeSeconds * float64(time.Second))
 	saved := time.Duration(e.ProgressSeconds * float64(time.Second))
@@ -277,7 +279,11 @@ func (e Entry) RunLine() string {
 	if left <= 0 {
 		return fmt.Sprintf("%s (impact_walltime), all of it saved by earlier runs (impact_progress %s): how long it still needs is unknown", FormatDuration(wall), FormatDuration(saved))
 	}
-	return fmt.Sprintf("%s (impact_walltime), %s of it saved by earlier runs (impact_progress): expected to need %s more", FormatDuration(wall), FormatDuration(saved), FormatDuration(left))
+	from := "from its next start"
+	if e.State == StateRunning || e.State == StateAdmitting {
+		from = "from this run's start"
+	}
+	return fmt.Sprintf("%s (impact_walltime), %s of it saved by earlier runs (impact_progress): expected to need %s %s", FormatDuration(wall), FormatDuration(saved), FormatDuration(left), from)
 }
 
 // NodeLines renders Explanation.Nodes one line per task group, groups
