@@ -420,11 +420,12 @@ func checkPair(o *Outcome, imp, nat Summary) []Check {
 // 99% of the top tier's jobs to find idle GPUs on arrival, at unforeseen
 // instants: GPUs kept idle at all times, at least as many as the widest
 // of them asks that the p99 does not let wait (bursts of them ask more),
-// which a full pool pays in occupancy. That proves the conflict only when it costs more than room,
-// the occupancy impact has above the floor of the occupancy check
-// (native's less OccupancySlack): with less, keeping them idle would not
-// fail the occupancy check, so the bound proves nothing and the failure
-// stands. short then says why there is no bound, for the check's detail.
+// which a full pool pays in occupancy. That proves the conflict only when
+// it costs more than room, the occupancy impact has above the floor of
+// the occupancy check (native's less OccupancySlack): with less, keeping
+// them idle would not fail the occupancy check, so the bound proves
+// nothing and the failure stands. short then says why there is no
+// bound, for the check's detail.
 func preemptionBound(o *Outcome, need, room float64) (bound, short string) {
 	floor := float64(o.Debounce + o.Grace)
 	if need >= floor {
