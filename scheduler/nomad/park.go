@@ -16,8 +16,8 @@ import (
 // description (describe.go). With progress (the work the job has saved,
 // Intent.savedProgress) it writes it, in whole seconds cut down, as the
 // job's impact_progress, which the engine subtracts from its walltime
-// (jobspec.Spec.Left); under a second leaves the meta as it is. A job already parked (e.g. re-submitted by its user)
-// is left alone.
+// (jobspec.Spec.Left); under a second leaves the meta as it is. A job
+// already parked (e.g. re-submitted by its user) is left alone.
 func (x *Executor) park(ctx context.Context, jobID, why string, progress time.Duration) error {
 	ns, id := splitJobKey(jobID)
 	progress = progress.Truncate(time.Second) // never more than it saved

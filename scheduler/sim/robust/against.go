@@ -64,15 +64,16 @@ var checkKinds = [...]string{"tier wait p50", "tier wait p99", WeightedJCTCheck,
 
 // kindOf is the index in checkKinds of the kind of check name is.
 func kindOf(name string) int {
+	kind := name
 	switch {
 	case strings.HasSuffix(name, " wait p50"):
-		return 0
+		kind = "tier wait p50"
 	case strings.HasSuffix(name, " wait p99"):
-		return 1
+		kind = "tier wait p99"
 	case name == TopTierGainCheck:
-		return 4
+		kind = "top-tier p99 gain"
 	}
-	if i := slices.Index(checkKinds[:], name); i >= 0 {
+	if i := slices.Index(checkKinds[:], kind); i >= 0 {
 		return i
 	}
 	return len(checkKinds) - 1
