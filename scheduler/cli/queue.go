@@ -26,7 +26,10 @@ const queueHelp = `Usage: impact queue [options]
   their GPUs (from the device stats the leader polls; "-" when unknown) and
   IDLE how long it has stayed below their tier's idle threshold, marked
   "idle" once that lasted the tier's idle duration and "hung" when every
-  allocation is idle at once. Reads GET /v1/queue of an impact agent; a
+  allocation is idle at once. NEEDS is the run time the scheduler expects
+  the job to need from the start of a run, by which it orders a tier
+  (shortest first) and backfills: impact_walltime less the work earlier
+  runs saved (impact_progress); "-" when unknown. Reads GET /v1/queue of an impact agent; a
   standby agent answers too, with the view it computed but does not act on
   (it polls no stats, so it shows no utilisation).
 
@@ -100,7 +103,7 @@ func printQueue(w io.Writer, q agentapi.Queue) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "POS\tJOB\tSTATE\tTIER\tPROJECT\tGPUS\tALLOCS\tSCORE\tWAITED\tUTIL\tIDLE\tREASON")
+	fmt.Fprintln(tw, "POS\tJOB\tSTATE\tTIER\tPROJECT\tGPUS\tALLOCS\tSCORE\tWAITED\tNEEDS\tUTIL\tIDLE\tREASON")
 	for _, e := range q.Jobs {
 		pos := "-"
 		if e.Position > 0 {
@@ -117,12 +120,16 @@ func printQueue(w io.Writer, q agentapi.Queue) {
 		if len(e.Errors) > 0 {
 			reason = "invalid meta: " + strings.Join(e.Errors, "; ")
 		}
+		needs := "-"
+		if left := e.Left(); left > 0 {
+			needs = formatDuration(left)
+		}
 		util, idle := utilColumns(e)
 		if e.IdleNote != "" {
 			reason = strings.TrimPrefix(strings.TrimSuffix(reason, ".")+"; "+e.IdleNote, "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%s\t%s\t%s\t%s\n",
-			pos, jobName(e), e.State, dash(e.Tier), dash(e.Project), e.GPUs, e.Allocations, e.Score, waited, util, idle, dash(reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\n",
+			pos, jobName(e), e.State, dash(e.Tier), dash(e.Project), e.GPUs, e.Allocations, e.Score, waited, needs, util, idle, dash(reason))
 	}
 	tw.Flush()
 }

@@ -88,11 +88,11 @@ func TestQueueTable(t *testing.T) {
 		t.Errorf("summary line: %q", lines[0])
 	}
 	want := [][]string{
-		{"POS", "JOB", "STATE", "TIER", "PROJECT", "GPUS", "ALLOCS", "SCORE", "WAITED", "UTIL", "IDLE", "REASON"},
-		{"1", "train-a", "waiting", "high", "olmo", "8", "2", "12.50", "12m30s", "-", "-", "Waiting"},
-		{"-", "research/bad-meta", "invalid", "-", "-", "0", "0", "0.00", "1m00s", "-", "-", "invalid", "meta:"},
-		{"-", "eval", "running", "normal", "tulu", "1", "1", "0.00", "-", "-", "-", "-"},
-		{"-", "stuck", "running", "scavenger", "tulu", "8", "2", "0.00", "-", "0%", "45m00s", "hung", "hung:", "every", "member"},
+		{"POS", "JOB", "STATE", "TIER", "PROJECT", "GPUS", "ALLOCS", "SCORE", "WAITED", "NEEDS", "UTIL", "IDLE", "REASON"},
+		{"1", "train-a", "waiting", "high", "olmo", "8", "2", "12.50", "12m30s", "1h30m", "-", "-", "Waiting"},
+		{"-", "research/bad-meta", "invalid", "-", "-", "0", "0", "0.00", "1m00s", "-", "-", "-", "invalid", "meta:"},
+		{"-", "eval", "running", "normal", "tulu", "1", "1", "0.00", "-", "-", "-", "-", "-"},
+		{"-", "stuck", "running", "scavenger", "tulu", "8", "2", "0.00", "-", "-", "0%", "45m00s", "hung", "hung:", "every", "member"},
 	}
 	for i, w := range want {
 		got := strings.Fields(lines[2+i])

@@ -31,7 +31,7 @@ func TestWalkthroughQueueSamples(t *testing.T) {
 	zero := 0.0
 	running := "Running: all 2 allocation(s) admitted and started."
 	llm := agentapi.Entry{Namespace: "default", Job: "llm-pretrain", State: agentapi.StateRunning, Tier: "high", Project: "olmo",
-		GPUs: 8, Allocations: 2, Score: 1583.89, Summary: running}
+		GPUs: 8, Allocations: 2, Score: 1583.89, Summary: running, WalltimeSeconds: 6 * 3600}
 	llmIdle := func(idle float64) agentapi.Entry { e := llm; e.Utilization, e.IdleSeconds = &zero, idle; return e }
 	sweep := agentapi.Entry{Namespace: "default", Job: "sweep", State: agentapi.StateRunning, Tier: "scavenger", Project: "default",
 		GPUs: 8, Allocations: 2, Score: 22.5, Summary: running}

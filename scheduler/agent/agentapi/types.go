@@ -275,7 +275,7 @@ func (e Entry) RunLine() string {
 	case wall <= 0:
 		return fmt.Sprintf("none given; %s saved by earlier runs (impact_progress)", FormatDuration(saved))
 	}
-	left := jobspec.Spec{Walltime: wall, Progress: saved}.Left()
+	left := e.Left()
 	if left <= 0 {
 		return fmt.Sprintf("%s (impact_walltime), all of it saved by earlier runs (impact_progress %s): how long it still needs is unknown", FormatDuration(wall), FormatDuration(saved))
 	}
@@ -284,6 +284,16 @@ func (e Entry) RunLine() string {
 		from = "from this run's start"
 	}
 	return fmt.Sprintf("%s (impact_walltime), %s of it saved by earlier runs (impact_progress): expected to need %s %s", FormatDuration(wall), FormatDuration(saved), FormatDuration(left), from)
+}
+
+// Left is the run time the scheduler expects the job to need from the
+// start of a run (jobspec.Spec.Left: its impact_walltime less its
+// impact_progress); 0 when unknown. `impact queue`'s NEEDS column and
+// RunLine both read it.
+func (e Entry) Left() time.Duration {
+	wall := time.Duration(e.WalltimeSeconds * float64(time.Second))
+	saved := time.Duration(e.ProgressSeconds * float64(time.Second))
+	return jobspec.Spec{Walltime: wall, Progress: saved}.Left()
 }
 
 // NodeLines renders Explanation.Nodes one line per task group, groups
