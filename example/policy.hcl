@@ -300,6 +300,16 @@ idle {
 # reservations idle on its account,
 # impact_headroom_idle_credit_gpu_hours{pool} and
 # impact_headroom_yielded{pool} its idle budget.
+# `loan_grace` (a duration; default unset: no loan) lends the headroom's
+# nodes on short notice: a job of `tiers` preempts the preemptible work
+# running there before other work it could stop, and stops it after
+# loan_grace (or the victim's own impact_grace, if shorter) instead of
+# its impact_grace, so it starts seconds after the decision rather than a
+# grace later, with no GPU kept idle. The borrowers pay: a task that saves
+# on its checkpoint signal has only loan_grace to do so (Nomad's
+# kill_timeout still applies to the stop), else it loses what it did
+# since its last checkpoint; the stop's reason in `impact explain` says
+# the job was on loan.
 #
 # headroom "gpu" {
 #   tiers       = ["critical"]

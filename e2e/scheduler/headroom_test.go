@@ -22,9 +22,18 @@ package scheduler
 // with /metrics saying the headroom yielded and its allowance is below
 // zero (paid back at 0.016 GPU-seconds a second: a cycle's overspending
 // of a few GPU-seconds takes minutes).
+//
+// TestHeadroomLends: the same with loan_grace = "0s". A scavenger job of
+// 4 GPUs (preemptible, impact_grace 60s, its task running on after the
+// checkpoint signal) takes the headroom's 4 kept GPUs: it runs there on
+// loan. A critical job of 4 GPUs then preempts it and runs within 40
+// seconds of its submission, where the victim's own grace alone is a
+// minute; the victim got its checkpoint signal, its preemption says it
+// was on loan, and it goes back to the queue.
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +69,40 @@ func TestHeadroomIdleBudget(t *testing.T) {
 	if !ok || yielded != 1 || credit >= 0 {
 		t.Errorf("impact_headroom_yielded %v (present %v), idle credit %v GPU-hours: want 1 and below zero (the headroom idled beyond its budget and yields)", yielded, ok, credit)
 	}
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}
+
+func TestHeadroomLends(t *testing.T) {
+	w, headroomNode := startHeadroom(t, "impact-e2e-hrloan-", "  loan_grace = \"0s\"\n")
+	envDir := filepath.Join(w.dir, "env")
+	runHCL(t, w.c.Agent, w.dir, "s", dfJob{name: "s", tier: "scavenger", gpus: 4, grace: "60s"}.hcl(envDir))
+	if a := w.waitRunningN("s", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
+		t.Fatalf("s runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
+	}
+	rec := recordExplanations(t, w.c.Agent, w.apiURL, "s")
+	submitted := time.Now()
+	runHCL(t, w.c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(envDir))
+	u := w.waitRunningN("urgent", 1, 40*time.Second)[0]
+	t.Logf("urgent runs on %s %s after its submission (the victim's own grace: 60s)", u.NodeID, time.Since(submitted).Round(time.Second))
+	if u.NodeID != headroomNode {
+		t.Errorf("urgent runs on %s, want the headroom node %s", u.NodeID, headroomNode)
+	}
+	if got := w.signalled(envDir, "s"); !slices.Contains(got, "s") {
+		t.Errorf("s got no checkpoint signal before its stop")
+	}
+	eventually(t, 30*time.Second, "s's preemption says it was on loan", func() (bool, string) {
+		_, ok := rec.find("s", func(e recordedExplain) bool {
+			return strings.Contains(e.Reason, "on loan on the headroom's GPUs, so stopped after the headroom's loan_grace of 0s")
+		})
+		return ok, rec.dump("s")
+	})
+	eventually(t, 60*time.Second, "s back in the queue", func() (bool, string) {
+		ex := w.explainEngine("s")
+		return ex.State == "waiting" && len(w.running("s")) == 0, ex.String()
+	})
 	noRollbacks(t, w.apiURL)
 	if t.Failed() {
 		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())

@@ -755,3 +755,31 @@ func (hr *hrCycle) waives(q *queued, h int) bool {
 	p := hr.nodePool[hd.Slots[0].Node]
 	return p != nil && p.h.UsesHeadroom(q.f.tier)
 }
+
+// loanGrace is the grace q's preemption gives holder h, of tier and
+// with its own grace, when h runs on loan (policy.Headroom.LoanGrace):
+// every allocation of h is on a node the headroom keeps, in a pool whose
+// headroom q's tier uses, h's tier does not, and which lends its nodes.
+// ok is false otherwise: the victim keeps its own grace.
+func (hr *hrCycle) loanGrace(q *queued, h int, tier string, own time.Duration) (grace time.Duration, ok bool) {
+	if hr == nil {
+		return 0, false
+	}
+	slots := hr.c.st.Holders()[h].Slots
+	if len(slots) == 0 {
+		return 0, false
+	}
+	grace = own
+	for _, sl := range slots {
+		p := hr.nodePool[sl.Node]
+		if !hr.protected[sl.Node] || p == nil || !p.h.UsesHeadroom(q.f.tier) || p.h.UsesHeadroom(tier) {
+			return 0, false
+		}
+		g, lends := p.h.LoanOf(own)
+		if !lends {
+			return 0, false
+		}
+		grace = min(grace, g)
+	}
+	return grace, true
+}

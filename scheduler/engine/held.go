@@ -245,7 +245,7 @@ func (hb *holdings) bind(q *queued, res placement.Result, victims []int) {
 	if !ok {
 		maxGrace := time.Duration(0)
 		for _, h := range victims {
-			maxGrace = max(maxGrace, hb.c.victims[h].Grace)
+			maxGrace = max(maxGrace, hb.c.pre.graceOf(q, h))
 		}
 		b.expires = hb.c.now.Add(maxGrace + hb.c.e.opts.admissionTTL)
 	}

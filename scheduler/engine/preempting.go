@@ -117,14 +117,23 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	if !ok {
 		return false
 	}
-	// Victims of its shape first (searchShaped), when they cost less
-	// than the gain; else the cheapest of all.
-	victims, res, shaped := pe.searchShaped(cl, q, request())
+	// Work on loan on the headroom's nodes first (searchLoans), then
+	// victims of its shape (searchShaped), each when they cost less than
+	// the gain; else the cheapest of all.
+	victims, res, onLoan := pe.searchLoans(cl, q, request())
 	cost, lost := pe.victimsCost(victims)
+	shaped := false
+	if onLoan && gain <= cost {
+		onLoan = false
+	}
+	if !onLoan {
+		victims, res, shaped = pe.searchShaped(cl, q, request())
+		cost, lost = pe.victimsCost(victims)
+	}
 	if shaped && gain <= cost {
 		shaped = false
 	}
-	if !shaped {
+	if !shaped && !onLoan {
 		if victims, res, ok = pe.searchVictims(cl, request()); !ok {
 			if pe.c.explain {
 				exp.Reason += "; preempting eligible gangs would not make room"
@@ -146,7 +155,7 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	if !ok {
 		return false
 	}
-	if !shaped {
+	if !shaped && !onLoan {
 		pe.c.cuts.record(q, victims, res)
 	}
 	pe.orderPreemptions(q, exp, victims, res, gain, cost, budget, shaped)
@@ -164,7 +173,7 @@ func (pe *preempter) endsFirst(q *queued, victims []int, gain, cost float64, exp
 	if !pe.c.pol.Preemption.WeighEnds || !pe.topTier(q) {
 		return false
 	}
-	grace := pe.maxGrace(victims)
+	grace := pe.maxGrace(q, victims)
 	if pe.c.now.Sub(q.submitTime()) >= grace {
 		return false
 	}
@@ -180,14 +189,27 @@ func (pe *preempter) endsFirst(q *queued, victims []int, gain, cost float64, exp
 	return true
 }
 
-// maxGrace is the longest grace among the victims: how long until the
-// last of them has stopped.
-func (pe *preempter) maxGrace(victims []int) time.Duration {
+// maxGrace is the longest grace q's preemption gives the victims: how
+// long until the last of them has stopped.
+func (pe *preempter) maxGrace(q *queued, victims []int) time.Duration {
 	var g time.Duration
 	for _, h := range victims {
-		g = max(g, pe.c.victims[h].Grace)
+		g = max(g, pe.graceOf(q, h))
 	}
 	return g
+}
+
+// graceOf is the grace q's preemption gives holder h: its own
+// impact_grace, or the headroom's loan grace where h runs on loan
+// (hrCycle.loanGrace). Every use of a victim's grace in a preemption
+// (the stop, its expiry, the preemptor's binding, weighing natural ends)
+// reads it here.
+func (pe *preempter) graceOf(q *queued, h int) time.Duration {
+	v := &pe.c.victims[h]
+	if g, ok := pe.c.hr.loanGrace(q, h, v.Tier, v.Grace); ok {
+		return g
+	}
+	return v.Grace
 }
 
 // mayTryPreempting: q's tier may preempt some tier, or some running job
@@ -425,6 +447,10 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		p := victimStop(q, hd, v, pe.c.now)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+		if g := pe.graceOf(q, h); g != v.Grace {
+			p.Grace, v.Grace = g, g
+			p.Reason += fmt.Sprintf("; on loan on the headroom's GPUs, so stopped after the headroom's loan_grace of %s, not its impact_grace", g)
+		}
 		if shaped {
 			p.Reason += fmt.Sprintf("; chosen among the gangs of its shape (%d GPUs per allocation) first", q.maxAlloc)
 		}
@@ -525,6 +551,10 @@ type candList struct {
 	// shaped: per allocation size, the index of the candidates of that
 	// shape (searchShaped; nil: none), built on first search.
 	shaped map[int]*preempt.Index
+	// loans: the index of the candidates on loan (searchLoans; nil:
+	// none), built on first search (loansBuilt).
+	loans      *preempt.Index
+	loansBuilt bool
 }
 
 // exclude drops holder h (of gpus GPUs) from the list, when a member.
@@ -534,6 +564,9 @@ func (cl *candList) exclude(h, gpus int) {
 		cl.gpus -= gpus
 		if cl.index != nil {
 			cl.index.Exclude(h)
+		}
+		if cl.loans != nil {
+			cl.loans.Exclude(h)
 		}
 		for _, ix := range cl.shaped {
 			if ix != nil {

@@ -40,6 +40,22 @@ func (pe *preempter) searchShaped(cl *candList, q *queued, req placement.Request
 	return preempt.Search(pe.c.st, ix, req, pe.c.victims)
 }
 
+// searchLoans is searchVictims among the candidates on loan to q
+// (hrCycle.loanGrace: preemptible work of other tiers on the nodes of a
+// headroom q's tier uses, which lends them): they stop after the loan's
+// short grace, where other victims keep their own, so the job starts
+// seconds after the decision instead of a grace later, and the headroom's
+// nodes, which their borrowers filled first, are where it lands. False
+// when no candidate is on loan; the caller then searches as before.
+func (pe *preempter) searchLoans(cl *candList, q *queued, req placement.Request) ([]int, placement.Result, bool) {
+	ix := cl.loansOn(pe, q, req.Pool)
+	if ix == nil {
+		return nil, placement.Result{}, false
+	}
+	pe.preemptAttempts++
+	return preempt.Search(pe.c.st, ix, req, pe.c.victims)
+}
+
 // allocShape is the GPUs each of q's allocations asks, when they all ask
 // the same (false otherwise).
 func allocShape(q *queued) (int, bool) {
@@ -88,6 +104,28 @@ func (cl *candList) shapedOn(st *placement.State, pool string, size int) *preemp
 	}
 	cl.shaped[size] = ix
 	return ix
+}
+
+// loansOn is the victim index of the candidates, still members, on loan
+// to q (searchLoans), built on the first search of the cycle: the list
+// is one tier's in one pool, and whether a holder is on loan depends on
+// nothing else that changes within the cycle. nil when there are none.
+func (cl *candList) loansOn(pe *preempter, q *queued, pool string) *preempt.Index {
+	if cl.loansBuilt {
+		return cl.loans
+	}
+	cl.loansBuilt = true
+	var cands []preempt.Candidate
+	for _, cd := range cl.cands {
+		v := &pe.c.victims[cd.Holder]
+		if _, ok := pe.c.hr.loanGrace(q, cd.Holder, v.Tier, v.Grace); ok && cl.member[cd.Holder] {
+			cands = append(cands, cd)
+		}
+	}
+	if len(cands) > 0 {
+		cl.loans = preempt.NewIndex(pe.c.st, pool, cands)
+	}
+	return cl.loans
 }
 
 // hasShape: every allocation of hd holds size GPUs.

@@ -110,6 +110,7 @@ type headroomFile struct {
 	MaxShare   *float64       `hcl:"max_share,optional"`
 	MinGPUs    *int           `hcl:"min_gpus,optional"`
 	IdleBudget *float64       `hcl:"idle_budget,optional"`
+	LoanGrace  hcl.Expression `hcl:"loan_grace,optional"`
 	Body       hcl.Body       `hcl:",body"`
 }
 
@@ -365,6 +366,9 @@ func (o *overlay) headroom(h *headroomFile, seen map[string]bool) {
 	set(&ch.MaxShare, h.MaxShare)
 	set(&ch.MinGPUs, h.MinGPUs)
 	set(&ch.IdleBudget, h.IdleBudget)
+	if d := o.durPtr(h.LoanGrace); d != nil {
+		ch.LoanGrace = d
+	}
 }
 
 // idle is what an idle block writes, as an override.

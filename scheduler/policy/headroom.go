@@ -45,6 +45,20 @@ import (
 // reserve tiers (Backfill.ReserveTiers), which yield with it (their jobs
 // then reserve only within Backfill.Reservations, like any job). 0: no
 // budget (the headroom keeps its GPUs however long they idle).
+//
+// LoanGrace lends the headroom's nodes to preemptible work of the other
+// tiers on a short notice. Such work goes there first (it may use what
+// the headroom keeps), and a job of Tiers takes back what it needs by
+// preempting it; with LoanGrace set, such a preemption stops work
+// running on the headroom's nodes after LoanGrace (or the job's own
+// impact_grace, if shorter) instead of its impact_grace, and a job of
+// Tiers preempts work on loan before other work of the tiers it would
+// have stopped. A preemption that waits out a minute's grace cannot
+// start urgent work within the seconds that a pool whose work ends
+// often gives under plain Nomad; lending the kept GPUs on short notice
+// can, without keeping them idle. The price is the borrowers' grace:
+// a task that saves its work on the checkpoint signal has LoanGrace to
+// do so, and otherwise loses what it did since its last checkpoint.
 type Headroom struct {
 	// Pool is the node pool (the block's label).
 	Pool string
@@ -67,6 +81,20 @@ type Headroom struct {
 	// IdleBudget: the share of the pool's healthy GPUs the headroom may
 	// keep idle on average while work it keeps out waits (see Headroom).
 	IdleBudget float64
+	// LoanGrace: nil lends nothing (victims keep their own grace); else
+	// the grace of preemptible work on the headroom's nodes when a job of
+	// Tiers preempts it (see Headroom).
+	LoanGrace *time.Duration
+}
+
+// LoanOf is the grace a preemption by a job of the headroom's tiers
+// gives a victim running on the headroom's nodes whose own grace is own:
+// the shorter of LoanGrace and own; ok is false when h lends nothing.
+func (h *Headroom) LoanOf(own time.Duration) (grace time.Duration, ok bool) {
+	if h == nil || h.LoanGrace == nil {
+		return own, false
+	}
+	return min(own, *h.LoanGrace), true
 }
 
 // Headroom defaults (a block sets what it needs).
@@ -120,10 +148,14 @@ func (h *Headroom) IdleAllowance(capacity int) (rate, carry float64) {
 
 // Describe says in words how h is sized, for explanations.
 func (h *Headroom) Describe() string {
+	out := h.describeSize()
 	if h.IdleBudget > 0 {
-		return fmt.Sprintf("%s, idle at most %.2g%% of the pool on average", h.describeSize(), 100*h.IdleBudget)
+		out += fmt.Sprintf(", idle at most %.2g%% of the pool on average", 100*h.IdleBudget)
 	}
-	return h.describeSize()
+	if h.LoanGrace != nil {
+		out += fmt.Sprintf(", its nodes lent to preemptible work on %s notice", *h.LoanGrace)
+	}
+	return out
 }
 
 func (h *Headroom) describeSize() string {
@@ -179,6 +211,9 @@ func (p *Policy) validateHeadrooms(bad func(field, format string, args ...any)) 
 		}
 		if math.IsNaN(h.IdleBudget) || h.IdleBudget < 0 || h.IdleBudget >= 1 {
 			bad(prefix+"idle_budget", "must be a share of the pool in [0, 1) (0: no budget), got %v", h.IdleBudget)
+		}
+		if h.LoanGrace != nil && *h.LoanGrace < 0 {
+			bad(prefix+"loan_grace", "must be >= 0 (\"0s\": stop work on loan at once), got %s", *h.LoanGrace)
 		}
 	}
 }

@@ -86,6 +86,8 @@ func TestHeadroomErrors(t *testing.T) {
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  learn = true\n  max_share = 0\n}\n", `p.hcl:4: headroom "gpu" max_share: must be a share of the pool in (0, 1]`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  idle_budget = 1\n}\n", `p.hcl:4: headroom "gpu" idle_budget: must be a share of the pool in [0, 1) (0: no budget), got 1`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  idle_budget = -0.01\n}\n", `p.hcl:4: headroom "gpu" idle_budget: must be a share of the pool in [0, 1) (0: no budget), got -0.01`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  loan_grace = \"-5s\"\n}\n", `p.hcl:4: headroom "gpu" loan_grace: must be >= 0 ("0s": stop work on loan at once), got -5s`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  loan_grace = \"soon\"\n}\n", `p.hcl:4: headroom "gpu" loan_grace: must be a duration such as "90s", "10m" or "24h", got "soon"`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpu = 4\n}\n", `p.hcl:3`},
 		{"headroom \"gpu\" {\n  tiers = \"critical\"\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: Unsuitable value type; Unsuitable value: list of string required`},
 		{"headroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\nheadroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\n", `p.hcl:5: headroom "g": defined twice (first at line 1)`},
@@ -95,5 +97,39 @@ func TestHeadroomErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want %q", c.src, err, c.want)
 		}
+	}
+}
+
+// loan_grace: unset lends nothing; set, a victim on loan gets the shorter
+// of it and its own grace; a later file keeps it unless it writes one;
+// Clone does not share it.
+func TestHeadroomLoanGrace(t *testing.T) {
+	p, err := LoadBytes([]byte("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 8\n  loan_grace = \"10s\"\n}\nheadroom \"h100\" {\n  tiers = [\"critical\"]\n  gpus = 8\n}\n"), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.HeadroomFor("gpu")
+	for _, c := range []struct{ own, want time.Duration }{{time.Minute, 10 * time.Second}, {3 * time.Second, 3 * time.Second}, {0, 0}} {
+		if g, ok := h.LoanOf(c.own); !ok || g != c.want {
+			t.Errorf("LoanOf(%s) = %s, %v; want %s, true", c.own, g, ok, c.want)
+		}
+	}
+	if !strings.Contains(h.Describe(), "lent to preemptible work on 10s notice") {
+		t.Errorf("Describe: %q", h.Describe())
+	}
+	if g, ok := p.HeadroomFor("h100").LoanOf(time.Minute); ok || g != time.Minute || strings.Contains(p.HeadroomFor("h100").Describe(), "lent") {
+		t.Errorf("a headroom without loan_grace lends: %s %v", g, ok)
+	}
+	c := p.Clone()
+	*c.Headrooms["gpu"].LoanGrace = time.Hour
+	if *h.LoanGrace != 10*time.Second {
+		t.Fatalf("Clone shares loan_grace: %s", *h.LoanGrace)
+	}
+	m, err := p.Overlay([]byte("headroom \"gpu\" {\n  gpus = 4\n}\n"), "o.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := m.HeadroomFor("gpu").LoanGrace; g == nil || *g != 10*time.Second {
+		t.Fatalf("an overlay that does not write loan_grace dropped it: %v", g)
 	}
 }

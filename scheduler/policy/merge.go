@@ -23,6 +23,10 @@ func (p *Policy) Clone() *Policy {
 		for k, h := range p.Headrooms {
 			hh := *h
 			hh.Tiers = append([]string(nil), h.Tiers...)
+			if h.LoanGrace != nil {
+				g := *h.LoanGrace
+				hh.LoanGrace = &g
+			}
 			c.Headrooms[k] = &hh
 		}
 	}

@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/cluster"
+)
+
+// A headroom that lends its nodes (loan_grace): a critical job preempts
+// the preemptible work on the headroom's node first, though work
+// elsewhere costs less (it checkpointed a minute ago), and stops it after
+// the loan's grace, not the job's own minute. Without loan_grace it
+// stops the cheapest work and waits that work's whole grace; with a loan
+// longer than a victim's own grace, the victim keeps its own.
+//
+// n1 holds a high-tier job (non-preemptible) and "cheap", so the headroom
+// (8 GPUs, a whole node) is kept on n2, which its borrowers b1 and b2
+// fill; every job has run two hours.
+func TestHeadroomLendsItsNodes(t *testing.T) {
+	cases := []struct {
+		name, loan, grace string
+		victim            string // "cheap" or a borrower
+		want              time.Duration
+	}{
+		{name: "no loan", victim: "cheap", grace: "1m", want: time.Minute},
+		{name: "loan 0s", loan: "0s", victim: "borrower", grace: "1m", want: 0},
+		{name: "loan 20s", loan: "20s", victim: "borrower", grace: "1m", want: 20 * time.Second},
+		{name: "loan longer than own grace", loan: "2m", victim: "borrower", grace: "1m", want: time.Minute},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src := "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n"
+			if c.loan != "" {
+				src += "  loan_grace = \"" + c.loan + "\"\n"
+			}
+			pol := mustPolicy(t, src+"}\n")
+			store := cluster.NewStore()
+			mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+			mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+			start := t0.Add(-2 * time.Hour)
+			scav := func(id string, kv ...string) {
+				mustDo(t, store.UpsertJob(mkJob(id, group("main", 1, 4), meta(append([]string{"impact_tier", "scavenger", "impact_grace", c.grace}, kv...)...), running())))
+			}
+			mustDo(t, store.UpsertJob(mkJob("h", group("main", 1, 4), meta("impact_tier", "high"), running())))
+			mustDo(t, store.UpsertAlloc(alloc("h-a", "h", "n1", start, 0, 1, 2, 3)))
+			scav("cheap", "impact_checkpoint_interval", "1m")
+			mustDo(t, store.UpsertAlloc(alloc("cheap-a", "cheap", "n1", start, 4, 5, 6, 7)))
+			scav("b1")
+			mustDo(t, store.UpsertAlloc(alloc("b1-a", "b1", "n2", start, 0, 1, 2, 3)))
+			scav("b2")
+			mustDo(t, store.UpsertAlloc(alloc("b2-a", "b2", "n2", start, 4, 5, 6, 7)))
+			mustDo(t, store.UpsertJob(mkJob("c", group("main", 1, 4), meta("impact_tier", "critical"), submitted(t0))))
+
+			p, _ := decideValid(t, mustEngine(t, pol), pol, store, t0.Add(time.Second))
+			if len(p.Preemptions) != 1 {
+				t.Fatalf("preemptions %v, want one: %+v", preemptedIDs(p), p.Explanations["c"])
+			}
+			pr := p.Preemptions[0]
+			switch c.victim {
+			case "cheap":
+				if pr.JobID != "cheap" {
+					t.Fatalf("preempted %s, want the cheapest work (cheap)", pr.JobID)
+				}
+			default:
+				if pr.JobID != "b1" && pr.JobID != "b2" {
+					t.Fatalf("preempted %s, want a borrower on the headroom's node (b1 or b2): %s", pr.JobID, pr.Reason)
+				}
+			}
+			if pr.Grace != c.want {
+				t.Errorf("%s stops after %s, want %s", pr.JobID, pr.Grace, c.want)
+			}
+			if onLoan := strings.Contains(pr.Reason, "on loan on the headroom's GPUs"); onLoan != (c.want != time.Minute) {
+				t.Errorf("reason %q: says on loan %v, want %v", pr.Reason, onLoan, !onLoan)
+			}
+			if got := p.Explanations["c"].Victims; len(got) != 1 || got[0] != pr.JobID {
+				t.Errorf("c's explanation names victims %v, want [%s]", got, pr.JobID)
+			}
+		})
+	}
+}
