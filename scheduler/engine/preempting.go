@@ -23,7 +23,9 @@ const maxPreemptAttemptsPerSuccess = 4
 // it cannot waits for the others' too), or searches the cheapest whole
 // gangs to stop (preempt.Search among the candidates its tier may take:
 // preemptible, of a tier it may preempt, past their min runtime; made
-// minimal), among those of its own shape first (searchShaped), and
+// minimal), among those on loan to it first (searchLoans: work on the
+// nodes of a headroom that lends them, stopped after the loan's grace),
+// then among those of its own shape (searchShaped), and
 // orders their stops only if the gain exceeds the cost and the policy's
 // limits allow (the hourly budget of work lost is the preemptor tier's
 // own when the policy gives it one, else the shared one). A preemption
@@ -100,9 +102,10 @@ func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 // included, see cycle.topTier).
 func (pe *preempter) topTier(q *queued) bool { return pe.c.topTier(q.f.tier) }
 
-// preemptOwnWay searches victims for q (the cheapest of its shape first,
-// searchShaped, else the cheapest of all) and orders their stops when the
-// gain beats the cost and the budgets allow.
+// preemptOwnWay searches victims for q (the cheapest on loan to it
+// first, searchLoans, then the cheapest of its shape, searchShaped, else
+// the cheapest of all) and orders their stops when the gain beats the
+// cost and the budgets allow.
 func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() placement.Request) (preempting bool) {
 	if pe.c.explain && pe.c.why.hasYoung() {
 		defer func() {
