@@ -308,8 +308,9 @@ idle {
 # grace later, with no GPU kept idle. The borrowers pay: a task that saves
 # on its checkpoint signal has only loan_grace to do so (Nomad's
 # kill_timeout still applies to the stop), else it loses what it did
-# since its last checkpoint; the stop's reason in `impact explain` says
-# the job was on loan. On the simulator's robustness suite it meets most
+# since its last checkpoint. `impact explain` tells such a job at its
+# admission that it runs on loan, with the grace it may be stopped
+# after, and its stop's reason says it was on loan. On the simulator's robustness suite it meets most
 # critical gains a preemption's minute missed, and the lower tiers pay
 # about as many checks (example/sim/README.md, "Twenty-fourth pass").
 #

@@ -26,10 +26,11 @@ package scheduler
 // TestHeadroomLends: the same with loan_grace = "0s". A scavenger job of
 // 4 GPUs (preemptible, impact_grace 60s, its task running on after the
 // checkpoint signal) takes the headroom's 4 kept GPUs: it runs there on
-// loan. A critical job of 4 GPUs then preempts it and runs within 40
-// seconds of its submission, where the victim's own grace alone is a
-// minute; the victim got its checkpoint signal, its preemption says it
-// was on loan, and it goes back to the queue.
+// loan, and its explanation says so from its admission. A critical job
+// of 4 GPUs then preempts it and runs within 40 seconds of its
+// submission, where the victim's own grace alone is a minute; the victim
+// got its checkpoint signal, its preemption says it was on loan, and it
+// goes back to the queue.
 
 import (
 	"path/filepath"
@@ -78,11 +79,17 @@ func TestHeadroomIdleBudget(t *testing.T) {
 func TestHeadroomLends(t *testing.T) {
 	w, headroomNode := startHeadroom(t, "impact-e2e-hrloan-", "  loan_grace = \"0s\"\n")
 	envDir := filepath.Join(w.dir, "env")
+	rec := recordExplanations(t, w.c.Agent, w.apiURL, "s")
 	runHCL(t, w.c.Agent, w.dir, "s", dfJob{name: "s", tier: "scavenger", gpus: 4, grace: "60s"}.hcl(envDir))
 	if a := w.waitRunningN("s", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
 		t.Fatalf("s runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
 	}
-	rec := recordExplanations(t, w.c.Agent, w.apiURL, "s")
+	eventually(t, 30*time.Second, "s told at admission it is on loan", func() (bool, string) {
+		_, ok := rec.find("s", func(e recordedExplain) bool {
+			return e.Engine != nil && strings.Contains(e.Engine.Reason, `on loan on the GPUs the headroom of pool "default" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`)
+		})
+		return ok, rec.dump("s")
+	})
 	submitted := time.Now()
 	runHCL(t, w.c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(envDir))
 	u := w.waitRunningN("urgent", 1, 40*time.Second)[0]

@@ -243,6 +243,9 @@ func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfi
 			exp.Reason += " (it has no walltime: its estimate from finished jobs like it ends before the reservation is needed)"
 		}
 	}
+	if note := p.c.hr.loanNote(q, res); note != "" {
+		exp.Reason = strings.TrimPrefix(exp.Reason+"; "+note, "; ")
+	}
 }
 
 // ExecDriver is the task driver that gives a task the GPUs of all its

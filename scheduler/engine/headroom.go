@@ -783,3 +783,32 @@ func (hr *hrCycle) loanGrace(q *queued, h int, tier string, own time.Duration) (
 	}
 	return grace, true
 }
+
+// loanNote is what a job admitted on loan is told (exp.Reason): placed
+// wholly on the nodes of a headroom that lends them, preemptible and of
+// a tier that does not use it, it may be stopped by the headroom's tiers
+// after the loan's grace. The loan is the headroom's nodes' when a
+// preemption is decided (loanGrace), so the note says "may": a headroom
+// that moves to other nodes takes its loan with it. "" when the job is
+// not on loan.
+func (hr *hrCycle) loanNote(q *queued, res placement.Result) string {
+	if hr == nil || !q.f.preemptible {
+		return ""
+	}
+	var h *policy.Headroom
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			p := hr.nodePool[sl.Node]
+			if !hr.protected[sl.Node] || p == nil || p.h.LoanGrace == nil || p.h.UsesHeadroom(q.f.tier) {
+				return ""
+			}
+			h = p.h
+		}
+	}
+	if h == nil {
+		return ""
+	}
+	g, _ := h.LoanOf(q.job.Spec.Grace)
+	return fmt.Sprintf("on loan on the GPUs the headroom of pool %q keeps for %v: a job of those tiers may stop it after %s (loan_grace), not its impact_grace of %s",
+		h.Pool, h.Tiers, g, q.job.Spec.Grace)
+}

@@ -80,3 +80,36 @@ func TestHeadroomLendsItsNodes(t *testing.T) {
 		})
 	}
 }
+
+// A preemptible job admitted onto the nodes of a headroom that lends
+// them is told so at admission, with the grace a job of the headroom's
+// tiers may stop it after; under a headroom that lends nothing it is
+// told nothing of the kind.
+func TestHeadroomLoanToldAtAdmission(t *testing.T) {
+	for _, loan := range []string{"0s", ""} {
+		src := "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n"
+		if loan != "" {
+			src += "  loan_grace = \"" + loan + "\"\n"
+		}
+		pol := mustPolicy(t, src+"}\n")
+		store := cluster.NewStore()
+		mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
+		mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
+		mustDo(t, store.UpsertJob(mkJob("h", group("main", 1, 8), meta("impact_tier", "high"), running())))
+		mustDo(t, store.UpsertAlloc(alloc("h-a", "h", "n1", t0.Add(-time.Hour), 0, 1, 2, 3, 4, 5, 6, 7)))
+		mustDo(t, store.UpsertJob(mkJob("s", group("main", 1, 4), meta("impact_tier", "scavenger", "impact_grace", "1m"), submitted(t0))))
+		p, _ := decideValid(t, mustEngine(t, pol), pol, store, t0.Add(time.Second))
+		exp := p.Explanations["s"]
+		if exp.Status != StatusAdmitted {
+			t.Fatalf("loan %q: s %s: %s", loan, exp.Status, exp.Reason)
+		}
+		const note = `on loan on the GPUs the headroom of pool "gpu" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`
+		want := ""
+		if loan != "" {
+			want = note
+		}
+		if got := exp.Reason; got != want {
+			t.Errorf("loan %q: s admitted with reason %q, want %q", loan, got, want)
+		}
+	}
+}
