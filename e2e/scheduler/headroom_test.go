@@ -26,11 +26,11 @@ package scheduler
 // TestHeadroomLends: the same with loan_grace = "0s". A scavenger job of
 // 4 GPUs (preemptible, impact_grace 60s, its task running on after the
 // checkpoint signal) takes the headroom's 4 kept GPUs: it runs there on
-// loan, and its explanation says so from its admission. A critical job
-// of 4 GPUs then preempts it and runs within 40 seconds of its
-// submission, where the victim's own grace alone is a minute; the victim
-// got its checkpoint signal, its preemption says it was on loan, and it
-// goes back to the queue.
+// loan, and its explanation (and `impact queue`'s one line) says so from
+// its admission. A critical job of 4 GPUs then preempts it and runs
+// within 40 seconds of its submission, where the victim's own grace
+// alone is a minute; the victim got its checkpoint signal, its
+// preemption says it was on loan, and it goes back to the queue.
 
 import (
 	"path/filepath"
@@ -86,7 +86,8 @@ func TestHeadroomLends(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "s told at admission it is on loan", func() (bool, string) {
 		_, ok := rec.find("s", func(e recordedExplain) bool {
-			return e.Engine != nil && strings.Contains(e.Engine.Reason, `on loan on the GPUs the headroom of pool "default" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`)
+			return e.Engine != nil && strings.Contains(e.Engine.Reason, `on loan on the GPUs the headroom of pool "default" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`) &&
+				strings.HasPrefix(e.Summary, "Running on loan:")
 		})
 		return ok, rec.dump("s")
 	})

@@ -28,6 +28,8 @@ func TestSummarize(t *testing.T) {
 	stoppingVictim.State, stoppingVictim.Allocations = agentapi.StateAdmitting, 2
 	running := agentapi.Explanation{Decision: DecisionAdmit}
 	running.State, running.Allocations = agentapi.StateRunning, 2
+	onLoan := running
+	onLoan.Engine = &engine.Explanation{Status: engine.StatusAdmitted, Reason: `on loan on the GPUs the headroom of pool "gpu" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`}
 	victim := agentapi.Explanation{Decision: DecisionPreempted, PreemptedBy: "default/urgent"}
 	victim.State = agentapi.StateRunning
 	admitting := agentapi.Explanation{Decision: DecisionAdmit}
@@ -70,6 +72,7 @@ func TestSummarize(t *testing.T) {
 		{"too big", tooBig, "Cannot be scheduled as written: it asks more GPUs per allocation than any node can give."},
 		{"never fits its pool", neverFits, "Cannot be scheduled as written: it does not fit its pool even with nothing else running; the reason says which rule each node breaks."},
 		{"running", running, "Running: all 2 allocation(s) admitted and started."},
+		{"running on loan", onLoan, "Running on loan: all 2 allocation(s) on GPUs kept for urgent work, which may stop it at short notice."},
 		{"being preempted", victim, "Being preempted for default/urgent; it goes back to the queue."},
 		{"admitting", admitting, "Admitted: waiting for Nomad to start its 2 allocation(s)."},
 	} {
