@@ -298,8 +298,9 @@ idle {
 # impact_headroom_idle_kept_gpus{pool} what it idles,
 # impact_headroom_idle_reserved_gpus{pool} what the reserve tiers'
 # reservations idle on its account,
-# impact_headroom_idle_credit_gpu_hours{pool} and
-# impact_headroom_yielded{pool} its idle budget.
+# impact_headroom_idle_credit_gpu_hours{pool},
+# impact_headroom_yielded{pool} and impact_headroom_yields_total{pool}
+# its idle budget.
 # `loan_grace` (a duration; default unset: no loan) lends the headroom's
 # nodes on short notice: a job of `tiers` preempts the preemptible work
 # running there before other work it could stop, and stops it after

@@ -19,9 +19,11 @@ package scheduler
 // percent of the pool (0.016 GPU-seconds a second): h4, kept out, leaves
 // the headroom's 4 free GPUs idle, which overspends the allowance within
 // a cycle or two; the headroom yields and h4 starts on the headroom node,
-// with /metrics saying the headroom yielded and its allowance is below
-// zero (paid back at 0.016 GPU-seconds a second: a cycle's overspending
-// of a few GPU-seconds takes minutes).
+// with /metrics counting the yield (impact_headroom_yields_total). Not
+// the gauge impact_headroom_yielded: the overspending is the kept GPUs
+// times the time between two cycles, which events can make milliseconds,
+// and then paid back at 0.016 GPU-seconds a second within a second or
+// two, after which the gauge reads kept again (it did in one run).
 //
 // TestHeadroomLends: the same with loan_grace = "0s". A scavenger job of
 // 4 GPUs (preemptible, impact_grace 60s, its task running on after the
@@ -64,11 +66,12 @@ func TestHeadroomIdleBudget(t *testing.T) {
 	if a := w.waitRunningN("h4", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
 		t.Errorf("h4 runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
 	}
-	yielded, ok := metricValue(t, w.apiURL, `impact_headroom_yielded{pool="default"}`)
+	yields, ok := metricValue(t, w.apiURL, `impact_headroom_yields_total{pool="default"}`)
+	yielded, _ := metricValue(t, w.apiURL, `impact_headroom_yielded{pool="default"}`)
 	credit, _ := metricValue(t, w.apiURL, `impact_headroom_idle_credit_gpu_hours{pool="default"}`)
-	t.Logf("once h4 runs: impact_headroom_yielded %v (present %v), impact_headroom_idle_credit_gpu_hours %v", yielded, ok, credit)
-	if !ok || yielded != 1 || credit >= 0 {
-		t.Errorf("impact_headroom_yielded %v (present %v), idle credit %v GPU-hours: want 1 and below zero (the headroom idled beyond its budget and yields)", yielded, ok, credit)
+	t.Logf("once h4 runs: impact_headroom_yields_total %v (present %v), impact_headroom_yielded %v, impact_headroom_idle_credit_gpu_hours %v", yields, ok, yielded, credit)
+	if !ok || yields < 1 {
+		t.Errorf("impact_headroom_yields_total %v (present %v): want at least 1 (the headroom idled beyond its budget and yielded, which let h4 in)", yields, ok)
 	}
 	noRollbacks(t, w.apiURL)
 	if t.Failed() {

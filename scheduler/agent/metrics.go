@@ -59,6 +59,7 @@ var (
 	mHeadroomIdleRsv = []string{"headroom", "idle_reserved_gpus"}
 	mHeadroomCredit  = []string{"headroom", "idle_credit_gpu_hours"}
 	mHeadroomYielded = []string{"headroom", "yielded"}
+	mHeadroomYields  = []string{"headroom", "yields_total"}
 	mIdleReclaimed   = []string{"idle", "reclaimed_gpu_hours_total"}
 	mConsulInSync    = []string{"consul", "registration_in_sync"}
 	mConsulRepairs   = []string{"consul", "registration_repairs_total"}
@@ -81,6 +82,9 @@ type Metrics struct {
 
 	mu        sync.Mutex
 	seenTiers map[string]bool
+	// yielded: whether each pool's headroom yielded in the last plan
+	// (impact_headroom_yields_total counts the turns to yielding).
+	yielded map[string]bool
 }
 
 // NewMetrics builds the sink and registry. The gauges never expire: a gauge
@@ -184,6 +188,7 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mNomadRepairs, "What the agent wrote again in Nomad after finding it deleted or overwritten, by what: parking_pool, lease, or a durable-state Variable (usage, requeues, gang-requeues, timeline, preemptions)."),
 		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
+		counterDef(mHeadroomYields, "Times a headroom began to yield: its idle budget spent (impact_headroom_idle_credit_gpu_hours below zero), it keeps nothing until the allowance has caught up. A yield can last a single cycle where the overspending was small, which the gauge impact_headroom_yielded may never show between two scrapes; this counter keeps it."),
 		counterDef(mCutGPUsKept, "GPUs of ended preemptors that had cut the pool (taken from jobs with narrower allocations than their own) kept, in the cycle each ended, for waiting jobs no wider than those victims, so that the cut does not outlive the preemption."),
 	}
 }
@@ -263,6 +268,16 @@ func (m *Metrics) RecordHeadroom(hs []engine.HeadroomStatus) {
 			yielded := float32(0)
 			if b.Yielded {
 				yielded = 1
+			}
+			m.mu.Lock()
+			began := b.Yielded && !m.yielded[h.Pool]
+			if m.yielded == nil {
+				m.yielded = map[string]bool{}
+			}
+			m.yielded[h.Pool] = b.Yielded
+			m.mu.Unlock()
+			if began {
+				m.m.IncrCounterWithLabels(mHeadroomYields, 1, []metrics.Label{pool})
 			}
 			m.m.SetGaugeWithLabels(mHeadroomCredit, float32(b.CreditGPUHours), []metrics.Label{pool})
 			m.m.SetGaugeWithLabels(mHeadroomYielded, yielded, []metrics.Label{pool})

@@ -115,3 +115,44 @@ func TestAdmittedWaitNeverNaN(t *testing.T) {
 		}
 	}
 }
+
+// impact_headroom_yields_total counts each turn of a pool's headroom to
+// yielding, not each cycle it stays yielded: kept, yielded, yielded,
+// kept, yielded is two yields. A pool whose headroom has no idle budget
+// never counts one.
+func TestHeadroomYieldsCounted(t *testing.T) {
+	m, err := NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, y := range []bool{false, true, true, false, true} {
+		m.RecordHeadroom([]engine.HeadroomStatus{{Pool: "a100", IdleBudget: &engine.HeadroomIdleBudget{Share: 0.004, Yielded: y}},
+			{Pool: "gpu", GPUs: 8}})
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	out := string(b)
+	if !strings.Contains(out, `impact_headroom_yields_total{pool="a100"} 2`) {
+		t.Errorf("/metrics lacks two yields of a100:\n%s", grepLines(out, "yield"))
+	}
+	if strings.Contains(out, `impact_headroom_yields_total{pool="gpu"}`) {
+		t.Error("a headroom without an idle budget counts yields")
+	}
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
