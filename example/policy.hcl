@@ -311,9 +311,11 @@ idle {
 # kill_timeout still applies to the stop), else it loses what it did
 # since its last checkpoint. `impact explain` tells such a job at its
 # admission that it runs on loan, with the grace it may be stopped
-# after, and its stop's reason says it was on loan. On the simulator's robustness suite it meets most
-# critical gains a preemption's minute missed, and the lower tiers pay
-# about as many checks (example/sim/README.md, "Twenty-fourth pass").
+# after, and its stop's reason says it was on loan
+# (impact_preemptions_on_loan_total{tier} counts such stops). On the
+# simulator's robustness suite it meets most critical gains a
+# preemption's minute missed, and the lower tiers pay about as many
+# checks (example/sim/README.md, "Twenty-fourth pass").
 #
 # headroom "gpu" {
 #   tiers       = ["critical"]

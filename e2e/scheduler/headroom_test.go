@@ -32,7 +32,8 @@ package scheduler
 // its admission. A critical job of 4 GPUs then preempts it and runs
 // within 40 seconds of its submission, where the victim's own grace
 // alone is a minute; the victim got its checkpoint signal, its
-// preemption says it was on loan, and it goes back to the queue.
+// preemption says it was on loan (and /metrics counts it so), and it
+// goes back to the queue.
 
 import (
 	"path/filepath"
@@ -110,6 +111,9 @@ func TestHeadroomLends(t *testing.T) {
 		})
 		return ok, rec.dump("s")
 	})
+	if n, ok := metricValue(t, w.apiURL, `impact_preemptions_on_loan_total{tier="scavenger"}`); !ok || n != 1 {
+		t.Errorf("impact_preemptions_on_loan_total{tier=\"scavenger\"} %v (present %v), want 1", n, ok)
+	}
 	eventually(t, 60*time.Second, "s back in the queue", func() (bool, string) {
 		ex := w.explainEngine("s")
 		return ex.State == "waiting" && len(w.running("s")) == 0, ex.String()

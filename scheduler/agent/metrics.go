@@ -34,6 +34,7 @@ var (
 	mAdmissions      = []string{"admissions", "total"}
 	mRollbacks       = []string{"admissions", "rollbacks_total"}
 	mPreemptions     = []string{"preemptions", "total"}
+	mPreemptionsLoan = []string{"preemptions", "on_loan_total"}
 	mLostGPUHours    = []string{"preemptions", "lost_gpu_hours_total"}
 	mDecisionLatency = []string{"cycle", "decision_ms"}
 	mCycleDuration   = []string{"cycle", "duration_ms"}
@@ -188,6 +189,7 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mNomadRepairs, "What the agent wrote again in Nomad after finding it deleted or overwritten, by what: parking_pool, lease, or a durable-state Variable (usage, requeues, gang-requeues, timeline, preemptions)."),
 		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
+		counterDef(mPreemptionsLoan, "Preemptions, by the victim's tier, of work on loan on a headroom's nodes (policy headroom loan_grace): chosen first by the headroom's tiers and stopped after the loan's grace. Also counted in impact_preemptions_total."),
 		counterDef(mHeadroomYields, "Times a headroom began to yield: its idle budget spent (impact_headroom_idle_credit_gpu_hours below zero), it keeps nothing until the allowance has caught up. A yield can last a single cycle where the overspending was small, which the gauge impact_headroom_yielded may never show between two scrapes; this counter keeps it."),
 		counterDef(mCutGPUsKept, "GPUs of ended preemptors that had cut the pool (taken from jobs with narrower allocations than their own) kept, in the cycle each ended, for waiting jobs no wider than those victims, so that the cut does not outlive the preemption."),
 	}
@@ -310,8 +312,11 @@ func (m *Metrics) RecordAdmission(tier string, waited time.Duration) {
 
 // RecordPreemption counts a preempted job (by its tier) and the GPU-hours
 // of work it lost.
-func (m *Metrics) RecordPreemption(tier string, lostGPUHours float64) {
+func (m *Metrics) RecordPreemption(tier string, lostGPUHours float64, onLoan bool) {
 	m.m.IncrCounterWithLabels(mPreemptions, 1, []metrics.Label{{Name: "tier", Value: tierLabel(tier)}})
+	if onLoan {
+		m.m.IncrCounterWithLabels(mPreemptionsLoan, 1, []metrics.Label{{Name: "tier", Value: tierLabel(tier)}})
+	}
 	if lostGPUHours > 0 {
 		m.m.IncrCounter(mLostGPUHours, float32(lostGPUHours))
 	}

@@ -13,7 +13,8 @@ import (
 // elsewhere costs less (it checkpointed a minute ago), and stops it after
 // the loan's grace, not the job's own minute. Without loan_grace it
 // stops the cheapest work and waits that work's whole grace; with a loan
-// longer than a victim's own grace, the victim keeps its own.
+// longer than a victim's own grace, the victim keeps its own (and is
+// still chosen first, on loan).
 //
 // n1 holds a high-tier job (non-preemptible) and "cheap", so the headroom
 // (8 GPUs, a whole node) is kept on n2, which its borrowers b1 and b2
@@ -71,8 +72,9 @@ func TestHeadroomLendsItsNodes(t *testing.T) {
 			if pr.Grace != c.want {
 				t.Errorf("%s stops after %s, want %s", pr.JobID, pr.Grace, c.want)
 			}
-			if onLoan := strings.Contains(pr.Reason, "on loan on the headroom's GPUs"); onLoan != (c.want != time.Minute) {
-				t.Errorf("reason %q: says on loan %v, want %v", pr.Reason, onLoan, !onLoan)
+			borrower := c.victim == "borrower"
+			if said := strings.Contains(pr.Reason, "on loan on the headroom's GPUs"); said != borrower || pr.OnLoan != borrower {
+				t.Errorf("reason %q, on_loan %v: want on loan %v", pr.Reason, pr.OnLoan, borrower)
 			}
 			if got := p.Explanations["c"].Victims; len(got) != 1 || got[0] != pr.JobID {
 				t.Errorf("c's explanation names victims %v, want [%s]", got, pr.JobID)

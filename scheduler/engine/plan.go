@@ -234,6 +234,11 @@ type Preemption struct {
 	// runs in a row that lost a member reached impact_max_failures): it is
 	// stopped whole the same way and then deregistered, with Reason.
 	EndFailed bool `json:"end_failed,omitempty"`
+	// OnLoan: the victim ran on loan on the nodes of a headroom its
+	// preemptor's tier uses (policy.Headroom.LoanGrace), so it was chosen
+	// before other work and its Grace is the loan's where that is shorter
+	// than its impact_grace.
+	OnLoan bool `json:"on_loan,omitempty"`
 	// Preemptor is the job the GPUs are freed for.
 	Preemptor string `json:"preemptor"`
 	// Reason, for people and the job's explain.

@@ -208,11 +208,17 @@ func (pe *preempter) maxGrace(q *queued, victims []int) time.Duration {
 // (the stop, its expiry, the preemptor's binding, weighing natural ends)
 // reads it here.
 func (pe *preempter) graceOf(q *queued, h int) time.Duration {
+	g, _ := pe.loanOf(q, h)
+	return g
+}
+
+// loanOf is graceOf and whether h runs on loan to q.
+func (pe *preempter) loanOf(q *queued, h int) (time.Duration, bool) {
 	v := &pe.c.victims[h]
 	if g, ok := pe.c.hr.loanGrace(q, h, v.Tier, v.Grace); ok {
-		return g
+		return g, true
 	}
-	return v.Grace
+	return v.Grace, false
 }
 
 // mayTryPreempting: q's tier may preempt some tier, or some running job
@@ -450,9 +456,14 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		p := victimStop(q, hd, v, pe.c.now)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
-		if g := pe.graceOf(q, h); g != v.Grace {
-			p.Grace, v.Grace = g, g
-			p.Reason += fmt.Sprintf("; on loan on the headroom's GPUs, so stopped after the headroom's loan_grace of %s, not its impact_grace", g)
+		if g, onLoan := pe.loanOf(q, h); onLoan {
+			p.OnLoan = true
+			if g != v.Grace {
+				p.Grace, v.Grace = g, g
+				p.Reason += fmt.Sprintf("; on loan on the headroom's GPUs, so stopped after the headroom's loan_grace of %s, not its impact_grace", g)
+			} else {
+				p.Reason += "; on loan on the headroom's GPUs, its own impact_grace no longer than the headroom's loan_grace"
+			}
 		}
 		if shaped {
 			p.Reason += fmt.Sprintf("; chosen among the gangs of its shape (%d GPUs per allocation) first", q.maxAlloc)
