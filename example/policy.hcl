@@ -313,9 +313,10 @@ idle {
 # admission that it runs on loan, with the grace it may be stopped
 # after, and its stop's reason says it was on loan
 # (impact_preemptions_on_loan_total{tier} counts such stops). On the
-# simulator's robustness suite it meets most critical gains a
-# preemption's minute missed, and the lower tiers pay about as many
-# checks (example/sim/README.md, "Twenty-fourth pass").
+# simulator's robustness suite it meets about a quarter of the critical
+# gains a preemption's minute missed, and the lower tiers pay for it in
+# more checks than it meets (example/sim/README.md, "Twenty-fourth
+# pass").
 #
 # headroom "gpu" {
 #   tiers       = ["critical"]

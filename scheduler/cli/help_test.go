@@ -63,8 +63,8 @@ func TestSimHelpDocumentsFlagsAsUsed(t *testing.T) {
 	want := map[string]string{
 		"sim": "--agent-config --checkpoint-interval --cluster --cpuprofile --cycle-debounce --cycle-interval --format --from " +
 			"--gpus-per-node --grace --hang-share --impact-policy --islands-per-node --no-plots --nodes --out --parallel " +
-			"--policies --quiet --rack-size --recheck --restart-cost --seed --skip-bad --to --trace",
-		"robustness": "--against --impact-policy --jobs --only --out --parallel --random --reasons --replica-jitter --replicas --scale --seed --strict --trace --twin-jitter",
+			"--policies --quiet --rack-size --recheck --restart-cost --save-on-signal --seed --skip-bad --to --trace",
+		"robustness": "--against --impact-policy --jobs --only --out --parallel --random --reasons --replica-jitter --replicas --save-on-signal --scale --seed --strict --trace --twin-jitter",
 	}
 	goDefault := regexp.MustCompile(`(?m)^  -[a-z-]+( (string|int|int64|float|duration|value))?$`)
 	documented := regexp.MustCompile(`(?m)^  (--[a-z][a-z-]*)(=<[a-z]+>)?( |$)`)

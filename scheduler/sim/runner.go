@@ -327,6 +327,15 @@ func (r *runner) stop(s engine.Stop, reclaim bool) error {
 	j.State = Stopping
 	j.StopAt = r.now + int64(s.Grace/time.Second)
 	j.stopProgress = s.Progress
+	// A hung run does not answer its signal; any other saves on it when
+	// the model says jobs do and the grace is long enough, then exits
+	// (with the requeue code, live), which ends its stop early.
+	save := r.opts.Model.SaveOnSignal
+	j.signalSave = !reclaim && save > 0 && int64(s.Grace/time.Second) >= save
+	j.signalAt, j.signalProgress = r.now, s.ProgressOnSignal
+	if j.signalSave {
+		j.StopAt = r.now + save
+	}
 	r.st.changes = append(r.st.changes, Change{Kind: StopRequested, Job: j, Model: j.Cluster, At: r.now})
 	if j.ExpectedEnd(r.opts.Model) <= j.StopAt {
 		return nil // it finishes inside its grace period: the finish event ends it
@@ -347,6 +356,7 @@ func (r *runner) withdraw(w engine.Withdrawal) error {
 	}
 	j.State = Running
 	j.StopAt = -1
+	j.signalSave = false
 	r.withdrawn++
 	r.st.changes = append(r.st.changes, Change{Kind: StopWithdrawn, Job: j, Model: j.Cluster, At: r.now})
 	return nil
@@ -407,6 +417,10 @@ func (r *runner) requeue(j *Job, killed bool) {
 	if m.CheckpointInterval > 0 {
 		gain = j.progressAt(r.now, m) / m.CheckpointInterval * m.CheckpointInterval
 	}
+	signalSaved := !killed && j.signalSave
+	if signalSaved {
+		gain = max(gain, j.progressAt(j.signalAt, m))
+	}
 	run := r.now - j.Start
 	r.acc.work(j, gain*g, (run-gain)*g)
 	j.Saved += gain
@@ -425,9 +439,13 @@ func (r *runner) requeue(j *Job, killed bool) {
 	held := j.Run
 	r.freeGPUs(j)
 	progress := j.Cluster.Spec.Progress // a hung run killed: no stop says more
-	if !killed {
+	switch {
+	case signalSaved:
+		progress = j.signalProgress
+	case !killed:
 		progress = j.stopProgress
 	}
+	j.signalSave = false
 	j.queued(r.now, progress)
 	j.Start = -1
 	j.State = Pending

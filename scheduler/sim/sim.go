@@ -40,6 +40,18 @@ type Model struct {
 	RestartCost int64
 	// Grace is the time between the checkpoint signal and the stop.
 	Grace int64
+	// SaveOnSignal is how long a job takes to save its work after the
+	// checkpoint signal; 0 (the default): jobs never save on the signal
+	// and a preempted one loses the work since its last periodic
+	// checkpoint, whatever its grace. A preempted job whose stop gives it
+	// at least that long keeps the work it had done at the signal and
+	// exits once saved, freeing its GPUs then rather than at the end of
+	// its grace, as a task that saves and exits with the requeue code
+	// does live (example/jobs/train.py); it queues again with the plan's
+	// ProgressOnSignal as its impact_progress, as the executor writes for
+	// such a task. A hung run never saves. What a stop's grace is worth to its victim, a loan's
+	// short one (policy headroom loan_grace) included, shows only with it.
+	SaveOnSignal int64
 	// Debounce is the time from an event (a submit, a finish, a stop) to
 	// the decision it triggers; events inside it are collected into that
 	// one decision, as the live agent's cycle.debounce does. 0 decides
@@ -87,6 +99,8 @@ func (m Model) Validate() error {
 		return fmt.Errorf("restart cost must not be negative, got %d", m.RestartCost)
 	case m.Grace < 0:
 		return fmt.Errorf("grace must not be negative, got %d", m.Grace)
+	case m.SaveOnSignal < 0:
+		return fmt.Errorf("save on signal must not be negative, got %d", m.SaveOnSignal)
 	case m.Debounce < 0:
 		return fmt.Errorf("debounce must not be negative, got %d", m.Debounce)
 	case m.Interval <= 0:

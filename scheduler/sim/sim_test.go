@@ -642,3 +642,41 @@ func TestFreeAtSubmit(t *testing.T) {
 		t.Errorf("D started at %d on a full cluster at %d", d.FirstStart, d.Submit)
 	}
 }
+
+// TestSaveOnSignal: one GPU; checkpoint every 100s, restart 20s, grace
+// 10s; L (1000s) runs from 0 and H (50s) arrives at 250 and preempts it.
+// Jobs that never save on the signal (SaveOnSignal 0), or that need
+// longer than the grace to save (15s), lose the 50s since L's checkpoint
+// at 200 and the 10s of grace (and the 20s restart), and H starts when
+// the grace ends, at 260. A job that saves in 5s keeps its 250s of
+// work and exits once saved: H starts at 255, L loses the 5s it spent
+// saving (and the restart) and ends at 305 + 20 + 750.
+func TestSaveOnSignal(t *testing.T) {
+	for _, c := range []struct {
+		save           int64
+		lost, makespan int64
+		wait           float64
+	}{
+		{save: 0, lost: 80, makespan: 1130, wait: 10},
+		{save: 15, lost: 80, makespan: 1130, wait: 10},
+		{save: 5, lost: 25, makespan: 1075, wait: 5},
+	} {
+		m := model()
+		m.CheckpointInterval, m.RestartCost, m.Grace, m.SaveOnSignal = 100, 20, 10, c.save
+		jobs := []trace.Job{
+			job("L", 0, 1000, 1, "scavenger", 0),
+			job("H", 250, 50, 1, "critical", 0),
+		}
+		res, err := sim.Run(jobs, scripted{}, sim.Options{Cluster: cluster(t, 1, 1), Model: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Preemptions != 1 || !near(res.LostGPUHours*3600, float64(c.lost)) || res.MakespanS != c.makespan || res.WaitS["critical"].P50 != c.wait {
+			t.Errorf("save %ds: preemptions %d, lost %v GPU-s, makespan %d, critical wait %v; want 1, %d, %d, %v",
+				c.save, res.Preemptions, res.LostGPUHours*3600, res.MakespanS, res.WaitS["critical"].P50, c.lost, c.makespan, c.wait)
+		}
+	}
+	if err := (sim.Model{SaveOnSignal: -1, Interval: 10, Sample: 10}).Validate(); err == nil || !strings.Contains(err.Error(), "save on signal must not be negative") {
+		t.Errorf("a negative SaveOnSignal: %v", err)
+	}
+}

@@ -102,6 +102,12 @@ type Job struct {
 	// it parks the job. Saved is the simulator's own count, which the
 	// engine is not told.
 	stopProgress time.Duration
+	// signalSave: the stop under way lets the job save on its signal
+	// (Model.SaveOnSignal), at signalAt; signalProgress is then the
+	// plan's engine.Stop.ProgressOnSignal, which requeue writes instead.
+	signalSave     bool
+	signalAt       int64
+	signalProgress time.Duration
 
 	epoch     int   // invalidates finish / release events of older runs
 	queuedAt  int64 // last time it entered the queue

@@ -48,6 +48,7 @@ type Model struct {
 	CheckpointIntervalS int64  `json:"checkpoint_interval_s"`
 	RestartCostS        int64  `json:"restart_cost_s"`
 	GraceS              int64  `json:"grace_s"`
+	SaveOnSignalS       int64  `json:"save_on_signal_s,omitempty"`
 	DebounceS           int64  `json:"impact_debounce_s"`
 	IntervalS           int64  `json:"impact_interval_s"`
 	BaselineDebounceS   int64  `json:"baseline_debounce_s"`
@@ -60,24 +61,30 @@ type Model struct {
 // baselines' (the same but for the cadence); cadenceNote says where the
 // impact cadence comes from.
 func ModelOf(m, base sim.Model, cadenceNote string) Model {
+	stop := "then stops, loses the work done since its last checkpoint"
+	if m.SaveOnSignal > 0 {
+		stop = fmt.Sprintf("but saves its work on the signal within %ds and exits (losing only those seconds) where the grace allows it; "+
+			"otherwise it then stops, loses the work done since its last checkpoint", m.SaveOnSignal)
+	}
 	return Model{
 		CheckpointIntervalS: m.CheckpointInterval,
 		RestartCostS:        m.RestartCost,
 		GraceS:              m.Grace,
+		SaveOnSignalS:       m.SaveOnSignal,
 		DebounceS:           m.Debounce,
 		IntervalS:           m.Interval,
 		BaselineDebounceS:   base.Debounce,
 		BaselineIntervalS:   base.Interval,
 		SampleS:             m.Sample,
 		Description: fmt.Sprintf("Jobs checkpoint every %ds of progress. A preempted job gets the checkpoint signal, keeps its GPUs "+
-			"and keeps running for the %ds grace period, then stops, loses the work done since its last checkpoint and queues again "+
+			"and keeps running for the %ds grace period, %s, and queues again "+
 			"as if submitted then (the executor parks it by re-registering it, and Nomad stamps a new submit time), "+
 			"its walltime unchanged and the work its preemption's plan said it saved as its impact_progress; "+
 			"each restart spends %ds holding its GPUs before progress resumes. A gang makes progress only when every member is placed; "+
 			"placed members of a partially placed gang hold their GPUs idle. The impact scheduler decides as the live agent does: %s (%s); "+
 			"the baselines decide %s (as Nomad evaluates at once). Nodes never fail: every GPU is healthy for the whole run. "+
 			"Jobs wider than a node are gangs of whole-node members.",
-			m.CheckpointInterval, m.Grace, m.RestartCost, m.Cadence(), cadenceNote, base.Cadence()),
+			m.CheckpointInterval, m.Grace, stop, m.RestartCost, m.Cadence(), cadenceNote, base.Cadence()),
 	}
 }
 

@@ -106,6 +106,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.twinJitter, "twin-jitter", time.Second, "run the native twin, nomad-native with every submit moved later by up to this `duration` (whole seconds), as the noise floor of the checks (0: no twin)")
 	fs.IntVar(&f.replicas, "replicas", DefaultReplicas, "runs of each policy per scenario whose means the checks compare: the jobs as given, then copies with submits moved by up to --replica-jitter")
 	fs.DurationVar(&f.replicaJitter, "replica-jitter", time.Second, "the most a replica's submits move, each job by its own amount (whole seconds, at least 1s)")
+	fs.DurationVar(&f.saveOnSignal, "save-on-signal", 0, "jobs save their work on the checkpoint signal within this `duration` (whole seconds) and exit, where a preemption's grace allows it; 0: they never do and lose the work since their last checkpoint (the suite's model)")
 	fs.BoolVar(&f.jobs, "jobs", false, "also write the per-job outcomes of each policy's first replica (the jobs as given) to DIR/jobs/SCENARIO.POLICY.tsv (DIR: --out)")
 	fs.BoolVar(&f.reasons, "reasons", false, "also write impact's waiting reasons, each change of a queued job's status or reason, to DIR/jobs/SCENARIO.impact.reasons.tsv (implies --jobs; slower; decides the same)")
 	fs.StringVar(&f.against, "against", "", "also compare this run with an earlier one, the robustness.json `file` it wrote (another binary's or policy's, same --seed and --scale): both runs' totals, the checks fixed and those newly failing")
@@ -150,6 +151,7 @@ type flags struct {
 	parallel, random, replicas       int
 	strict, jobs, reasons            bool
 	twinJitter, replicaJitter        time.Duration
+	saveOnSignal                     time.Duration
 }
 
 // DefaultReplicas is how many runs of each policy the suite averages by
@@ -168,6 +170,9 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	if f.replicaJitter < time.Second || f.replicaJitter%time.Second != 0 {
 		return 2, fmt.Errorf("--replica-jitter %s: want whole seconds, 1s or more", f.replicaJitter)
 	}
+	if f.saveOnSignal < 0 || f.saveOnSignal%time.Second != 0 {
+		return 2, fmt.Errorf("--save-on-signal %s: want whole seconds, 0 or more", f.saveOnSignal)
+	}
 	pol, err := suitePolicy(f.policyFile)
 	if err != nil {
 		return 1, err
@@ -183,6 +188,8 @@ func run(f flags, stdout, stderr io.Writer) (int, error) {
 	cfg.Parallel = f.parallel
 	cfg.TwinJitter = int64(f.twinJitter / time.Second)
 	cfg.Replicas, cfg.ReplicaJitter = f.replicas, int64(f.replicaJitter/time.Second)
+	save := int64(f.saveOnSignal / time.Second)
+	cfg.ImpactModel.SaveOnSignal, cfg.BaseModel.SaveOnSignal = save, save
 	if f.jobs || f.reasons {
 		cfg.JobsDir = filepath.Join(f.out, "jobs")
 		cfg.Reasons = f.reasons
@@ -304,6 +311,9 @@ func printOutcomes(stdout io.Writer, outs []*Outcome, cfg Config) (failing, waiv
 		fmt.Fprintf(stdout, "%s: %s\n", o.Scenario.Name, o.Scenario.Desc)
 	}
 	fmt.Fprintf(stdout, "impact decides %s; the baselines %s.\n", cfg.ImpactModel.Cadence(), cfg.BaseModel.Cadence())
+	if s := cfg.ImpactModel.SaveOnSignal; s > 0 {
+		fmt.Fprintf(stdout, "jobs save their work on the checkpoint signal within %ds and exit, where a preemption's grace allows it (--save-on-signal).\n", s)
+	}
 	if r := max(1, cfg.Replicas); r > 1 {
 		fmt.Fprintf(stdout, "each policy ran %d times on each scenario, on its jobs as given and on %d copies with submits moved later by up to %ds; the checks compare the means.\n",
 			r, r-1, cfg.ReplicaJitter)

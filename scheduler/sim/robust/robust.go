@@ -13,15 +13,18 @@
 package robust
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
@@ -92,8 +95,10 @@ type Outcome struct {
 	Debounce int64 `json:"impact_debounce_s"`
 	// Grace is the time a preempted job takes to stop: a top-tier job
 	// that finds no idle GPU starts at the earliest that long after the
-	// decision that preempts for it.
-	Grace int64 `json:"grace_s"`
+	// decision that preempts for it. StopBasis says what sets it (see
+	// stopTime; "" reads as the model's grace).
+	Grace     int64  `json:"grace_s"`
+	StopBasis string `json:"stop_basis,omitempty"`
 	// Results is each policy's replica 0, its run on the scenario's jobs
 	// as given; Replicas its runs on the jittered copies, replicas 1 to
 	// NumReplicas-1 (replicas.go).
@@ -149,8 +154,9 @@ func (c Check) Waived() bool { return !c.OK && c.Bound != "" }
 // tier alone, in parallel.
 func Run(sc Scenario, cfg Config) (*Outcome, error) {
 	reps := max(1, cfg.Replicas)
+	stop, basis := stopTime(cfg)
 	o := &Outcome{Scenario: sc, Results: map[string]*sim.Result{}, Replicas: map[string][]*sim.Result{}, NumReplicas: reps,
-		Debounce: cfg.ImpactModel.Debounce, Grace: cfg.ImpactModel.Grace}
+		Debounce: cfg.ImpactModel.Debounce, Grace: stop, StopBasis: basis}
 	type spec struct {
 		name    string
 		replica int
@@ -433,12 +439,40 @@ func preemptionBound(o *Outcome, need, room float64) (bound, short string) {
 	}
 	widest := widestThatMustStart(o.Scenario.Jobs)
 	cost := float64(widest) / float64(max(1, o.Scenario.GPUs))
-	idle := fmt.Sprintf("10x below native needs p99 <= %s, under the %s a job waits to start by preemption (debounce %ds + grace %ds): it needs at least %d GPUs kept idle at all times, %.1f points of occupancy",
-		sim.FormatSeconds(need), sim.FormatSeconds(floor), o.Debounce, o.Grace, widest, 100*cost)
+	basis := cmp.Or(o.StopBasis, fmt.Sprintf("grace %ds", o.Grace))
+	idle := fmt.Sprintf("10x below native needs p99 <= %s, under the %s a job waits to start by preemption (debounce %ds + %s): it needs at least %d GPUs kept idle at all times, %.1f points of occupancy",
+		sim.FormatSeconds(need), sim.FormatSeconds(floor), o.Debounce, basis, widest, 100*cost)
 	if cost <= room {
 		return "", fmt.Sprintf("; no bound: %s, within the %.1f points impact has above the occupancy check's floor", idle, 100*room)
 	}
 	return fmt.Sprintf("%s, more than the %.1f points impact has above the occupancy check's floor (native's less %.1f)", idle, 100*max(0, room), 100*OccupancySlack), ""
+}
+
+// stopTime is how long a preempted job takes to stop under cfg, the
+// preemption bound's floor with the debounce, and what sets it: the
+// model's grace; the time to save where jobs save on their signal and
+// exit sooner (sim.Model.SaveOnSignal); the shortest loan where the
+// impact policy lends a headroom's nodes (policy.Headroom.LoanGrace):
+// a top-tier job may stop work on loan after that, so no floor above it
+// is proved.
+func stopTime(cfg Config) (int64, string) {
+	m := cfg.ImpactModel
+	t, basis := m.Grace, fmt.Sprintf("grace %ds", m.Grace)
+	if s := m.SaveOnSignal; s > 0 && s <= t {
+		t, basis = s, fmt.Sprintf("%ds to save on the checkpoint signal", s)
+	}
+	if cfg.Policy != nil {
+		for _, pool := range slices.Sorted(maps.Keys(cfg.Policy.Headrooms)) {
+			h := cfg.Policy.Headrooms[pool]
+			if h.LoanGrace == nil {
+				continue
+			}
+			if g := int64(*h.LoanGrace / time.Second); g < t {
+				t, basis = g, fmt.Sprintf("headroom %q loan_grace %ds", pool, g)
+			}
+		}
+	}
+	return t, basis
 }
 
 // widestThatMustStart is the most GPUs a top-tier job of jobs asks once

@@ -86,6 +86,7 @@ type simFlags struct {
 	seed                        int64
 	skipBad, noPlots, quiet     bool
 	checkpoint, restart, grace  time.Duration
+	saveOnSignal                time.Duration
 	interval, debounce, recheck time.Duration
 	agentConfig                 string
 	cpuProfile                  string
@@ -153,6 +154,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.checkpoint, "checkpoint-interval", time.Duration(m.CheckpointInterval)*time.Second, "progress between two checkpoints of a job (0: never checkpoints)")
 	fs.DurationVar(&f.restart, "restart-cost", time.Duration(m.RestartCost)*time.Second, "time a restarted job spends before progress resumes")
 	fs.DurationVar(&f.grace, "grace", time.Duration(m.Grace)*time.Second, "time between the checkpoint signal and the stop of a preempted job")
+	fs.DurationVar(&f.saveOnSignal, "save-on-signal", 0, "jobs save their work on the checkpoint signal within this `duration` and exit, where a preemption's grace allows it (0: they never do and lose the work since their last checkpoint)")
 	fs.StringVar(&f.agentConfig, "agent-config", "", "an impact agent config `file` whose cycle block (interval, debounce) sets the impact scheduler's cadence")
 	fs.DurationVar(&f.interval, "cycle-interval", 0, fmt.Sprintf("the impact scheduler's timer, as the agent's cycle.interval (default: the agent's, %s)", agentconfig.DefaultCycleInterval))
 	fs.DurationVar(&f.debounce, "cycle-debounce", -1, fmt.Sprintf("the impact scheduler's delay from an event to its decision, as the agent's cycle.debounce, rounded up to a second (default: the agent's, %s)", agentconfig.DefaultCycleDebounce))
@@ -234,10 +236,14 @@ func resolve(f simFlags) (*simSetup, error) {
 	if su.cluster, su.clusterDesc, err = simCluster(f); err != nil {
 		return nil, err
 	}
+	if f.saveOnSignal < 0 || f.saveOnSignal%time.Second != 0 {
+		return nil, fmt.Errorf("--save-on-signal %s: want whole seconds, 0 or more", f.saveOnSignal)
+	}
 	model := sim.DefaultModel()
 	model.CheckpointInterval = int64(f.checkpoint / time.Second)
 	model.RestartCost = int64(f.restart / time.Second)
 	model.Grace = int64(f.grace / time.Second)
+	model.SaveOnSignal = int64(f.saveOnSignal / time.Second)
 	model.Interval = int64(f.recheck / time.Second)
 	su.baseModel = model
 	if err := su.baseModel.Validate(); err != nil {

@@ -1,0 +1,52 @@
+package robust
+
+import (
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
+)
+
+// The preemption bound's floor is the time a preempted job takes to stop:
+// the model's grace; the time to save where jobs save on their signal
+// within the grace (and exit); the shortest loan where the impact policy
+// lends a headroom's nodes. With a loan of 0s a top-tier job may start a
+// debounce after it arrives, so no critical gain is waived for needing
+// less than a grace.
+func TestStopTime(t *testing.T) {
+	pol, err := impact.DefaultPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loan := pol.Clone()
+	zero := time.Duration(0)
+	loan.Headrooms["gpu"].LoanGrace = &zero
+	for _, c := range []struct {
+		name  string
+		save  int64
+		lends bool
+		want  int64
+		basis string
+	}{
+		{"grace", 0, false, 60, "grace 60s"},
+		{"saves within the grace", 10, false, 10, "10s to save on the checkpoint signal"},
+		{"saving takes longer than the grace", 90, false, 60, "grace 60s"},
+		{"a loan", 10, true, 0, `headroom "gpu" loan_grace 0s`},
+	} {
+		cfg := DefaultConfig(pol)
+		if c.lends {
+			cfg = DefaultConfig(loan)
+		}
+		cfg.ImpactModel.SaveOnSignal = c.save
+		if got, basis := stopTime(cfg); got != c.want || basis != c.basis {
+			t.Errorf("%s: stopTime = %d, %q; want %d, %q", c.name, got, basis, c.want, c.basis)
+		}
+	}
+	// The floor a loan of 0s leaves (the debounce) is below any p99 the
+	// critical gain can need (native's exceeds ten times the bound, 1s or
+	// more), so the bound never waives it.
+	o := &Outcome{Scenario: Scenario{GPUs: 16}, Debounce: 1, Grace: 0, StopBasis: `headroom "gpu" loan_grace 0s`}
+	if bound, short := preemptionBound(o, 2, 0); bound != "" || short != "" {
+		t.Errorf("with a loan of 0s the bound says %q / %q", bound, short)
+	}
+}
