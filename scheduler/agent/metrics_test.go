@@ -32,15 +32,7 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12,
 		Tiers: map[string]TierStats{"normal": {Jobs: 1, GPUs: 1}}})
 
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	out := string(b)
+	out := scrapeMetrics(t, m)
 	for _, want := range []string{
 		"impact_gpus_healthy 15",
 		"impact_gpus_allocated 12",
@@ -93,16 +85,8 @@ func TestAdmittedWaitNeverNaN(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.RecordAdmission("high", 42*time.Second)
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	var lines []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(scrapeMetrics(t, m), "\n") {
 		if strings.HasPrefix(l, "impact_queue_admitted_wait_seconds") {
 			lines = append(lines, l)
 			if strings.Contains(l, "NaN") {
@@ -135,15 +119,7 @@ func TestHeadroomYieldsCounted(t *testing.T) {
 		m.RecordHeadroom([]engine.HeadroomStatus{{Pool: "a100", IdleBudget: &engine.HeadroomIdleBudget{Share: 0.004, Yielded: y}},
 			{Pool: "gpu", GPUs: 8}})
 	}
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	out := string(b)
+	out := scrapeMetrics(t, m)
 	if !strings.Contains(out, `impact_headroom_yields_total{pool="a100"} 2`) {
 		t.Errorf("/metrics lacks two yields of a100:\n%s", grepLines(out, "yield"))
 	}
@@ -161,4 +137,21 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// scrapeMetrics is what m's /metrics handler serves.
+func scrapeMetrics(t *testing.T, m *Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -86,18 +84,7 @@ func (s *scriptedStats) set(fn func([]string) ([]GPUStat, map[string]error)) {
 
 func scrape(t *testing.T, a *Agent) string {
 	t.Helper()
-	srv := httptest.NewServer(a.Metrics().Handler())
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return scrapeMetrics(t, a.Metrics())
 }
 
 // The agent polls the stats of its nodes on its own schedule and publishes
