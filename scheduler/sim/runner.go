@@ -331,7 +331,8 @@ func (r *runner) stop(s engine.Stop, reclaim bool) error {
 	// the model says jobs do and the grace is long enough, then exits
 	// (with the requeue code, live), which ends its stop early.
 	save := r.opts.Model.SaveOnSignal
-	j.signalSave = !reclaim && save > 0 && int64(s.Grace/time.Second) >= save
+	hung := j.hangAt >= 0 && r.now >= j.hangAt
+	j.signalSave = !reclaim && !hung && save > 0 && int64(s.Grace/time.Second) >= save
 	j.signalAt, j.signalProgress = r.now, s.ProgressOnSignal
 	if j.signalSave {
 		j.StopAt = r.now + save

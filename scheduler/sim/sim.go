@@ -16,9 +16,10 @@
 // Modelled effects (and only these): jobs checkpoint every
 // Model.CheckpointInterval seconds of progress; a preempted job keeps its
 // GPUs and keeps running for its grace period, then loses the work done
-// since its last checkpoint; every restart spends Model.RestartCost seconds
-// before progress resumes. A gang makes progress only once every member is
-// placed. Nodes never fail. Optionally (Options.Idle, see IdleModel) a
+// since its last checkpoint (with Model.SaveOnSignal, it saves on the
+// signal and exits once saved, where its grace allows); every restart
+// spends Model.RestartCost seconds before progress resumes. A gang makes
+// progress only once every member is placed. Nodes never fail. Optionally (Options.Idle, see IdleModel) a
 // share of jobs hang once and hold their GPUs at 0% until their walltime
 // ends or the scheduler reclaims them.
 package sim
@@ -49,8 +50,9 @@ type Model struct {
 	// its grace, as a task that saves and exits with the requeue code
 	// does live (example/jobs/train.py); it queues again with the plan's
 	// ProgressOnSignal as its impact_progress, as the executor writes for
-	// such a task. A hung run never saves. What a stop's grace is worth to its victim, a loan's
-	// short one (policy headroom loan_grace) included, shows only with it.
+	// such a task. A hung run never saves. What a stop's grace is worth
+	// to its victim, a loan's short one (policy headroom loan_grace)
+	// included, shows only with it.
 	SaveOnSignal int64
 	// Debounce is the time from an event (a submit, a finish, a stop) to
 	// the decision it triggers; events inside it are collected into that
