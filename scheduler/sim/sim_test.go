@@ -680,3 +680,31 @@ func TestSaveOnSignal(t *testing.T) {
 		t.Errorf("a negative SaveOnSignal: %v", err)
 	}
 }
+
+// TestHungRunNeverSavesOnSignal: L hangs within its first run (the
+// idleness model, every job hanging once at 10-90% of its work) and is
+// preempted after that by H: a hung task does not answer its signal, so
+// a model where jobs save on it within 5s changes nothing: L loses the
+// same work and H waits the whole 10s grace.
+func TestHungRunNeverSavesOnSignal(t *testing.T) {
+	var lost []float64
+	for _, save := range []int64{0, 5} {
+		m := model()
+		m.CheckpointInterval, m.RestartCost, m.Grace, m.SaveOnSignal = 100, 20, 10, save
+		jobs := []trace.Job{
+			job("L", 0, 1000, 1, "scavenger", 0),
+			job("H", 950, 50, 1, "critical", 0),
+		}
+		res, err := sim.Run(jobs, scripted{}, sim.Options{Cluster: cluster(t, 1, 1), Model: m, Idle: sim.IdleModel{HangShare: 1, Seed: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Preemptions != 1 || res.WaitS["critical"].P50 != 10 {
+			t.Errorf("save %ds: preemptions %d, critical wait %v; want 1 and the whole grace, 10", save, res.Preemptions, res.WaitS["critical"].P50)
+		}
+		lost = append(lost, res.LostGPUHours)
+	}
+	if !near(lost[0], lost[1]) {
+		t.Errorf("lost %v GPU-s without saving, %v with: a hung run saved on its signal", lost[0]*3600, lost[1]*3600)
+	}
+}
