@@ -421,8 +421,10 @@ func checkPair(o *Outcome, imp, nat Summary) []Check {
 // preemptionBound is the bound that proves a top-tier p99 of need
 // seconds cannot be met without giving up occupancy, or "" when it does
 // not: a top-tier job that finds its GPUs held starts at the earliest one
-// debounce (the decision) plus one grace (the victim's stop) after it
-// arrives, or when running work happens to end. A p99 below that needs
+// debounce (the decision) plus the time its victim takes to stop
+// (o.Grace: a grace, or less where jobs save on their signal or a
+// headroom lends its nodes, stopTime) after it arrives, or when running
+// work happens to end. A p99 below that needs
 // 99% of the top tier's jobs to find idle GPUs on arrival, at unforeseen
 // instants: GPUs kept idle at all times, at least as many as the widest
 // of them asks that the p99 does not let wait (bursts of them ask more),
