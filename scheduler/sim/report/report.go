@@ -61,10 +61,10 @@ type Model struct {
 // baselines' (the same but for the cadence); cadenceNote says where the
 // impact cadence comes from.
 func ModelOf(m, base sim.Model, cadenceNote string) Model {
-	stop := "then stops, loses the work done since its last checkpoint"
+	stop := fmt.Sprintf("keeps running for the %ds grace period, then stops, loses the work done since its last checkpoint", m.Grace)
 	if m.SaveOnSignal > 0 {
-		stop = fmt.Sprintf("but saves its work on the signal within %ds and exits (losing only those seconds) where the grace allows it; "+
-			"otherwise it then stops, loses the work done since its last checkpoint", m.SaveOnSignal)
+		stop = fmt.Sprintf("saves its work within %ds and exits, losing only those seconds, where its grace allows "+
+			"(else it keeps running for the %ds grace period, then stops and loses the work done since its last checkpoint)", m.SaveOnSignal, m.Grace)
 	}
 	return Model{
 		CheckpointIntervalS: m.CheckpointInterval,
@@ -76,15 +76,15 @@ func ModelOf(m, base sim.Model, cadenceNote string) Model {
 		BaselineDebounceS:   base.Debounce,
 		BaselineIntervalS:   base.Interval,
 		SampleS:             m.Sample,
-		Description: fmt.Sprintf("Jobs checkpoint every %ds of progress. A preempted job gets the checkpoint signal, keeps its GPUs "+
-			"and keeps running for the %ds grace period, %s, and queues again "+
+		Description: fmt.Sprintf("Jobs checkpoint every %ds of progress. A preempted job gets the checkpoint signal, keeps its GPUs, "+
+			"%s, and queues again "+
 			"as if submitted then (the executor parks it by re-registering it, and Nomad stamps a new submit time), "+
 			"its walltime unchanged and the work its preemption's plan said it saved as its impact_progress; "+
 			"each restart spends %ds holding its GPUs before progress resumes. A gang makes progress only when every member is placed; "+
 			"placed members of a partially placed gang hold their GPUs idle. The impact scheduler decides as the live agent does: %s (%s); "+
 			"the baselines decide %s (as Nomad evaluates at once). Nodes never fail: every GPU is healthy for the whole run. "+
 			"Jobs wider than a node are gangs of whole-node members.",
-			m.CheckpointInterval, m.Grace, stop, m.RestartCost, m.Cadence(), cadenceNote, base.Cadence()),
+			m.CheckpointInterval, stop, m.RestartCost, m.Cadence(), cadenceNote, base.Cadence()),
 	}
 }
 
