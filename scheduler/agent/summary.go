@@ -62,7 +62,7 @@ func summarizeRunning(e agentapi.Explanation) string {
 		return "Running but hung: every allocation's GPUs are idle."
 	case e.Idle:
 		return "Running but idle: its GPUs' utilisation is below its tier's idle threshold."
-	case e.Engine != nil && strings.Contains(e.Engine.Reason, "on loan on the GPUs the headroom"):
+	case e.Engine != nil && e.Engine.OnLoan:
 		return fmt.Sprintf("Running on loan: all %d allocation(s) on GPUs kept for urgent work, which may stop it at short notice.", e.Allocations)
 	}
 	return fmt.Sprintf("Running: all %d allocation(s) admitted and started.", e.Allocations)

@@ -29,7 +29,7 @@ func TestSummarize(t *testing.T) {
 	running := agentapi.Explanation{Decision: DecisionAdmit}
 	running.State, running.Allocations = agentapi.StateRunning, 2
 	onLoan := running
-	onLoan.Engine = &engine.Explanation{Status: engine.StatusAdmitted, Reason: `on loan on the GPUs the headroom of pool "gpu" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`}
+	onLoan.Engine = &engine.Explanation{Status: engine.StatusAdmitted, OnLoan: true, Reason: `on loan on the GPUs the headroom of pool "gpu" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`}
 	victim := agentapi.Explanation{Decision: DecisionPreempted, PreemptedBy: "default/urgent"}
 	victim.State = agentapi.StateRunning
 	admitting := agentapi.Explanation{Decision: DecisionAdmit}

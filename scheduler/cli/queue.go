@@ -29,9 +29,10 @@ const queueHelp = `Usage: impact queue [options]
   allocation is idle at once. NEEDS is the run time the scheduler expects
   the job to need from the start of a run, by which it orders a tier
   (shortest first) and backfills: impact_walltime less the work earlier
-  runs saved (impact_progress); "-" when unknown. Reads GET /v1/queue of an impact agent; a
-  standby agent answers too, with the view it computed but does not act on
-  (it polls no stats, so it shows no utilisation).
+  runs saved (impact_progress); "-" when unknown. Reads GET /v1/queue
+  of an impact agent; a standby agent answers too, with the view it
+  computed but does not act on (it polls no stats, so it shows no
+  utilisation).
 
 Options:
 

@@ -244,6 +244,7 @@ func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfi
 		}
 	}
 	if note := p.c.hr.loanNote(q, res); note != "" {
+		exp.OnLoan = true
 		exp.Reason = strings.TrimPrefix(exp.Reason+"; "+note, "; ")
 	}
 }

@@ -756,6 +756,23 @@ func (hr *hrCycle) waives(q *queued, h int) bool {
 	return p != nil && p.h.UsesHeadroom(q.f.tier)
 }
 
+// lendsTo reports whether some headroom of q's pool lends its nodes
+// (policy.Headroom.LoanGrace) and q's tier uses it: only then can a
+// holder be on loan to q (loanGrace), so the loans' search looks at no
+// candidate otherwise.
+func (hr *hrCycle) lendsTo(q *queued) bool {
+	if hr == nil {
+		return false
+	}
+	for _, name := range hr.names {
+		h := hr.pools[name].h
+		if (q.pool == "" || q.pool == name) && h.LoanGrace != nil && h.UsesHeadroom(q.f.tier) {
+			return true
+		}
+	}
+	return false
+}
+
 // loanGrace is the grace q's preemption gives holder h, of tier and
 // with its own grace, when h runs on loan (policy.Headroom.LoanGrace):
 // every allocation of h is on a node the headroom keeps, in a pool whose

@@ -110,8 +110,8 @@ func TestHeadroomLoanToldAtAdmission(t *testing.T) {
 		if loan != "" {
 			want = note
 		}
-		if got := exp.Reason; got != want {
-			t.Errorf("loan %q: s admitted with reason %q, want %q", loan, got, want)
+		if got := exp.Reason; got != want || exp.OnLoan != (loan != "") {
+			t.Errorf("loan %q: s admitted with reason %q, on loan %v; want %q", loan, got, exp.OnLoan, want)
 		}
 	}
 }

@@ -298,8 +298,13 @@ type Explanation struct {
 	Project string `json:"project"`
 	// GPUs the job asks for in total.
 	GPUs int `json:"gpus"`
-	// Reason in one sentence (empty when admitted).
+	// Reason in one sentence (for an admitted job empty, but that it
+	// backfilled ahead of a reservation or runs on loan).
 	Reason string `json:"reason,omitempty"`
+	// OnLoan, for an admitted job: it was placed on the nodes of a
+	// headroom that lends them (policy.Headroom.LoanGrace), whose tiers
+	// may stop it after the loan's grace; the reason says which.
+	OnLoan bool `json:"on_loan,omitempty"`
 	// Rejected summarises why nodes could not take the job: reason ->
 	// number of nodes. Filled for jobs placement was attempted for.
 	Rejected map[string]int `json:"rejected,omitempty"`

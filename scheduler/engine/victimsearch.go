@@ -115,6 +115,9 @@ func (cl *candList) loansOn(pe *preempter, q *queued, pool string) *preempt.Inde
 		return cl.loans
 	}
 	cl.loansBuilt = true
+	if !pe.c.hr.lendsTo(q) {
+		return nil // no headroom lends to q's tier: nothing to look at
+	}
 	var cands []preempt.Candidate
 	for _, cd := range cl.cands {
 		v := &pe.c.victims[cd.Holder]

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/impact-sched/nomad-impact/jobspec"
 )
 
 // The job's ui.description, at the top of its page and under its name in
@@ -81,7 +83,7 @@ func parkedStatus(why string, progress, walltime time.Duration) string {
 		"(Nomad shows it as not placed) and runs again when the scheduler admits it."
 	switch {
 	case progress <= 0:
-	case walltime > 0 && progress >= walltime:
+	case walltime > 0 && (jobspec.Spec{Walltime: walltime, Progress: progress}).Left() == 0:
 		s += fmt.Sprintf(" Work saved so far: %s of its run (impact_progress), all of its impact_walltime %s: the scheduler no longer knows how long it needs; raise impact_walltime if it will run longer.", progress, walltime)
 	default:
 		s += fmt.Sprintf(" Work saved so far: %s of its run (impact_progress); the scheduler expects it to need its impact_walltime less this.", progress)

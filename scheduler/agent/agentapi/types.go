@@ -265,8 +265,8 @@ func FormatDuration(d time.Duration) string {
 // job admitted or running, the next one for a job waiting. "" when the
 // job gives neither.
 func (e Entry) RunLine() string {
-	wall := time.Duration(e.WalltimeSeconds * float64(time.Second))
-	saved := time.Duration(e.ProgressSeconds * float64(time.Second))
+	s := e.run()
+	wall, saved := s.Walltime, s.Progress
 	switch {
 	case wall <= 0 && saved <= 0:
 		return ""
@@ -275,7 +275,7 @@ func (e Entry) RunLine() string {
 	case wall <= 0:
 		return fmt.Sprintf("none given; %s saved by earlier runs (impact_progress)", FormatDuration(saved))
 	}
-	left := e.Left()
+	left := s.Left()
 	if left <= 0 {
 		return fmt.Sprintf("%s (impact_walltime), all of it saved by earlier runs (impact_progress %s): how long it still needs is unknown", FormatDuration(wall), FormatDuration(saved))
 	}
@@ -290,10 +290,13 @@ func (e Entry) RunLine() string {
 // start of a run (jobspec.Spec.Left: its impact_walltime less its
 // impact_progress); 0 when unknown. `impact queue`'s NEEDS column and
 // RunLine both read it.
-func (e Entry) Left() time.Duration {
-	wall := time.Duration(e.WalltimeSeconds * float64(time.Second))
-	saved := time.Duration(e.ProgressSeconds * float64(time.Second))
-	return jobspec.Spec{Walltime: wall, Progress: saved}.Left()
+func (e Entry) Left() time.Duration { return e.run().Left() }
+
+// run is the part of the job's contract the entry carries about its run:
+// its impact_walltime and impact_progress.
+func (e Entry) run() jobspec.Spec {
+	return jobspec.Spec{Walltime: time.Duration(e.WalltimeSeconds * float64(time.Second)),
+		Progress: time.Duration(e.ProgressSeconds * float64(time.Second))}
 }
 
 // NodeLines renders Explanation.Nodes one line per task group, groups

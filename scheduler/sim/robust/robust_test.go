@@ -159,8 +159,9 @@ func TestSynthDeterministic(t *testing.T) {
 
 // TestMainHelp: -h prints the suite's description and its options on
 // stdout and exits 0; a bad flag, a --twin-jitter that is not whole
-// seconds from 0 up, fewer than 1 replica or a --replica-jitter that is
-// not whole seconds from 1s up, says so on stderr and exits 2.
+// seconds from 0 up, fewer than 1 replica, a --replica-jitter that is
+// not whole seconds from 1s up or a --save-on-signal that is not whole
+// seconds from 0 up, says so on stderr and exits 2.
 func TestMainHelp(t *testing.T) {
 	var out, errb strings.Builder
 	if code := Main([]string{"-h"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "is never worse than nomad-native") ||
@@ -171,7 +172,7 @@ func TestMainHelp(t *testing.T) {
 	if code := Main([]string{"--bogus"}, &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "impact robustness: flag provided but not defined: -bogus") {
 		t.Fatalf("--bogus: exit %d, %q", code, errb.String())
 	}
-	for _, bad := range []string{"--twin-jitter=1500ms", "--twin-jitter=-1s", "--replicas=0", "--replica-jitter=0s", "--replica-jitter=2500ms"} {
+	for _, bad := range []string{"--twin-jitter=1500ms", "--twin-jitter=-1s", "--replicas=0", "--replica-jitter=0s", "--replica-jitter=2500ms", "--save-on-signal=-1s", "--save-on-signal=1500ms"} {
 		out.Reset()
 		errb.Reset()
 		flag, _, _ := strings.Cut(bad, "=")

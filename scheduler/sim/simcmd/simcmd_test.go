@@ -162,6 +162,8 @@ func TestSimErrors(t *testing.T) {
 		{[]string{"--trace", tr, "--format", "generic", "--from", "100", "--to", "50"}, 1, "must be after"},
 		{[]string{"--trace", tr, "--format", "philly", "--from", "yesterday"}, 1, "--from"},
 		{[]string{"--trace", tr, "--format", "generic", "--cluster", filepath.Join(dir, "none.hcl")}, 1, "read cluster file"},
+		{[]string{"--trace", tr, "--format", "generic", "--save-on-signal", "-5s"}, 1, "impact sim: --save-on-signal -5s: want whole seconds, 0 or more"},
+		{[]string{"--trace", tr, "--format", "generic", "--save-on-signal", "1.5s"}, 1, "impact sim: --save-on-signal 1.5s: want whole seconds, 0 or more"},
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
 	}
 	for _, tc := range cases {
