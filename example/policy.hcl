@@ -317,6 +317,18 @@ idle {
 # gains a preemption's minute missed, and the lower tiers pay for it in
 # more checks than it meets (example/sim/README.md, "Twenty-fourth
 # pass").
+# `take_back` (a duration; default unset: nothing taken back) lets a job
+# of `tiers` take back, at once, GPUs anywhere in the pool that
+# preemptible work of the other tiers started on less than take_back
+# ago: a preemption chooses such work before other work it could stop
+# and stops it without its impact_grace. Where work ends often, the GPUs
+# an urgent job needs were given a moment earlier to a job it would have
+# gone ahead of; taking them back starts it a cycle later instead of a
+# grace later, and the victim loses at most take_back of work (it has run
+# no longer) and queues again. `impact explain` tells a preemptible job
+# at its admission that it may be taken back, and for how long; the
+# stop's reason says it was (impact_preemptions_taken_back_total{tier}
+# counts such stops).
 #
 # headroom "gpu" {
 #   tiers       = ["critical"]
@@ -325,4 +337,5 @@ idle {
 #   min_gpus    = 8
 #   max_share   = 0.1
 #   idle_budget = 0.004
+#   take_back   = "10m"
 # }

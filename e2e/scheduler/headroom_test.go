@@ -34,6 +34,14 @@ package scheduler
 // alone is a minute; the victim got its checkpoint signal, its
 // preemption says it was on loan (and /metrics counts it so), and it
 // goes back to the queue.
+//
+// TestHeadroomTakesBack: the same with take_back = "10m" and no loan. The
+// scavenger job takes the headroom's 4 kept GPUs, told at its admission
+// that for its first 10 minutes a critical job may take them back at
+// once. The critical job submitted then preempts it without its
+// minute's grace and runs within 40 seconds of its submission; the
+// preemption says it was taken back (and /metrics counts it so), and the
+// victim goes back to the queue.
 
 import (
 	"path/filepath"
@@ -113,6 +121,46 @@ func TestHeadroomLends(t *testing.T) {
 	})
 	if n, ok := metricValue(t, w.apiURL, `impact_preemptions_on_loan_total{tier="scavenger"}`); !ok || n != 1 {
 		t.Errorf("impact_preemptions_on_loan_total{tier=\"scavenger\"} %v (present %v), want 1", n, ok)
+	}
+	eventually(t, 60*time.Second, "s back in the queue", func() (bool, string) {
+		ex := w.explainEngine("s")
+		return ex.State == "waiting" && len(w.running("s")) == 0, ex.String()
+	})
+	noRollbacks(t, w.apiURL)
+	if t.Failed() {
+		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
+	}
+}
+
+func TestHeadroomTakesBack(t *testing.T) {
+	w, headroomNode := startHeadroom(t, "impact-e2e-hrback-", "  take_back = \"10m\"\n")
+	envDir := filepath.Join(w.dir, "env")
+	rec := recordExplanations(t, w.c.Agent, w.apiURL, "s")
+	runHCL(t, w.c.Agent, w.dir, "s", dfJob{name: "s", tier: "scavenger", gpus: 4, grace: "60s"}.hcl(envDir))
+	if a := w.waitRunningN("s", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
+		t.Fatalf("s runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
+	}
+	eventually(t, 30*time.Second, "s told at admission it may be taken back", func() (bool, string) {
+		_, ok := rec.find("s", func(e recordedExplain) bool {
+			return e.Engine != nil && strings.Contains(e.Engine.Reason, `for its first 10m0s a job of [critical] may take its GPUs back at once (headroom "default" take_back), without its impact_grace of 1m0s`)
+		})
+		return ok, rec.dump("s")
+	})
+	submitted := time.Now()
+	runHCL(t, w.c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(envDir))
+	u := w.waitRunningN("urgent", 1, 40*time.Second)[0]
+	t.Logf("urgent runs on %s %s after its submission (the victim's own grace: 60s)", u.NodeID, time.Since(submitted).Round(time.Second))
+	if u.NodeID != headroomNode {
+		t.Errorf("urgent runs on %s, want the headroom node %s", u.NodeID, headroomNode)
+	}
+	eventually(t, 30*time.Second, "s's preemption says it was taken back", func() (bool, string) {
+		_, ok := rec.find("s", func(e recordedExplain) bool {
+			return strings.Contains(e.Reason, "less than the headroom's take_back, so taken back at once, not after its impact_grace")
+		})
+		return ok, rec.dump("s")
+	})
+	if n, ok := metricValue(t, w.apiURL, `impact_preemptions_taken_back_total{tier="scavenger"}`); !ok || n != 1 {
+		t.Errorf("impact_preemptions_taken_back_total{tier=\"scavenger\"} %v (present %v), want 1", n, ok)
 	}
 	eventually(t, 60*time.Second, "s back in the queue", func() (bool, string) {
 		ex := w.explainEngine("s")

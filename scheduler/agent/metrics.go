@@ -35,6 +35,7 @@ var (
 	mRollbacks       = []string{"admissions", "rollbacks_total"}
 	mPreemptions     = []string{"preemptions", "total"}
 	mPreemptionsLoan = []string{"preemptions", "on_loan_total"}
+	mPreemptionsBack = []string{"preemptions", "taken_back_total"}
 	mLostGPUHours    = []string{"preemptions", "lost_gpu_hours_total"}
 	mDecisionLatency = []string{"cycle", "decision_ms"}
 	mCycleDuration   = []string{"cycle", "duration_ms"}
@@ -190,6 +191,7 @@ func counterDefinitions() []metricsprom.CounterDefinition {
 		counterDef(mStatsErrors, "Device stats reads of a node that failed (the node's GPUs are left out of the utilisation metrics)."),
 		counterDef(mPinMismatches, "Nodes where Nomad allocated an admitted job other GPUs than the admission pinned (read back once its allocations run)."),
 		counterDef(mPreemptionsLoan, "Preemptions, by the victim's tier, of work on loan on a headroom's nodes (policy headroom loan_grace): chosen first by the headroom's tiers and stopped after the loan's grace. Also counted in impact_preemptions_total."),
+		counterDef(mPreemptionsBack, "Preemptions, by the victim's tier, of work taken back (policy headroom take_back): started less than take_back before a job of the headroom's tiers needed its GPUs, chosen first and stopped at once. Also counted in impact_preemptions_total."),
 		counterDef(mHeadroomYields, "Times a headroom began to yield: its idle budget spent (impact_headroom_idle_credit_gpu_hours below zero), it keeps nothing until the allowance has caught up. A yield can last a single cycle where the overspending was small, which the gauge impact_headroom_yielded may never show between two scrapes; this counter keeps it."),
 		counterDef(mCutGPUsKept, "GPUs of ended preemptors that had cut the pool (taken from jobs with narrower allocations than their own) kept, in the cycle each ended, for waiting jobs no wider than those victims, so that the cut does not outlive the preemption."),
 	}
@@ -310,15 +312,19 @@ func (m *Metrics) RecordAdmission(tier string, waited time.Duration) {
 	m.admittedWait.WithLabelValues(tierLabel(tier)).Observe(waited.Seconds())
 }
 
-// RecordPreemption counts a preempted job (by its tier) and the GPU-hours
-// of work it lost.
-func (m *Metrics) RecordPreemption(tier string, lostGPUHours float64, onLoan bool) {
-	m.m.IncrCounterWithLabels(mPreemptions, 1, []metrics.Label{{Name: "tier", Value: tierLabel(tier)}})
-	if onLoan {
-		m.m.IncrCounterWithLabels(mPreemptionsLoan, 1, []metrics.Label{{Name: "tier", Value: tierLabel(tier)}})
+// RecordPreemption counts a preempted job (by its tier; on loan or taken
+// back too, when p says so) and the GPU-hours of work p says it lost.
+func (m *Metrics) RecordPreemption(tier string, p *engine.Preemption) {
+	labels := []metrics.Label{{Name: "tier", Value: tierLabel(tier)}}
+	m.m.IncrCounterWithLabels(mPreemptions, 1, labels)
+	if p.OnLoan {
+		m.m.IncrCounterWithLabels(mPreemptionsLoan, 1, labels)
 	}
-	if lostGPUHours > 0 {
-		m.m.IncrCounter(mLostGPUHours, float32(lostGPUHours))
+	if p.TakenBack {
+		m.m.IncrCounterWithLabels(mPreemptionsBack, 1, labels)
+	}
+	if p.LostGPUHours > 0 {
+		m.m.IncrCounter(mLostGPUHours, float32(p.LostGPUHours))
 	}
 }
 

@@ -19,8 +19,9 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	m.RecordCluster(ClusterStats{TotalGPUs: 16, HealthyGPUs: 15, AllocatedGPUs: 12,
 		Tiers: map[string]TierStats{"high": {Jobs: 2, GPUs: 8, MaxWait: 90 * time.Second}}, InvalidJobs: 1})
 	m.RecordAdmission("high", 30*time.Second)
-	m.RecordPreemption("scavenger", 1.5, false)
-	m.RecordPreemption("normal", 0, true)
+	m.RecordPreemption("scavenger", &engine.Preemption{LostGPUHours: 1.5})
+	m.RecordPreemption("normal", &engine.Preemption{OnLoan: true})
+	m.RecordPreemption("high", &engine.Preemption{TakenBack: true})
 	m.RecordCutGPUsKept(2)
 	m.RecordCutGPUsKept(0)
 	m.RecordCycle(3*time.Millisecond, 20*time.Millisecond, false)
@@ -43,6 +44,7 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 		`impact_preemptions_total{tier="scavenger"} 1`,
 		`impact_preemptions_total{tier="normal"} 1`,
 		`impact_preemptions_on_loan_total{tier="normal"} 1`,
+		`impact_preemptions_taken_back_total{tier="high"} 1`,
 		"impact_preemptions_lost_gpu_hours_total 1.5",
 		"impact_preemption_cut_gpus_kept_total 2",
 		"impact_cycle_decision_ms_count 1",
@@ -69,6 +71,11 @@ func TestMetricsExposeTheFourLayers(t *testing.T) {
 	}
 	if strings.Contains(out, `impact_preemptions_on_loan_total{tier="scavenger"}`) {
 		t.Error("a preemption of work not on loan is counted on loan")
+	}
+	for _, tier := range []string{"scavenger", "normal"} {
+		if strings.Contains(out, `impact_preemptions_taken_back_total{tier="`+tier+`"}`) {
+			t.Errorf("a preemption of %s work not taken back is counted taken back", tier)
+		}
 	}
 	// Two metric instances must not collide (no global registry).
 	if _, err := NewMetrics(); err != nil {

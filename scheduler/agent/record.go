@@ -85,7 +85,7 @@ func (c *cycler) recordPreemptions(plan *engine.Plan, snap *cluster.Snapshot, pr
 		if j, ok := snap.Job(p.JobID); ok {
 			tier = c.o.Policy.TierOf(j.Spec).Name
 		}
-		c.o.Metrics.RecordPreemption(tier, p.LostGPUHours, p.OnLoan)
+		c.o.Metrics.RecordPreemption(tier, &p)
 		if p.Idle {
 			c.o.Metrics.RecordReclaimed(p.ReclaimedGPUHours)
 		}

@@ -247,6 +247,9 @@ func (p *placer) admit(q *queued, exp *Explanation, res placement.Result, backfi
 		exp.OnLoan = true
 		exp.Reason = strings.TrimPrefix(exp.Reason+"; "+note, "; ")
 	}
+	if note := p.c.hr.takeBackNote(q, res); note != "" {
+		exp.Reason = strings.TrimPrefix(exp.Reason+"; "+note, "; ")
+	}
 }
 
 // ExecDriver is the task driver that gives a task the GPUs of all its

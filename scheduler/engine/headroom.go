@@ -757,48 +757,97 @@ func (hr *hrCycle) waives(q *queued, h int) bool {
 }
 
 // lendsTo reports whether some headroom of q's pool lends its nodes
-// (policy.Headroom.LoanGrace) and q's tier uses it: only then can a
-// holder be on loan to q (loanGrace), so the loans' search looks at no
-// candidate otherwise.
+// (policy.Headroom.LoanGrace) or takes back young work
+// (policy.Headroom.TakeBack) and q's tier uses it: only then can a
+// victim stop on short notice for q (notice), so the search for those
+// looks at no candidate otherwise.
 func (hr *hrCycle) lendsTo(q *queued) bool {
 	if hr == nil {
 		return false
 	}
 	for _, name := range hr.names {
 		h := hr.pools[name].h
-		if (q.pool == "" || q.pool == name) && h.LoanGrace != nil && h.UsesHeadroom(q.f.tier) {
+		if (q.pool == "" || q.pool == name) && (h.LoanGrace != nil || h.TakeBack > 0) && h.UsesHeadroom(q.f.tier) {
 			return true
 		}
 	}
 	return false
 }
 
-// loanGrace is the grace q's preemption gives holder h, of tier and
-// with its own grace, when h runs on loan (policy.Headroom.LoanGrace):
-// every allocation of h is on a node the headroom keeps, in a pool whose
-// headroom q's tier uses, h's tier does not, and which lends its nodes.
-// ok is false otherwise: the victim keeps its own grace.
-func (hr *hrCycle) loanGrace(q *queued, h int, tier string, own time.Duration) (grace time.Duration, ok bool) {
+// shortNotice is why a victim stops for a job of a headroom's tiers on
+// shorter notice than its own grace.
+type shortNotice uint8
+
+const (
+	// ownNotice: it keeps its own impact_grace.
+	ownNotice shortNotice = iota
+	// onLoan: it runs on the headroom's nodes, which lend them
+	// (policy.Headroom.LoanGrace); it stops after the loan's grace.
+	onLoan
+	// takenBack: it started less than the headroom's take_back ago
+	// (policy.Headroom.TakeBack); it stops at once.
+	takenBack
+)
+
+// notice is the grace q's preemption gives holder h, of tier and with
+// its own grace, and why, where h is of a tier the headroom of its pool
+// keeps out and q's tier uses it: taken back at once when every
+// allocation of h started less than the headroom's take_back ago
+// (anywhere in the pool); else, on loan, the shorter of the loan's grace
+// and its own when every allocation runs on a node the headroom keeps
+// and the headroom lends them. ownNotice (and own) otherwise.
+func (hr *hrCycle) notice(q *queued, h int, tier string, own time.Duration) (time.Duration, shortNotice) {
 	if hr == nil {
-		return 0, false
+		return own, ownNotice
 	}
-	slots := hr.c.st.Holders()[h].Slots
-	if len(slots) == 0 {
-		return 0, false
+	hd := &hr.c.st.Holders()[h]
+	if len(hd.Slots) == 0 {
+		return own, ownNotice
 	}
-	grace = own
-	for _, sl := range slots {
-		p := hr.nodePool[sl.Node]
-		if !hr.protected[sl.Node] || p == nil || !p.h.UsesHeadroom(q.f.tier) || p.h.UsesHeadroom(tier) {
-			return 0, false
+	pol := func(node int) *policy.Headroom {
+		p := hr.nodePool[node]
+		if p == nil || !p.h.UsesHeadroom(q.f.tier) || p.h.UsesHeadroom(tier) {
+			return nil
 		}
-		g, lends := p.h.LoanOf(own)
+		return p.h
+	}
+	if p := pol(hd.Slots[0].Node); p.TakesBack(earliestStart(hd.Allocs), hr.c.now) {
+		return 0, takenBack
+	}
+	grace := own
+	for _, sl := range hd.Slots {
+		p := pol(sl.Node)
+		if p == nil || !hr.protected[sl.Node] {
+			return own, ownNotice
+		}
+		g, lends := p.LoanOf(own)
 		if !lends {
-			return 0, false
+			return own, ownNotice
 		}
 		grace = min(grace, g)
 	}
-	return grace, true
+	return grace, onLoan
+}
+
+// takeBackNote is what a preemptible job admitted where a headroom takes
+// back young work is told (exp.Reason): for its first take_back, a job
+// of the headroom's tiers may stop it at once. "" when no headroom of
+// its pool takes it back.
+func (hr *hrCycle) takeBackNote(q *queued, res placement.Result) string {
+	if hr == nil || !q.f.preemptible {
+		return ""
+	}
+	for _, g := range res.Groups {
+		for _, sl := range g {
+			p := hr.nodePool[sl.Node]
+			if p == nil || p.h.TakeBack <= 0 || p.h.UsesHeadroom(q.f.tier) {
+				return ""
+			}
+			return fmt.Sprintf("for its first %s a job of %v may take its GPUs back at once (headroom %q take_back), without its impact_grace of %s",
+				p.h.TakeBack, p.h.Tiers, p.h.Pool, q.job.Spec.Grace)
+		}
+	}
+	return ""
 }
 
 // loanNote is what a job admitted on loan is told (exp.Reason): placed

@@ -239,6 +239,10 @@ type Preemption struct {
 	// before other work and its Grace is the loan's where that is shorter
 	// than its impact_grace.
 	OnLoan bool `json:"on_loan,omitempty"`
+	// TakenBack: the victim started less than the take_back of a
+	// headroom its preemptor's tier uses (policy.Headroom.TakeBack), so
+	// it was chosen before other work and stops at once (Grace 0).
+	TakenBack bool `json:"taken_back,omitempty"`
 	// Preemptor is the job the GPUs are freed for.
 	Preemptor string `json:"preemptor"`
 	// Reason, for people and the job's explain.

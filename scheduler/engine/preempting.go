@@ -23,7 +23,9 @@ const maxPreemptAttemptsPerSuccess = 4
 // it cannot waits for the others' too), or searches the cheapest whole
 // gangs to stop (preempt.Search among the candidates its tier may take:
 // preemptible, of a tier it may preempt, past their min runtime; made
-// minimal), among those on loan to it first (searchLoans: work on the
+// minimal), among those that stop for it on short notice first
+// (searchShortNotice: work a headroom of its tier takes back, having
+// started less than its take_back ago, stopped at once; work on the
 // nodes of a headroom that lends them, stopped after the loan's grace),
 // then among those of its own shape (searchShaped), and
 // orders their stops only if the gain exceeds the cost and the policy's
@@ -102,10 +104,10 @@ func (pe *preempter) tryPreempt(q *queued, exp *Explanation) (preempting bool) {
 // included, see cycle.topTier).
 func (pe *preempter) topTier(q *queued) bool { return pe.c.topTier(q.f.tier) }
 
-// preemptOwnWay searches victims for q (the cheapest on loan to it
-// first, searchLoans, then the cheapest of its shape, searchShaped, else
-// the cheapest of all) and orders their stops when the gain beats the
-// cost and the budgets allow.
+// preemptOwnWay searches victims for q (the cheapest that stop for it on
+// short notice first, searchShortNotice, then the cheapest of its shape,
+// searchShaped, else the cheapest of all) and orders their stops when the
+// gain beats the cost and the budgets allow.
 func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() placement.Request) (preempting bool) {
 	if pe.c.explain && pe.c.why.hasYoung() {
 		defer func() {
@@ -120,23 +122,24 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	if !ok {
 		return false
 	}
-	// Work on loan on the headroom's nodes first (searchLoans), then
-	// victims of its shape (searchShaped), each when they cost less than
-	// the gain; else the cheapest of all.
-	victims, res, onLoan := pe.searchLoans(cl, q, request())
+	// Work on short notice (searchShortNotice: taken back, or on loan on
+	// the headroom's nodes) first, then victims of its shape
+	// (searchShaped), each when they cost less than the gain; else the
+	// cheapest of all.
+	victims, res, short := pe.searchShortNotice(cl, q, request())
 	cost, lost := pe.victimsCost(victims)
 	shaped := false
-	if onLoan && gain <= cost {
-		onLoan = false
+	if short && gain <= cost {
+		short = false
 	}
-	if !onLoan {
+	if !short {
 		victims, res, shaped = pe.searchShaped(cl, q, request())
 		cost, lost = pe.victimsCost(victims)
 	}
 	if shaped && gain <= cost {
 		shaped = false
 	}
-	if !shaped && !onLoan {
+	if !shaped && !short {
 		if victims, res, ok = pe.searchVictims(cl, request()); !ok {
 			if pe.c.explain {
 				exp.Reason += "; preempting eligible gangs would not make room"
@@ -158,7 +161,7 @@ func (pe *preempter) preemptOwnWay(q *queued, exp *Explanation, request func() p
 	if !ok {
 		return false
 	}
-	if !shaped && !onLoan {
+	if !shaped && !short {
 		pe.c.cuts.record(q, victims, res)
 	}
 	pe.orderPreemptions(q, exp, victims, res, gain, cost, budget, shaped)
@@ -203,22 +206,19 @@ func (pe *preempter) maxGrace(q *queued, victims []int) time.Duration {
 }
 
 // graceOf is the grace q's preemption gives holder h: its own
-// impact_grace, or the headroom's loan grace where h runs on loan
-// (hrCycle.loanGrace). Every use of a victim's grace in a preemption
-// (the stop, its expiry, the preemptor's binding, weighing natural ends)
-// reads it here.
+// impact_grace, none where a headroom takes it back, or the headroom's
+// loan grace where h runs on loan (hrCycle.notice). Every use of a
+// victim's grace in a preemption (the stop, its expiry, the preemptor's
+// binding, weighing natural ends) reads it here.
 func (pe *preempter) graceOf(q *queued, h int) time.Duration {
-	g, _ := pe.loanOf(q, h)
+	g, _ := pe.noticeOf(q, h)
 	return g
 }
 
-// loanOf is graceOf and whether h runs on loan to q.
-func (pe *preempter) loanOf(q *queued, h int) (time.Duration, bool) {
+// noticeOf is graceOf and why it is shorter than h's own.
+func (pe *preempter) noticeOf(q *queued, h int) (time.Duration, shortNotice) {
 	v := &pe.c.victims[h]
-	if g, ok := pe.c.hr.loanGrace(q, h, v.Tier, v.Grace); ok {
-		return g, true
-	}
-	return v.Grace, false
+	return pe.c.hr.notice(q, h, v.Tier, v.Grace)
 }
 
 // mayTryPreempting: q's tier may preempt some tier, or some running job
@@ -456,7 +456,11 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		p := victimStop(q, hd, v, pe.c.now)
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
-		if g, onLoan := pe.loanOf(q, h); onLoan {
+		switch g, why := pe.noticeOf(q, h); why {
+		case takenBack:
+			p.TakenBack, p.Grace, v.Grace = true, g, g
+			p.Reason += fmt.Sprintf("; started %s ago, less than the headroom's take_back, so taken back at once, not after its impact_grace", pe.c.now.Sub(earliestStart(hd.Allocs)).Round(time.Second))
+		case onLoan:
 			p.OnLoan = true
 			if g != v.Grace {
 				p.Grace, v.Grace = g, g
@@ -565,10 +569,10 @@ type candList struct {
 	// shaped: per allocation size, the index of the candidates of that
 	// shape (searchShaped; nil: none), built on first search.
 	shaped map[int]*preempt.Index
-	// loans: the index of the candidates on loan (searchLoans; nil:
-	// none), built on first search (loansBuilt).
-	loans      *preempt.Index
-	loansBuilt bool
+	// short: the index of the candidates that stop on short notice
+	// (searchShortNotice; nil: none), built on first search (shortBuilt).
+	short      *preempt.Index
+	shortBuilt bool
 }
 
 // exclude drops holder h (of gpus GPUs) from the list, when a member.
@@ -579,8 +583,8 @@ func (cl *candList) exclude(h, gpus int) {
 		if cl.index != nil {
 			cl.index.Exclude(h)
 		}
-		if cl.loans != nil {
-			cl.loans.Exclude(h)
+		if cl.short != nil {
+			cl.short.Exclude(h)
 		}
 		for _, ix := range cl.shaped {
 			if ix != nil {

@@ -40,15 +40,16 @@ func (pe *preempter) searchShaped(cl *candList, q *queued, req placement.Request
 	return preempt.Search(pe.c.st, ix, req, pe.c.victims)
 }
 
-// searchLoans is searchVictims among the candidates on loan to q
-// (hrCycle.loanGrace: preemptible work of other tiers on the nodes of a
-// headroom q's tier uses, which lends them): they stop after the loan's
-// short grace, where other victims keep their own, so the job starts
-// seconds after the decision instead of a grace later, and the headroom's
-// nodes, which their borrowers filled first, are where it lands. False
-// when no candidate is on loan; the caller then searches as before.
-func (pe *preempter) searchLoans(cl *candList, q *queued, req placement.Request) ([]int, placement.Result, bool) {
-	ix := cl.loansOn(pe, q, req.Pool)
+// searchShortNotice is searchVictims among the candidates that stop on short
+// notice for q (hrCycle.notice: preemptible work of other tiers that a
+// headroom q's tier uses takes back, having started less than its
+// take_back ago, or that runs on loan on its nodes): they stop at once
+// or after the loan's short grace, where other victims keep their own,
+// so the job starts seconds after the decision instead of a grace later.
+// False when no candidate stops on short notice; the caller then
+// searches as before.
+func (pe *preempter) searchShortNotice(cl *candList, q *queued, req placement.Request) ([]int, placement.Result, bool) {
+	ix := cl.shortOn(pe, q, req.Pool)
 	if ix == nil {
 		return nil, placement.Result{}, false
 	}
@@ -106,29 +107,30 @@ func (cl *candList) shapedOn(st *placement.State, pool string, size int) *preemp
 	return ix
 }
 
-// loansOn is the victim index of the candidates, still members, on loan
-// to q (searchLoans), built on the first search of the cycle: the list
-// is one tier's in one pool, and whether a holder is on loan depends on
-// nothing else that changes within the cycle. nil when there are none.
-func (cl *candList) loansOn(pe *preempter, q *queued, pool string) *preempt.Index {
-	if cl.loansBuilt {
-		return cl.loans
+// shortOn is the victim index of the candidates, still members, that
+// stop for q on short notice (searchShortNotice), built on the first
+// search of the cycle: the list is one tier's in one pool, and whether a
+// holder is taken back or on loan depends on nothing else that changes
+// within the cycle. nil when there are none.
+func (cl *candList) shortOn(pe *preempter, q *queued, pool string) *preempt.Index {
+	if cl.shortBuilt {
+		return cl.short
 	}
-	cl.loansBuilt = true
+	cl.shortBuilt = true
 	if !pe.c.hr.lendsTo(q) {
-		return nil // no headroom lends to q's tier: nothing to look at
+		return nil // no headroom lends or takes back for q's tier: nothing to look at
 	}
 	var cands []preempt.Candidate
 	for _, cd := range cl.cands {
 		v := &pe.c.victims[cd.Holder]
-		if _, ok := pe.c.hr.loanGrace(q, cd.Holder, v.Tier, v.Grace); ok && cl.member[cd.Holder] {
+		if _, why := pe.c.hr.notice(q, cd.Holder, v.Tier, v.Grace); why != ownNotice && cl.member[cd.Holder] {
 			cands = append(cands, cd)
 		}
 	}
 	if len(cands) > 0 {
-		cl.loans = preempt.NewIndex(pe.c.st, pool, cands)
+		cl.short = preempt.NewIndex(pe.c.st, pool, cands)
 	}
-	return cl.loans
+	return cl.short
 }
 
 // hasShape: every allocation of hd holds size GPUs.

@@ -111,6 +111,7 @@ type headroomFile struct {
 	MinGPUs    *int           `hcl:"min_gpus,optional"`
 	IdleBudget *float64       `hcl:"idle_budget,optional"`
 	LoanGrace  hcl.Expression `hcl:"loan_grace,optional"`
+	TakeBack   hcl.Expression `hcl:"take_back,optional"`
 	Body       hcl.Body       `hcl:",body"`
 }
 
@@ -369,6 +370,7 @@ func (o *overlay) headroom(h *headroomFile, seen map[string]bool) {
 	if d := o.durPtr(h.LoanGrace); d != nil {
 		ch.LoanGrace = d
 	}
+	o.dur(&ch.TakeBack, h.TakeBack)
 }
 
 // idle is what an idle block writes, as an override.

@@ -59,6 +59,19 @@ import (
 // can, without keeping them idle. The price is the borrowers' grace:
 // a task that saves its work on the checkpoint signal has LoanGrace to
 // do so, and otherwise loses what it did since its last checkpoint.
+//
+// TakeBack lets a job of Tiers take back, at once, GPUs anywhere in the
+// pool that preemptible work of the other tiers started on less than
+// TakeBack ago: a preemption by a job of Tiers chooses such work before
+// other victims and stops it without its impact_grace. Where work ends
+// often, a job of Tiers that arrives when the pool is full finds the
+// GPUs given a moment earlier to a job it would have gone ahead of, had
+// it come a moment sooner; taking them back starts it a decision later,
+// not a grace later, and the victim loses at most TakeBack of work (it
+// has run no longer) and queues again as a preempted job does. Where
+// work is long, little is that young and the headroom's tiers preempt
+// as without it. A victim that would save its work on the checkpoint
+// signal gets no time to: it has little to save.
 type Headroom struct {
 	// Pool is the node pool (the block's label).
 	Pool string
@@ -85,6 +98,17 @@ type Headroom struct {
 	// the grace of preemptible work on the headroom's nodes when a job of
 	// Tiers preempts it (see Headroom).
 	LoanGrace *time.Duration
+	// TakeBack: 0 takes nothing back; else how young (since its
+	// allocations started) preemptible work of the other tiers is taken
+	// back at once by a job of Tiers (see Headroom).
+	TakeBack time.Duration
+}
+
+// TakesBack reports whether a job of the headroom's tiers takes back at
+// once a victim of another tier whose first allocation started at
+// started: less than TakeBack before now (a zero started never is).
+func (h *Headroom) TakesBack(started, now time.Time) bool {
+	return h != nil && h.TakeBack > 0 && !started.IsZero() && now.Sub(started) < h.TakeBack
 }
 
 // LoanOf is the grace a preemption by a job of the headroom's tiers
@@ -155,6 +179,9 @@ func (h *Headroom) Describe() string {
 	if h.LoanGrace != nil {
 		out += fmt.Sprintf(", its nodes lent to preemptible work on %s notice", *h.LoanGrace)
 	}
+	if h.TakeBack > 0 {
+		out += fmt.Sprintf(", preemptible work younger than %s taken back at once", h.TakeBack)
+	}
 	return out
 }
 
@@ -214,6 +241,9 @@ func (p *Policy) validateHeadrooms(bad func(field, format string, args ...any)) 
 		}
 		if h.LoanGrace != nil && *h.LoanGrace < 0 {
 			bad(prefix+"loan_grace", "must be >= 0 (\"0s\": stop work on loan at once), got %s", *h.LoanGrace)
+		}
+		if h.TakeBack < 0 {
+			bad(prefix+"take_back", "must be >= 0 (\"0s\": take nothing back), got %s", h.TakeBack)
 		}
 	}
 }

@@ -88,6 +88,8 @@ func TestHeadroomErrors(t *testing.T) {
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  idle_budget = -0.01\n}\n", `p.hcl:4: headroom "gpu" idle_budget: must be a share of the pool in [0, 1) (0: no budget), got -0.01`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  loan_grace = \"-5s\"\n}\n", `p.hcl:4: headroom "gpu" loan_grace: must be >= 0 ("0s": stop work on loan at once), got -5s`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  loan_grace = \"soon\"\n}\n", `p.hcl:4: headroom "gpu" loan_grace: must be a duration such as "90s", "10m" or "24h", got "soon"`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  take_back = \"-1m\"\n}\n", `p.hcl:4: headroom "gpu" take_back: must be >= 0 ("0s": take nothing back), got -1m0s`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  take_back = 10\n}\n", `p.hcl:4: headroom "gpu" take_back: must be a duration string such as "10m", got number`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpu = 4\n}\n", `p.hcl:3`},
 		{"headroom \"gpu\" {\n  tiers = \"critical\"\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: Unsuitable value type; Unsuitable value: list of string required`},
 		{"headroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\nheadroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\n", `p.hcl:5: headroom "g": defined twice (first at line 1)`},
@@ -131,5 +133,54 @@ func TestHeadroomLoanGrace(t *testing.T) {
 	}
 	if g := m.HeadroomFor("gpu").LoanGrace; g == nil || *g != 10*time.Second {
 		t.Fatalf("an overlay that does not write loan_grace dropped it: %v", g)
+	}
+}
+
+// take_back: unset takes nothing back; set, a victim whose first
+// allocation started less than take_back ago is taken back, one as old
+// as take_back or older is not; a later file keeps it unless it writes
+// one, and one that writes it replaces it.
+func TestHeadroomTakeBack(t *testing.T) {
+	p, err := LoadBytes([]byte("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 8\n  take_back = \"10m\"\n}\nheadroom \"h100\" {\n  tiers = [\"critical\"]\n  gpus = 8\n}\n"), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	h := p.HeadroomFor("gpu")
+	for _, c := range []struct {
+		name    string
+		started time.Time
+		want    bool
+	}{
+		{"started a second ago", ago(time.Second), true},
+		{"just under take_back", ago(10*time.Minute - time.Second), true},
+		{"exactly take_back ago", ago(10 * time.Minute), false},
+		{"older", ago(11 * time.Minute), false},
+		{"never started", time.Time{}, false},
+	} {
+		if got := h.TakesBack(c.started, now); got != c.want {
+			t.Errorf("%s: TakesBack = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !strings.Contains(h.Describe(), "preemptible work younger than 10m0s taken back at once") {
+		t.Errorf("Describe: %q", h.Describe())
+	}
+	if o := p.HeadroomFor("h100"); o.TakesBack(ago(time.Second), now) || strings.Contains(o.Describe(), "taken back") {
+		t.Errorf("a headroom without take_back takes back: %q", o.Describe())
+	}
+	m, err := p.Overlay([]byte("headroom \"gpu\" {\n  gpus = 4\n}\n"), "o.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := m.HeadroomFor("gpu").TakeBack; g != 10*time.Minute {
+		t.Fatalf("an overlay that does not write take_back changed it to %s", g)
+	}
+	m, err = p.Overlay([]byte("headroom \"gpu\" {\n  take_back = \"0s\"\n}\n"), "o.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.HeadroomFor("gpu").TakesBack(ago(time.Second), now) {
+		t.Fatal("an overlay writing take_back = \"0s\" still takes back")
 	}
 }

@@ -52,7 +52,8 @@ type Model struct {
 	// ProgressOnSignal as its impact_progress, as the executor writes for
 	// such a task. A hung run never saves. What a stop's grace is worth
 	// to its victim, a loan's short one (policy headroom loan_grace)
-	// included, shows only with it.
+	// included, shows only with it; work taken back (take_back) stops at
+	// once and never saves.
 	SaveOnSignal int64
 	// Debounce is the time from an event (a submit, a finish, a stop) to
 	// the decision it triggers; events inside it are collected into that

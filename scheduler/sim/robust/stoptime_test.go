@@ -4,39 +4,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/policy"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/impact"
 )
 
 // The preemption bound's floor is the time a preempted job takes to stop:
 // the model's grace; the time to save where jobs save on their signal
 // within the grace (and exit); the shortest loan where the impact policy
-// lends a headroom's nodes. With a loan of 0s a top-tier job may start a
-// debounce after it arrives, so no critical gain is waived for needing
-// less than a grace.
+// lends a headroom's nodes; none where it takes back young work. With a
+// loan of 0s a top-tier job may start a debounce after it arrives, so no
+// critical gain is waived for needing less than a grace.
 func TestStopTime(t *testing.T) {
 	pol, err := impact.DefaultPolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
+	pol.Headrooms["gpu"].TakeBack = 0 // the built-in policy takes back
+	back := pol.Clone()
+	back.Headrooms["gpu"].TakeBack = 10 * time.Minute
 	loan := pol.Clone()
 	zero := time.Duration(0)
 	loan.Headrooms["gpu"].LoanGrace = &zero
 	for _, c := range []struct {
-		name  string
-		save  int64
-		lends bool
-		want  int64
-		basis string
+		name   string
+		save   int64
+		policy *policy.Policy
+		want   int64
+		basis  string
 	}{
-		{"grace", 0, false, 60, "grace 60s"},
-		{"saves within the grace", 10, false, 10, "10s to save on the checkpoint signal"},
-		{"saving takes longer than the grace", 90, false, 60, "grace 60s"},
-		{"a loan", 10, true, 0, `headroom "gpu" loan_grace 0s`},
+		{"grace", 0, pol, 60, "grace 60s"},
+		{"saves within the grace", 10, pol, 10, "10s to save on the checkpoint signal"},
+		{"saving takes longer than the grace", 90, pol, 60, "grace 60s"},
+		{"a loan", 10, loan, 0, `headroom "gpu" loan_grace 0s`},
+		{"taking back young work", 10, back, 0, `headroom "gpu" take_back 10m0s: young work stops at once`},
 	} {
-		cfg := DefaultConfig(pol)
-		if c.lends {
-			cfg = DefaultConfig(loan)
-		}
+		cfg := DefaultConfig(c.policy)
 		cfg.ImpactModel.SaveOnSignal = c.save
 		if got, basis := stopTime(cfg); got != c.want || basis != c.basis {
 			t.Errorf("%s: stopTime = %d, %q; want %d, %q", c.name, got, basis, c.want, c.basis)
