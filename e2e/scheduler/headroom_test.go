@@ -40,8 +40,8 @@ package scheduler
 // that for its first 10 minutes a critical job may take them back at
 // once. The critical job submitted then preempts it without its
 // minute's grace and runs within 40 seconds of its submission; the
-// preemption says it was taken back (and /metrics counts it so), and the
-// victim goes back to the queue.
+// victim got its checkpoint signal, its preemption says it was taken
+// back (and /metrics counts it so), and it goes back to the queue.
 
 import (
 	"path/filepath"
@@ -89,18 +89,53 @@ func TestHeadroomIdleBudget(t *testing.T) {
 }
 
 func TestHeadroomLends(t *testing.T) {
-	w, headroomNode := startHeadroom(t, "impact-e2e-hrloan-", "  loan_grace = \"0s\"\n")
+	urgentOnShortNotice(t, shortNotice{
+		prefix: "impact-e2e-hrloan-", block: "  loan_grace = \"0s\"\n",
+		told: func(e recordedExplain) bool {
+			return e.Engine != nil && strings.Contains(e.Engine.Reason, `on loan on the GPUs the headroom of pool "default" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`) &&
+				strings.HasPrefix(e.Summary, "Running on loan:")
+		},
+		stopped: "on loan on the headroom's GPUs, so stopped after the headroom's loan_grace of 0s",
+		metric:  `impact_preemptions_on_loan_total{tier="scavenger"}`,
+	})
+}
+
+func TestHeadroomTakesBack(t *testing.T) {
+	urgentOnShortNotice(t, shortNotice{
+		prefix: "impact-e2e-hrback-", block: "  take_back = \"10m\"\n",
+		told: func(e recordedExplain) bool {
+			return e.Engine != nil && strings.Contains(e.Engine.Reason, `for its first 10m0s a job of [critical] may take its GPUs back at once (headroom "default" take_back), without its impact_grace of 1m0s`)
+		},
+		stopped: "less than the headroom's take_back, so taken back at once, not after its impact_grace",
+		metric:  `impact_preemptions_taken_back_total{tier="scavenger"}`,
+	})
+}
+
+// shortNotice is a headroom whose tiers stop preemptible work on short
+// notice (block: the lines added to the headroom's block), what the
+// scavenger job s is told at its admission (told), what its preemption's
+// reason says (stopped) and the counter that counts it (metric).
+type shortNotice struct {
+	prefix, block   string
+	told            func(recordedExplain) bool
+	stopped, metric string
+}
+
+// urgentOnShortNotice: s (4 GPUs, impact_grace 60s, its task running on
+// after the checkpoint signal) takes the headroom's 4 kept GPUs and is
+// told so; a critical job of 4 GPUs then runs on them within 40 seconds
+// of its submission, s having had its checkpoint signal and its stop
+// counted and explained, and s goes back to the queue.
+func urgentOnShortNotice(t *testing.T, c shortNotice) {
+	w, headroomNode := startHeadroom(t, c.prefix, c.block)
 	envDir := filepath.Join(w.dir, "env")
 	rec := recordExplanations(t, w.c.Agent, w.apiURL, "s")
 	runHCL(t, w.c.Agent, w.dir, "s", dfJob{name: "s", tier: "scavenger", gpus: 4, grace: "60s"}.hcl(envDir))
 	if a := w.waitRunningN("s", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
 		t.Fatalf("s runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
 	}
-	eventually(t, 30*time.Second, "s told at admission it is on loan", func() (bool, string) {
-		_, ok := rec.find("s", func(e recordedExplain) bool {
-			return e.Engine != nil && strings.Contains(e.Engine.Reason, `on loan on the GPUs the headroom of pool "default" keeps for [critical]: a job of those tiers may stop it after 0s (loan_grace), not its impact_grace of 1m0s`) &&
-				strings.HasPrefix(e.Summary, "Running on loan:")
-		})
+	eventually(t, 30*time.Second, "s told at admission how it may be stopped", func() (bool, string) {
+		_, ok := rec.find("s", c.told)
 		return ok, rec.dump("s")
 	})
 	submitted := time.Now()
@@ -113,54 +148,12 @@ func TestHeadroomLends(t *testing.T) {
 	if got := w.signalled(envDir, "s"); !slices.Contains(got, "s") {
 		t.Errorf("s got no checkpoint signal before its stop")
 	}
-	eventually(t, 30*time.Second, "s's preemption says it was on loan", func() (bool, string) {
-		_, ok := rec.find("s", func(e recordedExplain) bool {
-			return strings.Contains(e.Reason, "on loan on the headroom's GPUs, so stopped after the headroom's loan_grace of 0s")
-		})
+	eventually(t, 30*time.Second, "s's preemption says why it stopped on short notice", func() (bool, string) {
+		_, ok := rec.find("s", func(e recordedExplain) bool { return strings.Contains(e.Reason, c.stopped) })
 		return ok, rec.dump("s")
 	})
-	if n, ok := metricValue(t, w.apiURL, `impact_preemptions_on_loan_total{tier="scavenger"}`); !ok || n != 1 {
-		t.Errorf("impact_preemptions_on_loan_total{tier=\"scavenger\"} %v (present %v), want 1", n, ok)
-	}
-	eventually(t, 60*time.Second, "s back in the queue", func() (bool, string) {
-		ex := w.explainEngine("s")
-		return ex.State == "waiting" && len(w.running("s")) == 0, ex.String()
-	})
-	noRollbacks(t, w.apiURL)
-	if t.Failed() {
-		t.Logf("impact agent output (tail):\n%s", w.impactProc.Output())
-	}
-}
-
-func TestHeadroomTakesBack(t *testing.T) {
-	w, headroomNode := startHeadroom(t, "impact-e2e-hrback-", "  take_back = \"10m\"\n")
-	envDir := filepath.Join(w.dir, "env")
-	rec := recordExplanations(t, w.c.Agent, w.apiURL, "s")
-	runHCL(t, w.c.Agent, w.dir, "s", dfJob{name: "s", tier: "scavenger", gpus: 4, grace: "60s"}.hcl(envDir))
-	if a := w.waitRunningN("s", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
-		t.Fatalf("s runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
-	}
-	eventually(t, 30*time.Second, "s told at admission it may be taken back", func() (bool, string) {
-		_, ok := rec.find("s", func(e recordedExplain) bool {
-			return e.Engine != nil && strings.Contains(e.Engine.Reason, `for its first 10m0s a job of [critical] may take its GPUs back at once (headroom "default" take_back), without its impact_grace of 1m0s`)
-		})
-		return ok, rec.dump("s")
-	})
-	submitted := time.Now()
-	runHCL(t, w.c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(envDir))
-	u := w.waitRunningN("urgent", 1, 40*time.Second)[0]
-	t.Logf("urgent runs on %s %s after its submission (the victim's own grace: 60s)", u.NodeID, time.Since(submitted).Round(time.Second))
-	if u.NodeID != headroomNode {
-		t.Errorf("urgent runs on %s, want the headroom node %s", u.NodeID, headroomNode)
-	}
-	eventually(t, 30*time.Second, "s's preemption says it was taken back", func() (bool, string) {
-		_, ok := rec.find("s", func(e recordedExplain) bool {
-			return strings.Contains(e.Reason, "less than the headroom's take_back, so taken back at once, not after its impact_grace")
-		})
-		return ok, rec.dump("s")
-	})
-	if n, ok := metricValue(t, w.apiURL, `impact_preemptions_taken_back_total{tier="scavenger"}`); !ok || n != 1 {
-		t.Errorf("impact_preemptions_taken_back_total{tier=\"scavenger\"} %v (present %v), want 1", n, ok)
+	if n, ok := metricValue(t, w.apiURL, c.metric); !ok || n != 1 {
+		t.Errorf("%s %v (present %v), want 1", c.metric, n, ok)
 	}
 	eventually(t, 60*time.Second, "s back in the queue", func() (bool, string) {
 		ex := w.explainEngine("s")

@@ -150,6 +150,18 @@ func mustEngine(t tb, pol *policy.Policy, opts ...Option) *Engine {
 	return e
 }
 
+// headroomPolicy is the default policy with a headroom of gpus GPUs for
+// the critical tier in pool "gpu", its duration attribute name set to
+// dur when dur is not empty.
+func headroomPolicy(t tb, gpus int, name, dur string) *policy.Policy {
+	t.Helper()
+	src := fmt.Sprintf("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = %d\n", gpus)
+	if dur != "" {
+		src += fmt.Sprintf("  %s = %q\n", name, dur)
+	}
+	return mustPolicy(t, src+"}\n")
+}
+
 func mustPolicy(t tb, src string) *policy.Policy {
 	t.Helper()
 	p, err := policy.LoadBytes([]byte(src), "test.hcl")

@@ -32,11 +32,7 @@ func TestHeadroomLendsItsNodes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src := "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n"
-			if c.loan != "" {
-				src += "  loan_grace = \"" + c.loan + "\"\n"
-			}
-			pol := mustPolicy(t, src+"}\n")
+			pol := headroomPolicy(t, 8, "loan_grace", c.loan)
 			store := cluster.NewStore()
 			mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 			mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
@@ -89,11 +85,7 @@ func TestHeadroomLendsItsNodes(t *testing.T) {
 // told nothing of the kind.
 func TestHeadroomLoanToldAtAdmission(t *testing.T) {
 	for _, loan := range []string{"0s", ""} {
-		src := "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n"
-		if loan != "" {
-			src += "  loan_grace = \"" + loan + "\"\n"
-		}
-		pol := mustPolicy(t, src+"}\n")
+		pol := headroomPolicy(t, 8, "loan_grace", loan)
 		store := cluster.NewStore()
 		mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 		mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))

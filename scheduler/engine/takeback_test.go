@@ -31,11 +31,7 @@ func TestHeadroomTakesBack(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src := "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 8\n"
-			if c.takeBack != "" {
-				src += "  take_back = \"" + c.takeBack + "\"\n"
-			}
-			pol := mustPolicy(t, src+"}\n")
+			pol := headroomPolicy(t, 8, "take_back", c.takeBack)
 			store := cluster.NewStore()
 			mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 			mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
@@ -86,11 +82,7 @@ func TestHeadroomTakeBackToldAtAdmission(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src := "headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = 1\n"
-			if c.takeBack != "" {
-				src += "  take_back = \"" + c.takeBack + "\"\n"
-			}
-			pol := mustPolicy(t, src+"}\n")
+			pol := headroomPolicy(t, 1, "take_back", c.takeBack)
 			store := cluster.NewStore()
 			mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 			mustDo(t, store.UpsertJob(mkJob("s", group("main", 1, 2), meta("impact_tier", c.tier, "impact_grace", "1m"), submitted(t0))))
