@@ -151,13 +151,15 @@ func mustEngine(t tb, pol *policy.Policy, opts ...Option) *Engine {
 }
 
 // headroomPolicy is the default policy with a headroom of gpus GPUs for
-// the critical tier in pool "gpu", its duration attribute name set to
-// dur when dur is not empty.
-func headroomPolicy(t tb, gpus int, name, dur string) *policy.Policy {
+// the critical tier in pool "gpu", with durations: attribute name and
+// value pairs, each written when its value is not empty.
+func headroomPolicy(t tb, gpus int, durations ...string) *policy.Policy {
 	t.Helper()
 	src := fmt.Sprintf("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus  = %d\n", gpus)
-	if dur != "" {
-		src += fmt.Sprintf("  %s = %q\n", name, dur)
+	for i := 0; i+1 < len(durations); i += 2 {
+		if durations[i+1] != "" {
+			src += fmt.Sprintf("  %s = %q\n", durations[i], durations[i+1])
+		}
 	}
 	return mustPolicy(t, src+"}\n")
 }

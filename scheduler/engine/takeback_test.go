@@ -14,24 +14,30 @@ import (
 // and keeps its minute of grace). Work as old as take_back or older, a
 // headroom without take_back, and a preemptor of a tier that does not
 // use the headroom leave the choice to cost and the victims their grace.
+// Where the headroom also lends its node (loan_grace), the young work on
+// it is taken back, not stopped after the loan's grace; lent alone, it
+// stops after the loan's.
 //
 // n1 holds a high-tier job (non-preemptible) and "cheap" (two hours old,
-// checkpointed a minute ago); n2 holds "old" (two hours, never
-// checkpointed) and "young", which started five minutes ago.
+// checkpointed a minute ago); n2, the headroom's node, holds "old" (two
+// hours, never checkpointed) and "young", which started five minutes ago.
 func TestHeadroomTakesBack(t *testing.T) {
 	cases := []struct {
-		name, takeBack, tier string
-		victim               string
-		grace                time.Duration
+		name, takeBack, loan, tier string
+		victim                     string
+		grace                      time.Duration
+		takenBack, onLoan          bool
 	}{
 		{name: "no take_back", tier: "critical", victim: "cheap", grace: time.Minute},
-		{name: "take_back 10m", takeBack: "10m", tier: "critical", victim: "young", grace: 0},
+		{name: "take_back 10m", takeBack: "10m", tier: "critical", victim: "young", grace: 0, takenBack: true},
 		{name: "take_back shorter than its run", takeBack: "2m", tier: "critical", victim: "cheap", grace: time.Minute},
 		{name: "preemptor's tier keeps out of the headroom", takeBack: "10m", tier: "high", victim: "cheap", grace: time.Minute},
+		{name: "take_back and a loan", takeBack: "10m", loan: "20s", tier: "critical", victim: "young", grace: 0, takenBack: true},
+		{name: "a loan alone", loan: "20s", tier: "critical", victim: "young", grace: 20 * time.Second, onLoan: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pol := headroomPolicy(t, 8, "take_back", c.takeBack)
+			pol := headroomPolicy(t, 8, "take_back", c.takeBack, "loan_grace", c.loan)
 			store := cluster.NewStore()
 			mustDo(t, store.UpsertNode(mkNode("n1", 8, 2)))
 			mustDo(t, store.UpsertNode(mkNode("n2", 8, 2)))
@@ -58,9 +64,9 @@ func TestHeadroomTakesBack(t *testing.T) {
 			if pr.Grace != c.grace {
 				t.Errorf("%s stops after %s, want %s", pr.JobID, pr.Grace, c.grace)
 			}
-			taken := c.victim == "young"
-			if said := strings.Contains(pr.Reason, "started 5m1s ago, less than the headroom's take_back, so taken back at once"); said != taken || pr.TakenBack != taken || pr.OnLoan {
-				t.Errorf("reason %q, taken_back %v, on_loan %v: want taken back %v, not on loan", pr.Reason, pr.TakenBack, pr.OnLoan, taken)
+			said := strings.Contains(pr.Reason, "started 5m1s ago, less than the headroom's take_back, so taken back at once")
+			if said != c.takenBack || pr.TakenBack != c.takenBack || pr.OnLoan != c.onLoan {
+				t.Errorf("reason %q, taken_back %v, on_loan %v: want taken back %v, on loan %v", pr.Reason, pr.TakenBack, pr.OnLoan, c.takenBack, c.onLoan)
 			}
 		})
 	}
