@@ -337,5 +337,5 @@ idle {
 #   min_gpus    = 8
 #   max_share   = 0.1
 #   idle_budget = 0.004
-#   take_back   = "10m"
+#   take_back   = "15m"
 # }
