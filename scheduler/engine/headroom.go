@@ -831,23 +831,23 @@ func (hr *hrCycle) notice(q *queued, h int, tier string, own time.Duration) (tim
 
 // takeBackNote is what a preemptible job admitted where a headroom takes
 // back young work is told (exp.Reason): for its first take_back, a job
-// of the headroom's tiers may stop it at once. "" when no headroom of
-// its pool takes it back.
+// of the headroom's tiers may stop it at once. A job's allocations are
+// all in its pool, so the node of its first slot names the headroom. "" when
+// no headroom of its pool takes it back.
 func (hr *hrCycle) takeBackNote(q *queued, res placement.Result) string {
 	if hr == nil || !q.f.preemptible {
 		return ""
 	}
-	for _, g := range res.Groups {
-		for _, sl := range g {
-			p := hr.nodePool[sl.Node]
-			if p == nil || p.h.TakeBack <= 0 || p.h.UsesHeadroom(q.f.tier) {
-				return ""
-			}
-			return fmt.Sprintf("for its first %s a job of %v may take its GPUs back at once (headroom %q take_back), without its impact_grace of %s",
-				p.h.TakeBack, p.h.Tiers, p.h.Pool, q.job.Spec.Grace)
-		}
+	i := slices.IndexFunc(res.Groups, func(g []placement.Slot) bool { return len(g) > 0 })
+	if i < 0 {
+		return ""
 	}
-	return ""
+	p := hr.nodePool[res.Groups[i][0].Node]
+	if p == nil || p.h.TakeBack <= 0 || p.h.UsesHeadroom(q.f.tier) {
+		return ""
+	}
+	return fmt.Sprintf("for its first %s a job of %v may take its GPUs back at once (headroom %q take_back), without its impact_grace of %s",
+		p.h.TakeBack, p.h.Tiers, p.h.Pool, q.job.Spec.Grace)
 }
 
 // loanNote is what a job admitted on loan is told (exp.Reason): placed

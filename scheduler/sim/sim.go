@@ -19,9 +19,10 @@
 // since its last checkpoint (with Model.SaveOnSignal, it saves on the
 // signal and exits once saved, where its grace allows); every restart
 // spends Model.RestartCost seconds before progress resumes. A gang makes
-// progress only once every member is placed. Nodes never fail. Optionally (Options.Idle, see IdleModel) a
-// share of jobs hang once and hold their GPUs at 0% until their walltime
-// ends or the scheduler reclaims them.
+// progress only once every member is placed. Nodes never fail.
+// Optionally (Options.Idle, see IdleModel) a share of jobs hang once and
+// hold their GPUs at 0% until their walltime ends or the scheduler
+// reclaims them.
 package sim
 
 import (
