@@ -44,6 +44,7 @@ package scheduler
 // back (and /metrics counts it so), and it goes back to the queue.
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -111,14 +112,32 @@ func TestHeadroomTakesBack(t *testing.T) {
 	})
 }
 
+// TestHeadroomTakesBackUnsaved: s checkpoints every 2s by its
+// impact_checkpoint_interval, so it never has 10s of work unsaved, and a
+// headroom with take_back_unsaved = "10s" takes it back at once though
+// it has run longer than that (the urgent job comes once s has run 15s).
+func TestHeadroomTakesBackUnsaved(t *testing.T) {
+	urgentOnShortNotice(t, shortNotice{
+		prefix: "impact-e2e-hrunsaved-", block: "  take_back_unsaved = \"10s\"\n", checkpoint: "2s", minAge: 15 * time.Second,
+		told: func(e recordedExplain) bool {
+			return e.Engine != nil && strings.Contains(e.Engine.Reason, `whenever less than 10s of its work is unsaved since its last checkpoint, a job of [critical] may take its GPUs back at once (headroom "default" take_back_unsaved), without its impact_grace of 1m0s`)
+		},
+		stopped: "since its last expected checkpoint (impact_checkpoint_interval 2s), less than the headroom's take_back_unsaved, so taken back at once, not after its impact_grace",
+		metric:  `impact_preemptions_taken_back_total{tier="scavenger"}`,
+	})
+}
+
 // shortNotice is a headroom whose tiers stop preemptible work on short
-// notice (block: the lines added to the headroom's block), what the
-// scavenger job s is told at its admission (told), what its preemption's
-// reason says (stopped) and the counter that counts it (metric).
+// notice (block: the lines added to the headroom's block), the scavenger
+// job s's impact_checkpoint_interval (checkpoint, "" none), how long s
+// has run when the urgent job comes (at least minAge), what s is told
+// at its admission (told), what its preemption's reason says (stopped)
+// and the counter that counts it (metric).
 type shortNotice struct {
-	prefix, block   string
-	told            func(recordedExplain) bool
-	stopped, metric string
+	prefix, block, checkpoint string
+	minAge                    time.Duration
+	told                      func(recordedExplain) bool
+	stopped, metric           string
 }
 
 // urgentOnShortNotice: s (4 GPUs, impact_grace 60s, its task running on
@@ -130,13 +149,17 @@ func urgentOnShortNotice(t *testing.T, c shortNotice) {
 	w, headroomNode := startHeadroom(t, c.prefix, c.block)
 	envDir := filepath.Join(w.dir, "env")
 	rec := recordExplanations(t, w.c.Agent, w.apiURL, "s")
-	runHCL(t, w.c.Agent, w.dir, "s", dfJob{name: "s", tier: "scavenger", gpus: 4, grace: "60s"}.hcl(envDir))
+	runHCL(t, w.c.Agent, w.dir, "s", dfJob{name: "s", tier: "scavenger", gpus: 4, grace: "60s", checkpoint: c.checkpoint}.hcl(envDir))
 	if a := w.waitRunningN("s", 1, 120*time.Second)[0]; a.NodeID != headroomNode {
 		t.Fatalf("s runs on %s, want the headroom node %s (the only free GPUs)", a.NodeID, headroomNode)
 	}
+	running := time.Now()
 	eventually(t, 30*time.Second, "s told at admission how it may be stopped", func() (bool, string) {
 		_, ok := rec.find("s", c.told)
 		return ok, rec.dump("s")
+	})
+	eventually(t, c.minAge+30*time.Second, fmt.Sprintf("s has run at least %s", c.minAge), func() (bool, string) {
+		return time.Since(running) >= c.minAge, fmt.Sprintf("s has run %s", time.Since(running).Round(time.Second))
 	})
 	submitted := time.Now()
 	runHCL(t, w.c.Agent, w.dir, "urgent", dfJob{name: "urgent", tier: "critical", gpus: 4}.hcl(envDir))

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/impact-sched/nomad-impact/scheduler/placement"
@@ -757,17 +758,17 @@ func (hr *hrCycle) waives(q *queued, h int) bool {
 }
 
 // lendsTo reports whether some headroom of q's pool lends its nodes
-// (policy.Headroom.LoanGrace) or takes back young work
-// (policy.Headroom.TakeBack) and q's tier uses it: only then can a
-// victim stop on short notice for q (notice), so the search for those
-// looks at no candidate otherwise.
+// (policy.Headroom.LoanGrace) or takes back young work or work with
+// little unsaved (policy.Headroom.TakeBack, TakeBackUnsaved) and q's
+// tier uses it: only then can a victim stop on short notice for q
+// (notice), so the search for those looks at no candidate otherwise.
 func (hr *hrCycle) lendsTo(q *queued) bool {
 	if hr == nil {
 		return false
 	}
 	for _, name := range hr.names {
 		h := hr.pools[name].h
-		if (q.pool == "" || q.pool == name) && (h.LoanGrace != nil || h.TakeBack > 0) && h.UsesHeadroom(q.f.tier) {
+		if (q.pool == "" || q.pool == name) && (h.LoanGrace != nil || h.TakesAnyBack()) && h.UsesHeadroom(q.f.tier) {
 			return true
 		}
 	}
@@ -787,12 +788,17 @@ const (
 	// takenBack: it started less than the headroom's take_back ago
 	// (policy.Headroom.TakeBack); it stops at once.
 	takenBack
+	// takenBackUnsaved: its work since its last checkpoint is less than
+	// the headroom's take_back_unsaved (policy.Headroom.TakeBackUnsaved);
+	// it stops at once.
+	takenBackUnsaved
 )
 
 // notice is the grace q's preemption gives holder h, of tier and with
 // its own grace, and why, where h is of a tier the headroom of its pool
 // keeps out and q's tier uses it: taken back at once when every
-// allocation of h started less than the headroom's take_back ago
+// allocation of h started less than the headroom's take_back ago, or
+// its work since its last checkpoint is less than its take_back_unsaved
 // (anywhere in the pool); else, on loan, the shorter of the loan's grace
 // and its own when every allocation runs on a node the headroom keeps
 // and the headroom lends them. ownNotice (and own) otherwise.
@@ -813,6 +819,8 @@ func (hr *hrCycle) notice(q *queued, h int, tier string, own time.Duration) (tim
 	}
 	if p := pol(hd.Slots[0].Node); p.TakesBack(earliestStart(hd.Allocs), hr.c.now) {
 		return 0, takenBack
+	} else if p.TakesBackUnsaved(unsaved(hd, hr.c.now)) {
+		return 0, takenBackUnsaved
 	}
 	grace := own
 	for _, sl := range hd.Slots {
@@ -829,11 +837,26 @@ func (hr *hrCycle) notice(q *queued, h int, tier string, own time.Duration) (tim
 	return grace, onLoan
 }
 
+// unsaved is the work holder hd would lose stopped at now: its run since
+// its last checkpoint (the gang's, as a stop counts it: runSaved), or -1
+// when it has not started.
+func unsaved(hd *placement.Holder, now time.Time) time.Duration {
+	if hd.Job == nil {
+		return -1
+	}
+	toCkpt, toNow := runSaved(hd.Allocs, hd.Job.Spec.CheckpointInterval, now)
+	if toNow <= 0 {
+		return -1
+	}
+	return toNow - toCkpt
+}
+
 // takeBackNote is what a preemptible job admitted where a headroom takes
-// back young work is told (exp.Reason): for its first take_back, a job
-// of the headroom's tiers may stop it at once. A job's allocations are
-// all in its pool, so the node of its first slot names the headroom. "" when
-// no headroom of its pool takes it back.
+// back young work or work with little unsaved is told (exp.Reason): for
+// its first take_back, and whenever less than take_back_unsaved of its
+// work is unsaved, a job of the headroom's tiers may stop it at once. A
+// job's allocations are all in its pool, so the node of its first slot
+// names the headroom. "" when no headroom of its pool takes it back.
 func (hr *hrCycle) takeBackNote(q *queued, res placement.Result) string {
 	if hr == nil || !q.f.preemptible {
 		return ""
@@ -843,11 +866,23 @@ func (hr *hrCycle) takeBackNote(q *queued, res placement.Result) string {
 		return ""
 	}
 	p := hr.nodePool[res.Groups[i][0].Node]
-	if p == nil || p.h.TakeBack <= 0 || p.h.UsesHeadroom(q.f.tier) {
+	if p == nil || !p.h.TakesAnyBack() || p.h.UsesHeadroom(q.f.tier) {
 		return ""
 	}
-	return fmt.Sprintf("for its first %s a job of %v may take its GPUs back at once (headroom %q take_back), without its impact_grace of %s",
-		p.h.TakeBack, p.h.Tiers, p.h.Pool, q.job.Spec.Grace)
+	var when, fields []string
+	if p.h.TakeBack > 0 {
+		when, fields = append(when, fmt.Sprintf("for its first %s", p.h.TakeBack)), append(fields, "take_back")
+	}
+	if p.h.TakeBackUnsaved > 0 {
+		when = append(when, fmt.Sprintf("whenever less than %s of its work is unsaved since its last checkpoint", p.h.TakeBackUnsaved))
+		fields = append(fields, "take_back_unsaved")
+	}
+	lead := strings.Join(when, ", and ")
+	if p.h.TakeBackUnsaved > 0 {
+		lead += "," // the clause is long enough to need one
+	}
+	return fmt.Sprintf("%s a job of %v may take its GPUs back at once (headroom %q %s), without its impact_grace of %s",
+		lead, p.h.Tiers, p.h.Pool, strings.Join(fields, ", "), q.job.Spec.Grace)
 }
 
 // loanNote is what a job admitted on loan is told (exp.Reason): placed

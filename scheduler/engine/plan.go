@@ -240,8 +240,9 @@ type Preemption struct {
 	// than its impact_grace.
 	OnLoan bool `json:"on_loan,omitempty"`
 	// TakenBack: the victim started less than the take_back of a
-	// headroom its preemptor's tier uses (policy.Headroom.TakeBack), so
-	// it was chosen before other work and stops at once (Grace 0).
+	// headroom its preemptor's tier uses, or had less work unsaved than
+	// its take_back_unsaved (policy.Headroom.TakeBack, TakeBackUnsaved),
+	// so it was chosen before other work and stops at once (Grace 0).
 	TakenBack bool `json:"taken_back,omitempty"`
 	// Preemptor is the job the GPUs are freed for.
 	Preemptor string `json:"preemptor"`

@@ -25,7 +25,8 @@ const maxPreemptAttemptsPerSuccess = 4
 // preemptible, of a tier it may preempt, past their min runtime; made
 // minimal), among those that stop for it on short notice first
 // (searchShortNotice: work a headroom of its tier takes back, having
-// started less than its take_back ago, stopped at once; work on the
+// started less than its take_back ago or with less work unsaved than
+// its take_back_unsaved, stopped at once; work on the
 // nodes of a headroom that lends them, stopped after the loan's grace),
 // then among those of its own shape (searchShaped), and
 // orders their stops only if the gain exceeds the cost and the policy's
@@ -460,6 +461,10 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		case takenBack:
 			p.TakenBack, p.Grace, v.Grace = true, g, g
 			p.Reason += fmt.Sprintf("; started %s ago, less than the headroom's take_back, so taken back at once, not after its impact_grace", pe.c.now.Sub(earliestStart(hd.Allocs)).Round(time.Second))
+		case takenBackUnsaved:
+			p.TakenBack, p.Grace, v.Grace = true, g, g
+			p.Reason += fmt.Sprintf("; %s of its work unsaved since %s, less than the headroom's take_back_unsaved, so taken back at once, not after its impact_grace",
+				unsaved(&hd, pe.c.now).Round(time.Second), lastSaveBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		case onLoan:
 			p.OnLoan = true
 			if g != v.Grace {

@@ -198,6 +198,21 @@ func lostBasis(allocs []*cluster.Alloc, interval time.Duration) string {
 	return "its start (no checkpoint known, so an upper bound: a job that checkpoints on its signal loses only the work since; set impact_checkpoint_interval to count from the last one)"
 }
 
+// lastSaveBasis names what a stop's unsaved work counts from: a short
+// form of lostBasis, for the reason of a victim taken back by how little
+// it has unsaved.
+func lastSaveBasis(allocs []*cluster.Alloc, interval time.Duration) string {
+	if interval > 0 {
+		return fmt.Sprintf("its last expected checkpoint (impact_checkpoint_interval %s)", interval)
+	}
+	for _, a := range allocs {
+		if !a.LastCheckpoint.IsZero() {
+			return "its last checkpoint"
+		}
+	}
+	return "its start"
+}
+
 // reason formats a waiting job's reason, "needs N GPUs, M free" or "no
 // placement for the whole gang", with the note on reservations appended:
 // thousands of waiting jobs share a handful of distinct sentences, so each

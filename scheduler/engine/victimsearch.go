@@ -43,7 +43,8 @@ func (pe *preempter) searchShaped(cl *candList, q *queued, req placement.Request
 // searchShortNotice is searchVictims among the candidates that stop on short
 // notice for q (hrCycle.notice: preemptible work of other tiers that a
 // headroom q's tier uses takes back, having started less than its
-// take_back ago, or that runs on loan on its nodes): they stop at once
+// take_back ago or with less than its take_back_unsaved of work unsaved,
+// or that runs on loan on its nodes): they stop at once
 // or after the loan's short grace, where other victims keep their own,
 // so the job starts seconds after the decision instead of a grace later.
 // False when no candidate stops on short notice; the caller then

@@ -101,18 +101,19 @@ type defragmentFile struct {
 }
 
 type headroomFile struct {
-	Pool       string         `hcl:"pool,label"`
-	Tiers      *[]string      `hcl:"tiers,optional"`
-	GPUs       *int           `hcl:"gpus,optional"`
-	Share      *float64       `hcl:"share,optional"`
-	Learn      *bool          `hcl:"learn,optional"`
-	Window     hcl.Expression `hcl:"window,optional"`
-	MaxShare   *float64       `hcl:"max_share,optional"`
-	MinGPUs    *int           `hcl:"min_gpus,optional"`
-	IdleBudget *float64       `hcl:"idle_budget,optional"`
-	LoanGrace  hcl.Expression `hcl:"loan_grace,optional"`
-	TakeBack   hcl.Expression `hcl:"take_back,optional"`
-	Body       hcl.Body       `hcl:",body"`
+	Pool            string         `hcl:"pool,label"`
+	Tiers           *[]string      `hcl:"tiers,optional"`
+	GPUs            *int           `hcl:"gpus,optional"`
+	Share           *float64       `hcl:"share,optional"`
+	Learn           *bool          `hcl:"learn,optional"`
+	Window          hcl.Expression `hcl:"window,optional"`
+	MaxShare        *float64       `hcl:"max_share,optional"`
+	MinGPUs         *int           `hcl:"min_gpus,optional"`
+	IdleBudget      *float64       `hcl:"idle_budget,optional"`
+	LoanGrace       hcl.Expression `hcl:"loan_grace,optional"`
+	TakeBack        hcl.Expression `hcl:"take_back,optional"`
+	TakeBackUnsaved hcl.Expression `hcl:"take_back_unsaved,optional"`
+	Body            hcl.Body       `hcl:",body"`
 }
 
 type gangsFile struct {
@@ -371,6 +372,7 @@ func (o *overlay) headroom(h *headroomFile, seen map[string]bool) {
 		ch.LoanGrace = d
 	}
 	o.dur(&ch.TakeBack, h.TakeBack)
+	o.dur(&ch.TakeBackUnsaved, h.TakeBackUnsaved)
 }
 
 // idle is what an idle block writes, as an override.

@@ -72,6 +72,14 @@ import (
 // work is long, little is that young and the headroom's tiers preempt
 // as without it. A victim that would save its work on the checkpoint
 // signal gets no time to: it has little to save.
+//
+// TakeBackUnsaved takes back, the same way, preemptible work of the
+// other tiers of any age whose work since its last checkpoint (reported,
+// or expected from its impact_checkpoint_interval; its start when it has
+// none) is less than TakeBackUnsaved: it too loses at most that much.
+// Such a victim's grace would buy it the save of a few minutes' work and
+// cost the urgent job a grace; where little work is young (long runs in a
+// small pool) it is what the headroom's tiers can start on at once.
 type Headroom struct {
 	// Pool is the node pool (the block's label).
 	Pool string
@@ -102,6 +110,10 @@ type Headroom struct {
 	// allocations started) preemptible work of the other tiers is taken
 	// back at once by a job of Tiers (see Headroom).
 	TakeBack time.Duration
+	// TakeBackUnsaved: 0 takes nothing back by it; else how little work
+	// since its last checkpoint preemptible work of the other tiers has
+	// when a job of Tiers takes it back at once (see Headroom).
+	TakeBackUnsaved time.Duration
 }
 
 // TakesBack reports whether a job of the headroom's tiers takes back at
@@ -109,6 +121,20 @@ type Headroom struct {
 // started: less than TakeBack before now (a zero started never is).
 func (h *Headroom) TakesBack(started, now time.Time) bool {
 	return h != nil && h.TakeBack > 0 && !started.IsZero() && now.Sub(started) < h.TakeBack
+}
+
+// TakesBackUnsaved reports whether a job of the headroom's tiers takes
+// back at once a victim of another tier that has run unsaved (its work
+// since its last checkpoint, or its start) for that long: less than
+// TakeBackUnsaved.
+func (h *Headroom) TakesBackUnsaved(unsaved time.Duration) bool {
+	return h != nil && h.TakeBackUnsaved > 0 && unsaved >= 0 && unsaved < h.TakeBackUnsaved
+}
+
+// TakesAnyBack: the headroom takes back some work at once (TakeBack or
+// TakeBackUnsaved).
+func (h *Headroom) TakesAnyBack() bool {
+	return h != nil && (h.TakeBack > 0 || h.TakeBackUnsaved > 0)
 }
 
 // LoanOf is the grace a preemption by a job of the headroom's tiers
@@ -182,6 +208,9 @@ func (h *Headroom) Describe() string {
 	if h.TakeBack > 0 {
 		out += fmt.Sprintf(", preemptible work younger than %s taken back at once", h.TakeBack)
 	}
+	if h.TakeBackUnsaved > 0 {
+		out += fmt.Sprintf(", preemptible work with less than %s unsaved since its last checkpoint taken back at once", h.TakeBackUnsaved)
+	}
 	return out
 }
 
@@ -244,6 +273,9 @@ func (p *Policy) validateHeadrooms(bad func(field, format string, args ...any)) 
 		}
 		if h.TakeBack < 0 {
 			bad(prefix+"take_back", "must be >= 0 (\"0s\": take nothing back), got %s", h.TakeBack)
+		}
+		if h.TakeBackUnsaved < 0 {
+			bad(prefix+"take_back_unsaved", "must be >= 0 (\"0s\": take nothing back by it), got %s", h.TakeBackUnsaved)
 		}
 	}
 }

@@ -90,6 +90,8 @@ func TestHeadroomErrors(t *testing.T) {
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  loan_grace = \"soon\"\n}\n", `p.hcl:4: headroom "gpu" loan_grace: must be a duration such as "90s", "10m" or "24h", got "soon"`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  take_back = \"-1m\"\n}\n", `p.hcl:4: headroom "gpu" take_back: must be >= 0 ("0s": take nothing back), got -1m0s`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  take_back = 10\n}\n", `p.hcl:4: headroom "gpu" take_back: must be a duration string such as "10m", got number`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  take_back_unsaved = \"-2m\"\n}\n", `p.hcl:4: headroom "gpu" take_back_unsaved: must be >= 0 ("0s": take nothing back by it), got -2m0s`},
+		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 4\n  take_back_unsaved = true\n}\n", `p.hcl:4: headroom "gpu" take_back_unsaved: must be a duration string such as "10m", got bool`},
 		{"headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpu = 4\n}\n", `p.hcl:3`},
 		{"headroom \"gpu\" {\n  tiers = \"critical\"\n  gpus = 4\n}\n", `p.hcl:2: headroom "gpu" tiers: Unsuitable value type; Unsuitable value: list of string required`},
 		{"headroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\nheadroom \"g\" {\n  tiers = [\"critical\"]\n  gpus = 1\n}\n", `p.hcl:5: headroom "g": defined twice (first at line 1)`},
@@ -182,5 +184,49 @@ func TestHeadroomTakeBack(t *testing.T) {
 	}
 	if m.HeadroomFor("gpu").TakesBack(ago(time.Second), now) {
 		t.Fatal("an overlay writing take_back = \"0s\" still takes back")
+	}
+}
+
+// take_back_unsaved: unset takes nothing back by it; set, a victim with
+// less work unsaved than it is taken back, one with as much or more is
+// not, nor one that has not started; Describe names it; a later file
+// keeps it unless it writes one.
+func TestHeadroomTakeBackUnsaved(t *testing.T) {
+	p, err := LoadBytes([]byte("headroom \"gpu\" {\n  tiers = [\"critical\"]\n  gpus = 8\n  take_back_unsaved = \"2m\"\n}\nheadroom \"h100\" {\n  tiers = [\"critical\"]\n  gpus = 8\n  take_back = \"10m\"\n}\n"), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.HeadroomFor("gpu")
+	for _, c := range []struct {
+		unsaved time.Duration
+		want    bool
+	}{{0, true}, {time.Second, true}, {2*time.Minute - time.Second, true}, {2 * time.Minute, false}, {time.Hour, false}, {-1, false}} {
+		if got := h.TakesBackUnsaved(c.unsaved); got != c.want {
+			t.Errorf("TakesBackUnsaved(%s) = %v, want %v", c.unsaved, got, c.want)
+		}
+	}
+	if !h.TakesAnyBack() || h.TakesBack(time.Now(), time.Now().Add(time.Second)) {
+		t.Errorf("take_back_unsaved alone: TakesAnyBack %v, TakesBack by age %v", h.TakesAnyBack(), h.TakesBack(time.Now(), time.Now().Add(time.Second)))
+	}
+	if !strings.Contains(h.Describe(), "preemptible work with less than 2m0s unsaved since its last checkpoint taken back at once") {
+		t.Errorf("Describe: %q", h.Describe())
+	}
+	o := p.HeadroomFor("h100")
+	if o.TakesBackUnsaved(time.Second) || !o.TakesAnyBack() || strings.Contains(o.Describe(), "unsaved") {
+		t.Errorf("a headroom with take_back alone: TakesBackUnsaved %v, TakesAnyBack %v, %q", o.TakesBackUnsaved(time.Second), o.TakesAnyBack(), o.Describe())
+	}
+	m, err := p.Overlay([]byte("headroom \"gpu\" {\n  gpus = 4\n}\n"), "o.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := m.HeadroomFor("gpu").TakeBackUnsaved; g != 2*time.Minute {
+		t.Fatalf("an overlay that does not write take_back_unsaved changed it to %s", g)
+	}
+	m, err = p.Overlay([]byte("headroom \"gpu\" {\n  take_back_unsaved = \"0s\"\n}\n"), "o.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.HeadroomFor("gpu").TakesAnyBack() {
+		t.Fatal("an overlay writing take_back_unsaved = \"0s\" still takes back")
 	}
 }

@@ -335,7 +335,9 @@ func TestRandomTraceInvariants(t *testing.T) {
 // the simulated jobs take, or it prices victims by the work since their
 // start. A (from 0) checkpointed at 3600 and would lose 100s at 3700; B
 // (from 1000) checkpointed at 2800 and would lose 900s: the critical job
-// arriving at 3700 preempts A. Counting from the starts it would pick B.
+// arriving at 3700 preempts A, and at once (the built-in headroom's
+// take_back_unsaved of 2m). Counting from the starts it would pick B,
+// after its grace.
 func TestEngineSeesCheckpoints(t *testing.T) {
 	jobs := []trace.Job{
 		tj("A", 0, 20000, 8, "scavenger", true),
@@ -347,14 +349,14 @@ func TestEngineSeesCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := byID(res)
-	// Decided at 3701, released at 3761, started 1s later.
-	if got["A"].Preempted != 1 || got["B"].Preempted != 0 || got["crit"].FirstStart != 3762 {
-		t.Fatalf("A preempted %d, B preempted %d, critical started at %d; want A once, B never, start 3762",
+	// Decided and released at 3701, started 1s later.
+	if got["A"].Preempted != 1 || got["B"].Preempted != 0 || got["crit"].FirstStart != 3702 {
+		t.Fatalf("A preempted %d, B preempted %d, critical started at %d; want A once, B never, start 3702",
 			got["A"].Preempted, got["B"].Preempted, got["crit"].FirstStart)
 	}
-	// A keeps the 3600s it saved: it loses 160s (100 + the grace) and the
-	// 120s restart, on 8 GPUs.
-	if want := (160.0 + 120) * 8 / 3600; math.Abs(res.LostGPUHours-want) > 1e-9 {
+	// A keeps the 3600s it saved: it loses the 100s since (with no grace
+	// after the decision) and the 120s restart, on 8 GPUs.
+	if want := (100.0 + 120) * 8 / 3600; math.Abs(res.LostGPUHours-want) > 1e-9 {
 		t.Fatalf("lost %v GPU-h, want %v", res.LostGPUHours, want)
 	}
 }

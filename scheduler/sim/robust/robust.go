@@ -456,8 +456,9 @@ func preemptionBound(o *Outcome, need, room float64) (bound, short string) {
 // exit sooner (sim.Model.SaveOnSignal); the shortest loan where the
 // impact policy lends a headroom's nodes (policy.Headroom.LoanGrace):
 // a top-tier job may stop work on loan after that, so no floor above it
-// is proved; none where it takes back young work
-// (policy.Headroom.TakeBack), which stops at once.
+// is proved; none where it takes back young work or work with little
+// unsaved (policy.Headroom.TakeBack, TakeBackUnsaved), which stops at
+// once.
 func stopTime(cfg Config) (int64, string) {
 	m := cfg.ImpactModel
 	t, basis := m.Grace, fmt.Sprintf("grace %ds", m.Grace)
@@ -469,6 +470,9 @@ func stopTime(cfg Config) (int64, string) {
 			h := cfg.Policy.Headrooms[pool]
 			if h.TakeBack > 0 {
 				return 0, fmt.Sprintf("headroom %q take_back %s: young work stops at once", pool, h.TakeBack)
+			}
+			if h.TakeBackUnsaved > 0 {
+				return 0, fmt.Sprintf("headroom %q take_back_unsaved %s: work with little unsaved stops at once", pool, h.TakeBackUnsaved)
 			}
 			if h.LoanGrace == nil {
 				continue

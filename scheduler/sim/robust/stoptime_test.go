@@ -11,7 +11,8 @@ import (
 // The preemption bound's floor is the time a preempted job takes to stop:
 // the model's grace; the time to save where jobs save on their signal
 // within the grace (and exit); the shortest loan where the impact policy
-// lends a headroom's nodes; none where it takes back young work. With a
+// lends a headroom's nodes; none where it takes back young work or work
+// with little unsaved. With a
 // loan of 0s a top-tier job may start a debounce after it arrives, so no
 // critical gain is waived for needing less than a grace.
 func TestStopTime(t *testing.T) {
@@ -20,8 +21,11 @@ func TestStopTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol.Headrooms["gpu"].TakeBack = 0 // the built-in policy takes back
+	pol.Headrooms["gpu"].TakeBackUnsaved = 0
 	back := pol.Clone()
 	back.Headrooms["gpu"].TakeBack = 10 * time.Minute
+	unsaved := pol.Clone()
+	unsaved.Headrooms["gpu"].TakeBackUnsaved = 2 * time.Minute
 	loan := pol.Clone()
 	zero := time.Duration(0)
 	loan.Headrooms["gpu"].LoanGrace = &zero
@@ -37,6 +41,7 @@ func TestStopTime(t *testing.T) {
 		{"saving takes longer than the grace", 90, pol, 60, "grace 60s"},
 		{"a loan", 10, loan, 0, `headroom "gpu" loan_grace 0s`},
 		{"taking back young work", 10, back, 0, `headroom "gpu" take_back 10m0s: young work stops at once`},
+		{"taking back work with little unsaved", 10, unsaved, 0, `headroom "gpu" take_back_unsaved 2m0s: work with little unsaved stops at once`},
 	} {
 		cfg := DefaultConfig(c.policy)
 		cfg.ImpactModel.SaveOnSignal = c.save
