@@ -334,15 +334,17 @@ idle {
 # to 63 (example/sim/README.md, "Twenty-fifth pass").
 # `take_back_unsaved` (a duration; default unset) takes back the same
 # way preemptible work of any age whose work since its last checkpoint
-# is less than it: the last checkpoint the job reported, or the last one
-# its impact_checkpoint_interval makes expected, or its start when it
-# has neither. Such a victim loses at most that much work; its grace
+# is less than it: the last checkpoint its impact_checkpoint_interval
+# makes expected, or its start when it declares none. Such a victim
+# loses at most that much work (if it checkpoints on that interval); its
+# grace
 # would have bought it the save of those few minutes and cost the urgent
 # job a grace. Where work runs long in a small pool and little of it is
 # young, this is what a job of `tiers` can start on at once. A job that
-# declares no impact_checkpoint_interval and reports no checkpoint is
-# taken back by it only in its first minutes. The simulator's policy sets
-# 3m (example/sim/README.md, "Twenty-sixth pass").
+# declares no impact_checkpoint_interval is taken back by it only while
+# it has run less than take_back_unsaved.
+# The simulator's policy sets 3m (example/sim/README.md, "Twenty-sixth
+# pass").
 #
 # headroom "gpu" {
 #   tiers             = ["critical"]
