@@ -187,30 +187,32 @@ func (w *explainer) youngNote(q *queued) youngChance {
 // scheduler cannot see (a run that checkpointed on its signal was once
 // reported to lose 0.47 GPU-hours where nothing was lost).
 func lostBasis(allocs []*cluster.Alloc, interval time.Duration) string {
-	if interval > 0 {
-		return fmt.Sprintf("its last expected checkpoint (impact_checkpoint_interval %s)", interval)
-	}
-	for _, a := range allocs {
-		if !a.LastCheckpoint.IsZero() {
-			return "its last checkpoint"
-		}
+	if basis, known := checkpointBasis(allocs, interval); known {
+		return basis
 	}
 	return "its start (no checkpoint known, so an upper bound: a job that checkpoints on its signal loses only the work since; set impact_checkpoint_interval to count from the last one)"
 }
 
-// lastSaveBasis names what a stop's unsaved work counts from: a short
-// form of lostBasis, for the reason of a victim taken back by how little
-// it has unsaved.
+// lastSaveBasis names what a stop's unsaved work counts from, for the
+// reason of a victim taken back by how little it has unsaved: lostBasis
+// without the caveat, which the amount it names makes moot.
 func lastSaveBasis(allocs []*cluster.Alloc, interval time.Duration) string {
+	basis, _ := checkpointBasis(allocs, interval)
+	return basis
+}
+
+// checkpointBasis is the checkpoint a run's lost work counts from, in
+// words, and whether one is known (else "its start").
+func checkpointBasis(allocs []*cluster.Alloc, interval time.Duration) (string, bool) {
 	if interval > 0 {
-		return fmt.Sprintf("its last expected checkpoint (impact_checkpoint_interval %s)", interval)
+		return fmt.Sprintf("its last expected checkpoint (impact_checkpoint_interval %s)", interval), true
 	}
 	for _, a := range allocs {
 		if !a.LastCheckpoint.IsZero() {
-			return "its last checkpoint"
+			return "its last checkpoint", true
 		}
 	}
-	return "its start"
+	return "its start", false
 }
 
 // reason formats a waiting job's reason, "needs N GPUs, M free" or "no
