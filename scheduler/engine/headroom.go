@@ -817,9 +817,11 @@ func (hr *hrCycle) notice(q *queued, h int, tier string, own time.Duration) (tim
 		}
 		return p.h
 	}
+	// The TakeBackUnsaved gate spares the walk over hd's allocations
+	// (unsaved) where the headroom sets none: this runs per candidate.
 	if p := pol(hd.Slots[0].Node); p.TakesBack(earliestStart(hd.Allocs), hr.c.now) {
 		return 0, takenBack
-	} else if p.TakesBackUnsaved(unsaved(hd, hr.c.now)) {
+	} else if p != nil && p.TakeBackUnsaved > 0 && p.TakesBackUnsaved(unsaved(hd, hr.c.now)) {
 		return 0, takenBackUnsaved
 	}
 	grace := own

@@ -458,13 +458,15 @@ func (pe *preempter) orderPreemptions(q *queued, exp *Explanation, victims []int
 		p.Reason = fmt.Sprintf("preempted for %s (tier %s, score %.1f): gain %.1f > cost %.1f; %.2f GPU-hours of its work lost, counted from %s",
 			q.job.ID, q.f.tier, q.total, gain, cost, v.Lost, lostBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
 		switch g, why := pe.noticeOf(q, h); why {
-		case takenBack:
+		case takenBack, takenBackUnsaved:
 			p.TakenBack, p.Grace, v.Grace = true, g, g
-			p.Reason += fmt.Sprintf("; started %s ago, less than the headroom's take_back, so taken back at once, not after its impact_grace", pe.c.now.Sub(earliestStart(hd.Allocs)).Round(time.Second))
-		case takenBackUnsaved:
-			p.TakenBack, p.Grace, v.Grace = true, g, g
-			p.Reason += fmt.Sprintf("; %s of its work unsaved since %s, less than the headroom's take_back_unsaved, so taken back at once, not after its impact_grace",
-				unsaved(&hd, pe.c.now).Round(time.Second), lastSaveBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+			if why == takenBack {
+				p.Reason += fmt.Sprintf("; started %s ago, less than the headroom's take_back", pe.c.now.Sub(earliestStart(hd.Allocs)).Round(time.Second))
+			} else {
+				p.Reason += fmt.Sprintf("; %s of its work unsaved since %s, less than the headroom's take_back_unsaved",
+					unsaved(&hd, pe.c.now).Round(time.Second), lastSaveBasis(hd.Allocs, hd.Job.Spec.CheckpointInterval))
+			}
+			p.Reason += ", so taken back at once, not after its impact_grace"
 		case onLoan:
 			p.OnLoan = true
 			if g != v.Grace {

@@ -77,10 +77,10 @@ import (
 // other tiers of any age whose work since its last checkpoint (expected
 // from its impact_checkpoint_interval, or as the engine was told of it;
 // its start when it has neither) is less than TakeBackUnsaved: it too
-// loses at most that much.
-// Such a victim's grace would buy it the save of a few minutes' work and
-// cost the urgent job a grace; where little work is young (long runs in a
-// small pool) it is what the headroom's tiers can start on at once.
+// loses at most that much. Such a victim's grace would buy it the save
+// of a few minutes' work and cost the urgent job a grace; where little
+// work is young (long runs in a small pool) it is what the headroom's
+// tiers can start on at once.
 type Headroom struct {
 	// Pool is the node pool (the block's label).
 	Pool string
