@@ -30,15 +30,26 @@ func New(name string) (sim.Scheduler, error) {
 	return nil, fmt.Errorf("unknown baseline %q", name)
 }
 
-type nomadNative struct{ s scratch }
+type nomadNative struct {
+	s    scratch
+	pick *nomadPicker
+	// feasible and onNode are pick's arrays, reused from allocation to
+	// allocation: the nodes with room, and the job's allocations per node.
+	feasible []int
+	onNode   []int
+}
 
 func (*nomadNative) Name() string { return NomadNative }
 
 // Schedule walks evaluations in priority order and places each unplaced
-// allocation independently: what fits is placed, the rest stays blocked.
+// allocation independently, on the node Nomad's batch scheduler would
+// pick (nomadpick.go): what fits is placed, the rest stays blocked.
 func (b *nomadNative) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 	if st.MaxNodeFree == 0 {
 		return nil, nil
+	}
+	if b.pick == nil {
+		b.pick = newNomadPicker()
 	}
 	s := b.s.reset(st)
 	maxFree := st.MaxNodeFree
@@ -48,15 +59,17 @@ func (b *nomadNative) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 		}
 		placed := false
 		need := j.MemberGPUs()
+		b.countAllocs(j, len(s.free))
 		for m := j.Placed; m < j.Count(); m++ {
 			if need > maxFree {
 				break
 			}
-			i := s.bestFit(need, nil, nil)
+			i := b.nomadNode(s, j, need)
 			if i < 0 {
 				break // the rest of this job's allocations stay blocked
 			}
 			s.take(j, i, need)
+			b.onNode[i]++
 			placed = true
 		}
 		if placed {
@@ -64,6 +77,35 @@ func (b *nomadNative) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 		}
 	}
 	return s.plan, nil
+}
+
+// countAllocs counts j's placed allocations per node into onNode.
+func (b *nomadNative) countAllocs(j *sim.Job, nodes int) {
+	if len(b.onNode) != nodes {
+		b.onNode = make([]int, nodes)
+	}
+	clear(b.onNode)
+	for _, a := range j.Allocs {
+		if a.Node >= 0 {
+			b.onNode[a.Node]++
+		}
+	}
+}
+
+// nomadNode is the node Nomad picks for j's next allocation of need GPUs
+// (-1: none has room), its anti-affinity counting j's allocations per node
+// in onNode (countAllocs, and those placed since).
+func (b *nomadNative) nomadNode(s *scratch, j *sim.Job, need int) int {
+	b.feasible = b.feasible[:0]
+	for i, f := range s.free {
+		if f >= need {
+			b.feasible = append(b.feasible, i)
+		}
+	}
+	return b.pick.pick(b.feasible, func(i int) float64 {
+		n := s.st.Nodes[i]
+		return NomadScore(n.GPUs-s.free[i]+need, n.GPUs, b.onNode[i], j.Count())
+	})
 }
 
 type fifoGang struct{ s scratch }

@@ -7,10 +7,11 @@
 //     only some members fit, and the placed members hold their GPUs idle
 //     until the rest are placed. No preemption (Nomad's default for batch).
 //     Lower-priority jobs are placed whenever a higher one is blocked.
-//     Placement scans every node for the best fit; Nomad's batch scheduler
-//     ranks only a couple of sampled feasible nodes (power of two choices),
-//     so this baseline packs at least as tightly as real Nomad would: a
-//     deliberate choice in Nomad's favour.
+//     Each allocation goes to the node Nomad 2.0.5's batch scheduler would
+//     pick (nomadpick.go): the better-packed of two feasible nodes drawn at
+//     random (the power of two choices), a node already holding one of the
+//     job's allocations avoided (job anti-affinity), the job's CPU and
+//     memory asks taken to be in proportion to its GPUs.
 //   - fifo-gang: strict first-in first-out with all-or-nothing gangs; the
 //     head of the queue blocks everything behind it until it fits.
 //   - backfill: Slurm-like priority scheduling with EASY backfill: jobs start

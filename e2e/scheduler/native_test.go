@@ -1,0 +1,239 @@
+package scheduler
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
+)
+
+// TestNativePlacement checks the simulator's nomad-native baseline, the
+// policy every never-worse check of `impact robustness` is held to,
+// against how a real Nomad places GPU jobs on its own (node pool default,
+// no impact agent). On four clients of 8 fake GPUs, jobs of 1 to 4 GPUs
+// (and some groups of two such allocations) are submitted one at a time,
+// each asking CPU and memory in proportion to its GPUs (an eighth of a
+// node's per GPU, as the baseline assumes), until the next one would not
+// fit; then all are stopped and another round starts. For every
+// allocation Nomad placed, the baseline's model (baseline.NomadChances:
+// the better-packed of two random feasible nodes, a node holding one of
+// the group's allocations skipped) gives the chance of the node Nomad
+// picked, from the GPUs each node had in use before it.
+//
+// It fails when Nomad picked a node the model gives no chance, or when
+// the count of picks that were the tightest fit (the node with the fewest
+// free GPUs that fits, what the baseline assumed before) is more than 3
+// standard deviations (+1) from what the model expects: under a
+// best-fit model Nomad would pick the tightest fit every time.
+func TestNativePlacement(t *testing.T) {
+	c, _ := startGPUClusterWith(t, "impact-e2e-native-", 4, "")
+	nodes := nativeNodes(t, c.Agent.Get)
+	rng := rand.New(rand.NewPCG(7, 38))
+	var (
+		placed, tightest         int
+		expTightest, varTightest float64
+		logModel                 float64
+		bestFitRuledOut          int
+	)
+	for round := range 8 {
+		used := make([]int, len(nodes))
+		for k := 0; ; k++ {
+			count, gpus := 1, 1+rng.IntN(4)
+			if rng.IntN(4) == 0 {
+				count, gpus = 2, 2+rng.IntN(3)
+			}
+			if !nativeFits(used, count, gpus) {
+				break
+			}
+			name := fmt.Sprintf("native-r%d-%02d", round, k)
+			nativeSubmit(t, c.Agent.Addr, name, count, gpus, nodes[0].cpuPerGPU, nodes[0].memPerGPU)
+			got := nativeWaitPlaced(t, c.Agent.Get, name, count)
+			onNode := make([]int, len(nodes))
+			for m, nodeID := range got {
+				n := nativeIndex(t, nodes, nodeID)
+				var feasible []int
+				var scores []float64
+				for i := range nodes {
+					if 8-used[i] >= gpus {
+						feasible = append(feasible, i)
+						scores = append(scores, baseline.NomadScore(used[i]+gpus, 8, onNode[i], count))
+					}
+				}
+				chances, err := baseline.NomadChances(scores)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, pTight, minFree := 0.0, 0.0, 9
+				for _, i := range feasible {
+					minFree = min(minFree, 8-used[i])
+				}
+				for fi, i := range feasible {
+					if i == n {
+						p = chances[fi]
+					}
+					if 8-used[i] == minFree && onNode[i] == 0 {
+						pTight += chances[fi]
+					}
+				}
+				t.Logf("%s[%d] (%d GPUs): GPUs in use before %v, Nomad picked %s (model's chance %.3f)", name, m, gpus, used, nodes[n].name, p)
+				if p == 0 {
+					t.Errorf("%s[%d]: Nomad picked %s, a node the model gives no chance (GPUs in use %v, the group's allocations per node %v)", name, m, nodes[n].name, used, onNode)
+				} else {
+					logModel += math.Log(p)
+				}
+				placed++
+				expTightest += pTight
+				varTightest += pTight * (1 - pTight)
+				if 8-used[n] == minFree && onNode[n] == 0 {
+					tightest++
+				} else {
+					bestFitRuledOut++
+				}
+				used[n] += gpus
+				onNode[n]++
+			}
+		}
+		c.StopAllJobs()
+	}
+	sd := math.Sqrt(varTightest)
+	t.Logf("%d allocations placed: %d on the tightest fit, the model expects %.1f (sd %.1f); %d picks a best-fit baseline gives no chance; log-likelihood of the model %.1f",
+		placed, tightest, expTightest, sd, bestFitRuledOut, logModel)
+	if placed < 20 {
+		t.Fatalf("only %d allocations placed: too few to judge the model", placed)
+	}
+	if math.Abs(float64(tightest)-expTightest) > 3*sd+1 {
+		t.Errorf("Nomad picked the tightest fit %d times of %d, the model expects %.1f (sd %.1f)", tightest, placed, expTightest, sd)
+	}
+}
+
+// nativeNode is one client as the test sees it: its name and ID, and the
+// CPU (MHz) and memory (MB) a job asks per GPU: an eighth of what the
+// node offers to allocations.
+type nativeNode struct {
+	id, name             string
+	cpuPerGPU, memPerGPU int
+}
+
+// nativeNodes lists the clients, sorted by name.
+func nativeNodes(t *testing.T, get func(string, any) error) []nativeNode {
+	t.Helper()
+	var stubs []struct{ ID, Name string }
+	if err := get("/v1/nodes", &stubs); err != nil {
+		t.Fatal(err)
+	}
+	var out []nativeNode
+	for _, s := range stubs {
+		var n struct {
+			NodeResources struct {
+				Cpu    struct{ CpuShares int }
+				Memory struct{ MemoryMB int }
+			}
+			ReservedResources struct {
+				Cpu    struct{ CpuShares int }
+				Memory struct{ MemoryMB int }
+			}
+		}
+		if err := get("/v1/node/"+s.ID, &n); err != nil {
+			t.Fatal(err)
+		}
+		cpu := n.NodeResources.Cpu.CpuShares - n.ReservedResources.Cpu.CpuShares
+		mem := n.NodeResources.Memory.MemoryMB - n.ReservedResources.Memory.MemoryMB
+		if cpu < 8*20 || mem < 8*20 {
+			t.Fatalf("node %s offers %d MHz and %d MB: too little for 8 GPUs' worth of asks", s.Name, cpu, mem)
+		}
+		out = append(out, nativeNode{id: s.ID, name: s.Name, cpuPerGPU: cpu / 8, memPerGPU: mem / 8})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
+	for _, n := range out[1:] {
+		if n.cpuPerGPU != out[0].cpuPerGPU || n.memPerGPU != out[0].memPerGPU {
+			t.Fatalf("the clients offer different CPU or memory (%+v): the asks would not follow GPUs on every node", out)
+		}
+	}
+	return out
+}
+
+// nativeFits: count allocations of gpus fit nodes with used GPUs in
+// use, on distinct nodes (so that the test never waits on a blocked
+// evaluation).
+func nativeFits(used []int, count, gpus int) bool {
+	room := 0
+	for _, u := range used {
+		if 8-u >= gpus {
+			room++
+		}
+	}
+	return room >= count
+}
+
+// nativeSubmit registers a batch job in the default pool: one group of
+// count allocations, each a raw_exec task that sleeps, asking gpus GPUs
+// and CPU and memory in proportion.
+func nativeSubmit(t *testing.T, addr, name string, count, gpus, cpuPerGPU, memPerGPU int) {
+	t.Helper()
+	job := map[string]any{
+		"ID": name, "Name": name, "Type": "batch", "Datacenters": []string{"*"}, "NodePool": "default",
+		"TaskGroups": []any{map[string]any{
+			"Name": "g", "Count": count,
+			"RestartPolicy":    map[string]any{"Attempts": 0, "Mode": "fail"},
+			"ReschedulePolicy": map[string]any{"Attempts": 0, "Unlimited": false},
+			"Tasks": []any{map[string]any{
+				"Name": "t", "Driver": "raw_exec", "KillTimeout": int64(2 * time.Second),
+				"Config": map[string]any{"command": "/bin/sh", "args": []string{"-c", "trap 'exit 0' TERM; sleep 600 & wait"}},
+				"Resources": map[string]any{"CPU": cpuPerGPU * gpus, "MemoryMB": memPerGPU * gpus,
+					"Devices": []any{map[string]any{"Name": "nvidia/gpu", "Count": gpus}}},
+			}},
+		}},
+	}
+	b, _ := json.Marshal(map[string]any{"Job": job})
+	resp, err := http.Post(addr+"/v1/jobs", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("register %s: %v", name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("register %s: HTTP %d", name, resp.StatusCode)
+	}
+}
+
+// nativeWaitPlaced waits until every allocation of name is placed and
+// returns their nodes by allocation index.
+func nativeWaitPlaced(t *testing.T, get func(string, any) error, name string, count int) []string {
+	t.Helper()
+	var nodes []string
+	eventually(t, 60*time.Second, name+": every allocation placed", func() (bool, string) {
+		var as []struct{ Name, NodeID string }
+		if err := get("/v1/job/"+name+"/allocations", &as); err != nil {
+			return false, err.Error()
+		}
+		if len(as) < count {
+			return false, fmt.Sprintf("%d of %d allocations", len(as), count)
+		}
+		sort.Slice(as, func(a, b int) bool { return as[a].Name < as[b].Name })
+		nodes = nodes[:0]
+		for _, a := range as {
+			nodes = append(nodes, a.NodeID)
+		}
+		return true, strings.Join(nodes, ",")
+	})
+	return nodes
+}
+
+// nativeIndex is the index of the node of ID id.
+func nativeIndex(t *testing.T, nodes []nativeNode, id string) int {
+	t.Helper()
+	for i, n := range nodes {
+		if n.id == id {
+			return i
+		}
+	}
+	t.Fatalf("allocation on node %s, not one of the clients", id)
+	return -1
+}
