@@ -43,8 +43,10 @@
 // TestTopTierWeighsNaturalEnds and TestPreemptionWithdrawn (ends_test.go:
 // a critical job waits for work ending on its own rather than preempt; a
 // preemption whose preemptor started on GPUs freed meanwhile is withdrawn
-// and its victim runs on), TestChaos, TestIdle, TestParkingCandidates and
-// TestOperatorUI in their files.
+// and its victim runs on), TestNativePlacement (native_test.go: plain
+// Nomad's own placement of GPU jobs on four clients, weighed against the
+// simulator's nomad-native model), TestChaos, TestIdle,
+// TestParkingCandidates and TestOperatorUI in their files.
 package scheduler
 
 import (

@@ -43,8 +43,9 @@ table. A progress line goes to stderr on long runs.
 
 Policies:
   nomad-native  plain Nomad: priority-ordered evaluations, each allocation
-                placed independently (binpack), gangs placed partially, no
-                preemption
+                placed independently as Nomad 2.0.5's batch scheduler does
+                (the better-packed of two random feasible nodes), gangs
+                placed partially, no preemption
   fifo-gang     strict FIFO, all-or-nothing gangs, the head blocks
   backfill      priority + EASY backfill (Slurm-like), no preemption
   impact        this project's scheduler core (scheduler/engine)
