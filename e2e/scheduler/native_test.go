@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/impact-sched/nomad-impact/scheduler/sim"
 	"github.com/impact-sched/nomad-impact/scheduler/sim/baseline"
+	"github.com/impact-sched/nomad-impact/scheduler/sim/trace"
 )
 
 // TestNativePlacement checks the simulator's nomad-native baseline, the
@@ -173,13 +175,19 @@ func nativeFits(used []int, count, gpus int) bool {
 	return room >= count
 }
 
-// nativeSubmit registers a batch job in the default pool: one group of
-// count allocations, each a raw_exec task that sleeps, asking gpus GPUs
-// and CPU and memory in proportion.
+// nativeSubmit registers a batch job of Nomad's default priority (50)
+// in the default pool: one group of count allocations, each a raw_exec
+// task that sleeps, asking gpus GPUs and CPU and memory in proportion.
 func nativeSubmit(t *testing.T, addr, name string, count, gpus, cpuPerGPU, memPerGPU int) {
 	t.Helper()
+	nativeSubmitPriority(t, addr, name, count, gpus, 50, cpuPerGPU, memPerGPU)
+}
+
+// nativeSubmitPriority is nativeSubmit with the job's priority.
+func nativeSubmitPriority(t *testing.T, addr, name string, count, gpus, priority, cpuPerGPU, memPerGPU int) {
+	t.Helper()
 	job := map[string]any{
-		"ID": name, "Name": name, "Type": "batch", "Datacenters": []string{"*"}, "NodePool": "default",
+		"ID": name, "Name": name, "Type": "batch", "Datacenters": []string{"*"}, "NodePool": "default", "Priority": priority,
 		"TaskGroups": []any{map[string]any{
 			"Name": "g", "Count": count,
 			"RestartPolicy":    map[string]any{"Attempts": 0, "Mode": "fail"},
@@ -236,4 +244,189 @@ func nativeIndex(t *testing.T, nodes []nativeNode, id string) int {
 	}
 	t.Fatalf("allocation on node %s, not one of the clients", id)
 	return -1
+}
+
+// TestNativeQueueOrder checks the order in which the nomad-native
+// baseline starts waiting jobs against a real Nomad (two clients of 8
+// fake GPUs, node pool default, no impact agent), and the baseline's own
+// replay of the same run against both. Fillers hold every GPU (7 + 1 on
+// one node, 6 + 2 on the other); then a low-priority 1-GPU job L1, a
+// high-priority 2-GPU job H and a low 1-GPU job L2 queue, in that order.
+// Freed GPUs then go, as Nomad's blocked evaluations are served (priority,
+// then the order they were made in):
+//
+//  1. the 2-GPU filler stops: H starts (priority), the low jobs wait;
+//  2. the 1-GPU filler stops: L1 starts (first come among equals), L2
+//     waits;
+//  3. a high 4-GPU job H4 queues and H stops: L2 starts on the 2 GPUs
+//     H4 cannot use (a lower job placed while a higher one is blocked);
+//  4. the 6-GPU filler stops: H4 starts.
+//
+// The same arrivals and ends, replayed by the simulator's nomad-native,
+// must start each job after the same stop.
+func TestNativeQueueOrder(t *testing.T) {
+	c, _ := startGPUClusterWith(t, "impact-e2e-nativeq-", 2, "")
+	nodes := nativeNodes(t, c.Agent.Get)
+	cpu, mem := nodes[0].cpuPerGPU, nodes[0].memPerGPU
+	t0 := time.Now()
+	type run struct {
+		name     string
+		gpus     int
+		priority int
+		submit   time.Time
+		stop     time.Time // zero: runs to the end
+	}
+	var runs []*run
+	submit := func(name string, gpus, priority int) *run {
+		r := &run{name: name, gpus: gpus, priority: priority, submit: time.Now()}
+		nativeSubmitPriority(t, c.Agent.Addr, name, 1, gpus, priority, cpu, mem)
+		runs = append(runs, r)
+		return r
+	}
+	started := func(name string) bool {
+		s, _ := nativeStarted(c.Agent.Get, name)
+		return !s.IsZero()
+	}
+	waitStarted := func(name string) {
+		t.Helper()
+		eventually(t, 60*time.Second, name+" started", func() (bool, string) { return started(name), "" })
+	}
+	// settle gives Nomad time to place what it would place wrongly.
+	settle := func() { time.Sleep(3 * time.Second) }
+	stop := func(r *run) {
+		t.Helper()
+		settle()
+		r.stop = time.Now()
+		if out, err := c.Agent.CLI("job", "stop", "-detach", r.name); err != nil {
+			t.Fatalf("stop %s: %v\n%s", r.name, err, out)
+		}
+	}
+	mustWait := func(names ...string) {
+		t.Helper()
+		for _, n := range names {
+			if started(n) {
+				t.Fatalf("%s started; Nomad should have kept it waiting", n)
+			}
+		}
+	}
+
+	f1 := submit("nq-f1", 7, 50)
+	waitStarted(f1.name)
+	f4 := submit("nq-f4", 1, 50)
+	waitStarted(f4.name)
+	f2 := submit("nq-f2", 6, 50)
+	waitStarted(f2.name)
+	f3 := submit("nq-f3", 2, 50)
+	waitStarted(f3.name)
+	settle()
+	submit("nq-l1", 1, 30)
+	settle()
+	h := submit("nq-h", 2, 70)
+	settle()
+	submit("nq-l2", 1, 30)
+	settle()
+	mustWait("nq-l1", "nq-h", "nq-l2")
+
+	stop(f3)
+	waitStarted("nq-h")
+	settle()
+	mustWait("nq-l1", "nq-l2")
+
+	stop(f4)
+	waitStarted("nq-l1")
+	settle()
+	mustWait("nq-l2")
+
+	submit("nq-h4", 4, 70)
+	stop(h)
+	waitStarted("nq-l2")
+	settle()
+	mustWait("nq-h4")
+
+	stop(f2)
+	waitStarted("nq-h4")
+	end := time.Now()
+	_ = f1
+
+	// The same run in the simulator: submits and stops at the seconds
+	// they came, priorities as tiers.
+	secs := func(at time.Time) int64 { return int64(at.Sub(t0) / time.Second) }
+	var jobs []trace.Job
+	stops := []int64{}
+	for _, r := range runs {
+		tier := map[int]string{70: "high", 50: "normal", 30: "scavenger"}[r.priority]
+		s, _ := nativeStarted(c.Agent.Get, r.name)
+		dur := int64(1 << 20)
+		if !r.stop.IsZero() {
+			// A stop frees the GPUs once the task has exited: the replay
+			// ends the job then.
+			dur = max(1, secs(r.stop)-secs(s)) // from its start in the real run
+			stops = append(stops, secs(r.stop))
+		}
+		no := false
+		jobs = append(jobs, trace.Job{ID: r.name, Submit: secs(r.submit), Duration: dur, GPUs: r.gpus, Project: "p", Tier: tier, Preemptible: &no, Walltime: dur})
+	}
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].Submit < jobs[b].Submit })
+	sort.Slice(stops, func(a, b int) bool { return stops[a] < stops[b] })
+	cl, err := sim.UniformCluster(2, 8, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, err := baseline.New(baseline.NomadNative)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sim.Run(jobs, native, sim.Options{Cluster: cl, Model: sim.DefaultModel(), WindowStart: 0, WindowEnd: secs(end) + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// after is the number of stops at or before at (whole seconds: a start
+	// in the second of the stop that freed its GPUs follows it): which
+	// stop a start followed.
+	after := func(at int64) int {
+		k := 0
+		for k < len(stops) && stops[k] <= at {
+			k++
+		}
+		return k
+	}
+	simStart := map[string]int64{}
+	for _, j := range res.Jobs {
+		simStart[j.ID] = j.FirstStart
+	}
+	for _, name := range []string{"nq-h", "nq-l1", "nq-l2", "nq-h4"} {
+		s, _ := nativeStarted(c.Agent.Get, name)
+		real, replay := after(secs(s)), after(simStart[name])
+		t.Logf("%s: started %ds in, after stop %d; the replay started it at %ds, after stop %d", name, secs(s), real, simStart[name], replay)
+		if real != replay {
+			t.Errorf("%s started after stop %d on Nomad, after stop %d in nomad-native's replay", name, real, replay)
+		}
+	}
+}
+
+// nativeStarted is when name's first task started (zero: not yet).
+func nativeStarted(get func(string, any) error, name string) (time.Time, error) {
+	var as []struct {
+		TaskStates map[string]struct {
+			Events []struct {
+				Type string
+				Time int64
+			}
+		}
+	}
+	if err := get("/v1/job/"+name+"/allocations", &as); err != nil {
+		return time.Time{}, err
+	}
+	var first int64
+	for _, a := range as {
+		for _, ev := range a.TaskStates["t"].Events {
+			if ev.Type == "Started" && (first == 0 || ev.Time < first) {
+				first = ev.Time
+			}
+		}
+	}
+	if first == 0 {
+		return time.Time{}, nil
+	}
+	return time.Unix(0, first), nil
 }

@@ -43,9 +43,10 @@
 // TestTopTierWeighsNaturalEnds and TestPreemptionWithdrawn (ends_test.go:
 // a critical job waits for work ending on its own rather than preempt; a
 // preemption whose preemptor started on GPUs freed meanwhile is withdrawn
-// and its victim runs on), TestNativePlacement (native_test.go: plain
-// Nomad's own placement of GPU jobs on four clients, weighed against the
-// simulator's nomad-native model), TestChaos, TestIdle,
+// and its victim runs on), TestNativePlacement and TestNativeQueueOrder
+// (native_test.go: plain Nomad's own placement of GPU jobs, and the order
+// it starts waiting ones in, against the simulator's nomad-native
+// baseline), TestChaos, TestIdle,
 // TestParkingCandidates and TestOperatorUI in their files.
 package scheduler
 
