@@ -50,11 +50,10 @@ func NomadScore(usedAfter, total, collisions, count int) float64 {
 	return (fit - float64(collisions+1)/float64(max(1, count))) / 2
 }
 
-// nomadPicker draws nodes as Nomad's batch scheduler does. Its arrays are
-// reused from pick to pick.
+// nomadPicker draws nodes as Nomad's batch scheduler does. Its array of
+// skipped nodes is reused from pick to pick.
 type nomadPicker struct {
 	rng     *rand.Rand
-	order   []int
 	skipped []int
 }
 
