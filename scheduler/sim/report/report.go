@@ -83,7 +83,9 @@ func ModelOf(m, base sim.Model, cadenceNote string) Model {
 			"each restart spends %ds holding its GPUs before progress resumes. A gang makes progress only when every member is placed; "+
 			"placed members of a partially placed gang hold their GPUs idle. The impact scheduler decides as the live agent does: %s (%s); "+
 			"the baselines decide %s (as Nomad evaluates at once). Nodes never fail: every GPU is healthy for the whole run. "+
-			"Jobs wider than a node are gangs of whole-node members.",
+			"Jobs wider than a node are gangs of whole-node members. "+
+			"nomad-native places each allocation as Nomad 2.0.5's batch scheduler does: the better bin-packed of the first two feasible nodes "+
+			"in a random order (the power of two choices), a job's CPU and memory asks taken to be in proportion to its GPUs.",
 			m.CheckpointInterval, stop, m.RestartCost, m.Cadence(), cadenceNote, base.Cadence()),
 	}
 }

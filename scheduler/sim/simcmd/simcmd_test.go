@@ -99,6 +99,11 @@ func TestSimAllPolicies(t *testing.T) {
 	if rep.Scenario.Jobs != 120 || !strings.Contains(rep.Scenario.ImpactPolicy, "example/sim/policy.hcl") || !strings.Contains(rep.Scenario.LabelRule, "seed 3") || !strings.Contains(rep.Scenario.Model.Description, "checkpoint") {
 		t.Fatalf("scenario = %+v", rep.Scenario)
 	}
+	// The report says how the baseline every comparison is made with
+	// places its jobs.
+	if !strings.Contains(rep.Scenario.Model.Description, "nomad-native places each allocation as Nomad 2.0.5's batch scheduler does") {
+		t.Fatalf("the model's description does not say how nomad-native places: %s", rep.Scenario.Model.Description)
+	}
 	if len(rep.Policies) != 4 {
 		t.Fatalf("%d policies in report", len(rep.Policies))
 	}
