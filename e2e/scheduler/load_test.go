@@ -32,7 +32,6 @@ package scheduler
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -52,23 +51,8 @@ type loadJob struct {
 }
 
 func (j loadJob) json(pool string) []byte {
-	job := map[string]any{
-		"ID": j.name, "Name": j.name, "Type": "batch", "Datacenters": []string{"*"}, "NodePool": pool,
-		"Meta": map[string]string{"impact_tier": "normal"},
-		"TaskGroups": []any{map[string]any{
-			"Name": "g", "Count": j.count,
-			"RestartPolicy":    map[string]any{"Attempts": 0, "Mode": "fail"},
-			"ReschedulePolicy": map[string]any{"Attempts": 0, "Unlimited": false},
-			"Tasks": []any{map[string]any{
-				"Name": "t", "Driver": "raw_exec", "KillTimeout": int64(2 * time.Second),
-				"Config": map[string]any{"command": "/bin/sh", "args": []string{"-c", fmt.Sprintf("sleep %d", j.secs)}},
-				"Resources": map[string]any{"CPU": 20, "MemoryMB": 32,
-					"Devices": []any{map[string]any{"Name": "nvidia/gpu", "Count": j.gpus}}},
-			}},
-		}},
-	}
-	b, _ := json.Marshal(map[string]any{"Job": job})
-	return b
+	return apiJob{name: j.name, pool: pool, meta: map[string]string{"impact_tier": "normal"},
+		count: j.count, gpus: j.gpus, cpu: 20, mem: 32, script: fmt.Sprintf("sleep %d", j.secs)}.json()
 }
 
 // loadResult is what one job cost and how it started.

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -186,21 +185,8 @@ func nativeSubmit(t *testing.T, addr, name string, count, gpus, cpuPerGPU, memPe
 // nativeSubmitPriority is nativeSubmit with the job's priority.
 func nativeSubmitPriority(t *testing.T, addr, name string, count, gpus, priority, cpuPerGPU, memPerGPU int) {
 	t.Helper()
-	job := map[string]any{
-		"ID": name, "Name": name, "Type": "batch", "Datacenters": []string{"*"}, "NodePool": "default", "Priority": priority,
-		"TaskGroups": []any{map[string]any{
-			"Name": "g", "Count": count,
-			"RestartPolicy":    map[string]any{"Attempts": 0, "Mode": "fail"},
-			"ReschedulePolicy": map[string]any{"Attempts": 0, "Unlimited": false},
-			"Tasks": []any{map[string]any{
-				"Name": "t", "Driver": "raw_exec", "KillTimeout": int64(2 * time.Second),
-				"Config": map[string]any{"command": "/bin/sh", "args": []string{"-c", "trap 'exit 0' TERM; sleep 600 & wait"}},
-				"Resources": map[string]any{"CPU": cpuPerGPU * gpus, "MemoryMB": memPerGPU * gpus,
-					"Devices": []any{map[string]any{"Name": "nvidia/gpu", "Count": gpus}}},
-			}},
-		}},
-	}
-	b, _ := json.Marshal(map[string]any{"Job": job})
+	b := apiJob{name: name, pool: "default", priority: priority, count: count, gpus: gpus,
+		cpu: cpuPerGPU * gpus, mem: memPerGPU * gpus, script: "trap 'exit 0' TERM; sleep 600 & wait"}.json()
 	resp, err := http.Post(addr+"/v1/jobs", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatalf("register %s: %v", name, err)
