@@ -26,6 +26,13 @@ import (
 // GPUs only: the baseline takes a job's CPU and memory asks to be in
 // proportion to its GPUs (a node's share of them used is its share of
 // GPUs used), as a GPU cluster's jobspecs commonly ask.
+//
+// One difference is left: Nomad shuffles once per evaluation, and a
+// group's later allocations walk on from where the previous one stopped
+// in that order (its StaticIterator), while the picker draws afresh for
+// each. The trace's gangs are whole-node members, whose candidates (the
+// empty nodes) all score alike, so either way each goes to an empty node
+// drawn at random among those left: the baseline places them alike.
 
 // nomadLimit and nomadMaxSkip are the batch scheduler's limit iterator's
 // limit and how many low-scoring nodes it skips ahead past; a score at or
