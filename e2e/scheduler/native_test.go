@@ -284,8 +284,20 @@ func TestNativeQueueOrder(t *testing.T) {
 		stop     time.Time // zero: runs to the end
 	}
 	var runs []*run
+	// The replay below counts whole seconds: each submit and stop comes in
+	// a second of its own, two after the last, so that its order with the
+	// others is the same there (a spacing of the replay's clock, not a
+	// wait for Nomad, which the conditions below do).
+	var last time.Time
+	spaced := func() time.Time {
+		if !last.IsZero() {
+			time.Sleep(time.Until(t0.Add((last.Sub(t0)/time.Second + 2) * time.Second)))
+		}
+		last = time.Now()
+		return last
+	}
 	submit := func(name string, gpus, priority int) *run {
-		r := &run{name: name, gpus: gpus, priority: priority, submit: time.Now()}
+		r := &run{name: name, gpus: gpus, priority: priority, submit: spaced()}
 		nativeSubmitPriority(t, c.Agent.Addr, name, 1, gpus, priority, cpu, mem)
 		runs = append(runs, r)
 		return r
@@ -298,62 +310,70 @@ func TestNativeQueueOrder(t *testing.T) {
 		t.Helper()
 		eventually(t, 60*time.Second, name+" started", func() (bool, string) { return started(name), "" })
 	}
-	// settle gives Nomad time to place what it would place wrongly.
-	settle := func() { time.Sleep(3 * time.Second) }
 	stop := func(r *run) {
 		t.Helper()
-		settle()
-		r.stop = time.Now()
+		r.stop = spaced()
 		if out, err := c.Agent.CLI("job", "stop", "-detach", r.name); err != nil {
 			t.Fatalf("stop %s: %v\n%s", r.name, err, out)
 		}
 	}
-	mustWait := func(names ...string) {
+	// mustWait: each job is blocked and, for a window after the GPUs it
+	// must not take freed, still waits. A window, because Nomad records
+	// nothing when it evaluates a blocked job again and blocks it again
+	// (the evaluation keeps its index: tried here, it never moves), so no
+	// state says it has decided; it does so within a second of the GPUs
+	// freeing (each expected start below came within one).
+	mustWait := func(window time.Duration, names ...string) {
 		t.Helper()
+		time.Sleep(window)
 		for _, n := range names {
+			nativeWaitBlocked(t, c.Agent.Get, n)
 			if started(n) {
 				t.Fatalf("%s started; Nomad should have kept it waiting", n)
 			}
 		}
 	}
+	const window = 3 * time.Second
 
-	f1 := submit("nq-f1", 7, 50)
-	waitStarted(f1.name)
-	f4 := submit("nq-f4", 1, 50)
-	waitStarted(f4.name)
-	f2 := submit("nq-f2", 6, 50)
-	waitStarted(f2.name)
-	f3 := submit("nq-f3", 2, 50)
-	waitStarted(f3.name)
-	settle()
-	submit("nq-l1", 1, 30)
-	settle()
-	h := submit("nq-h", 2, 70)
-	settle()
-	submit("nq-l2", 1, 30)
-	settle()
-	mustWait("nq-l1", "nq-h", "nq-l2")
+	fill := func(name string, gpus int) *run {
+		t.Helper()
+		r := submit(name, gpus, 50)
+		waitStarted(name)
+		return r
+	}
+	// queue submits a job that finds no room; each is blocked before the
+	// next comes, so the order their evaluations were made in is the
+	// order they queued.
+	queue := func(name string, gpus, priority int) *run {
+		t.Helper()
+		r := submit(name, gpus, priority)
+		mustWait(0, name)
+		return r
+	}
+	fill("nq-f1", 7)
+	f4 := fill("nq-f4", 1)
+	f2 := fill("nq-f2", 6)
+	f3 := fill("nq-f3", 2)
+	queue("nq-l1", 1, 30)
+	h := queue("nq-h", 2, 70)
+	queue("nq-l2", 1, 30)
 
 	stop(f3)
 	waitStarted("nq-h")
-	settle()
-	mustWait("nq-l1", "nq-l2")
+	mustWait(window, "nq-l1", "nq-l2")
 
 	stop(f4)
 	waitStarted("nq-l1")
-	settle()
-	mustWait("nq-l2")
+	mustWait(window, "nq-l2")
 
-	submit("nq-h4", 4, 70)
+	queue("nq-h4", 4, 70)
 	stop(h)
 	waitStarted("nq-l2")
-	settle()
-	mustWait("nq-h4")
+	mustWait(window, "nq-h4")
 
 	stop(f2)
 	waitStarted("nq-h4")
 	end := time.Now()
-	_ = f1
 
 	// The same run in the simulator: submits and stops at the seconds
 	// they came, priorities as tiers.
@@ -409,6 +429,28 @@ func TestNativeQueueOrder(t *testing.T) {
 			t.Errorf("%s started after stop %d on Nomad, after stop %d in nomad-native's replay", name, real, replay)
 		}
 	}
+}
+
+// nativeWaitBlocked waits until Nomad has evaluated name and blocked
+// it: an evaluation of it blocked, none pending.
+func nativeWaitBlocked(t *testing.T, get func(string, any) error, name string) {
+	t.Helper()
+	eventually(t, 60*time.Second, name+": evaluated and blocked", func() (bool, string) {
+		var evs []struct{ Status string }
+		if err := get("/v1/job/"+name+"/evaluations", &evs); err != nil {
+			return false, err.Error()
+		}
+		blocked := false
+		var seen []string
+		for _, e := range evs {
+			seen = append(seen, e.Status)
+			if e.Status == "pending" {
+				return false, "an evaluation pending"
+			}
+			blocked = blocked || e.Status == "blocked"
+		}
+		return blocked, strings.Join(seen, ",")
+	})
 }
 
 // nativeStarted is when name's first task started (zero: not yet).

@@ -33,10 +33,12 @@ func New(name string) (sim.Scheduler, error) {
 type nomadNative struct {
 	s    scratch
 	pick *nomadPicker
-	// feasible and onNode are pick's arrays, reused from allocation to
-	// allocation: the nodes with room, and the job's allocations per node.
+	// feasible and held are pick's arrays, reused from allocation to
+	// allocation: the nodes with room, and the nodes of the job's
+	// allocations (one entry each: a gang has a few, so counting them
+	// costs less than clearing a count per node for every job).
 	feasible []int
-	onNode   []int
+	held     []int
 }
 
 func (*nomadNative) Name() string { return NomadNative }
@@ -59,7 +61,12 @@ func (b *nomadNative) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 		}
 		placed := false
 		need := j.MemberGPUs()
-		b.countAllocs(j, len(s.free))
+		b.held = b.held[:0]
+		for _, a := range j.Allocs {
+			if a.Node >= 0 {
+				b.held = append(b.held, a.Node)
+			}
+		}
 		for m := j.Placed; m < j.Count(); m++ {
 			if need > maxFree {
 				break
@@ -69,7 +76,7 @@ func (b *nomadNative) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 				break // the rest of this job's allocations stay blocked
 			}
 			s.take(j, i, need)
-			b.onNode[i]++
+			b.held = append(b.held, i)
 			placed = true
 		}
 		if placed {
@@ -79,22 +86,9 @@ func (b *nomadNative) Schedule(st *sim.State, _ int64) (*engine.Plan, error) {
 	return s.plan, nil
 }
 
-// countAllocs counts j's placed allocations per node into onNode.
-func (b *nomadNative) countAllocs(j *sim.Job, nodes int) {
-	if len(b.onNode) != nodes {
-		b.onNode = make([]int, nodes)
-	}
-	clear(b.onNode)
-	for _, a := range j.Allocs {
-		if a.Node >= 0 {
-			b.onNode[a.Node]++
-		}
-	}
-}
-
 // nomadNode is the node Nomad picks for j's next allocation of need GPUs
-// (-1: none has room), its anti-affinity counting j's allocations per node
-// in onNode (countAllocs, and those placed since).
+// (-1: none has room), its anti-affinity counting j's allocations on each
+// node in held (those placed before this cycle, and since).
 func (b *nomadNative) nomadNode(s *scratch, j *sim.Job, need int) int {
 	b.feasible = b.feasible[:0]
 	for i, f := range s.free {
@@ -104,7 +98,13 @@ func (b *nomadNative) nomadNode(s *scratch, j *sim.Job, need int) int {
 	}
 	return b.pick.pick(b.feasible, func(i int) float64 {
 		n := s.st.Nodes[i]
-		return NomadScore(n.GPUs-s.free[i]+need, n.GPUs, b.onNode[i], j.Count())
+		collisions := 0
+		for _, h := range b.held {
+			if h == i {
+				collisions++
+			}
+		}
+		return NomadScore(n.GPUs-s.free[i]+need, n.GPUs, collisions, j.Count())
 	})
 }
 
