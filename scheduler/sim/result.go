@@ -142,6 +142,7 @@ type Result struct {
 type JobResult struct {
 	ID                 string
 	Tier               string
+	GPUs               int // all its allocations together
 	Submit             int64
 	FirstStart         int64
 	Finish             int64
@@ -288,7 +289,7 @@ func (r *runner) jobTimes(res *Result) {
 	floor := map[string]float64{}
 	var wsum, wjct, wfloor float64
 	for _, j := range r.st.Jobs {
-		res.Jobs = append(res.Jobs, JobResult{ID: j.ID, Tier: j.Tier, Submit: j.Submit, FirstStart: j.FirstStart, Finish: j.Finish, Preempted: j.Preempted,
+		res.Jobs = append(res.Jobs, JobResult{ID: j.ID, Tier: j.Tier, GPUs: j.GPUs, Submit: j.Submit, FirstStart: j.FirstStart, Finish: j.Finish, Preempted: j.Preempted,
 			FreeAtSubmit: j.FreeAtSubmit, WidestFreeAtSubmit: j.WidestFreeAtSubmit})
 		if j.State != Done {
 			continue

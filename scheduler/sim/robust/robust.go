@@ -142,8 +142,15 @@ type Check struct {
 	// JCTByTier, on impact's failed weighted-JCT check, is where the
 	// difference comes from (jct.go), averaged over the replicas.
 	JCTByTier *JCTBreakdown `json:"jct_by_tier,omitempty"`
-	// worse is the checked value, larger worse (compare).
+	// WaitByGPUs, on impact's failed tier-wait check, is the same
+	// percentile by job width, of the tier and the tiers above it
+	// (width.go), averaged over the replicas.
+	WaitByGPUs *WaitBreakdown `json:"wait_by_gpus,omitempty"`
+	// worse is the checked value, larger worse (compare); a tier-wait
+	// check's tier and percentile are in tier and pct.
 	worse float64
+	tier  string
+	pct   float64
 }
 
 // Waived reports whether c failed with the bound that proves it cannot be
@@ -344,11 +351,12 @@ func compare(a, nat Summary, debounce int64) []Check {
 		}
 		aw, nw := a.WaitS[t], nat.WaitS[t]
 		for _, q := range []struct {
-			name   string
+			pct    float64
 			av, nv float64
-		}{{"p50", aw.P50, nw.P50}, {"p99", aw.P99, nw.P99}} {
+		}{{50, aw.P50, nw.P50}, {99, aw.P99, nw.P99}} {
 			limit := WaitFactor*q.nv + WaitSlackS
-			add(t+" wait "+q.name, q.av, q.av <= limit, "%s vs native %s (limit %s)", sim.FormatSeconds(q.av), sim.FormatSeconds(q.nv), sim.FormatSeconds(limit))
+			add(fmt.Sprintf("%s wait p%g", t, q.pct), q.av, q.av <= limit, "%s vs native %s (limit %s)", sim.FormatSeconds(q.av), sim.FormatSeconds(q.nv), sim.FormatSeconds(limit))
+			cs[len(cs)-1].tier, cs[len(cs)-1].pct = t, q.pct
 		}
 	}
 	// The live cadence makes every job wait its debounce: a policy that
@@ -379,6 +387,9 @@ func NeverWorse(o *Outcome) []Check {
 			continue
 		}
 		c.ReplicasFailed = failed[c.Name]
+		if c.tier != "" {
+			c.WaitByGPUs = breakWaits(impRuns, natRuns, c.tier, c.pct)
+		}
 		switch c.Name {
 		case WeightedJCTCheck:
 			c.JCTByTier = meanJCT(impRuns, natRuns)
@@ -662,6 +673,9 @@ func WriteFailures(w io.Writer, outs []*Outcome) {
 			}
 			if c.JCTByTier != nil {
 				line += "; " + c.JCTByTier.String()
+			}
+			if c.WaitByGPUs != nil {
+				line += "; " + c.WaitByGPUs.String()
 			}
 			fmt.Fprintln(w, line)
 		}
