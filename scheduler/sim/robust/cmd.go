@@ -71,8 +71,8 @@ difference its jobs' waits to their first start make and how much their
 time from first start to finish (work lost to preemptions, waits to
 start again), with their preemptions under each policy. A failed
 tier-wait check gives the same percentile by job width (GPUs), of the
-tier's jobs and of the tiers above it, where impact served them better:
-who the wait went to.
+tier's jobs and of the tiers above it where impact served them better:
+where the tier's wait may have gone.
 
 To see why a check failed, --jobs writes the jobs of each policy's
 first replica, the jobs as given (DIR/jobs/SCENARIO.POLICY.tsv: tier,

@@ -13,13 +13,13 @@ import (
 
 // WaitBreakdown is, for a failed tier-wait check, the same percentile of
 // the waits by job width: of the failed tier's jobs, and of the tiers
-// above it, so that the failure shows who the wait went to. Where it
-// fails most, nomad-native serves a lower tier's narrow jobs on the
-// single GPUs its random picks leave free, which a higher tier's wider
-// jobs cannot use, and impact, packing narrow jobs, starts the wider
-// higher-tier jobs there first (example/sim/README.md, "Twenty-eighth
-// pass"): the failed tier's narrow jobs wait longer and the tier above's
-// wider ones less.
+// above it. A tier's percentile mixes jobs of every width, and the two
+// schedulers serve widths differently: nomad-native's random picks leave
+// single free GPUs that narrow jobs take and wide ones cannot use, while
+// impact packs narrow jobs so that wide ones fit. The breakdown shows
+// which widths of the failed tier waited longer, and which widths of the
+// tiers above waited less (on rand-46, seed 1, every width of every tier
+// above: example/sim/README.md, "Twenty-eighth pass").
 type WaitBreakdown struct {
 	// Percentile is the check's: 50 or 99.
 	Percentile float64 `json:"percentile"`
