@@ -23,7 +23,9 @@ import (
 type WaitBreakdown struct {
 	// Percentile is the check's: 50 or 99.
 	Percentile float64 `json:"percentile"`
-	// Tiers: the failed tier first, then the tiers above it, top first.
+	// Tiers: the failed tier first (its Widths empty when no width of it
+	// was finished under both policies), then the tiers above it with
+	// such widths, top first.
 	Tiers []TierWaits `json:"tiers"`
 }
 
@@ -113,7 +115,8 @@ func breakWaits(impRuns, natRuns []*sim.Result, tier string, p float64) *WaitBre
 			tw.Widths = append(tw.Widths, WidthWait{GPUs: g, Jobs: f * a.jobs, ImpactS: f * a.imp, NativeS: f * a.nat})
 		}
 		slices.SortFunc(tw.Widths, func(x, y WidthWait) int { return cmp.Compare(x.GPUs, y.GPUs) })
-		if len(tw.Widths) > 0 {
+		// The failed tier stays first even with no width both finished.
+		if len(tw.Widths) > 0 || t == tier {
 			b.Tiers = append(b.Tiers, tw)
 		}
 	}
@@ -129,8 +132,8 @@ func (w WidthWait) servedBetter() bool { return w.ImpactS <= 0.9*w.NativeS-60 }
 // every width of the failed tier, and the widths of the tiers above that
 // impact served better (the JSON keeps them all).
 func (b *WaitBreakdown) String() string {
-	if len(b.Tiers) == 0 {
-		return "no width finished under both policies"
+	if len(b.Tiers) == 0 || len(b.Tiers[0].Widths) == 0 {
+		return "by GPUs: no width of the tier finished under both policies"
 	}
 	width := func(w WidthWait) string {
 		unit := "GPUs"

@@ -119,7 +119,9 @@ func TestWaitBreakdownByHand(t *testing.T) {
 }
 
 // TestWaitBreakdownKeepsTheTopTierAlone: a failed top-tier check has no
-// tier above it, and its line lists none.
+// tier above it, and its line lists none; a tier with no width both
+// policies finished stays first, and its line says so rather than show
+// a tier above as its own.
 func TestWaitBreakdownKeepsTheTopTierAlone(t *testing.T) {
 	imp := waitRun{"critical": {8: {18000}, 1: {40}}, "high": {1: {5}}}.result()
 	nat := waitRun{"critical": {8: {6000}, 1: {1400}}, "high": {1: {60}}}.result()
@@ -128,6 +130,15 @@ func TestWaitBreakdownKeepsTheTopTierAlone(t *testing.T) {
 		t.Fatalf("breakdown %+v: want the critical tier's two widths alone", b)
 	}
 	if s := b.String(); strings.Contains(s, "tiers above") || !strings.Contains(s, "8 GPUs "+sim.FormatSeconds(18000)+" vs "+sim.FormatSeconds(6000)) {
+		t.Errorf("line %q", s)
+	}
+	imp = waitRun{"critical": {1: {40}}, "high": {4: {5000}}}.result()
+	nat = waitRun{"critical": {1: {1400}}, "high": {2: {60}}}.result()
+	b = breakWaits([]*sim.Result{imp}, []*sim.Result{nat}, "high", 50)
+	if len(b.Tiers) != 2 || b.Tiers[0].Tier != "high" || len(b.Tiers[0].Widths) != 0 || b.Tiers[1].Tier != "critical" {
+		t.Fatalf("breakdown %+v: want high first, without widths, then critical", b)
+	}
+	if s := b.String(); s != "by GPUs: no width of the tier finished under both policies" {
 		t.Errorf("line %q", s)
 	}
 
