@@ -81,13 +81,13 @@ func (s *scratch) isFree(n *sim.Node, g int) bool {
 // bestFit returns the node with the fewest free GPUs that still has need,
 // preferring one with an NVLink island that can hold it whole; -1 if none.
 // limit, if not nil, caps what may be used per node.
-func (s *scratch) bestFit(need int, limit []int, exclude map[int]bool) int {
+func (s *scratch) bestFit(need int, limit []int) int {
 	best, bestFree, bestIsland := -1, 1<<30, false
 	for i, f := range s.free {
 		if limit != nil {
 			f = min(f, limit[i])
 		}
-		if f < need || exclude[i] {
+		if f < need {
 			continue
 		}
 		isl := s.islandFits(s.st.Nodes[i], need)
@@ -162,7 +162,7 @@ func (s *scratch) take(j *sim.Job, i, need int) {
 func (s *scratch) gangNodes(j *sim.Job, limit []int) []int {
 	need := j.MemberGPUs()
 	if j.Count() == 1 {
-		i := s.bestFit(need, limit, nil)
+		i := s.bestFit(need, limit)
 		if i < 0 {
 			return nil
 		}
