@@ -14,12 +14,12 @@ import (
 // WaitBreakdown is, for a failed tier-wait check, the same percentile of
 // the waits by job width: of the failed tier's jobs, and of the tiers
 // above it. A tier's percentile mixes jobs of every width, and the two
-// schedulers serve widths differently: nomad-native's random picks leave
-// single free GPUs that narrow jobs take and wide ones cannot use, while
-// impact packs narrow jobs so that wide ones fit. The breakdown shows
-// which widths of the failed tier waited longer, and which widths of the
-// tiers above waited less (on rand-46, seed 1, every width of every tier
-// above: example/sim/README.md, "Twenty-eighth pass").
+// schedulers serve widths differently (how each places, and whom impact
+// preempts, takes back and keeps out). The breakdown shows which widths
+// of the failed tier waited longer, and which widths of the tiers above
+// waited less (on rand-46, seed 1, every width of every tier above:
+// example/sim/README.md, "Twenty-eighth pass"); it does not say why
+// (the twenty-ninth pass traces rand-46's to the take-backs).
 type WaitBreakdown struct {
 	// Percentile is the check's: 50 or 99.
 	Percentile float64 `json:"percentile"`
