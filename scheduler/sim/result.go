@@ -162,7 +162,9 @@ func weightAt(weights []float64, rank int) float64 {
 	return 1
 }
 
-func percentile(sorted []float64, p float64) float64 {
+// Percentile is the p-th percentile of sorted values by NearestRank; 0
+// for none.
+func Percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -218,7 +220,7 @@ func (r *runner) result() *Result {
 	lat := append([]float64(nil), r.lat...)
 	sort.Float64s(lat)
 	if len(lat) > 0 {
-		res.DecisionLatencyMS = Latency{P50: percentile(lat, 50), P99: percentile(lat, 99), Max: lat[len(lat)-1]}
+		res.DecisionLatencyMS = Latency{P50: Percentile(lat, 50), P99: Percentile(lat, 99), Max: lat[len(lat)-1]}
 	}
 	r.fairShare(res)
 	return res
@@ -319,7 +321,7 @@ func (r *runner) jobTimes(res *Result) {
 			f[i] = float64(w)
 		}
 		sort.Float64s(f)
-		res.WaitS[t] = Percentiles{P50: percentile(f, 50), P95: percentile(f, 95), P99: percentile(f, 99)}
+		res.WaitS[t] = Percentiles{P50: Percentile(f, 50), P95: Percentile(f, 95), P99: Percentile(f, 99)}
 		s := 0.0
 		for _, c := range jct[t] {
 			s += c

@@ -26,7 +26,7 @@ func TestPercentileNearestRank(t *testing.T) {
 		{hundred, 100, 100},
 	}
 	for _, c := range cases {
-		if got := percentile(c.vals, c.p); got != c.want {
+		if got := Percentile(c.vals, c.p); got != c.want {
 			t.Errorf("p%v of %d values = %v, want %v", c.p, len(c.vals), got, c.want)
 		}
 	}

@@ -342,8 +342,9 @@ const WeightedJCTCheck = "weighted JCT"
 // cadence waits that long for each decision) and occupancy.
 func compare(a, nat Summary, debounce int64) []Check {
 	var cs []Check
-	add := func(name string, worse float64, ok bool, format string, args ...any) {
+	add := func(name string, worse float64, ok bool, format string, args ...any) *Check {
 		cs = append(cs, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...), worse: worse})
+		return &cs[len(cs)-1]
 	}
 	for _, t := range trace.Tiers {
 		if nat.JobsCompletedByTier[t] == 0 && a.JobsCompletedByTier[t] == 0 {
@@ -355,8 +356,8 @@ func compare(a, nat Summary, debounce int64) []Check {
 			av, nv float64
 		}{{50, aw.P50, nw.P50}, {99, aw.P99, nw.P99}} {
 			limit := WaitFactor*q.nv + WaitSlackS
-			add(fmt.Sprintf("%s wait p%g", t, q.pct), q.av, q.av <= limit, "%s vs native %s (limit %s)", sim.FormatSeconds(q.av), sim.FormatSeconds(q.nv), sim.FormatSeconds(limit))
-			cs[len(cs)-1].tier, cs[len(cs)-1].pct = t, q.pct
+			c := add(fmt.Sprintf("%s wait p%g", t, q.pct), q.av, q.av <= limit, "%s vs native %s (limit %s)", sim.FormatSeconds(q.av), sim.FormatSeconds(q.nv), sim.FormatSeconds(limit))
+			c.tier, c.pct = t, q.pct
 		}
 	}
 	// The live cadence makes every job wait its debounce: a policy that

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/impact-sched/nomad-impact/scheduler/sim"
@@ -47,7 +46,7 @@ type WidthWait struct {
 }
 
 // waitsByGPUs is each tier's waits (first start - submit) by job width, of
-// the jobs r finished.
+// the jobs r finished, each width's sorted (sim.Percentile reads them).
 func waitsByGPUs(r *sim.Result) map[string]map[int][]float64 {
 	out := map[string]map[int][]float64{}
 	for _, j := range r.Jobs {
@@ -61,15 +60,12 @@ func waitsByGPUs(r *sim.Result) map[string]map[int][]float64 {
 		}
 		m[j.GPUs] = append(m[j.GPUs], float64(j.FirstStart-j.Submit))
 	}
+	for _, m := range out {
+		for _, w := range m {
+			slices.Sort(w)
+		}
+	}
 	return out
-}
-
-// pctOf is the p-th percentile of waits as the simulator reports them
-// (nearest rank).
-func pctOf(waits []float64, p float64) float64 {
-	s := slices.Clone(waits)
-	sort.Float64s(s)
-	return s[sim.NearestRank(len(s), p)]
 }
 
 // breakWaits is the WaitBreakdown of tier's p-th percentile, impRuns[k]
@@ -104,8 +100,8 @@ func breakWaits(impRuns, natRuns []*sim.Result, tier string, p float64) *WaitBre
 					by[g] = a
 				}
 				a.jobs += float64(len(iw))
-				a.imp += pctOf(iw, p)
-				a.nat += pctOf(nw, p)
+				a.imp += sim.Percentile(iw, p)
+				a.nat += sim.Percentile(nw, p)
 				a.runs++
 			}
 		}
