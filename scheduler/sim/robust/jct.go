@@ -84,9 +84,13 @@ func breakJCT(imp, nat *sim.Result) *JCTBreakdown {
 	}
 	for _, p := range byTier {
 		b.Tiers = append(b.Tiers, *p)
-		b.OtherS -= p.TotalS()
 	}
 	b.sort()
+	// Subtracted in the sorted order, not the map's, so that two runs of
+	// the same jobs write the same OtherS to the last bit.
+	for _, p := range b.Tiers {
+		b.OtherS -= p.TotalS()
+	}
 	return b
 }
 

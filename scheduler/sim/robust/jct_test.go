@@ -135,3 +135,29 @@ func TestFailuresShowTheJCTBreakdown(t *testing.T) {
 		t.Errorf("breakdown on more than the JCT check:\n%s", got)
 	}
 }
+
+// TestJCTBreakdownIsReproducible: the rest of the difference is summed in
+// the tiers' sorted order (largest share first), not in a map's, so the
+// same runs give the same OtherS to the last bit. The shares are chosen so
+// that the order matters in floating point: subtracting the 1s share
+// between the two 1e16s ones loses it, so a map's order gave 0 or -1.
+func TestJCTBreakdownIsReproducible(t *testing.T) {
+	w := []float64{1, 1, 1, 1}
+	imp := &sim.Result{TierWeights: w, Jobs: []sim.JobResult{
+		{ID: "c", Tier: "critical", Submit: 0, FirstStart: 3e16, Finish: 3e16 + 1},
+		{ID: "h", Tier: "high", Submit: 0, FirstStart: 3, Finish: 4},
+		{ID: "n", Tier: "normal", Submit: 0, FirstStart: 0, Finish: 1},
+	}}
+	nat := &sim.Result{TierWeights: w, Jobs: []sim.JobResult{
+		{ID: "c", Tier: "critical", Submit: 0, FirstStart: 0, Finish: 1},
+		{ID: "h", Tier: "high", Submit: 0, FirstStart: 0, Finish: 1},
+		{ID: "n", Tier: "normal", Submit: 0, FirstStart: 3e16, Finish: 3e16 + 1},
+	}}
+	// Both weighted JCTs are left at 0: OtherS is then minus the shares'
+	// sum, 1e16 + 1 - 1e16 = 1 exactly when the large shares cancel first.
+	for i := range 50 {
+		if b := breakJCT(imp, nat); b.OtherS != -1 {
+			t.Fatalf("call %d: other %v, want -1 (shares %+v)", i, b.OtherS, b.Tiers)
+		}
+	}
+}
